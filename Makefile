@@ -1,0 +1,38 @@
+# The documented commands. Every target runs scripts/setup first; it is
+# idempotent and takes about a second when nothing is missing.
+VENV    := .venv
+PY      := $(VENV)/bin/python
+MRC     := $(VENV)/bin/mrc-nic
+TOPO    ?= netns/default.toml
+SECONDS ?= 10
+
+.PHONY: setup up down demo test test-unit lint fmt clean
+
+setup:
+	@scripts/setup
+
+## Bring up the default lab and run traffic across every plane.
+up: setup
+	$(MRC) up -t $(TOPO)
+	$(MRC) traffic h0 h1 --duration $(SECONDS)
+	$(MRC) status
+
+down: setup
+	$(MRC) down --all
+
+test: setup
+	$(PY) -m pytest -q
+
+test-unit: setup
+	$(PY) -m pytest -q -m "not root"
+
+lint: setup
+	$(VENV)/bin/ruff check mrc_nic tests scripts
+	$(VENV)/bin/ruff format --check mrc_nic tests scripts
+
+fmt: setup
+	$(VENV)/bin/ruff format mrc_nic tests scripts
+	$(VENV)/bin/ruff check --fix mrc_nic tests scripts
+
+clean:
+	rm -rf $(VENV) .pytest_cache
