@@ -1,0 +1,61 @@
+"""Options and argument types shared by the command groups."""
+
+from __future__ import annotations
+
+import os
+import re
+
+import click
+
+from mrc_nic import lab as lab_mod
+
+
+def parse_duration(text: str) -> float:
+    """'2s', '500ms', '100us', '1.5', '1m' -> seconds."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(us|ms|s|m)?\s*", text)
+    if not m:
+        raise ValueError(f"cannot read duration {text!r}: use e.g. 2s, 500ms, 1m")
+    scale = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, None: 1.0}[m.group(2)]
+    return float(m.group(1)) * scale
+
+
+class Duration(click.ParamType):
+    name = "duration"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, float):
+            return value
+        try:
+            return parse_duration(value)
+        except ValueError as e:
+            self.fail(str(e), param, ctx)
+
+
+DURATION = Duration()
+
+lab_option = click.option(
+    "-l", "--lab", "lab", envvar="MRC_NIC_LAB", default=None,
+    help="Lab name (default: $MRC_NIC_LAB, or the only lab that is up).",
+)
+
+format_option = click.option(
+    "--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
+    help="Output for people (table) or programs (json).",
+)
+
+
+def pick_lab(lab: str | None) -> str:
+    if lab:
+        return lab
+    present = lab_mod.labs_present()
+    if len(present) == 1:
+        return present[0]
+    if not present:
+        raise click.UsageError("no lab is up; start one with: mrc-nic up")
+    raise click.UsageError(f"several labs are up ({', '.join(present)}); choose one with -l NAME")
+
+
+def default_topology_path() -> str:
+    """netns/default.toml of the checkout, wherever the command is run from."""
+    here = os.path.join(os.path.dirname(__file__), "..", "..", "netns", "default.toml")
+    return os.path.normpath(here)

@@ -1,0 +1,113 @@
+"""up, down, status."""
+
+from __future__ import annotations
+
+import click
+
+from mrc_nic.cli import output
+from mrc_nic.cli.common import default_topology_path, format_option, lab_option, pick_lab
+
+
+@click.command(epilog="""\b
+Examples:
+  mrc-nic up
+  mrc-nic up -t netns/clos-8.toml
+  mrc-nic up -t netns/default.toml --name lab2   # a second lab beside the first""")
+@click.option("-t", "--topology", "topology_file", default=None, metavar="FILE",
+              help="Topology TOML (default: netns/default.toml).")
+@click.option("--name", default=None, help="Lab name, overriding [lab].name of the file.")
+@format_option
+def up(topology_file: str | None, name: str | None, fmt: str) -> None:
+    """Build a lab: namespaces, veth links, routes, queues and BPF port programs."""
+    from mrc_nic import lab, topology
+
+    topo = topology.load(topology_file or default_topology_path(), lab=name)
+    if fmt == "table":
+        output.info(f"bringing up lab [bold]{topo.lab}[/]: {topo.hosts} hosts, {topo.planes} "
+                    f"planes, {topo.tiers} tier(s), {len(topo.nodes)} namespaces, "
+                    f"{len(topo.links)} links")
+    report = lab.up(topo)
+    if fmt == "json":
+        output.emit_json(report.__dict__)
+    else:
+        output.success(f"lab {report.lab} is up in {report.seconds:.2f}s "
+                       f"({report.namespaces} namespaces, {report.links} links)")
+
+
+@click.command()
+@lab_option
+@click.option("--all", "all_labs", is_flag=True, help="Take down every lab on this machine.")
+def down(lab: str | None, all_labs: bool) -> None:
+    """Remove exactly what `up` made (also after a crash). Safe to repeat."""
+    from mrc_nic import lab as lab_mod
+
+    if all_labs:
+        labs = lab_mod.labs_present()
+    else:
+        labs = [lab] if lab else lab_mod.labs_present()
+        if len(labs) > 1:
+            raise click.UsageError(f"several labs are up ({', '.join(labs)}); "
+                                   "choose one with -l NAME or use --all")
+    if not labs:
+        output.info("no lab to take down")
+        return
+    for name in labs:
+        removed = lab_mod.down(name)
+        output.success(f"lab {name} is down ({len(removed)} namespaces removed)")
+
+
+@click.command()
+@lab_option
+@format_option
+def status(lab: str | None, fmt: str) -> None:
+    """What is up: hosts, planes, switches, links, their state, faults and counters."""
+    from mrc_nic import stats
+
+    snap = stats.snapshot(pick_lab(lab))
+    if fmt == "json":
+        output.emit_json(snap)
+        return
+    render_status(snap)
+
+
+def render_status(snap: dict) -> None:
+    t = snap["topology"]
+    output.info(
+        f"lab [bold]{snap['lab']}[/] ({t['file']}): {t['hosts']} hosts, {t['planes']} planes, "
+        f"{t['tiers']} tier(s), rate {t['rate']}, mtu {t['mtu']}, up in {snap['bringup_seconds']}s"
+    )
+    rows = []
+    for h in snap["hosts"]:
+        for p in h["ports"]:
+            k = p["kernel"] or {}
+            rows.append([h["name"], p["ifname"], p["plane"], p["address"],
+                         "up" if k.get("carrier") else "down",
+                         output.human_count(k.get("tx_packets", 0)),
+                         output.human_count(k.get("rx_packets", 0))])
+    output.table("hosts", ["host", "port", "plane", "address", "state", "#tx pkts", "#rx pkts"],
+                 rows)
+    rows = []
+    for lk in snap["links"]:
+        up_, dn = lk["up"], lk["down"]
+        drops = (up_["drop_blackhole"] + up_["drop_loss"] + dn["drop_blackhole"]
+                 + dn["drop_loss"])
+        state = lk["state"]
+        style = "green" if state == "up" else "red"
+        rows.append([lk["name"], lk["plane"], f"[{style}]{state}[/]",
+                     "" if lk["fault"] is None else f"#{lk['fault']}",
+                     output.human_count(up_["pkts"]), output.human_bytes(up_["bytes"]),
+                     output.human_count(dn["pkts"]), output.human_bytes(dn["bytes"]),
+                     output.human_count(drops)])
+    output.table("links (pkts/bytes counted by the BPF port program)",
+                 ["link", "plane", "state", "fault", "#pkts up", "#bytes up", "#pkts down",
+                  "#bytes down", "#drops"], rows)
+    if snap["faults"]:
+        rows = [[f"#{f['id']}", f["target"], f["text"], len(f["links"]),
+                 {True: "running", False: "dead", None: ""}[f["worker_alive"]]]
+                for f in snap["faults"]]
+        output.table("faults in force", ["id", "target", "fault", "#links", "worker"], rows)
+    else:
+        output.info("no faults in force")
+
+
+COMMANDS = [up, down, status]

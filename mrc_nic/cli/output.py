@@ -1,0 +1,59 @@
+"""Terminal output: one place that decides colours, tables, JSON and errors.
+
+Colour and widths come from rich, which turns colour off when stdout is not
+a TTY; tables then degrade to plain text. JSON goes straight to stdout with
+stable key order, for programs.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+console = Console(highlight=False)
+err_console = Console(stderr=True, highlight=False)
+
+
+def error(message: str) -> None:
+    err_console.print(f"[bold red]error:[/] {message}", markup=True, soft_wrap=True)
+
+
+def info(message: str) -> None:
+    console.print(message, soft_wrap=True)
+
+
+def success(message: str) -> None:
+    console.print(f"[green]{message}[/]", soft_wrap=True)
+
+
+def emit_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=1, sort_keys=True, default=str) + "\n")
+    sys.stdout.flush()
+
+
+def table(title: str | None, columns: list[str], rows: list[list[Any]], **kwargs: Any) -> None:
+    t = Table(title=title, title_justify="left", header_style="bold", **kwargs)
+    for col in columns:
+        justify = "right" if col.startswith(("#", "pkts", "bytes", "drop", "rx", "tx")) else "left"
+        t.add_column(col.lstrip("#"), justify=justify, no_wrap=True)
+    for row in rows:
+        t.add_row(*[("" if v is None else str(v)) for v in row])
+    console.print(t)
+
+
+def human_count(n: int) -> str:
+    for unit, div in (("G", 10**9), ("M", 10**6), ("k", 10**3)):
+        if n >= div:
+            return f"{n / div:.1f}{unit}"
+    return str(n)
+
+
+def human_bytes(n: int) -> str:
+    for unit, div in (("GB", 10**9), ("MB", 10**6), ("kB", 10**3)):
+        if n >= div:
+            return f"{n / div:.1f}{unit}"
+    return f"{n}B"

@@ -1,0 +1,16 @@
+"""The errors a user can cause or fix: the CLI prints these as one line.
+
+Anything else is a bug and keeps its traceback.
+"""
+
+from mrc_nic.fabric import FabricError
+from mrc_nic.faults import FaultError
+from mrc_nic.lab import LabError
+from mrc_nic.preflight import PreflightError
+from mrc_nic.state import LabBusy
+from mrc_nic.topology import TopologyError
+
+KNOWN_ERRORS = (
+    FabricError, FaultError, LabError, PreflightError, LabBusy, TopologyError,
+    FileNotFoundError, PermissionError, ValueError,
+)

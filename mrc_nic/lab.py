@@ -1,0 +1,144 @@
+"""Bring a lab up and take it down.
+
+`up` is all-or-nothing: it checks the machine, compiles the switch port
+program, writes the state (listing every namespace it will make) and only
+then creates namespaces, links, addresses, routes, queues and BPF hooks. If
+anything fails, or the process is interrupted, it removes what it made
+before the error is reported. `down` removes exactly the lab's namespaces,
+BPF pins, workers and state, by exact name, also after a kill -9 of `up`.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from dataclasses import dataclass
+
+from mrc_nic import netns, preflight, state, switchport
+from mrc_nic.fabric import Fabric
+from mrc_nic.topology import NS_PREFIX, Topology
+
+
+class LabError(RuntimeError):
+    """A lab operation cannot be done; the message says why and what to do."""
+
+
+@dataclass
+class UpReport:
+    lab: str
+    seconds: float
+    namespaces: int
+    links: int
+
+
+# ---- up ----------------------------------------------------------------------
+def up(topo: Topology) -> UpReport:
+    preflight.require_all()
+    with state.locked(topo.lab, wait=0.5):
+        _refuse_if_present(topo.lab)
+        record = state.LabState(
+            lab=topo.lab,
+            topology_file=str(topo.path),
+            topology=topo.raw,
+            namespaces=topo.all_netns(),
+        )
+        record.save()  # before anything exists: a crash from here on is recoverable
+        started = time.monotonic()
+        try:
+            program = switchport.SwitchPortProgram.load(topo.lab, len(topo.switch_ports()))
+            with Fabric(topo) as fabric:
+                fabric.build(program)
+        except BaseException:
+            _remove_everything(topo.lab, record)
+            state.lock_path(topo.lab).unlink(missing_ok=True)
+            raise
+        record.phase = "up"
+        record.bringup_seconds = round(time.monotonic() - started, 3)
+        record.save()
+    return UpReport(topo.lab, record.bringup_seconds, len(topo.nodes), len(topo.links))
+
+
+def _refuse_if_present(lab: str) -> None:
+    record = state.LabState.load(lab)
+    if record is not None and record.phase == "up":
+        raise LabError(
+            f"lab {lab!r} is already up ({len(record.namespaces)} namespaces, from "
+            f"{record.topology_file}); take it down first with: mrc-nic down -l {lab}"
+        )
+    leftovers = leftover_namespaces(lab)
+    if record is not None or leftovers:
+        raise LabError(
+            f"lab {lab!r} has leftovers of an interrupted run ({len(leftovers)} namespaces); "
+            f"clean them with: mrc-nic down -l {lab}"
+        )
+    if switchport.pin_dir(lab).exists():
+        raise LabError(
+            f"lab {lab!r} has leftover BPF pins in {switchport.pin_dir(lab)}; "
+            f"clean them with: mrc-nic down -l {lab}"
+        )
+
+
+# ---- down --------------------------------------------------------------------
+def leftover_namespaces(lab: str) -> list[str]:
+    """Namespaces named like this lab's: mrc-<lab>-<node>, node without a dash.
+
+    Lab names have no dash, so this never matches another lab's names.
+    """
+    prefix = f"{NS_PREFIX}{lab}-"
+    return [n for n in netns.list_names() if n.startswith(prefix) and "-" not in n[len(prefix):]]
+
+
+def down(lab: str) -> list[str]:
+    """Remove the lab; return the namespaces removed. Safe to repeat."""
+    preflight.require_root()
+    with state.locked(lab):
+        record = state.LabState.load(lab)
+        removed = _remove_everything(lab, record)
+    state.lock_path(lab).unlink(missing_ok=True)
+    return removed
+
+
+def labs_present() -> list[str]:
+    """Every lab with state, pins or namespaces on this machine."""
+    labs = set(state.labs_on_disk()) | set(switchport.pinned_labs())
+    for name in netns.list_names():
+        if name.startswith(NS_PREFIX):
+            rest = name[len(NS_PREFIX):]
+            if rest.count("-") == 1:
+                labs.add(rest.split("-")[0])
+    return sorted(labs)
+
+
+def _remove_everything(lab: str, record: state.LabState | None) -> list[str]:
+    if record is not None:
+        for fault in record.faults.values():
+            stop_worker(fault.get("worker_pid"), lab)
+    names = set(record.namespaces if record else []) | set(leftover_namespaces(lab))
+    removed = [n for n in sorted(names) if netns.remove(n)]
+    switchport.unpin(lab)
+    state.forget(lab)
+    return removed
+
+
+def stop_worker(pid: int | None, lab: str) -> None:
+    """End a fault worker this lab started, identified by pid and command line."""
+    if not pid or not is_our_worker(pid, lab):
+        return
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 2.0
+    while time.monotonic() < deadline and is_our_worker(pid, lab):
+        time.sleep(0.02)
+    if is_our_worker(pid, lab):
+        os.kill(pid, signal.SIGKILL)
+
+
+def is_our_worker(pid: int, lab: str) -> bool:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv = f.read().split(b"\0")
+        with open(f"/proc/{pid}/stat") as f:
+            zombie = f.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return False
+    return not zombie and b"mrc_nic.fault_worker" in argv and lab.encode() in argv

@@ -1,0 +1,407 @@
+"""The switch-port BPF program: loader (bcc) and map client (raw bpf syscalls).
+
+bpf/switch_port.c runs at clsact ingress and egress of every switch port. It
+is compiled once per lab (SwitchPortProgram.load) and the same program fd is
+attached to every port; a port's identity is the cls_bpf filter's classid,
+``port_key(port_id, direction)``. Its maps are pinned under ``pin_dir(lab)``
+so that short-lived CLI processes can set faults and read counters with
+SwitchPortMaps, which needs neither bcc nor a compile.
+
+The ctypes structures below mirror the structs of bpf/switch_port.h; a test
+compares them field by field with the layout bcc compiles, and checks the
+constants against the header.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import enum
+import errno
+import os
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+from mrc_nic import bpfsys
+
+INGRESS, EGRESS = 0, 1
+DIRECTIONS = 2
+
+BPF_DIR = Path(__file__).resolve().parent.parent / "bpf"
+SOURCE = BPF_DIR / "switch_port.c"
+FUNC_NAME = "switch_port"
+
+PIN_ROOT = Path("/sys/fs/bpf/mrc-nic")
+FAULTS_MAP = "port_faults"
+COUNTERS_MAP = "port_counters"
+PINNED_MAPS = (FAULTS_MAP, COUNTERS_MAP)
+
+# LOSS drops when the high 32 bits of the hash are below rate * 2^32.
+LOSS_SCALE_SHIFT = 32
+LOSS_SCALE = 1 << LOSS_SCALE_SHIFT
+
+# clsact's pseudo-parents (tc's "ingress" and "egress" hooks).
+_CLSACT_PARENT = {INGRESS: "ffff:fff2", EGRESS: "ffff:fff3"}
+
+_LAB_NAME = re.compile(r"[a-z0-9]+")
+_U32_MAX = (1 << 32) - 1
+_U64_MAX = (1 << 64) - 1
+
+
+class FaultMode(enum.IntEnum):
+    """enum sp_fault_mode."""
+
+    NONE = 0
+    BLACKHOLE = 1
+    LOSS = 2
+
+
+class FaultConfig(ctypes.Structure):
+    """struct sp_fault: the fault on one port key (map port_faults)."""
+
+    _pack_ = 1
+    _fields_ = [
+        ("mode", ctypes.c_uint32),
+        ("fault_id", ctypes.c_uint32),
+        ("loss_threshold", ctypes.c_uint64),
+        ("seed", ctypes.c_uint64),
+        ("until_ns", ctypes.c_uint64),
+        ("seq", ctypes.c_uint64),
+    ]
+
+
+class CountersLayout(ctypes.Structure):
+    """struct sp_counters: one CPU's counters for one port key (map port_counters)."""
+
+    _pack_ = 1
+    _fields_ = [
+        ("pkts", ctypes.c_uint64),
+        ("bytes", ctypes.c_uint64),
+        ("passed_pkts", ctypes.c_uint64),
+        ("passed_bytes", ctypes.c_uint64),
+        ("drop_blackhole", ctypes.c_uint64),
+        ("drop_loss", ctypes.c_uint64),
+    ]
+
+
+# ---- keys and pins ----------------------------------------------------------
+
+
+def port_key(port_id: int, direction: int) -> int:
+    """Map index and filter classid of one direction of one port."""
+    if direction not in (INGRESS, EGRESS):
+        raise ValueError(f"direction must be INGRESS (0) or EGRESS (1), not {direction!r}")
+    if port_id < 0:
+        raise ValueError(f"port_id must be >= 0, not {port_id}")
+    return port_id * DIRECTIONS + direction
+
+
+def _check_lab(lab: str) -> str:
+    # The name becomes a path component: refuse anything that could escape PIN_ROOT.
+    if not _LAB_NAME.fullmatch(lab):
+        raise ValueError(f"lab name must match [a-z0-9]+, not {lab!r}")
+    return lab
+
+
+def pin_dir(lab: str) -> Path:
+    """Directory on bpffs holding the pinned maps of a lab."""
+    return PIN_ROOT / _check_lab(lab)
+
+
+def unpin(lab: str) -> None:
+    """Remove the pins this module made for a lab, then its directory if empty."""
+    directory = pin_dir(lab)
+    for name in PINNED_MAPS:
+        (directory / name).unlink(missing_ok=True)
+    try:
+        directory.rmdir()
+    except FileNotFoundError:
+        pass
+    except OSError as e:
+        # Other modules may pin their own objects in the lab's directory.
+        if e.errno != errno.ENOTEMPTY:
+            raise
+
+
+# ---- loss pattern -----------------------------------------------------------
+
+
+def loss_threshold(loss_rate: float) -> int:
+    """The 33-bit threshold a LOSS fault compares hashes with (0 .. 2^32)."""
+    # NaN fails both comparisons, so it is refused too.
+    if not (isinstance(loss_rate, int | float) and 0.0 <= loss_rate <= 1.0):
+        raise ValueError(f"loss_rate must be a number in [0, 1], not {loss_rate!r}")
+    return round(loss_rate * LOSS_SCALE)
+
+
+def _mix64(z: int) -> int:
+    # splitmix64's finalizer, as mix64() in switch_port.c.
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _U64_MAX
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _U64_MAX
+    return z ^ (z >> 31)
+
+
+def loss_hash32(seed: int, n: int) -> int:
+    """The 32-bit hash switch_port.c compares for the n-th packet of a LOSS fault."""
+    h = _mix64((_mix64(seed) + n * 0x9E3779B97F4A7C15) & _U64_MAX)
+    return h >> (64 - LOSS_SCALE_SHIFT)
+
+
+def predicted_loss_drops(seed: int, loss_rate: float, count: int, start: int = 0) -> list[bool]:
+    """Which of packets start .. start+count-1 through a LOSS fault are dropped.
+
+    The pattern is a pure function of (seed, packet number): the same seed
+    replays the same drops for the same packet order.
+    """
+    threshold = loss_threshold(loss_rate)
+    return [loss_hash32(seed, n) < threshold for n in range(start, start + count)]
+
+
+# ---- counters -----------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class PortCounters:
+    """Counters of one port key, summed over CPUs."""
+
+    pkts: int = 0
+    bytes: int = 0
+    passed_pkts: int = 0
+    passed_bytes: int = 0
+    drop_blackhole: int = 0
+    drop_loss: int = 0
+
+    @classmethod
+    def from_cpus(cls, per_cpu: list[CountersLayout]) -> PortCounters:
+        names = [name for name, _ in CountersLayout._fields_]
+        return cls(**{name: sum(getattr(c, name) for c in per_cpu) for name in names})
+
+    def as_dict(self) -> dict[str, int]:
+        return dataclasses.asdict(self)
+
+
+# ---- loader -------------------------------------------------------------------
+
+
+class SwitchPortProgram:
+    """The compiled program of one lab, its fd, and its pinned maps."""
+
+    def __init__(self, lab: str, max_ports: int, bpf: Any, func: Any) -> None:
+        self.lab = lab
+        self.max_ports = max_ports
+        self.bpf = bpf  # the bcc.BPF object: keeps the program and maps alive
+        self.fd: int = func.fd
+        self.name: str = func.name.decode() if isinstance(func.name, bytes) else func.name
+
+    @classmethod
+    def load(cls, lab: str, max_ports: int) -> SwitchPortProgram:
+        """Compile bpf/switch_port.c for max_ports ports and pin its maps.
+
+        Refuses (FileExistsError) when the lab's maps are already pinned.
+        """
+        directory = pin_dir(lab)
+        if max_ports < 1:
+            raise ValueError(f"max_ports must be >= 1, not {max_ports}")
+        for name in PINNED_MAPS:
+            if (directory / name).exists():
+                raise FileExistsError(
+                    errno.EEXIST,
+                    f"BPF maps of lab {lab!r} are already pinned (is the lab already up?)",
+                    str(directory / name),
+                )
+
+        from bcc import BPF  # imported here: the map client must not need bcc
+
+        cflags = [f"-DMAX_PORT_KEYS={max_ports * DIRECTIONS}", f"-I{BPF_DIR}"]
+        bpf = BPF(src_file=str(SOURCE).encode(), cflags=cflags)
+        try:
+            func = bpf.load_func(FUNC_NAME.encode(), BPF.SCHED_CLS)
+            directory.mkdir(parents=True, exist_ok=True)
+            try:
+                for name in PINNED_MAPS:
+                    bpfsys.obj_pin(bpf[name.encode()].map_fd, directory / name)
+            except BaseException:
+                unpin(lab)
+                raise
+        except BaseException:
+            bpf.cleanup()
+            raise
+        return cls(lab, max_ports, bpf, func)
+
+    def attach(self, ipr: Any, ifindex: int, port_id: int) -> None:
+        """Attach the program to both clsact hooks of an interface as port port_id.
+
+        ipr is a pyroute2 IPRoute, possibly IPRoute(netns=...) for a switch namespace.
+        """
+        from pyroute2 import NetlinkError
+
+        if not 0 <= port_id < self.max_ports:
+            raise ValueError(f"port_id {port_id} out of range: the lab has {self.max_ports}")
+        try:
+            ipr.tc("add", "clsact", ifindex)
+        except NetlinkError as e:
+            if e.code != errno.EEXIST:
+                raise
+        for direction, parent in _CLSACT_PARENT.items():
+            ipr.tc(
+                "add-filter",
+                "bpf",
+                ifindex,
+                ":1",
+                fd=self.fd,
+                name=self.name,
+                parent=parent,
+                classid=port_key(port_id, direction),
+                direct_action=True,
+            )
+
+    def close(self) -> None:
+        """Drop this process's references; attached filters and pins keep the rest."""
+        self.bpf.cleanup()
+
+
+# ---- map client ---------------------------------------------------------------
+
+
+class SwitchPortMaps:
+    """Faults and counters of a lab's switch ports, through the pinned maps."""
+
+    def __init__(self, lab: str, faults_fd: int, counters_fd: int, max_keys: int) -> None:
+        self.lab = lab
+        self._faults_fd = faults_fd
+        self._counters_fd = counters_fd
+        self.max_keys = max_keys
+
+    @classmethod
+    def open(cls, lab: str) -> SwitchPortMaps:
+        """Open the pinned maps of a lab (FileNotFoundError if the lab is not up)."""
+        directory = pin_dir(lab)
+        fds: list[int] = []
+        try:
+            for name in PINNED_MAPS:
+                fds.append(_open_pinned(lab, directory / name))
+            faults_fd, counters_fd = fds
+            _check_value_size(directory / FAULTS_MAP, faults_fd, ctypes.sizeof(FaultConfig))
+            _check_value_size(directory / COUNTERS_MAP, counters_fd, ctypes.sizeof(CountersLayout))
+            max_keys = min(bpfsys.map_info(fd).max_entries for fd in fds)
+        except BaseException:
+            for fd in fds:
+                os.close(fd)
+            raise
+        return cls(lab, faults_fd, counters_fd, max_keys)
+
+    def __enter__(self) -> SwitchPortMaps:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        for attr in ("_faults_fd", "_counters_fd"):
+            fd = getattr(self, attr)
+            if fd >= 0:
+                os.close(fd)
+                setattr(self, attr, -1)
+
+    def _key(self, port_id: int, direction: int) -> bytes:
+        key = port_key(port_id, direction)
+        if key >= self.max_keys:
+            raise ValueError(
+                f"port {port_id} out of range: lab {self.lab!r} has "
+                f"{self.max_keys // DIRECTIONS} switch ports"
+            )
+        return key.to_bytes(4, "little")
+
+    def set_fault(
+        self,
+        port_id: int,
+        direction: int,
+        mode: FaultMode,
+        *,
+        loss_rate: float = 0.0,
+        seed: int = 0,
+        until_ns: int = 0,
+        fault_id: int = 0,
+    ) -> None:
+        """Configure the fault of one port direction; restarts its loss sequence.
+
+        until_ns is a CLOCK_MONOTONIC time (time.monotonic_ns()) after which the
+        program stops applying the fault; 0 means no expiry.
+        """
+        mode = FaultMode(mode)
+        threshold = loss_threshold(loss_rate)
+        _check_range("seed", seed, _U64_MAX)
+        _check_range("until_ns", until_ns, _U64_MAX)
+        _check_range("fault_id", fault_id, _U32_MAX)
+        config = FaultConfig(
+            mode=mode,
+            fault_id=fault_id,
+            loss_threshold=threshold,
+            seed=seed,
+            until_ns=until_ns,
+            seq=0,
+        )
+        bpfsys.map_update(self._faults_fd, self._key(port_id, direction), bytes(config))
+
+    def clear_fault(self, port_id: int, direction: int) -> None:
+        """Remove the fault of one port direction (array entries are zeroed, not deleted)."""
+        bpfsys.map_update(self._faults_fd, self._key(port_id, direction), bytes(FaultConfig()))
+
+    def fault(self, port_id: int, direction: int) -> dict[str, Any]:
+        """The configured fault: mode name, loss_rate, seed, until_ns, fault_id.
+
+        Also "expired": whether until_ns has passed (the program no longer applies it).
+        """
+        raw = bpfsys.map_lookup(
+            self._faults_fd, self._key(port_id, direction), ctypes.sizeof(FaultConfig)
+        )
+        config = FaultConfig.from_buffer_copy(raw)
+        try:
+            mode_name = FaultMode(config.mode).name
+        except ValueError:
+            mode_name = f"UNKNOWN({config.mode})"
+        return {
+            "mode": mode_name,
+            # 2^-32 resolution: rounding gives back the rate that was set.
+            "loss_rate": round(config.loss_threshold / LOSS_SCALE, 9),
+            "seed": config.seed,
+            "until_ns": config.until_ns,
+            "fault_id": config.fault_id,
+            "expired": config.until_ns != 0 and time.monotonic_ns() >= config.until_ns,
+        }
+
+    def counters(self, port_id: int, direction: int) -> PortCounters:
+        """Counters of one port direction, summed over CPUs."""
+        per_cpu = bpfsys.map_lookup_percpu(
+            self._counters_fd, self._key(port_id, direction), ctypes.sizeof(CountersLayout)
+        )
+        return PortCounters.from_cpus([CountersLayout.from_buffer_copy(v) for v in per_cpu])
+
+
+def _open_pinned(lab: str, path: Path) -> int:
+    try:
+        return bpfsys.obj_get(path)
+    except FileNotFoundError:
+        raise FileNotFoundError(
+            errno.ENOENT,
+            f"BPF maps of lab {lab!r} are missing (is the lab up?)",
+            str(path),
+        ) from None
+
+
+def _check_value_size(path: Path, fd: int, expected: int) -> None:
+    # A pin left by an older build would be read with the wrong layout.
+    actual = bpfsys.map_info(fd).value_size
+    if actual != expected:
+        raise OSError(
+            errno.EPROTO,
+            f"{path}: value size {actual}, this mrc-nic expects {expected} "
+            "(maps pinned by another version? take the lab down and up again)",
+        )
+
+
+def _check_range(name: str, value: int, maximum: int) -> None:
+    if not (isinstance(value, int) and 0 <= value <= maximum):
+        raise ValueError(f"{name} must be an integer in [0, {maximum}], not {value!r}")
