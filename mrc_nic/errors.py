@@ -11,6 +11,13 @@ from mrc_nic.state import LabBusy
 from mrc_nic.topology import TopologyError
 
 KNOWN_ERRORS = (
-    FabricError, FaultError, LabError, PreflightError, LabBusy, TopologyError,
-    FileNotFoundError, PermissionError, ValueError,
+    FabricError,
+    FaultError,
+    LabError,
+    PreflightError,
+    LabBusy,
+    TopologyError,
+    FileNotFoundError,
+    PermissionError,
+    ValueError,
 )

@@ -69,6 +69,13 @@ def _explain(err: NetlinkError, what: str) -> FabricError:
     return FabricError(f"{what}: {hint} ({errno.errorcode.get(code, code)})")
 
 
+def _failpoint(step: str) -> None:
+    """Fail on purpose after `step` when MRC_NIC_FAILPOINT names it: lets the
+    tests prove that a half-built lab is removed."""
+    if os.environ.get("MRC_NIC_FAILPOINT") == step:
+        raise FabricError(f"failpoint {step!r} reached (MRC_NIC_FAILPOINT is set)")
+
+
 class Fabric:
     def __init__(self, topo: Topology):
         self.topo = topo
@@ -116,12 +123,15 @@ class Fabric:
             self._call(f"{node.name}: lo up", self.ipr(node.name).link, "set", index=lo, state="up")
         for link in self.topo.links.values():
             self._make_link(link)
+        _failpoint("links")
         for node in self.topo.switch_names():
             # Proxy ARP replies are delayed up to 0.8 s by default; answer at
             # once. Per interface: a non-initial namespace has no neigh.default.
             ports = [p.ifname for p in self.topo.ports_of(node)]
-            netns.write_sysctls(self.topo.netns(node),
-                                {f"net.ipv4.neigh.{ifname}.proxy_delay": 0 for ifname in ports})
+            netns.write_sysctls(
+                self.topo.netns(node),
+                {f"net.ipv4.neigh.{ifname}.proxy_delay": 0 for ifname in ports},
+            )
         for route in self.topo.routes():
             self._set_route(route)
         for link in self.topo.links.values():
@@ -132,7 +142,9 @@ class Fabric:
                     try:
                         program.attach(self.ipr(port.node), idx, port.port_id)
                     except NetlinkError as e:
-                        raise _explain(e, f"{port.node}:{port.ifname}: attach BPF port program")
+                        raise _explain(
+                            e, f"{port.node}:{port.ifname}: attach BPF port program"
+                        ) from None
 
     def _sysctls(self, node: Node) -> dict[str, int]:
         return SWITCH_SYSCTLS if node.is_switch else HOST_SYSCTLS
@@ -198,8 +210,9 @@ class Fabric:
         for port in link.ends():
             idx = self.ifindex(port.node, port.ifname)
             state = "up" if up else "down"
-            self._call(f"{link.name}: set {state}", self.ipr(port.node).link, "set",
-                       index=idx, state=state)
+            self._call(
+                f"{link.name}: set {state}", self.ipr(port.node).link, "set", index=idx, state=state
+            )
 
     def restore_routes(self, nodes: set[str]) -> None:
         """Re-install the planned routes of these nodes (the kernel flushes

@@ -61,8 +61,10 @@ class FaultSpec:
         if self.direction not in DIRECTIONS:
             raise FaultError(f"--direction must be one of {', '.join(DIRECTIONS)}")
         if self.mode in ("down", "flap") and self.direction != "both":
-            raise FaultError(f"--mode {self.mode} takes the carrier away in both directions; "
-                             "drop --direction, or use --mode blackhole for one direction")
+            raise FaultError(
+                f"--mode {self.mode} takes the carrier away in both directions; "
+                "drop --direction, or use --mode blackhole for one direction"
+            )
         if self.mode == "loss":
             if self.rate is None or not 0.0 < self.rate <= 1.0:
                 raise FaultError("--mode loss needs --rate R with 0 < R <= 1 (0.2 = 20%)")
@@ -72,8 +74,10 @@ class FaultSpec:
             raise FaultError("--seed goes with --mode loss only")
         if self.mode == "flap":
             if self.period is None or self.period < MIN_FLAP_PERIOD:
-                raise FaultError(f"--mode flap needs --period T of at least "
-                                 f"{MIN_FLAP_PERIOD * 1000:.0f}ms (e.g. --period 200ms)")
+                raise FaultError(
+                    f"--mode flap needs --period T of at least "
+                    f"{MIN_FLAP_PERIOD * 1000:.0f}ms (e.g. --period 200ms)"
+                )
         elif self.period is not None:
             raise FaultError("--period goes with --mode flap only")
         if self.duration is not None and self.duration <= 0:
@@ -90,7 +94,9 @@ def resolve_target(topo: Topology, words: tuple[str, ...]) -> tuple[str, list[Li
         try:
             plane = int(words[1])
         except ValueError:
-            raise FaultError(f"plane must be a number 0..{topo.planes - 1}, got {words[1]!r}") from None
+            raise FaultError(
+                f"plane must be a number 0..{topo.planes - 1}, got {words[1]!r}"
+            ) from None
         if not 0 <= plane < topo.planes:
             raise FaultError(f"no plane {plane}: this lab has planes 0..{topo.planes - 1}")
         return f"plane {plane}", topo.links_of_plane(plane)
@@ -227,8 +233,13 @@ def _spawn_worker(lab: str, fault_id: int) -> int:
     return proc.pid
 
 
-def heal(lab: str, ids: list[int] | None = None, target: tuple[str, ...] = (),
-         *, from_worker: bool = False) -> list[dict]:
+def heal(
+    lab: str,
+    ids: list[int] | None = None,
+    target: tuple[str, ...] = (),
+    *,
+    from_worker: bool = False,
+) -> list[dict]:
     """Heal faults by id, by target (every fault on those links), or all of them."""
     with state.locked(lab):
         record, topo = load_lab(lab)
@@ -290,5 +301,12 @@ def worker_alive(fault: dict, lab: str) -> bool | None:
     return None if not pid else lab_mod.is_our_worker(pid, lab)
 
 
-__all__ = ["FaultSpec", "FaultError", "apply", "heal", "describe", "resolve_target",
-           "enforcement_points"]
+__all__ = [
+    "FaultSpec",
+    "FaultError",
+    "apply",
+    "heal",
+    "describe",
+    "resolve_target",
+    "enforcement_points",
+]

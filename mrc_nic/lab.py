@@ -86,7 +86,7 @@ def leftover_namespaces(lab: str) -> list[str]:
     Lab names have no dash, so this never matches another lab's names.
     """
     prefix = f"{NS_PREFIX}{lab}-"
-    return [n for n in netns.list_names() if n.startswith(prefix) and "-" not in n[len(prefix):]]
+    return [n for n in netns.list_names() if n.startswith(prefix) and "-" not in n[len(prefix) :]]
 
 
 def down(lab: str) -> list[str]:
@@ -101,13 +101,18 @@ def down(lab: str) -> list[str]:
 
 def labs_present() -> list[str]:
     """Every lab with state, pins or namespaces on this machine."""
-    labs = set(state.labs_on_disk()) | set(switchport.pinned_labs())
+    labs = set(state.labs_on_disk()) | set(_pinned_labs())
     for name in netns.list_names():
         if name.startswith(NS_PREFIX):
-            rest = name[len(NS_PREFIX):]
+            rest = name[len(NS_PREFIX) :]
             if rest.count("-") == 1:
                 labs.add(rest.split("-")[0])
     return sorted(labs)
+
+
+def _pinned_labs() -> list[str]:
+    root = switchport.PIN_ROOT
+    return sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
 
 
 def _remove_everything(lab: str, record: state.LabState | None) -> list[str]:

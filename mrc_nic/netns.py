@@ -150,7 +150,7 @@ def start_in(name: str, fn, *args) -> Child:
             reply = {"error": f"{type(e).__name__}: {e}"}
         data = json.dumps(reply).encode()
         while data:
-            data = data[os.write(write_fd, data):]
+            data = data[os.write(write_fd, data) :]
         os._exit(0)
     os.close(write_fd)
     return Child(pid, read_fd)

@@ -27,7 +27,10 @@ def require_bpffs() -> None:
 
     libc = ctypes.CDLL(None, use_errno=True)
     buf = Statfs()
-    if libc.statfs(BPFFS.encode(), ctypes.byref(buf)) != 0 or buf.f_type & 0xFFFFFFFF != BPFFS_MAGIC:
+    if (
+        libc.statfs(BPFFS.encode(), ctypes.byref(buf)) != 0
+        or buf.f_type & 0xFFFFFFFF != BPFFS_MAGIC
+    ):
         raise PreflightError(
             f"bpffs is not mounted on {BPFFS}; mount it with: mount -t bpf bpf {BPFFS} "
             "(scripts/setup does this)"

@@ -24,7 +24,7 @@ SCHEMA_VERSION = 1
 
 
 def _direction_counters(maps: SwitchPortMaps, link: Link, direction: str) -> dict:
-    (port_id, hook), = faults.enforcement_points(link, direction)
+    ((port_id, hook),) = faults.enforcement_points(link, direction)
     return maps.counters(port_id, hook).as_dict()
 
 
@@ -36,27 +36,31 @@ def snapshot(lab: str, *, kernel: bool = True) -> dict:
     with SwitchPortMaps.open(lab) as maps:
         for link in topo.links.values():
             ends = [kernel_info.get(p.node, {}).get(p.ifname, {}) for p in link.ends()]
-            links.append({
-                "name": link.name,
-                "plane": link.plane,
-                "kind": link.kind,
-                "upper": f"{link.upper.node}:{link.upper.ifname}",
-                "lower": f"{link.lower.node}:{link.lower.ifname}",
-                "rate": link.rate_bps,
-                "state": _link_state(ends) if kernel else None,
-                "fault": link_fault.get(link.name),
-                "up": _direction_counters(maps, link, "up"),
-                "down": _direction_counters(maps, link, "down"),
-            })
+            links.append(
+                {
+                    "name": link.name,
+                    "plane": link.plane,
+                    "kind": link.kind,
+                    "upper": f"{link.upper.node}:{link.upper.ifname}",
+                    "lower": f"{link.lower.node}:{link.lower.ifname}",
+                    "rate": link.rate_bps,
+                    "state": _link_state(ends) if kernel else None,
+                    "fault": link_fault.get(link.name),
+                    "up": _direction_counters(maps, link, "up"),
+                    "down": _direction_counters(maps, link, "down"),
+                }
+            )
         for port in topo.switch_ports():
-            ports.append({
-                "node": port.node,
-                "ifname": port.ifname,
-                "port_id": port.port_id,
-                "ingress": maps.counters(port.port_id, INGRESS).as_dict(),
-                "egress": maps.counters(port.port_id, EGRESS).as_dict(),
-                "kernel": kernel_info.get(port.node, {}).get(port.ifname),
-            })
+            ports.append(
+                {
+                    "node": port.node,
+                    "ifname": port.ifname,
+                    "port_id": port.port_id,
+                    "ingress": maps.counters(port.port_id, INGRESS).as_dict(),
+                    "egress": maps.counters(port.port_id, EGRESS).as_dict(),
+                    "kernel": kernel_info.get(port.node, {}).get(port.ifname),
+                }
+            )
     return {
         "schema": SCHEMA_VERSION,
         "lab": lab,
@@ -67,8 +71,10 @@ def snapshot(lab: str, *, kernel: bool = True) -> dict:
         "hosts": _hosts(topo, kernel_info),
         "links": links,
         "ports": ports,
-        "faults": [dict(f, text=faults.describe(f), worker_alive=faults.worker_alive(f, lab))
-                   for f in record.faults.values()],
+        "faults": [
+            dict(f, text=faults.describe(f), worker_alive=faults.worker_alive(f, lab))
+            for f in record.faults.values()
+        ],
     }
 
 
@@ -89,17 +95,19 @@ def _hosts(topo: Topology, kernel_info: dict) -> list[dict]:
     hosts = []
     for name in topo.host_names():
         h = topo.nodes[name].index
-        hosts.append({
-            "name": name,
-            "netns": topo.netns(name),
-            "ports": [
-                {
-                    "ifname": f"eth{p}",
-                    "plane": p,
-                    "address": str(topo.host_address(h, p)),
-                    "kernel": kernel_info.get(name, {}).get(f"eth{p}"),
-                }
-                for p in range(topo.planes)
-            ],
-        })
+        hosts.append(
+            {
+                "name": name,
+                "netns": topo.netns(name),
+                "ports": [
+                    {
+                        "ifname": f"eth{p}",
+                        "plane": p,
+                        "address": str(topo.host_address(h, p)),
+                        "kernel": kernel_info.get(name, {}).get(f"eth{p}"),
+                    }
+                    for p in range(topo.planes)
+                ],
+            }
+        )
     return hosts

@@ -136,29 +136,6 @@ def loss_threshold(loss_rate: float) -> int:
     return round(loss_rate * LOSS_SCALE)
 
 
-def _mix64(z: int) -> int:
-    # splitmix64's finalizer, as mix64() in switch_port.c.
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _U64_MAX
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _U64_MAX
-    return z ^ (z >> 31)
-
-
-def loss_hash32(seed: int, n: int) -> int:
-    """The 32-bit hash switch_port.c compares for the n-th packet of a LOSS fault."""
-    h = _mix64((_mix64(seed) + n * 0x9E3779B97F4A7C15) & _U64_MAX)
-    return h >> (64 - LOSS_SCALE_SHIFT)
-
-
-def predicted_loss_drops(seed: int, loss_rate: float, count: int, start: int = 0) -> list[bool]:
-    """Which of packets start .. start+count-1 through a LOSS fault are dropped.
-
-    The pattern is a pure function of (seed, packet number): the same seed
-    replays the same drops for the same packet order.
-    """
-    threshold = loss_threshold(loss_rate)
-    return [loss_hash32(seed, n) < threshold for n in range(start, start + count)]
-
-
 # ---- counters -----------------------------------------------------------------
 
 

@@ -192,8 +192,11 @@ class Topology:
                     dst = ipaddress.IPv4Network(lk.lower.address.ip)
                     routes.append(Route(node.name, dst, dev=lk.upper.ifname))
                 if self.tiers == 2:
-                    spines = [lk.upper.address.ip for lk in self.links_of(node.name)
-                              if lk.kind == "fabric"]
+                    spines = [
+                        lk.upper.address.ip
+                        for lk in self.links_of(node.name)
+                        if lk.kind == "fabric"
+                    ]
                     routes.append(Route(node.name, subnet, via=tuple(spines)))
             for node in self._switches(plane, "t1"):
                 for lk in self.links_of(node.name):
@@ -241,14 +244,14 @@ def parse_rate(value: object) -> int | None:
     if isinstance(value, int) and not isinstance(value, bool):
         return value or None
     if not isinstance(value, str):
-        raise ValueError("must be a string such as \"1gbit\"")
+        raise ValueError('must be a string such as "1gbit"')
     text = value.strip().lower()
     if text in ("none", "unlimited", "0"):
         return None
     m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([a-z]+)", text)
     if not m or m.group(2) not in RATE_UNITS:
         units = ", ".join(RATE_UNITS)
-        raise ValueError(f"cannot read {value!r}: use a number and a unit ({units}) or \"none\"")
+        raise ValueError(f'cannot read {value!r}: use a number and a unit ({units}) or "none"')
     return int(float(m.group(1)) * RATE_UNITS[m.group(2)])
 
 
@@ -257,11 +260,13 @@ def parse_size(value: object) -> int:
     if isinstance(value, int) and not isinstance(value, bool):
         return value
     if not isinstance(value, str):
-        raise ValueError("must be a size such as \"256KiB\"")
+        raise ValueError('must be a size such as "256KiB"')
     m = re.fullmatch(r"(\d+)\s*([a-zA-Z]*)", value.strip())
     unit = (m.group(2) or "b").lower() if m else ""
     if not m or unit not in SIZE_UNITS:
-        raise ValueError(f"cannot read {value!r}: use a number and a unit ({', '.join(SIZE_UNITS)})")
+        raise ValueError(
+            f"cannot read {value!r}: use a number and a unit ({', '.join(SIZE_UNITS)})"
+        )
     return int(m.group(1)) * SIZE_UNITS[unit]
 
 
@@ -293,7 +298,9 @@ class _Reader:
             for key in body:
                 if key not in SCHEMA[section]:
                     allowed = ", ".join(SCHEMA[section])
-                    raise self.fail(f"{section}.{key}", f"unknown key; allowed in [{section}]: {allowed}")
+                    raise self.fail(
+                        f"{section}.{key}", f"unknown key; allowed in [{section}]: {allowed}"
+                    )
 
     def get(self, dotted: str, default: object = None) -> object:
         section, key = dotted.split(".")
@@ -313,7 +320,7 @@ class _Reader:
         except ValueError as e:
             raise self.fail(dotted, str(e)) from None
         if bps is not None and not 10**5 <= bps <= MAX_TBF_RATE_BPS:
-            raise self.fail(dotted, "must be between 100kbit and 32gbit, or \"none\"")
+            raise self.fail(dotted, 'must be between 100kbit and 32gbit, or "none"')
         return bps
 
     def size(self, dotted: str, default: object, lo: int, hi: int) -> int:
@@ -330,9 +337,13 @@ class _Reader:
         try:
             net = ipaddress.IPv4Network(value)
         except (ValueError, TypeError):
-            raise self.fail(dotted, f"must be an IPv4 network like {default!r}, got {value!r}") from None
+            raise self.fail(
+                dotted, f"must be an IPv4 network like {default!r}, got {value!r}"
+            ) from None
         if net.prefixlen > 16:
-            raise self.fail(dotted, f"must be a /16 or larger (one /24 per plane), got /{net.prefixlen}")
+            raise self.fail(
+                dotted, f"must be a /16 or larger (one /24 per plane), got /{net.prefixlen}"
+            )
         return net
 
     def _describe(self, dotted: str) -> str:
@@ -372,15 +383,24 @@ def from_dict(path: Path, data: dict, lab: str | None = None) -> Topology:
         t0 = r.integer("fabric.t0_per_plane", 1, MAX_SWITCHES_PER_TIER, default=2)
         t1 = r.integer("fabric.t1_per_plane", 1, MAX_SWITCHES_PER_TIER, default=2)
         if t0 * t1 > 128:
-            raise r.fail("fabric", f"t0_per_plane x t1_per_plane = {t0 * t1}: at most 128 "
-                                   "T0-T1 links per plane fit the fabric addressing")
+            raise r.fail(
+                "fabric",
+                f"t0_per_plane x t1_per_plane = {t0 * t1}: at most 128 "
+                "T0-T1 links per plane fit the fabric addressing",
+            )
     per_t0 = r.integer("fabric.hosts_per_t0", 1, MAX_HOSTS, default=math.ceil(hosts / t0))
     if per_t0 * t0 < hosts:
-        raise r.fail("fabric.hosts_per_t0", f"{per_t0} hosts on each of {t0} T0s cannot hold "
-                                            f"{hosts} hosts; raise it to {math.ceil(hosts / t0)}")
+        raise r.fail(
+            "fabric.hosts_per_t0",
+            f"{per_t0} hosts on each of {t0} T0s cannot hold "
+            f"{hosts} hosts; raise it to {math.ceil(hosts / t0)}",
+        )
     if per_t0 * (t0 - 1) >= hosts:
-        raise r.fail("fabric.hosts_per_t0", f"with {per_t0} hosts per T0, T0 number {t0} "
-                                            f"would have no host; lower t0_per_plane or hosts_per_t0")
+        raise r.fail(
+            "fabric.hosts_per_t0",
+            f"with {per_t0} hosts per T0, T0 number {t0} "
+            f"would have no host; lower t0_per_plane or hosts_per_t0",
+        )
 
     rate = r.rate("links.rate", "1gbit")
     topo = Topology(
@@ -426,7 +446,9 @@ def _build(topo: Topology) -> None:
             host_ip = ipaddress.IPv4Interface(f"{topo.host_address(h, p)}/24")
             name = f"p{p}.{t0.local_name}-h{h}"
             topo.links[name] = Link(
-                name, p, "host",
+                name,
+                p,
+                "host",
                 upper=switch_port(t0.name, f"h{h}", gateway),
                 lower=Port(f"h{h}", f"eth{p}", host_ip, None),
                 rate_bps=topo.rate_bps,
@@ -437,10 +459,14 @@ def _build(topo: Topology) -> None:
                 k = i * topo.t1_per_plane + j
                 name = f"p{p}.{t1.local_name}-{t0.local_name}"
                 topo.links[name] = Link(
-                    name, p, "fabric",
-                    upper=switch_port(t1.name, t0.local_name,
-                                      ipaddress.IPv4Interface(f"{fabric + 2 * k}/31")),
-                    lower=switch_port(t0.name, t1.local_name,
-                                      ipaddress.IPv4Interface(f"{fabric + 2 * k + 1}/31")),
+                    name,
+                    p,
+                    "fabric",
+                    upper=switch_port(
+                        t1.name, t0.local_name, ipaddress.IPv4Interface(f"{fabric + 2 * k}/31")
+                    ),
+                    lower=switch_port(
+                        t0.name, t1.local_name, ipaddress.IPv4Interface(f"{fabric + 2 * k + 1}/31")
+                    ),
                     rate_bps=topo.fabric_rate_bps,
                 )

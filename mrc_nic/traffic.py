@@ -76,63 +76,110 @@ def _send(pairs: list[tuple[int, str, str, int]], seconds: float, size: int, pps
                 s.send(payload)
                 sent[key] += 1
             except OSError as e:  # ICMP errors and full queues: count, go on
-                if e.errno not in (errno.ECONNREFUSED, errno.ENOBUFS, errno.EAGAIN,
-                                   errno.ENETUNREACH, errno.EHOSTUNREACH):
+                if e.errno not in (
+                    errno.ECONNREFUSED,
+                    errno.ENOBUFS,
+                    errno.EAGAIN,
+                    errno.ENETUNREACH,
+                    errno.EHOSTUNREACH,
+                ):
                     raise
                 errors += 1
             n += 1
     return {"packets": sent, "errors": errors, "seconds": time.monotonic() - start}
 
 
-def udp(topo: Topology, src: str, dst: str, *, planes: list[int] | None = None,
-        source_ports: int = 4, seconds: float = 5.0, size: int = 1000, pps: int = 0) -> dict:
+def udp(
+    topo: Topology,
+    src: str,
+    dst: str,
+    *,
+    planes: list[int] | None = None,
+    source_ports: int = 4,
+    seconds: float = 5.0,
+    size: int = 1000,
+    pps: int = 0,
+) -> dict:
     """Send UDP from src to dst over each plane and several source ports.
 
     Returns per 'plane/sport' the packets sent and received, and totals.
     """
     for h in (src, dst):
         if h not in topo.nodes or topo.nodes[h].is_switch:
-            raise ValueError(f"{h!r} is not a host of lab {topo.lab} (hosts: "
-                             f"{', '.join(topo.host_names())})")
+            raise ValueError(
+                f"{h!r} is not a host of lab {topo.lab} (hosts: {', '.join(topo.host_names())})"
+            )
     planes = list(range(topo.planes)) if planes is None else planes
     for p in planes:
         if not 0 <= p < topo.planes:
             raise ValueError(f"no plane {p}: lab {topo.lab} has planes 0..{topo.planes - 1}")
     s_idx, d_idx = topo.nodes[src].index, topo.nodes[dst].index
     dst_addrs = [str(topo.host_address(d_idx, p)) for p in range(topo.planes)]
-    pairs = [(p, str(topo.host_address(s_idx, p)), dst_addrs[p], FIRST_SOURCE_PORT + i)
-             for p in planes for i in range(source_ports)]
+    pairs = [
+        (p, str(topo.host_address(s_idx, p)), dst_addrs[p], FIRST_SOURCE_PORT + i)
+        for p in planes
+        for i in range(source_ports)
+    ]
     receiver = netns.start_in(topo.netns(dst), _receive, dst_addrs, seconds + 0.5)
     time.sleep(0.2)  # receiver sockets bound before the first packet
-    sent = netns.run_in(topo.netns(src), _send, pairs, seconds, size, pps,
-                        timeout=seconds + 30)
+    sent = netns.run_in(topo.netns(src), _send, pairs, seconds, size, pps, timeout=seconds + 30)
     received = receiver.result(timeout=seconds + 30)
     flows = []
     for key, n_sent in sent["packets"].items():
         plane, sport = (int(x) for x in key.split("/"))
         n_recv = received["packets"].get(key, 0)
-        flows.append({"plane": plane, "sport": sport, "sent": n_sent, "received": n_recv,
-                      "bytes": received["bytes"].get(key, 0)})
+        flows.append(
+            {
+                "plane": plane,
+                "sport": sport,
+                "sent": n_sent,
+                "received": n_recv,
+                "bytes": received["bytes"].get(key, 0),
+            }
+        )
     total_sent = sum(f["sent"] for f in flows)
     total_recv = sum(f["received"] for f in flows)
     return {
-        "src": src, "dst": dst, "seconds": sent["seconds"], "size": size,
-        "sent": total_sent, "received": total_recv, "send_errors": sent["errors"],
+        "src": src,
+        "dst": dst,
+        "seconds": sent["seconds"],
+        "size": size,
+        "sent": total_sent,
+        "received": total_recv,
+        "send_errors": sent["errors"],
         "goodput_bps": 8 * sum(f["bytes"] for f in flows) / max(sent["seconds"], 1e-9),
         "flows": flows,
     }
 
 
-def ping(topo: Topology, src: str, dst: str, plane: int, count: int = 3,
-         interval: float = 0.2) -> dict:
+def ping(
+    topo: Topology, src: str, dst: str, plane: int, count: int = 3, interval: float = 0.2
+) -> dict:
     """ICMP echo from src's port on `plane` to dst's address on that plane."""
     s_idx, d_idx = topo.nodes[src].index, topo.nodes[dst].index
     target = str(topo.host_address(d_idx, plane))
-    cmd = ["ping", "-n", "-q", "-c", str(count), "-i", str(interval), "-W", "1",
-           "-I", f"eth{plane}", target]
+    cmd = [
+        "ping",
+        "-n",
+        "-q",
+        "-c",
+        str(count),
+        "-i",
+        str(interval),
+        "-W",
+        "1",
+        "-I",
+        f"eth{plane}",
+        target,
+    ]
     ns = topo.netns(src)
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=count * 2 + 5,
-                          preexec_fn=lambda: netns.enter_for_good(ns))
+    proc = subprocess.run(
+        cmd,
+        capture_output=True,
+        text=True,
+        timeout=count * 2 + 5,
+        preexec_fn=lambda: netns.enter_for_good(ns),
+    )
     received = 0
     rtt = None
     for line in proc.stdout.splitlines():
@@ -140,5 +187,13 @@ def ping(topo: Topology, src: str, dst: str, plane: int, count: int = 3,
             received = int(line.split(",")[1].split()[0])
         if line.startswith("rtt") or line.startswith("round-trip"):
             rtt = float(line.split("=")[1].split("/")[1])
-    return {"src": src, "dst": dst, "plane": plane, "address": target, "sent": count,
-            "received": received, "rtt_avg_ms": rtt, "source": str(topo.host_address(s_idx, plane))}
+    return {
+        "src": src,
+        "dst": dst,
+        "plane": plane,
+        "address": target,
+        "sent": count,
+        "received": received,
+        "rtt_avg_ms": rtt,
+        "source": str(topo.host_address(s_idx, plane)),
+    }

@@ -38,8 +38,8 @@ _register()
 
 def main() -> None:
     """Entry point: known errors become one line on stderr and exit code 1."""
-    from mrc_nic.errors import KNOWN_ERRORS
     from mrc_nic.cli.output import error
+    from mrc_nic.errors import KNOWN_ERRORS
 
     try:
         cli.main(standalone_mode=False)

@@ -7,7 +7,7 @@ import re
 
 import click
 
-from mrc_nic import lab as lab_mod
+from mrc_nic import state
 
 
 def parse_duration(text: str) -> float:
@@ -34,12 +34,20 @@ class Duration(click.ParamType):
 DURATION = Duration()
 
 lab_option = click.option(
-    "-l", "--lab", "lab", envvar="MRC_NIC_LAB", default=None,
+    "-l",
+    "--lab",
+    "lab",
+    envvar="MRC_NIC_LAB",
+    default=None,
     help="Lab name (default: $MRC_NIC_LAB, or the only lab that is up).",
 )
 
 format_option = click.option(
-    "--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "json"]),
+    default="table",
+    show_default=True,
     help="Output for people (table) or programs (json).",
 )
 
@@ -47,7 +55,7 @@ format_option = click.option(
 def pick_lab(lab: str | None) -> str:
     if lab:
         return lab
-    present = lab_mod.labs_present()
+    present = state.labs_on_disk()
     if len(present) == 1:
         return present[0]
     if not present:

@@ -8,13 +8,21 @@ from mrc_nic.cli import output
 from mrc_nic.cli.common import default_topology_path, format_option, lab_option, pick_lab
 
 
-@click.command(epilog="""\b
+@click.command(
+    epilog="""\b
 Examples:
   mrc-nic up
   mrc-nic up -t netns/clos-8.toml
-  mrc-nic up -t netns/default.toml --name lab2   # a second lab beside the first""")
-@click.option("-t", "--topology", "topology_file", default=None, metavar="FILE",
-              help="Topology TOML (default: netns/default.toml).")
+  mrc-nic up -t netns/default.toml --name lab2   # a second lab beside the first"""
+)
+@click.option(
+    "-t",
+    "--topology",
+    "topology_file",
+    default=None,
+    metavar="FILE",
+    help="Topology TOML (default: netns/default.toml).",
+)
 @click.option("--name", default=None, help="Lab name, overriding [lab].name of the file.")
 @format_option
 def up(topology_file: str | None, name: str | None, fmt: str) -> None:
@@ -23,15 +31,19 @@ def up(topology_file: str | None, name: str | None, fmt: str) -> None:
 
     topo = topology.load(topology_file or default_topology_path(), lab=name)
     if fmt == "table":
-        output.info(f"bringing up lab [bold]{topo.lab}[/]: {topo.hosts} hosts, {topo.planes} "
-                    f"planes, {topo.tiers} tier(s), {len(topo.nodes)} namespaces, "
-                    f"{len(topo.links)} links")
+        output.info(
+            f"bringing up lab [bold]{topo.lab}[/]: {topo.hosts} hosts, {topo.planes} "
+            f"planes, {topo.tiers} tier(s), {len(topo.nodes)} namespaces, "
+            f"{len(topo.links)} links"
+        )
     report = lab.up(topo)
     if fmt == "json":
         output.emit_json(report.__dict__)
     else:
-        output.success(f"lab {report.lab} is up in {report.seconds:.2f}s "
-                       f"({report.namespaces} namespaces, {report.links} links)")
+        output.success(
+            f"lab {report.lab} is up in {report.seconds:.2f}s "
+            f"({report.namespaces} namespaces, {report.links} links)"
+        )
 
 
 @click.command()
@@ -46,8 +58,9 @@ def down(lab: str | None, all_labs: bool) -> None:
     else:
         labs = [lab] if lab else lab_mod.labs_present()
         if len(labs) > 1:
-            raise click.UsageError(f"several labs are up ({', '.join(labs)}); "
-                                   "choose one with -l NAME or use --all")
+            raise click.UsageError(
+                f"several labs are up ({', '.join(labs)}); choose one with -l NAME or use --all"
+            )
     if not labs:
         output.info("no lab to take down")
         return
@@ -80,31 +93,65 @@ def render_status(snap: dict) -> None:
     for h in snap["hosts"]:
         for p in h["ports"]:
             k = p["kernel"] or {}
-            rows.append([h["name"], p["ifname"], p["plane"], p["address"],
-                         "up" if k.get("carrier") else "down",
-                         output.human_count(k.get("tx_packets", 0)),
-                         output.human_count(k.get("rx_packets", 0))])
-    output.table("hosts", ["host", "port", "plane", "address", "state", "#tx pkts", "#rx pkts"],
-                 rows)
+            rows.append(
+                [
+                    h["name"],
+                    p["ifname"],
+                    p["plane"],
+                    p["address"],
+                    "up" if k.get("carrier") else "down",
+                    output.human_count(k.get("tx_packets", 0)),
+                    output.human_count(k.get("rx_packets", 0)),
+                ]
+            )
+    output.table(
+        "hosts", ["host", "port", "plane", "address", "state", "#tx pkts", "#rx pkts"], rows
+    )
     rows = []
     for lk in snap["links"]:
         up_, dn = lk["up"], lk["down"]
-        drops = (up_["drop_blackhole"] + up_["drop_loss"] + dn["drop_blackhole"]
-                 + dn["drop_loss"])
+        drops = up_["drop_blackhole"] + up_["drop_loss"] + dn["drop_blackhole"] + dn["drop_loss"]
         state = lk["state"]
         style = "green" if state == "up" else "red"
-        rows.append([lk["name"], lk["plane"], f"[{style}]{state}[/]",
-                     "" if lk["fault"] is None else f"#{lk['fault']}",
-                     output.human_count(up_["pkts"]), output.human_bytes(up_["bytes"]),
-                     output.human_count(dn["pkts"]), output.human_bytes(dn["bytes"]),
-                     output.human_count(drops)])
-    output.table("links (pkts/bytes counted by the BPF port program)",
-                 ["link", "plane", "state", "fault", "#pkts up", "#bytes up", "#pkts down",
-                  "#bytes down", "#drops"], rows)
+        rows.append(
+            [
+                lk["name"],
+                lk["plane"],
+                f"[{style}]{state}[/]",
+                "" if lk["fault"] is None else f"#{lk['fault']}",
+                output.human_count(up_["pkts"]),
+                output.human_bytes(up_["bytes"]),
+                output.human_count(dn["pkts"]),
+                output.human_bytes(dn["bytes"]),
+                output.human_count(drops),
+            ]
+        )
+    output.table(
+        "links (pkts/bytes counted by the BPF port program)",
+        [
+            "link",
+            "plane",
+            "state",
+            "fault",
+            "#up pkts",
+            "#up bytes",
+            "#down pkts",
+            "#down bytes",
+            "#drops",
+        ],
+        rows,
+    )
     if snap["faults"]:
-        rows = [[f"#{f['id']}", f["target"], f["text"], len(f["links"]),
-                 {True: "running", False: "dead", None: ""}[f["worker_alive"]]]
-                for f in snap["faults"]]
+        rows = [
+            [
+                f"#{f['id']}",
+                f["target"],
+                f["text"],
+                len(f["links"]),
+                {True: "running", False: "dead", None: ""}[f["worker_alive"]],
+            ]
+            for f in snap["faults"]
+        ]
         output.table("faults in force", ["id", "target", "fault", "#links", "worker"], rows)
     else:
         output.info("no faults in force")

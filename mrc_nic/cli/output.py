@@ -8,13 +8,16 @@ stable key order, for programs.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
-console = Console(highlight=False)
+# Piped output is for logs and tests: wide enough that no name is cut.
+_PIPE_WIDTH = None if sys.stdout.isatty() or "COLUMNS" in os.environ else 200
+console = Console(highlight=False, width=_PIPE_WIDTH)
 err_console = Console(stderr=True, highlight=False)
 
 
@@ -38,7 +41,8 @@ def emit_json(data: Any) -> None:
 def table(title: str | None, columns: list[str], rows: list[list[Any]], **kwargs: Any) -> None:
     t = Table(title=title, title_justify="left", header_style="bold", **kwargs)
     for col in columns:
-        justify = "right" if col.startswith(("#", "pkts", "bytes", "drop", "rx", "tx")) else "left"
+        # A leading '#' marks a numeric column: right-aligned, the '#' not shown.
+        justify = "right" if col.startswith("#") else "left"
         t.add_column(col.lstrip("#"), justify=justify, no_wrap=True)
     for row in rows:
         t.add_row(*[("" if v is None else str(v)) for v in row])

@@ -1,0 +1,91 @@
+"""Shared fixtures: root/BPF guards and labs that always clean up."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+NETNS_DIR = ROOT / "netns"
+MRC = [sys.executable, "-m", "mrc_nic"]
+
+
+def _why_no_lab() -> str | None:
+    if os.geteuid() != 0:
+        return "needs root (network namespaces, BPF)"
+    try:
+        from mrc_nic import preflight
+
+        preflight.require_bpffs()
+        preflight.require_bcc()
+    except Exception as e:  # the reason is the skip message
+        return str(e)
+    if shutil.which("ping") is None:
+        return "needs ping (iputils-ping; scripts/setup installs it)"
+    return None
+
+
+NO_LAB_REASON = _why_no_lab()
+needs_lab = pytest.mark.skipif(NO_LAB_REASON is not None, reason=NO_LAB_REASON or "")
+
+
+def unique_lab(tag: str) -> str:
+    """A lab name no other test run uses: [a-z0-9]{1,12}."""
+    return f"{tag}{os.getpid() % 100000}"[:12]
+
+
+def run_cli(*args: str, check: bool = True, timeout: float = 120, env: dict | None = None):
+    proc = subprocess.run(
+        [*MRC, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=ROOT,
+        env={**os.environ, "COLUMNS": "200", **(env or {})},
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(
+            f"mrc-nic {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
+        )
+    return proc
+
+
+@pytest.fixture
+def make_lab():
+    """make_lab(tag, topology_file) brings a lab up; every lab is taken down
+    at teardown, whatever the test did."""
+    from mrc_nic import lab as lab_mod
+    from mrc_nic import topology
+
+    made: list[str] = []
+
+    def _make(tag: str, topo_file: str = "default.toml"):
+        name = unique_lab(tag)
+        made.append(name)
+        topo = topology.load(NETNS_DIR / topo_file, lab=name)
+        lab_mod.up(topo)
+        return topo
+
+    yield _make
+    for name in made:
+        lab_mod.down(name)
+
+
+@pytest.fixture(scope="module")
+def default_lab():
+    """One default-topology lab shared by a module's read-mostly tests."""
+    from mrc_nic import lab as lab_mod
+    from mrc_nic import topology
+
+    name = unique_lab("m")
+    topo = topology.load(NETNS_DIR / "default.toml", lab=name)
+    lab_mod.up(topo)
+    try:
+        yield topo
+    finally:
+        lab_mod.down(name)
