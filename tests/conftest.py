@@ -67,7 +67,7 @@ def make_lab():
     def _make(tag: str, topo_file: str = "default.toml"):
         name = unique_lab(tag)
         made.append(name)
-        topo = topology.load(NETNS_DIR / topo_file, lab=name)
+        topo = topology.load(NETNS_DIR / topo_file, lab=name)  # absolute paths pass through
         lab_mod.up(topo)
         return topo
 
