@@ -4,17 +4,17 @@ VENV    := .venv
 PY      := $(VENV)/bin/python
 MRC     := $(VENV)/bin/mrc-nic
 TOPO    ?= netns/default.toml
-SECONDS ?= 10
+DURATION ?= 10
 
-.PHONY: setup up down demo test test-unit lint fmt clean
+.PHONY: setup up down test test-unit lint fmt clean
 
 setup:
 	@scripts/setup
 
 ## Bring up the default lab and run traffic across every plane.
 up: setup
-	$(MRC) up -t $(TOPO)
-	$(MRC) traffic h0 h1 --duration $(SECONDS)
+	$(MRC) up -t $(TOPO) --reuse
+	$(MRC) traffic h0 h1 --duration $(DURATION)
 	$(MRC) status
 
 down: setup

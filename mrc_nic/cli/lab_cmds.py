@@ -24,12 +24,18 @@ Examples:
     help="Topology TOML (default: netns/default.toml).",
 )
 @click.option("--name", default=None, help="Lab name, overriding [lab].name of the file.")
+@click.option("--reuse", is_flag=True,
+              help="If the lab is already up from the same topology, keep it and exit 0.")
 @format_option
-def up(topology_file: str | None, name: str | None, fmt: str) -> None:
+def up(topology_file: str | None, name: str | None, reuse: bool, fmt: str) -> None:
     """Build a lab: namespaces, veth links, routes, queues and BPF port programs."""
-    from mrc_nic import lab, topology
+    from mrc_nic import lab, state, topology
 
     topo = topology.load(topology_file or default_topology_path(), lab=name)
+    existing = state.LabState.load(topo.lab)
+    if reuse and existing and existing.phase == "up" and existing.topology == topo.raw:
+        output.info(f"lab {topo.lab} is already up (from {existing.topology_file}); reusing it")
+        return
     if fmt == "table":
         output.info(
             f"bringing up lab [bold]{topo.lab}[/]: {topo.hosts} hosts, {topo.planes} "
