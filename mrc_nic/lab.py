@@ -39,7 +39,7 @@ def up(topo: Topology) -> UpReport:
         _refuse_if_present(topo.lab)
         record = state.LabState(
             lab=topo.lab,
-            topology_file=str(topo.path),
+            topology_file=str(topo.path.resolve()),
             topology=topo.raw,
             namespaces=topo.all_netns(),
         )

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 NS_PREFIX = "mrc-"
-LAB_NAME_RE = re.compile(r"^[a-z0-9]{1,12}$")
+LAB_NAME_RE = re.compile(r"[a-z0-9]{1,12}")
 MAX_PLANES = 16
 MAX_HOSTS = 253  # .1 to .253 in a plane's /24; .254 is the T0 gateway
 MAX_SWITCHES_PER_TIER = len(string.ascii_lowercase)
@@ -252,7 +252,7 @@ def parse_rate(value: object) -> int | None:
     if not m or m.group(2) not in RATE_UNITS:
         units = ", ".join(RATE_UNITS)
         raise ValueError(f'cannot read {value!r}: use a number and a unit ({units}) or "none"')
-    return int(float(m.group(1)) * RATE_UNITS[m.group(2)])
+    return round(float(m.group(1)) * RATE_UNITS[m.group(2)])
 
 
 def parse_size(value: object) -> int:
@@ -368,7 +368,7 @@ def from_dict(path: Path, data: dict, lab: str | None = None) -> Topology:
     r.check_keys()
 
     name = lab if lab is not None else r.get("lab.name", path.stem.replace("-", ""))
-    if not isinstance(name, str) or not LAB_NAME_RE.match(name):
+    if not isinstance(name, str) or not LAB_NAME_RE.fullmatch(name):
         raise r.fail("lab.name", f"must match [a-z0-9]{{1,12}} (no dash), got {name!r}")
 
     hosts = r.integer("fabric.hosts", 1, MAX_HOSTS)
@@ -396,10 +396,14 @@ def from_dict(path: Path, data: dict, lab: str | None = None) -> Topology:
             f"{hosts} hosts; raise it to {math.ceil(hosts / t0)}",
         )
     if per_t0 * (t0 - 1) >= hosts:
+        if r.get("fabric.hosts_per_t0") is None:
+            raise r.fail(
+                "fabric.t0_per_plane",
+                f"{hosts} hosts, {per_t0} per T0, leave T0 number {t0} empty; use fewer T0s",
+            )
         raise r.fail(
             "fabric.hosts_per_t0",
-            f"with {per_t0} hosts per T0, T0 number {t0} "
-            f"would have no host; lower t0_per_plane or hosts_per_t0",
+            f"with {per_t0} hosts per T0, T0 number {t0} would have no host; lower hosts_per_t0",
         )
 
     rate = r.rate("links.rate", "1gbit")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import click
+from rich.markup import escape
 
 from mrc_nic.cli import output
 from mrc_nic.cli.common import default_topology_path, format_option, lab_option, pick_lab
@@ -24,8 +25,11 @@ Examples:
     help="Topology TOML (default: netns/default.toml).",
 )
 @click.option("--name", default=None, help="Lab name, overriding [lab].name of the file.")
-@click.option("--reuse", is_flag=True,
-              help="If the lab is already up from the same topology, keep it and exit 0.")
+@click.option(
+    "--reuse",
+    is_flag=True,
+    help="If the lab is already up from the same topology, keep it and exit 0.",
+)
 @format_option
 def up(topology_file: str | None, name: str | None, reuse: bool, fmt: str) -> None:
     """Build a lab: namespaces, veth links, routes, queues and BPF port programs."""
@@ -92,7 +96,8 @@ def status(lab: str | None, fmt: str) -> None:
 def render_status(snap: dict) -> None:
     t = snap["topology"]
     output.info(
-        f"lab [bold]{snap['lab']}[/] ({t['file']}): {t['hosts']} hosts, {t['planes']} planes, "
+        f"lab [bold]{snap['lab']}[/] ({escape(t['file'])}): {t['hosts']} hosts, "
+        f"{t['planes']} planes, "
         f"{t['tiers']} tier(s), rate {t['rate']}, mtu {t['mtu']}, up in {snap['bringup_seconds']}s"
     )
     rows = []

@@ -13,6 +13,7 @@ import sys
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 # Piped output is for logs and tests: wide enough that no name is cut.
@@ -22,7 +23,8 @@ err_console = Console(stderr=True, highlight=False)
 
 
 def error(message: str) -> None:
-    err_console.print(f"[bold red]error:[/] {message}", markup=True, soft_wrap=True)
+    # The message is plain text (paths, "[fabric]"): never read it as markup.
+    err_console.print(f"[bold red]error:[/] {escape(message)}", markup=True, soft_wrap=True)
 
 
 def info(message: str) -> None:
