@@ -120,8 +120,6 @@ def render_status(snap: dict) -> None:
     )
     rows = []
     for lk in snap["links"]:
-        up_, dn = lk["up"], lk["down"]
-        drops = up_["drop_blackhole"] + up_["drop_loss"] + dn["drop_blackhole"] + dn["drop_loss"]
         state = lk["state"]
         style = "green" if state == "up" else "red"
         rows.append(
@@ -130,11 +128,7 @@ def render_status(snap: dict) -> None:
                 lk["plane"],
                 f"[{style}]{state}[/]",
                 "" if lk["fault"] is None else f"#{lk['fault']}",
-                output.human_count(up_["pkts"]),
-                output.human_bytes(up_["bytes"]),
-                output.human_count(dn["pkts"]),
-                output.human_bytes(dn["bytes"]),
-                output.human_count(drops),
+                *output.counter_cells(lk["up"], lk["down"]),
             ]
         )
     output.table(

@@ -63,3 +63,19 @@ def human_bytes(n: int) -> str:
         if n >= div:
             return f"{n / div:.1f}{unit}"
     return f"{n}B"
+
+
+DROP_FIELDS = ("drop_blackhole", "drop_loss")
+
+
+def counter_cells(first: dict, second: dict) -> list[str]:
+    """Table cells for two directions of BPF port counters: pkts and bytes of
+    each, then their drops of every reason together."""
+    drops = sum(c[f] for c in (first, second) for f in DROP_FIELDS)
+    return [
+        human_count(first["pkts"]),
+        human_bytes(first["bytes"]),
+        human_count(second["pkts"]),
+        human_bytes(second["bytes"]),
+        human_count(drops),
+    ]

@@ -23,17 +23,11 @@ def stats(lab: str | None, fmt: str) -> None:
         return
     rows = []
     for p in snap["ports"]:
-        i, e = p["ingress"], p["egress"]
-        drops = i["drop_blackhole"] + i["drop_loss"] + e["drop_blackhole"] + e["drop_loss"]
         rows.append(
             [
                 f"{p['node']}:{p['ifname']}",
                 p["port_id"],
-                output.human_count(i["pkts"]),
-                output.human_bytes(i["bytes"]),
-                output.human_count(e["pkts"]),
-                output.human_bytes(e["bytes"]),
-                output.human_count(drops),
+                *output.counter_cells(p["ingress"], p["egress"]),
             ]
         )
     output.table(
