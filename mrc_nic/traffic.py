@@ -20,6 +20,19 @@ from mrc_nic.topology import Topology
 
 TEST_UDP_PORT = 4792  # next to RoCEv2's 4791, which the NIC fast path owns
 FIRST_SOURCE_PORT = 49152
+# What a sender sees while faults come and go: ICMP errors, full queues, and a
+# port whose carrier is down. The stream goes on and counts them.
+TRANSIENT_SEND_ERRORS = frozenset(
+    {
+        errno.ECONNREFUSED,
+        errno.ENOBUFS,
+        errno.EAGAIN,
+        errno.ENETUNREACH,
+        errno.EHOSTUNREACH,
+        errno.ENETDOWN,
+        errno.EHOSTDOWN,
+    }
+)
 
 
 def _receive(addresses: list[str], seconds: float) -> dict:
@@ -76,13 +89,7 @@ def _send(pairs: list[tuple[int, str, str, int]], seconds: float, size: int, pps
                 s.send(payload)
                 sent[key] += 1
             except OSError as e:  # ICMP errors and full queues: count, go on
-                if e.errno not in (
-                    errno.ECONNREFUSED,
-                    errno.ENOBUFS,
-                    errno.EAGAIN,
-                    errno.ENETUNREACH,
-                    errno.EHOSTUNREACH,
-                ):
+                if e.errno not in TRANSIENT_SEND_ERRORS:
                     raise
                 errors += 1
             n += 1
