@@ -17,8 +17,9 @@ up: setup
 	$(MRC) traffic h0 h1 --duration $(DURATION)
 	$(MRC) status
 
+## Take down the lab of $(TOPO) (only that one; `mrc-nic down --all` for every lab).
 down: setup
-	$(MRC) down --all
+	$(MRC) down -t $(TOPO)
 
 test: setup
 	$(PY) -m pytest -q

@@ -39,8 +39,8 @@ static __always_inline __u64 mix64(__u64 z)
  * Drop decision for the n-th packet through a LOSS fault: a pure function of
  * (seed, n, threshold). The seed is mixed first so that nearby seeds (1, 2,
  * ...) give unrelated patterns rather than shifted copies of one another.
- * mrc_nic/switchport.py has the same function (predicted_loss_drops), and a
- * test checks that both agree packet by packet.
+ * The tests check the properties (rate, replay with the same seed, other
+ * seeds differ) through BPF_PROG_TEST_RUN, not against a Python copy.
  *
  * Reproducible for a given packet order: n is the order in which packets
  * reach this fault's sequence counter. Packets of one key processed on

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import os
+import time
 from typing import Any
 
 from pyroute2 import IPRoute
@@ -70,10 +71,15 @@ def _explain(err: NetlinkError, what: str) -> FabricError:
 
 
 def _failpoint(step: str) -> None:
-    """Fail on purpose after `step` when MRC_NIC_FAILPOINT names it: lets the
-    tests prove that a half-built lab is removed."""
-    if os.environ.get("MRC_NIC_FAILPOINT") == step:
+    """Test hook at the end of each build step. MRC_NIC_FAILPOINT=<step> fails
+    there; <step>:hang stops there (for a test to kill -9). Lets the tests
+    prove that a half-built lab is removed, whichever step it stopped in."""
+    wanted = os.environ.get("MRC_NIC_FAILPOINT", "")
+    if wanted == step:
         raise FabricError(f"failpoint {step!r} reached (MRC_NIC_FAILPOINT is set)")
+    if wanted == f"{step}:hang":
+        while True:
+            time.sleep(1)
 
 
 class Fabric:
@@ -121,6 +127,7 @@ class Fabric:
             netns.write_sysctls(self.topo.netns(node.name), self._sysctls(node))
             lo = self.ifindex(node.name, "lo")
             self._call(f"{node.name}: lo up", self.ipr(node.name).link, "set", index=lo, state="up")
+        _failpoint("namespaces")
         for link in self.topo.links.values():
             self._make_link(link)
         _failpoint("links")
@@ -145,6 +152,7 @@ class Fabric:
                         raise _explain(
                             e, f"{port.node}:{port.ifname}: attach BPF port program"
                         ) from None
+        _failpoint("attach")
 
     def _sysctls(self, node: Node) -> dict[str, int]:
         return SWITCH_SYSCTLS if node.is_switch else HOST_SYSCTLS
@@ -216,13 +224,35 @@ class Fabric:
 
     def restore_routes(self, nodes: set[str]) -> None:
         """Re-install the planned routes of these nodes (the kernel flushes
-        routes through a device that goes down); 'replace' makes it idempotent."""
-        for route in self.topo.routes():
-            if route.node in nodes:
-                self._set_route(route)
+        routes through a device that goes down); 'replace' makes it idempotent.
+
+        Next hops over a link whose local end is still admin down (another
+        fault) are left out: the kernel refuses them (ENETUNREACH). They come
+        back when that link is healed, through this same function."""
+        dead = {node: self._admin_down_links(node) for node in nodes}
+        for planned in self.topo.routes():
+            if planned.node in nodes:
+                route = planned.avoiding(dead[planned.node])
+                if route is not None:
+                    self._set_route(route)
+
+    def _admin_down_links(self, node: str) -> set[str]:
+        info = self.link_info(node)
+        return {
+            lk.name
+            for lk in self.topo.links_of(node)
+            for port in lk.ends()
+            if port.node == node and not info.get(port.ifname, {}).get("admin_up", False)
+        }
 
     def link_info(self, node: str) -> dict[str, dict]:
-        """Kernel view of a node's interfaces: state, carrier and counters."""
+        """Kernel view of a node's interfaces: state, carrier and counters,
+        and the drops of each root queue (TBF drops packets over its limit)."""
+        queue_drops: dict[int, int] = {}
+        for qdisc in self.ipr(node).get_qdiscs():
+            if qdisc["parent"] == 0xFFFFFFFF:  # TC_H_ROOT
+                stats = qdisc.get_attr("TCA_STATS") or {}
+                queue_drops[qdisc["index"]] = stats.get("drop", 0)
         info = {}
         for msg in self.ipr(node).get_links():
             name = msg.get_attr("IFLA_IFNAME")
@@ -239,5 +269,6 @@ class Fabric:
                 "tx_bytes": stats.get("tx_bytes", 0),
                 "rx_dropped": stats.get("rx_dropped", 0),
                 "tx_dropped": stats.get("tx_dropped", 0),
+                "queue_drops": queue_drops.get(msg["index"], 0),
             }
         return info

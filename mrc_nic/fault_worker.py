@@ -5,6 +5,9 @@ ID), detached, and records its pid; `heal` and `down` end it by that pid.
 For flap it takes the link's carrier down and up every period/2; when the
 fault's duration is up it heals the fault through the same path as
 `mrc-nic heal`, so carrier and routes come back as they were.
+
+If a step fails (the lab was taken down under it, say), the worker ends;
+`mrc-nic status` then shows the fault's worker as dead and `heal` still works.
 """
 
 from __future__ import annotations

@@ -24,14 +24,11 @@ from __future__ import annotations
 
 import difflib
 import random
-import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from mrc_nic import lab as lab_mod
-from mrc_nic import state
+from mrc_nic import state, workers
 from mrc_nic.fabric import Fabric
 from mrc_nic.switchport import EGRESS, INGRESS, FaultMode, SwitchPortMaps
 from mrc_nic.topology import Link, Topology, from_dict
@@ -189,14 +186,23 @@ def apply(lab: str, target: tuple[str, ...], spec: FaultSpec) -> dict:
             "until": now_wall + spec.duration if spec.duration else None,
             "until_ns": now_mono + int(spec.duration * 1e9) if spec.duration else 0,
             "worker_pid": None,
+            "drop_baseline": {},
         }
-        _enforce(topo, links, fault)
+        # Record first, then act: a crash in between leaves a fault that
+        # `heal` and `down` can see and undo (lifting is idempotent).
         record.faults[str(fault_id)] = fault
         record.next_fault_id = fault_id + 1
         record.save()
-        if spec.duration or spec.mode == "flap":
-            fault["worker_pid"] = _spawn_worker(lab, fault_id)
+        try:
+            _enforce(topo, links, fault)
+        except BaseException:
+            _lift(topo, fault)
+            del record.faults[str(fault_id)]
             record.save()
+            raise
+        if spec.duration or spec.mode == "flap":
+            fault["worker_pid"] = workers.spawn(lab, fault_id)
+        record.save()
         return fault
 
 
@@ -206,6 +212,11 @@ def _enforce(topo: Topology, links: list[Link], fault: dict) -> None:
         with SwitchPortMaps.open(topo.lab) as maps:
             for link in links:
                 for port_id, direction in enforcement_points(link, fault["direction"]):
+                    # Drops so far at this point, so the fault's own count is
+                    # what it adds (stats.fault_drops).
+                    fault["drop_baseline"][point_key(port_id, direction)] = maps.counters(
+                        port_id, direction
+                    ).drops
                     maps.set_fault(
                         port_id,
                         direction,
@@ -220,17 +231,6 @@ def _enforce(topo: Topology, links: list[Link], fault: dict) -> None:
             for link in links:
                 fabric.set_link_state(link, up=False)
     # flap: the worker starts toggling as soon as it runs.
-
-
-def _spawn_worker(lab: str, fault_id: int) -> int:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "mrc_nic.fault_worker", lab, str(fault_id)],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,  # survives the CLI process; ended by heal/down by pid
-    )
-    return proc.pid
 
 
 def heal(
@@ -259,10 +259,10 @@ def heal(
             chosen = list(record.faults.values())
         for fault in chosen:
             if not from_worker:
-                lab_mod.stop_worker(fault.get("worker_pid"), lab)
+                workers.stop(fault.get("worker_pid"), lab)
             _lift(topo, fault)
             del record.faults[str(fault["id"])]
-        record.save()
+            record.save()  # per fault: if a later one fails, the record matches the kernel
         return chosen
 
 
@@ -298,7 +298,23 @@ def describe(fault: dict) -> str:
 
 def worker_alive(fault: dict, lab: str) -> bool | None:
     pid = fault.get("worker_pid")
-    return None if not pid else lab_mod.is_our_worker(pid, lab)
+    return None if not pid else workers.is_worker(pid, lab, fault["id"])
+
+
+def point_key(port_id: int, direction: int) -> str:
+    return f"{port_id}/{direction}"
+
+
+def fault_drops(fault: dict, maps: SwitchPortMaps) -> int | None:
+    """Packets this fault dropped so far (BPF modes); None for down and flap,
+    whose drops happen in the kernel when carrier is gone."""
+    if fault["mode"] not in BPF_MODES:
+        return None
+    total = 0
+    for key, baseline in fault.get("drop_baseline", {}).items():
+        port_id, direction = (int(x) for x in key.split("/"))
+        total += maps.counters(port_id, direction).drops - baseline
+    return total
 
 
 __all__ = [

@@ -10,12 +10,10 @@ BPF pins, workers and state, by exact name, also after a kill -9 of `up`.
 
 from __future__ import annotations
 
-import os
-import signal
 import time
 from dataclasses import dataclass
 
-from mrc_nic import netns, preflight, state, switchport
+from mrc_nic import netns, preflight, state, switchport, workers
 from mrc_nic.fabric import Fabric
 from mrc_nic.topology import NS_PREFIX, Topology
 
@@ -83,7 +81,9 @@ def _refuse_if_present(lab: str) -> None:
 def leftover_namespaces(lab: str) -> list[str]:
     """Namespaces named like this lab's: mrc-<lab>-<node>, node without a dash.
 
-    Lab names have no dash, so this never matches another lab's names.
+    Neither lab names ([a-z0-9]) nor node names (h0, p1.t0a: see topology's
+    naming) contain a dash, so the first dash after the prefix ends the lab
+    name: lab "a" never matches lab "ab"'s mrc-ab-h0, nor "a-b" anything.
     """
     prefix = f"{NS_PREFIX}{lab}-"
     return [n for n in netns.list_names() if n.startswith(prefix) and "-" not in n[len(prefix) :]]
@@ -95,7 +95,9 @@ def down(lab: str) -> list[str]:
     with state.locked(lab):
         record = state.LabState.load(lab)
         removed = _remove_everything(lab, record)
-    state.lock_path(lab).unlink(missing_ok=True)
+        # Unlinked while held: a waiter on this file sees the path gone and
+        # retries on a new file (state.locked), so no two holders at once.
+        state.lock_path(lab).unlink(missing_ok=True)
     return removed
 
 
@@ -116,34 +118,9 @@ def _pinned_labs() -> list[str]:
 
 
 def _remove_everything(lab: str, record: state.LabState | None) -> list[str]:
-    if record is not None:
-        for fault in record.faults.values():
-            stop_worker(fault.get("worker_pid"), lab)
+    workers.stop_all(lab)  # found by command line: also those no record names
     names = set(record.namespaces if record else []) | set(leftover_namespaces(lab))
     removed = [n for n in sorted(names) if netns.remove(n)]
     switchport.unpin(lab)
     state.forget(lab)
     return removed
-
-
-def stop_worker(pid: int | None, lab: str) -> None:
-    """End a fault worker this lab started, identified by pid and command line."""
-    if not pid or not is_our_worker(pid, lab):
-        return
-    os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + 2.0
-    while time.monotonic() < deadline and is_our_worker(pid, lab):
-        time.sleep(0.02)
-    if is_our_worker(pid, lab):
-        os.kill(pid, signal.SIGKILL)
-
-
-def is_our_worker(pid: int, lab: str) -> bool:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            argv = f.read().split(b"\0")
-        with open(f"/proc/{pid}/stat") as f:
-            zombie = f.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except OSError:
-        return False
-    return not zombie and b"mrc_nic.fault_worker" in argv and lab.encode() in argv

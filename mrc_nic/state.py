@@ -21,6 +21,8 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from mrc_nic.topology import LAB_NAME_RE
+
 RUN_DIR = Path(os.environ.get("MRC_NIC_RUN_DIR", "/run/mrc-nic"))
 
 
@@ -28,8 +30,18 @@ class LabBusy(RuntimeError):
     """Another mrc-nic process is changing the same lab."""
 
 
+class BadLabName(ValueError):
+    """A lab name that is not [a-z0-9]{1,12}; it would make a bad path or netns name."""
+
+
+def check_lab_name(lab: str) -> str:
+    if not isinstance(lab, str) or not LAB_NAME_RE.fullmatch(lab):
+        raise BadLabName(f"bad lab name {lab!r}: use 1 to 12 lower-case letters and digits")
+    return lab
+
+
 def lab_dir(lab: str) -> Path:
-    return RUN_DIR / lab
+    return RUN_DIR / check_lab_name(lab)
 
 
 def state_path(lab: str) -> Path:
@@ -37,7 +49,7 @@ def state_path(lab: str) -> Path:
 
 
 def lock_path(lab: str) -> Path:
-    return RUN_DIR / f"{lab}.lock"
+    return RUN_DIR / f"{check_lab_name(lab)}.lock"
 
 
 @dataclass
@@ -88,25 +100,48 @@ def forget(lab: str) -> None:
 
 @contextlib.contextmanager
 def locked(lab: str, wait: float = 10.0) -> Iterator[None]:
-    """Hold the lab's lock; wait up to `wait` seconds, then raise LabBusy."""
+    """Hold the lab's lock; wait up to `wait` seconds, then raise LabBusy.
+
+    `down` unlinks the lock file while holding it. A process that was waiting
+    on the old file then holds a lock nobody else can see, so after taking the
+    flock we check that the path still names our file, and start over if not.
+    """
+    path = lock_path(lab)
     RUN_DIR.mkdir(parents=True, exist_ok=True)
-    fd = os.open(lock_path(lab), os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        deadline = time.monotonic() + wait
-        while True:
+    deadline = time.monotonic() + wait
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            _flock_until(fd, deadline, lab)
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
-                    raise LabBusy(
-                        f"lab {lab!r} is being changed by another mrc-nic process (pid {holder}); "
-                        "wait for it to finish and try again"
-                    ) from None
-                time.sleep(0.05)
+                current = os.stat(path).st_ino
+            except FileNotFoundError:
+                current = None
+            if current != os.fstat(fd).st_ino:
+                os.close(fd)
+                continue
+        except BaseException:
+            os.close(fd)
+            raise
+        break
+    try:
         os.ftruncate(fd, 0)
         os.pwrite(fd, str(os.getpid()).encode(), 0)
         yield
     finally:
         os.close(fd)  # closing the fd releases the flock
+
+
+def _flock_until(fd: int, deadline: float, lab: str) -> None:
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+                raise LabBusy(
+                    f"lab {lab!r} is being changed by another mrc-nic process (pid {holder}); "
+                    "wait for it to finish and try again"
+                ) from None
+            time.sleep(0.05)

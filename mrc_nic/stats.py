@@ -8,7 +8,11 @@ is a plain dict with stable keys; `mrc-nic stats --format json` prints it.
 Per link and direction the BPF numbers come from the same place where a
 fault on that direction drops (faults.enforcement_points): what `up` counts
 is what reached the upper switch, so a blackhole shows as pkts rising with
-drops rising by the same amount.
+drops rising by the same amount. For the downward direction of a host link
+that place is the T0 port's egress hook, which runs before the port's TBF
+queue: packets the queue then drops count as passed there; the kernel's
+`queue_drops` of that port (in `ports[].kernel`) counts them.
+Each fault reports `drops`: what it dropped since it was applied.
 """
 
 from __future__ import annotations
@@ -61,6 +65,15 @@ def snapshot(lab: str, *, kernel: bool = True) -> dict:
                     "kernel": kernel_info.get(port.node, {}).get(port.ifname),
                 }
             )
+        fault_rows = [
+            dict(
+                f,
+                text=faults.describe(f),
+                worker_alive=faults.worker_alive(f, lab),
+                drops=faults.fault_drops(f, maps),
+            )
+            for f in record.faults.values()
+        ]
     return {
         "schema": SCHEMA_VERSION,
         "lab": lab,
@@ -71,10 +84,7 @@ def snapshot(lab: str, *, kernel: bool = True) -> dict:
         "hosts": _hosts(topo, kernel_info),
         "links": links,
         "ports": ports,
-        "faults": [
-            dict(f, text=faults.describe(f), worker_alive=faults.worker_alive(f, lab))
-            for f in record.faults.values()
-        ],
+        "faults": fault_rows,
     }
 
 

@@ -155,6 +155,11 @@ class PortCounters:
         names = [name for name, _ in CountersLayout._fields_]
         return cls(**{name: sum(getattr(c, name) for c in per_cpu) for name in names})
 
+    @property
+    def drops(self) -> int:
+        """Drops of every reason."""
+        return self.drop_blackhole + self.drop_loss
+
     def as_dict(self) -> dict[str, int]:
         return dataclasses.asdict(self)
 
@@ -357,11 +362,19 @@ class SwitchPortMaps:
         return PortCounters.from_cpus([CountersLayout.from_buffer_copy(v) for v in per_cpu])
 
 
+class MapsMissing(FileNotFoundError):
+    """The lab's pinned maps are not there: the lab is not up (or was half removed)."""
+
+
+class MapsMismatch(OSError):
+    """A pinned map's layout differs from this build's: pinned by another version."""
+
+
 def _open_pinned(lab: str, path: Path) -> int:
     try:
         return bpfsys.obj_get(path)
     except FileNotFoundError:
-        raise FileNotFoundError(
+        raise MapsMissing(
             errno.ENOENT,
             f"BPF maps of lab {lab!r} are missing (is the lab up?)",
             str(path),
@@ -372,7 +385,7 @@ def _check_value_size(path: Path, fd: int, expected: int) -> None:
     # A pin left by an older build would be read with the wrong layout.
     actual = bpfsys.map_info(fd).value_size
     if actual != expected:
-        raise OSError(
+        raise MapsMismatch(
             errno.EPROTO,
             f"{path}: value size {actual}, this mrc-nic expects {expected} "
             "(maps pinned by another version? take the lab down and up again)",

@@ -118,6 +118,23 @@ class Route:
     dst: ipaddress.IPv4Network
     via: tuple[ipaddress.IPv4Address, ...] = ()  # several: ECMP
     dev: str | None = None  # set for directly attached (scope link) routes
+    links: tuple[str, ...] = ()  # the link behind each next hop (or behind dev)
+
+    def avoiding(self, dead_links: set[str]) -> Route | None:
+        """This route without the next hops over `dead_links`; None if none is
+        left. The kernel refuses a next hop whose device is down."""
+        if not dead_links & set(self.links):
+            return self
+        if self.dev is not None:
+            return None
+        alive = [
+            (gw, lk) for gw, lk in zip(self.via, self.links, strict=True) if lk not in dead_links
+        ]
+        if not alive:
+            return None
+        return Route(
+            self.node, self.dst, tuple(g for g, _ in alive), None, tuple(lk for _, lk in alive)
+        )
 
 
 @dataclass
@@ -190,21 +207,26 @@ class Topology:
                 host_links = [lk for lk in self.links_of(node.name) if lk.kind == "host"]
                 for lk in host_links:
                     dst = ipaddress.IPv4Network(lk.lower.address.ip)
-                    routes.append(Route(node.name, dst, dev=lk.upper.ifname))
+                    routes.append(Route(node.name, dst, dev=lk.upper.ifname, links=(lk.name,)))
                 if self.tiers == 2:
-                    spines = [
-                        lk.upper.address.ip
-                        for lk in self.links_of(node.name)
-                        if lk.kind == "fabric"
-                    ]
-                    routes.append(Route(node.name, subnet, via=tuple(spines)))
+                    up = [lk for lk in self.links_of(node.name) if lk.kind == "fabric"]
+                    routes.append(
+                        Route(
+                            node.name,
+                            subnet,
+                            via=tuple(lk.upper.address.ip for lk in up),
+                            links=tuple(lk.name for lk in up),
+                        )
+                    )
             for node in self._switches(plane, "t1"):
                 for lk in self.links_of(node.name):
                     t0 = lk.lower.node
                     for host_link in self.links_of(t0):
                         if host_link.kind == "host":
                             dst = ipaddress.IPv4Network(host_link.lower.address.ip)
-                            routes.append(Route(node.name, dst, via=(lk.lower.address.ip,)))
+                            routes.append(
+                                Route(node.name, dst, via=(lk.lower.address.ip,), links=(lk.name,))
+                            )
         return routes
 
     def _switches(self, plane: int, kind: str) -> list[Node]:
@@ -360,6 +382,10 @@ def load(path: str | Path, lab: str | None = None) -> Topology:
         raise TopologyError(f"{path}: no such topology file (see netns/ for examples)") from None
     except tomllib.TOMLDecodeError as e:
         raise TopologyError(f"{path}: not valid TOML: {e}") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise TopologyError(
+            f"{path}: cannot read it: {getattr(e, 'strerror', None) or e}"
+        ) from None
     return from_dict(path, data, lab)
 
 

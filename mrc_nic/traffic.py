@@ -1,10 +1,10 @@
 """Test traffic across the fabric: UDP streams sprayed over planes and source ports.
 
 This is a load generator for checking the fabric (paths, ECMP, faults), not
-the MRC data path: the NIC fast path lives in BPF (bpf/), and MRC transfers
-go through `mrc-nic write`. Each stream runs in a child process inside the
-source host's namespace, bounded in time; a receiver in the destination
-namespace counts what arrives per plane and per source port.
+the MRC data path, which belongs to the NIC fast path in BPF (issue 3). Each
+stream runs in a child process inside the source host's namespace, bounded in
+time; a receiver in the destination namespace counts what arrives per plane
+and per source port.
 """
 
 from __future__ import annotations
@@ -20,6 +20,12 @@ from mrc_nic.topology import Topology
 
 TEST_UDP_PORT = 4792  # next to RoCEv2's 4791, which the NIC fast path owns
 FIRST_SOURCE_PORT = 49152
+
+
+class TrafficError(RuntimeError):
+    """Test traffic cannot run: bad host or plane, a port in use, a child failed."""
+
+
 # What a sender sees while faults come and go: ICMP errors, full queues, and a
 # port whose carrier is down. The stream goes on and counts them.
 TRANSIENT_SEND_ERRORS = frozenset(
@@ -35,14 +41,29 @@ TRANSIENT_SEND_ERRORS = frozenset(
 )
 
 
-def _receive(addresses: list[str], seconds: float) -> dict:
+def _bind_receivers(ns: str, addresses: list[str]) -> list[tuple[int, socket.socket]]:
+    """Bound sockets in the destination namespace, made here so that a port in
+    use fails at once, before anything is sent."""
     socks = []
-    for plane, addr in enumerate(addresses):
-        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
-        s.bind((addr, TEST_UDP_PORT))
-        s.setblocking(False)
-        socks.append((plane, s))
+    with netns.entered(ns):
+        try:
+            for plane, addr in enumerate(addresses):
+                s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+                socks.append((plane, s))
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+                s.bind((addr, TEST_UDP_PORT))
+                s.setblocking(False)
+        except OSError as e:
+            for _, s in socks:
+                s.close()
+            raise TrafficError(
+                f"cannot receive on {addr}:{TEST_UDP_PORT} in {ns}: {e.strerror} "
+                "(is another `mrc-nic traffic` to this host running?)"
+            ) from None
+    return socks
+
+
+def _receive(socks: list[tuple[int, socket.socket]], seconds: float) -> dict:
     counts: dict[str, int] = {}
     nbytes: dict[str, int] = {}
     deadline = time.monotonic() + seconds
@@ -96,6 +117,20 @@ def _send(pairs: list[tuple[int, str, str, int]], seconds: float, size: int, pps
     return {"packets": sent, "errors": errors, "seconds": time.monotonic() - start}
 
 
+def check_endpoints(topo: Topology, src: str, dst: str, planes: list[int] | None) -> list[int]:
+    """Both are hosts of the lab and the planes exist; return the planes (all if None)."""
+    for h in (src, dst):
+        if h not in topo.nodes or topo.nodes[h].is_switch:
+            raise TrafficError(
+                f"{h!r} is not a host of lab {topo.lab} (hosts: {', '.join(topo.host_names())})"
+            )
+    planes = list(range(topo.planes)) if planes is None else planes
+    for p in planes:
+        if not 0 <= p < topo.planes:
+            raise TrafficError(f"no plane {p}: lab {topo.lab} has planes 0..{topo.planes - 1}")
+    return planes
+
+
 def udp(
     topo: Topology,
     src: str,
@@ -111,15 +146,7 @@ def udp(
 
     Returns per 'plane/sport' the packets sent and received, and totals.
     """
-    for h in (src, dst):
-        if h not in topo.nodes or topo.nodes[h].is_switch:
-            raise ValueError(
-                f"{h!r} is not a host of lab {topo.lab} (hosts: {', '.join(topo.host_names())})"
-            )
-    planes = list(range(topo.planes)) if planes is None else planes
-    for p in planes:
-        if not 0 <= p < topo.planes:
-            raise ValueError(f"no plane {p}: lab {topo.lab} has planes 0..{topo.planes - 1}")
+    planes = check_endpoints(topo, src, dst, planes)
     s_idx, d_idx = topo.nodes[src].index, topo.nodes[dst].index
     dst_addrs = [str(topo.host_address(d_idx, p)) for p in range(topo.planes)]
     pairs = [
@@ -127,10 +154,17 @@ def udp(
         for p in planes
         for i in range(source_ports)
     ]
-    receiver = netns.start_in(topo.netns(dst), _receive, dst_addrs, seconds + 0.5)
-    time.sleep(0.2)  # receiver sockets bound before the first packet
-    sent = netns.run_in(topo.netns(src), _send, pairs, seconds, size, pps, timeout=seconds + 30)
-    received = receiver.result(timeout=seconds + 30)
+    socks = _bind_receivers(topo.netns(dst), dst_addrs)
+    try:
+        receiver = netns.start_in(topo.netns(dst), _receive, socks, seconds + 0.5)
+    finally:
+        for _, s in socks:
+            s.close()  # the child has its own copies
+    try:
+        sent = netns.run_in(topo.netns(src), _send, pairs, seconds, size, pps, timeout=seconds + 30)
+        received = receiver.result(timeout=seconds + 30)
+    except (RuntimeError, TimeoutError) as e:
+        raise TrafficError(f"traffic {src} -> {dst} failed: {e}") from None
     flows = []
     for key, n_sent in sent["packets"].items():
         plane, sport = (int(x) for x in key.split("/"))
@@ -163,6 +197,7 @@ def ping(
     topo: Topology, src: str, dst: str, plane: int, count: int = 3, interval: float = 0.2
 ) -> dict:
     """ICMP echo from src's port on `plane` to dst's address on that plane."""
+    check_endpoints(topo, src, dst, [plane])
     s_idx, d_idx = topo.nodes[src].index, topo.nodes[dst].index
     target = str(topo.host_address(d_idx, plane))
     cmd = [

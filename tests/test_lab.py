@@ -16,18 +16,19 @@ import time
 import pytest
 from conftest import MRC, NETNS_DIR, ROOT, needs_lab, run_cli, unique_lab
 
-from mrc_nic import faults, netns, state, stats, switchport, traffic
+from mrc_nic import faults, netns, state, stats, switchport, traffic, workers
 from mrc_nic import lab as lab_mod
 from mrc_nic.fabric import Fabric
 
 pytestmark = [pytest.mark.root, pytest.mark.netns, needs_lab]
 
 
-def system_view() -> tuple[list[str], list[str]]:
-    """What `ip netns list` and `ip link` show in the root namespace."""
+def system_view(lab: str) -> tuple[list[str], list[str]]:
+    """What `ip netns list` shows of this lab's names, and what `ip link` shows
+    in the root namespace (a lab never creates anything there)."""
     links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
     names = sorted(line.split(":")[1].strip() for line in links.splitlines())
-    return netns.list_names(), names
+    return lab_mod.leftover_namespaces(lab), names
 
 
 def lab_leftovers(name: str) -> list[str]:
@@ -58,8 +59,15 @@ class Stream:
 
     def __enter__(self):
         self.thread.start()
-        time.sleep(0.6)  # receiver bound and packets flowing
         return self
+
+    def wait_flowing(self, lab: str, link: str, direction: str, timeout: float = 10.0) -> None:
+        """Until packets cross `link` (the sender is running)."""
+        first = link_counters(lab, link)[direction]["pkts"]
+        deadline = time.monotonic() + timeout
+        while link_counters(lab, link)[direction]["pkts"] - first < 100:
+            assert time.monotonic() < deadline, f"no traffic on {link} {direction}"
+            time.sleep(0.05)
 
     def __exit__(self, *exc):
         self.thread.join(timeout=60)
@@ -84,27 +92,30 @@ def test_ping_over_every_plane(default_lab):
 
 
 def test_links_are_rate_limited_by_a_real_queue(make_lab, tmp_path):
-    # A 100 Mbit/s lab, so that one Python sender surely offers more than
-    # the cap: what arrives is held to the link rate by the TBF queue.
+    # A 20 Mbit/s lab, so that even a slow, loaded machine's Python sender
+    # offers far more than the cap: what arrives is held to the link rate.
     slow = tmp_path / "slow.toml"
-    slow.write_text((NETNS_DIR / "single-plane.toml").read_text().replace("1gbit", "100mbit"))
+    slow.write_text((NETNS_DIR / "single-plane.toml").read_text().replace("1gbit", "20mbit"))
     topo = make_lab("r", str(slow))
     result = traffic.udp(topo, "h0", "h1", source_ports=2, seconds=1.5, size=1400)
     offered_bps = result["sent"] * 1400 * 8 / result["seconds"]
-    assert offered_bps > 2e8, "the sender could not offer twice the cap"
-    # Payload goodput under 100 Mbit/s of frames (allowing the initial burst).
-    assert 0.7e8 < result["goodput_bps"] < 1.02e8, result["goodput_bps"]
+    assert offered_bps > 4e7, "the sender could not offer twice the cap"
+    # Payload goodput under 20 Mbit/s of frames; the queue's last 256 KiB
+    # drain after the sender stops (+0.1 s at this rate).
+    assert 1.4e7 < result["goodput_bps"] < 2.2e7, result["goodput_bps"]
+    queue_drops = stats.snapshot(topo.lab)["hosts"][0]["ports"][0]["kernel"]["queue_drops"]
+    assert queue_drops > 0
 
 
 def test_second_up_of_same_lab_is_refused_and_changes_nothing(default_lab):
-    before = system_view()
+    before = system_view(default_lab.lab)
     proc = run_cli(
         "up", "-t", str(NETNS_DIR / "default.toml"), "--name", default_lab.lab, check=False
     )
     assert proc.returncode == 1
     assert "already up" in proc.stderr and "mrc-nic down" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
-    assert system_view() == before
+    assert system_view(default_lab.lab) == before
 
 
 def test_two_labs_with_different_names_coexist(default_lab, make_lab):
@@ -114,19 +125,20 @@ def test_two_labs_with_different_names_coexist(default_lab, make_lab):
 
 
 def test_down_leaves_the_system_as_before_up():
-    before = system_view()
     name = unique_lab("d")
-    run_cli("up", "-t", str(NETNS_DIR / "single-plane.toml"), "--name", name)
-    assert lab_mod.leftover_namespaces(name)
+    before = system_view(name)
+    run_cli("up", "-t", str(NETNS_DIR / "default.toml"), "--name", name)
+    assert len(lab_mod.leftover_namespaces(name)) == 18
     run_cli("down", "-l", name)
-    assert system_view() == before
+    assert system_view(name) == before
     assert lab_leftovers(name) == []
     run_cli("down", "-l", name)  # safe to repeat
 
 
-def test_failed_up_removes_what_it_made():
-    before = system_view()
+@pytest.mark.parametrize("step", ["namespaces", "links", "attach"])
+def test_failed_up_removes_what_it_made(step):
     name = unique_lab("f")
+    before = system_view(name)
     proc = run_cli(
         "up",
         "-t",
@@ -134,45 +146,58 @@ def test_failed_up_removes_what_it_made():
         "--name",
         name,
         check=False,
-        env={"MRC_NIC_FAILPOINT": "links"},
+        env={"MRC_NIC_FAILPOINT": step},
     )
     assert proc.returncode == 1
-    assert "failpoint" in proc.stderr
-    assert system_view() == before
+    assert f"failpoint {step!r}" in proc.stderr
+    assert system_view(name) == before
     assert lab_leftovers(name) == []
 
 
 def test_bad_topology_creates_nothing(tmp_path):
-    before = system_view()
+    before = system_view("zbad")
     bad = tmp_path / "bad.toml"
     bad.write_text('[lab]\nname = "zbad"\n[fabric]\nhosts = 2\nplanes = 99\n')
     proc = run_cli("up", "-t", str(bad), check=False)
     assert proc.returncode == 1
     assert "fabric.planes" in proc.stderr and str(bad) in proc.stderr
-    assert system_view() == before
+    assert system_view("zbad") == before
 
 
-def test_kill_9_during_up_then_down_leaves_nothing():
-    before = system_view()
+@pytest.mark.parametrize("step", ["namespaces", "links", "attach"])
+def test_kill_9_during_up_then_down_leaves_nothing(step):
+    """`up` stopped at the end of a build step, killed there, then `down`."""
     name = unique_lab("k")
+    before = system_view(name)
     proc = subprocess.Popen(
-        [*MRC, "up", "-t", str(NETNS_DIR / "clos-8.toml"), "--name", name],
+        [*MRC, "up", "-t", str(NETNS_DIR / "default.toml"), "--name", name],
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        env={**os.environ, "MRC_NIC_FAILPOINT": f"{step}:hang"},
     )
     try:
         deadline = time.monotonic() + 60
-        # Wait until the build is under way (some namespaces exist), then kill.
-        while len(lab_mod.leftover_namespaces(name)) < 5 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        while not _hung_at(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(lab_mod.leftover_namespaces(name)) == 18, "up did not reach the step"
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
-        assert lab_mod.leftover_namespaces(name), "up finished before it could be killed"
     finally:
+        if proc.poll() is None:
+            proc.kill()
         run_cli("down", "-l", name)
-    assert system_view() == before
+    assert system_view(name) == before
     assert lab_leftovers(name) == []
+
+
+def _hung_at(pid: int) -> bool:
+    """The process sleeps in the failpoint (state S, no CPU for a while)."""
+    try:
+        with open(f"/proc/{pid}/wchan") as f:
+            return "sleep" in f.read()
+    except OSError:
+        return False
 
 
 def test_ecmp_source_ports_choose_different_spines(default_lab):
@@ -219,7 +244,8 @@ def poll_delivery(lab: str, link: str, direction: str, seconds: float = 0.3) -> 
 
 def test_blackhole_stops_a_path_while_the_drop_counter_rises(default_lab):
     lab = default_lab.lab
-    with Stream(default_lab, "h0", "h1", planes=[1], seconds=4.0, pps=20000):
+    with Stream(default_lab, "h0", "h1", planes=[1], seconds=4.0, pps=20000) as stream:
+        stream.wait_flowing(lab, "p1.t0a-h0", "up")
         passed, dropped = poll_delivery(lab, "p1.t0a-h0", "up")
         assert passed > 1000 and dropped == 0
         fault = faults.apply(lab, ("p1.t0a-h0",), faults.FaultSpec("blackhole"))
@@ -228,6 +254,10 @@ def test_blackhole_stops_a_path_while_the_drop_counter_rises(default_lab):
             assert passed == 0 and dropped > 1000
             # Nothing reaches h1 on plane 1 any more.
             assert poll_delivery(lab, "p1.t0b-h1", "down")[0] == 0
+            # The fault's own drop counter rises with them.
+            drops = stats.snapshot(lab, kernel=False)["faults"][0]["drops"]
+            time.sleep(0.2)
+            assert stats.snapshot(lab, kernel=False)["faults"][0]["drops"] > drops > 1000
         finally:
             faults.heal(lab, [fault["id"]])
         passed, dropped = poll_delivery(lab, "p1.t0a-h0", "up")
@@ -236,7 +266,8 @@ def test_blackhole_stops_a_path_while_the_drop_counter_rises(default_lab):
 
 def test_down_under_traffic_stops_the_path_and_heal_restores_it(default_lab):
     lab = default_lab.lab
-    with Stream(default_lab, "h0", "h1", planes=[1], seconds=5.0, pps=20000):
+    with Stream(default_lab, "h0", "h1", planes=[1], seconds=5.0, pps=20000) as stream:
+        stream.wait_flowing(lab, "p1.t0b-h1", "down")
         assert poll_delivery(lab, "p1.t0b-h1", "down")[0] > 1000
         fault = faults.apply(lab, ("p1.t0a-h0",), faults.FaultSpec("down"))
         try:
@@ -249,7 +280,8 @@ def test_down_under_traffic_stops_the_path_and_heal_restores_it(default_lab):
 
 def test_flap_under_traffic_alternates_delivery(default_lab):
     lab = default_lab.lab
-    with Stream(default_lab, "h0", "h1", planes=[1], seconds=5.0, pps=20000):
+    with Stream(default_lab, "h0", "h1", planes=[1], seconds=5.0, pps=20000) as stream:
+        stream.wait_flowing(lab, "p1.t0a-h0", "up")
         fault = faults.apply(lab, ("p1.t1a-t0a",), faults.FaultSpec("flap", period=0.4))
         try:
             # T0 hashes over both spines; while t1a is down its share moves to
@@ -264,38 +296,46 @@ def test_flap_under_traffic_alternates_delivery(default_lab):
 
 
 def test_blackhole_one_direction_only(default_lab):
+    """Blackhole 'down' on a T1-T0 link: traffic towards h1 that hashes onto
+    it is dropped, traffic from h1 going up through it passes."""
     lab = default_lab.lab
-    fault = faults.apply(lab, ("p1.t1a-t0b",), faults.FaultSpec("blackhole", direction="down"))
+    link = "p1.t1a-t0b"
+    fault = faults.apply(lab, (link,), faults.FaultSpec("blackhole", direction="down"))
     try:
-        fault_cfg = stats.snapshot(lab, kernel=False)["faults"][0]
-        assert fault_cfg["direction"] == "down"
-        with switchport.SwitchPortMaps.open(lab) as maps:
-            link = default_lab.links["p1.t1a-t0b"]
-            ((port, hook),) = faults.enforcement_points(link, "down")
-            assert maps.fault(port, hook)["mode"] == "BLACKHOLE"
-            ((port, hook),) = faults.enforcement_points(link, "up")
-            assert maps.fault(port, hook)["mode"] == "NONE"
+        before = link_counters(lab, link)
+        # 16 entropies each way: some of them hash onto spine t1a.
+        for src, dst in (("h0", "h1"), ("h1", "h0")):
+            traffic.udp(default_lab, src, dst, planes=[1], source_ports=16, seconds=0.5, pps=4000)
+        after = link_counters(lab, link)
     finally:
         faults.heal(lab, [fault["id"]])
+    down = {k: after["down"][k] - before["down"][k] for k in before["down"]}
+    up = {k: after["up"][k] - before["up"][k] for k in before["up"]}
+    assert down["drop_blackhole"] > 100 and down["passed_pkts"] == 0, down
+    assert up["passed_pkts"] > 100 and up["drop_blackhole"] == 0, up
 
 
-def test_loss_rate_is_measured_within_tolerance(default_lab):
+def test_loss_applied_live_is_measured_within_tolerance_and_heals(default_lab):
     lab = default_lab.lab
     rate = 0.2
-    fault = faults.apply(lab, ("p1.t0a-h0",), faults.FaultSpec("loss", rate=rate, seed=7))
-    try:
-        before = link_counters(lab, "p1.t0a-h0")["up"]
-        traffic.udp(default_lab, "h0", "h1", planes=[1], seconds=1.5, pps=20000, size=200)
-        after = link_counters(lab, "p1.t0a-h0")["up"]
-    finally:
-        faults.heal(lab, [fault["id"]])
+    with Stream(default_lab, "h0", "h1", planes=[1], seconds=5.0, pps=15000, size=200) as stream:
+        stream.wait_flowing(lab, "p1.t0a-h0", "up")
+        fault = faults.apply(lab, ("p1.t0a-h0",), faults.FaultSpec("loss", rate=rate, seed=7))
+        try:
+            before = link_counters(lab, "p1.t0a-h0")["up"]
+            time.sleep(1.5)
+            after = link_counters(lab, "p1.t0a-h0")["up"]
+        finally:
+            faults.heal(lab, [fault["id"]])
+        passed, dropped = poll_delivery(lab, "p1.t0a-h0", "up")
+        assert passed > 1000 and dropped == 0
     n = after["pkts"] - before["pkts"]
-    dropped = after["drop_loss"] - before["drop_loss"]
+    lost = after["drop_loss"] - before["drop_loss"]
     # Binomial(n, 0.2): sd = sqrt(n*0.2*0.8) = 0.4*sqrt(n); 5 sd is +-0.014 at
-    # n = 20000 and +-0.02 at n = 10000. The pattern is a fixed function of
+    # n = 20000 and +-0.028 at n = 5000. The pattern is a fixed function of
     # (seed, packet number), so a pass is stable, not a lucky draw.
     assert n > 5000
-    assert abs(dropped / n - rate) < 5 * 0.4 / n**0.5, (dropped, n)
+    assert abs(lost / n - rate) < 5 * 0.4 / n**0.5, (lost, n)
 
 
 def test_down_takes_carrier_away_and_heal_restores_routes(default_lab):
@@ -317,6 +357,32 @@ def test_down_takes_carrier_away_and_heal_restores_routes(default_lab):
         assert {n: route_table(fabric, n) for n in ("p2.t0a", "p2.t1a")} == routes_before
     assert link.name in {lk["name"] for lk in stats.snapshot(lab)["links"] if lk["state"] == "up"}
     assert traffic.ping(default_lab, "h0", "h1", 2, count=2, interval=0.1)["received"] == 2
+
+
+def test_heal_while_a_neighbouring_link_is_still_down(default_lab):
+    """Healing a host link restores T0 routes without the spine whose link is
+    still down (the kernel refuses a next hop on a down device), and healing
+    that one brings the full ECMP route back.
+
+    (No ping in between: routes are static, so t0b still sends h0's traffic
+    to spine t1a, which lost its route to h0; only the link's two ends know.)"""
+    lab = default_lab.lab
+    with Fabric(default_lab) as fabric:
+        full = route_table(fabric, "p1.t0a")
+    spine = faults.apply(lab, ("p1.t1a-t0a",), faults.FaultSpec("down"))
+    host = faults.apply(lab, ("p1.t0a-h0",), faults.FaultSpec("down"))
+    try:
+        faults.heal(lab, [host["id"]])
+        with Fabric(default_lab) as fabric:
+            partial = route_table(fabric, "p1.t0a")
+        assert any(r.startswith("198.18.1.1/32 ") for r in partial), partial
+        plane_route = next(r for r in partial if r.startswith("198.18.1.0/24 "))
+        assert "198.19.1.2" in plane_route and "198.19.1.0" not in plane_route, plane_route
+    finally:
+        faults.heal(lab, [spine["id"]])
+    with Fabric(default_lab) as fabric:
+        assert route_table(fabric, "p1.t0a") == full
+    assert traffic.ping(default_lab, "h0", "h1", 1, count=2, interval=0.1)["received"] == 2
 
 
 def route_table(fabric: Fabric, node: str) -> list[str]:
@@ -357,11 +423,11 @@ def test_flap_toggles_carrier_then_heals(default_lab):
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and (
         str(fault["id"]) in state.LabState.load(lab).faults
-        or lab_mod.is_our_worker(fault["worker_pid"], lab)
+        or workers.is_worker(fault["worker_pid"], lab)
     ):
         time.sleep(0.05)
     assert str(fault["id"]) not in state.LabState.load(lab).faults
-    assert not lab_mod.is_our_worker(fault["worker_pid"], lab)
+    assert not workers.is_worker(fault["worker_pid"], lab)
     assert traffic.ping(default_lab, "h0", "h1", 0, count=2, interval=0.1)["received"] == 2
 
 

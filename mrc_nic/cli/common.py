@@ -33,12 +33,23 @@ class Duration(click.ParamType):
 
 DURATION = Duration()
 
+
+def _check_lab(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    if value is not None:
+        try:
+            state.check_lab_name(value)
+        except state.BadLabName as e:
+            raise click.BadParameter(str(e)) from None
+    return value
+
+
 lab_option = click.option(
     "-l",
     "--lab",
     "lab",
     envvar="MRC_NIC_LAB",
     default=None,
+    callback=_check_lab,
     help="Lab name (default: $MRC_NIC_LAB, or the only lab that is up).",
 )
 

@@ -58,11 +58,22 @@ def up(topology_file: str | None, name: str | None, reuse: bool, fmt: str) -> No
 
 @click.command()
 @lab_option
+@click.option(
+    "-t",
+    "--topology",
+    "topology_file",
+    default=None,
+    metavar="FILE",
+    help="Take down the lab this topology file names.",
+)
 @click.option("--all", "all_labs", is_flag=True, help="Take down every lab on this machine.")
-def down(lab: str | None, all_labs: bool) -> None:
+def down(lab: str | None, topology_file: str | None, all_labs: bool) -> None:
     """Remove exactly what `up` made (also after a crash). Safe to repeat."""
     from mrc_nic import lab as lab_mod
+    from mrc_nic import topology
 
+    if topology_file:
+        lab = lab or topology.load(topology_file).lab
     if all_labs:
         labs = lab_mod.labs_present()
     else:
@@ -153,11 +164,14 @@ def render_status(snap: dict) -> None:
                 f["target"],
                 f["text"],
                 len(f["links"]),
+                "" if f["drops"] is None else output.human_count(f["drops"]),
                 {True: "running", False: "dead", None: ""}[f["worker_alive"]],
             ]
             for f in snap["faults"]
         ]
-        output.table("faults in force", ["id", "target", "fault", "#links", "worker"], rows)
+        output.table(
+            "faults in force", ["id", "target", "fault", "#links", "#drops", "worker"], rows
+        )
     else:
         output.info("no faults in force")
 

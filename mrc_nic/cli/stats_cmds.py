@@ -5,14 +5,12 @@ from __future__ import annotations
 import click
 
 from mrc_nic.cli import output
-from mrc_nic.cli.common import lab_option, pick_lab
+from mrc_nic.cli.common import format_option, lab_option, pick_lab
 
 
 @click.command()
 @lab_option
-@click.option(
-    "--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True
-)
+@format_option
 def stats(lab: str | None, fmt: str) -> None:
     """Per-link and per-switch-port packet, byte and drop counters."""
     from mrc_nic import stats as stats_mod
