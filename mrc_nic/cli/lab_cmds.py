@@ -9,6 +9,12 @@ from mrc_nic.cli import output
 from mrc_nic.cli.common import default_topology_path, format_option, lab_option, pick_lab
 
 
+def topology_option(help_text: str):
+    return click.option(
+        "-t", "--topology", "topology_file", default=None, metavar="FILE", help=help_text
+    )
+
+
 @click.command(
     epilog="""\b
 Examples:
@@ -16,14 +22,7 @@ Examples:
   mrc-nic up -t netns/clos-8.toml
   mrc-nic up -t netns/default.toml --name lab2   # a second lab beside the first"""
 )
-@click.option(
-    "-t",
-    "--topology",
-    "topology_file",
-    default=None,
-    metavar="FILE",
-    help="Topology TOML (default: netns/default.toml).",
-)
+@topology_option("Topology TOML (default: netns/default.toml).")
 @click.option("--name", default=None, help="Lab name, overriding [lab].name of the file.")
 @click.option(
     "--reuse",
@@ -58,14 +57,7 @@ def up(topology_file: str | None, name: str | None, reuse: bool, fmt: str) -> No
 
 @click.command()
 @lab_option
-@click.option(
-    "-t",
-    "--topology",
-    "topology_file",
-    default=None,
-    metavar="FILE",
-    help="Take down the lab this topology file names.",
-)
+@topology_option("Take down the lab this topology file names.")
 @click.option("--all", "all_labs", is_flag=True, help="Take down every lab on this machine.")
 def down(lab: str | None, topology_file: str | None, all_labs: bool) -> None:
     """Remove exactly what `up` made (also after a crash). Safe to repeat."""
