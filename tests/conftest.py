@@ -30,6 +30,22 @@ def _why_no_lab() -> str | None:
     return None
 
 
+def require_root_and_bcc() -> None:
+    """Skip unless BPF programs can be compiled and loaded here."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to load BPF programs")
+    try:
+        from bcc import BPF
+    except ImportError as e:
+        pytest.skip(f"bcc (python3-bpfcc) is not importable: {e}")
+    # A trivial program: if this fails the environment (kernel headers, bcc)
+    # is broken, not the project's C, whose compile errors must fail the tests.
+    try:
+        BPF(text=b"int f(struct __sk_buff *skb) { return 0; }").cleanup()
+    except Exception as e:
+        pytest.skip(f"bcc cannot compile a trivial program (kernel headers?): {e}")
+
+
 NO_LAB_REASON = _why_no_lab()
 needs_lab = pytest.mark.skipif(NO_LAB_REASON is not None, reason=NO_LAB_REASON or "")
 

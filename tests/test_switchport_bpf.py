@@ -23,6 +23,7 @@ import time
 from typing import Any
 
 import pytest
+from conftest import require_root_and_bcc
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 from scapy.packet import Raw
@@ -60,24 +61,9 @@ ETH_ONLY = bytes(14)  # the smallest frame BPF_PROG_TEST_RUN accepts
 # ---- fixtures -------------------------------------------------------------------
 
 
-def _require_root_and_bcc() -> None:
-    if os.geteuid() != 0:
-        pytest.skip("needs root to load BPF programs")
-    try:
-        from bcc import BPF
-    except ImportError as e:
-        pytest.skip(f"bcc (python3-bpfcc) is not importable: {e}")
-    # A trivial program: if this fails the environment (kernel headers, bcc)
-    # is broken, not switch_port.c, whose compile errors must fail the tests.
-    try:
-        BPF(text=b"int f(struct __sk_buff *skb) { return 0; }").cleanup()
-    except Exception as e:
-        pytest.skip(f"bcc cannot compile a trivial program (kernel headers?): {e}")
-
-
 @pytest.fixture(scope="module")
 def program():
-    _require_root_and_bcc()
+    require_root_and_bcc()
     prog = sp.SwitchPortProgram.load(LAB, MAX_PORTS)
     try:
         yield prog
