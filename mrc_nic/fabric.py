@@ -43,6 +43,9 @@ SWITCH_SYSCTLS = {
     "net.ipv6.conf.all.disable_ipv6": 1,
     "net.ipv6.conf.default.disable_ipv6": 1,
 }
+# Kernels >= 6.11 seed the ECMP hash randomly per namespace unless told; a
+# fixed seed makes a given entropy value take the same spine in every run.
+ECMP_HASH_SEED = {"net.ipv4.fib_multipath_hash_seed": 0x4D5243}  # "MRC"
 HOST_SYSCTLS = {
     "net.ipv4.conf.all.rp_filter": 0,
     "net.ipv4.conf.default.rp_filter": 0,
@@ -155,7 +158,11 @@ class Fabric:
         _failpoint("attach")
 
     def _sysctls(self, node: Node) -> dict[str, int]:
-        return SWITCH_SYSCTLS if node.is_switch else HOST_SYSCTLS
+        if not node.is_switch:
+            return HOST_SYSCTLS
+        if os.path.exists("/proc/sys/net/ipv4/fib_multipath_hash_seed"):
+            return {**SWITCH_SYSCTLS, **ECMP_HASH_SEED}
+        return SWITCH_SYSCTLS
 
     def _make_link(self, link: Link) -> None:
         up, low = link.upper, link.lower

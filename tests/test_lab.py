@@ -280,7 +280,10 @@ def test_down_under_traffic_stops_the_path_and_heal_restores_it(default_lab):
 
 def test_flap_under_traffic_alternates_delivery(default_lab):
     lab = default_lab.lab
-    with Stream(default_lab, "h0", "h1", planes=[1], seconds=5.0, pps=20000) as stream:
+    # 16 entropies: both spines carry some of them.
+    with Stream(
+        default_lab, "h0", "h1", planes=[1], seconds=5.0, pps=20000, source_ports=16
+    ) as stream:
         stream.wait_flowing(lab, "p1.t0a-h0", "up")
         fault = faults.apply(lab, ("p1.t1a-t0a",), faults.FaultSpec("flap", period=0.4))
         try:
