@@ -209,15 +209,19 @@ def map_info(map_fd: int) -> MapInfo:
 # ---- map elements -------------------------------------------------------------
 
 
-def map_lookup(map_fd: int, key: bytes, value_size: int) -> bytes:
+def map_lookup(map_fd: int, key: bytes, value_size: int, *, flags: int = 0) -> bytes:
     """The value_size bytes stored under key. Missing key: OSError(ENOENT).
 
+    flags: BPF_F_LOCK copies a value that holds a bpf_spin_lock under that lock.
     For a per-CPU map use map_lookup_percpu (the kernel writes one value per CPU).
     """
     key_buf = ctypes.create_string_buffer(bytes(key), len(key))
     value_buf = ctypes.create_string_buffer(value_size)
-    attr = _MapElemAttr(map_fd=map_fd, key=_addr(key_buf), value=_addr(value_buf))
-    _bpf(BPF_MAP_LOOKUP_ELEM, attr, f"BPF_MAP_LOOKUP_ELEM map fd {map_fd} key {key.hex()}")
+    attr = _MapElemAttr(map_fd=map_fd, key=_addr(key_buf), value=_addr(value_buf), flags=flags)
+    what = f"BPF_MAP_LOOKUP_ELEM map fd {map_fd} key {key.hex()}" + (
+        f" flags {flags}" if flags else ""
+    )
+    _bpf(BPF_MAP_LOOKUP_ELEM, attr, what)
     return value_buf.raw
 
 

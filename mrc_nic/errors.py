@@ -6,18 +6,21 @@ Anything else is a bug and keeps its traceback.
 from mrc_nic.fabric import FabricError
 from mrc_nic.faults import FaultError
 from mrc_nic.lab import LabError
+from mrc_nic.pins import MapsMismatch, MapsMissing
 from mrc_nic.preflight import PreflightError
-from mrc_nic.state import LabBusy
+from mrc_nic.state import BadLabName, LabBusy
 from mrc_nic.topology import TopologyError
+from mrc_nic.traffic import TrafficError
 
 KNOWN_ERRORS = (
+    BadLabName,
     FabricError,
     FaultError,
-    LabError,
-    PreflightError,
     LabBusy,
+    LabError,
+    MapsMismatch,
+    MapsMissing,
+    PreflightError,
     TopologyError,
-    FileNotFoundError,
-    PermissionError,
-    ValueError,
+    TrafficError,
 )

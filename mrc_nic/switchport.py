@@ -19,12 +19,12 @@ import dataclasses
 import enum
 import errno
 import os
-import re
 import time
 from pathlib import Path
 from typing import Any
 
-from mrc_nic import bpfsys
+from mrc_nic import bpfsys, pins
+from mrc_nic.pins import PIN_ROOT, MapsMismatch, MapsMissing  # noqa: F401 (re-exported)
 
 INGRESS, EGRESS = 0, 1
 DIRECTIONS = 2
@@ -33,7 +33,6 @@ BPF_DIR = Path(__file__).resolve().parent.parent / "bpf"
 SOURCE = BPF_DIR / "switch_port.c"
 FUNC_NAME = "switch_port"
 
-PIN_ROOT = Path("/sys/fs/bpf/mrc-nic")
 FAULTS_MAP = "port_faults"
 COUNTERS_MAP = "port_counters"
 PINNED_MAPS = (FAULTS_MAP, COUNTERS_MAP)
@@ -45,7 +44,6 @@ LOSS_SCALE = 1 << LOSS_SCALE_SHIFT
 # clsact's pseudo-parents (tc's "ingress" and "egress" hooks).
 _CLSACT_PARENT = {INGRESS: "ffff:fff2", EGRESS: "ffff:fff3"}
 
-_LAB_NAME = re.compile(r"[a-z0-9]+")
 _U32_MAX = (1 << 32) - 1
 _U64_MAX = (1 << 64) - 1
 
@@ -98,31 +96,14 @@ def port_key(port_id: int, direction: int) -> int:
     return port_id * DIRECTIONS + direction
 
 
-def _check_lab(lab: str) -> str:
-    # The name becomes a path component: refuse anything that could escape PIN_ROOT.
-    if not _LAB_NAME.fullmatch(lab):
-        raise ValueError(f"lab name must match [a-z0-9]+, not {lab!r}")
-    return lab
-
-
 def pin_dir(lab: str) -> Path:
     """Directory on bpffs holding the pinned maps of a lab."""
-    return PIN_ROOT / _check_lab(lab)
+    return pins.pin_dir(lab)
 
 
 def unpin(lab: str) -> None:
     """Remove the pins this module made for a lab, then its directory if empty."""
-    directory = pin_dir(lab)
-    for name in PINNED_MAPS:
-        (directory / name).unlink(missing_ok=True)
-    try:
-        directory.rmdir()
-    except FileNotFoundError:
-        pass
-    except OSError as e:
-        # Other modules may pin their own objects in the lab's directory.
-        if e.errno != errno.ENOTEMPTY:
-            raise
+    pins.unpin(lab, PINNED_MAPS)
 
 
 # ---- loss pattern -----------------------------------------------------------
@@ -262,11 +243,13 @@ class SwitchPortMaps:
         directory = pin_dir(lab)
         fds: list[int] = []
         try:
+            sizes = {
+                FAULTS_MAP: ctypes.sizeof(FaultConfig),
+                COUNTERS_MAP: ctypes.sizeof(CountersLayout),
+            }
             for name in PINNED_MAPS:
-                fds.append(_open_pinned(lab, directory / name))
+                fds.append(pins.open_pinned(lab, directory / name, "BPF maps", sizes[name]))
             faults_fd, counters_fd = fds
-            _check_value_size(directory / FAULTS_MAP, faults_fd, ctypes.sizeof(FaultConfig))
-            _check_value_size(directory / COUNTERS_MAP, counters_fd, ctypes.sizeof(CountersLayout))
             max_keys = min(bpfsys.map_info(fd).max_entries for fd in fds)
         except BaseException:
             for fd in fds:
@@ -314,9 +297,9 @@ class SwitchPortMaps:
         """
         mode = FaultMode(mode)
         threshold = loss_threshold(loss_rate)
-        _check_range("seed", seed, _U64_MAX)
-        _check_range("until_ns", until_ns, _U64_MAX)
-        _check_range("fault_id", fault_id, _U32_MAX)
+        pins.check_range("seed", seed, _U64_MAX)
+        pins.check_range("until_ns", until_ns, _U64_MAX)
+        pins.check_range("fault_id", fault_id, _U32_MAX)
         config = FaultConfig(
             mode=mode,
             fault_id=fault_id,
@@ -360,38 +343,3 @@ class SwitchPortMaps:
             self._counters_fd, self._key(port_id, direction), ctypes.sizeof(CountersLayout)
         )
         return PortCounters.from_cpus([CountersLayout.from_buffer_copy(v) for v in per_cpu])
-
-
-class MapsMissing(FileNotFoundError):
-    """The lab's pinned maps are not there: the lab is not up (or was half removed)."""
-
-
-class MapsMismatch(OSError):
-    """A pinned map's layout differs from this build's: pinned by another version."""
-
-
-def _open_pinned(lab: str, path: Path) -> int:
-    try:
-        return bpfsys.obj_get(path)
-    except FileNotFoundError:
-        raise MapsMissing(
-            errno.ENOENT,
-            f"BPF maps of lab {lab!r} are missing (is the lab up?)",
-            str(path),
-        ) from None
-
-
-def _check_value_size(path: Path, fd: int, expected: int) -> None:
-    # A pin left by an older build would be read with the wrong layout.
-    actual = bpfsys.map_info(fd).value_size
-    if actual != expected:
-        raise MapsMismatch(
-            errno.EPROTO,
-            f"{path}: value size {actual}, this mrc-nic expects {expected} "
-            "(maps pinned by another version? take the lab down and up again)",
-        )
-
-
-def _check_range(name: str, value: int, maximum: int) -> None:
-    if not (isinstance(value, int) and 0 <= value <= maximum):
-        raise ValueError(f"{name} must be an integer in [0, {maximum}], not {value!r}")

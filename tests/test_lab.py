@@ -266,16 +266,17 @@ def test_blackhole_stops_a_path_while_the_drop_counter_rises(default_lab):
 
 def test_down_under_traffic_stops_the_path_and_heal_restores_it(default_lab):
     lab = default_lab.lab
-    with Stream(default_lab, "h0", "h1", planes=[1], seconds=5.0, pps=20000) as stream:
+    with Stream(default_lab, "h0", "h1", planes=[1], seconds=10.0, pps=20000) as stream:
         stream.wait_flowing(lab, "p1.t0b-h1", "down")
-        assert poll_delivery(lab, "p1.t0b-h1", "down")[0] > 1000
+        assert poll_delivery(lab, "p1.t0b-h1", "down")[0] > 100
         fault = faults.apply(lab, ("p1.t0a-h0",), faults.FaultSpec("down"))
         try:
             assert poll_delivery(lab, "p1.t0b-h1", "down")[0] == 0
         finally:
             faults.heal(lab, [fault["id"]])
-        time.sleep(0.3)  # ARP and the sender's first retries after carrier returns
-        assert poll_delivery(lab, "p1.t0b-h1", "down")[0] > 1000
+        # Delivery resumes once ARP is answered again (a loaded machine may
+        # take a while; the stream lasts long enough to see it).
+        stream.wait_flowing(lab, "p1.t0b-h1", "down", timeout=5.0)
 
 
 def test_flap_under_traffic_alternates_delivery(default_lab):

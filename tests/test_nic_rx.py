@@ -1,0 +1,1197 @@
+"""Golden-packet tests of the receiver half of bpf/nic_xdp.c.
+
+The program is compiled once for the module (lab ``znic<pid>``, small maps,
+pins removed at teardown) and run with BPF_PROG_TEST_RUN on frames built by
+mrc_nic.wire. Every expected answer is built with wire.sack_packet or
+wire.nack_packet from explicit values and compared byte for byte; there is no
+Python model of the receiver.
+
+Addresses follow the lab's plan: host h on plane p is 198.18.p.(h+1). The
+data sender is host 0 (QP 0x000007), the receiver host 1 (QP 0x010005), and
+the packets travel on plane 2.
+
+Each test starts from a freshly set-up receive QP (cum_psn = START, mpr 1:
+a 128-PSN window), a region of 8 elements at BASE_VA, a zeroed memory and an
+empty event ring. Data packets are middle packets of a long message
+(last=False) unless a test is about messages, so that AETH.msn stays 0.
+
+A frame cut before its UDP header cannot be told to be MRC: it is passed to
+the stack (which drops it), not counted as a truncated MRC packet. The last
+test attaches the program to a real veth pair (namespace znic-<pid>).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import os
+import re
+from collections.abc import Callable
+
+import pytest
+from conftest import require_root_and_bcc
+from scapy.contrib.roce import AETH, BTH
+from scapy.layers.inet import ICMP, IP, UDP
+from scapy.layers.inet6 import IPv6
+from scapy.layers.l2 import ARP, Ether
+from scapy.packet import Packet, Raw
+
+from mrc_nic import bpfsys, nic
+from mrc_nic import wire as w
+
+
+def needs_bpf(test):
+    """Mark a test that loads BPF (root + bpf); pure-Python tests stay unmarked."""
+    return pytest.mark.root(pytest.mark.bpf(test))
+
+
+XDP_DROP, XDP_PASS, XDP_TX = 1, 2, 3
+LAB = f"znic{os.getpid()}"
+HEADER = nic.BPF_DIR / "nic_maps.h"
+
+# The program's sizes in this module (small: the tests read whole maps).
+MR_ELEMS = 64
+MAX_QPS = 64
+MAX_REGIONS = 4
+EVENT_PAGES = 1
+
+TX_HOST, RX_HOST, PLANE = 0, 1, 2
+QP_TX = TX_HOST << 16 | 7  # the data sender's QP: dest QP of every answer
+QP_RX = RX_HOST << 16 | 5  # the receiving QP: dest QP of every data packet
+DATA = w.Endpoints(
+    src_mac="02:00:00:00:00:01",
+    dst_mac="02:00:00:00:01:01",
+    src_ip=f"198.18.{PLANE}.{TX_HOST + 1}",
+    dst_ip=f"198.18.{PLANE}.{RX_HOST + 1}",
+)
+ANSWER = DATA.reversed()
+EV = 0xC123
+TS = 0x0000_0102_0304_0000
+RKEY = 0x1234
+REGION = 1
+REGION_FIRST_ELEM = 16
+REGION_ELEMS = 8
+BASE_VA = 0x7F00_0000_0000
+PORTS = 0b1011  # the receiving host's ports that are up (copied into answers)
+START = 100  # cum_psn of the freshly set-up QP
+MPR = 1
+WINDOW = MPR * w.MPR_UNIT
+
+
+# ---- packets --------------------------------------------------------------------------
+
+
+def payload_for(psn: int, size: int = 1024) -> bytes:
+    """Distinct, recognisable bytes per PSN."""
+    seed = bytes([psn & 0xFF, (psn >> 8) & 0xFF, 0xA5, 0x5A])
+    return (seed * (size // 4 + 1))[:size]
+
+
+def data(
+    psn: int,
+    *,
+    elem: int | None = None,
+    payload: bytes | None = None,
+    ends: w.Endpoints = DATA,
+    dqpn: int = QP_RX,
+    **kw,
+) -> Packet:
+    """A data packet for PSN psn, placed in region element elem (default: psn - START)."""
+    elem = psn - START if elem is None else elem
+    kw.setdefault("last", False)
+    kw.setdefault("tx_ts", TS + psn)
+    kw.setdefault("rkey", RKEY)
+    return w.data_packet(
+        ends,
+        ev=kw.pop("ev", EV),
+        dqpn=dqpn,
+        psn=psn,
+        va=kw.pop("va", BASE_VA + elem * nic.MR_ELEM_SIZE),
+        payload=payload_for(psn) if payload is None else payload,
+        **kw,
+    )
+
+
+def sack(psn: int, cum: int, bitmap: int = 0, *, flags: int = 0, msn: int = 0, **kw) -> Packet:
+    """The SACK the receiver must send for data PSN psn."""
+    return w.sack_packet(
+        ANSWER,
+        ev=kw.pop("ev", EV),
+        dqpn=QP_TX,
+        psn=psn,
+        cum_psn=cum,
+        echo_ts=kw.pop("echo_ts", TS + psn),
+        sack_bitmap=bitmap,
+        flags=flags,
+        port_bitmap=PORTS,
+        msn=msn,
+        mpr=kw.pop("mpr", MPR),
+        **kw,
+    )
+
+
+def nack(psn: int, reason: w.NackReason, cum: int, bitmap: int = 0, **kw) -> Packet:
+    """The NACK the receiver must send for data PSN psn."""
+    return w.nack_packet(
+        ANSWER,
+        reason=reason,
+        ev=kw.pop("ev", EV),
+        dqpn=QP_TX,
+        psn=psn,
+        cum_psn=cum,
+        echo_ts=kw.pop("echo_ts", TS + psn),
+        sack_bitmap=bitmap,
+        port_bitmap=PORTS,
+        mpr=kw.pop("mpr", MPR),
+        **kw,
+    )
+
+
+def with_lengths_fixed(pkt: Packet, udp_payload: bytes) -> bytes:
+    """pkt's framing around another UDP payload, with consistent IPv4/UDP lengths."""
+    eth = Ether(bytes(pkt))
+    ip, udp = eth[IP], eth[UDP]
+    del ip.len, ip.chksum, udp.len
+    udp.remove_payload()
+    udp.add_payload(Raw(udp_payload))
+    return bytes(eth)
+
+
+def patched(pkt: Packet, offset: int, value: bytes) -> bytes:
+    raw = bytearray(bytes(pkt))
+    raw[offset : offset + len(value)] = value
+    return bytes(raw)
+
+
+# ---- fixtures -------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def program():
+    require_root_and_bcc()
+    prog = nic.NicProgram.load(
+        LAB,
+        mr_elems=MR_ELEMS,
+        max_qps=MAX_QPS,
+        max_regions=MAX_REGIONS,
+        event_pages=EVENT_PAGES,
+    )
+    try:
+        yield prog
+    finally:
+        prog.close()
+        nic.unpin(LAB)
+
+
+@pytest.fixture(scope="module")
+def maps(program):
+    with nic.NicMaps.open(LAB) as m:
+        yield m
+
+
+@pytest.fixture(scope="module")
+def event_reader(maps):
+    with maps.events() as reader:
+        yield reader
+
+
+@pytest.fixture
+def qp(maps, event_reader):
+    """A fresh receive QP (cum_psn START), its region zeroed, no pending events."""
+    maps.set_region(
+        REGION, first_elem=REGION_FIRST_ELEM, n_elems=REGION_ELEMS, rkey=RKEY, base_va=BASE_VA
+    )
+    maps.set_port_bitmap(RX_HOST, PORTS)
+    maps.memory()[:] = bytes(MR_ELEMS * nic.MR_ELEM_SIZE)
+    setup_qp(maps)
+    event_reader.read()
+    return QP_RX
+
+
+def setup_qp(maps, **kw) -> None:
+    args = dict(
+        local_host=RX_HOST, peer_host=TX_HOST, peer_qpn=QP_TX, region=REGION, mpr=MPR, psn=START
+    )
+    maps.setup_rq(QP_RX, **(args | kw))
+
+
+def run(program, frame: Packet | bytes) -> bpfsys.TestRunResult:
+    return bpfsys.prog_test_run(program.fd, bytes(frame))
+
+
+def delta(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
+    return {k: v - before[k] for k, v in after.items() if v != before[k]}
+
+
+def elem_bytes(maps, elem: int) -> bytes:
+    return maps.read_region(REGION, elem * nic.MR_ELEM_SIZE, nic.MR_ELEM_SIZE)
+
+
+def assert_answer(result: bpfsys.TestRunResult, expected: Packet) -> None:
+    assert result.retval == XDP_TX, f"verdict {result.retval}"
+    got, want = result.data_out, bytes(expected)
+    if got != want:
+        diffs = {
+            (layer.__name__, f): (getattr(Ether(got)[layer], f), getattr(Ether(want)[layer], f))
+            for layer in (Ether, IP, UDP, BTH, AETH, w.MRCAck)
+            for f in (fd.name for fd in layer.fields_desc)
+            if layer in Ether(got)
+            and getattr(Ether(got)[layer], f) != getattr(Ether(want)[layer], f)
+        }
+        pytest.fail(f"answer differs (got, expected): {diffs}\n{got.hex()}\n{want.hex()}")
+
+
+# ---- receiving data: placement and SACKs ------------------------------------------------------
+
+
+@needs_bpf
+def test_in_order_data_is_placed_and_sacked(program, maps, qp):
+    before = maps.counters()
+    pkt = data(START, elem=3)
+
+    result = run(program, pkt)
+
+    assert_answer(result, sack(START, cum=START + 1))
+    assert len(result.data_out) == 94
+    assert elem_bytes(maps, 3) == payload_for(START)
+    assert elem_bytes(maps, 2) == bytes(1024) and elem_bytes(maps, 4) == bytes(1024)
+    rq = maps.rq(QP_RX)
+    assert (rq.cum_psn, rq.received, rq.msn) == (START + 1, [], 0)
+    assert rq.stats["placed_pkts"] == 1 and rq.stats["placed_bytes"] == 1024
+    assert rq.stats["sacks"] == 1 and rq.stats["data_pkts"] == 1
+    assert delta(before, maps.counters()) == {"sack": 1, "placed": 1, "placed_bytes": 1024}
+
+
+@needs_bpf
+def test_out_of_order_then_hole_filled(program, maps, qp):
+    # START+2 first: a hole at START and START+1.
+    assert_answer(run(program, data(START + 2)), sack(START + 2, cum=START, bitmap=0b100))
+    rq = maps.rq(QP_RX)
+    assert (rq.cum_psn, rq.received) == (START, [START + 2])
+
+    assert_answer(run(program, data(START + 1)), sack(START + 1, cum=START, bitmap=0b110))
+    assert maps.rq(QP_RX).cum_psn == START
+
+    # The hole filled: cum_psn moves over all three.
+    assert_answer(run(program, data(START)), sack(START, cum=START + 3))
+    rq = maps.rq(QP_RX)
+    assert (rq.cum_psn, rq.received) == (START + 3, [])
+    for i in range(3):
+        assert elem_bytes(maps, i) == payload_for(START + i)
+
+
+@needs_bpf
+def test_cum_psn_advances_over_a_long_run(program, maps, qp):
+    # 100 PSNs after a hole span two bitmap words; filling the hole moves
+    # cum_psn over all of them at once, and the bitmap is left empty.
+    setup_qp(maps, mpr=2)
+    for psn in range(START + 1, START + 101):
+        result = run(program, data(psn, elem=0, payload=b"x" * 8))
+        assert result.retval == XDP_TX
+    rq = maps.rq(QP_RX)
+    assert rq.cum_psn == START and rq.received == list(range(START + 1, START + 101))
+
+    assert_answer(
+        run(program, data(START, elem=0, payload=b"y" * 8)), sack(START, cum=START + 101, mpr=2)
+    )
+    raw = maps.rq_raw(QP_RX)
+    assert raw.cum_psn == START + 101 and not any(raw.bitmap)
+
+
+@needs_bpf
+def test_sack_base_moves_to_a_far_trigger(program, maps, qp):
+    # With a 256-PSN window the trigger can be more than 64 PSNs past
+    # cum_psn: the bitmap then starts at the trigger's PSN rounded down to 64.
+    setup_qp(maps, mpr=2)
+    far = START + 100  # 200: base 192, bit 8
+    run(program, data(far - 1, elem=0))
+    assert_answer(
+        run(program, data(far, elem=1)),
+        sack(far, cum=START, sack_psn=192, bitmap=1 << 8 | 1 << 7, mpr=2),
+    )
+
+
+@needs_bpf
+def test_window_edges(program, maps, qp):
+    # The last PSN of the window is accepted; the next one is NACKed.
+    # It lies 64 or more PSNs past cum_psn: the SACK's bitmap starts at its
+    # PSN rounded down to 64 (192), and stops at the window's end (bit 35).
+    last_in = START + WINDOW - 1  # 227
+    assert_answer(
+        run(program, data(last_in, elem=0)), sack(last_in, cum=START, sack_psn=192, bitmap=1 << 35)
+    )
+    assert maps.rq(QP_RX).received == [last_in]
+
+    before = maps.counters()
+    result = run(program, data(START + WINDOW, elem=1))
+    assert_answer(result, nack(START + WINDOW, w.NackReason.PSN_OOR_WINDOW, cum=START))
+    assert elem_bytes(maps, 1) == bytes(1024), "a PSN beyond the window must not be placed"
+    assert delta(before, maps.counters()) == {"nack_oor": 1}
+    rq = maps.rq(QP_RX)
+    assert rq.received == [last_in] and rq.stats["oor_pkts"] == 1
+
+
+@needs_bpf
+def test_psn_wraps_at_24_bits(program, maps, qp):
+    top = w.PSN_MASK  # 0xFFFFFF
+    setup_qp(maps, psn=top - 1)
+    assert_answer(run(program, data(1, elem=2)), sack(1, cum=top - 1, bitmap=0b1000))
+    assert_answer(run(program, data(top, elem=1)), sack(top, cum=top - 1, bitmap=0b1010))
+    assert_answer(run(program, data(top - 1, elem=0)), sack(top - 1, cum=0, bitmap=0b10))
+    assert_answer(run(program, data(0, elem=3)), sack(0, cum=2))
+    # Below cum_psn across the wrap: a duplicate.
+    assert_answer(run(program, data(top - 10, elem=4)), sack(top - 10, cum=2, flags=w.AckFlag.DUP))
+    assert elem_bytes(maps, 4) == bytes(1024)
+
+
+@needs_bpf
+def test_ecn_ce_is_echoed(program, maps, qp):
+    result = run(program, data(START, ecn=w.Ecn.CE))
+    assert_answer(result, sack(START, cum=START + 1, flags=w.AckFlag.ECN))
+
+
+@needs_bpf
+def test_ev_and_timestamp_are_echoed(program, maps, qp):
+    result = run(program, data(START, ev=0x0001, tx_ts=(1 << 64) - 1))
+    assert_answer(result, sack(START, cum=START + 1, ev=0x0001, echo_ts=(1 << 64) - 1))
+
+
+@needs_bpf
+def test_short_and_zero_length_payloads(program, maps, qp):
+    # A 1-byte payload lands at the start of its element, nothing else moves.
+    maps.write_region(REGION, 0, b"\xee" * 1024)
+    assert_answer(run(program, data(START, payload=b"\x01")), sack(START, cum=START + 1))
+    assert elem_bytes(maps, 0) == b"\x01" + b"\xee" * 1023
+
+    # A zero-length WRITE (90-byte frame) places nothing; its answer is
+    # longer than it, so the frame grows. Its va and rkey are not checked.
+    pkt = data(START + 1, payload=b"", va=3, rkey=0)
+    assert len(bytes(pkt)) == 90
+    assert_answer(run(program, pkt), sack(START + 1, cum=START + 2))
+    assert maps.rq(QP_RX).stats["placed_bytes"] == 1
+
+
+@needs_bpf
+def test_retransmitted_data_is_handled_like_data(program, maps, qp):
+    assert_answer(run(program, data(START, retx=True)), sack(START, cum=START + 1))
+    assert elem_bytes(maps, 0) == payload_for(START)
+
+
+@needs_bpf
+def test_rts_accepts_data(program, maps, qp):
+    setup_qp(maps, state=nic.QpState.RTS)
+    assert_answer(run(program, data(START)), sack(START, cum=START + 1))
+
+
+@needs_bpf
+def test_answers_on_any_plane(program, maps, qp):
+    for plane in (0, 15):
+        ends = dataclasses.replace(
+            DATA, src_ip=f"198.18.{plane}.{TX_HOST + 1}", dst_ip=f"198.18.{plane}.{RX_HOST + 1}"
+        )
+        psn = START + plane
+        result = run(program, data(psn, ends=ends, elem=0))
+        assert result.retval == XDP_TX
+        assert Ether(result.data_out)[IP].src == ends.dst_ip
+        assert Ether(result.data_out)[IP].dst == ends.src_ip
+
+
+# ---- duplicates ---------------------------------------------------------------------------
+
+
+SENTINEL = b"\x5e" * 1024
+
+
+@needs_bpf
+def test_duplicate_below_cum_psn(program, maps, qp):
+    run(program, data(START))
+    maps.write_region(REGION, 0, SENTINEL)
+    before = maps.counters()
+
+    result = run(program, data(START, payload=b"\x11" * 1024))
+
+    assert_answer(result, sack(START, cum=START + 1, flags=w.AckFlag.DUP))
+    assert elem_bytes(maps, 0) == SENTINEL, "a duplicate must not be placed again"
+    assert delta(before, maps.counters()) == {"sack": 1, "dup": 1}
+    rq = maps.rq(QP_RX)
+    assert rq.stats["dup_pkts"] == 1 and rq.stats["placed_pkts"] == 1
+
+
+@needs_bpf
+def test_duplicate_in_bitmap(program, maps, qp):
+    run(program, data(START + 1))
+    maps.write_region(REGION, 1024, SENTINEL)
+    before = maps.counters()
+
+    result = run(program, data(START + 1, payload=b"\x11" * 1024, ecn=w.Ecn.CE))
+
+    assert_answer(
+        result, sack(START + 1, cum=START, bitmap=0b10, flags=w.AckFlag.DUP | w.AckFlag.ECN)
+    )
+    assert elem_bytes(maps, 1) == SENTINEL
+    assert delta(before, maps.counters()) == {"sack": 1, "dup": 1}
+    assert maps.rq(QP_RX).received == [START + 1]
+
+
+# ---- trimmed packets --------------------------------------------------------------------------
+
+
+@needs_bpf
+@pytest.mark.parametrize(
+    ("lasthop", "reason", "counter"),
+    [
+        (False, w.NackReason.TRIMMED, "nack_trimmed"),
+        (True, w.NackReason.TRIMMED_LASTHOP, "nack_trimmed_lasthop"),
+    ],
+)
+def test_trimmed_data_is_nacked(program, maps, qp, lasthop, reason, counter):
+    run(program, data(START + 1))  # something in the bitmap for the NACK to report
+    state = bytes(maps.rq_raw(QP_RX))
+    before = maps.counters()
+
+    result = run(program, w.trim(data(START), lasthop=lasthop))
+
+    assert_answer(result, nack(START, reason, cum=START, bitmap=0b10))
+    assert elem_bytes(maps, 0) == bytes(1024), "a trimmed packet places nothing"
+    assert delta(before, maps.counters()) == {counter: 1}
+    after = maps.rq_raw(QP_RX)
+    assert (after.cum_psn, list(after.bitmap)) == (
+        START,
+        list(nic.RqState.from_buffer_copy(state).bitmap),
+    )
+    assert after.stats.trimmed_pkts == 1 and after.stats.nacks == 1
+
+
+@needs_bpf
+def test_trimmed_write_imm_and_ce(program, maps, qp):
+    pkt = w.trim(data(START, imm=0xABCD, last=True, ecn=w.Ecn.CE))
+    result = run(program, pkt)
+    assert_answer(
+        result,
+        nack(START, w.NackReason.TRIMMED, cum=START, flags=w.AckFlag.TRIMMED | w.AckFlag.ECN),
+    )
+    assert maps.rq(QP_RX).pending_msgs == []
+
+
+@needs_bpf
+def test_trimmed_duplicate_is_flagged(program, maps, qp):
+    run(program, data(START))
+    result = run(program, w.trim(data(START)))
+    assert_answer(
+        result,
+        nack(
+            START,
+            w.NackReason.TRIMMED,
+            cum=START + 1,
+            flags=w.AckFlag.TRIMMED | w.AckFlag.DUP,
+        ),
+    )
+
+
+# ---- memory access errors ----------------------------------------------------------------------
+
+
+@needs_bpf
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"rkey": RKEY + 1},
+        {"va": BASE_VA + REGION_ELEMS * 1024},  # one element past the region
+        {"va": BASE_VA - 1024},  # before it
+    ],
+    ids=["wrong rkey", "past the region", "before the region"],
+)
+def test_remote_access_errors_are_fatal_nacks(program, maps, qp, change):
+    state = bytes(maps.rq_raw(QP_RX))
+    before = maps.counters()
+
+    result = run(program, data(START, **change))
+
+    assert_answer(
+        result,
+        nack(
+            START,
+            w.NackReason.UNEXP_EVENT,
+            cum=START,
+            syndrome=w.Syndrome.NAK_REM_ACCESS,
+        ),
+    )
+    assert delta(before, maps.counters()) == {"nack_rem_access": 1}
+    assert maps.memory()[:] == bytes(MR_ELEMS * nic.MR_ELEM_SIZE)
+    after = maps.rq_raw(QP_RX)
+    assert (after.cum_psn, bytes(after.bitmap)) == (
+        START,
+        bytes(nic.RqState.from_buffer_copy(state).bitmap),
+    )
+
+
+# ---- drops: malformed packets and packets the QP must not take -------------------------------
+
+
+def _imm_without_last() -> bytes:
+    pkt = data(START, imm=7, last=True)
+    pkt[w.MRCData].last = 0
+    return bytes(pkt)
+
+
+def _spoofed(**fields) -> Callable[[], Packet]:
+    return lambda: data(START, ends=dataclasses.replace(DATA, **fields))
+
+
+def _opcode(op: int) -> Callable[[], bytes]:
+    return lambda: patched(data(START), 42, bytes([op]))
+
+
+@dataclasses.dataclass
+class Drop:
+    name: str
+    frame: Callable[[], Packet | bytes]
+    counter: str
+    setup: dict | None = None  # fields of the stored QP to change before the packet
+
+
+def write_raw_rq(maps, **fields) -> None:
+    """Store QP_RX with some fields changed, bypassing the client's checks."""
+    value = maps.rq_raw(QP_RX)
+    for name, v in fields.items():
+        setattr(value, name, v)
+    bpfsys.map_update(maps.fd(nic.RX_QPS_MAP), QP_RX.to_bytes(4, "little"), bytes(value))
+
+
+WRITE = data(START)  # frame offsets: BTH 42, RETH 54, MRC_DATA 70, payload 86
+WRITE_FRAME = bytes(WRITE)
+WRITE_UDP_PAYLOAD = bytes(WRITE[UDP].payload)
+
+DROPS = [
+    Drop("unknown QP", lambda: data(START, dqpn=QP_RX + 1), "drop_unknown_qp"),
+    Drop("QP of another host", lambda: data(START, dqpn=0x020005), "drop_unknown_qp"),
+    Drop("spoofed source host", _spoofed(src_ip="198.18.2.9"), "drop_spoofed"),
+    Drop("source on another plane", _spoofed(src_ip="198.18.3.1"), "drop_spoofed"),
+    Drop("source outside the lab", _spoofed(src_ip="10.0.0.1"), "drop_spoofed"),
+    Drop("destination is another host", _spoofed(dst_ip="198.18.2.3"), "drop_spoofed"),
+    Drop("destination outside the lab", _spoofed(dst_ip="10.18.2.2"), "drop_spoofed"),
+    Drop(
+        "plane beyond the last",
+        _spoofed(src_ip="198.18.16.1", dst_ip="198.18.16.2"),
+        "drop_spoofed",
+    ),
+    Drop("QP in RESET", lambda: WRITE, "drop_qp_state", {"state": nic.QpState.RESET}),
+    Drop("QP in INIT", lambda: WRITE, "drop_qp_state", {"state": nic.QpState.INIT}),
+    Drop("QP in ERR", lambda: WRITE, "drop_qp_state", {"state": nic.QpState.ERR}),
+    Drop("RETH length > payload", lambda: data(START, dmalen=1025), "drop_bad_len"),
+    Drop("RETH length < payload", lambda: data(START, dmalen=1023), "drop_bad_len"),
+    Drop(
+        "RETH length of a trimmed packet, untrimmed",
+        lambda: data(START, payload=b"ab", dmalen=64),
+        "drop_bad_len",
+    ),
+    Drop(
+        "UDP length disagrees with IPv4",
+        lambda: patched(WRITE, 38, (1000).to_bytes(2, "big")),
+        "drop_bad_len",
+    ),
+    Drop("UDP length below 8", lambda: patched(WRITE, 38, (4).to_bytes(2, "big")), "drop_bad_len"),
+    Drop("payload > element", lambda: data(START, payload=bytes(1025)), "drop_too_long"),
+    Drop(
+        "payload > MRC_PAYLOAD_MAX",
+        lambda: data(START, payload=bytes(w.payload_max() + 1)),
+        "drop_too_long",
+    ),
+    Drop("va not element-aligned", lambda: data(START, va=BASE_VA + 512), "drop_bad_va"),
+    Drop("va off by one", lambda: data(START, va=BASE_VA + 1024 + 1), "drop_bad_va"),
+    Drop("WRITE_IMM without LAST", _imm_without_last, "drop_imm_not_last"),
+    Drop("opcode RC READ request", _opcode(0x0C), "drop_bad_opcode"),
+    Drop("opcode RC SEND only", _opcode(0x04), "drop_bad_opcode"),
+    Drop("opcode vendor 0xDA", _opcode(0xDA), "drop_bad_opcode"),
+    Drop("opcode 0xFF", _opcode(0xFF), "drop_bad_opcode"),
+    Drop("mpr 0", lambda: WRITE, "drop_qp_config", {"mpr": 0}),
+]
+# Truncations: the frame cut, headers unchanged (their lengths now lie).
+for _cut, _what in [
+    (42, "after UDP"),
+    (54, "after BTH"),
+    (70, "after RETH"),
+    (86, "after MRC_DATA"),
+    (86 + 500, "mid-payload"),
+    (len(WRITE_FRAME) - 4, "without ICRC"),
+    (len(WRITE_FRAME) - 1, "one byte short"),
+]:
+    DROPS.append(Drop(f"cut {_what}", lambda cut=_cut: WRITE_FRAME[:cut], "drop_truncated"))
+# Short: lengths consistent, but the UDP payload ends inside the MRC headers.
+for _keep, _what in [
+    (0, "no BTH"),
+    (11, "part of BTH"),
+    (12, "BTH only"),
+    (28, "BTH RETH"),
+    (44, "no ICRC"),
+]:
+    DROPS.append(
+        Drop(
+            f"short: {_what}",
+            lambda keep=_keep: with_lengths_fixed(WRITE, WRITE_UDP_PAYLOAD[:keep]),
+            "drop_short",
+        )
+    )
+DROPS.append(
+    Drop(
+        "short: WRITE_IMM headers without ICRC",
+        lambda: with_lengths_fixed(
+            data(START, imm=1, last=True), bytes(data(START, imm=1, last=True)[UDP].payload)[:48]
+        ),
+        "drop_short",
+    )
+)
+DROPS.append(
+    Drop(
+        "consistent lengths, payload shorter than RETH",
+        lambda: with_lengths_fixed(WRITE, WRITE_UDP_PAYLOAD[:-8]),
+        "drop_bad_len",
+    )
+)
+DROPS.append(
+    Drop(
+        "BAD_MSN: a LAST packet of a completed message",
+        lambda: data(START, last=True, msn=(1 << 24) - 1),
+        "drop_bad_msn",
+    )
+)
+
+
+@needs_bpf
+@pytest.mark.parametrize("case", DROPS, ids=[c.name for c in DROPS])
+def test_dropped_and_counted(program, maps, qp, case: Drop):
+    if case.setup:
+        write_raw_rq(maps, **case.setup)
+    maps.write_region(REGION, 0, SENTINEL)
+    state = bytes(maps.rq_raw(QP_RX))
+    memory = maps.memory()[:]
+    before = maps.counters()
+
+    result = run(program, case.frame())
+
+    assert result.retval == XDP_DROP
+    assert delta(before, maps.counters()) == {case.counter: 1}
+    assert bytes(maps.rq_raw(QP_RX)) == state, "a dropped packet must not change the QP"
+    assert maps.memory()[:] == memory, "a dropped packet must not be placed"
+
+
+@needs_bpf
+def test_bad_msn_of_a_recorded_message(program, maps, qp):
+    # Two LAST packets for one MSN: the second is inconsistent.
+    run(program, data(START + 1, last=True, msn=0))
+    before = maps.counters()
+    result = run(program, data(START + 2, last=True, msn=0))
+    assert result.retval == XDP_DROP
+    assert delta(before, maps.counters()) == {"drop_bad_msn": 1}
+    assert maps.rq(QP_RX).received == [START + 1]
+    assert elem_bytes(maps, 2) == bytes(1024), "refused before its payload is copied"
+
+
+# ---- not ours: passed to the stack, untouched ---------------------------------------------
+
+
+def _eth() -> Ether:
+    # Explicit addresses: scapy would otherwise try to resolve them.
+    return Ether(src=DATA.src_mac, dst=DATA.dst_mac)
+
+
+def _ip(**kw) -> IP:
+    return IP(src=DATA.src_ip, dst=DATA.dst_ip, **kw)
+
+
+PASSES = [
+    (
+        "ARP",
+        lambda: (
+            Ether(src=DATA.src_mac, dst="ff:ff:ff:ff:ff:ff")
+            / ARP(hwsrc=DATA.src_mac, psrc=DATA.src_ip, pdst=DATA.dst_ip)
+        ),
+        "pass_not_mrc",
+    ),
+    ("ICMP echo", lambda: _eth() / _ip() / ICMP(), "pass_not_mrc"),
+    (
+        "UDP to another port",
+        lambda: _eth() / _ip() / UDP(sport=EV, dport=5201) / Raw(bytes(64)),
+        "pass_not_mrc",
+    ),
+    (
+        "UDP from port 4791",
+        lambda: _eth() / _ip() / UDP(sport=4791, dport=5201) / Raw(b"x"),
+        "pass_not_mrc",
+    ),
+    ("TCP", lambda: _eth() / _ip(proto=6) / Raw(bytes(40)), "pass_not_mrc"),
+    (
+        "IPv6 UDP 4791",
+        lambda: (
+            _eth() / IPv6(src="fd00::1", dst="fd00::2") / UDP(sport=EV, dport=4791) / Raw(bytes(60))
+        ),
+        "pass_not_mrc",
+    ),
+    ("IPv4 fragment", lambda: _eth() / _ip(frag=10, proto=17) / Raw(bytes(60)), "pass_not_mrc"),
+    ("cut after Ethernet", lambda: WRITE_FRAME[:14], "pass_not_mrc"),
+    ("cut inside IPv4", lambda: WRITE_FRAME[:30], "pass_not_mrc"),
+    ("cut after IPv4", lambda: WRITE_FRAME[:34], "pass_not_mrc"),
+    ("cut inside UDP", lambda: WRITE_FRAME[:40], "pass_not_mrc"),
+    ("RoCE UD SEND", _opcode(0x64), "pass_other_opcode"),
+    ("RoCE CNP", _opcode(0x81), "pass_other_opcode"),
+    (
+        "SACK (sender role, later)",
+        lambda: w.sack_packet(DATA, ev=EV, dqpn=QP_RX, psn=1, cum_psn=1, echo_ts=0),
+        "pass_deferred",
+    ),
+    (
+        "PROBE (later)",
+        lambda: w.probe(DATA, ev=EV, dqpn=QP_RX, psn=1, tx_ts=0),
+        "pass_deferred",
+    ),
+    (
+        "PROBE_REPLY (later)",
+        lambda: w.probe_reply(DATA, ev=EV, dqpn=QP_RX, psn=1, echo_ts=0),
+        "pass_deferred",
+    ),
+]
+
+
+@needs_bpf
+@pytest.mark.parametrize(("name", "frame", "counter"), PASSES, ids=[p[0] for p in PASSES])
+def test_passed_untouched(program, maps, qp, name, frame, counter):
+    state = bytes(maps.rq_raw(QP_RX))
+    before = maps.counters()
+    raw = bytes(frame())
+
+    result = run(program, raw)
+
+    assert result.retval == XDP_PASS
+    assert result.data_out == raw
+    assert delta(before, maps.counters()) == {counter: 1}
+    assert bytes(maps.rq_raw(QP_RX)) == state
+
+
+# ---- messages: MSN, WRITE_WITH_IMM completions in order -----------------------------------------
+
+
+@needs_bpf
+def test_write_imm_completes_when_whole(program, maps, qp, event_reader):
+    # One 3-packet WRITE_WITH_IMM message, MSN 0, its LAST packet first.
+    base = BASE_VA + 2 * 1024
+
+    def pkt(i: int, **kw) -> Packet:
+        return data(START + i, va=base + i * 1024, msg_off=i * 1024, msn=0, **kw)
+
+    assert_answer(run(program, pkt(2, imm=0xDEADBEEF, last=True)), sack(START + 2, START, 0b100))
+    assert maps.rq(QP_RX).pending_msgs == [
+        {"msn": 0, "last_psn": START + 2, "va": base, "len": 3072, "imm": 0xDEADBEEF}
+    ]
+    assert_answer(run(program, pkt(0)), sack(START, START + 1, 0b10))
+    assert event_reader.read() == [], "no completion before the message is whole"
+
+    assert_answer(run(program, pkt(1)), sack(START + 1, START + 3, msn=1))
+
+    assert event_reader.wait(timeout=1.0)
+    events = [e.as_dict() for e in event_reader.read()]
+    assert len(events) == 1 and events[0].pop("ts") > 0
+    assert events[0] == {
+        "type": nic.EventType.RECV_IMM,
+        "qpn": QP_RX,
+        "msn": 0,
+        "imm": 0xDEADBEEF,
+        "va": base,
+        "len": 3072,
+    }
+    rq = maps.rq(QP_RX)
+    assert (rq.msn, rq.pending_msgs) == (1, [])
+    assert (rq.stats["msgs_done"], rq.stats["imm_done"]) == (1, 1)
+    for i in range(3):
+        assert elem_bytes(maps, 2 + i) == payload_for(START + i)
+
+
+@needs_bpf
+def test_completions_are_in_message_order(program, maps, qp, event_reader):
+    # MSN 0: plain WRITE (PSN START); MSN 1: WRITE_IMM (START+1); MSN 2:
+    # WRITE_IMM (START+2). Arrival order: 2, 1, 0.
+    before = maps.counters()
+    assert_answer(
+        run(program, data(START + 2, msn=2, imm=22, last=True)), sack(START + 2, START, 0b100)
+    )
+    assert_answer(
+        run(program, data(START + 1, msn=1, imm=11, last=True)), sack(START + 1, START, 0b110)
+    )
+    assert event_reader.read() == []
+
+    assert_answer(run(program, data(START, msn=0, last=True)), sack(START, START + 3, msn=3))
+
+    events = event_reader.read()
+    assert [(e.msn, e.imm, e.len) for e in events] == [(1, 11, 1024), (2, 22, 1024)]
+    got = delta(before, maps.counters())
+    assert got == {
+        "sack": 3,
+        "placed": 3,
+        "placed_bytes": 3 * 1024,
+        "msg_done": 3,
+        "events": 2,
+    }
+
+
+@needs_bpf
+def test_message_beyond_the_slots_is_nacked(program, maps, qp):
+    before = maps.counters()
+    result = run(program, data(START + 1, msn=nic.MSG_SLOTS, last=True))
+    assert_answer(result, nack(START + 1, w.NackReason.NO_RESOURCE, cum=START))
+    assert delta(before, maps.counters()) == {"nack_no_resource": 1}
+    rq = maps.rq(QP_RX)
+    assert rq.received == [] and rq.pending_msgs == []
+    # The last slot still fits.
+    assert run(program, data(START + 1, msn=nic.MSG_SLOTS - 1, last=True)).retval == XDP_TX
+    assert [m["msn"] for m in maps.rq(QP_RX).pending_msgs] == [nic.MSG_SLOTS - 1]
+
+
+@needs_bpf
+def test_msn_starts_where_setup_says(program, maps, qp, event_reader):
+    setup_qp(maps, msn=w.MSN_MASK)  # the next message is the last MSN before the wrap
+    assert_answer(
+        run(program, data(START, msn=w.MSN_MASK, imm=5, last=True)), sack(START, START + 1, msn=0)
+    )
+    assert [(e.msn, e.imm) for e in event_reader.read()] == [(w.MSN_MASK, 5)]
+
+
+# ---- the map client ----------------------------------------------------------------------------
+
+
+@needs_bpf
+def test_memory_mmap_is_the_map(program, maps, qp):
+    fd = maps.fd(nic.MR_MAP)
+    elem = REGION_FIRST_ELEM + 5
+    maps.write_region(REGION, 5 * 1024, b"\x42" * 1024)
+    assert bpfsys.map_lookup(fd, elem.to_bytes(4, "little"), 1024) == b"\x42" * 1024
+    bpfsys.map_update(fd, elem.to_bytes(4, "little"), b"\x24" * 1024)
+    assert maps.read_region(REGION, 5 * 1024, 1024) == b"\x24" * 1024
+    with pytest.raises(ValueError, match="outside region"):
+        maps.read_region(REGION, REGION_ELEMS * 1024 - 1, 2)
+
+
+@needs_bpf
+def test_set_rq_state_keeps_receive_state(program, maps, qp):
+    run(program, data(START + 3))
+    maps.set_rq_state(QP_RX, nic.QpState.ERR)
+    rq = maps.rq(QP_RX)
+    assert (rq.state, rq.received, rq.stats["placed_pkts"]) == (nic.QpState.ERR, [START + 3], 1)
+    assert run(program, data(START)).retval == XDP_DROP
+    maps.set_rq_state(QP_RX, nic.QpState.RTS)
+    assert run(program, data(START)).retval == XDP_TX
+
+
+@needs_bpf
+def test_delete_rq(program, maps, qp):
+    maps.delete_rq(QP_RX)
+    with pytest.raises(KeyError):
+        maps.rq(QP_RX)
+    with pytest.raises(KeyError):
+        maps.delete_rq(QP_RX)
+    assert run(program, data(START)).retval == XDP_DROP
+
+
+@needs_bpf
+def test_client_refuses_bad_values(maps):
+    good = dict(local_host=1, peer_host=0, peer_qpn=1, region=0)
+    with pytest.raises(ValueError, match="mpr"):
+        maps.setup_rq(1, **good, mpr=nic.MPR_MAX + 1)
+    with pytest.raises(ValueError, match="mpr"):
+        maps.setup_rq(1, **good, mpr=0)
+    with pytest.raises(ValueError, match="qpn"):
+        maps.setup_rq(1 << 24, **good)
+    with pytest.raises(ValueError, match="region"):
+        maps.setup_rq(1, **(good | {"region": MAX_REGIONS}))
+    with pytest.raises(ValueError, match="do not fit"):
+        maps.set_region(0, first_elem=MR_ELEMS - 1, n_elems=2, rkey=1)
+    with pytest.raises(ValueError, match="base_va"):
+        maps.set_region(0, first_elem=0, n_elems=1, rkey=1, base_va=5)
+    with pytest.raises(KeyError):
+        maps.rq(0xFFFFFF)
+
+
+@needs_bpf
+def test_load_refuses_existing_pins(program):
+    with pytest.raises(FileExistsError, match="already pinned"):
+        nic.NicProgram.load(LAB, mr_elems=MR_ELEMS)
+
+
+@needs_bpf
+def test_pinned_maps_have_expected_shape(program):
+    expected = {
+        nic.RX_QPS_MAP: (bpfsys.BPF_MAP_TYPE_HASH, 4, ctypes.sizeof(nic.RqState), MAX_QPS),
+        nic.MR_MAP: (bpfsys.BPF_MAP_TYPE_ARRAY, 4, nic.MR_ELEM_SIZE, MR_ELEMS),
+        nic.REGIONS_MAP: (
+            bpfsys.BPF_MAP_TYPE_ARRAY,
+            4,
+            ctypes.sizeof(nic.RegionLayout),
+            MAX_REGIONS,
+        ),
+        nic.PORT_UP_MAP: (bpfsys.BPF_MAP_TYPE_ARRAY, 4, 4, nic.MAX_HOSTS),
+        nic.COUNTERS_MAP: (bpfsys.BPF_MAP_TYPE_PERCPU_ARRAY, 4, 8, nic.COUNTER_SLOTS),
+        nic.EVENTS_MAP: (nic.BPF_MAP_TYPE_RINGBUF, 0, 0, EVENT_PAGES * os.sysconf("SC_PAGE_SIZE")),
+    }
+    for name, shape in expected.items():
+        fd = bpfsys.obj_get(nic.pin_dir(LAB) / name)
+        try:
+            info = bpfsys.map_info(fd)
+        finally:
+            os.close(fd)
+        assert (info.type, info.key_size, info.value_size, info.max_entries) == shape, name
+        assert info.name == name
+        if name == nic.MR_MAP:
+            assert info.map_flags & nic.BPF_F_MMAPABLE
+
+
+@needs_bpf
+def test_unpin_removes_only_nic_maps(program):
+    # A pin of another module (switchport's port_faults) in the lab's
+    # directory survives nic.unpin, and so does the directory.
+    from bcc import BPF
+
+    lab = f"znicu{os.getpid()}"
+    directory = nic.pin_dir(lab)
+    other = directory / "port_faults"
+    probe = BPF(text=b"BPF_ARRAY(port_faults, u32, 1);")
+    try:
+        nic.NicProgram.load(lab, mr_elems=4, max_qps=4, max_regions=1, event_pages=1).close()
+        assert sorted(p.name for p in directory.iterdir()) == sorted(nic.PINNED_MAPS)
+        bpfsys.obj_pin(probe[b"port_faults"].map_fd, other)
+        nic.unpin(lab)
+        assert [p.name for p in directory.iterdir()] == ["port_faults"]
+        other.unlink()
+        nic.unpin(lab)
+        assert not directory.exists()
+    finally:
+        probe.cleanup()
+        other.unlink(missing_ok=True)
+        nic.unpin(lab)
+
+
+def test_unpin_absent_lab_is_quiet():
+    nic.unpin(f"zabsent{os.getpid()}")
+
+
+def test_load_checks_its_arguments():
+    with pytest.raises(ValueError, match="host_net"):
+        nic.NicProgram.load("zx", host_net="198.18.0.0/24")
+    with pytest.raises(ValueError, match="event_pages"):
+        nic.NicProgram.load("zx", event_pages=3)
+    with pytest.raises(ValueError, match="lab name"):
+        nic.NicProgram.load("Bad-Name")
+
+
+def test_counter_indices_are_dense():
+    assert [c.value for c in nic.Counter] == list(range(nic.COUNTER_SLOTS))
+
+
+# ---- layouts and constants against the header ----------------------------------------------------
+
+
+def _layout(struct) -> list:
+    """(name, offset, size) of every field, nested structs and arrays of structs expanded."""
+    out = []
+    for name, ftype, *_ in struct._fields_:
+        desc = getattr(struct, name)
+        entry = [name, desc.offset, desc.size]
+        if isinstance(ftype, type) and issubclass(ftype, ctypes.Structure):
+            entry.append(_layout(ftype))
+        elif isinstance(ftype, type) and issubclass(ftype, ctypes.Array):
+            elem = ftype._type_
+            if issubclass(elem, ctypes.Structure):
+                entry.append((ftype._length_, _layout(elem)))
+            else:
+                entry.append((ftype._length_, ctypes.sizeof(elem)))
+        out.append(tuple(map(lambda v: tuple(v) if isinstance(v, list) else v, entry)))
+    return out
+
+
+# struct name in nic_maps.h -> its Python view
+C_VIEWS = {
+    "nic_rq": nic.RqState,
+    "nic_rq_stats": nic.RqStats,
+    "nic_msg_slot": nic.MsgSlot,
+    "nic_region": nic.RegionLayout,
+    "nic_event": nic.Event,
+}
+
+# Every constant Python copies from nic_maps.h, as (C expression, Python value).
+HEADER_CONSTANTS = [
+    ("NIC_MAX_QPS", nic.DEFAULT_MAX_QPS),
+    ("NIC_MR_ELEMS", nic.DEFAULT_MR_ELEMS),
+    ("NIC_MAX_REGIONS", nic.DEFAULT_MAX_REGIONS),
+    ("NIC_MAX_HOSTS", nic.MAX_HOSTS),
+    ("NIC_MAX_PLANES", nic.MAX_PLANES),
+    ("NIC_HOST_NET", int(nic.NicConfig().host_net.network_address)),
+    ("NIC_EVENT_PAGES", nic.DEFAULT_EVENT_PAGES),
+    ("NIC_MR_ELEM_SIZE", nic.MR_ELEM_SIZE),
+    ("NIC_MPR_MAX", nic.MPR_MAX),
+    ("NIC_BITMAP_BITS", nic.BITMAP_BITS),
+    ("NIC_BITMAP_WORDS", nic.BITMAP_WORDS),
+    ("NIC_MSG_SLOTS", nic.MSG_SLOTS),
+    ("NIC_MSG_F_VALID", nic.MSG_F_VALID),
+    ("NIC_MSG_F_IMM", nic.MSG_F_IMM),
+    *[(f"NIC_QPS_{s.name}", s) for s in nic.QpState],
+    *[(f"NIC_EV_{e.name}", e) for e in nic.EventType],
+    *[(f"NIC_CNT_{c.name}", c) for c in nic.Counter],
+    ("NIC_CNT_MAX", nic.COUNTER_SLOTS),
+    ("sizeof(struct nic_mr_elem)", nic.MR_ELEM_SIZE),
+    *[(f"sizeof(struct {s})", ctypes.sizeof(v)) for s, v in C_VIEWS.items()],
+]
+
+
+def _header_names() -> set[str]:
+    """Every object-like NIC_* macro and enumerator of the header."""
+    text = HEADER.read_text()
+    macros = re.findall(r"^#define (NIC_\w+)(?=[ \t])", text, flags=re.M)
+    enumerators = re.findall(r"^\t(NIC_\w+)(?: = \d+)?,", text, flags=re.M)
+    return set(macros + enumerators)
+
+
+def test_every_header_constant_has_a_python_copy():
+    assert _header_names() == {expr for expr, _ in HEADER_CONSTANTS if expr.isidentifier()}
+
+
+@pytest.fixture(scope="module")
+def compiled_header():
+    """nic_maps.h compiled by bcc with its defaults: one array map per struct
+    (for its Leaf type) and an array of every constant, filled by one run."""
+    require_root_and_bcc()
+    from bcc import BPF
+
+    maps = "\n".join(f"BPF_ARRAY(l_{s}, struct {s}, 1);" for s in C_VIEWS)
+    stores = "\n".join(
+        f"    i = {i}; v = (s64)({expr}); consts.update(&i, &v);"
+        for i, (expr, _) in enumerate(HEADER_CONSTANTS)
+    )
+    touch = "\n".join(f"    if (l_{s}.lookup(&i)) n++;" for s in C_VIEWS)
+    source = f"""
+#include "nic_maps.h"
+{maps}
+BPF_ARRAY(consts, s64, {len(HEADER_CONSTANTS)});
+int probe(struct __sk_buff *skb) {{
+    u32 i; s64 v; int n = 0;
+{stores}
+    i = 0;
+{touch}
+    return n;
+}}
+"""
+    bpf = BPF(text=source.encode(), cflags=[f"-I{nic.BPF_DIR}"])
+    try:
+        fn = bpf.load_func(b"probe", BPF.SCHED_CLS)
+        assert bpfsys.prog_test_run(fn.fd, bytes(14)).retval == len(C_VIEWS)
+        yield bpf
+    finally:
+        bpf.cleanup()
+
+
+@needs_bpf
+def test_constants_match_header(compiled_header):
+    table = compiled_header[b"consts"]
+    got = {expr: table[ctypes.c_uint32(i)].value for i, (expr, _) in enumerate(HEADER_CONSTANTS)}
+    assert got == {expr: int(value) for expr, value in HEADER_CONSTANTS}
+
+
+@needs_bpf
+@pytest.mark.parametrize("struct", list(C_VIEWS))
+def test_python_layout_matches_compiled_struct(compiled_header, struct):
+    leaf = compiled_header[f"l_{struct}".encode()].Leaf
+    assert ctypes.sizeof(leaf) == ctypes.sizeof(C_VIEWS[struct])
+    assert _layout(leaf) == _layout(C_VIEWS[struct])
+
+
+@needs_bpf
+@pytest.mark.parametrize(
+    ("map_name", "view"), [(nic.RX_QPS_MAP, nic.RqState), (nic.REGIONS_MAP, nic.RegionLayout)]
+)
+def test_program_maps_use_the_python_layout(program, map_name, view):
+    leaf = program.bpf[map_name.encode()].Leaf
+    assert _layout(leaf) == _layout(view)
+
+
+# ---- a real port: XDP_TX on a veth pair ------------------------------------------------------
+
+
+@needs_bpf
+@pytest.mark.netns
+def test_attach_answers_on_a_veth(program, maps, qp):
+    """Data sent into one end of a veth pair comes back as a SACK.
+
+    Both ends carry the program (XDP_TX into a veth needs a program on the
+    peer, DESIGN section 3). The SACK reaching the sender's end is an ACK,
+    which the program passes to the stack, where a packet socket sees it.
+    """
+    import socket
+
+    from pyroute2 import IPRoute
+
+    from mrc_nic import netns
+
+    ns = f"znic-{os.getpid()}"
+    netns.create(ns)
+    try:
+        with IPRoute(netns=ns, flags=0) as ipr:
+            ipr.link("add", ifname="znic-a", kind="veth", peer={"ifname": "znic-b"})
+            ia = ipr.link_lookup(ifname="znic-a")[0]
+            ib = ipr.link_lookup(ifname="znic-b")[0]
+            for index in (ia, ib):
+                ipr.link("set", index=index, state="up")
+                program.attach(ipr, index)
+            link = ipr.get_links(ia)[0]
+            xdp = link.get_attr("IFLA_XDP")
+            assert xdp.get_attr("IFLA_XDP_PROG_ID") > 0
+
+            with netns.entered(ns):
+                sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x0003))
+            try:
+                sock.bind(("znic-b", 0))
+                sock.settimeout(2)
+                frame = bytes(
+                    data(
+                        START,
+                        ends=dataclasses.replace(
+                            DATA, src_mac=_mac(ipr, ib), dst_mac=_mac(ipr, ia)
+                        ),
+                    )
+                )
+                sock.send(frame)
+                expected = bytes(
+                    w.sack_packet(
+                        dataclasses.replace(ANSWER, src_mac=_mac(ipr, ia), dst_mac=_mac(ipr, ib)),
+                        ev=EV,
+                        dqpn=QP_TX,
+                        psn=START,
+                        cum_psn=START + 1,
+                        echo_ts=TS + START,
+                        port_bitmap=PORTS,
+                        mpr=MPR,
+                    )
+                )
+                got = _receive(sock, lambda raw: raw == expected)
+            finally:
+                sock.close()
+            assert got == expected
+            assert elem_bytes(maps, 0) == payload_for(START)
+
+            for index in (ia, ib):
+                nic.NicProgram.detach(ipr, index)
+            assert ipr.get_links(ia)[0].get_attr("IFLA_XDP").get_attr("IFLA_XDP_PROG_ID") is None
+    finally:
+        netns.remove(ns)
+
+
+def _mac(ipr, index: int) -> str:
+    return ipr.get_links(index)[0].get_attr("IFLA_ADDRESS")
+
+
+def _receive(sock, wanted: Callable[[bytes], bool], tries: int = 20) -> bytes | None:
+    import socket
+
+    for _ in range(tries):
+        try:
+            raw, addr = sock.recvfrom(4096)
+        except TimeoutError:
+            return None
+        if addr[2] != socket.PACKET_OUTGOING and wanted(raw):
+            return raw
+    return None
