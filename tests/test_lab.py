@@ -500,3 +500,19 @@ def _no_fault_leaks(request):
         if leftover:
             faults.heal(lab)
             pytest.fail(f"test left faults in force: {list(leftover)}")
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["ping", "h0", "h9"], "'h9' is not a host"),
+        (["traffic", "h0", "h1", "--plane", "9", "--duration", "0.2"], "no plane 9"),
+        (["fail", "plane", "7", "--mode", "down"], "no plane 7"),
+        (["heal", "99"], "no fault with id 99"),
+    ],
+)
+def test_cli_errors_on_a_running_lab_are_one_line(default_lab, args, message):
+    proc = run_cli(*args, "-l", default_lab.lab, check=False)
+    assert proc.returncode == 1, proc.stderr
+    assert message in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
