@@ -489,7 +489,6 @@ int probe(struct __sk_buff *skb) {{
 
 
 @needs_bpf
-@needs_bpf
 @pytest.mark.netns
 def test_attach_decodes_port_and_direction(program, maps):
     """Ping across a veth pair whose ends are ports 3 (side a) and 1 (side b).
@@ -501,22 +500,24 @@ def test_attach_decodes_port_and_direction(program, maps):
 
     ns_a, ns_b = f"zsp-{os.getpid()}a", f"zsp-{os.getpid()}b"
     port_a, port_b = 3, 1
-    for name in (ns_a, ns_b):
-        netns.create(name)
+    made = []
     try:
+        for name in (ns_a, ns_b):
+            netns.create(name)
+            made.append(name)
         with IPRoute(netns=ns_a) as ipa, IPRoute(netns=ns_b) as ipb:
             ipa.link("add", ifname="zspa", kind="veth", peer={"ifname": "zspb", "net_ns_fd": ns_b})
             idx_a = ipa.link_lookup(ifname="zspa")[0]
             idx_b = ipb.link_lookup(ifname="zspb")[0]
-            ipa.addr("add", index=idx_a, address="10.201.0.1", prefixlen=24)
-            ipb.addr("add", index=idx_b, address="10.201.0.2", prefixlen=24)
+            ipa.addr("add", index=idx_a, address="198.18.250.1", prefixlen=24)
+            ipb.addr("add", index=idx_b, address="198.18.250.2", prefixlen=24)
             ipa.link("set", index=idx_a, state="up")
             ipb.link("set", index=idx_b, state="up")
             program.attach(ipa, idx_a, port_a)
             program.attach(ipb, idx_b, port_b)
             before = {(p, d): maps.counters(p, d) for p in range(MAX_PORTS) for d in (0, 1)}
 
-            assert _ping(ns_a, "10.201.0.2", count=3) == 0
+            assert _ping(ns_a, "198.18.250.2", count=3) == 0
             after = {k: maps.counters(*k) for k in before}
             seen = {k: after[k].pkts - before[k].pkts for k in before}
             for key in [
@@ -534,12 +535,12 @@ def test_attach_decodes_port_and_direction(program, maps):
 
             maps.set_fault(port_a, sp.EGRESS, sp.FaultMode.BLACKHOLE)
             try:
-                assert _ping(ns_a, "10.201.0.2", count=2) != 0
+                assert _ping(ns_a, "198.18.250.2", count=2) != 0
                 assert maps.counters(port_a, sp.EGRESS).drop_blackhole >= 2
             finally:
                 maps.clear_fault(port_a, sp.EGRESS)
     finally:
-        for name in (ns_a, ns_b):
+        for name in made:
             netns.remove(name)
 
 
