@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * nic_maps.h: what the NIC programs (nic_xdp.c now; nic_tx.c later) share
- * with each other and with user space (mrc_nic/nic.py). One source of truth:
+ * nic_maps.h: what the NIC programs (nic_xdp.c now; nic_tx.c and the send
+ * engine later) share with each other and with user space (mrc_nic/nic.py).
+ * One source of truth:
  * Python keeps a ctypes copy of each struct and a test compares it, field by
  * field, with the layout bcc compiled from this file, and checks the
  * constants below.
@@ -63,6 +64,37 @@
 #define NIC_EVENT_PAGES 64
 #endif
 
+/* Entries of the per-EV state map nic_evs (all QPs of the lab together). */
+#ifndef NIC_MAX_EVS
+#define NIC_MAX_EVS 16384
+#endif
+
+/* Entries of nic_tx_ring: one PSN -> EV table per send QP (struct nic_sq.ring). */
+#ifndef NIC_TX_RINGS
+#define NIC_TX_RINGS 256
+#endif
+
+/*
+ * How long an EV stays in SKIP after an ECN-marked SACK or a NACK(TRIMMED), in
+ * ns. A CE mark or a trim says that a queue on this EV's path was above its
+ * threshold when the packet passed; the sender's reaction reaches that queue
+ * one RTT later. Skipping the EV for about two RTTs lets the queue drain and
+ * lets the next packet on the EV meet the queue after the reduced load: any
+ * shorter and the EV is used again before the congestion can have gone; any
+ * longer and a healthy path sits idle (MRC's SKIP is short-lived, unlike
+ * ASSUMED_BAD). The lab's RTT through T0-T1-T0 is 26-69 us (DESIGN.md section 3),
+ * hence 100 us. A fabric with hardware RTTs (5-10 us) wants about 20 us.
+ */
+#ifndef NIC_SKIP_NS
+#define NIC_SKIP_NS 100000
+#endif
+
+/* Most PSNs one SACK may declare lost (the loss walk, see "Loss detection").
+ * The rest are the daemon's timeout's. */
+#ifndef NIC_LOSS_WALK_MAX
+#define NIC_LOSS_WALK_MAX 16
+#endif
+
 /* ---- Layout constants (NOT tunable: user space mirrors them) ------------ */
 
 /* Region element: the path MTU RoCE uses on 1500-byte Ethernet, and the
@@ -85,13 +117,26 @@
  * A power of two. */
 #define NIC_MSG_SLOTS 32
 
+/* EVs in one send QP's EV profile (struct nic_sq.evs): the OCP API's ev_count;
+ * MRC uses 128-256 per QP. */
+#define NIC_MAX_QP_EVS 256
+
+/* Entries of a send QP's retransmit queue (struct nic_sq.retxq). A power of
+ * two. A PSN is in the queue at most once at a time (its retx bit), so a full
+ * queue means more than this many PSNs of one window lost at once; the
+ * overflow is counted and left to the daemon's timeout. */
+#define NIC_RETX_SLOTS 256
+
 _Static_assert((NIC_BITMAP_BITS & (NIC_BITMAP_BITS - 1)) == 0 && NIC_BITMAP_BITS >= 64,
 	       "NIC_BITMAP_BITS must be a power of two >= 64");
 _Static_assert((NIC_MSG_SLOTS & (NIC_MSG_SLOTS - 1)) == 0, "NIC_MSG_SLOTS must be a power of two");
+_Static_assert((NIC_RETX_SLOTS & (NIC_RETX_SLOTS - 1)) == 0, "NIC_RETX_SLOTS must be a power of two");
+_Static_assert(NIC_LOSS_WALK_MAX >= 1 && NIC_LOSS_WALK_MAX <= 64, "NIC_LOSS_WALK_MAX out of range");
 
 /* ---- QP states ---------------------------------------------------------- */
 
-/* The values of verbs' enum ibv_qp_state. Only RTR and RTS accept data. */
+/* The values of verbs' enum ibv_qp_state. Only RTR and RTS accept data (and
+ * PROBEs); only RTS and SQD accept SACKs, NACKs and PROBE_REPLYs. */
 enum nic_qp_state {
 	NIC_QPS_RESET = 0,
 	NIC_QPS_INIT = 1,
@@ -165,6 +210,240 @@ _Static_assert(sizeof(struct nic_rq) == 40 + 8 * NIC_BITMAP_WORDS + sizeof(struc
 					     NIC_MSG_SLOTS * sizeof(struct nic_msg_slot),
 	       "struct nic_rq has hidden padding");
 
+/* ---- Send QP state: map nic_tx_qps (hash, key = __u32 QPN) ------------- */
+
+/*
+ * The sending side of one QP: the QP that SACKs, NACKs and PROBE_REPLYs
+ * address (their BTH dest QP). A QP that both sends and receives has an entry
+ * here and one in nic_rx_qps, under the same QPN.
+ *
+ * Window: PSNs in [snd_una, snd_nxt) are in flight, and snd_nxt - snd_una <=
+ * mpr * MRC_MPR_UNIT. The ring bitmaps are indexed like the receiver's, PSN p
+ * at bit p % NIC_BITMAP_BITS; a bit may be set only for p in [snd_una,
+ * snd_nxt), and every bit is cleared when snd_una passes it.
+ *   acked:  p has been acknowledged (cumulative PSN, SACK bitmap, or a SACK's
+ *           BTH.psn). snd_una moves over every acknowledged run.
+ *   echoed: the SACK/NACK that p itself triggered (BTH.psn = p) has been
+ *           taken as feedback for its EV (RTT, ECN, trim, loss walk). A second
+ *           one for the same transmission is a duplicate: its acknowledgements
+ *           still count, its feedback is ignored.
+ *   retx:   p is queued for retransmission (retxq) and not resent yet.
+ *
+ * Acknowledgement rules (nic_xdp.c, rx_ack), after the QP, address and state
+ * checks: an ACK whose BTH.psn or cumulative PSN lies at or beyond snd_nxt
+ * acknowledges PSNs never sent: dropped (NIC_CNT_DROP_ACK_RANGE), no state
+ * change. BTH.psn before snd_una: stale (stats.stale_acks), its cumulative PSN
+ * and bitmap are still applied (harmless if old). Every processed or stale
+ * ACK is consumed: XDP_DROP, since nothing in the stack wants it.
+ *
+ * The send engine (not written yet) owns snd_nxt and the consumer side of
+ * retxq, and follows this protocol, under the lock:
+ *   - a new PSN: psn = snd_nxt, only if snd_nxt - snd_una < window; then
+ *     snd_nxt = psn + 1 (24 bits);
+ *   - a retransmission: pop retxq[retx_head % NIC_RETX_SLOTS] (retx_head++);
+ *     skip it if its PSN is no longer in [snd_una, snd_nxt) or is acked;
+ *     else clear its retx and echoed bits and resend it on an EV other than
+ *     the entry's ev (a fresh EV of the same plane, MRC);
+ *   - for every transmission, outside the lock: the ring entry
+ *     (struct nic_tx_pkt) and the EV's last_tx_psn/tx counters (struct
+ *     nic_ev, under the EV's lock), before the packet leaves.
+ */
+
+/* One entry of the retransmit queue. */
+struct nic_retx {
+	__u32 psn;        /* the PSN to resend */
+	__u16 ev;         /* the EV it was lost or trimmed on: resend on another one */
+	__u8 cause;       /* enum nic_retx_cause */
+	__u8 nack_reason; /* NIC_RETX_NACK: the MRC_NACK_* reason; else 0 */
+};
+_Static_assert(sizeof(struct nic_retx) == 8, "struct nic_retx layout changed");
+
+enum nic_retx_cause {
+	NIC_RETX_NACK = 1, /* a retryable NACK asked for it (trimmed, window, resources) */
+	NIC_RETX_LOST = 2, /* declared lost from a SACK hole (loss walk) */
+};
+
+/* Per-QP counters, written by BPF under the QP's lock. */
+struct nic_sq_stats {
+	__u64 sacks;         /* SACKs processed (stale and duplicate ones included) */
+	__u64 nacks;         /* NACKs processed, every reason */
+	__u64 stale_acks;    /* BTH.psn before snd_una: no feedback */
+	__u64 dup_acks;      /* BTH.psn's feedback already taken: no feedback */
+	__u64 acked_pkts;    /* PSNs newly acknowledged */
+	__u64 lost_pkts;     /* PSNs declared lost from SACK holes */
+	__u64 retx_queued;   /* entries written to retxq */
+	__u64 retx_overflow; /* retransmissions not queued: retxq full (left to the timeout) */
+	__u64 fatal_nacks;   /* NACK(UNEXP_EVENT): the QP went to ERR */
+};
+_Static_assert(sizeof(struct nic_sq_stats) == 72, "struct nic_sq_stats layout changed");
+
+struct nic_sq {
+	struct bpf_spin_lock lock; /* guards the BPF-owned fields */
+	/* setup: written by user space */
+	__u32 state;         /* enum nic_qp_state; BPF sets NIC_QPS_ERR on a fatal NACK */
+	__u32 local_host;    /* this QP's host: ACKs must go to 198.18.P.(local_host+1) */
+	__u32 peer_host;     /* the receiver's host: ACKs must come from 198.18.P.(peer_host+1) */
+	__u32 peer_qpn;      /* the receiver's QP: dest QP of our data packets and probes */
+	__u32 mpr;           /* window = mpr * MRC_MPR_UNIT PSNs, 1 .. NIC_MPR_MAX */
+	__u32 ring;          /* index in nic_tx_ring of this QP's PSN -> EV table */
+	__u32 n_evs;         /* EV profile: evs[0 .. n_evs), the OCP API's ev_count */
+	__u32 ev_min_active; /* EV profile: floor of active EVs (OCP API), for the daemon */
+	/* BPF-owned (user space sets the initial values) */
+	__u32 snd_una;    /* oldest unacknowledged PSN */
+	__u32 snd_nxt;    /* next PSN to send: the send engine advances it */
+	__u32 retx_head;  /* retxq consumer (the send engine), free-running */
+	__u32 retx_tail;  /* retxq producer (rx_ack), free-running */
+	__u32 peer_ports; /* port bitmap of the last ACK: the peer's ports that are up */
+	__u32 reserved[2];
+	__u64 acked[NIC_BITMAP_WORDS];  /* ring: acknowledged PSNs */
+	__u64 echoed[NIC_BITMAP_WORDS]; /* ring: PSNs whose own SACK/NACK was taken */
+	__u64 retx[NIC_BITMAP_WORDS];   /* ring: PSNs queued for retransmission */
+	struct nic_sq_stats stats;
+	struct nic_retx retxq[NIC_RETX_SLOTS]; /* retransmit queue, head .. tail */
+	__u16 evs[NIC_MAX_QP_EVS];             /* setup: the EV profile's EV values */
+};
+_Static_assert(__builtin_offsetof(struct nic_sq, snd_una) == 36, "struct nic_sq layout changed");
+_Static_assert(__builtin_offsetof(struct nic_sq, acked) == 64, "struct nic_sq layout changed");
+_Static_assert(sizeof(struct nic_sq) == 64 + 3 * 8 * NIC_BITMAP_WORDS + sizeof(struct nic_sq_stats) +
+					     NIC_RETX_SLOTS * sizeof(struct nic_retx) + 2 * NIC_MAX_QP_EVS,
+	       "struct nic_sq has hidden padding");
+
+/* ---- Per-EV state: map nic_evs (hash, key = struct nic_ev_key) ---------- */
+
+/*
+ * Keyed by (QPN, EV value), not by the EV's index in the profile: the echoed
+ * EV of a SACK (MRC_ACK.echo_ev) or PROBE_REPLY (MRC_PROBE.ev) finds its
+ * entry in one lookup, with no translation table to keep in step when the
+ * daemon replaces an EV (OCP: MRC_CTL_EV_OP_REPLACE_EV = a new key). The
+ * order the engine walks the EVs in is the profile, struct nic_sq.evs.
+ */
+struct nic_ev_key {
+	__u32 qpn; /* the send QP */
+	__u32 ev;  /* the EV value (UDP source port), 1 .. MRC_EV_MAX */
+};
+_Static_assert(sizeof(struct nic_ev_key) == 8, "struct nic_ev_key layout changed");
+
+/*
+ * EV states: the OCP API's enum mrc_ctl_ev_state values (mrc_ctl.h, API
+ * v1.0.1), plus SKIP, an mrc-nic extension for the papers' short-lived SKIP
+ * (the API has no such state). Who moves an EV where:
+ *   GOOD/SKIP  -> SKIP         BPF: ECN flag in a SACK, NACK or PROBE_REPLY,
+ *                              NACK(TRIMMED);
+ *                              skip_until = now + NIC_SKIP_NS (extended if SKIP)
+ *   SKIP       -> GOOD         BPF, lazily: the next SACK/NACK/PROBE_REPLY for
+ *                              the EV after skip_until (the engine treats a
+ *                              SKIP whose skip_until has passed as GOOD); no event
+ *   any but DENIED -> ASSUMED_BAD  BPF: a PSN sent on it declared lost (event)
+ *   ASSUMED_BAD -> GOOD        BPF: a PROBE_REPLY for it (event); whether and
+ *                              when to probe, and ev_min_active, are the daemon's
+ *   any <-> DENIED, UNKNOWN    user space only (the controller)
+ * NACK(TRIMMED_LASTHOP) does not SKIP: incast at the receiver is on every EV
+ * (docs/wire-format.md, NACK reasons).
+ */
+#define NIC_EVS_GOOD 0x1U         /* MRC_CTL_EV_GOOD */
+#define NIC_EVS_ASSUMED_BAD 0x2U  /* MRC_CTL_EV_ASSUMED_BAD */
+#define NIC_EVS_DENIED 0x4U       /* MRC_CTL_EV_DENIED */
+#define NIC_EVS_SKIP 0x10000U     /* mrc-nic extension: skipped until skip_until */
+#define NIC_EVS_UNKNOWN 0x80000000U /* MRC_CTL_EV_UNKNOWN */
+
+/* Per-EV counters. */
+struct nic_ev_stats {
+	__u64 tx_pkts;              /* send engine: packets sent on this EV, retransmissions too */
+	__u64 tx_bytes;             /* send engine: their payload bytes */
+	__u64 retx_pkts;            /* send engine: retransmissions sent on this EV */
+	__u64 acks;                 /* SACKs taken as feedback for this EV (not stale, not dup) */
+	__u64 nack_trimmed;         /* NACK(TRIMMED): trimmed in the fabric */
+	__u64 nack_trimmed_lasthop; /* NACK(TRIMMED_LASTHOP): trimmed facing the receiver */
+	__u64 nack_oor;             /* NACK(PSN_OOR_WINDOW) */
+	__u64 nack_no_resource;     /* NACK(NO_BITMAP, NO_PKT_BUFFER, NO_RESOURCE) */
+	__u64 nack_fatal;           /* NACK(UNEXP_EVENT) */
+	__u64 ecn_marks;            /* SACKs, NACKs and PROBE_REPLYs with MRC_ACK_F_ECN */
+	__u64 lost_pkts;            /* PSNs sent on it declared lost from SACK holes */
+	__u64 retx_queued;          /* PSNs sent on it queued for retransmission */
+	__u64 skips;                /* times it was put in SKIP (or its SKIP extended) */
+	__u64 rtt_samples;          /* RTT samples (SACKs and PROBE_REPLYs) */
+	__u64 probe_replies;        /* PROBE_REPLYs for it */
+};
+_Static_assert(sizeof(struct nic_ev_stats) == 120, "struct nic_ev_stats layout changed");
+
+/*
+ * One EV of one send QP. User space writes the whole value at setup (plane,
+ * state; the rest zero) and may change state (DENIED, UNKNOWN, GOOD) with
+ * BPF_F_LOCK; BPF changes state and skip_until as above. RTT samples are
+ * bpf_ktime_get_ns() - the echoed tx_ts, in ns, from SACKs and PROBE_REPLYs
+ * (not NACKs: a trimmed header overtakes queued data at high priority, so
+ * its delay is not the path's); a tx_ts of 0 or in the future gives none.
+ * rtt_min is the smallest sample, srtt = 7/8 srtt + 1/8 sample (the first
+ * sample sets it).
+ */
+struct nic_ev {
+	struct bpf_spin_lock lock;
+	/* setup */
+	__u32 plane; /* the plane (host port) packets on this EV leave from */
+	/* shared: user space and BPF */
+	__u32 state; /* NIC_EVS_* */
+	__u32 reserved;
+	__u64 skip_until; /* SKIP: bpf_ktime_get_ns() at which it ends */
+	/* BPF-owned */
+	__u64 rtt_last; /* ns; 0: no sample yet */
+	__u64 rtt_min;
+	__u64 srtt;
+	/* send engine */
+	__u32 last_tx_psn; /* PSN of the last packet sent on this EV (if stats.tx_pkts) */
+	__u32 reserved2;
+	__u64 last_tx_ts; /* its tx_ts */
+	struct nic_ev_stats stats;
+};
+_Static_assert(__builtin_offsetof(struct nic_ev, skip_until) == 16, "struct nic_ev layout changed");
+_Static_assert(sizeof(struct nic_ev) == 64 + sizeof(struct nic_ev_stats),
+	       "struct nic_ev has hidden padding");
+
+/* ---- PSN -> EV table: map nic_tx_ring (mmapable array, key = ring) ------- */
+
+/*
+ * What the send engine records for every transmission, at entry
+ * psn % NIC_BITMAP_BITS of its QP's ring, before the packet leaves: which EV
+ * the PSN went on, when, and which PSN went on the same EV just before it.
+ * BPF reads it to detect losses; user space writes it through mmap (as the
+ * engine will; tests do) or reads it.
+ *
+ * Loss detection (rx_ack, "the loss walk"): packets sent on one EV follow one
+ * path (the EV is the ECMP hash input and picks the plane), and a path does
+ * not reorder. So when the SACK of PSN q, sent on EV e, arrives, every
+ * packet sent on e before q has arrived or is lost. From q's entry (it must be
+ * the transmission the SACK echoes: same PSN, EV and tx_ts), the walk follows
+ * prev_psn back, and each PSN that is in the window, was still sent on e,
+ * earlier, and is neither acknowledged nor already queued is declared lost:
+ * queued for retransmission and reported, and e becomes ASSUMED_BAD. It stops
+ * at the first acknowledged or queued PSN (the walk of an earlier SACK on e
+ * has been there), or after NIC_LOSS_WALK_MAX losses.
+ * Why per EV and not "N PSNs below the highest SACKed PSN" (TCP's dupthresh):
+ * with per-packet spraying, consecutive PSNs take different paths with
+ * different queues, so PSN order says nothing about loss; a PSN threshold
+ * would declare losses (and blame EVs) on every queueing difference. Order
+ * is only kept per EV, so that is where holes mean loss (as RACK reasons per
+ * connection, per EV here). Not caught by the walk, left to the daemon's
+ * timeout: losses on an EV from which no later packet is acknowledged (a
+ * blackholed path), and packets before a trimmed one (a trimmed header
+ * overtakes at high priority, so trim NACKs start no walk).
+ */
+struct nic_tx_pkt {
+	__u64 tx_ts;    /* MRC_DATA.tx_ts of the PSN's latest transmission */
+	__u32 psn;      /* the PSN (24 bits): PSNs sharing the slot do not match */
+	__u32 prev_psn; /* the PSN sent on the same EV just before (NIC_TX_F_PREV) */
+	__u16 ev;       /* the EV of its latest transmission */
+	__u16 flags;    /* NIC_TX_F_* */
+	__u32 len;      /* payload bytes */
+};
+_Static_assert(sizeof(struct nic_tx_pkt) == 24, "struct nic_tx_pkt layout changed");
+
+#define NIC_TX_F_PREV 0x1 /* prev_psn is valid: an earlier packet went on this EV */
+#define NIC_TX_F_RETX 0x2 /* this transmission is a retransmission */
+
+struct nic_tx_ring {
+	struct nic_tx_pkt pkts[NIC_BITMAP_BITS];
+};
+
 /* ---- Memory regions ----------------------------------------------------- */
 
 /* One element of map nic_mr (BPF_F_MMAPABLE array, NIC_MR_ELEMS entries).
@@ -191,14 +470,20 @@ _Static_assert(sizeof(struct nic_region) == 24, "struct nic_region layout change
 /* ---- Ports -------------------------------------------------------------- */
 
 /* Map nic_port_up (array, NIC_MAX_HOSTS entries of __u32, key = host id):
- * bit p set when the host's port p (plane p) is up. Copied into every SACK
- * and NACK (MRC_ACK.port_bitmap); user space must set it when the host comes
- * up (0 tells peers that every port is down). */
+ * bit p set when the host's port p (plane p) is up. Copied into every SACK,
+ * NACK (MRC_ACK.port_bitmap) and PROBE_REPLY (MRC_PROBE.port_bitmap); user
+ * space must set it when the host comes up (0 tells peers that every port is
+ * down). */
 
 /* ---- Events: ring buffer nic_events ------------------------------------- */
 
+/* Every record is 40 bytes and starts with type and qpn; ts (when BPF wrote
+ * it) is its last field. struct nic_event is the completion's layout. */
 enum nic_event_type {
 	NIC_EV_RECV_IMM = 1, /* a WRITE_WITH_IMM message completed, in message order */
+	NIC_EV_EV_STATE = 2, /* an EV changed state (struct nic_ev_event) */
+	NIC_EV_LOSS = 3,     /* a PSN was declared lost (struct nic_loss_event) */
+	NIC_EV_QP_ERR = 4,   /* a send QP went to ERR on a fatal NACK (struct nic_qp_err_event) */
 };
 
 struct nic_event {
@@ -212,6 +497,51 @@ struct nic_event {
 	__u64 ts; /* bpf_ktime_get_ns() when it completed */
 };
 _Static_assert(sizeof(struct nic_event) == 40, "struct nic_event layout changed");
+
+/* Why an EV changed state (struct nic_ev_event.cause). SKIP comes and goes
+ * without events (it is short-lived and BPF undoes it); the OCP API's EV
+ * events likewise report only ASSUMED_BAD and GOOD. */
+enum nic_ev_cause {
+	NIC_EVC_LOSS = 1,        /* a PSN sent on it was declared lost: -> ASSUMED_BAD */
+	NIC_EVC_PROBE_REPLY = 2, /* a PROBE_REPLY came back: ASSUMED_BAD -> GOOD */
+};
+
+struct nic_ev_event {
+	__u32 type; /* NIC_EV_EV_STATE */
+	__u32 qpn;  /* the send QP */
+	__u32 ev;
+	__u32 old_state; /* NIC_EVS_* */
+	__u32 new_state;
+	__u32 cause; /* enum nic_ev_cause */
+	__u32 psn;   /* LOSS: the first PSN declared lost; PROBE_REPLY: the probe number */
+	__u32 reserved;
+	__u64 ts;
+};
+_Static_assert(sizeof(struct nic_ev_event) == 40, "struct nic_ev_event layout changed");
+
+struct nic_loss_event {
+	__u32 type; /* NIC_EV_LOSS */
+	__u32 qpn;  /* the send QP */
+	__u32 psn;  /* the PSN declared lost (queued for retransmission) */
+	__u32 ev;   /* the EV it was sent on */
+	__u64 tx_ts;   /* when it was sent */
+	__u32 ack_psn; /* the PSN whose SACK exposed the hole (sent later on the same EV) */
+	__u32 reserved;
+	__u64 ts;
+};
+_Static_assert(sizeof(struct nic_loss_event) == 40, "struct nic_loss_event layout changed");
+
+struct nic_qp_err_event {
+	__u32 type;     /* NIC_EV_QP_ERR */
+	__u32 qpn;      /* the send QP, now in ERR */
+	__u32 psn;      /* BTH.psn of the fatal NACK: the request that failed */
+	__u32 ev;       /* its echoed EV */
+	__u32 syndrome; /* AETH syndrome (MRC_AETH_NAK_*): the verbs error to complete with */
+	__u32 reason;   /* MRC_NACK_* */
+	__u64 reserved;
+	__u64 ts;
+};
+_Static_assert(sizeof(struct nic_qp_err_event) == 40, "struct nic_qp_err_event layout changed");
 
 /* Completions raised by one packet, gathered under the QP lock and sent to
  * the ring buffer after it (no helper may run under a bpf_spin_lock). Map
@@ -233,11 +563,11 @@ _Static_assert(sizeof(struct nic_cqe) == 24, "struct nic_cqe layout changed");
 /* ---- Counters: map nic_counters (per-CPU array of __u64, NIC_CNT_MAX) --- */
 
 /* One index per outcome. Every packet the program sees adds 1 to exactly one
- * of PASS_*, DROP_*, SACK, NACK_*; the others (bytes, events) are extra. */
+ * of PASS_*, DROP_*, SACK, NACK_*, PROBE_REPLY, ACK_CONSUMED, ACK_STALE and
+ * PROBE_REPLY_CONSUMED; the others (bytes, events, PSNs) are extra. */
 enum nic_counter {
 	NIC_CNT_PASS_NOT_MRC = 0,    /* not IPv4 / UDP / dport 4791 (or cut before UDP): XDP_PASS */
 	NIC_CNT_PASS_OTHER_OPCODE,   /* a RoCE opcode outside MRC's ranges (UC, UD, CNP...): XDP_PASS */
-	NIC_CNT_PASS_DEFERRED,       /* ACK, PROBE, PROBE_REPLY: roles not in BPF yet, XDP_PASS */
 	NIC_CNT_SACK,                /* data answered with a SACK (XDP_TX) */
 	NIC_CNT_NACK_TRIMMED,        /* NACK(TRIMMED) sent */
 	NIC_CNT_NACK_TRIMMED_LASTHOP, /* NACK(TRIMMED_LASTHOP) sent */
@@ -250,10 +580,10 @@ enum nic_counter {
 	NIC_CNT_DROP_TOO_LONG,       /* payload > MRC_PAYLOAD_MAX(MRC_MTU) or > NIC_MR_ELEM_SIZE */
 	NIC_CNT_DROP_BAD_OPCODE,     /* unknown opcode in MRC's ranges (RC 0x00-0x1F, 0xC0-0xFF) */
 	NIC_CNT_DROP_IMM_NOT_LAST,   /* WRITE_IMM without MRC_DATA_F_LAST */
-	NIC_CNT_DROP_UNKNOWN_QP,     /* no receive state for BTH.qpn */
+	NIC_CNT_DROP_UNKNOWN_QP,     /* no state for BTH.qpn: receive QP (data, PROBE), send QP (ACKs) */
 	NIC_CNT_DROP_SPOOFED,        /* IPv4 source/destination are not the QP's peer/local host */
-	NIC_CNT_DROP_QP_STATE,       /* QP not in RTR or RTS */
-	NIC_CNT_DROP_QP_CONFIG,      /* QP's mpr out of 1..NIC_MPR_MAX */
+	NIC_CNT_DROP_QP_STATE,       /* QP not in RTR/RTS (data, PROBE) or RTS/SQD (ACKs) */
+	NIC_CNT_DROP_QP_CONFIG,      /* mpr out of 1..NIC_MPR_MAX, no ring, more in flight than mpr */
 	NIC_CNT_DROP_BAD_VA,         /* va - base_va not a multiple of NIC_MR_ELEM_SIZE */
 	NIC_CNT_DROP_BAD_MSN,        /* LAST packet of an MSN already completed, or conflicting */
 	NIC_CNT_DROP_XDP_ERR,        /* resizing the frame for the answer failed */
@@ -263,6 +593,18 @@ enum nic_counter {
 	NIC_CNT_MSG_DONE,            /* messages completed in order */
 	NIC_CNT_EVENTS,              /* events written to nic_events */
 	NIC_CNT_EVENTS_LOST,         /* events lost: ring buffer full */
+	/* PROBE (receiver role) */
+	NIC_CNT_PROBE_REPLY,          /* PROBE answered with a PROBE_REPLY (XDP_TX) */
+	/* SACK, NACK, PROBE_REPLY (sender role): consumed, XDP_DROP */
+	NIC_CNT_ACK_CONSUMED,         /* SACK/NACK processed */
+	NIC_CNT_ACK_STALE,            /* SACK/NACK that changed nothing: stale or duplicate */
+	NIC_CNT_PROBE_REPLY_CONSUMED, /* PROBE_REPLY processed */
+	NIC_CNT_DROP_BAD_ACK,         /* AETH syndrome and nack_reason unknown or disagreeing */
+	NIC_CNT_DROP_ACK_RANGE,       /* acknowledges PSNs at or beyond snd_nxt (never sent) */
+	NIC_CNT_ACKED,                /* PSNs newly acknowledged */
+	NIC_CNT_LOST,                 /* PSNs declared lost from SACK holes */
+	NIC_CNT_RETX_QUEUED,          /* PSNs queued for retransmission */
+	NIC_CNT_UNKNOWN_EV,           /* SACK/NACK/PROBE_REPLY for an EV without nic_evs state */
 	NIC_CNT_MAX,
 };
 

@@ -14,9 +14,10 @@
  *      XDP_DROP, counted by reason (enum nic_counter);
  *   3. dispatch on the BTH opcode, one function per role:
  *        WRITE, WRITE_IMM  rx_data()         receiver: place + SACK/NACK (XDP_TX)
- *        ACK (SACK/NACK)   rx_ack()          sender role: TODO, passed to the stack
- *        PROBE             rx_probe()        receiver role: TODO, passed to the stack
- *        PROBE_REPLY       rx_probe_reply()  sender role: TODO, passed to the stack
+ *        ACK (SACK/NACK)   rx_ack()          sender: free window, EV feedback,
+ *                                            losses, retransmit queue (XDP_DROP)
+ *        PROBE             rx_probe()        receiver: PROBE_REPLY in place (XDP_TX)
+ *        PROBE_REPLY       rx_probe_reply()  sender: RTT, EV back to GOOD (XDP_DROP)
  *
  * The answer to a data packet is built in place: the frame is resized to
  * the 94-byte SACK/NACK (bpf_xdp_adjust_tail) and rewritten whole
@@ -33,6 +34,23 @@
  * (AETH.msn; a WRITE_WITH_IMM completion is a nic_events record, written
  * after the lock since no helper may run under it). The copy stays outside
  * the lock: a first look without it decides whether to copy (see rx_data).
+ *
+ * Sender, per SACK/NACK (rx_ack): checks (lengths, syndrome and reason agree,
+ * send QP known, addresses, state, PSNs never sent), then under the send QP's
+ * lock: the cumulative PSN, the SACK bitmap and (SACK) BTH.psn are marked
+ * acknowledged and snd_una moves over the acknowledged run; a retryable NACK
+ * queues its PSN for retransmission with the EV that lost it; a fatal NACK
+ * moves the QP to ERR; a SACK whose transmission is known starts the loss walk
+ * (nic_maps.h, "Loss detection"). Then, under the echoed EV's lock, the
+ * feedback: counters, RTT, SKIP on ECN or a fabric trim, ASSUMED_BAD on a
+ * loss. Events (loss, EV state, QP error) go to nic_events after the locks.
+ * Every SACK and NACK ends there: XDP_DROP, counted as ACK_CONSUMED (or
+ * ACK_STALE if it changed nothing). Nothing in the stack wants it; the send
+ * engine will turn this frame into the next data packet instead (ack_done).
+ *
+ * PROBE (receiver role): answered in place with a PROBE_REPLY (XDP_TX), for
+ * a receive QP in RTR/RTS whose peer sent it. PROBE_REPLY (sender role): an
+ * RTT sample for the probed EV, and ASSUMED_BAD -> GOOD; consumed.
  *
  * Not checked: the IPv4 header checksum, BTH pkey and TVer, the AckReq bit
  * (every data packet is answered), the ICRC slot (docs/wire-format.md 9).
@@ -60,7 +78,29 @@ BPF_ARRAY(nic_port_up, __u32, NIC_MAX_HOSTS);
 BPF_PERCPU_ARRAY(nic_counters, __u64, NIC_CNT_MAX);
 /* Completions gathered under a QP lock, sent after it (not pinned). */
 BPF_PERCPU_ARRAY(nic_cqe_scratch, struct nic_cqe_batch, 1);
-/* Events to the daemon: struct nic_event. */
+/* Send state per QP, key = QPN; see struct nic_sq. */
+BPF_HASH(nic_tx_qps, __u32, struct nic_sq, NIC_MAX_QPS);
+/* Per-EV state, key = (QPN, EV value); see struct nic_ev. */
+BPF_HASH(nic_evs, struct nic_ev_key, struct nic_ev, NIC_MAX_EVS);
+/* PSN -> EV tables of the send QPs (struct nic_sq.ring), mmapable. */
+BPF_F_TABLE("array", __u32, struct nic_tx_ring, nic_tx_ring, NIC_TX_RINGS, BPF_F_MMAPABLE);
+/* What the locked part of rx_ack decided, read after the lock (not pinned). */
+struct nic_lost {
+	__u32 psn;
+	__u32 reserved;
+	__u64 tx_ts;
+};
+struct nic_ack_scratch {
+	__u32 verdict; /* enum ack_verdict */
+	__u32 newly;   /* PSNs newly acknowledged */
+	__u32 fb;      /* feedback taken for the echoed EV */
+	__u32 queued;  /* the NACKed PSN was queued */
+	__u32 fatal;   /* the QP went to ERR */
+	__u32 n_lost;  /* entries of lost */
+	struct nic_lost lost[NIC_LOSS_WALK_MAX];
+};
+BPF_PERCPU_ARRAY(nic_ack_scratch, struct nic_ack_scratch, 1);
+/* Events to the daemon: struct nic_event and the other NIC_EV_* records. */
 BPF_RINGBUF_OUTPUT(nic_events, NIC_EVENT_PAGES);
 
 /* ---- Counters ------------------------------------------------------------ */
@@ -116,6 +156,9 @@ DEFINE_PARSE(bth, struct mrc_bth)
 DEFINE_PARSE(reth, struct mrc_reth)
 DEFINE_PARSE(immdt, struct mrc_immdt)
 DEFINE_PARSE(data_ext, struct mrc_data_ext)
+DEFINE_PARSE(aeth, struct mrc_aeth)
+DEFINE_PARSE(ack_ext, struct mrc_ack_ext)
+DEFINE_PARSE(probe_ext, struct mrc_probe_ext)
 
 /* IPv4 header with its options: NULL also when IHL < 5. */
 static __always_inline struct iphdr *parse_iphdr(struct cursor *c)
@@ -452,7 +495,8 @@ static __always_inline void emit_completions(__u32 qpn, struct nic_cqe_batch *ba
 /* The IPv4 addresses must be the QP's peer (source) and local host
  * (destination) on one plane: host h on plane p is NIC_HOST_NET + p.(h+1).
  * The plane is the destination's third octet; the source must match it. */
-static __always_inline int addrs_match(const struct nic_rq *rq, __be32 saddr, __be32 daddr)
+static __always_inline int addrs_match(__u32 local_host, __u32 peer_host, __be32 saddr,
+				       __be32 daddr)
 {
 	__u32 d = bpf_ntohl(daddr) - NIC_HOST_NET;
 	__u32 s = bpf_ntohl(saddr) - NIC_HOST_NET;
@@ -460,9 +504,9 @@ static __always_inline int addrs_match(const struct nic_rq *rq, __be32 saddr, __
 
 	if (plane >= NIC_MAX_PLANES)
 		return 0;
-	if ((d & 0xff) != rq->local_host + 1)
+	if ((d & 0xff) != local_host + 1)
 		return 0;
-	return s == ((plane << 8) | (rq->peer_host + 1));
+	return s == ((plane << 8) | (peer_host + 1));
 }
 
 /* Receiver role: a WRITE or WRITE_IMM packet. */
@@ -526,7 +570,7 @@ static __always_inline int rx_data(struct xdp_md *ctx, struct mrc_pkt *p)
 	rq = nic_rx_qps.lookup(&qpn);
 	if (!rq)
 		return drop(NIC_CNT_DROP_UNKNOWN_QP);
-	if (!addrs_match(rq, p->ip->saddr, p->ip->daddr))
+	if (!addrs_match(rq->local_host, rq->peer_host, p->ip->saddr, p->ip->daddr))
 		return drop(NIC_CNT_DROP_SPOOFED);
 	if (rq->state != NIC_QPS_RTR && rq->state != NIC_QPS_RTS)
 		return drop(NIC_CNT_DROP_QP_STATE);
@@ -711,26 +755,634 @@ remote_access:
 	return answer(ctx, p, dext, psn, &ai);
 }
 
-/* ---- Other roles: later stages ------------------------------------------- */
+/* ---- Receiver role: PROBE -> PROBE_REPLY --------------------------------- */
 
-/* TODO(sender role, issue 3): consume SACK/NACK: free acked PSNs, RTT from
- * echo_ts, per-EV ECN/trim state, and clock the next data packet out of this
- * frame. Until then the daemon may read ACKs from a UDP socket. */
-static __always_inline int rx_ack(struct xdp_md *ctx, struct mrc_pkt *p)
+/* The whole PROBE_REPLY frame, as wire.probe_reply builds it. */
+struct probe_frame {
+	struct ethhdr eth;
+	struct iphdr ip;
+	struct udphdr udp;
+	struct mrc_bth bth;
+	struct mrc_probe_ext probe;
+	__be32 icrc;
+} __attribute__((packed, aligned(2)));
+_Static_assert(sizeof(struct probe_frame) ==
+		       ETH_HLEN + MRC_IPV4_UDP_LEN + MRC_PROBE_HDRS_LEN + MRC_ICRC_LEN,
+	       "struct probe_frame is not the 74-byte PROBE_REPLY");
+
+/* Both probe packets are exactly BTH MRC_PROBE ICRC. */
+static __always_inline int probe_len_ok(struct mrc_pkt *p)
 {
-	return pass(NIC_CNT_PASS_DEFERRED);
+	if (p->udp_payload < MRC_PROBE_HDRS_LEN + MRC_ICRC_LEN)
+		return drop(NIC_CNT_DROP_SHORT);
+	if (p->udp_payload > MRC_PROBE_HDRS_LEN + MRC_ICRC_LEN)
+		return drop(NIC_CNT_DROP_BAD_LEN);
+	return -1;
 }
 
-/* TODO(receiver role): answer a PROBE with a PROBE_REPLY (XDP_TX). */
+/*
+ * A PROBE for one of our receive QPs, from its peer: answer it in place,
+ * exactly as the SACK answers data (addresses swapped, the EV kept as source
+ * port, control class), echoing tx_ts, ev and the probe number (BTH.psn), with
+ * the ECN the probe saw and our port bitmap. The receive state is not
+ * touched: probes use no data PSN.
+ */
 static __always_inline int rx_probe(struct xdp_md *ctx, struct mrc_pkt *p)
 {
-	return pass(NIC_CNT_PASS_DEFERRED);
+	struct probe_frame f = {};
+	struct mrc_probe_ext *pe;
+	struct nic_rq *rq;
+	__u32 qpn, host, *ports;
+	int verdict = probe_len_ok(p), delta;
+
+	if (verdict >= 0)
+		return verdict;
+	pe = parse_probe_ext(&p->c);
+	if (!pe)
+		return drop(NIC_CNT_DROP_TRUNCATED);
+	qpn = bpf_ntohl(p->bth->qpn) & MRC_BTH_QPN_MASK;
+	rq = nic_rx_qps.lookup(&qpn);
+	if (!rq)
+		return drop(NIC_CNT_DROP_UNKNOWN_QP);
+	if (!addrs_match(rq->local_host, rq->peer_host, p->ip->saddr, p->ip->daddr))
+		return drop(NIC_CNT_DROP_SPOOFED);
+	if (rq->state != NIC_QPS_RTR && rq->state != NIC_QPS_RTS)
+		return drop(NIC_CNT_DROP_QP_STATE);
+	host = rq->local_host;
+	ports = nic_port_up.lookup(&host);
+
+	__builtin_memcpy(f.eth.h_dest, p->eth->h_source, ETH_ALEN);
+	__builtin_memcpy(f.eth.h_source, p->eth->h_dest, ETH_ALEN);
+	f.eth.h_proto = bpf_htons(ETH_P_IP);
+	f.ip.version = 4;
+	f.ip.ihl = 5;
+	f.ip.tos = (MRC_DSCP_CONTROL << MRC_DSCP_SHIFT) | MRC_ECN_NOT_ECT;
+	f.ip.tot_len = bpf_htons(sizeof(f) - ETH_HLEN);
+	f.ip.frag_off = bpf_htons(0x4000); /* DF */
+	f.ip.ttl = 64;
+	f.ip.protocol = IPPROTO_UDP;
+	f.ip.saddr = p->ip->daddr;
+	f.ip.daddr = p->ip->saddr;
+	f.ip.check = ipv4_csum(&f.ip);
+	f.udp.source = p->udp->source;
+	f.udp.dest = bpf_htons(MRC_UDP_PORT);
+	f.udp.len = bpf_htons(sizeof(f) - ETH_HLEN - sizeof(struct iphdr));
+	f.bth.opcode = MRC_OP_PROBE_REPLY;
+	f.bth.pkey = bpf_htons(MRC_PKEY_DEFAULT);
+	f.bth.qpn = bpf_htonl(rq->peer_qpn & MRC_BTH_QPN_MASK);
+	f.bth.apsn = p->bth->apsn & bpf_htonl(MRC_BTH_PSN_MASK); /* A = 0 */
+	f.probe.tx_ts = pe->tx_ts;
+	f.probe.ev = pe->ev;
+	if ((p->ip->tos & MRC_ECN_MASK) == MRC_ECN_CE)
+		f.probe.flags = MRC_ACK_F_ECN;
+	f.probe.port_bitmap = bpf_htonl(ports ? *ports : 0);
+	f.icrc = MRC_ICRC_UNUSED;
+
+	delta = (int)sizeof(f) - (int)bpf_xdp_get_buff_len(ctx);
+	if (delta && bpf_xdp_adjust_tail(ctx, delta))
+		return drop(NIC_CNT_DROP_XDP_ERR);
+	if (bpf_xdp_store_bytes(ctx, 0, &f, sizeof(f)))
+		return drop(NIC_CNT_DROP_XDP_ERR);
+	count(NIC_CNT_PROBE_REPLY, 1);
+	return XDP_TX;
 }
 
-/* TODO(sender role): a PROBE_REPLY brings an EV back (RTT sample, event). */
+/* ---- Sender role: the send QP's rings (callers hold sq->lock) ------------ */
+
+#define BM_TEST(bm, psn) (((bm)[RING_WORD(psn)] >> RING_BIT(psn)) & 1)
+#define BM_SET(bm, psn) ((bm)[RING_WORD(psn)] |= 1ULL << RING_BIT(psn))
+
+/* The cumulative PSN: acknowledge [snd_una, cum), cum at most snd_nxt,
+ * clearing the three rings there (their invariant) and moving snd_una to cum.
+ * Returns how many of them were not acknowledged yet. One word per step; each
+ * step starts from snd_una as stored, not from a register carried over: the
+ * verifier then sees one state per step instead of following each step's
+ * branches into the next ones (it did, and hit its 1M-instruction limit). */
+static __always_inline __u32 sq_cum_ack(struct nic_sq *sq, __u32 cum)
+{
+	__u32 newly = 0;
+	int i;
+
+	for (i = 0; i < NIC_BITMAP_WORDS + 1; i++) {
+		__u32 una = sq->snd_una, w = RING_WORD(una), b = RING_BIT(una);
+		__s32 left = MRC_PSN_DIFF(cum, una);
+		__u32 k = 64 - b;
+		__u64 mask;
+
+		if (left <= 0)
+			break;
+		if (k > (__u32)left)
+			k = left;
+		mask = k >= 64 ? ~0ULL : ((1ULL << k) - 1) << b;
+		newly += popcount64(mask & ~sq->acked[w]);
+		sq->acked[w] &= ~mask;
+		sq->echoed[w] &= ~mask;
+		sq->retx[w] &= ~mask;
+		sq->snd_una = (una + k) & MRC_PSN_MASK;
+	}
+	return newly;
+}
+
+/* Move snd_una over the acknowledged run that starts at it, clearing the
+ * run's bits in the three rings (as ring_advance does for the receiver). */
+static __always_inline void sq_advance(struct nic_sq *sq)
+{
+	__u32 una = sq->snd_una;
+	int i;
+
+	for (i = 0; i < NIC_BITMAP_WORDS + 1; i++) {
+		__u32 w = RING_WORD(una), b = RING_BIT(una);
+		__u64 bits = sq->acked[w] >> b;
+		__u64 run = (~bits & (bits + 1)) - 1;
+		__u32 n = popcount64(run);
+
+		if (n == 0)
+			break;
+		sq->acked[w] &= ~(run << b);
+		sq->echoed[w] &= ~(run << b);
+		sq->retx[w] &= ~(run << b);
+		una = (una + n) & MRC_PSN_MASK;
+		if (b + n < 64)
+			break;
+	}
+	sq->snd_una = una;
+}
+
+/* A SACK bitmap (bit i: PSN base + i received), any base: the bits inside
+ * [snd_una, snd_nxt) are marked acknowledged. Returns how many were new. */
+static __always_inline __u32 sq_sack_bits(struct nic_sq *sq, __u32 base, __u64 bits)
+{
+	__s32 off = MRC_PSN_DIFF(base, sq->snd_una), lim;
+	__u32 w, w1, b, newly;
+	__u64 lo, hi;
+
+	if (off < 0) {
+		if (off <= -64)
+			return 0;
+		bits >>= -off;
+		base = sq->snd_una;
+	}
+	lim = MRC_PSN_DIFF(sq->snd_nxt, base);
+	if (lim <= 0)
+		return 0;
+	if (lim < 64)
+		bits &= (1ULL << lim) - 1;
+	w = RING_WORD(base);
+	b = RING_BIT(base);
+	w1 = (w + 1) & (NIC_BITMAP_WORDS - 1);
+	lo = bits << b;
+	hi = b ? bits >> (64 - b) : 0;
+	newly = popcount64(lo & ~sq->acked[w]) + popcount64(hi & ~sq->acked[w1]);
+	sq->acked[w] |= lo;
+	sq->acked[w1] |= hi;
+	return newly;
+}
+
+/* Queue a PSN for retransmission with the EV it was lost on. 0 if the queue
+ * is full (counted; the daemon's timeout will resend it). */
+static __always_inline int sq_queue(struct nic_sq *sq, __u32 psn, __u32 ev, __u8 cause,
+				    __u8 reason)
+{
+	struct nic_retx *r;
+
+	if (sq->retx_tail - sq->retx_head >= NIC_RETX_SLOTS) {
+		sq->stats.retx_overflow++;
+		return 0;
+	}
+	r = &sq->retxq[sq->retx_tail & (NIC_RETX_SLOTS - 1)];
+	r->psn = psn;
+	r->ev = ev;
+	r->cause = cause;
+	r->nack_reason = reason;
+	sq->retx_tail++;
+	BM_SET(sq->retx, psn);
+	sq->stats.retx_queued++;
+	return 1;
+}
+
+/*
+ * The loss walk (nic_maps.h, "Loss detection"): the SACK of psn, sent on ev
+ * at tx_ts, has arrived; every earlier packet on ev that is still
+ * unacknowledged is lost. Follows prev_psn from psn's entry, which must be the
+ * transmission the SACK echoes. Lost PSNs are queued and listed in sc.
+ */
+static __always_inline void loss_walk(struct nic_sq *sq, struct nic_tx_ring *ring,
+				      struct nic_ack_scratch *sc, __u32 psn, __u32 ev,
+				      __u64 tx_ts)
+{
+	struct nic_tx_pkt *e = &ring->pkts[RING_POS(psn)];
+	__u32 n = 0;
+	int i;
+
+	if (e->psn != psn || e->ev != ev || e->tx_ts != tx_ts)
+		return; /* not the transmission this SACK echoes (or not recorded) */
+	for (i = 0; i < NIC_LOSS_WALK_MAX; i++) {
+		struct nic_tx_pkt *pe;
+		__u32 prev = e->prev_psn & MRC_PSN_MASK;
+
+		if (!(e->flags & NIC_TX_F_PREV))
+			break;
+		if (MRC_PSN_DIFF(prev, sq->snd_una) < 0 || MRC_PSN_DIFF(prev, sq->snd_nxt) >= 0)
+			break; /* acknowledged by the cumulative PSN, or not sent */
+		pe = &ring->pkts[RING_POS(prev)];
+		if (pe->psn != prev || pe->ev != ev || pe->tx_ts > e->tx_ts)
+			break; /* resent since, on another EV or later */
+		if (BM_TEST(sq->acked, prev) || BM_TEST(sq->retx, prev))
+			break; /* an earlier walk (or NACK) has been here */
+		if (!sq_queue(sq, prev, ev, NIC_RETX_LOST, 0))
+			break;
+		sc->lost[i].psn = prev;
+		sc->lost[i].tx_ts = pe->tx_ts;
+		n++;
+		e = pe;
+	}
+	sq->stats.lost_pkts += n;
+	sc->n_lost = n;
+}
+
+/* ---- Sender role: EV feedback (callers hold ev->lock) -------------------- */
+
+static __always_inline void ev_rtt(struct nic_ev *ev, __u64 now, __u64 tx_ts)
+{
+	__u64 sample;
+
+	if (!tx_ts || tx_ts > now)
+		return; /* no timestamp, or not ours */
+	sample = now - tx_ts;
+	ev->rtt_last = sample;
+	if (!ev->rtt_min || sample < ev->rtt_min)
+		ev->rtt_min = sample;
+	ev->srtt = ev->srtt ? (7 * ev->srtt + sample) / 8 : sample;
+	ev->stats.rtt_samples++;
+}
+
+/* The state after an expired SKIP is GOOD (it expires lazily). */
+static __always_inline __u32 ev_state_now(const struct nic_ev *ev, __u64 now)
+{
+	if (ev->state == NIC_EVS_SKIP && now >= ev->skip_until)
+		return NIC_EVS_GOOD;
+	return ev->state;
+}
+
+/* Skip a GOOD (or SKIP) EV for NIC_SKIP_NS; worse states stay. */
+static __always_inline __u32 ev_skip(struct nic_ev *ev, __u32 state, __u64 now)
+{
+	if (state != NIC_EVS_GOOD && state != NIC_EVS_SKIP)
+		return state;
+	ev->skip_until = now + NIC_SKIP_NS;
+	ev->stats.skips++;
+	return NIC_EVS_SKIP;
+}
+
+/* ---- Sender role: events -------------------------------------------------- */
+
+/* Every event record is 40 bytes (nic_maps.h); the counters say if it fit. */
+static __always_inline void emit(void *rec)
+{
+	if (nic_events.ringbuf_output(rec, sizeof(struct nic_event), 0) == 0)
+		count(NIC_CNT_EVENTS, 1);
+	else
+		count(NIC_CNT_EVENTS_LOST, 1);
+}
+
+static __always_inline void emit_ev_state(__u32 qpn, __u32 ev, __u32 old, __u32 new,
+					  __u32 cause, __u32 psn, __u64 now)
+{
+	struct nic_ev_event e = {
+		.type = NIC_EV_EV_STATE,
+		.qpn = qpn,
+		.ev = ev,
+		.old_state = old,
+		.new_state = new,
+		.cause = cause,
+		.psn = psn,
+		.ts = now,
+	};
+
+	emit(&e);
+}
+
+/* ---- Sender role: SACK and NACK ------------------------------------------ */
+
+enum ack_kind {
+	ACK_SACK = 1,
+	ACK_RETRY, /* retryable NACK: resend BTH.psn */
+	ACK_FATAL, /* NACK(UNEXP_EVENT): the QP goes to ERR */
+};
+
+enum ack_verdict {
+	ACK_DONE = 0,
+	ACK_RANGE,  /* acknowledges PSNs never sent: drop */
+	ACK_CONFIG, /* more in flight than the window: the QP is misconfigured */
+};
+
+/* The syndrome and the reason must agree (docs/wire-format.md, NACK reasons). */
+static __always_inline int ack_kind(__u32 syndrome, __u32 reason)
+{
+	switch (syndrome) {
+	case MRC_AETH_ACK:
+		return reason == MRC_NACK_NONE ? ACK_SACK : 0;
+	case MRC_AETH_NAK_PSN_SEQ:
+		switch (reason) {
+		case MRC_NACK_TRIMMED:
+		case MRC_NACK_TRIMMED_LASTHOP:
+		case MRC_NACK_NO_BITMAP:
+		case MRC_NACK_NO_PKT_BUFFER:
+		case MRC_NACK_NO_RESOURCE:
+		case MRC_NACK_PSN_OOR_WINDOW:
+			return ACK_RETRY;
+		}
+		return 0;
+	case MRC_AETH_NAK_INV_REQ:
+	case MRC_AETH_NAK_REM_ACCESS:
+	case MRC_AETH_NAK_REM_OP:
+		return reason == MRC_NACK_UNEXP_EVENT ? ACK_FATAL : 0;
+	}
+	return 0;
+}
+
+/*
+ * Send engine hook. An ACK ends here once processed. The engine will turn
+ * this frame into the next data packet when the ACK freed window or queued a
+ * retransmission (docs/fastpath.md, "Clock"); until then the ACK is consumed:
+ * XDP_DROP, since nothing in the stack wants it.
+ */
+static __always_inline int ack_done(struct xdp_md *ctx, const struct nic_ack_scratch *sc,
+				    __u32 changed)
+{
+	count(changed ? NIC_CNT_ACK_CONSUMED : NIC_CNT_ACK_STALE, 1);
+	return XDP_DROP;
+}
+
+static __always_inline int rx_ack(struct xdp_md *ctx, struct mrc_pkt *p)
+{
+	struct nic_ack_scratch *sc;
+	struct mrc_ack_ext *ack;
+	struct mrc_aeth *aeth;
+	struct nic_tx_ring *ring;
+	struct nic_sq *sq;
+	struct nic_ev *ev;
+	struct nic_ev_key key = {};
+	__u32 qpn, psn, cum, base, syndrome, reason, flags, echo_ev, ports, ring_id, zero = 0;
+	__u32 old = 0, st = 0, i, n;
+	__u64 bits, echo_ts, now;
+	__s32 inflight;
+	int kind, skip = 0;
+
+	if (p->udp_payload < MRC_ACK_HDRS_LEN + MRC_ICRC_LEN)
+		return drop(NIC_CNT_DROP_SHORT);
+	if (p->udp_payload > MRC_ACK_HDRS_LEN + MRC_ICRC_LEN)
+		return drop(NIC_CNT_DROP_BAD_LEN);
+	aeth = parse_aeth(&p->c);
+	if (!aeth)
+		return drop(NIC_CNT_DROP_TRUNCATED);
+	ack = parse_ack_ext(&p->c);
+	if (!ack)
+		return drop(NIC_CNT_DROP_TRUNCATED);
+
+	syndrome = bpf_ntohl(aeth->smsn) >> MRC_AETH_SYN_SHIFT;
+	reason = ack->nack_reason;
+	kind = ack_kind(syndrome, reason);
+	if (!kind)
+		return drop(NIC_CNT_DROP_BAD_ACK);
+	qpn = bpf_ntohl(p->bth->qpn) & MRC_BTH_QPN_MASK;
+	psn = bpf_ntohl(p->bth->apsn) & MRC_BTH_PSN_MASK;
+	cum = bpf_ntohl(ack->mpr_cum) & MRC_ACK_CUM_PSN_MASK;
+	base = bpf_ntohl(ack->sack_base) & MRC_ACK_SACK_PSN_MASK;
+	bits = bpf_ntohll(ack->sack_bitmap);
+	echo_ts = bpf_ntohll(ack->echo_ts);
+	echo_ev = bpf_ntohs(ack->echo_ev);
+	flags = ack->flags;
+	ports = bpf_ntohl(ack->port_bitmap);
+
+	sq = nic_tx_qps.lookup(&qpn);
+	if (!sq)
+		return drop(NIC_CNT_DROP_UNKNOWN_QP);
+	if (!addrs_match(sq->local_host, sq->peer_host, p->ip->saddr, p->ip->daddr))
+		return drop(NIC_CNT_DROP_SPOOFED);
+	if (sq->state != NIC_QPS_RTS && sq->state != NIC_QPS_SQD)
+		return drop(NIC_CNT_DROP_QP_STATE);
+	if (sq->mpr == 0 || sq->mpr > NIC_MPR_MAX)
+		return drop(NIC_CNT_DROP_QP_CONFIG);
+	ring_id = sq->ring;
+	ring = nic_tx_ring.lookup(&ring_id);
+	if (!ring)
+		return drop(NIC_CNT_DROP_QP_CONFIG);
+	sc = nic_ack_scratch.lookup(&zero);
+	if (!sc)
+		return drop(NIC_CNT_DROP_XDP_ERR); /* cannot happen: a 1-entry array */
+	key.qpn = qpn;
+	key.ev = echo_ev;
+	ev = nic_evs.lookup(&key);
+	now = bpf_ktime_get_ns();
+	sc->verdict = ACK_DONE;
+	sc->newly = 0;
+	sc->fb = 0;
+	sc->queued = 0;
+	sc->fatal = 0;
+	sc->n_lost = 0;
+
+	bpf_spin_lock(&sq->lock);
+	inflight = MRC_PSN_DIFF(sq->snd_nxt, sq->snd_una);
+	if (inflight < 0 || inflight > (__s32)(sq->mpr * MRC_MPR_UNIT)) {
+		sc->verdict = ACK_CONFIG;
+		goto unlock;
+	}
+	if (MRC_PSN_DIFF(psn, sq->snd_nxt) >= 0 || MRC_PSN_DIFF(cum, sq->snd_nxt) > 0) {
+		sc->verdict = ACK_RANGE;
+		goto unlock;
+	}
+	if (kind == ACK_SACK)
+		sq->stats.sacks++;
+	else
+		sq->stats.nacks++;
+
+	/* Feedback: once per transmission of BTH.psn (the echoed bit). */
+	if (MRC_PSN_DIFF(psn, sq->snd_una) < 0) {
+		sq->stats.stale_acks++;
+	} else if (BM_TEST(sq->echoed, psn)) {
+		sq->stats.dup_acks++;
+	} else {
+		BM_SET(sq->echoed, psn);
+		sc->fb = 1;
+		sq->peer_ports = ports;
+	}
+
+	/* Acknowledgements: the cumulative PSN, the bitmap, a SACK's own PSN. */
+	n = sq_cum_ack(sq, cum);
+	n += sq_sack_bits(sq, base, bits);
+	if (kind == ACK_SACK && MRC_PSN_DIFF(psn, sq->snd_una) >= 0 &&
+	    !BM_TEST(sq->acked, psn)) {
+		BM_SET(sq->acked, psn);
+		n++;
+	}
+	sq_advance(sq);
+	sq->stats.acked_pkts += n;
+	sc->newly = n;
+
+	if (kind == ACK_RETRY) {
+		/* Resend it, unless it has been acknowledged or queued meanwhile. */
+		if (MRC_PSN_DIFF(psn, sq->snd_una) >= 0 && !BM_TEST(sq->acked, psn) &&
+		    !BM_TEST(sq->retx, psn))
+			sc->queued = sq_queue(sq, psn, echo_ev, NIC_RETX_NACK, reason);
+	} else if (kind == ACK_FATAL) {
+		sq->state = NIC_QPS_ERR;
+		sq->stats.fatal_nacks++;
+		sc->fatal = 1;
+	} else if (sc->fb) {
+		loss_walk(sq, ring, sc, psn, echo_ev, echo_ts);
+	}
+unlock:
+	bpf_spin_unlock(&sq->lock);
+
+	if (sc->verdict == ACK_CONFIG)
+		return drop(NIC_CNT_DROP_QP_CONFIG);
+	if (sc->verdict == ACK_RANGE)
+		return drop(NIC_CNT_DROP_ACK_RANGE);
+	n = sc->n_lost;
+	if (n > NIC_LOSS_WALK_MAX)
+		n = NIC_LOSS_WALK_MAX;
+
+	/* The echoed EV's feedback. */
+	if (sc->fb && ev) {
+		bpf_spin_lock(&ev->lock);
+		old = ev->state;
+		st = ev_state_now(ev, now);
+		switch (reason) {
+		case MRC_NACK_NONE:
+			ev->stats.acks++;
+			ev_rtt(ev, now, echo_ts);
+			break;
+		case MRC_NACK_TRIMMED:
+			ev->stats.nack_trimmed++;
+			skip = 1;
+			break;
+		case MRC_NACK_TRIMMED_LASTHOP:
+			ev->stats.nack_trimmed_lasthop++;
+			break;
+		case MRC_NACK_PSN_OOR_WINDOW:
+			ev->stats.nack_oor++;
+			break;
+		case MRC_NACK_UNEXP_EVENT:
+			ev->stats.nack_fatal++;
+			break;
+		default:
+			ev->stats.nack_no_resource++;
+			break;
+		}
+		if (flags & MRC_ACK_F_ECN) {
+			ev->stats.ecn_marks++;
+			skip = 1;
+		}
+		if (skip)
+			st = ev_skip(ev, st, now);
+		ev->stats.retx_queued += sc->queued + n;
+		if (n) {
+			ev->stats.lost_pkts += n;
+			if (st != NIC_EVS_DENIED)
+				st = NIC_EVS_ASSUMED_BAD;
+		}
+		ev->state = st;
+		bpf_spin_unlock(&ev->lock);
+	} else if (sc->fb) {
+		count(NIC_CNT_UNKNOWN_EV, 1);
+	}
+
+	/* Events, after the locks. */
+	if (sc->fatal) {
+		struct nic_qp_err_event e = {
+			.type = NIC_EV_QP_ERR,
+			.qpn = qpn,
+			.psn = psn,
+			.ev = echo_ev,
+			.syndrome = syndrome,
+			.reason = reason,
+			.ts = now,
+		};
+
+		emit(&e);
+	}
+	if (n && old != st && st == NIC_EVS_ASSUMED_BAD)
+		emit_ev_state(qpn, echo_ev, old, st, NIC_EVC_LOSS, sc->lost[0].psn, now);
+	for (i = 0; i < NIC_LOSS_WALK_MAX; i++) {
+		struct nic_loss_event e = {.type = NIC_EV_LOSS, .qpn = qpn, .ev = echo_ev};
+
+		if (i >= n)
+			break;
+		e.psn = sc->lost[i].psn;
+		e.tx_ts = sc->lost[i].tx_ts;
+		e.ack_psn = psn;
+		e.ts = now;
+		emit(&e);
+	}
+
+	count(NIC_CNT_ACKED, sc->newly);
+	count(NIC_CNT_LOST, n);
+	count(NIC_CNT_RETX_QUEUED, sc->queued + n);
+	return ack_done(ctx, sc, sc->fb | sc->newly | sc->queued | sc->fatal);
+}
+
+/* ---- Sender role: PROBE_REPLY --------------------------------------------- */
+
+/*
+ * A PROBE_REPLY for one of our send QPs, from its peer: the probed EV's path
+ * works both ways. An RTT sample for it, and an ASSUMED_BAD EV is GOOD again
+ * (with an event). Whether and when to probe is the daemon's; so are DENIED
+ * and UNKNOWN EVs, which a reply does not change. Consumed (XDP_DROP).
+ */
 static __always_inline int rx_probe_reply(struct xdp_md *ctx, struct mrc_pkt *p)
 {
-	return pass(NIC_CNT_PASS_DEFERRED);
+	struct mrc_probe_ext *pe;
+	struct nic_ev_key key = {};
+	struct nic_sq *sq;
+	struct nic_ev *ev;
+	__u32 qpn, old, st;
+	__u64 now, tx_ts;
+	int verdict = probe_len_ok(p);
+
+	if (verdict >= 0)
+		return verdict;
+	pe = parse_probe_ext(&p->c);
+	if (!pe)
+		return drop(NIC_CNT_DROP_TRUNCATED);
+	qpn = bpf_ntohl(p->bth->qpn) & MRC_BTH_QPN_MASK;
+	sq = nic_tx_qps.lookup(&qpn);
+	if (!sq)
+		return drop(NIC_CNT_DROP_UNKNOWN_QP);
+	if (!addrs_match(sq->local_host, sq->peer_host, p->ip->saddr, p->ip->daddr))
+		return drop(NIC_CNT_DROP_SPOOFED);
+	if (sq->state != NIC_QPS_RTS && sq->state != NIC_QPS_SQD)
+		return drop(NIC_CNT_DROP_QP_STATE);
+	key.qpn = qpn;
+	key.ev = bpf_ntohs(pe->ev);
+	ev = nic_evs.lookup(&key);
+	if (!ev) {
+		count(NIC_CNT_UNKNOWN_EV, 1);
+		count(NIC_CNT_PROBE_REPLY_CONSUMED, 1);
+		return XDP_DROP;
+	}
+	tx_ts = bpf_ntohll(pe->tx_ts);
+	now = bpf_ktime_get_ns();
+
+	bpf_spin_lock(&ev->lock);
+	old = ev->state;
+	st = ev_state_now(ev, now);
+	ev->stats.probe_replies++;
+	ev_rtt(ev, now, tx_ts);
+	if (st == NIC_EVS_ASSUMED_BAD)
+		st = NIC_EVS_GOOD;
+	if (pe->flags & MRC_ACK_F_ECN) {
+		ev->stats.ecn_marks++;
+		st = ev_skip(ev, st, now);
+	}
+	ev->state = st;
+	bpf_spin_unlock(&ev->lock);
+
+	if (old == NIC_EVS_ASSUMED_BAD && st != NIC_EVS_ASSUMED_BAD)
+		emit_ev_state(qpn, key.ev, old, st, NIC_EVC_PROBE_REPLY,
+			      bpf_ntohl(p->bth->apsn) & MRC_BTH_PSN_MASK, now);
+	count(NIC_CNT_PROBE_REPLY_CONSUMED, 1);
+	return XDP_DROP;
 }
 
 /* ---- Entry point --------------------------------------------------------- */

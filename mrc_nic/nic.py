@@ -15,10 +15,17 @@ constants against the header.
 Memory regions are slices of one BPF_F_MMAPABLE array (nic_mr) of
 MR_ELEM_SIZE-byte elements: NicMaps maps it into the process (mmap of the map
 fd), so reading and writing region bytes is plain memory access.
+
+The sending side of a QP (nic_tx_qps: snd_una, snd_nxt, acknowledged PSNs,
+retransmit queue), its EVs (nic_evs: state, SKIP expiry, RTT, counters) and
+its PSN -> EV table (nic_tx_ring, mmapable, written by the send engine for
+every transmission; record_tx does what the engine will) are set up and read
+here too. EventReader decodes every record type of nic_events.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import dataclasses
 import enum
@@ -35,14 +42,25 @@ from mrc_nic.pins import MapsMissing, pin_dir  # noqa: F401 (re-exported)
 
 __all__ = [
     "Counter",
+    "EvCause",
+    "EvEvent",
+    "EvSnapshot",
+    "EvState",
+    "EvStateLayout",
     "Event",
     "EventReader",
+    "LossEvent",
     "NicMaps",
     "NicProgram",
+    "QpErrEvent",
     "QpState",
     "RegionLayout",
+    "RetxCause",
     "RqSnapshot",
     "RqState",
+    "SqSnapshot",
+    "SqState",
+    "TxPkt",
     "pin_dir",
     "unpin",
 ]
@@ -58,7 +76,20 @@ REGIONS_MAP = "nic_regions"
 PORT_UP_MAP = "nic_port_up"
 COUNTERS_MAP = "nic_counters"
 EVENTS_MAP = "nic_events"
-PINNED_MAPS = (RX_QPS_MAP, MR_MAP, REGIONS_MAP, PORT_UP_MAP, COUNTERS_MAP, EVENTS_MAP)
+TX_QPS_MAP = "nic_tx_qps"
+EVS_MAP = "nic_evs"
+TX_RING_MAP = "nic_tx_ring"
+PINNED_MAPS = (
+    RX_QPS_MAP,
+    MR_MAP,
+    REGIONS_MAP,
+    PORT_UP_MAP,
+    COUNTERS_MAP,
+    EVENTS_MAP,
+    TX_QPS_MAP,
+    EVS_MAP,
+    TX_RING_MAP,
+)
 
 # ---- constants (mirror bpf/nic_maps.h) -------------------------------------------
 
@@ -70,6 +101,10 @@ BITMAP_WORDS = BITMAP_BITS // 64
 MSG_SLOTS = 32
 MSG_F_VALID = 0x1
 MSG_F_IMM = 0x2
+MAX_QP_EVS = 256
+RETX_SLOTS = 256
+TX_F_PREV = 0x1
+TX_F_RETX = 0x2
 
 # Tunables: the header's defaults (NicProgram.load passes its own with -D).
 DEFAULT_MAX_QPS = 4096
@@ -79,6 +114,10 @@ MAX_HOSTS = 256
 MAX_PLANES = 16
 DEFAULT_HOST_NET = "198.18.0.0/16"
 DEFAULT_EVENT_PAGES = 64
+DEFAULT_MAX_EVS = 16384
+DEFAULT_TX_RINGS = 256
+DEFAULT_SKIP_NS = 100_000  # NIC_SKIP_NS: see bpf/nic_maps.h for why
+LOSS_WALK_MAX = 16  # NIC_LOSS_WALK_MAX (the loader keeps the header's value)
 
 # bpf(2) flags this module needs beyond bpfsys's.
 BPF_F_LOCK = 4
@@ -112,32 +151,41 @@ class Counter(enum.IntEnum):
 
     PASS_NOT_MRC = 0
     PASS_OTHER_OPCODE = 1
-    PASS_DEFERRED = 2
-    SACK = 3
-    NACK_TRIMMED = 4
-    NACK_TRIMMED_LASTHOP = 5
-    NACK_OOR = 6
-    NACK_NO_RESOURCE = 7
-    NACK_REM_ACCESS = 8
-    DROP_TRUNCATED = 9
-    DROP_SHORT = 10
-    DROP_BAD_LEN = 11
-    DROP_TOO_LONG = 12
-    DROP_BAD_OPCODE = 13
-    DROP_IMM_NOT_LAST = 14
-    DROP_UNKNOWN_QP = 15
-    DROP_SPOOFED = 16
-    DROP_QP_STATE = 17
-    DROP_QP_CONFIG = 18
-    DROP_BAD_VA = 19
-    DROP_BAD_MSN = 20
-    DROP_XDP_ERR = 21
-    PLACED = 22
-    PLACED_BYTES = 23
-    DUP = 24
-    MSG_DONE = 25
-    EVENTS = 26
-    EVENTS_LOST = 27
+    SACK = 2
+    NACK_TRIMMED = 3
+    NACK_TRIMMED_LASTHOP = 4
+    NACK_OOR = 5
+    NACK_NO_RESOURCE = 6
+    NACK_REM_ACCESS = 7
+    DROP_TRUNCATED = 8
+    DROP_SHORT = 9
+    DROP_BAD_LEN = 10
+    DROP_TOO_LONG = 11
+    DROP_BAD_OPCODE = 12
+    DROP_IMM_NOT_LAST = 13
+    DROP_UNKNOWN_QP = 14
+    DROP_SPOOFED = 15
+    DROP_QP_STATE = 16
+    DROP_QP_CONFIG = 17
+    DROP_BAD_VA = 18
+    DROP_BAD_MSN = 19
+    DROP_XDP_ERR = 20
+    PLACED = 21
+    PLACED_BYTES = 22
+    DUP = 23
+    MSG_DONE = 24
+    EVENTS = 25
+    EVENTS_LOST = 26
+    PROBE_REPLY = 27
+    ACK_CONSUMED = 28
+    ACK_STALE = 29
+    PROBE_REPLY_CONSUMED = 30
+    DROP_BAD_ACK = 31
+    DROP_ACK_RANGE = 32
+    ACKED = 33
+    LOST = 34
+    RETX_QUEUED = 35
+    UNKNOWN_EV = 36
 
 
 COUNTER_SLOTS = len(Counter)  # NIC_CNT_MAX
@@ -147,6 +195,33 @@ class EventType(enum.IntEnum):
     """enum nic_event_type."""
 
     RECV_IMM = 1
+    EV_STATE = 2
+    LOSS = 3
+    QP_ERR = 4
+
+
+class EvState(enum.IntEnum):
+    """NIC_EVS_*: the OCP API's enum mrc_ctl_ev_state values, plus SKIP (mrc-nic's)."""
+
+    GOOD = 0x1
+    ASSUMED_BAD = 0x2
+    DENIED = 0x4
+    SKIP = 0x10000
+    UNKNOWN = 0x80000000
+
+
+class EvCause(enum.IntEnum):
+    """enum nic_ev_cause: why an EV changed state (EvEvent.cause)."""
+
+    LOSS = 1
+    PROBE_REPLY = 2
+
+
+class RetxCause(enum.IntEnum):
+    """enum nic_retx_cause: why a PSN is in the retransmit queue."""
+
+    NACK = 1
+    LOST = 2
 
 
 # ---- ctypes views of the structs of bpf/nic_maps.h ---------------------------------
@@ -219,8 +294,136 @@ class RegionLayout(ctypes.Structure):
     ]
 
 
-class Event(ctypes.Structure):
-    """struct nic_event: one record of the ring buffer nic_events."""
+class Retx(ctypes.Structure):
+    """struct nic_retx: one entry of a send QP's retransmit queue."""
+
+    _fields_ = [
+        ("psn", ctypes.c_uint32),
+        ("ev", ctypes.c_uint16),
+        ("cause", ctypes.c_uint8),
+        ("nack_reason", ctypes.c_uint8),
+    ]
+
+
+class SqStats(ctypes.Structure):
+    """struct nic_sq_stats: per-send-QP counters, written by BPF."""
+
+    _fields_ = [
+        ("sacks", ctypes.c_uint64),
+        ("nacks", ctypes.c_uint64),
+        ("stale_acks", ctypes.c_uint64),
+        ("dup_acks", ctypes.c_uint64),
+        ("acked_pkts", ctypes.c_uint64),
+        ("lost_pkts", ctypes.c_uint64),
+        ("retx_queued", ctypes.c_uint64),
+        ("retx_overflow", ctypes.c_uint64),
+        ("fatal_nacks", ctypes.c_uint64),
+    ]
+
+
+class SqState(ctypes.Structure):
+    """struct nic_sq: the sending side of one QP (map nic_tx_qps, key = QPN)."""
+
+    _fields_ = [
+        ("lock", SpinLock),
+        ("state", ctypes.c_uint32),
+        ("local_host", ctypes.c_uint32),
+        ("peer_host", ctypes.c_uint32),
+        ("peer_qpn", ctypes.c_uint32),
+        ("mpr", ctypes.c_uint32),
+        ("ring", ctypes.c_uint32),
+        ("n_evs", ctypes.c_uint32),
+        ("ev_min_active", ctypes.c_uint32),
+        ("snd_una", ctypes.c_uint32),
+        ("snd_nxt", ctypes.c_uint32),
+        ("retx_head", ctypes.c_uint32),
+        ("retx_tail", ctypes.c_uint32),
+        ("peer_ports", ctypes.c_uint32),
+        ("reserved", ctypes.c_uint32 * 2),
+        ("acked", ctypes.c_uint64 * BITMAP_WORDS),
+        ("echoed", ctypes.c_uint64 * BITMAP_WORDS),
+        ("retx", ctypes.c_uint64 * BITMAP_WORDS),
+        ("stats", SqStats),
+        ("retxq", Retx * RETX_SLOTS),
+        ("evs", ctypes.c_uint16 * MAX_QP_EVS),
+    ]
+
+
+class EvKey(ctypes.Structure):
+    """struct nic_ev_key: (send QPN, EV value), the key of nic_evs."""
+
+    _fields_ = [("qpn", ctypes.c_uint32), ("ev", ctypes.c_uint32)]
+
+
+class EvStats(ctypes.Structure):
+    """struct nic_ev_stats: per-EV counters (tx_* and retx_pkts: the send engine's)."""
+
+    _fields_ = [
+        ("tx_pkts", ctypes.c_uint64),
+        ("tx_bytes", ctypes.c_uint64),
+        ("retx_pkts", ctypes.c_uint64),
+        ("acks", ctypes.c_uint64),
+        ("nack_trimmed", ctypes.c_uint64),
+        ("nack_trimmed_lasthop", ctypes.c_uint64),
+        ("nack_oor", ctypes.c_uint64),
+        ("nack_no_resource", ctypes.c_uint64),
+        ("nack_fatal", ctypes.c_uint64),
+        ("ecn_marks", ctypes.c_uint64),
+        ("lost_pkts", ctypes.c_uint64),
+        ("retx_queued", ctypes.c_uint64),
+        ("skips", ctypes.c_uint64),
+        ("rtt_samples", ctypes.c_uint64),
+        ("probe_replies", ctypes.c_uint64),
+    ]
+
+
+class EvStateLayout(ctypes.Structure):
+    """struct nic_ev: one EV of one send QP (map nic_evs)."""
+
+    _fields_ = [
+        ("lock", SpinLock),
+        ("plane", ctypes.c_uint32),
+        ("state", ctypes.c_uint32),
+        ("reserved", ctypes.c_uint32),
+        ("skip_until", ctypes.c_uint64),
+        ("rtt_last", ctypes.c_uint64),
+        ("rtt_min", ctypes.c_uint64),
+        ("srtt", ctypes.c_uint64),
+        ("last_tx_psn", ctypes.c_uint32),
+        ("reserved2", ctypes.c_uint32),
+        ("last_tx_ts", ctypes.c_uint64),
+        ("stats", EvStats),
+    ]
+
+
+class TxPkt(ctypes.Structure):
+    """struct nic_tx_pkt: one transmission in a send QP's PSN -> EV table (nic_tx_ring)."""
+
+    _fields_ = [
+        ("tx_ts", ctypes.c_uint64),
+        ("psn", ctypes.c_uint32),
+        ("prev_psn", ctypes.c_uint32),
+        ("ev", ctypes.c_uint16),
+        ("flags", ctypes.c_uint16),
+        ("len", ctypes.c_uint32),
+    ]
+
+
+class TxRing(ctypes.Structure):
+    """struct nic_tx_ring: one send QP's table, entry psn % BITMAP_BITS."""
+
+    _fields_ = [("pkts", TxPkt * BITMAP_BITS)]
+
+
+class _Record(ctypes.Structure):
+    """A record of the ring buffer nic_events: 40 bytes, type and qpn first, ts last."""
+
+    def as_dict(self) -> dict[str, int]:
+        return {name: getattr(self, name) for name, *_ in self._fields_ if name != "reserved"}
+
+
+class Event(_Record):
+    """struct nic_event: one record of the ring buffer nic_events (NIC_EV_RECV_IMM)."""
 
     _fields_ = [
         ("type", ctypes.c_uint32),
@@ -233,8 +436,62 @@ class Event(ctypes.Structure):
         ("ts", ctypes.c_uint64),
     ]
 
-    def as_dict(self) -> dict[str, int]:
-        return {name: getattr(self, name) for name, _ in self._fields_ if name != "reserved"}
+
+class EvEvent(_Record):
+    """struct nic_ev_event: an EV changed state (NIC_EV_EV_STATE)."""
+
+    _fields_ = [
+        ("type", ctypes.c_uint32),
+        ("qpn", ctypes.c_uint32),
+        ("ev", ctypes.c_uint32),
+        ("old_state", ctypes.c_uint32),
+        ("new_state", ctypes.c_uint32),
+        ("cause", ctypes.c_uint32),
+        ("psn", ctypes.c_uint32),
+        ("reserved", ctypes.c_uint32),
+        ("ts", ctypes.c_uint64),
+    ]
+
+
+class LossEvent(_Record):
+    """struct nic_loss_event: a PSN declared lost and queued (NIC_EV_LOSS)."""
+
+    _fields_ = [
+        ("type", ctypes.c_uint32),
+        ("qpn", ctypes.c_uint32),
+        ("psn", ctypes.c_uint32),
+        ("ev", ctypes.c_uint32),
+        ("tx_ts", ctypes.c_uint64),
+        ("ack_psn", ctypes.c_uint32),
+        ("reserved", ctypes.c_uint32),
+        ("ts", ctypes.c_uint64),
+    ]
+
+
+class QpErrEvent(_Record):
+    """struct nic_qp_err_event: a send QP went to ERR on a fatal NACK (NIC_EV_QP_ERR)."""
+
+    _fields_ = [
+        ("type", ctypes.c_uint32),
+        ("qpn", ctypes.c_uint32),
+        ("psn", ctypes.c_uint32),
+        ("ev", ctypes.c_uint32),
+        ("syndrome", ctypes.c_uint32),
+        ("reason", ctypes.c_uint32),
+        ("reserved", ctypes.c_uint64),
+        ("ts", ctypes.c_uint64),
+    ]
+
+
+AnyEvent = Event | EvEvent | LossEvent | QpErrEvent
+
+# Event type -> record layout; every record is ctypes.sizeof(Event) bytes.
+EVENT_LAYOUTS: dict[int, type[ctypes.Structure]] = {
+    EventType.RECV_IMM: Event,
+    EventType.EV_STATE: EvEvent,
+    EventType.LOSS: LossEvent,
+    EventType.QP_ERR: QpErrEvent,
+}
 
 
 # ---- pins -------------------------------------------------------------------
@@ -258,6 +515,9 @@ class NicConfig:
     max_regions: int = DEFAULT_MAX_REGIONS
     event_pages: int = DEFAULT_EVENT_PAGES
     mtu: int = wire.MTU
+    max_evs: int = DEFAULT_MAX_EVS
+    tx_rings: int = DEFAULT_TX_RINGS
+    skip_ns: int = DEFAULT_SKIP_NS
 
     def cflags(self) -> list[str]:
         return [
@@ -268,6 +528,9 @@ class NicConfig:
             f"-DNIC_MAX_REGIONS={self.max_regions}",
             f"-DNIC_EVENT_PAGES={self.event_pages}",
             f"-DMRC_MTU={self.mtu}",
+            f"-DNIC_MAX_EVS={self.max_evs}",
+            f"-DNIC_TX_RINGS={self.tx_rings}",
+            f"-DNIC_SKIP_NS={self.skip_ns}ULL",
         ]
 
     def check(self) -> None:
@@ -275,7 +538,7 @@ class NicConfig:
             raise ValueError(
                 f"host_net must be a /16 or larger (one /24 per plane): {self.host_net}"
             )
-        for name in ("max_qps", "mr_elems", "max_regions"):
+        for name in ("max_qps", "mr_elems", "max_regions", "max_evs", "tx_rings"):
             value = getattr(self, name)
             if not (isinstance(value, int) and 1 <= value <= _U32_MAX // MR_ELEM_SIZE):
                 raise ValueError(f"{name} must be a positive integer, not {value!r}")
@@ -284,6 +547,8 @@ class NicConfig:
             raise ValueError(f"event_pages must be a power of two, not {pages!r}")
         if wire.payload_max(self.mtu) <= 0:
             raise ValueError(f"mtu {self.mtu} is too small for a data packet")
+        if not (isinstance(self.skip_ns, int) and 0 <= self.skip_ns < 1 << 63):
+            raise ValueError(f"skip_ns must be a non-negative integer, not {self.skip_ns!r}")
 
 
 class NicProgram:
@@ -307,14 +572,20 @@ class NicProgram:
         max_regions: int = DEFAULT_MAX_REGIONS,
         event_pages: int = DEFAULT_EVENT_PAGES,
         mtu: int = wire.MTU,
+        max_evs: int = DEFAULT_MAX_EVS,
+        tx_rings: int = DEFAULT_TX_RINGS,
+        skip_ns: int = DEFAULT_SKIP_NS,
     ) -> NicProgram:
         """Compile bpf/nic_xdp.c for a lab and pin its maps under pin_dir(lab).
 
         host_net is the lab's host network (topology's ``hosts``): the program
         checks that data comes from the QP's peer and goes to its local host
         on one plane of it. mr_elems sizes the memory of every region of the
-        lab together, in MR_ELEM_SIZE-byte elements. Refuses
-        (FileExistsError) when the lab's NIC maps are already pinned.
+        lab together, in MR_ELEM_SIZE-byte elements. max_evs is the number
+        of (send QP, EV) entries of the lab, tx_rings the number of send QPs
+        with a PSN -> EV table, skip_ns how long an EV stays in SKIP after an
+        ECN mark or a fabric trim (NIC_SKIP_NS). Refuses (FileExistsError)
+        when the lab's NIC maps are already pinned.
         """
         config = NicConfig(
             host_net=ipaddress.IPv4Network(host_net),
@@ -323,6 +594,9 @@ class NicProgram:
             max_regions=max_regions,
             event_pages=event_pages,
             mtu=mtu,
+            max_evs=max_evs,
+            tx_rings=tx_rings,
+            skip_ns=skip_ns,
         )
         config.check()
         directory = pin_dir(lab)
@@ -410,15 +684,69 @@ class RqSnapshot:
         return self.mpr * wire.MPR_UNIT
 
 
+@dataclasses.dataclass
+class SqSnapshot:
+    """The send state of one QP, read under its lock."""
+
+    qpn: int
+    state: QpState | int
+    local_host: int
+    peer_host: int
+    peer_qpn: int
+    mpr: int
+    ring: int
+    evs: list[int]  # the EV profile, in order
+    ev_min_active: int
+    snd_una: int
+    snd_nxt: int
+    peer_ports: int
+    acked: list[int]  # PSNs in [snd_una, snd_nxt) acknowledged (out of order)
+    retx_pending: list[int]  # PSNs in [snd_una, snd_nxt) queued and not resent yet
+    retx_queue: list[dict[str, int]]  # the queue, oldest first (see NicMaps.retx_queue)
+    stats: dict[str, int]
+
+    @property
+    def window(self) -> int:
+        return self.mpr * wire.MPR_UNIT
+
+    @property
+    def in_flight(self) -> int:
+        return (self.snd_nxt - self.snd_una) & wire.PSN_MASK
+
+    @property
+    def window_free(self) -> int:
+        """PSNs the engine may still send: window - in flight."""
+        return self.window - self.in_flight
+
+
+@dataclasses.dataclass
+class EvSnapshot:
+    """One EV of a send QP, read under its lock."""
+
+    qpn: int
+    ev: int
+    plane: int
+    state: EvState | int
+    skip_until: int  # bpf_ktime_get_ns() (CLOCK_MONOTONIC) at which a SKIP ends
+    rtt_last: int  # ns; 0: no sample yet
+    rtt_min: int
+    srtt: int
+    last_tx_psn: int
+    last_tx_ts: int
+    stats: dict[str, int]
+
+
 class NicMaps:
-    """Receive QPs, regions, port bitmaps and counters of a lab, through the pinned maps."""
+    """QPs (both sides), EVs, regions, port bitmaps and counters of a lab, through the pins."""
 
     def __init__(self, lab: str, fds: dict[str, int]) -> None:
         self.lab = lab
         self._fds = fds
         self.max_regions = bpfsys.map_info(fds[REGIONS_MAP]).max_entries
         self.mr_elems = bpfsys.map_info(fds[MR_MAP]).max_entries
+        self.tx_rings = bpfsys.map_info(fds[TX_RING_MAP]).max_entries
         self._mr: mmap.mmap | None = None
+        self._ring: mmap.mmap | None = None
 
     @classmethod
     def open(cls, lab: str) -> NicMaps:
@@ -430,6 +758,9 @@ class NicMaps:
             REGIONS_MAP: ctypes.sizeof(RegionLayout),
             PORT_UP_MAP: 4,
             COUNTERS_MAP: 8,
+            TX_QPS_MAP: ctypes.sizeof(SqState),
+            EVS_MAP: ctypes.sizeof(EvStateLayout),
+            TX_RING_MAP: ctypes.sizeof(TxRing),
         }
         fds: dict[str, int] = {}
         try:
@@ -448,9 +779,10 @@ class NicMaps:
         self.close()
 
     def close(self) -> None:
-        if self._mr is not None:
-            self._mr.close()
-            self._mr = None
+        for view in (self._mr, self._ring):
+            if view is not None:
+                view.close()
+        self._mr = self._ring = None
         for fd in self._fds.values():
             os.close(fd)
         self._fds = {}
@@ -659,6 +991,273 @@ class NicMaps:
         """A reader of the event ring buffer (one consumer at a time)."""
         return EventReader(self._fds[EVENTS_MAP])
 
+    # -- send QPs -----------------------------------------------------------------------
+
+    def setup_sq(
+        self,
+        qpn: int,
+        *,
+        local_host: int,
+        peer_host: int,
+        peer_qpn: int,
+        ring: int,
+        evs: dict[int, int],
+        mpr: int = 1,
+        state: QpState = QpState.RTS,
+        psn: int = 0,
+        snd_nxt: int | None = None,
+        ev_min_active: int = 0,
+    ) -> None:
+        """Create (or reset) the send state of a QP, its EVs and its PSN -> EV table.
+
+        evs is the EV profile, {EV value: plane}, in the order the engine
+        uses them; every EV starts GOOD with zero counters. snd_una = psn and
+        snd_nxt = snd_nxt (default psn: nothing in flight); the send engine
+        advances snd_nxt, tests set it here. The whole values are written:
+        do it before packets flow for this QP.
+        """
+        pins.check_range("qpn", qpn, wire.QPN_MASK)
+        pins.check_range("local_host", local_host, MAX_HOSTS - 2)
+        pins.check_range("peer_host", peer_host, MAX_HOSTS - 2)
+        pins.check_range("peer_qpn", peer_qpn, wire.QPN_MASK)
+        pins.check_range("ring", ring, self.tx_rings - 1)
+        if not (isinstance(mpr, int) and 1 <= mpr <= MPR_MAX):
+            raise ValueError(f"mpr must be an integer in [1, {MPR_MAX}], not {mpr!r}")
+        pins.check_range("psn", psn, wire.PSN_MASK)
+        snd_nxt = psn if snd_nxt is None else snd_nxt
+        pins.check_range("snd_nxt", snd_nxt, wire.PSN_MASK)
+        if wire.psn_diff(snd_nxt, psn) not in range(mpr * wire.MPR_UNIT + 1):
+            raise ValueError(
+                f"snd_nxt {snd_nxt} must be psn {psn} plus at most the window "
+                f"({mpr * wire.MPR_UNIT} PSNs)"
+            )
+        if not 1 <= len(evs) <= MAX_QP_EVS:
+            raise ValueError(f"a QP needs 1 to {MAX_QP_EVS} EVs, not {len(evs)}")
+        for ev, plane in evs.items():
+            pins.check_range("ev", ev, wire.EV_MAX)
+            if ev == wire.EV_INVALID:
+                raise ValueError("EV 0 is invalid")
+            pins.check_range("plane", plane, MAX_PLANES - 1)
+        pins.check_range("ev_min_active", ev_min_active, len(evs))
+        value = SqState(
+            state=QpState(state),
+            local_host=local_host,
+            peer_host=peer_host,
+            peer_qpn=peer_qpn,
+            mpr=mpr,
+            ring=ring,
+            n_evs=len(evs),
+            ev_min_active=ev_min_active,
+            snd_una=psn,
+            snd_nxt=snd_nxt,
+        )
+        for i, ev in enumerate(evs):
+            value.evs[i] = ev
+        for ev, plane in evs.items():
+            self.setup_ev(qpn, ev, plane=plane)
+        size = ctypes.sizeof(TxRing)
+        self.tx_ring_memory()[ring * size : (ring + 1) * size] = bytes(size)
+        bpfsys.map_update(self._fds[TX_QPS_MAP], _u32(qpn), bytes(value))
+
+    def sq_raw(self, qpn: int) -> SqState:
+        """The send state of a QP as stored, read under its lock (KeyError if none)."""
+        try:
+            raw = _locked_lookup(self._fds[TX_QPS_MAP], _u32(qpn), ctypes.sizeof(SqState))
+        except FileNotFoundError:
+            raise KeyError(f"no send state for QP {qpn:#x}") from None
+        return SqState.from_buffer_copy(raw)
+
+    def sq(self, qpn: int) -> SqSnapshot:
+        """The send state of a QP, decoded (KeyError if none)."""
+        raw = self.sq_raw(qpn)
+        in_flight = min((raw.snd_nxt - raw.snd_una) & wire.PSN_MASK, BITMAP_BITS)
+
+        def in_ring(bitmap: ctypes.Array) -> list[int]:
+            out = []
+            for i in range(in_flight):
+                psn = (raw.snd_una + i) & wire.PSN_MASK
+                pos = psn % BITMAP_BITS
+                if bitmap[pos // 64] >> (pos % 64) & 1:
+                    out.append(psn)
+            return out
+
+        return SqSnapshot(
+            qpn=qpn,
+            state=_enum_or_int(QpState, raw.state),
+            local_host=raw.local_host,
+            peer_host=raw.peer_host,
+            peer_qpn=raw.peer_qpn,
+            mpr=raw.mpr,
+            ring=raw.ring,
+            evs=list(raw.evs[: min(raw.n_evs, MAX_QP_EVS)]),
+            ev_min_active=raw.ev_min_active,
+            snd_una=raw.snd_una,
+            snd_nxt=raw.snd_nxt,
+            peer_ports=raw.peer_ports,
+            acked=in_ring(raw.acked),
+            retx_pending=in_ring(raw.retx),
+            retx_queue=_retx_entries(raw),
+            stats={name: getattr(raw.stats, name) for name, _ in SqStats._fields_},
+        )
+
+    def retx_queue(self, qpn: int) -> list[dict[str, int]]:
+        """The retransmit queue of a QP, oldest first: psn, ev (the EV that lost it:
+        resend on another), cause (RetxCause) and nack_reason (for NACK)."""
+        return _retx_entries(self.sq_raw(qpn))
+
+    def set_sq_state(self, qpn: int, state: QpState) -> None:
+        """Change the state of a send QP, keeping the rest (KeyError if none).
+
+        Not atomic with the program (see set_rq_state): safe while no ACKs
+        for the QP are being processed, and for ERR/RESET.
+        """
+        self._sq_modify(qpn, state=QpState(state))
+
+    def set_snd_nxt(self, qpn: int, snd_nxt: int) -> None:
+        """Set snd_nxt, as the send engine advances it (tests and tools; same caveat
+        as set_sq_state: the engine does it in BPF under the QP's lock)."""
+        raw = self.sq_raw(qpn)
+        pins.check_range("snd_nxt", snd_nxt, wire.PSN_MASK)
+        if wire.psn_diff(snd_nxt, raw.snd_una) not in range(raw.mpr * wire.MPR_UNIT + 1):
+            raise ValueError(f"snd_nxt {snd_nxt} is outside the window of snd_una {raw.snd_una}")
+        self._sq_modify(qpn, snd_nxt=snd_nxt)
+
+    def _sq_modify(self, qpn: int, **fields: int) -> None:
+        value = self.sq_raw(qpn)
+        for name, v in fields.items():
+            setattr(value, name, v)
+        bpfsys.map_update(
+            self._fds[TX_QPS_MAP], _u32(qpn), bytes(value), flags=BPF_F_LOCK | bpfsys.BPF_EXIST
+        )
+
+    def delete_sq(self, qpn: int) -> None:
+        """Forget a QP's send state and its EVs (KeyError if none): its ACKs are dropped."""
+        raw = self.sq_raw(qpn)
+        for ev in raw.evs[: min(raw.n_evs, MAX_QP_EVS)]:
+            with contextlib.suppress(FileNotFoundError):
+                bpfsys.map_delete(self._fds[EVS_MAP], bytes(EvKey(qpn, ev)))
+        try:
+            bpfsys.map_delete(self._fds[TX_QPS_MAP], _u32(qpn))
+        except FileNotFoundError:
+            raise KeyError(f"no send state for QP {qpn:#x}") from None
+
+    # -- EVs --------------------------------------------------------------------------------
+
+    def setup_ev(self, qpn: int, ev: int, *, plane: int, state: EvState = EvState.GOOD) -> None:
+        """Create (or reset) one EV of a send QP: counters and RTT zero."""
+        pins.check_range("qpn", qpn, wire.QPN_MASK)
+        pins.check_range("ev", ev, wire.EV_MAX)
+        pins.check_range("plane", plane, MAX_PLANES - 1)
+        value = EvStateLayout(plane=plane, state=EvState(state))
+        bpfsys.map_update(self._fds[EVS_MAP], bytes(EvKey(qpn, ev)), bytes(value))
+
+    def ev_raw(self, qpn: int, ev: int) -> EvStateLayout:
+        """One EV as stored, read under its lock (KeyError if none)."""
+        try:
+            raw = _locked_lookup(
+                self._fds[EVS_MAP], bytes(EvKey(qpn, ev)), ctypes.sizeof(EvStateLayout)
+            )
+        except FileNotFoundError:
+            raise KeyError(f"no state for EV {ev:#x} of QP {qpn:#x}") from None
+        return EvStateLayout.from_buffer_copy(raw)
+
+    def ev(self, qpn: int, ev: int) -> EvSnapshot:
+        """One EV, decoded (KeyError if none)."""
+        raw = self.ev_raw(qpn, ev)
+        return EvSnapshot(
+            qpn=qpn,
+            ev=ev,
+            plane=raw.plane,
+            state=_enum_or_int(EvState, raw.state),
+            skip_until=raw.skip_until,
+            rtt_last=raw.rtt_last,
+            rtt_min=raw.rtt_min,
+            srtt=raw.srtt,
+            last_tx_psn=raw.last_tx_psn,
+            last_tx_ts=raw.last_tx_ts,
+            stats={name: getattr(raw.stats, name) for name, _ in EvStats._fields_},
+        )
+
+    def set_ev_state(self, qpn: int, ev: int, state: EvState) -> None:
+        """The controller's word on an EV (DENIED, UNKNOWN, GOOD...), keeping the rest.
+
+        Not atomic with the program (see set_rq_state): an ACK processed
+        between the read and the write loses its update of this EV.
+        """
+        value = self.ev_raw(qpn, ev)
+        value.state = EvState(state)
+        bpfsys.map_update(
+            self._fds[EVS_MAP],
+            bytes(EvKey(qpn, ev)),
+            bytes(value),
+            flags=BPF_F_LOCK | bpfsys.BPF_EXIST,
+        )
+
+    # -- the PSN -> EV table ----------------------------------------------------------------
+
+    def tx_ring_memory(self) -> mmap.mmap:
+        """nic_tx_ring mapped into this process: every send QP's PSN -> EV table."""
+        if self._ring is None:
+            self._ring = mmap.mmap(
+                self._fds[TX_RING_MAP],
+                self.tx_rings * ctypes.sizeof(TxRing),
+                flags=mmap.MAP_SHARED,
+                prot=mmap.PROT_READ | mmap.PROT_WRITE,
+            )
+        return self._ring
+
+    def _tx_offset(self, qpn: int, psn: int) -> int:
+        pins.check_range("psn", psn, wire.PSN_MASK)
+        ring = self.sq_raw(qpn).ring
+        if ring >= self.tx_rings:
+            raise ValueError(f"QP {qpn:#x} has ring {ring}, beyond the {self.tx_rings} rings")
+        return ring * ctypes.sizeof(TxRing) + (psn % BITMAP_BITS) * ctypes.sizeof(TxPkt)
+
+    def tx_entry(self, qpn: int, psn: int) -> TxPkt:
+        """The PSN -> EV table entry where psn lives (its psn field says whose it is)."""
+        at = self._tx_offset(qpn, psn)
+        return TxPkt.from_buffer_copy(self.tx_ring_memory()[at : at + ctypes.sizeof(TxPkt)])
+
+    def record_tx(
+        self,
+        qpn: int,
+        psn: int,
+        ev: int,
+        *,
+        tx_ts: int,
+        length: int = MR_ELEM_SIZE,
+        retx: bool = False,
+    ) -> TxPkt:
+        """Record a transmission as the send engine does: link it to the previous
+        packet on the same EV, update the EV's last PSN and tx counters, and
+        write the table entry. For tests and tools: the engine does this in
+        BPF, under the EV's lock; here the EV is read and written back, so do
+        not use it while ACKs for the QP are being processed.
+        """
+        pins.check_range("tx_ts", tx_ts, _U64_MAX)
+        pins.check_range("length", length, _U32_MAX)
+        at = self._tx_offset(qpn, psn)
+        state = self.ev_raw(qpn, ev)
+        entry = TxPkt(tx_ts=tx_ts, psn=psn, ev=ev, len=length)
+        if state.stats.tx_pkts:
+            entry.prev_psn = state.last_tx_psn
+            entry.flags |= TX_F_PREV
+        if retx:
+            entry.flags |= TX_F_RETX
+            state.stats.retx_pkts += 1
+        state.last_tx_psn = psn
+        state.last_tx_ts = tx_ts
+        state.stats.tx_pkts += 1
+        state.stats.tx_bytes += length
+        bpfsys.map_update(
+            self._fds[EVS_MAP],
+            bytes(EvKey(qpn, ev)),
+            bytes(state),
+            flags=BPF_F_LOCK | bpfsys.BPF_EXIST,
+        )
+        self.tx_ring_memory()[at : at + ctypes.sizeof(TxPkt)] = bytes(entry)
+        return entry
+
 
 # ---- events: the ring buffer, without bcc -----------------------------------------------
 
@@ -712,9 +1311,13 @@ class EventReader:
         poller.register(self._fd, select.POLLIN)
         return bool(poller.poll(int(timeout * 1000)))
 
-    def read(self) -> list[Event]:
-        """Every complete record available now, oldest first; consumes them."""
-        events: list[Event] = []
+    def read(self) -> list[AnyEvent]:
+        """Every complete record available now, oldest first; consumes them.
+
+        Each record is decoded by its type (EVENT_LAYOUTS): Event for a
+        completion, EvEvent, LossEvent, QpErrEvent; an unknown type as Event.
+        """
+        events: list[AnyEvent] = []
         cons = int.from_bytes(self._cons[0:8], "little")
         prod = int.from_bytes(self._prod[0:8], "little")
         while cons < prod:
@@ -725,13 +1328,38 @@ class EventReader:
             length = header & ~(_RINGBUF_BUSY | _RINGBUF_DISCARD)
             if not header & _RINGBUF_DISCARD and length >= ctypes.sizeof(Event):
                 start = at + _RINGBUF_HDR
-                events.append(Event.from_buffer_copy(self._prod[start : start + length]))
+                record = self._prod[start : start + length]
+                layout = EVENT_LAYOUTS.get(int.from_bytes(record[:4], "little"), Event)
+                events.append(layout.from_buffer_copy(record))
             cons += (length + _RINGBUF_HDR + 7) & ~7
             self._cons[0:8] = cons.to_bytes(8, "little")
         return events
 
 
 # ---- helpers ---------------------------------------------------------------------
+
+
+def _enum_or_int(kind: type[enum.IntEnum], value: int) -> Any:
+    try:
+        return kind(value)
+    except ValueError:
+        return value
+
+
+def _retx_entries(raw: SqState) -> list[dict[str, int]]:
+    count = (raw.retx_tail - raw.retx_head) & _U32_MAX
+    out = []
+    for i in range(min(count, RETX_SLOTS)):
+        entry = raw.retxq[(raw.retx_head + i) % RETX_SLOTS]
+        out.append(
+            {
+                "psn": entry.psn,
+                "ev": entry.ev,
+                "cause": _enum_or_int(RetxCause, entry.cause),
+                "nack_reason": entry.nack_reason,
+            }
+        )
+    return out
 
 
 def _u32(value: int) -> bytes:
