@@ -46,6 +46,45 @@ def require_root_and_bcc() -> None:
         pytest.skip(f"bcc cannot compile a trivial program (kernel headers?): {e}")
 
 
+def compile_header_probe(header: str, include_dir, structs, constants):
+    """Compile `header` with bcc into a probe that exposes, for the layout and
+    constant tests: one array map `l_<struct>` per struct (its Leaf type is
+    the compiled layout) and an array `consts` holding the value of every
+    (expression, expected) pair in `constants`, filled by one test run.
+    Returns the bcc.BPF object; the caller cleans it up."""
+    require_root_and_bcc()
+    from bcc import BPF
+
+    from mrc_nic import bpfsys
+
+    maps = "\n".join(f"BPF_ARRAY(l_{s}, struct {s}, 1);" for s in structs)
+    stores = "\n".join(
+        f"    i = {i}; v = (s64)({expr}); consts.update(&i, &v);"
+        for i, (expr, _) in enumerate(constants)
+    )
+    touch = "\n".join(f"    if (l_{s}.lookup(&i)) n++;" for s in structs)
+    source = f"""
+#include "{header}"
+{maps}
+BPF_ARRAY(consts, s64, {len(constants)});
+int probe(struct __sk_buff *skb) {{
+    u32 i; s64 v; int n = 0;
+{stores}
+    i = 0;
+{touch}
+    return n;
+}}
+"""
+    bpf = BPF(text=source.encode(), cflags=[f"-I{include_dir}"])
+    try:
+        fn = bpf.load_func(b"probe", BPF.SCHED_CLS)
+        assert bpfsys.prog_test_run(fn.fd, bytes(14)).retval == len(structs)
+    except BaseException:
+        bpf.cleanup()
+        raise
+    return bpf
+
+
 NO_LAB_REASON = _why_no_lab()
 needs_lab = pytest.mark.skipif(NO_LAB_REASON is not None, reason=NO_LAB_REASON or "")
 

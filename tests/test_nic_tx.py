@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 
 import pytest
-from conftest import require_root_and_bcc
+from conftest import compile_header_probe, require_root_and_bcc
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 from scapy.packet import Packet, Raw
@@ -1202,31 +1202,8 @@ def test_event_records_share_one_frame():
 def compiled_header():
     """nic_maps.h compiled by bcc with its defaults: one array map per struct
     (for its Leaf type) and an array of every constant, filled by one run."""
-    require_root_and_bcc()
-    from bcc import BPF
-
-    maps = "\n".join(f"BPF_ARRAY(l_{s}, struct {s}, 1);" for s in TX_C_VIEWS)
-    stores = "\n".join(
-        f"    i = {i}; v = (s64)({expr}); consts.update(&i, &v);"
-        for i, (expr, _) in enumerate(TX_HEADER_CONSTANTS)
-    )
-    touch = "\n".join(f"    if (l_{s}.lookup(&i)) n++;" for s in TX_C_VIEWS)
-    source = f"""
-#include "nic_maps.h"
-{maps}
-BPF_ARRAY(consts, s64, {len(TX_HEADER_CONSTANTS)});
-int probe(struct __sk_buff *skb) {{
-    u32 i; s64 v; int n = 0;
-{stores}
-    i = 0;
-{touch}
-    return n;
-}}
-"""
-    bpf = BPF(text=source.encode(), cflags=[f"-I{nic.BPF_DIR}"])
+    bpf = compile_header_probe("nic_maps.h", nic.BPF_DIR, TX_C_VIEWS, TX_HEADER_CONSTANTS)
     try:
-        fn = bpf.load_func(b"probe", BPF.SCHED_CLS)
-        assert bpfsys.prog_test_run(fn.fd, bytes(14)).retval == len(TX_C_VIEWS)
         yield bpf
     finally:
         bpf.cleanup()

@@ -19,14 +19,13 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import require_root_and_bcc
+from conftest import compile_header_probe, require_root_and_bcc
 from scapy.contrib.roce import AETH, BTH
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 from scapy.packet import Packet, Raw
 from scapy.utils import wrpcap
 
-from mrc_nic import bpfsys
 from mrc_nic import wire as w
 
 BPF_DIR = Path(w.__file__).resolve().parent.parent / "bpf"
@@ -718,31 +717,8 @@ def test_every_header_constant_has_a_python_copy():
 def compiled():
     """The header compiled by bcc: one array map per struct (for its Leaf
     type) and an array of every constant, filled by one test run."""
-    require_root_and_bcc()
-    from bcc import BPF
-
-    maps = "\n".join(f"BPF_ARRAY(l_{s}, struct {s}, 1);" for s in C_VIEWS)
-    stores = "\n".join(
-        f"    i = {i}; v = (s64)({expr}); consts.update(&i, &v);"
-        for i, (expr, _) in enumerate(HEADER_CONSTANTS)
-    )
-    touch = "\n".join(f"    if (l_{s}.lookup(&i)) n++;" for s in C_VIEWS)
-    source = f"""
-#include "mrc_wire.h"
-{maps}
-BPF_ARRAY(consts, s64, {len(HEADER_CONSTANTS)});
-int probe(struct __sk_buff *skb) {{
-    u32 i; s64 v; int n = 0;
-{stores}
-    i = 0;
-{touch}
-    return n;
-}}
-"""
-    bpf = BPF(text=source.encode(), cflags=[f"-I{BPF_DIR}"])
+    bpf = compile_header_probe("mrc_wire.h", BPF_DIR, C_VIEWS, HEADER_CONSTANTS)
     try:
-        fn = bpf.load_func(b"probe", BPF.SCHED_CLS)
-        assert bpfsys.prog_test_run(fn.fd, bytes(14)).retval == len(C_VIEWS)
         yield bpf
     finally:
         bpf.cleanup()
