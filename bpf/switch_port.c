@@ -119,3 +119,15 @@ int switch_port(struct __sk_buff *skb)
 	/* Later: if (verdict == SP_PASS) verdict = queue_stage(skb, key, cnt); */
 	return finish(cnt, verdict, len);
 }
+
+/*
+ * XDP on a switch port that faces a host: it only passes. It is there because
+ * a frame a host's NIC program sends with XDP_TX or a devmap redirect into its
+ * veth is dropped unless the peer end has an XDP program (DESIGN section 3:
+ * without one, the first ring of 256 frames passes, then every frame fails).
+ * Faults and counters stay in the tc program, which runs after this.
+ */
+int switch_port_xdp(struct xdp_md *ctx)
+{
+	return XDP_PASS;
+}

@@ -123,8 +123,12 @@ class Fabric:
             raise _explain(e, what) from None
 
     # ---- build -----------------------------------------------------------
-    def build(self, program: Any) -> None:
-        """Create every namespace and object of the topology, in order."""
+    def build(self, program: Any, nic: Any = None) -> None:
+        """Create every namespace and object of the topology, in order.
+
+        program: the switch port program (tc on every switch port, plus its
+        pass-only XDP on host-facing ports). nic: the NIC's XDP program,
+        attached to every host port; None builds a fabric without NICs."""
         for node in self.topo.nodes.values():
             netns.create(self.topo.netns(node.name))
             netns.write_sysctls(self.topo.netns(node.name), self._sysctls(node))
@@ -155,6 +159,19 @@ class Fabric:
                         raise _explain(
                             e, f"{port.node}:{port.ifname}: attach BPF port program"
                         ) from None
+        if nic is not None:
+            for link in self.topo.links.values():
+                if link.kind != "host":
+                    continue
+                # The switch end first: the host end's XDP_TX needs a program there.
+                up, host = link.upper, link.lower
+                program.attach_xdp_pass(self.ipr(up.node), self.ifindex(up.node, up.ifname))
+                self._call(
+                    f"{link.name}: attach NIC XDP on {host.node}:{host.ifname}",
+                    nic.attach,
+                    self.ipr(host.node),
+                    self.ifindex(host.node, host.ifname),
+                )
         _failpoint("attach")
 
     def _sysctls(self, node: Node) -> dict[str, int]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from mrc_nic import netns, preflight, state, switchport, workers
+from mrc_nic import netns, nic, preflight, state, switchport, workers
 from mrc_nic.fabric import Fabric
 from mrc_nic.topology import NS_PREFIX, Topology
 
@@ -45,8 +45,9 @@ def up(topo: Topology) -> UpReport:
         started = time.monotonic()
         try:
             program = switchport.SwitchPortProgram.load(topo.lab, len(topo.switch_ports()))
+            nic_program = nic.NicProgram.load(topo.lab, host_net=str(topo.host_net))
             with Fabric(topo) as fabric:
-                fabric.build(program)
+                fabric.build(program, nic_program)
         except BaseException:
             _remove_everything(topo.lab, record)
             state.lock_path(topo.lab).unlink(missing_ok=True)
@@ -122,5 +123,6 @@ def _remove_everything(lab: str, record: state.LabState | None) -> list[str]:
     names = set(record.namespaces if record else []) | set(leftover_namespaces(lab))
     removed = [n for n in sorted(names) if netns.remove(n)]
     switchport.unpin(lab)
+    nic.unpin(lab)
     state.forget(lab)
     return removed

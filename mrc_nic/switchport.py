@@ -32,6 +32,8 @@ DIRECTIONS = 2
 BPF_DIR = Path(__file__).resolve().parent.parent / "bpf"
 SOURCE = BPF_DIR / "switch_port.c"
 FUNC_NAME = "switch_port"
+XDP_FUNC_NAME = "switch_port_xdp"
+XDP_FLAGS_DRV_MODE = 1 << 2  # native XDP: veth supports it
 
 FAULTS_MAP = "port_faults"
 COUNTERS_MAP = "port_counters"
@@ -151,12 +153,13 @@ class PortCounters:
 class SwitchPortProgram:
     """The compiled program of one lab, its fd, and its pinned maps."""
 
-    def __init__(self, lab: str, max_ports: int, bpf: Any, func: Any) -> None:
+    def __init__(self, lab: str, max_ports: int, bpf: Any, func: Any, xdp_func: Any) -> None:
         self.lab = lab
         self.max_ports = max_ports
         self.bpf = bpf  # the bcc.BPF object: keeps the program and maps alive
         self.fd: int = func.fd
         self.name: str = func.name.decode() if isinstance(func.name, bytes) else func.name
+        self.xdp_fd: int = xdp_func.fd  # the pass-only XDP program for host-facing ports
 
     @classmethod
     def load(cls, lab: str, max_ports: int) -> SwitchPortProgram:
@@ -181,6 +184,7 @@ class SwitchPortProgram:
         bpf = BPF(src_file=str(SOURCE).encode(), cflags=cflags)
         try:
             func = bpf.load_func(FUNC_NAME.encode(), BPF.SCHED_CLS)
+            xdp_func = bpf.load_func(XDP_FUNC_NAME.encode(), BPF.XDP)
             directory.mkdir(parents=True, exist_ok=True)
             try:
                 for name in PINNED_MAPS:
@@ -191,7 +195,7 @@ class SwitchPortProgram:
         except BaseException:
             bpf.cleanup()
             raise
-        return cls(lab, max_ports, bpf, func)
+        return cls(lab, max_ports, bpf, func, xdp_func)
 
     def attach(self, ipr: Any, ifindex: int, port_id: int) -> None:
         """Attach the program to both clsact hooks of an interface as port port_id.
@@ -219,6 +223,15 @@ class SwitchPortProgram:
                 classid=port_key(port_id, direction),
                 direct_action=True,
             )
+
+    def attach_xdp_pass(self, ipr: Any, ifindex: int) -> None:
+        """Attach the pass-only XDP program (native mode) to a host-facing port,
+        so that the host NIC's XDP_TX and redirects into the link arrive."""
+        ipr.link(
+            "set",
+            index=ifindex,
+            xdp={"attrs": [("IFLA_XDP_FD", self.xdp_fd), ("IFLA_XDP_FLAGS", XDP_FLAGS_DRV_MODE)]},
+        )
 
     def close(self) -> None:
         """Drop this process's references; attached filters and pins keep the rest."""
