@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * nic_maps.h: what the NIC programs (nic_xdp.c now; nic_tx.c and the send
- * engine later) share with each other and with user space (mrc_nic/nic.py).
+ * nic_maps.h: what the NIC programs (nic_xdp.c, with its send engine; nic_tx.c
+ * later) share with each other and with user space (mrc_nic/nic.py).
  * One source of truth:
  * Python keeps a ctypes copy of each struct and a test compares it, field by
  * field, with the layout bcc compiled from this file, and checks the
@@ -236,17 +236,39 @@ _Static_assert(sizeof(struct nic_rq) == 40 + 8 * NIC_BITMAP_WORDS + sizeof(struc
  * and bitmap are still applied (harmless if old). Every processed or stale
  * ACK is consumed: XDP_DROP, since nothing in the stack wants it.
  *
- * The send engine (not written yet) owns snd_nxt and the consumer side of
- * retxq, and follows this protocol, under the lock:
- *   - a new PSN: psn = snd_nxt, only if snd_nxt - snd_una < window; then
+ * The send engine (nic_xdp.c, engine_run) owns snd_nxt and the consumer side
+ * of retxq, and follows this protocol, under the lock:
+ *   - a new PSN: psn = snd_nxt, only if snd_nxt - snd_una < window and the
+ *     packets in flight (snd_nxt - snd_una - acknowledged ones) < cwnd; then
  *     snd_nxt = psn + 1 (24 bits);
  *   - a retransmission: pop retxq[retx_head % NIC_RETX_SLOTS] (retx_head++);
  *     skip it if its PSN is no longer in [snd_una, snd_nxt) or is acked;
  *     else clear its retx and echoed bits and resend it on an EV other than
- *     the entry's ev (a fresh EV of the same plane, MRC);
+ *     the entry's ev (the next usable EV in the profile's round robin; the
+ *     same one only when it is the only usable EV);
  *   - for every transmission, outside the lock: the ring entry
  *     (struct nic_tx_pkt) and the EV's last_tx_psn/tx counters (struct
  *     nic_ev, under the EV's lock), before the packet leaves.
+ *
+ * The send engine. A QP with engine = 1 is served by it: user space posts
+ * work requests (struct nic_wqe) in the QP's send queue (map nic_wq, entry
+ * ring, mmapable) and kicks the engine (a kick run, see struct nic_kick);
+ * every SACK or NACK for the QP then also runs the engine, which turns that
+ * frame into the next packet (the ACK clock). One engine run sends at most
+ * one packet: a queued retransmission first, else the next segment of the
+ * oldest WQE not fully sent: NIC_MR_ELEM_SIZE bytes of payload (the last
+ * segment shorter), read from the WQE's source region. A WQE completes (a
+ * NIC_EV_SEND_DONE event) when snd_una passes its last PSN; completions are
+ * checked at every engine run. With engine = 0 (the default), ACKs are only
+ * consumed, and snd_nxt and the table are the business of whoever sends.
+ *
+ * Send queue protocol: WQE i lives in wqes[i % NIC_MSG_SLOTS] of the QP's
+ * struct nic_wq. User space writes the whole WQE, then posted = i + 1; it
+ * may reuse a slot only once wqe_done has passed it (posted - wqe_done <=
+ * NIC_MSG_SLOTS). The depth is NIC_MSG_SLOTS because that is how many
+ * messages the receiver holds incomplete: with fewer WQEs outstanding here,
+ * no LAST packet ever meets a NACK(NO_RESOURCE) there. The engine assigns
+ * each WQE the next MSN (snd_msn), in posting order.
  */
 
 /* One entry of the retransmit queue. */
@@ -262,6 +284,17 @@ enum nic_retx_cause {
 	NIC_RETX_NACK = 1, /* a retryable NACK asked for it (trimmed, window, resources) */
 	NIC_RETX_LOST = 2, /* declared lost from a SACK hole (loss walk) */
 };
+
+/* The send engine's per-QP counters, written by BPF under the QP's lock. */
+struct nic_sq_tx_stats {
+	__u64 data_pkts;   /* new data packets: PSNs assigned */
+	__u64 data_bytes;  /* their payload bytes */
+	__u64 retx_pkts;   /* retransmissions */
+	__u64 retx_stale;  /* retxq entries skipped: acknowledged or out of the window meanwhile */
+	__u64 window_full; /* engine runs with data to send and no room (window or cwnd) */
+	__u64 wqes_done;   /* WQEs completed (NIC_EV_SEND_DONE) */
+};
+_Static_assert(sizeof(struct nic_sq_tx_stats) == 48, "struct nic_sq_tx_stats layout changed");
 
 /* Per-QP counters, written by BPF under the QP's lock. */
 struct nic_sq_stats {
@@ -301,11 +334,30 @@ struct nic_sq {
 	struct nic_sq_stats stats;
 	struct nic_retx retxq[NIC_RETX_SLOTS]; /* retransmit queue, head .. tail */
 	__u16 evs[NIC_MAX_QP_EVS];             /* setup: the EV profile's EV values */
+	/* ---- send engine ---- */
+	/* setup: written by user space */
+	__u32 engine; /* 1: the send engine serves this QP (kicks and the ACK clock); 0: not */
+	__u32 cwnd;   /* most packets in flight, the congestion window (a hook for congestion
+		       * control): snd_nxt - snd_una less the acknowledged PSNs; 0: the window */
+	/* BPF-owned (user space sets the initial values) */
+	__u32 snd_msn;  /* MSN of WQE wqe_sent, the one being segmented (24 bits) */
+	__u32 wqe_sent; /* WQEs whose every packet has been sent once (free-running) */
+	__u32 wqe_done; /* WQEs completed: snd_una passed their last PSN (free-running) */
+	__u32 wqe_off;  /* bytes of WQE wqe_sent sent so far */
+	__u32 ev_next;  /* round robin: index in evs where the next EV search starts */
+	__u32 reserved3;
+	__u32 wqe_last_psn[NIC_MSG_SLOTS]; /* WQE i in [wqe_done, wqe_sent): its last PSN, at
+					    * i % NIC_MSG_SLOTS */
+	struct nic_sq_tx_stats tx_stats;
 };
 _Static_assert(__builtin_offsetof(struct nic_sq, snd_una) == 36, "struct nic_sq layout changed");
 _Static_assert(__builtin_offsetof(struct nic_sq, acked) == 64, "struct nic_sq layout changed");
-_Static_assert(sizeof(struct nic_sq) == 64 + 3 * 8 * NIC_BITMAP_WORDS + sizeof(struct nic_sq_stats) +
-					     NIC_RETX_SLOTS * sizeof(struct nic_retx) + 2 * NIC_MAX_QP_EVS,
+_Static_assert(__builtin_offsetof(struct nic_sq, engine) ==
+		       64 + 3 * 8 * NIC_BITMAP_WORDS + sizeof(struct nic_sq_stats) +
+			       NIC_RETX_SLOTS * sizeof(struct nic_retx) + 2 * NIC_MAX_QP_EVS,
+	       "struct nic_sq has hidden padding");
+_Static_assert(sizeof(struct nic_sq) == __builtin_offsetof(struct nic_sq, engine) + 32 +
+					     4 * NIC_MSG_SLOTS + sizeof(struct nic_sq_tx_stats),
 	       "struct nic_sq has hidden padding");
 
 /* ---- Per-EV state: map nic_evs (hash, key = struct nic_ev_key) ---------- */
@@ -390,8 +442,8 @@ struct nic_ev {
 	__u64 srtt;
 	/* send engine */
 	__u32 last_tx_psn; /* PSN of the last packet sent on this EV (if stats.tx_pkts) */
-	__u32 reserved2;
-	__u64 last_tx_ts; /* its tx_ts */
+	__u32 last_tx_cpu; /* the CPU that sent it (the engine's; record_tx leaves 0) */
+	__u64 last_tx_ts;  /* its tx_ts */
 	struct nic_ev_stats stats;
 };
 _Static_assert(__builtin_offsetof(struct nic_ev, skip_until) == 16, "struct nic_ev layout changed");
@@ -434,8 +486,11 @@ struct nic_tx_pkt {
 	__u16 ev;       /* the EV of its latest transmission */
 	__u16 flags;    /* NIC_TX_F_* */
 	__u32 len;      /* payload bytes */
+	/* send engine: what the PSN carries, for its retransmissions */
+	__u32 wqe;     /* the WQE (free-running index, struct nic_sq.wqe_sent) */
+	__u32 msg_off; /* byte offset of its payload in that WQE's message */
 };
-_Static_assert(sizeof(struct nic_tx_pkt) == 24, "struct nic_tx_pkt layout changed");
+_Static_assert(sizeof(struct nic_tx_pkt) == 32, "struct nic_tx_pkt layout changed");
 
 #define NIC_TX_F_PREV 0x1 /* prev_psn is valid: an earlier packet went on this EV */
 #define NIC_TX_F_RETX 0x2 /* this transmission is a retransmission */
@@ -467,13 +522,78 @@ struct nic_region {
 };
 _Static_assert(sizeof(struct nic_region) == 24, "struct nic_region layout changed");
 
+/* ---- Send queues: map nic_wq (mmapable array, key = struct nic_sq.ring) -- */
+
+/* One work request: an RDMA WRITE or WRITE_WITH_IMM of len bytes from the
+ * local region src_region (at byte src_off) to the peer's remote_va/rkey.
+ * Sources and destinations start on a NIC_MR_ELEM_SIZE boundary (v1). */
+struct nic_wqe {
+	__u64 wr_id;      /* user space's id, returned in the completion */
+	__u64 remote_va;  /* RETH.va of the message's first byte */
+	__u32 rkey;       /* the peer region's remote key */
+	__u32 len;        /* message bytes; 0: one packet without payload */
+	__u32 src_region; /* index in nic_regions of the memory the payload is read from */
+	__u32 src_off;    /* byte offset of the message in it: a multiple of NIC_MR_ELEM_SIZE */
+	__u32 imm;        /* immediate data, host order (opcode MRC_OP_WRITE_IMM) */
+	__u8 opcode;      /* MRC_OP_WRITE, or MRC_OP_WRITE_IMM for WRITE_WITH_IMM: its last
+			   * packet is a WRITE_IMM carrying imm, the others are WRITEs */
+	__u8 reserved[3];
+};
+_Static_assert(sizeof(struct nic_wqe) == 40, "struct nic_wqe layout changed");
+
+/* A send QP's queue, written by user space only (see "Send queue protocol"). */
+struct nic_wq {
+	__u32 posted; /* WQEs posted (free-running); written after the WQE itself */
+	__u32 reserved;
+	struct nic_wqe wqes[NIC_MSG_SLOTS]; /* WQE i at i % NIC_MSG_SLOTS */
+};
+_Static_assert(sizeof(struct nic_wq) == 8 + NIC_MSG_SLOTS * sizeof(struct nic_wqe),
+	       "struct nic_wq layout changed");
+
+/*
+ * A kick: how user space makes the engine send. It runs the XDP program with
+ * BPF_PROG_RUN on a template frame whose XDP metadata (data_meta .. data)
+ * starts with this struct; with BPF_F_TEST_XDP_LIVE_FRAMES and repeat = n,
+ * each of the n runs sends one packet of the QP (or nothing: no work, no
+ * room, no usable EV) through the devmap nic_tx_ports. A frame is a kick only
+ * when its ingress device is the loopback (ifindex 1, which BPF_PROG_RUN
+ * uses; no NIC program is ever attached to lo) and it carries metadata (no
+ * program of ours writes any). A kick is never on the wire, since metadata
+ * never leaves the host, and it survives live-frame page recycling: the
+ * kernel resets a recycled page's frame pointers, not its bytes, and the
+ * engine rewrites the frame, never the metadata. The frame itself is a
+ * template the engine overwrites (mrc_nic.nic.KICK_TEMPLATE: 64 bytes of
+ * EtherType 0x88B5, IEEE local experimental, harmless if it ever leaked).
+ */
+struct nic_kick {
+	__u32 qpn; /* the send QP to serve */
+	__u32 reserved;
+};
+_Static_assert(sizeof(struct nic_kick) == 8, "struct nic_kick layout changed");
+
 /* ---- Ports -------------------------------------------------------------- */
 
 /* Map nic_port_up (array, NIC_MAX_HOSTS entries of __u32, key = host id):
  * bit p set when the host's port p (plane p) is up. Copied into every SACK,
  * NACK (MRC_ACK.port_bitmap) and PROBE_REPLY (MRC_PROBE.port_bitmap); user
  * space must set it when the host comes up (0 tells peers that every port is
- * down). */
+ * down). The send engine sends on plane p only while bit p is set here (for
+ * the QP's local host) and in the peer's port bitmap (struct nic_sq.peer_ports).
+ *
+ * Map nic_ports (array, key = host * NIC_MAX_PLANES + plane, user space):
+ * the addresses of the engine's data packets. Map nic_tx_ports (devmap, same
+ * key): the host port itself, by ifindex, written from the host's network
+ * namespace (the kernel resolves a devmap ifindex in the writer's namespace).
+ * The engine sends a packet of plane p out of the port that received the ACK
+ * with XDP_TX when that is the port of p, else with bpf_redirect_map into
+ * nic_tx_ports (kicks always). Set both before setting the port's bit in
+ * nic_port_up. */
+struct nic_port {
+	__u8 mac[6];    /* the host port's MAC: Ethernet source of data packets */
+	__u8 nh_mac[6]; /* the next hop's MAC (the T0 switch port): their destination */
+	__u32 ifindex;  /* the port's ifindex in its host's namespace (as put in nic_tx_ports) */
+};
+_Static_assert(sizeof(struct nic_port) == 16, "struct nic_port layout changed");
 
 /* ---- Events: ring buffer nic_events ------------------------------------- */
 
@@ -483,7 +603,8 @@ enum nic_event_type {
 	NIC_EV_RECV_IMM = 1, /* a WRITE_WITH_IMM message completed, in message order */
 	NIC_EV_EV_STATE = 2, /* an EV changed state (struct nic_ev_event) */
 	NIC_EV_LOSS = 3,     /* a PSN was declared lost (struct nic_loss_event) */
-	NIC_EV_QP_ERR = 4,   /* a send QP went to ERR on a fatal NACK (struct nic_qp_err_event) */
+	NIC_EV_QP_ERR = 4,   /* a send QP went to ERR (struct nic_qp_err_event) */
+	NIC_EV_SEND_DONE = 5, /* a WQE completed: snd_una passed its last PSN (struct nic_send_event) */
 };
 
 struct nic_event {
@@ -531,6 +652,9 @@ struct nic_loss_event {
 };
 _Static_assert(sizeof(struct nic_loss_event) == 40, "struct nic_loss_event layout changed");
 
+/* A fatal NACK, or (syndrome 0, reason 0, ev 0) a local error: the send engine
+ * could not read a WQE's source (region missing, or the message outside it);
+ * psn is then the PSN it was about to send. */
 struct nic_qp_err_event {
 	__u32 type;     /* NIC_EV_QP_ERR */
 	__u32 qpn;      /* the send QP, now in ERR */
@@ -542,6 +666,20 @@ struct nic_qp_err_event {
 	__u64 ts;
 };
 _Static_assert(sizeof(struct nic_qp_err_event) == 40, "struct nic_qp_err_event layout changed");
+
+/* A send completion: every packet of a WQE has been acknowledged. Raised in
+ * posting order. */
+struct nic_send_event {
+	__u32 type;     /* NIC_EV_SEND_DONE */
+	__u32 qpn;      /* the send QP */
+	__u32 msn;      /* the MSN the engine gave the WQE */
+	__u32 last_psn; /* the PSN of its last packet */
+	__u64 wr_id;    /* the WQE's wr_id */
+	__u32 len;      /* its length in bytes */
+	__u32 wqe;      /* its free-running index (struct nic_sq.wqe_done before it) */
+	__u64 ts;
+};
+_Static_assert(sizeof(struct nic_send_event) == 40, "struct nic_send_event layout changed");
 
 /* Completions raised by one packet, gathered under the QP lock and sent to
  * the ring buffer after it (no helper may run under a bpf_spin_lock). Map
@@ -564,7 +702,10 @@ _Static_assert(sizeof(struct nic_cqe) == 24, "struct nic_cqe layout changed");
 
 /* One index per outcome. Every packet the program sees adds 1 to exactly one
  * of PASS_*, DROP_*, SACK, NACK_*, PROBE_REPLY, ACK_CONSUMED, ACK_STALE and
- * PROBE_REPLY_CONSUMED; the others (bytes, events, PSNs) are extra. */
+ * PROBE_REPLY_CONSUMED, and every kick to one of KICK_SENT, KICK_IDLE and
+ * DROP_*; the others (bytes, events, PSNs, the engine's TX_*) are extra. An
+ * ACK the engine turns into a data packet is ACK_CONSUMED (or ACK_STALE) and
+ * TX_CLOCKED. */
 enum nic_counter {
 	NIC_CNT_PASS_NOT_MRC = 0,    /* not IPv4 / UDP / dport 4791 (or cut before UDP): XDP_PASS */
 	NIC_CNT_PASS_OTHER_OPCODE,   /* a RoCE opcode outside MRC's ranges (UC, UD, CNP...): XDP_PASS */
@@ -583,10 +724,11 @@ enum nic_counter {
 	NIC_CNT_DROP_UNKNOWN_QP,     /* no state for BTH.qpn: receive QP (data, PROBE), send QP (ACKs) */
 	NIC_CNT_DROP_SPOOFED,        /* IPv4 source/destination are not the QP's peer/local host */
 	NIC_CNT_DROP_QP_STATE,       /* QP not in RTR/RTS (data, PROBE) or RTS/SQD (ACKs) */
-	NIC_CNT_DROP_QP_CONFIG,      /* mpr out of 1..NIC_MPR_MAX, no ring, more in flight than mpr */
+	NIC_CNT_DROP_QP_CONFIG,      /* mpr out of 1..NIC_MPR_MAX, no ring, more in flight than mpr;
+				      * a kick for a QP without the engine */
 	NIC_CNT_DROP_BAD_VA,         /* va - base_va not a multiple of NIC_MR_ELEM_SIZE */
 	NIC_CNT_DROP_BAD_MSN,        /* LAST packet of an MSN already completed, or conflicting */
-	NIC_CNT_DROP_XDP_ERR,        /* resizing the frame for the answer failed */
+	NIC_CNT_DROP_XDP_ERR,        /* resizing the frame for the answer or data packet failed */
 	NIC_CNT_PLACED,              /* payloads placed in memory */
 	NIC_CNT_PLACED_BYTES,        /* their bytes */
 	NIC_CNT_DUP,                 /* duplicates (SACKed with MRC_ACK_F_DUP) */
@@ -605,6 +747,19 @@ enum nic_counter {
 	NIC_CNT_LOST,                 /* PSNs declared lost from SACK holes */
 	NIC_CNT_RETX_QUEUED,          /* PSNs queued for retransmission */
 	NIC_CNT_UNKNOWN_EV,           /* SACK/NACK/PROBE_REPLY for an EV without nic_evs state */
+	/* The send engine */
+	NIC_CNT_KICK_SENT,       /* kick that sent a data packet (XDP_REDIRECT) */
+	NIC_CNT_KICK_IDLE,       /* kick that sent nothing (no work, no room, no EV, error) */
+	NIC_CNT_TX_DATA,         /* new data packets built */
+	NIC_CNT_TX_RETX,         /* retransmissions built */
+	NIC_CNT_TX_BYTES,        /* their payload bytes */
+	NIC_CNT_TX_CLOCKED,      /* data packets (new or resent) built from an ACK: the ACK clock */
+	NIC_CNT_TX_WINDOW_FULL,  /* engine runs with data to send but no room (window, cwnd) */
+	NIC_CNT_TX_NO_EV,        /* engine runs with something to send but no usable EV
+				  * (states, ports down, or all held by other CPUs) */
+	NIC_CNT_TX_BAD_WQE,      /* a WQE's source outside its region: the QP went to ERR */
+	NIC_CNT_TX_REDIRECT_ERR, /* no device in nic_tx_ports for the plane: packet dropped */
+	NIC_CNT_SEND_DONE,       /* send completions (NIC_EV_SEND_DONE) */
 	NIC_CNT_MAX,
 };
 

@@ -45,8 +45,25 @@
  * feedback: counters, RTT, SKIP on ECN or a fabric trim, ASSUMED_BAD on a
  * loss. Events (loss, EV state, QP error) go to nic_events after the locks.
  * Every SACK and NACK ends there: XDP_DROP, counted as ACK_CONSUMED (or
- * ACK_STALE if it changed nothing). Nothing in the stack wants it; the send
- * engine will turn this frame into the next data packet instead (ack_done).
+ * ACK_STALE if it changed nothing), unless its QP is served by the send
+ * engine (below), which then turns this frame into the next data packet.
+ *
+ * Send engine (engine_run; nic_maps.h, "The send engine"), one data packet
+ * per run at most, run by a kick (BPF_PROG_RUN on a template frame whose XDP
+ * metadata is a struct nic_kick; live frames: the packet leaves through the
+ * devmap nic_tx_ports) or by an ACK of an engine QP (the ACK clock: XDP_TX on
+ * the ACK's port when the EV's plane is that port's, else the devmap).
+ * Outside the QP lock it picks the next usable EVs of the QP's round robin;
+ * under the lock it raises completions (WQEs whose last PSN snd_una passed),
+ * then takes a queued retransmission, else the next segment of the current
+ * WQE if the window and cwnd have room; outside the lock it records the
+ * transmission (EV counters under the EV's lock, the PSN -> EV table) and
+ * writes the whole frame (headers as wire.data_packet lays them out, the
+ * payload copied from the WQE's source region element). The engine is inlined
+ * in one place (nic_xdp), after both of its entries (bcc has no BPF-to-BPF
+ * calls). Verifier: about 227k instructions processed for the whole program
+ * (117k before the engine; the EV search is bounded by ENGINE_EV_TRIES for
+ * that reason too: NIC_MAX_QP_EVS steps cost 800k).
  *
  * PROBE (receiver role): answered in place with a PROBE_REPLY (XDP_TX), for
  * a receive QP in RTR/RTS whose peer sent it. PROBE_REPLY (sender role): an
@@ -102,6 +119,26 @@ struct nic_ack_scratch {
 BPF_PERCPU_ARRAY(nic_ack_scratch, struct nic_ack_scratch, 1);
 /* Events to the daemon: struct nic_event and the other NIC_EV_* records. */
 BPF_RINGBUF_OUTPUT(nic_events, NIC_EVENT_PAGES);
+/* Send queues of the send QPs (struct nic_sq.ring), mmapable: user space posts WQEs. */
+BPF_F_TABLE("array", __u32, struct nic_wq, nic_wq, NIC_TX_RINGS, BPF_F_MMAPABLE);
+/* Host port addresses, key = host * NIC_MAX_PLANES + plane: the data packets' MACs. */
+BPF_ARRAY(nic_ports, struct nic_port, NIC_MAX_HOSTS * NIC_MAX_PLANES);
+/* Host ports as devices (ifindex), same key: where the engine redirects packets. */
+BPF_DEVMAP(nic_tx_ports, NIC_MAX_HOSTS * NIC_MAX_PLANES);
+/* What the locked part of the engine decided, read after the lock (not pinned). */
+struct nic_tx_scratch {
+	__u32 what;    /* enum tx_plan */
+	__u32 full;    /* new data waited: no room in the window or cwnd */
+	__u32 psn;     /* the PSN to send */
+	__u32 wqe;     /* its WQE (free-running index) */
+	__u32 off;     /* its payload's offset in the message */
+	__u32 msn;     /* the WQE's MSN */
+	__u32 lost_ev; /* a retransmission: the EV that lost it */
+	__u32 second;  /* send on the second EV found (the first lost this PSN) */
+	__u32 n_done;  /* completions in done */
+	struct nic_send_event done[NIC_MSG_SLOTS];
+};
+BPF_PERCPU_ARRAY(nic_tx_scratch, struct nic_tx_scratch, 1);
 
 /* ---- Counters ------------------------------------------------------------ */
 
@@ -1101,20 +1138,35 @@ static __always_inline int ack_kind(__u32 syndrome, __u32 reason)
 	return 0;
 }
 
+/* What runs the send engine: a kick, or an ACK of an engine QP (nic_xdp). */
+struct engine_req {
+	__u32 qpn;   /* the send QP */
+	__u32 plane; /* an ACK: the plane of the port it came in on; a kick: NIC_MAX_PLANES */
+	__u32 kick;  /* 1: a kick (BPF_PROG_RUN), 0: an ACK */
+};
+
+/* nic_rx's verdict when the send engine must run for req (not an XDP action). */
+#define ENGINE_RUN 0x100
+
 /*
- * Send engine hook. An ACK ends here once processed. The engine will turn
- * this frame into the next data packet when the ACK freed window or queued a
- * retransmission (docs/fastpath.md, "Clock"); until then the ACK is consumed:
- * XDP_DROP, since nothing in the stack wants it.
+ * Send engine hook. An ACK ends here once processed. For a QP the send engine
+ * serves, the engine runs next and may turn this frame into the next data
+ * packet (docs/fastpath.md, "Clock"). Otherwise the ACK is consumed: XDP_DROP,
+ * since nothing in the stack wants it.
  */
-static __always_inline int ack_done(struct xdp_md *ctx, const struct nic_ack_scratch *sc,
-				    __u32 changed)
+static __always_inline int ack_done(struct mrc_pkt *p, struct engine_req *req, __u32 qpn,
+				    __u32 engine, __u32 changed)
 {
 	count(changed ? NIC_CNT_ACK_CONSUMED : NIC_CNT_ACK_STALE, 1);
-	return XDP_DROP;
+	if (!engine)
+		return XDP_DROP;
+	req->qpn = qpn;
+	req->plane = (bpf_ntohl(p->ip->daddr) - NIC_HOST_NET) >> 8; /* checked by addrs_match */
+	req->kick = 0;
+	return ENGINE_RUN;
 }
 
-static __always_inline int rx_ack(struct xdp_md *ctx, struct mrc_pkt *p)
+static __always_inline int rx_ack(struct xdp_md *ctx, struct mrc_pkt *p, struct engine_req *req)
 {
 	struct nic_ack_scratch *sc;
 	struct mrc_ack_ext *ack;
@@ -1319,7 +1371,7 @@ unlock:
 	count(NIC_CNT_ACKED, sc->newly);
 	count(NIC_CNT_LOST, n);
 	count(NIC_CNT_RETX_QUEUED, sc->queued + n);
-	return ack_done(ctx, sc, sc->fb | sc->newly | sc->queued | sc->fatal);
+	return ack_done(p, req, qpn, sq->engine, sc->fb | sc->newly | sc->queued | sc->fatal);
 }
 
 /* ---- Sender role: PROBE_REPLY --------------------------------------------- */
@@ -1385,9 +1437,538 @@ static __always_inline int rx_probe_reply(struct xdp_md *ctx, struct mrc_pkt *p)
 	return XDP_DROP;
 }
 
+/* ---- The send engine ------------------------------------------------------- */
+
+/* The loopback device: BPF_PROG_RUN's ingress device in every namespace (the
+ * kernel's LOOPBACK_IFINDEX). No NIC program is attached to lo, so a frame
+ * that arrives "from lo" is a test run. */
+#define LOOPBACK_IFINDEX 1
+
+/* Retransmit queue entries one engine run may pop: stale ones (acknowledged
+ * meanwhile) are skipped, up to this many; the rest wait for the next run. */
+#define ENGINE_RETX_POPS 8
+
+/*
+ * How long an EV stays with the CPU that last sent on it, in ns. The loss
+ * walk (nic_maps.h) relies on the packets of one EV reaching the wire in the
+ * order the engine recorded them. On one CPU they do. But the ports of a QP
+ * run on several CPUs, and a packet waits in a per-CPU bulk queue (XDP_TX's
+ * or the devmap's) until the end of the NAPI poll or kick batch that made it:
+ * a packet recorded later on another CPU can reach the wire first, and the
+ * walk would take the earlier one for lost (measured here: tens of false
+ * losses per 32 MiB, every EV ASSUMED_BAD within seconds). So an EV another
+ * CPU sent on less than this long ago is skipped. A poll or batch is at most
+ * 64 frames, a few us each: 200 us covers it with room.
+ */
+#ifndef ENGINE_EV_HOLD_NS
+#define ENGINE_EV_HOLD_NS 200000
+#endif
+
+/* EVs one engine run looks at, at most. A run that finds none usable moves
+ * the cursor past them, so that a long run of unusable EVs (a plane down in a
+ * profile ordered by plane) costs a few idle runs, not a walk of the whole
+ * profile per packet (and not the verifier's work of NIC_MAX_QP_EVS steps). */
+#define ENGINE_EV_TRIES 32
+
+/* Frame bytes before the payload of a WRITE / WRITE_IMM packet. */
+#define DATA_HDRS_LEN (ETH_HLEN + MRC_IPV4_UDP_LEN + MRC_WRITE_HDRS_LEN)         /* 86 */
+#define DATA_IMM_HDRS_LEN (ETH_HLEN + MRC_IPV4_UDP_LEN + MRC_WRITE_IMM_HDRS_LEN) /* 90 */
+/* The frame of a full WRITE packet: the size a frame is grown to first. */
+#define DATA_FRAME_FULL (DATA_HDRS_LEN + NIC_MR_ELEM_SIZE + MRC_ICRC_LEN)
+
+enum tx_plan {
+	TX_NONE = 0,
+	TX_NEW,  /* the next segment of WQE wqe_sent */
+	TX_RETX, /* a PSN from the retransmit queue */
+};
+
+#define BM_CLEAR(bm, psn) ((bm)[RING_WORD(psn)] &= ~(1ULL << RING_BIT(psn)))
+
+/* The headers of a data packet, as wire.data_packet lays them out: immdt is
+ * sent only on the last packet of a WRITE_WITH_IMM; otherwise dext follows
+ * reth directly (engine_run stores the two parts separately). */
+struct data_hdrs {
+	struct ethhdr eth;
+	struct iphdr ip;
+	struct udphdr udp;
+	struct mrc_bth bth;
+	struct mrc_reth reth;
+	struct mrc_immdt immdt;
+	struct mrc_data_ext dext;
+} __attribute__((packed, aligned(2)));
+_Static_assert(sizeof(struct data_hdrs) == DATA_IMM_HDRS_LEN, "struct data_hdrs size");
+_Static_assert(__builtin_offsetof(struct data_hdrs, immdt) == DATA_HDRS_LEN - 16,
+	       "struct data_hdrs: immdt must follow reth");
+
+/* Is a frame a kick (struct nic_kick)? Fills req if so. */
+static __always_inline int kick_of(struct xdp_md *ctx, struct engine_req *req)
+{
+	void *data = (void *)(long)ctx->data;
+	struct nic_kick *k = (void *)(long)ctx->data_meta;
+
+	if (ctx->ingress_ifindex != LOOPBACK_IFINDEX)
+		return 0;
+	if ((void *)(k + 1) > data)
+		return 0; /* no metadata: an ordinary test run */
+	req->qpn = k->qpn & MRC_BTH_QPN_MASK;
+	req->plane = NIC_MAX_PLANES;
+	req->kick = 1;
+	return 1;
+}
+
+/* A kick that sent nothing counts once; an ACK was counted already. */
+static __always_inline int engine_idle(const struct engine_req *req, __u32 reason)
+{
+	if (req->kick)
+		count(reason, 1);
+	return XDP_DROP;
+}
+
+/* May a packet leave on this EV now, from this CPU? GOOD, or SKIP whose time
+ * is over, on a plane up at both ends (planes: the local and the peer's port
+ * bitmaps), and not held by another CPU (ENGINE_EV_HOLD_NS). Read without the
+ * EV's lock: a stale view costs one packet on a worse EV (or, in a race of
+ * two CPUs for one EV, the order the hold protects, rarely). */
+static __always_inline int ev_usable(const struct nic_ev *e, __u64 now, __u32 planes, __u32 cpu)
+{
+	__u32 st = e->state, plane = e->plane;
+
+	if (plane >= NIC_MAX_PLANES || !((planes >> plane) & 1))
+		return 0;
+	if (e->last_tx_cpu != cpu && e->stats.tx_pkts &&
+	    (__s64)(now - e->last_tx_ts) < ENGINE_EV_HOLD_NS)
+		return 0;
+	if (st == NIC_EVS_GOOD)
+		return 1;
+	return st == NIC_EVS_SKIP && now >= e->skip_until;
+}
+
+/* One usable EV: its state, value, position in the profile. */
+struct ev_pick {
+	struct nic_ev *e;
+	__u32 ev;
+	__u32 idx;
+};
+
+/*
+ * The next `want` (1 or 2) usable EVs of the QP's round robin, from the
+ * cursor (sq->ev_next) on; returns how many were found. Read without the
+ * lock; the cursor moves under it when a packet is sent (see engine_run), or
+ * here past ENGINE_EV_TRIES unusable EVs. Two CPUs serving one QP at the same
+ * moment may pick the same EV: the round robin is exact on one CPU,
+ * approximate across (ENGINE_EV_HOLD_NS keeps the order that matters).
+ */
+static __always_inline __u32 pick_evs(struct nic_sq *sq, __u32 qpn, __u32 want, __u32 planes,
+				      __u64 now, struct ev_pick *p1, struct ev_pick *p2)
+{
+	struct nic_ev_key key = {.qpn = qpn};
+	__u32 n = sq->n_evs, start, found = 0, cpu = bpf_get_smp_processor_id();
+	int i;
+
+	if (n == 0 || n > NIC_MAX_QP_EVS)
+		return 0;
+	start = *(volatile __u32 *)&sq->ev_next % n;
+	for (i = 0; i < ENGINE_EV_TRIES; i++) {
+		__u32 idx = start + i;
+		struct nic_ev *e;
+
+		if (i >= n)
+			break;
+		if (idx >= n)
+			idx -= n;
+		key.ev = sq->evs[idx & (NIC_MAX_QP_EVS - 1)];
+		e = nic_evs.lookup(&key);
+		if (!e || !ev_usable(e, now, planes, cpu))
+			continue;
+		if (found == 0) {
+			p1->e = e;
+			p1->ev = key.ev;
+			p1->idx = idx;
+		} else {
+			p2->e = e;
+			p2->ev = key.ev;
+			p2->idx = idx;
+		}
+		found++;
+		if (found >= want)
+			break;
+	}
+	if (!found && n > ENGINE_EV_TRIES)
+		sq->ev_next = (start + ENGINE_EV_TRIES) % n;
+	return found;
+}
+
+/* PSNs acknowledged above snd_una (sq->lock held): the acked ring's bits. */
+static __always_inline __u32 sq_acked_count(const struct nic_sq *sq)
+{
+	__u32 n = 0;
+	int i;
+
+#pragma unroll
+	for (i = 0; i < NIC_BITMAP_WORDS; i++)
+		n += popcount64(sq->acked[i]);
+	return n;
+}
+
+/* Completions (sq->lock held): every WQE whose last PSN snd_una has passed,
+ * in posting order, gathered in sc (wr_id and len are read now: user space
+ * may reuse the slot as soon as wqe_done passes it). */
+static __always_inline void engine_complete(struct nic_sq *sq, const struct nic_wq *wq,
+					    struct nic_tx_scratch *sc, __u32 qpn)
+{
+	__u32 n = 0;
+	int i;
+
+	for (i = 0; i < NIC_MSG_SLOTS; i++) {
+		__u32 k = sq->wqe_done, slot = k & (NIC_MSG_SLOTS - 1);
+		__u32 last = sq->wqe_last_psn[slot] & MRC_PSN_MASK;
+		struct nic_send_event *e = &sc->done[i];
+
+		if (k == sq->wqe_sent)
+			break;
+		if (MRC_PSN_DIFF(sq->snd_una, last) <= 0)
+			break;
+		e->type = NIC_EV_SEND_DONE;
+		e->qpn = qpn;
+		e->msn = (sq->snd_msn - (sq->wqe_sent - k)) & MRC_DATA_MSN_MASK;
+		e->last_psn = last;
+		e->wr_id = wq->wqes[slot].wr_id;
+		e->len = wq->wqes[slot].len;
+		e->wqe = k;
+		sq->wqe_done = k + 1;
+		n++;
+	}
+	sq->tx_stats.wqes_done += n;
+	sc->n_done = n;
+}
+
+/*
+ * What to send (sq->lock held), into sc: a queued retransmission first (the
+ * protocol of nic_maps.h: skip it if acknowledged or out of [snd_una,
+ * snd_nxt), else clear its retx and echoed bits), else, for a QP in RTS, the
+ * next segment of WQE wqe_sent if the window and cwnd have room: PSN snd_nxt,
+ * and the WQE is done with when this is its last segment.
+ */
+static __always_inline void engine_plan(struct nic_sq *sq, const struct nic_wq *wq,
+					const struct nic_tx_ring *ring, struct nic_tx_scratch *sc)
+{
+	__u32 window = sq->mpr * MRC_MPR_UNIT, cwnd = sq->cwnd;
+	__u32 k, slot, len, off, seg, psn;
+	__s32 range;
+	int i;
+
+	for (i = 0; i < ENGINE_RETX_POPS; i++) {
+		__u32 h = sq->retx_head;
+		const struct nic_retx *r = &sq->retxq[h & (NIC_RETX_SLOTS - 1)];
+		const struct nic_tx_pkt *t;
+
+		if (h == sq->retx_tail)
+			break;
+		psn = r->psn & MRC_PSN_MASK;
+		t = &ring->pkts[RING_POS(psn)];
+		sq->retx_head = h + 1;
+		if (MRC_PSN_DIFF(psn, sq->snd_una) < 0 || MRC_PSN_DIFF(psn, sq->snd_nxt) >= 0 ||
+		    BM_TEST(sq->acked, psn) || t->psn != psn ||
+		    t->wqe - sq->wqe_done > sq->wqe_sent - sq->wqe_done) {
+			sq->tx_stats.retx_stale++;
+			continue;
+		}
+		BM_CLEAR(sq->retx, psn);
+		BM_CLEAR(sq->echoed, psn);
+		sc->what = TX_RETX;
+		sc->psn = psn;
+		sc->lost_ev = r->ev;
+		sc->wqe = t->wqe;
+		sc->off = t->msg_off;
+		sc->msn = (sq->snd_msn - (sq->wqe_sent - t->wqe)) & MRC_DATA_MSN_MASK;
+		sq->tx_stats.retx_pkts++;
+		return;
+	}
+	if (sq->state != NIC_QPS_RTS)
+		return;
+	k = sq->wqe_sent;
+	if (*(volatile __u32 *)&wq->posted == k)
+		return; /* nothing posted */
+	range = MRC_PSN_DIFF(sq->snd_nxt, sq->snd_una);
+	if (range < 0 || range >= (__s32)window ||
+	    (cwnd && cwnd < window && (__u32)range - sq_acked_count(sq) >= cwnd)) {
+		sc->full = 1;
+		sq->tx_stats.window_full++;
+		return;
+	}
+	slot = k & (NIC_MSG_SLOTS - 1);
+	len = wq->wqes[slot].len;
+	off = sq->wqe_off;
+	seg = len > off ? len - off : 0;
+	if (seg > NIC_MR_ELEM_SIZE)
+		seg = NIC_MR_ELEM_SIZE;
+	psn = sq->snd_nxt & MRC_PSN_MASK;
+	sq->snd_nxt = (psn + 1) & MRC_PSN_MASK;
+	sc->what = TX_NEW;
+	sc->psn = psn;
+	sc->wqe = k;
+	sc->off = off;
+	sc->msn = sq->snd_msn & MRC_DATA_MSN_MASK;
+	if (off + seg >= len) { /* its last segment */
+		sq->wqe_last_psn[slot] = psn;
+		sq->wqe_sent = k + 1;
+		sq->wqe_off = 0;
+		sq->snd_msn = (sq->snd_msn + 1) & MRC_DATA_MSN_MASK;
+	} else {
+		sq->wqe_off = off + seg;
+	}
+	sq->tx_stats.data_pkts++;
+	sq->tx_stats.data_bytes += seg;
+}
+
+/* A WQE whose source cannot be read: the QP goes to ERR (a local error). */
+static __always_inline int engine_bad_wqe(const struct engine_req *req, struct nic_sq *sq,
+					  __u32 psn, __u64 now)
+{
+	struct nic_qp_err_event e = {
+		.type = NIC_EV_QP_ERR,
+		.qpn = req->qpn,
+		.psn = psn,
+		.ts = now,
+	};
+
+	bpf_spin_lock(&sq->lock);
+	sq->state = NIC_QPS_ERR;
+	bpf_spin_unlock(&sq->lock);
+	emit(&e);
+	count(NIC_CNT_TX_BAD_WQE, 1);
+	return engine_idle(req, NIC_CNT_KICK_IDLE);
+}
+
+/*
+ * The send engine: at most one data packet of QP req->qpn, built in this
+ * frame. Returns XDP_TX or XDP_REDIRECT with the packet, else XDP_DROP.
+ */
+static __always_inline int engine_run(struct xdp_md *ctx, const struct engine_req *req)
+{
+	struct nic_tx_scratch *sc;
+	struct nic_sq *sq;
+	struct nic_wq *wq;
+	struct nic_tx_ring *ring;
+	struct nic_tx_pkt *t;
+	struct nic_port *port;
+	struct nic_region *rg;
+	struct nic_mr_elem *src = 0;
+	const struct nic_wqe *w;
+	struct ev_pick p1 = {}, p2 = {};
+	struct data_hdrs f = {};
+	struct nic_ev *e;
+	__u32 qpn = req->qpn, zero = 0, ring_id, host, planes, found = 0, want, work, i, n;
+	__u32 psn, wqe, off, len, seg, last, retx, ev, plane, prev, has_prev, hdrs, total, rid;
+	__u32 key, cpu, icrc = MRC_ICRC_UNUSED, *up;
+	__u64 now, tx_ts, elem;
+	int verdict, delta;
+
+	sq = nic_tx_qps.lookup(&qpn);
+	if (!sq)
+		return engine_idle(req, NIC_CNT_DROP_UNKNOWN_QP);
+	if (!sq->engine || sq->mpr == 0 || sq->mpr > NIC_MPR_MAX)
+		return engine_idle(req, NIC_CNT_DROP_QP_CONFIG);
+	if (sq->state != NIC_QPS_RTS && sq->state != NIC_QPS_SQD)
+		return engine_idle(req, NIC_CNT_DROP_QP_STATE);
+	ring_id = sq->ring;
+	ring = nic_tx_ring.lookup(&ring_id);
+	wq = nic_wq.lookup(&ring_id);
+	sc = nic_tx_scratch.lookup(&zero);
+	if (!ring || !wq || !sc)
+		return engine_idle(req, NIC_CNT_DROP_QP_CONFIG);
+	host = sq->local_host;
+	up = nic_port_up.lookup(&host);
+	planes = (up ? *up : 0) & sq->peer_ports;
+	now = bpf_ktime_get_ns();
+
+	/* A first look without the lock: is there anything to send? Only then
+	 * are EVs looked for and the frame grown (to the common size: a full
+	 * WRITE), so that a frame that cannot grow changes no state. */
+	work = sq->retx_head != sq->retx_tail ||
+	       (sq->state == NIC_QPS_RTS && *(volatile __u32 *)&wq->posted != sq->wqe_sent);
+	if (work) {
+		want = sq->retx_head != sq->retx_tail ? 2 : 1;
+		found = pick_evs(sq, qpn, want, planes, now, &p1, &p2);
+		if (!found)
+			count(NIC_CNT_TX_NO_EV, 1);
+	}
+	if (found) {
+		delta = (int)DATA_FRAME_FULL - (int)bpf_xdp_get_buff_len(ctx);
+		if (delta && bpf_xdp_adjust_tail(ctx, delta)) {
+			count(NIC_CNT_DROP_XDP_ERR, 1);
+			found = 0;
+		}
+	}
+
+	sc->what = TX_NONE;
+	sc->full = 0;
+	sc->second = 0;
+	sc->n_done = 0;
+	bpf_spin_lock(&sq->lock);
+	engine_complete(sq, wq, sc, qpn);
+	if (found) {
+		engine_plan(sq, wq, ring, sc);
+		/* The EV: the first one found, unless a retransmission was lost on
+		 * it. The round robin goes on after the EV used, or stays on the
+		 * first one found when it was passed over. */
+		if (sc->what == TX_RETX && found > 1 && p1.ev == sc->lost_ev)
+			sc->second = 1;
+		if (sc->what != TX_NONE)
+			sq->ev_next = sc->second ? p1.idx : p1.idx + 1;
+	}
+	bpf_spin_unlock(&sq->lock);
+
+	n = sc->n_done;
+	if (n > NIC_MSG_SLOTS)
+		n = NIC_MSG_SLOTS;
+	for (i = 0; i < NIC_MSG_SLOTS; i++) {
+		if (i >= n)
+			break;
+		sc->done[i].ts = now;
+		emit(&sc->done[i]);
+	}
+	count(NIC_CNT_SEND_DONE, n);
+	if (sc->full)
+		count(NIC_CNT_TX_WINDOW_FULL, 1);
+	if (sc->what == TX_NONE)
+		return engine_idle(req, NIC_CNT_KICK_IDLE);
+
+	retx = sc->what == TX_RETX;
+	e = p1.e;
+	ev = p1.ev;
+	if (sc->second) {
+		e = p2.e;
+		ev = p2.ev;
+	}
+	if (!e)
+		return engine_idle(req, NIC_CNT_KICK_IDLE); /* cannot happen: found >= 1 */
+	plane = e->plane;
+	if (plane >= NIC_MAX_PLANES)
+		return engine_idle(req, NIC_CNT_KICK_IDLE); /* cannot happen: ev_usable checked it */
+	psn = sc->psn;
+	wqe = sc->wqe;
+	off = sc->off;
+
+	/* The segment: from the WQE (immutable until it completes, which needs
+	 * this PSN acknowledged) and its source region element. */
+	w = &wq->wqes[wqe & (NIC_MSG_SLOTS - 1)];
+	len = w->len;
+	seg = len > off ? len - off : 0;
+	if (seg > NIC_MR_ELEM_SIZE)
+		seg = NIC_MR_ELEM_SIZE;
+	last = off + seg >= len;
+	if (seg) {
+		rid = w->src_region;
+		rg = nic_regions.lookup(&rid);
+		if (!rg || !rg->n_elems || (w->src_off & (NIC_MR_ELEM_SIZE - 1)))
+			return engine_bad_wqe(req, sq, psn, now);
+		elem = ((__u64)w->src_off + off) / NIC_MR_ELEM_SIZE;
+		if (elem >= rg->n_elems)
+			return engine_bad_wqe(req, sq, psn, now);
+		rid = rg->first_elem + (__u32)elem;
+		src = nic_mr.lookup(&rid);
+		if (!src)
+			return engine_bad_wqe(req, sq, psn, now);
+	}
+
+	/* Record the transmission before the packet leaves (nic_maps.h). */
+	tx_ts = bpf_ktime_get_ns();
+	cpu = bpf_get_smp_processor_id();
+	bpf_spin_lock(&e->lock);
+	has_prev = e->stats.tx_pkts != 0;
+	prev = e->last_tx_psn;
+	e->last_tx_psn = psn;
+	e->last_tx_cpu = cpu;
+	e->last_tx_ts = tx_ts;
+	e->stats.tx_pkts++;
+	e->stats.tx_bytes += seg;
+	e->stats.retx_pkts += retx;
+	bpf_spin_unlock(&e->lock);
+	t = &ring->pkts[RING_POS(psn)];
+	t->tx_ts = tx_ts;
+	t->psn = psn;
+	t->prev_psn = has_prev ? prev : 0;
+	t->ev = ev;
+	t->flags = (has_prev ? NIC_TX_F_PREV : 0) | (retx ? NIC_TX_F_RETX : 0);
+	t->len = seg;
+	t->wqe = wqe;
+	t->msg_off = off;
+
+	/* The frame. */
+	key = host * NIC_MAX_PLANES + plane;
+	port = nic_ports.lookup(&key);
+	if (port) {
+		__builtin_memcpy(f.eth.h_source, port->mac, ETH_ALEN);
+		__builtin_memcpy(f.eth.h_dest, port->nh_mac, ETH_ALEN);
+	}
+	hdrs = (w->opcode == MRC_OP_WRITE_IMM && last) ? DATA_IMM_HDRS_LEN : DATA_HDRS_LEN;
+	total = hdrs + seg + MRC_ICRC_LEN;
+	f.eth.h_proto = bpf_htons(ETH_P_IP);
+	f.ip.version = 4;
+	f.ip.ihl = 5;
+	f.ip.tos = ((retx ? MRC_DSCP_TRIMMABLE_RETX : MRC_DSCP_TRIMMABLE) << MRC_DSCP_SHIFT) |
+		   MRC_ECN_ECT0;
+	f.ip.tot_len = bpf_htons(total - ETH_HLEN);
+	f.ip.frag_off = bpf_htons(0x4000); /* DF */
+	f.ip.ttl = 64;
+	f.ip.protocol = IPPROTO_UDP;
+	f.ip.saddr = bpf_htonl(NIC_HOST_NET + (plane << 8) + host + 1);
+	f.ip.daddr = bpf_htonl(NIC_HOST_NET + (plane << 8) + sq->peer_host + 1);
+	f.ip.check = ipv4_csum(&f.ip);
+	f.udp.source = bpf_htons(ev);
+	f.udp.dest = bpf_htons(MRC_UDP_PORT);
+	f.udp.len = bpf_htons(total - ETH_HLEN - sizeof(struct iphdr));
+	f.bth.opcode = hdrs == DATA_IMM_HDRS_LEN ? MRC_OP_WRITE_IMM : MRC_OP_WRITE;
+	f.bth.pkey = bpf_htons(MRC_PKEY_DEFAULT);
+	f.bth.qpn = bpf_htonl(sq->peer_qpn & MRC_BTH_QPN_MASK);
+	f.bth.apsn = bpf_htonl(MRC_BTH_ACK_MASK | psn);
+	f.reth.va = bpf_htonll(w->remote_va + off);
+	f.reth.rkey = bpf_htonl(w->rkey);
+	f.reth.dmalen = bpf_htonl(seg);
+	f.immdt.imm = bpf_htonl(w->imm);
+	f.dext.flags_msn = bpf_htonl((last ? MRC_DATA_F_LAST : 0) | sc->msn);
+	f.dext.msg_off = bpf_htonl(off);
+	f.dext.tx_ts = bpf_htonll(tx_ts);
+
+	delta = (int)total - (int)bpf_xdp_get_buff_len(ctx);
+	if (delta && bpf_xdp_adjust_tail(ctx, delta))
+		return engine_idle(req, NIC_CNT_DROP_XDP_ERR); /* lost: loss detection resends it */
+	/* BTH .. ImmDt, then MRC_DATA where it goes (over the ImmDt slot of a WRITE). */
+	if (bpf_xdp_store_bytes(ctx, 0, &f, DATA_HDRS_LEN - 16 + sizeof(f.immdt)) ||
+	    bpf_xdp_store_bytes(ctx, hdrs - sizeof(f.dext), &f.dext, sizeof(f.dext)) ||
+	    bpf_xdp_store_bytes(ctx, hdrs + seg, &icrc, MRC_ICRC_LEN))
+		return engine_idle(req, NIC_CNT_DROP_XDP_ERR);
+	if (src) {
+		__u64 n_bytes = seg;
+
+		/* Bounds the verifier can follow: 1 <= n_bytes <= NIC_MR_ELEM_SIZE. */
+		asm volatile("" : "+r"(n_bytes));
+		if (n_bytes > NIC_MR_ELEM_SIZE || n_bytes < 1)
+			return engine_idle(req, NIC_CNT_DROP_XDP_ERR);
+		if (bpf_xdp_store_bytes(ctx, hdrs, src, n_bytes))
+			return engine_idle(req, NIC_CNT_DROP_XDP_ERR);
+	}
+
+	count(retx ? NIC_CNT_TX_RETX : NIC_CNT_TX_DATA, 1);
+	count(NIC_CNT_TX_BYTES, seg);
+	if (!req->kick && plane == req->plane) {
+		count(NIC_CNT_TX_CLOCKED, 1);
+		return XDP_TX;
+	}
+	verdict = nic_tx_ports.redirect_map(key, XDP_DROP);
+	if (verdict != XDP_REDIRECT) {
+		count(NIC_CNT_TX_REDIRECT_ERR, 1);
+		return engine_idle(req, NIC_CNT_KICK_IDLE);
+	}
+	count(req->kick ? NIC_CNT_KICK_SENT : NIC_CNT_TX_CLOCKED, 1);
+	return XDP_REDIRECT;
+}
+
 /* ---- Entry point --------------------------------------------------------- */
 
-int nic_xdp(struct xdp_md *ctx)
+/* Every received packet: parse, dispatch on the opcode (see the top). */
+static __always_inline int nic_rx(struct xdp_md *ctx, struct engine_req *req)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
@@ -1432,7 +2013,7 @@ int nic_xdp(struct xdp_md *ctx)
 	case MRC_OP_WRITE_IMM:
 		return rx_data(ctx, &p);
 	case MRC_OP_ACK:
-		return rx_ack(ctx, &p);
+		return rx_ack(ctx, &p, req);
 	case MRC_OP_PROBE:
 		return rx_probe(ctx, &p);
 	case MRC_OP_PROBE_REPLY:
@@ -1442,4 +2023,23 @@ int nic_xdp(struct xdp_md *ctx)
 	if (opcode < 0x20 || opcode >= MRC_OP_VENDOR_FIRST)
 		return drop(NIC_CNT_DROP_BAD_OPCODE);
 	return pass(NIC_CNT_PASS_OTHER_OPCODE);
+}
+
+/*
+ * The program. A kick (nic_maps.h, struct nic_kick) runs the send engine
+ * directly; a received packet goes through nic_rx, whose ACK path may ask
+ * for the engine too. The engine is inlined in this one place.
+ */
+int nic_xdp(struct xdp_md *ctx)
+{
+	struct engine_req req = {};
+	int verdict;
+
+	if (kick_of(ctx, &req))
+		verdict = ENGINE_RUN;
+	else
+		verdict = nic_rx(ctx, &req);
+	if (verdict != ENGINE_RUN)
+		return verdict;
+	return engine_run(ctx, &req);
 }

@@ -32,6 +32,10 @@ BPF_ANY = 0
 BPF_NOEXIST = 1
 BPF_EXIST = 2
 
+# Flags of BPF_PROG_TEST_RUN for XDP programs: run on live frames (each run's
+# XDP_TX / XDP_REDIRECT really transmits; data_out and ctx_out must be unset).
+BPF_F_TEST_XDP_LIVE_FRAMES = 1 << 1
+
 # enum bpf_map_type values callers may want to check against MapInfo.type.
 BPF_MAP_TYPE_HASH = 1
 BPF_MAP_TYPE_ARRAY = 2
@@ -117,6 +121,21 @@ class _MapInfo(ctypes.Structure):
         ("max_entries", ctypes.c_uint32),
         ("map_flags", ctypes.c_uint32),
         ("name", ctypes.c_char * BPF_OBJ_NAME_LEN),
+    ]
+
+
+class XdpMd(ctypes.Structure):
+    """struct xdp_md as BPF_PROG_TEST_RUN's ctx_in/ctx_out: data and data_end are offsets
+    into data_in (data > 0: that many bytes of XDP metadata come first); ingress_ifindex 0
+    means the loopback of the caller's namespace."""
+
+    _fields_ = [
+        ("data", ctypes.c_uint32),
+        ("data_end", ctypes.c_uint32),
+        ("data_meta", ctypes.c_uint32),
+        ("ingress_ifindex", ctypes.c_uint32),
+        ("rx_queue_index", ctypes.c_uint32),
+        ("egress_ifindex", ctypes.c_uint32),
     ]
 
 
@@ -317,7 +336,9 @@ def prog_test_run(
     len(data) + 256, so programs that grow the packet fit). ctx_in is the
     program's context (e.g. struct __sk_buff or xdp_md) as bytes; ctx_size_out
     > 0 asks for the context back. A packet that does not fit data_size_out
-    raises OSError(ENOSPC).
+    raises OSError(ENOSPC). data_size_out=0 passes no output buffer at all, as
+    flags=BPF_F_TEST_XDP_LIVE_FRAMES requires (batch_size: frames per batch
+    there, 0 for the kernel's default of 64).
     """
     out_size = len(data) + 256 if data_size_out is None else data_size_out
     data_buf = ctypes.create_string_buffer(bytes(data), len(data))

@@ -19,8 +19,15 @@ fd), so reading and writing region bytes is plain memory access.
 The sending side of a QP (nic_tx_qps: snd_una, snd_nxt, acknowledged PSNs,
 retransmit queue), its EVs (nic_evs: state, SKIP expiry, RTT, counters) and
 its PSN -> EV table (nic_tx_ring, mmapable, written by the send engine for
-every transmission; record_tx does what the engine will) are set up and read
-here too. EventReader decodes every record type of nic_events.
+every transmission; record_tx does the same from Python, for tests) are set
+up and read here too. EventReader decodes every record type of nic_events.
+
+The send engine (in the same program) is driven from here: post_write puts a
+work request in a QP's send queue (nic_wq, mmapable), set_port gives the
+engine each host port's MACs and device (nic_ports, the devmap nic_tx_ports),
+and kick runs the program with BPF_PROG_RUN on live frames, one data packet
+per run; the QP's ACKs then clock the rest. The program itself is pinned too
+(PROG_PIN), so that a process without bcc can kick.
 """
 
 from __future__ import annotations
@@ -49,19 +56,27 @@ __all__ = [
     "EvStateLayout",
     "Event",
     "EventReader",
+    "Kick",
     "LossEvent",
     "NicMaps",
     "NicProgram",
+    "Port",
     "QpErrEvent",
     "QpState",
     "RegionLayout",
     "RetxCause",
     "RqSnapshot",
     "RqState",
+    "SendEvent",
     "SqSnapshot",
     "SqState",
+    "SqTxStats",
     "TxPkt",
+    "Wq",
+    "Wqe",
+    "kick_frame",
     "pin_dir",
+    "run_kick",
     "unpin",
 ]
 
@@ -79,7 +94,10 @@ EVENTS_MAP = "nic_events"
 TX_QPS_MAP = "nic_tx_qps"
 EVS_MAP = "nic_evs"
 TX_RING_MAP = "nic_tx_ring"
-PINNED_MAPS = (
+WQ_MAP = "nic_wq"
+PORTS_MAP = "nic_ports"
+TX_PORTS_MAP = "nic_tx_ports"
+MAP_PINS = (
     RX_QPS_MAP,
     MR_MAP,
     REGIONS_MAP,
@@ -89,7 +107,14 @@ PINNED_MAPS = (
     TX_QPS_MAP,
     EVS_MAP,
     TX_RING_MAP,
+    WQ_MAP,
+    PORTS_MAP,
+    TX_PORTS_MAP,
 )
+# The program itself, pinned next to its maps: BPF_OBJ_GET gives a kicker its fd.
+PROG_PIN = "nic_xdp_prog"
+# Every pin NicProgram.load makes (the name is historical: the program is one of them).
+PINNED_MAPS = (*MAP_PINS, PROG_PIN)
 
 # ---- constants (mirror bpf/nic_maps.h) -------------------------------------------
 
@@ -105,6 +130,9 @@ MAX_QP_EVS = 256
 RETX_SLOTS = 256
 TX_F_PREV = 0x1
 TX_F_RETX = 0x2
+# A send QP's queue depth: NIC_MSG_SLOTS WQEs (nic_maps.h, "Send queue protocol").
+SQ_DEPTH = MSG_SLOTS
+ALL_PLANES = (1 << 16) - 1  # a port bitmap with every plane up (MAX_PLANES = 16)
 
 # Tunables: the header's defaults (NicProgram.load passes its own with -D).
 DEFAULT_MAX_QPS = 4096
@@ -118,6 +146,14 @@ DEFAULT_MAX_EVS = 16384
 DEFAULT_TX_RINGS = 256
 DEFAULT_SKIP_NS = 100_000  # NIC_SKIP_NS: see bpf/nic_maps.h for why
 LOSS_WALK_MAX = 16  # NIC_LOSS_WALK_MAX (the loader keeps the header's value)
+
+# A kick's template frame (nic_maps.h, struct nic_kick): broadcast, EtherType 0x88B5
+# (IEEE 802 local experimental), zero padding to 64 bytes; the engine overwrites it.
+KICK_ETHERTYPE = 0x88B5
+KICK_TEMPLATE = bytes.fromhex("ffffffffffff000000000000") + KICK_ETHERTYPE.to_bytes(2, "big")
+KICK_TEMPLATE += bytes(64 - len(KICK_TEMPLATE))
+# Room for the frame a non-live kick run returns (metadata + the largest data packet).
+_KICK_OUT = 4096
 
 # bpf(2) flags this module needs beyond bpfsys's.
 BPF_F_LOCK = 4
@@ -186,6 +222,17 @@ class Counter(enum.IntEnum):
     LOST = 34
     RETX_QUEUED = 35
     UNKNOWN_EV = 36
+    KICK_SENT = 37
+    KICK_IDLE = 38
+    TX_DATA = 39
+    TX_RETX = 40
+    TX_BYTES = 41
+    TX_CLOCKED = 42
+    TX_WINDOW_FULL = 43
+    TX_NO_EV = 44
+    TX_BAD_WQE = 45
+    TX_REDIRECT_ERR = 46
+    SEND_DONE = 47
 
 
 COUNTER_SLOTS = len(Counter)  # NIC_CNT_MAX
@@ -198,6 +245,7 @@ class EventType(enum.IntEnum):
     EV_STATE = 2
     LOSS = 3
     QP_ERR = 4
+    SEND_DONE = 5
 
 
 class EvState(enum.IntEnum):
@@ -321,6 +369,19 @@ class SqStats(ctypes.Structure):
     ]
 
 
+class SqTxStats(ctypes.Structure):
+    """struct nic_sq_tx_stats: the send engine's per-QP counters."""
+
+    _fields_ = [
+        ("data_pkts", ctypes.c_uint64),
+        ("data_bytes", ctypes.c_uint64),
+        ("retx_pkts", ctypes.c_uint64),
+        ("retx_stale", ctypes.c_uint64),
+        ("window_full", ctypes.c_uint64),
+        ("wqes_done", ctypes.c_uint64),
+    ]
+
+
 class SqState(ctypes.Structure):
     """struct nic_sq: the sending side of one QP (map nic_tx_qps, key = QPN)."""
 
@@ -346,6 +407,16 @@ class SqState(ctypes.Structure):
         ("stats", SqStats),
         ("retxq", Retx * RETX_SLOTS),
         ("evs", ctypes.c_uint16 * MAX_QP_EVS),
+        ("engine", ctypes.c_uint32),
+        ("cwnd", ctypes.c_uint32),
+        ("snd_msn", ctypes.c_uint32),
+        ("wqe_sent", ctypes.c_uint32),
+        ("wqe_done", ctypes.c_uint32),
+        ("wqe_off", ctypes.c_uint32),
+        ("ev_next", ctypes.c_uint32),
+        ("reserved3", ctypes.c_uint32),
+        ("wqe_last_psn", ctypes.c_uint32 * MSG_SLOTS),
+        ("tx_stats", SqTxStats),
     ]
 
 
@@ -390,7 +461,7 @@ class EvStateLayout(ctypes.Structure):
         ("rtt_min", ctypes.c_uint64),
         ("srtt", ctypes.c_uint64),
         ("last_tx_psn", ctypes.c_uint32),
-        ("reserved2", ctypes.c_uint32),
+        ("last_tx_cpu", ctypes.c_uint32),
         ("last_tx_ts", ctypes.c_uint64),
         ("stats", EvStats),
     ]
@@ -406,6 +477,8 @@ class TxPkt(ctypes.Structure):
         ("ev", ctypes.c_uint16),
         ("flags", ctypes.c_uint16),
         ("len", ctypes.c_uint32),
+        ("wqe", ctypes.c_uint32),
+        ("msg_off", ctypes.c_uint32),
     ]
 
 
@@ -413,6 +486,48 @@ class TxRing(ctypes.Structure):
     """struct nic_tx_ring: one send QP's table, entry psn % BITMAP_BITS."""
 
     _fields_ = [("pkts", TxPkt * BITMAP_BITS)]
+
+
+class Wqe(ctypes.Structure):
+    """struct nic_wqe: one work request of a send queue."""
+
+    _fields_ = [
+        ("wr_id", ctypes.c_uint64),
+        ("remote_va", ctypes.c_uint64),
+        ("rkey", ctypes.c_uint32),
+        ("len", ctypes.c_uint32),
+        ("src_region", ctypes.c_uint32),
+        ("src_off", ctypes.c_uint32),
+        ("imm", ctypes.c_uint32),
+        ("opcode", ctypes.c_uint8),
+        ("reserved", ctypes.c_uint8 * 3),
+    ]
+
+
+class Wq(ctypes.Structure):
+    """struct nic_wq: one send QP's queue (map nic_wq, key = the QP's ring)."""
+
+    _fields_ = [
+        ("posted", ctypes.c_uint32),
+        ("reserved", ctypes.c_uint32),
+        ("wqes", Wqe * SQ_DEPTH),
+    ]
+
+
+class Kick(ctypes.Structure):
+    """struct nic_kick: the XDP metadata of a kick frame."""
+
+    _fields_ = [("qpn", ctypes.c_uint32), ("reserved", ctypes.c_uint32)]
+
+
+class Port(ctypes.Structure):
+    """struct nic_port: a host port's MACs (map nic_ports, key = host * MAX_PLANES + plane)."""
+
+    _fields_ = [
+        ("mac", ctypes.c_uint8 * 6),
+        ("nh_mac", ctypes.c_uint8 * 6),
+        ("ifindex", ctypes.c_uint32),
+    ]
 
 
 class _Record(ctypes.Structure):
@@ -483,7 +598,22 @@ class QpErrEvent(_Record):
     ]
 
 
-AnyEvent = Event | EvEvent | LossEvent | QpErrEvent
+class SendEvent(_Record):
+    """struct nic_send_event: a WQE completed, every packet acknowledged (NIC_EV_SEND_DONE)."""
+
+    _fields_ = [
+        ("type", ctypes.c_uint32),
+        ("qpn", ctypes.c_uint32),
+        ("msn", ctypes.c_uint32),
+        ("last_psn", ctypes.c_uint32),
+        ("wr_id", ctypes.c_uint64),
+        ("len", ctypes.c_uint32),
+        ("wqe", ctypes.c_uint32),
+        ("ts", ctypes.c_uint64),
+    ]
+
+
+AnyEvent = Event | EvEvent | LossEvent | QpErrEvent | SendEvent
 
 # Event type -> record layout; every record is ctypes.sizeof(Event) bytes.
 EVENT_LAYOUTS: dict[int, type[ctypes.Structure]] = {
@@ -491,6 +621,7 @@ EVENT_LAYOUTS: dict[int, type[ctypes.Structure]] = {
     EventType.EV_STATE: EvEvent,
     EventType.LOSS: LossEvent,
     EventType.QP_ERR: QpErrEvent,
+    EventType.SEND_DONE: SendEvent,
 }
 
 
@@ -500,6 +631,54 @@ EVENT_LAYOUTS: dict[int, type[ctypes.Structure]] = {
 def unpin(lab: str) -> None:
     """Remove the pins this module made for a lab (only nic_*), then its directory if empty."""
     pins.unpin(lab, PINNED_MAPS)
+
+
+# ---- kicks: the send engine run from user space -------------------------------------
+
+
+def kick_frame(qpn: int) -> bytes:
+    """BPF_PROG_RUN's data_in for a kick of QP qpn: the metadata, then the template."""
+    pins.check_range("qpn", qpn, wire.QPN_MASK)
+    return bytes(Kick(qpn=qpn)) + KICK_TEMPLATE
+
+
+def run_kick(
+    prog_fd: int, qpn: int, packets: int, *, live: bool = True, batch_size: int = 0
+) -> bpfsys.TestRunResult:
+    """Run the send engine `packets` times for QP qpn; each run sends at most one packet.
+
+    live: with BPF_F_TEST_XDP_LIVE_FRAMES, every packet really leaves through
+    the devmap nic_tx_ports (batch_size frames per batch; 0: the kernel's 64),
+    and nothing comes back but the mean run time (duration, ns). Not live:
+    the runs reuse one buffer, and data_out is the last run's frame (the
+    metadata stripped); nothing is sent. The counters say what the runs did
+    (kick_sent, kick_idle and the tx_* extras).
+    """
+    if not (isinstance(packets, int) and 1 <= packets <= _U32_MAX):
+        raise ValueError(f"packets must be a positive integer, not {packets!r}")
+    data = kick_frame(qpn)
+    meta = ctypes.sizeof(Kick)
+    ctx = bytes(bpfsys.XdpMd(data=meta, data_end=len(data)))
+    if live:
+        return bpfsys.prog_test_run(
+            prog_fd,
+            data,
+            repeat=packets,
+            data_size_out=0,
+            ctx_in=ctx,
+            flags=bpfsys.BPF_F_TEST_XDP_LIVE_FRAMES,
+            batch_size=batch_size,
+        )
+    result = bpfsys.prog_test_run(
+        prog_fd,
+        data,
+        repeat=packets,
+        data_size_out=_KICK_OUT,
+        ctx_in=ctx,
+        ctx_size_out=ctypes.sizeof(bpfsys.XdpMd),
+    )
+    start = bpfsys.XdpMd.from_buffer_copy(result.ctx_out).data
+    return result._replace(data_out=result.data_out[start:])
 
 
 # ---- loader -------------------------------------------------------------------
@@ -615,8 +794,9 @@ class NicProgram:
             func = bpf.load_func(FUNC_NAME.encode(), BPF.XDP)
             directory.mkdir(parents=True, exist_ok=True)
             try:
-                for name in PINNED_MAPS:
+                for name in MAP_PINS:
                     bpfsys.obj_pin(bpf[name.encode()].map_fd, directory / name)
+                bpfsys.obj_pin(func.fd, directory / PROG_PIN)
             except BaseException:
                 unpin(lab)
                 raise
@@ -646,6 +826,12 @@ class NicProgram:
             index=ifindex,
             xdp={"attrs": [("IFLA_XDP_FD", -1), ("IFLA_XDP_FLAGS", _xdp_flags(mode))]},
         )
+
+    def kick(
+        self, qpn: int, packets: int, *, live: bool = True, batch_size: int = 0
+    ) -> bpfsys.TestRunResult:
+        """Run the send engine for a QP, `packets` times (see run_kick)."""
+        return run_kick(self.fd, qpn, packets, live=live, batch_size=batch_size)
 
     def close(self) -> None:
         """Drop this process's references; attached ports and pins keep the rest."""
@@ -704,6 +890,15 @@ class SqSnapshot:
     retx_pending: list[int]  # PSNs in [snd_una, snd_nxt) queued and not resent yet
     retx_queue: list[dict[str, int]]  # the queue, oldest first (see NicMaps.retx_queue)
     stats: dict[str, int]
+    # the send engine
+    engine: bool = False
+    cwnd: int = 0  # 0: the window
+    snd_msn: int = 0  # MSN of WQE wqe_sent
+    wqe_sent: int = 0  # WQEs whose every packet has been sent once
+    wqe_done: int = 0  # WQEs completed
+    wqe_off: int = 0  # bytes of WQE wqe_sent sent
+    ev_next: int = 0  # the EV round robin's cursor
+    tx_stats: dict[str, int] = dataclasses.field(default_factory=dict)
 
     @property
     def window(self) -> int:
@@ -747,6 +942,8 @@ class NicMaps:
         self.tx_rings = bpfsys.map_info(fds[TX_RING_MAP]).max_entries
         self._mr: mmap.mmap | None = None
         self._ring: mmap.mmap | None = None
+        self._wq: mmap.mmap | None = None
+        self._prog_fd: int | None = None
 
     @classmethod
     def open(cls, lab: str) -> NicMaps:
@@ -761,10 +958,13 @@ class NicMaps:
             TX_QPS_MAP: ctypes.sizeof(SqState),
             EVS_MAP: ctypes.sizeof(EvStateLayout),
             TX_RING_MAP: ctypes.sizeof(TxRing),
+            WQ_MAP: ctypes.sizeof(Wq),
+            PORTS_MAP: ctypes.sizeof(Port),
+            TX_PORTS_MAP: 4,
         }
         fds: dict[str, int] = {}
         try:
-            for name in PINNED_MAPS:
+            for name in MAP_PINS:
                 fds[name] = pins.open_pinned(lab, directory / name, "NIC maps", expected.get(name))
             return cls(lab, fds)
         except BaseException:
@@ -779,13 +979,16 @@ class NicMaps:
         self.close()
 
     def close(self) -> None:
-        for view in (self._mr, self._ring):
+        for view in (self._mr, self._ring, self._wq):
             if view is not None:
                 view.close()
-        self._mr = self._ring = None
+        self._mr = self._ring = self._wq = None
         for fd in self._fds.values():
             os.close(fd)
         self._fds = {}
+        if self._prog_fd is not None:
+            os.close(self._prog_fd)
+            self._prog_fd = None
 
     def fd(self, name: str) -> int:
         """The fd of one of the pinned maps (owned by this object)."""
@@ -1007,14 +1210,22 @@ class NicMaps:
         psn: int = 0,
         snd_nxt: int | None = None,
         ev_min_active: int = 0,
+        engine: bool = False,
+        cwnd: int = 0,
+        msn: int = 0,
+        peer_ports: int = ALL_PLANES,
     ) -> None:
-        """Create (or reset) the send state of a QP, its EVs and its PSN -> EV table.
+        """Create (or reset) the send state of a QP, its EVs, its PSN -> EV table and
+        its send queue.
 
         evs is the EV profile, {EV value: plane}, in the order the engine
         uses them; every EV starts GOOD with zero counters. snd_una = psn and
         snd_nxt = snd_nxt (default psn: nothing in flight); the send engine
-        advances snd_nxt, tests set it here. The whole values are written:
-        do it before packets flow for this QP.
+        advances snd_nxt, tests set it here. engine: the send engine serves
+        the QP (post_write, kick, the ACK clock); cwnd: most packets in flight
+        (0: the window); msn: the MSN of the first WQE; peer_ports: the
+        peer's port bitmap until its first ACK says otherwise. The whole
+        values are written: do it before packets flow for this QP.
         """
         pins.check_range("qpn", qpn, wire.QPN_MASK)
         pins.check_range("local_host", local_host, MAX_HOSTS - 2)
@@ -1039,6 +1250,9 @@ class NicMaps:
                 raise ValueError("EV 0 is invalid")
             pins.check_range("plane", plane, MAX_PLANES - 1)
         pins.check_range("ev_min_active", ev_min_active, len(evs))
+        pins.check_range("cwnd", cwnd, _U32_MAX)
+        pins.check_range("msn", msn, wire.MSN_MASK)
+        pins.check_range("peer_ports", peer_ports, _U32_MAX)
         value = SqState(
             state=QpState(state),
             local_host=local_host,
@@ -1050,6 +1264,10 @@ class NicMaps:
             ev_min_active=ev_min_active,
             snd_una=psn,
             snd_nxt=snd_nxt,
+            peer_ports=peer_ports,
+            engine=int(bool(engine)),
+            cwnd=cwnd,
+            snd_msn=msn,
         )
         for i, ev in enumerate(evs):
             value.evs[i] = ev
@@ -1057,6 +1275,8 @@ class NicMaps:
             self.setup_ev(qpn, ev, plane=plane)
         size = ctypes.sizeof(TxRing)
         self.tx_ring_memory()[ring * size : (ring + 1) * size] = bytes(size)
+        size = ctypes.sizeof(Wq)
+        self.wq_memory()[ring * size : (ring + 1) * size] = bytes(size)
         bpfsys.map_update(self._fds[TX_QPS_MAP], _u32(qpn), bytes(value))
 
     def sq_raw(self, qpn: int) -> SqState:
@@ -1098,6 +1318,14 @@ class NicMaps:
             retx_pending=in_ring(raw.retx),
             retx_queue=_retx_entries(raw),
             stats={name: getattr(raw.stats, name) for name, _ in SqStats._fields_},
+            engine=bool(raw.engine),
+            cwnd=raw.cwnd,
+            snd_msn=raw.snd_msn,
+            wqe_sent=raw.wqe_sent,
+            wqe_done=raw.wqe_done,
+            wqe_off=raw.wqe_off,
+            ev_next=raw.ev_next,
+            tx_stats={name: getattr(raw.tx_stats, name) for name, _ in SqTxStats._fields_},
         )
 
     def retx_queue(self, qpn: int) -> list[dict[str, int]]:
@@ -1121,6 +1349,14 @@ class NicMaps:
         if wire.psn_diff(snd_nxt, raw.snd_una) not in range(raw.mpr * wire.MPR_UNIT + 1):
             raise ValueError(f"snd_nxt {snd_nxt} is outside the window of snd_una {raw.snd_una}")
         self._sq_modify(qpn, snd_nxt=snd_nxt)
+
+    def set_cwnd(self, qpn: int, cwnd: int) -> None:
+        """Set a QP's congestion window, most packets in flight (0: the window).
+
+        The hook for congestion control; same caveat as set_sq_state.
+        """
+        pins.check_range("cwnd", cwnd, _U32_MAX)
+        self._sq_modify(qpn, cwnd=cwnd)
 
     def _sq_modify(self, qpn: int, **fields: int) -> None:
         value = self.sq_raw(qpn)
@@ -1192,6 +1428,148 @@ class NicMaps:
             bytes(value),
             flags=BPF_F_LOCK | bpfsys.BPF_EXIST,
         )
+
+    # -- the send engine: send queues, ports, kicks -----------------------------------------
+
+    def wq_memory(self) -> mmap.mmap:
+        """nic_wq mapped into this process: every send QP's queue (struct nic_wq)."""
+        if self._wq is None:
+            self._wq = mmap.mmap(
+                self._fds[WQ_MAP],
+                self.tx_rings * ctypes.sizeof(Wq),
+                flags=mmap.MAP_SHARED,
+                prot=mmap.PROT_READ | mmap.PROT_WRITE,
+            )
+        return self._wq
+
+    def wq(self, qpn: int) -> Wq:
+        """A copy of a QP's send queue (posted, and the WQE slots)."""
+        ring = self.sq_raw(qpn).ring
+        size = ctypes.sizeof(Wq)
+        return Wq.from_buffer_copy(self.wq_memory()[ring * size : (ring + 1) * size])
+
+    def post_write(
+        self,
+        qpn: int,
+        *,
+        length: int,
+        src_region: int,
+        remote_va: int,
+        rkey: int,
+        src_offset: int = 0,
+        imm: int | None = None,
+        wr_id: int = 0,
+    ) -> int:
+        """Post an RDMA WRITE (WRITE_WITH_IMM when imm is given) on a send QP; returns
+        the WQE's index (free-running; NIC_EV_SEND_DONE reports it, with wr_id).
+
+        length bytes from byte src_offset of the local region src_region go to
+        remote_va (rkey) at the peer. Both src_offset and remote_va are
+        multiples of MR_ELEM_SIZE (v1: packets never straddle elements). The
+        engine sends nothing until kicked (kick) or clocked by the QP's ACKs.
+        BlockingIOError when SQ_DEPTH WQEs are outstanding (not completed).
+        One poster per QP at a time.
+        """
+        raw = self.sq_raw(qpn)
+        if not raw.engine:
+            raise ValueError(f"QP {qpn:#x} is not served by the send engine (setup_sq engine)")
+        pins.check_range("length", length, _U32_MAX)
+        pins.check_range("remote_va", remote_va, _U64_MAX)
+        pins.check_range("rkey", rkey, _U32_MAX)
+        pins.check_range("wr_id", wr_id, _U64_MAX)
+        if imm is not None:
+            pins.check_range("imm", imm, _U32_MAX)
+        for name, value in (("src_offset", src_offset), ("remote_va", remote_va)):
+            if value % MR_ELEM_SIZE:
+                raise ValueError(f"{name} must be a multiple of {MR_ELEM_SIZE}, not {value:#x}")
+        self._span(src_region, src_offset, length)  # KeyError / ValueError if outside
+        at = raw.ring * ctypes.sizeof(Wq)
+        memory = self.wq_memory()
+        posted = int.from_bytes(memory[at : at + 4], "little")
+        if (posted - raw.wqe_done) & _U32_MAX >= SQ_DEPTH:
+            raise BlockingIOError(
+                errno.EAGAIN, f"send queue of QP {qpn:#x} is full ({SQ_DEPTH} WQEs outstanding)"
+            )
+        wqe = Wqe(
+            wr_id=wr_id,
+            remote_va=remote_va,
+            rkey=rkey,
+            len=length,
+            src_region=src_region,
+            src_off=src_offset,
+            imm=imm or 0,
+            opcode=wire.Opcode.WRITE if imm is None else wire.Opcode.WRITE_IMM,
+        )
+        slot = at + Wq.wqes.offset + (posted % SQ_DEPTH) * ctypes.sizeof(Wqe)
+        memory[slot : slot + ctypes.sizeof(Wqe)] = bytes(wqe)
+        # The WQE first, then posted: the engine reads them in the other order.
+        memory[at : at + 4] = ((posted + 1) & _U32_MAX).to_bytes(4, "little")
+        return posted
+
+    def set_port(
+        self,
+        host: int,
+        plane: int,
+        *,
+        ifindex: int,
+        mac: str,
+        nh_mac: str,
+        netns: str | None = None,
+    ) -> None:
+        """Tell the send engine about host port `plane` of `host`: its MAC, the next
+        hop's MAC (data packets' Ethernet source and destination) and its device.
+
+        ifindex is the port's index inside netns (the host's namespace; None:
+        this process's), where the devmap entry is written, since the kernel
+        resolves it in the writer's namespace. ifindex 0 removes the device.
+        """
+        from mrc_nic import netns as netns_mod  # pyroute2: only for this
+
+        pins.check_range("host", host, MAX_HOSTS - 1)
+        pins.check_range("plane", plane, MAX_PLANES - 1)
+        pins.check_range("ifindex", ifindex, _U32_MAX)
+        value = Port(mac=_mac_bytes(mac), nh_mac=_mac_bytes(nh_mac), ifindex=ifindex)
+        key = _u32(host * MAX_PLANES + plane)
+        with netns_mod.entered(netns) if netns else contextlib.nullcontext():
+            if ifindex:
+                bpfsys.map_update(self._fds[TX_PORTS_MAP], key, _u32(ifindex))
+            else:
+                with contextlib.suppress(FileNotFoundError):
+                    bpfsys.map_delete(self._fds[TX_PORTS_MAP], key)
+        bpfsys.map_update(self._fds[PORTS_MAP], key, bytes(value))
+
+    def port(self, host: int, plane: int) -> dict[str, Any]:
+        """What set_port stored: mac, nh_mac, ifindex."""
+        pins.check_range("host", host, MAX_HOSTS - 1)
+        pins.check_range("plane", plane, MAX_PLANES - 1)
+        raw = bpfsys.map_lookup(
+            self._fds[PORTS_MAP], _u32(host * MAX_PLANES + plane), ctypes.sizeof(Port)
+        )
+        value = Port.from_buffer_copy(raw)
+        return {
+            "mac": ":".join(f"{b:02x}" for b in value.mac),
+            "nh_mac": ":".join(f"{b:02x}" for b in value.nh_mac),
+            "ifindex": value.ifindex,
+        }
+
+    def program_fd(self) -> int:
+        """The fd of the lab's pinned NIC program (owned by this object)."""
+        if self._prog_fd is None:
+            path = pin_dir(self.lab) / PROG_PIN
+            try:
+                self._prog_fd = bpfsys.obj_get(path)
+            except FileNotFoundError:
+                raise MapsMissing(
+                    errno.ENOENT, f"the NIC program of lab {self.lab!r} is not pinned", str(path)
+                ) from None
+        return self._prog_fd
+
+    def kick(
+        self, qpn: int, packets: int, *, live: bool = True, batch_size: int = 0
+    ) -> bpfsys.TestRunResult:
+        """Run the send engine for a QP, `packets` times, through the pinned program:
+        with live frames, up to `packets` data packets leave (see run_kick)."""
+        return run_kick(self.program_fd(), qpn, packets, live=live, batch_size=batch_size)
 
     # -- the PSN -> EV table ----------------------------------------------------------------
 
@@ -1364,6 +1742,13 @@ def _retx_entries(raw: SqState) -> list[dict[str, int]]:
 
 def _u32(value: int) -> bytes:
     return int(value).to_bytes(4, "little")
+
+
+def _mac_bytes(mac: str) -> ctypes.Array:
+    raw = bytes.fromhex(mac.replace(":", "").replace("-", ""))
+    if len(raw) != 6:
+        raise ValueError(f"not a MAC address: {mac!r}")
+    return (ctypes.c_uint8 * 6)(*raw)
 
 
 def _locked_lookup(map_fd: int, key: bytes, value_size: int) -> bytes:

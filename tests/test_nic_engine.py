@@ -1,0 +1,1097 @@
+"""Tests of the send engine of bpf/nic_xdp.c: kicks, the ACK clock, completions.
+
+The program is compiled once for the module (lab ``zeng<pid>``, small maps,
+pins removed at teardown). The golden tests run it with plain
+BPF_PROG_TEST_RUN (not live: nothing is sent) on kick frames (struct nic_kick
+as XDP metadata, nic.run_kick) and on SACKs/NACKs built by mrc_nic.wire. Every
+expected data packet is built with wire.data_packet from explicit values;
+its tx_ts (the program's clock) is checked against bounds taken around the
+run with CLOCK_MONOTONIC, then copied into the expected packet before the
+bytes are compared. What the engine recorded is read back from the maps.
+
+Addresses follow the lab's plan: host h on plane p is 198.18.p.(h+1). The
+sender is host 0 (send QP 0x000007), the receiver host 1 (QP 0x010005).
+Each golden test starts from a fresh engine QP: snd_una = snd_nxt = START,
+mpr 1 (a 128-PSN window), four GOOD EVs alternating planes 0 and 1 (A, B, C,
+D), both planes up at both ends, a source region of SRC_ELEMS elements with
+distinct bytes, an empty send queue and event ring. The devmap holds the
+loopback device for the sender's ports: a non-live run only needs the entry
+to exist (bpf_redirect_map then says XDP_REDIRECT).
+
+The last tests are live: two namespaces ``zeng-<pid>a`` / ``zeng-<pid>b``
+joined by two veth pairs (planes 0 and 1), the program on all four ends, a
+1 MiB WRITE kicked with live frames and carried on by the ACK clock.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import os
+import time
+
+import pytest
+from conftest import compile_header_probe, require_root_and_bcc
+from scapy.contrib.roce import BTH
+from scapy.layers.inet import IP, UDP
+from scapy.layers.l2 import Ether
+from scapy.packet import Packet
+from test_nic_rx import _layout, delta, needs_bpf
+
+from mrc_nic import bpfsys, nic
+from mrc_nic import wire as w
+
+XDP_DROP, XDP_PASS, XDP_TX, XDP_REDIRECT = 1, 2, 3, 4
+LAB = f"zeng{os.getpid()}"
+
+# The program's sizes in this module.
+MR_ELEMS = 4096
+MAX_QPS = 16
+MAX_REGIONS = 4
+MAX_EVS = 128
+TX_RINGS = 4
+EVENT_PAGES = 4
+
+TX_HOST, RX_HOST = 0, 1
+QP_TX = TX_HOST << 16 | 7
+QP_RX = RX_HOST << 16 | 5
+EV_A, EV_B, EV_C, EV_D = 0xC001, 0xC002, 0xC003, 0xC004
+EVS = {EV_A: 0, EV_B: 1, EV_C: 0, EV_D: 1}  # the profile, in round-robin order: {EV: plane}
+RING = 1
+START = 100
+MPR = 1
+WINDOW = MPR * w.MPR_UNIT
+SRC_REGION = 0
+SRC_ELEMS = 64
+REMOTE_VA = 0x7F00_0000_0000
+RKEY = 0x1234
+PLANES = 0b11
+CE = nic.MR_ELEM_SIZE  # one packet's payload
+
+
+def mac(host: int, plane: int) -> str:
+    """The MAC of host port `plane` of `host`."""
+    return f"02:00:00:00:{host:02x}:{plane:02x}"
+
+
+def nh_mac(host: int, plane: int) -> str:
+    """The MAC of the T0 port facing it (the next hop)."""
+    return f"02:00:00:01:{host:02x}:{plane:02x}"
+
+
+def data_ends(plane: int) -> w.Endpoints:
+    """Addresses of a data packet of the sender on `plane`."""
+    return w.Endpoints(
+        src_mac=mac(TX_HOST, plane),
+        dst_mac=nh_mac(TX_HOST, plane),
+        src_ip=f"198.18.{plane}.{TX_HOST + 1}",
+        dst_ip=f"198.18.{plane}.{RX_HOST + 1}",
+    )
+
+
+def src_bytes(offset: int, size: int) -> bytes:
+    """The source region's content (distinct bytes per element and position)."""
+    out = bytearray()
+    for elem in range(offset // CE, (offset + size + CE - 1) // CE):
+        seed = bytes([elem & 0xFF, 0x5A, (elem * 7) & 0xFF, 0xC3])
+        out += (seed * (CE // 4))[:CE]
+    start = offset % CE
+    return bytes(out[start : start + size])
+
+
+# Frame offset of MRC_DATA.tx_ts: after RETH (70) + ImmDt (4, WRITE_IMM) + flags_msn, msg_off.
+TX_TS_AT = {w.Opcode.WRITE: 78, w.Opcode.WRITE_IMM: 82}
+
+
+def expected_data(
+    psn: int, ev: int, msg_off: int, size: int, *, last: bool, msn: int = 0, **kw
+) -> Packet:
+    """The data packet the engine must send: WQE at REMOTE_VA, source from offset 0."""
+    return w.data_packet(
+        data_ends(EVS[ev] if "plane" not in kw else kw.pop("plane")),
+        ev=ev,
+        dqpn=QP_RX,
+        psn=psn,
+        va=kw.pop("va", REMOTE_VA) + msg_off,
+        rkey=RKEY,
+        payload=kw.pop("payload", None) or src_bytes(kw.pop("src", 0) + msg_off, size),
+        msn=msn,
+        msg_off=msg_off,
+        last=last,
+        **kw,
+    )
+
+
+def assert_data(got: bytes, expected: Packet, t0: int, t1: int) -> int:
+    """got is expected, its tx_ts taken between t0 and t1; returns tx_ts."""
+    want = bytearray(bytes(expected))
+    at = TX_TS_AT[want[42]]
+    tx_ts = int.from_bytes(got[at : at + 8], "big") if len(got) >= at + 8 else -1
+    assert t0 <= tx_ts <= t1, f"tx_ts {tx_ts} not in [{t0}, {t1}]"
+    want[at : at + 8] = tx_ts.to_bytes(8, "big")
+    if got != bytes(want):
+        diffs = {
+            (layer.__name__, f): (getattr(Ether(got)[layer], f), getattr(Ether(want)[layer], f))
+            for layer in (Ether, IP, UDP, BTH, w.RETH, w.MRCData)
+            for f in (fd.name for fd in layer.fields_desc)
+            if layer in Ether(got)
+            and layer in Ether(bytes(want))
+            and getattr(Ether(got)[layer], f) != getattr(Ether(bytes(want))[layer], f)
+        }
+        pytest.fail(
+            f"data packet differs (got, expected): {diffs} lengths {len(got)} {len(want)}\n"
+            f"{got[:96].hex()}\n{bytes(want)[:96].hex()}"
+        )
+    return tx_ts
+
+
+def ack_ends(plane: int) -> w.Endpoints:
+    """Addresses of an ACK from the receiver to the sender on `plane`."""
+    return data_ends(plane).reversed()
+
+
+def sack(maps, psn: int, cum: int, *, plane: int | None = None, bitmap: int = 0, **kw):
+    """The SACK of PSN psn as the receiver sends it: echoes the recorded EV and tx_ts,
+    arrives on the plane of that EV unless told."""
+    entry = maps.tx_entry(QP_TX, psn)
+    return w.sack_packet(
+        ack_ends(EVS[entry.ev] if plane is None else plane),
+        ev=entry.ev,
+        dqpn=QP_TX,
+        psn=psn,
+        cum_psn=cum,
+        echo_ts=entry.tx_ts,
+        sack_bitmap=bitmap,
+        port_bitmap=kw.pop("port_bitmap", PLANES),
+        mpr=MPR,
+        **kw,
+    )
+
+
+def nack(maps, psn: int, reason: w.NackReason, cum: int, **kw):
+    entry = maps.tx_entry(QP_TX, psn)
+    return w.nack_packet(
+        ack_ends(EVS[entry.ev]),
+        reason=reason,
+        ev=entry.ev,
+        dqpn=QP_TX,
+        psn=psn,
+        cum_psn=cum,
+        echo_ts=entry.tx_ts,
+        port_bitmap=PLANES,
+        mpr=MPR,
+        **kw,
+    )
+
+
+# ---- fixtures -------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_cpu():
+    """Every run of this module on one CPU. The engine keeps an EV with the CPU that
+    last sent on it for ENGINE_EV_HOLD_NS (200 us; see nic_xdp.c): golden runs from
+    a process that moved to another CPU in between would see held EVs skipped."""
+    cpus = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(cpus)})
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, cpus)
+
+
+@pytest.fixture(scope="module")
+def program():
+    require_root_and_bcc()
+    prog = nic.NicProgram.load(
+        LAB,
+        mr_elems=MR_ELEMS,
+        max_qps=MAX_QPS,
+        max_regions=MAX_REGIONS,
+        event_pages=EVENT_PAGES,
+        max_evs=MAX_EVS,
+        tx_rings=TX_RINGS,
+    )
+    try:
+        yield prog
+    finally:
+        prog.close()
+        nic.unpin(LAB)
+
+
+@pytest.fixture(scope="module")
+def maps(program):
+    with nic.NicMaps.open(LAB) as m:
+        yield m
+
+
+@pytest.fixture(scope="module")
+def event_reader(maps):
+    with maps.events() as reader:
+        yield reader
+
+
+@pytest.fixture
+def sq(maps, event_reader):
+    """A fresh engine QP (nothing posted, nothing in flight), its ports and source."""
+    maps.set_region(SRC_REGION, first_elem=0, n_elems=SRC_ELEMS, rkey=0x5555)
+    maps.write_region(SRC_REGION, 0, src_bytes(0, SRC_ELEMS * CE))
+    for plane in (0, 1):
+        maps.set_port(TX_HOST, plane, ifindex=1, mac=mac(TX_HOST, plane), nh_mac=nh_mac(0, plane))
+    maps.set_port_bitmap(TX_HOST, PLANES)
+    setup_sq(maps)
+    event_reader.read()
+    return QP_TX
+
+
+def setup_sq(maps, **kw) -> None:
+    args = dict(
+        local_host=TX_HOST,
+        peer_host=RX_HOST,
+        peer_qpn=QP_RX,
+        ring=RING,
+        evs=EVS,
+        mpr=MPR,
+        psn=START,
+        engine=True,
+    )
+    maps.setup_sq(QP_TX, **(args | kw))
+
+
+def post(maps, length: int, **kw) -> int:
+    args = dict(length=length, src_region=SRC_REGION, remote_va=REMOTE_VA, rkey=RKEY)
+    return maps.post_write(QP_TX, **(args | kw))
+
+
+@dataclasses.dataclass
+class Run:
+    verdict: int
+    frame: bytes
+    t0: int
+    t1: int
+    counters: dict[str, int]
+
+
+def kick(program, maps, packets: int = 1) -> Run:
+    """A non-live kick (packets runs on one buffer): the last frame, the counters moved."""
+    before = maps.counters()
+    t0 = time.monotonic_ns()
+    result = program.kick(QP_TX, packets, live=False)
+    t1 = time.monotonic_ns()
+    return Run(result.retval, result.data_out, t0, t1, delta(before, maps.counters()))
+
+
+def run(program, maps, frame: Packet | bytes) -> Run:
+    """A received frame (an ACK) through the program."""
+    before = maps.counters()
+    t0 = time.monotonic_ns()
+    result = bpfsys.prog_test_run(program.fd, bytes(frame), data_size_out=4096)
+    t1 = time.monotonic_ns()
+    return Run(result.retval, result.data_out, t0, t1, delta(before, maps.counters()))
+
+
+def send(program, maps, n: int) -> list[int]:
+    """n kicks that must each send; the tx_ts of each packet."""
+    out = []
+    for _ in range(n):
+        r = kick(program, maps)
+        assert r.verdict == XDP_REDIRECT, r.counters
+        out.append(int.from_bytes(r.frame[78:86], "big"))
+    return out
+
+
+def set_ev(maps, ev: int, **fields) -> None:
+    """Change fields of a stored EV (state, skip_until, ...), under its lock."""
+    value = maps.ev_raw(QP_TX, ev)
+    for name, v in fields.items():
+        setattr(value, name, v)
+    bpfsys.map_update(
+        maps.fd(nic.EVS_MAP),
+        bytes(nic.EvKey(QP_TX, ev)),
+        bytes(value),
+        flags=nic.BPF_F_LOCK | bpfsys.BPF_EXIST,
+    )
+
+
+# ---- kicks: the first packets ---------------------------------------------------------------
+
+
+@needs_bpf
+def test_kick_builds_the_first_data_packet(program, maps, sq):
+    assert post(maps, 3000, wr_id=77) == 0
+
+    r = kick(program, maps)
+
+    assert r.verdict == XDP_REDIRECT
+    tx_ts = assert_data(r.frame, expected_data(START, EV_A, 0, CE, last=False), r.t0, r.t1)
+    assert r.counters == {"kick_sent": 1, "tx_data": 1, "tx_bytes": CE}
+    s = maps.sq(QP_TX)
+    assert (s.snd_una, s.snd_nxt, s.wqe_sent, s.wqe_off, s.snd_msn) == (START, START + 1, 0, CE, 0)
+    assert (s.tx_stats["data_pkts"], s.tx_stats["data_bytes"]) == (1, CE)
+    entry = maps.tx_entry(QP_TX, START)
+    assert (entry.psn, entry.ev, entry.tx_ts, entry.flags, entry.len) == (START, EV_A, tx_ts, 0, CE)
+    assert (entry.wqe, entry.msg_off) == (0, 0)
+    a = maps.ev(QP_TX, EV_A)
+    assert (a.last_tx_psn, a.last_tx_ts) == (START, tx_ts)
+    assert (a.stats["tx_pkts"], a.stats["tx_bytes"], a.stats["retx_pkts"]) == (1, CE, 0)
+
+
+@needs_bpf
+def test_segments_round_robin_over_evs_and_planes(program, maps, sq):
+    post(maps, 3000)
+    got = []
+    for psn, ev, off, size in [
+        (START, EV_A, 0, CE),
+        (START + 1, EV_B, CE, CE),
+        (START + 2, EV_C, 2 * CE, 3000 - 2 * CE),
+    ]:
+        r = kick(program, maps)
+        last = off + size == 3000
+        got.append(assert_data(r.frame, expected_data(psn, ev, off, size, last=last), r.t0, r.t1))
+    s = maps.sq(QP_TX)
+    assert (s.snd_nxt, s.wqe_sent, s.wqe_off, s.snd_msn, s.wqe_done) == (START + 3, 1, 0, 1, 0)
+    c = maps.tx_entry(QP_TX, START + 2)
+    assert (c.ev, c.flags, c.wqe, c.msg_off, c.len) == (EV_C, 0, 0, 2 * CE, 952)
+    # Nothing left: the next kick is idle.
+    r = kick(program, maps)
+    assert (r.verdict, r.counters) == (XDP_DROP, {"kick_idle": 1})
+    assert maps.sq(QP_TX).snd_nxt == START + 3
+
+
+@needs_bpf
+def test_repeated_runs_send_one_packet_each(program, maps, sq):
+    post(maps, 5 * CE)
+    r = kick(program, maps, packets=5)
+    assert r.counters == {"kick_sent": 5, "tx_data": 5, "tx_bytes": 5 * CE}
+    assert_data(r.frame, expected_data(START + 4, EV_A, 4 * CE, CE, last=True), r.t0, r.t1)
+    assert [maps.tx_entry(QP_TX, START + i).ev for i in range(5)] == [
+        EV_A,
+        EV_B,
+        EV_C,
+        EV_D,
+        EV_A,
+    ]
+    # The second packet on A links to the first (the loss walk's chain, per EV).
+    again = maps.tx_entry(QP_TX, START + 4)
+    assert (again.prev_psn, again.flags) == (START, nic.TX_F_PREV)
+    assert maps.ev(QP_TX, EV_A).stats["tx_pkts"] == 2
+
+
+@needs_bpf
+def test_write_imm_last_packet_carries_the_immediate(program, maps, sq):
+    post(maps, 1500, imm=0xDEADBEEF, src_offset=2 * CE, remote_va=REMOTE_VA + 8 * CE)
+    first = kick(program, maps)
+    second = kick(program, maps)
+    kw = dict(src=2 * CE, va=REMOTE_VA + 8 * CE)
+    assert_data(first.frame, expected_data(START, EV_A, 0, CE, last=False, **kw), *_t(first))
+    assert_data(
+        second.frame,
+        expected_data(START + 1, EV_B, CE, 476, last=True, imm=0xDEADBEEF, **kw),
+        *_t(second),
+    )
+    assert Ether(second.frame)[BTH].opcode == w.Opcode.WRITE_IMM
+
+
+def _t(r: Run) -> tuple[int, int]:
+    return r.t0, r.t1
+
+
+@needs_bpf
+def test_zero_length_write_is_one_empty_last_packet(program, maps, sq):
+    post(maps, 0)
+    r = kick(program, maps)
+    assert_data(r.frame, expected_data(START, EV_A, 0, 0, last=True, payload=b""), r.t0, r.t1)
+    assert r.counters == {"kick_sent": 1, "tx_data": 1}
+    assert maps.sq(QP_TX).wqe_sent == 1
+
+
+@needs_bpf
+def test_messages_get_consecutive_msns(program, maps, sq):
+    setup_sq(maps, msn=41)
+    post(maps, 100)
+    post(maps, 100, src_offset=CE, remote_va=REMOTE_VA + CE)
+    first, second = kick(program, maps), kick(program, maps)
+    assert_data(first.frame, expected_data(START, EV_A, 0, 100, last=True, msn=41), *_t(first))
+    assert_data(
+        second.frame,
+        expected_data(START + 1, EV_B, 0, 100, last=True, msn=42, src=CE, va=REMOTE_VA + CE),
+        *_t(second),
+    )
+
+
+# ---- EV choice -----------------------------------------------------------------------------
+
+
+@needs_bpf
+def test_unusable_evs_are_skipped(program, maps, sq):
+    post(maps, 8 * CE)
+    now = time.monotonic_ns()
+    set_ev(maps, EV_A, state=nic.EvState.ASSUMED_BAD)
+    set_ev(maps, EV_B, state=nic.EvState.DENIED)
+    set_ev(maps, EV_C, state=nic.EvState.SKIP, skip_until=now + 10**10)
+    r = kick(program, maps)
+    assert_data(r.frame, expected_data(START, EV_D, 0, CE, last=False), *_t(r))
+
+    # A SKIP whose time is over counts as GOOD; UNKNOWN is skipped too.
+    set_ev(maps, EV_C, skip_until=now - 1)
+    set_ev(maps, EV_D, state=nic.EvState.UNKNOWN)
+    r = kick(program, maps)
+    assert_data(r.frame, expected_data(START + 1, EV_C, CE, CE, last=False), *_t(r))
+
+    # Nothing usable: nothing sent, nothing changed.
+    set_ev(maps, EV_C, state=nic.EvState.ASSUMED_BAD)
+    before = maps.sq_raw(QP_TX)
+    r = kick(program, maps)
+    assert (r.verdict, r.counters) == (XDP_DROP, {"kick_idle": 1, "tx_no_ev": 1})
+    after = maps.sq_raw(QP_TX)
+    assert (after.snd_nxt, after.wqe_off) == (before.snd_nxt, before.wqe_off)
+
+
+@needs_bpf
+def test_an_ev_another_cpu_sent_on_just_now_is_held(program, maps, sq):
+    post(maps, 4 * CE)
+    cpu = min(os.sched_getaffinity(0))  # the one_cpu fixture's
+    # A's last packet left from another CPU, "now" (a little ahead: the hold,
+    # ENGINE_EV_HOLD_NS = 200 us from then, must outlast this test's syscalls).
+    a = maps.ev_raw(QP_TX, EV_A)
+    a.last_tx_cpu, a.last_tx_ts, a.last_tx_psn = cpu + 1, time.monotonic_ns() + 5_000_000, 7
+    a.stats.tx_pkts = 1
+    bpfsys.map_update(
+        maps.fd(nic.EVS_MAP), bytes(nic.EvKey(QP_TX, EV_A)), bytes(a), flags=nic.BPF_F_LOCK
+    )
+    r = kick(program, maps)  # held: B instead
+    assert_data(r.frame, expected_data(START, EV_B, 0, CE, last=False), *_t(r))
+    time.sleep(0.006)  # the hold is over: A's turn comes again, and it is this CPU's
+    assert [Ether(kick(program, maps).frame)[UDP].sport for _ in range(3)] == [EV_C, EV_D, EV_A]
+    assert maps.ev_raw(QP_TX, EV_A).last_tx_cpu == cpu
+
+
+@needs_bpf
+def test_a_long_run_of_unusable_evs_moves_the_cursor(program, maps, sq):
+    # 40 EVs, the first 36 unusable: one run looks at 32 (ENGINE_EV_TRIES), finds
+    # none, and moves the cursor past them; the next run finds EV 36.
+    evs = {0xB000 + i: 0 for i in range(40)}
+    setup_sq(maps, evs=evs)
+    for ev in list(evs)[:36]:
+        set_ev(maps, ev, state=nic.EvState.DENIED)
+    post(maps, CE)
+    assert kick(program, maps).counters == {"kick_idle": 1, "tx_no_ev": 1}
+    assert maps.sq(QP_TX).ev_next == 32
+    r = kick(program, maps)
+    assert r.verdict == XDP_REDIRECT
+    assert Ether(r.frame)[UDP].sport == 0xB000 + 36
+    assert maps.sq(QP_TX).ev_next == 37
+
+
+@needs_bpf
+@pytest.mark.parametrize(
+    ("local", "peer", "evs"),
+    [
+        (0b10, PLANES, [EV_B, EV_D, EV_B]),  # our port of plane 0 is down
+        (PLANES, 0b01, [EV_A, EV_C, EV_A]),  # the peer's port of plane 1 is down
+    ],
+    ids=["local port down", "peer port down"],
+)
+def test_planes_with_a_port_down_are_skipped(program, maps, sq, local, peer, evs):
+    maps.set_port_bitmap(TX_HOST, local)
+    setup_sq(maps, peer_ports=peer)
+    post(maps, 3 * CE)
+    for i, ev in enumerate(evs):
+        r = kick(program, maps)
+        assert_data(r.frame, expected_data(START + i, ev, i * CE, CE, last=i == 2), *_t(r))
+
+
+@needs_bpf
+def test_peer_port_bitmap_comes_from_its_acks(program, maps, sq):
+    post(maps, 4 * CE)
+    send(program, maps, 1)  # START on A (plane 0)
+    # The SACK says the peer's plane 0 port is down: from now on, plane 1 only.
+    r = run(program, maps, sack(maps, START, START + 1, port_bitmap=0b10))
+    assert r.verdict == XDP_REDIRECT  # the next packet, on B (plane 1): not this port's
+    assert_data(r.frame, expected_data(START + 1, EV_B, CE, CE, last=False), *_t(r))
+    assert [kick(program, maps).frame[34:36] for _ in range(2)] == [
+        EV_D.to_bytes(2, "big"),
+        EV_B.to_bytes(2, "big"),
+    ]
+
+
+# ---- the window ----------------------------------------------------------------------------
+
+
+@needs_bpf
+def test_full_window_sends_nothing(program, maps, sq):
+    setup_sq(maps, snd_nxt=START + WINDOW)  # as if a window's worth were in flight
+    post(maps, CE)
+    r = kick(program, maps)
+    assert (r.verdict, r.counters) == (XDP_DROP, {"kick_idle": 1, "tx_window_full": 1})
+    s = maps.sq(QP_TX)
+    assert (s.snd_nxt, s.wqe_off, s.tx_stats["window_full"]) == (START + WINDOW, 0, 1)
+
+
+@needs_bpf
+def test_window_frees_as_snd_una_moves(program, maps, sq):
+    setup_sq(maps, snd_nxt=START + WINDOW - 1)
+    post(maps, 4 * CE)
+    assert kick(program, maps).verdict == XDP_REDIRECT  # the last free PSN
+    assert kick(program, maps).counters == {"kick_idle": 1, "tx_window_full": 1}
+    maps.record_tx(QP_TX, START, EV_A, tx_ts=1000)
+    # A SACK of START frees one PSN: the ACK clock sends the next packet at once.
+    r = run(program, maps, sack(maps, START, START + 1))
+    assert r.verdict in (XDP_TX, XDP_REDIRECT)
+    assert r.counters == {
+        "ack_consumed": 1,
+        "acked": 1,
+        "tx_data": 1,
+        "tx_bytes": CE,
+        "tx_clocked": 1,
+    }
+    assert maps.sq(QP_TX).snd_nxt == (START + WINDOW + 1) & w.PSN_MASK
+
+
+@needs_bpf
+def test_cwnd_counts_packets_in_flight_not_the_psn_range(program, maps, sq):
+    setup_sq(maps, cwnd=2)
+    post(maps, 8 * CE)
+    send(program, maps, 2)  # START (A), START + 1 (B)
+    assert kick(program, maps).counters == {"kick_idle": 1, "tx_window_full": 1}
+    # START + 1 is acknowledged, START is not: one packet in flight, room for one.
+    r = run(program, maps, sack(maps, START + 1, START, bitmap=0b10))
+    assert r.verdict == XDP_REDIRECT  # C is on plane 0, the SACK came on plane 1
+    assert_data(r.frame, expected_data(START + 2, EV_C, 2 * CE, CE, last=False), *_t(r))
+    assert kick(program, maps).counters == {"kick_idle": 1, "tx_window_full": 1}
+    maps.set_cwnd(QP_TX, 0)  # 0: the MPR window
+    assert kick(program, maps).verdict == XDP_REDIRECT
+
+
+# ---- the ACK clock -------------------------------------------------------------------------
+
+
+@needs_bpf
+def test_sack_becomes_the_next_data_packet(program, maps, sq):
+    post(maps, 8 * CE)
+    send(program, maps, 2)  # START on A (plane 0), START + 1 on B (plane 1)
+
+    # The SACK of START comes in on plane 0; the next EV, C, is on plane 0 too:
+    # the same frame goes back out of the same port (XDP_TX).
+    r = run(program, maps, sack(maps, START, START + 1))
+    assert r.verdict == XDP_TX
+    assert_data(r.frame, expected_data(START + 2, EV_C, 2 * CE, CE, last=False), *_t(r))
+    assert r.counters == {
+        "ack_consumed": 1,
+        "acked": 1,
+        "tx_data": 1,
+        "tx_bytes": CE,
+        "tx_clocked": 1,
+    }
+
+    # The SACK of START + 1 comes in on plane 1: D, on plane 1, XDP_TX again.
+    r = run(program, maps, sack(maps, START + 1, START + 2))
+    assert r.verdict == XDP_TX
+    assert_data(r.frame, expected_data(START + 3, EV_D, 3 * CE, CE, last=False), *_t(r))
+
+    # A stale SACK also clocks (it is one more frame to send with): A, on plane 0,
+    # leaves through the devmap since this SACK came in on plane 1.
+    r = run(program, maps, sack(maps, START + 1, START + 2))
+    assert r.verdict == XDP_REDIRECT
+    assert_data(r.frame, expected_data(START + 4, EV_A, 4 * CE, CE, last=False), *_t(r))
+    assert r.counters == {"ack_stale": 1, "tx_data": 1, "tx_bytes": CE, "tx_clocked": 1}
+    s = maps.sq(QP_TX)
+    assert (s.snd_una, s.snd_nxt) == (START + 2, START + 5)
+
+
+@needs_bpf
+def test_sack_with_nothing_to_send_is_consumed(program, maps, sq):
+    post(maps, CE)
+    send(program, maps, 1)
+    r = run(program, maps, sack(maps, START, START + 1))
+    assert r.verdict == XDP_DROP
+    assert r.counters == {"ack_consumed": 1, "acked": 1, "send_done": 1, "events": 1}
+
+
+@needs_bpf
+def test_acks_of_a_qp_without_the_engine_are_only_consumed(program, maps, sq):
+    setup_sq(maps, engine=False, snd_nxt=START + 2)
+    maps.record_tx(QP_TX, START, EV_A, tx_ts=1000)
+    r = run(program, maps, sack(maps, START, START + 1))
+    assert (r.verdict, r.counters) == (XDP_DROP, {"ack_consumed": 1, "acked": 1})
+
+
+# ---- retransmissions -----------------------------------------------------------------------
+
+
+@needs_bpf
+def test_trimmed_packet_is_resent_first_on_another_ev(program, maps, sq, event_reader):
+    post(maps, 8 * CE)
+    send(program, maps, 3)  # START on A, START + 1 on B, START + 2 on C
+
+    # A NACK(TRIMMED) of START (on A, plane 0): queued, A skipped, and the
+    # engine resends it at once, before new data, on the next usable EV: D.
+    r = run(program, maps, nack(maps, START, w.NackReason.TRIMMED, cum=START))
+    assert r.verdict == XDP_REDIRECT  # D is on plane 1, the NACK came on plane 0
+    assert_data(r.frame, expected_data(START, EV_D, 0, CE, last=False, retx=True), *_t(r))
+    assert r.counters == {
+        "ack_consumed": 1,
+        "retx_queued": 1,
+        "tx_retx": 1,
+        "tx_bytes": CE,
+        "tx_clocked": 1,
+    }
+    s = maps.sq(QP_TX)
+    assert (s.retx_queue, s.retx_pending, s.snd_nxt) == ([], [], START + 3)
+    assert s.tx_stats["retx_pkts"] == 1
+    entry = maps.tx_entry(QP_TX, START)
+    assert (entry.ev, entry.flags, entry.wqe, entry.msg_off) == (EV_D, nic.TX_F_RETX, 0, 0)
+    d = maps.ev(QP_TX, EV_D)
+    assert (d.stats["tx_pkts"], d.stats["retx_pkts"], d.last_tx_psn) == (1, 1, START)
+    raw = maps.sq_raw(QP_TX)
+    pos = START % nic.BITMAP_BITS
+    assert not raw.echoed[pos // 64] >> (pos % 64) & 1, "the resent PSN's feedback bit is clear"
+
+
+@needs_bpf
+def test_resent_on_another_ev_even_when_the_lost_one_is_next(program, maps, sq):
+    post(maps, 8 * CE)
+    send(program, maps, 4)  # A, B, C, D: the round robin is back at A
+    # TRIMMED_LASTHOP does not skip A, which is next in the round robin: B instead.
+    r = run(program, maps, nack(maps, START, w.NackReason.TRIMMED_LASTHOP, cum=START))
+    assert r.verdict == XDP_REDIRECT
+    assert_data(r.frame, expected_data(START, EV_B, 0, CE, last=False, retx=True), *_t(r))
+    # A, passed over, is the next EV of the round robin.
+    assert Ether(kick(program, maps).frame)[UDP].sport == EV_A
+
+
+@needs_bpf
+def test_resent_last_packet_of_a_write_imm_keeps_its_immediate(program, maps, sq):
+    post(maps, 100, imm=0xFEED)
+    send(program, maps, 1)
+    r = run(program, maps, nack(maps, START, w.NackReason.TRIMMED_LASTHOP, cum=START))
+    want = expected_data(START, EV_B, 0, 100, last=True, imm=0xFEED, retx=True)
+    assert_data(r.frame, want, *_t(r))
+    assert Ether(r.frame)[BTH].opcode == w.Opcode.WRITE_IMM
+
+
+@needs_bpf
+def test_lost_packets_from_a_sack_hole_are_resent(program, maps, sq, event_reader):
+    post(maps, 8 * CE)
+    send(program, maps, 3)  # START on A, START + 1 on B, START + 2 on C (A's plane)
+    # The SACK of START + 2 (on C) with START unacknowledged: no loss (another EV).
+    # Put START + 2 on A instead, so that the loss walk finds START lost.
+    maps.record_tx(QP_TX, START + 2, EV_A, tx_ts=maps.tx_entry(QP_TX, START + 2).tx_ts)
+    r = run(program, maps, sack(maps, START + 2, START, plane=0, bitmap=0b100))
+    assert r.counters["lost"] == 1 and r.counters["tx_retx"] == 1
+    # A is ASSUMED_BAD now; the next EV in the round robin is D.
+    assert_data(r.frame, expected_data(START, EV_D, 0, CE, last=False, retx=True), *_t(r))
+    assert maps.ev(QP_TX, EV_A).state == nic.EvState.ASSUMED_BAD
+
+
+def set_engine(maps, on: bool) -> None:
+    """Switch the engine of the QP on or off, keeping the rest (tests only)."""
+    value = maps.sq_raw(QP_TX)
+    value.engine = int(on)
+    bpfsys.map_update(maps.fd(nic.TX_QPS_MAP), QP_TX.to_bytes(4, "little"), bytes(value))
+
+
+@needs_bpf
+def test_stale_retransmissions_are_skipped(program, maps, sq):
+    post(maps, 8 * CE)
+    send(program, maps, 2)
+    # The engine off for a moment: a NACK queues START, a later SACK acknowledges
+    # it, and the queue entry is stale when the engine next runs.
+    set_engine(maps, False)
+    run(program, maps, nack(maps, START, w.NackReason.TRIMMED_LASTHOP, cum=START))
+    run(program, maps, sack(maps, START + 1, START + 2))
+    assert [e["psn"] for e in maps.retx_queue(QP_TX)] == [START]
+    set_engine(maps, True)
+
+    r = kick(program, maps)  # skips the stale entry, sends new data
+    assert_data(r.frame, expected_data(START + 2, EV_C, 2 * CE, CE, last=False), *_t(r))
+    t = maps.sq(QP_TX)
+    assert (t.retx_queue, t.tx_stats["retx_stale"], t.tx_stats["retx_pkts"]) == ([], 1, 0)
+
+
+# ---- completions ---------------------------------------------------------------------------
+
+
+@needs_bpf
+def test_send_completions_when_snd_una_passes_the_last_psn(program, maps, sq, event_reader):
+    post(maps, 1500, wr_id=11)  # START, START + 1
+    post(maps, 100, wr_id=22, imm=7, src_offset=4 * CE, remote_va=REMOTE_VA + 4 * CE)  # + 2
+    send(program, maps, 3)
+
+    # START acknowledged: nothing complete yet.
+    assert run(program, maps, sack(maps, START, START + 1)).counters.get("send_done") is None
+    assert event_reader.read() == []
+    # START + 2 acknowledged out of order: still nothing (START + 1 is a hole).
+    r = run(program, maps, sack(maps, START + 2, START + 1, bitmap=0b10))
+    assert "send_done" not in r.counters
+    # The hole filled: both WQEs complete, in posting order.
+    r = run(program, maps, sack(maps, START + 1, START + 3))
+    assert r.counters["send_done"] == 2
+    events = event_reader.read()
+    assert [type(e) for e in events] == [nic.SendEvent, nic.SendEvent]
+    got = [{k: v for k, v in e.as_dict().items() if k != "ts"} for e in events]
+    assert got == [
+        dict(type=5, qpn=QP_TX, msn=0, last_psn=START + 1, wr_id=11, len=1500, wqe=0),
+        dict(type=5, qpn=QP_TX, msn=1, last_psn=START + 2, wr_id=22, len=100, wqe=1),
+    ]
+    assert all(r.t0 <= e.ts <= r.t1 for e in events)
+    s = maps.sq(QP_TX)
+    assert (s.wqe_done, s.tx_stats["wqes_done"]) == (2, 2)
+
+
+@needs_bpf
+def test_send_queue_depth(program, maps, sq):
+    for i in range(nic.SQ_DEPTH):
+        assert post(maps, 0, wr_id=i) == i
+    with pytest.raises(BlockingIOError, match="full"):
+        post(maps, 0)
+    send(program, maps, 2)
+    run(program, maps, sack(maps, START + 1, START + 2))  # two WQEs complete
+    assert post(maps, 0) == nic.SQ_DEPTH
+    assert maps.wq(QP_TX).posted == nic.SQ_DEPTH + 1
+
+
+# ---- refusals and errors -------------------------------------------------------------------
+
+
+@needs_bpf
+@pytest.mark.parametrize(
+    ("change", "counter"),
+    [
+        (dict(qpn=QP_TX + 1), "drop_unknown_qp"),
+        (dict(engine=False), "drop_qp_config"),
+        (dict(state=nic.QpState.RTR), "drop_qp_state"),
+        (dict(state=nic.QpState.ERR), "drop_qp_state"),
+    ],
+    ids=["unknown QP", "QP without the engine", "RTR", "ERR"],
+)
+def test_kicks_that_send_nothing(program, maps, sq, change, counter):
+    qpn = change.pop("qpn", QP_TX)
+    if change:
+        setup_sq(maps, snd_nxt=START, **change)
+    before = maps.counters()
+    result = program.kick(qpn, 1, live=False)
+    assert result.retval == XDP_DROP
+    assert delta(before, maps.counters()) == {counter: 1}
+
+
+@needs_bpf
+def test_sqd_resends_but_sends_no_new_data(program, maps, sq):
+    post(maps, 8 * CE)
+    send(program, maps, 2)
+    maps.set_sq_state(QP_TX, nic.QpState.SQD)
+    assert kick(program, maps).counters == {"kick_idle": 1}
+    r = run(program, maps, nack(maps, START, w.NackReason.TRIMMED_LASTHOP, cum=START))
+    assert r.counters["tx_retx"] == 1
+
+
+@needs_bpf
+def test_wqe_whose_source_is_gone_moves_the_qp_to_err(program, maps, sq, event_reader):
+    post(maps, 2 * CE)
+    maps.clear_region(SRC_REGION)
+    r = kick(program, maps)
+    assert (r.verdict, r.counters) == (XDP_DROP, {"kick_idle": 1, "tx_bad_wqe": 1, "events": 1})
+    assert maps.sq(QP_TX).state == nic.QpState.ERR
+    (event,) = event_reader.read()
+    assert isinstance(event, nic.QpErrEvent)
+    assert (event.qpn, event.psn, event.syndrome, event.reason) == (QP_TX, START, 0, 0)
+
+
+@needs_bpf
+def test_no_device_for_the_plane(program, maps, sq):
+    maps.set_port(TX_HOST, 0, ifindex=0, mac=mac(TX_HOST, 0), nh_mac=nh_mac(0, 0))
+    post(maps, CE)
+    r = kick(program, maps)
+    assert (r.verdict, r.counters) == (
+        XDP_DROP,
+        {"kick_idle": 1, "tx_data": 1, "tx_bytes": CE, "tx_redirect_err": 1},
+    )
+
+
+@needs_bpf
+def test_post_write_refuses_an_unknown_qp(maps):
+    with pytest.raises(KeyError):
+        maps.post_write(0xFFFFFF, length=1, src_region=0, remote_va=0, rkey=0)
+
+
+@needs_bpf
+def test_post_write_checks(program, maps, sq):
+    with pytest.raises(ValueError, match="src_offset"):
+        post(maps, CE, src_offset=5)
+    with pytest.raises(ValueError, match="remote_va"):
+        post(maps, CE, remote_va=REMOTE_VA + 8)
+    with pytest.raises(ValueError, match="outside region"):
+        post(maps, SRC_ELEMS * CE + 1)
+    with pytest.raises(ValueError, match="imm"):
+        post(maps, CE, imm=1 << 32)
+    setup_sq(maps, engine=False)
+    with pytest.raises(ValueError, match="not served by the send engine"):
+        post(maps, CE)
+
+
+# ---- the map client and layouts ----------------------------------------------------------------
+
+
+@needs_bpf
+def test_set_port_writes_both_maps(program, maps, sq):
+    assert maps.port(TX_HOST, 1) == {"mac": mac(0, 1), "nh_mac": nh_mac(0, 1), "ifindex": 1}
+    raw = bpfsys.map_lookup(maps.fd(nic.TX_PORTS_MAP), (TX_HOST * 16 + 1).to_bytes(4, "little"), 4)
+    assert int.from_bytes(raw, "little") == 1
+    with pytest.raises(ValueError, match="MAC"):
+        maps.set_port(TX_HOST, 1, ifindex=1, mac="02:00", nh_mac=nh_mac(0, 1))
+
+
+@needs_bpf
+def test_program_and_engine_maps_are_pinned(program):
+    directory = nic.pin_dir(LAB)
+    assert sorted(p.name for p in directory.iterdir()) == sorted(nic.PINNED_MAPS)
+    fd = bpfsys.obj_get(directory / nic.PROG_PIN)
+    try:
+        # The pinned program is the loaded one: a kick through it works.
+        result = nic.run_kick(fd, 0xABCDE, 1, live=False)
+        assert result.retval == XDP_DROP
+    finally:
+        os.close(fd)
+    expected = {
+        nic.WQ_MAP: (bpfsys.BPF_MAP_TYPE_ARRAY, 4, ctypes.sizeof(nic.Wq), TX_RINGS),
+        nic.PORTS_MAP: (bpfsys.BPF_MAP_TYPE_ARRAY, 4, ctypes.sizeof(nic.Port), 256 * 16),
+        nic.TX_PORTS_MAP: (14, 4, 4, 256 * 16),  # BPF_MAP_TYPE_DEVMAP
+    }
+    for name, shape in expected.items():
+        fd = bpfsys.obj_get(directory / name)
+        try:
+            info = bpfsys.map_info(fd)
+        finally:
+            os.close(fd)
+        assert (info.type, info.key_size, info.value_size, info.max_entries) == shape, name
+
+
+ENGINE_C_VIEWS = {
+    "nic_wqe": nic.Wqe,
+    "nic_wq": nic.Wq,
+    "nic_kick": nic.Kick,
+    "nic_port": nic.Port,
+    "nic_send_event": nic.SendEvent,
+    "nic_sq_tx_stats": nic.SqTxStats,
+}
+ENGINE_CONSTANTS = [
+    ("NIC_EV_SEND_DONE", nic.EventType.SEND_DONE),
+    ("NIC_MSG_SLOTS", nic.SQ_DEPTH),
+    ("MRC_OP_WRITE", w.Opcode.WRITE),
+    ("MRC_OP_WRITE_IMM", w.Opcode.WRITE_IMM),
+    *[(f"sizeof(struct {s})", ctypes.sizeof(v)) for s, v in ENGINE_C_VIEWS.items()],
+]
+
+
+@pytest.fixture(scope="module")
+def compiled_header():
+    bpf = compile_header_probe("nic_maps.h", nic.BPF_DIR, ENGINE_C_VIEWS, ENGINE_CONSTANTS)
+    try:
+        yield bpf
+    finally:
+        bpf.cleanup()
+
+
+@needs_bpf
+def test_engine_constants_match_header(compiled_header):
+    table = compiled_header[b"consts"]
+    got = {expr: table[ctypes.c_uint32(i)].value for i, (expr, _) in enumerate(ENGINE_CONSTANTS)}
+    assert got == {expr: int(value) for expr, value in ENGINE_CONSTANTS}
+
+
+@needs_bpf
+@pytest.mark.parametrize("struct", list(ENGINE_C_VIEWS))
+def test_python_layout_matches_compiled_engine_struct(compiled_header, struct):
+    leaf = compiled_header[f"l_{struct}".encode()].Leaf
+    assert ctypes.sizeof(leaf) == ctypes.sizeof(ENGINE_C_VIEWS[struct])
+    assert _layout(leaf) == _layout(ENGINE_C_VIEWS[struct])
+
+
+@needs_bpf
+@pytest.mark.parametrize(("map_name", "view"), [(nic.WQ_MAP, nic.Wq), (nic.PORTS_MAP, nic.Port)])
+def test_program_engine_maps_use_the_python_layout(program, map_name, view):
+    assert _layout(program.bpf[map_name.encode()].Leaf) == _layout(view)
+
+
+def test_kick_frame_layout():
+    frame = nic.kick_frame(0x010203)
+    assert frame[:8] == bytes.fromhex("0302010000000000")
+    assert len(frame) == 8 + 64 and frame[8 + 12 : 8 + 14] == b"\x88\xb5"
+    with pytest.raises(ValueError, match="packets"):
+        nic.run_kick(-1, 1, 0)
+
+
+# ---- cost of one engine run ------------------------------------------------------------------
+
+
+@needs_bpf
+def test_engine_run_time(program, maps, sq, capsys):
+    """ns per engine run, from BPF_PROG_TEST_RUN's duration (not live: no transmission)."""
+    maps.set_region(SRC_REGION, first_elem=0, n_elems=SRC_ELEMS, rkey=0x5555)
+    setup_sq(maps, mpr=nic.MPR_MAX, evs={0xD000 + i: i % 2 for i in range(16)})
+    for _ in range(16):
+        post(maps, SRC_ELEMS * CE)
+    runs = nic.MPR_MAX * w.MPR_UNIT
+    before = maps.counters()
+    sending = program.kick(QP_TX, runs, live=False).duration
+    assert delta(before, maps.counters())["kick_sent"] == runs
+    before = maps.counters()
+    idle = program.kick(QP_TX, runs, live=False).duration  # window full
+    assert delta(before, maps.counters())["kick_idle"] == runs
+    with capsys.disabled():
+        print(
+            f"\n  engine run (kick, not live): {sending} ns sending a 1 KiB packet, {idle} ns idle"
+        )
+
+
+# ---- live: two namespaces, two planes ---------------------------------------------------------
+
+LIVE_EVS = {0xE000 + i: i % 2 for i in range(16)}  # 8 EVs per plane, alternating
+LIVE_SRC, LIVE_DST = 2, 3
+LIVE_ELEMS = 1024  # 1 MiB each
+LIVE_MPR = 2
+
+
+@pytest.fixture(scope="module")
+def live_pair(program):
+    """Namespaces zeng-<pid>a (host 0) and zeng-<pid>b (host 1), veth pairs
+    zeng-a0/zeng-b0 (plane 0) and zeng-a1/zeng-b1 (plane 1), the NIC program
+    on all four ends. Yields {name: (namespace, ifindex, MAC)}."""
+    from pyroute2 import IPRoute
+
+    from mrc_nic import netns
+
+    ns_a, ns_b = f"zeng-{os.getpid()}a", f"zeng-{os.getpid()}b"
+    made = []
+    try:
+        for ns in (ns_a, ns_b):
+            netns.create(ns)
+            made.append(ns)
+        ends = {}
+        with IPRoute(netns=ns_a, flags=0) as ipa, IPRoute(netns=ns_b, flags=0) as ipb:
+            fd_b = os.open(netns.path(ns_b), os.O_RDONLY)
+            try:
+                for p in (0, 1):
+                    ipa.link(
+                        "add",
+                        ifname=f"zeng-a{p}",
+                        kind="veth",
+                        peer={"ifname": f"zeng-b{p}", "net_ns_fd": fd_b},
+                    )
+            finally:
+                os.close(fd_b)
+            for ns, ipr, side in ((ns_a, ipa, "a"), (ns_b, ipb, "b")):
+                for p in (0, 1):
+                    name = f"zeng-{side}{p}"
+                    index = ipr.link_lookup(ifname=name)[0]
+                    ipr.link("set", index=index, state="up")
+                    program.attach(ipr, index)
+                    address = ipr.get_links(index)[0].get_attr("IFLA_ADDRESS")
+                    ends[name] = (ns, index, address)
+        yield ends
+    finally:
+        for ns in made:
+            netns.remove(ns)
+
+
+def live_setup(maps, ends, *, length: int, wqes: int = 1) -> None:
+    for p in (0, 1):
+        ns, index, address = ends[f"zeng-a{p}"]
+        maps.set_port(
+            TX_HOST, p, ifindex=index, mac=address, nh_mac=ends[f"zeng-b{p}"][2], netns=ns
+        )
+    maps.set_port_bitmap(TX_HOST, PLANES)
+    maps.set_port_bitmap(RX_HOST, PLANES)
+    maps.set_region(LIVE_SRC, first_elem=1024, n_elems=LIVE_ELEMS, rkey=0x1111)
+    maps.set_region(LIVE_DST, first_elem=2048, n_elems=LIVE_ELEMS, rkey=RKEY, base_va=REMOTE_VA)
+    data = os.urandom(LIVE_ELEMS * CE)
+    maps.write_region(LIVE_SRC, 0, data)
+    maps.write_region(LIVE_DST, 0, bytes(LIVE_ELEMS * CE))
+    maps.setup_rq(
+        QP_RX,
+        local_host=RX_HOST,
+        peer_host=TX_HOST,
+        peer_qpn=QP_TX,
+        region=LIVE_DST,
+        mpr=LIVE_MPR,
+        psn=START,
+    )
+    setup_sq(maps, evs=LIVE_EVS, mpr=LIVE_MPR)
+    for _ in range(wqes):
+        maps.post_write(QP_TX, length=length, src_region=LIVE_SRC, remote_va=REMOTE_VA, rkey=RKEY)
+
+
+def live_transfer(maps, *, wqes: int, deadline_s: float) -> dict:
+    """Kick a window, let the ACK clock carry the rest; a top-up kick (the daemon's
+    job) only if the QP stalls with room in its window. Returns the figures."""
+    window = LIVE_MPR * w.MPR_UNIT
+    before = maps.counters()
+    t0 = time.monotonic()
+    maps.kick(QP_TX, window, batch_size=window)  # one batch: the whole window leaves at once
+    top_ups, last_una, last_move = 0, START, t0
+    while True:
+        s = maps.sq(QP_TX)
+        now = time.monotonic()
+        if s.wqe_done == wqes or now - t0 > deadline_s:
+            break
+        if s.snd_una != last_una:
+            last_una, last_move = s.snd_una, now
+        elif now - last_move > 0.02 and s.window_free:
+            maps.kick(QP_TX, s.window_free)
+            top_ups += 1
+            last_move = now
+        time.sleep(0.0005)
+    elapsed = time.monotonic() - t0
+    moved = delta(before, maps.counters())
+    return dict(sq=maps.sq(QP_TX), elapsed=elapsed, top_ups=top_ups, counters=moved)
+
+
+@needs_bpf
+@pytest.mark.netns
+def test_live_1mib_write_kicked_then_ack_clocked(program, maps, live_pair, event_reader, capsys):
+    event_reader.read()
+    length = LIVE_ELEMS * CE
+    live_setup(maps, live_pair, length=length)
+    got = live_transfer(maps, wqes=1, deadline_s=10)
+    s, c = got["sq"], got["counters"]
+
+    assert s.wqe_done == 1, f"not complete in 10 s: {s.snd_una - START} PSNs acked, {c}"
+    assert s.snd_una == START + LIVE_ELEMS
+    assert maps.read_region(LIVE_DST, 0, length) == maps.read_region(LIVE_SRC, 0, length)
+    done = [e for e in event_reader.read() if isinstance(e, nic.SendEvent)]
+    assert [(e.qpn, e.len, e.last_psn) for e in done] == [(QP_TX, length, START + LIVE_ELEMS - 1)]
+    per_plane = [
+        sum(maps.ev(QP_TX, ev).stats["tx_pkts"] for ev, p in LIVE_EVS.items() if p == plane)
+        for plane in (0, 1)
+    ]
+    assert all(per_plane), f"both planes carry data: {per_plane}"
+    pkts = c.get("tx_data", 0) + c.get("tx_retx", 0)
+    with capsys.disabled():
+        print(
+            f"\n  live 1 MiB WRITE, 2 planes: {got['elapsed'] * 1e3:.2f} ms, "
+            f"{length * 8 / got['elapsed'] / 1e9:.2f} Gbit/s goodput, "
+            f"{pkts / got['elapsed'] / 1e6:.3f} Mpps; kicked {c.get('kick_sent', 0)}, "
+            f"clocked {c.get('tx_clocked', 0)}, retransmitted {c.get('tx_retx', 0)}, "
+            f"top-up kicks {got['top_ups']}, per plane {per_plane}"
+        )
+
+
+@needs_bpf
+@pytest.mark.netns
+def test_live_32mib_throughput(program, maps, live_pair, capsys):
+    """32 WQEs of 1 MiB each (the whole send queue), same source and destination."""
+    length = LIVE_ELEMS * CE
+    live_setup(maps, live_pair, length=length, wqes=nic.SQ_DEPTH)
+    got = live_transfer(maps, wqes=nic.SQ_DEPTH, deadline_s=30)
+    s, c = got["sq"], got["counters"]
+    assert s.wqe_done == nic.SQ_DEPTH, f"not complete in 30 s: {c}"
+    assert maps.read_region(LIVE_DST, 0, length) == maps.read_region(LIVE_SRC, 0, length)
+    total = length * nic.SQ_DEPTH
+    pkts = c.get("tx_data", 0) + c.get("tx_retx", 0)
+    with capsys.disabled():
+        print(
+            f"\n  live 32 MiB (32 WQEs), 2 planes: {got['elapsed'] * 1e3:.1f} ms, "
+            f"{total * 8 / got['elapsed'] / 1e9:.2f} Gbit/s goodput, "
+            f"{pkts / got['elapsed'] / 1e6:.3f} Mpps; clocked {c.get('tx_clocked', 0)}, "
+            f"retransmitted {c.get('tx_retx', 0)}, top-up kicks {got['top_ups']}"
+        )
