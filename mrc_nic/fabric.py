@@ -160,19 +160,43 @@ class Fabric:
                             e, f"{port.node}:{port.ifname}: attach BPF port program"
                         ) from None
         if nic is not None:
+            self._attach_nic(program, nic)
+        _failpoint("attach")
+
+    def _attach_nic(self, program: Any, nic: Any) -> None:
+        """The NIC's XDP program on every host port, and what its send engine
+        needs to know of each port: its device, its MAC and the T0's MAC (the
+        next hop of every data packet), and that every port is up."""
+        from mrc_nic.nic import NicMaps
+
+        with NicMaps.open(self.topo.lab) as maps:
             for link in self.topo.links.values():
                 if link.kind != "host":
                     continue
-                # The switch end first: the host end's XDP_TX needs a program there.
                 up, host = link.upper, link.lower
+                # The switch end first: the host end's XDP_TX needs a program there.
                 program.attach_xdp_pass(self.ipr(up.node), self.ifindex(up.node, up.ifname))
+                host_idx = self.ifindex(host.node, host.ifname)
                 self._call(
                     f"{link.name}: attach NIC XDP on {host.node}:{host.ifname}",
                     nic.attach,
                     self.ipr(host.node),
-                    self.ifindex(host.node, host.ifname),
+                    host_idx,
                 )
-        _failpoint("attach")
+                maps.set_port(
+                    self.topo.nodes[host.node].index,
+                    link.plane,
+                    ifindex=host_idx,
+                    mac=self._mac(host.node, host.ifname),
+                    nh_mac=self._mac(up.node, up.ifname),
+                    netns=self.topo.netns(host.node),
+                )
+            for name in self.topo.host_names():
+                maps.set_port_bitmap(self.topo.nodes[name].index, (1 << self.topo.planes) - 1)
+
+    def _mac(self, node: str, ifname: str) -> str:
+        (msg,) = self.ipr(node).get_links(self.ifindex(node, ifname))
+        return msg.get_attr("IFLA_ADDRESS")
 
     def _sysctls(self, node: Node) -> dict[str, int]:
         if not node.is_switch:

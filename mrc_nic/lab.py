@@ -45,7 +45,9 @@ def up(topo: Topology) -> UpReport:
         started = time.monotonic()
         try:
             program = switchport.SwitchPortProgram.load(topo.lab, len(topo.switch_ports()))
-            nic_program = nic.NicProgram.load(topo.lab, host_net=str(topo.host_net))
+            nic_program = nic.NicProgram.load(
+                topo.lab, host_net=str(topo.host_net), mr_elems=nic_memory_elems(topo)
+            )
             with Fabric(topo) as fabric:
                 fabric.build(program, nic_program)
         except BaseException:
@@ -56,6 +58,17 @@ def up(topo: Topology) -> UpReport:
         record.bringup_seconds = round(time.monotonic() - started, 3)
         record.save()
     return UpReport(topo.lab, record.bringup_seconds, len(topo.nodes), len(topo.links))
+
+
+# Registered memory of the lab's NICs: 64 MiB per host (an emulated NIC's
+# host memory), at most 1 GiB for the lab, in the kernel as one mmapable map.
+NIC_MEMORY_PER_HOST = 64 * 2**20
+NIC_MEMORY_MAX = 2**30
+
+
+def nic_memory_elems(topo: Topology) -> int:
+    total = min(NIC_MEMORY_PER_HOST * topo.hosts, NIC_MEMORY_MAX)
+    return total // nic.MR_ELEM_SIZE
 
 
 def _refuse_if_present(lab: str) -> None:
