@@ -10,6 +10,8 @@ No Python touches a packet.
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 import time
 
 import pytest
@@ -32,8 +34,47 @@ def ev_profile(planes: int, per_plane: int = 32) -> dict[int, int]:
     return {EV_BASE + i: i % planes for i in range(planes * per_plane)}
 
 
-def test_64mib_write_is_byte_exact_and_sprayed_over_every_plane_and_spine(default_lab):
+def start_capture(topo, node: str, ifname: str, pcap, packets: int) -> subprocess.Popen | None:
+    """tshark on a switch port, for the first `packets` packets (bounded: -a duration)."""
+    if shutil.which("tshark") is None:
+        return None
+    return subprocess.Popen(
+        [
+            "ip",
+            "netns",
+            "exec",
+            topo.netns(node),
+            "tshark",
+            "-q",
+            "-i",
+            ifname,
+            "-c",
+            str(packets),
+            "-a",
+            "duration:30",
+            "-w",
+            str(pcap),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def decoded_opcodes(pcap) -> list[str]:
+    out = subprocess.run(
+        ["tshark", "-r", str(pcap), "-T", "fields", "-e", "infiniband.bth.opcode"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    ).stdout
+    return [line.strip() for line in out.splitlines() if line.strip()]
+
+
+def test_64mib_write_is_byte_exact_and_sprayed_over_every_plane_and_spine(default_lab, tmp_path):
     lab, topo = default_lab.lab, default_lab
+    pcap = tmp_path / "p0-t0a-h0.pcap"
+    capture = start_capture(topo, "p0.t0a", "h0", pcap, packets=400)
+    time.sleep(1.0)  # tshark is listening before the first packet
     length, mpr = 64 * MIB, 2
     elems = length // nic.MR_ELEM_SIZE
     evs = ev_profile(topo.planes)
@@ -81,6 +122,12 @@ def test_64mib_write_is_byte_exact_and_sprayed_over_every_plane_and_spine(defaul
             assert grew > elems // 100, (name, grew)  # both spines of every plane carry data
     # Every data packet was placed by h1's XDP and answered with a SACK.
     assert counters["placed"] >= elems and counters["sack"] >= elems
+    if capture is not None:
+        capture.wait(timeout=60)
+        opcodes = decoded_opcodes(pcap)
+        # tshark's InfiniBand dissector decodes our data (RC WRITE Only, 10) going
+        # up from h0 and the XDP-made SACKs (RC Acknowledge, 17) coming back.
+        assert len(opcodes) >= 300 and {"10", "17"} <= set(opcodes), opcodes[:20]
     print(
         f"\n  64 MiB WRITE h0 -> h1 over the default lab: {elapsed:.2f} s, "
         f"{length * 8 / elapsed / 1e9:.2f} Gbit/s; per plane {per_plane}; "
