@@ -642,6 +642,9 @@ def kick_frame(qpn: int) -> bytes:
     return bytes(Kick(qpn=qpn)) + KICK_TEMPLATE
 
 
+LIVE_BATCH_MAX = 256  # frames per batch of a live-frames BPF_PROG_RUN, at most
+
+
 def run_kick(
     prog_fd: int, qpn: int, packets: int, *, live: bool = True, batch_size: int = 0
 ) -> bpfsys.TestRunResult:
@@ -667,7 +670,8 @@ def run_kick(
             data_size_out=0,
             ctx_in=ctx,
             flags=bpfsys.BPF_F_TEST_XDP_LIVE_FRAMES,
-            batch_size=batch_size,
+            # The kernel refuses larger batches (TEST_XDP_MAX_BATCH) with E2BIG.
+            batch_size=min(batch_size, LIVE_BATCH_MAX),
         )
     result = bpfsys.prog_test_run(
         prog_fd,

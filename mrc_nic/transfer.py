@@ -17,7 +17,7 @@ import os
 import time
 from dataclasses import dataclass
 
-from mrc_nic import nic
+from mrc_nic import cpustat, nic
 from mrc_nic.topology import Topology
 from mrc_nic.wire import MPR_UNIT
 
@@ -47,6 +47,7 @@ class WriteResult:
     retransmits: int
     top_up_kicks: int
     counters: dict[str, int]
+    cpu_cores: float | None  # busy CPUs of the whole machine while packets flowed (/proc/stat)
 
     @property
     def goodput_bps(self) -> float:
@@ -98,7 +99,9 @@ def write(
         )
         before = maps.counters()
         maps.post_write(tx_qp, length=length, src_region=SRC_REGION, remote_va=0, rkey=DST_RKEY)
+        cpu_before = cpustat.sample()
         seconds, top_ups = _run(maps, tx_qp, mpr * MPR_UNIT, timeout)
+        cpu = cpustat.busy_cores(cpu_before, cpustat.sample())
         complete = maps.sq(tx_qp).wqe_done >= 1
         exact = maps.read_region(DST_REGION, 0, length) == data if verify else None
         per_plane = [0] * topo.planes
@@ -107,14 +110,14 @@ def write(
         after = maps.counters()
     moved = {k: after[k] - before.get(k, 0) for k in after}
     return WriteResult(
-        length, seconds, complete, exact, per_plane, moved.get("tx_retx", 0), top_ups, moved
+        length, seconds, complete, exact, per_plane, moved.get("tx_retx", 0), top_ups, moved, cpu
     )
 
 
 def _run(maps: nic.NicMaps, tx_qp: int, window: int, timeout: float) -> tuple[float, int]:
     """Kick a window, let the ACK clock carry the rest; returns (seconds, top-up kicks)."""
     t0 = time.monotonic()
-    maps.kick(tx_qp, window, batch_size=window)
+    maps.kick(tx_qp, window, batch_size=window)  # one batch (nic caps it at 256)
     top_ups, last_una, last_move = 0, None, t0
     while (sq := maps.sq(tx_qp)).wqe_done < 1 and time.monotonic() - t0 < timeout:
         now = time.monotonic()
