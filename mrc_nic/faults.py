@@ -315,14 +315,3 @@ def fault_drops(fault: dict, maps: SwitchPortMaps) -> int | None:
         port_id, direction = (int(x) for x in key.split("/"))
         total += maps.counters(port_id, direction).drops - baseline
     return total
-
-
-__all__ = [
-    "FaultSpec",
-    "FaultError",
-    "apply",
-    "heal",
-    "describe",
-    "resolve_target",
-    "enforcement_points",
-]

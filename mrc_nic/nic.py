@@ -44,7 +44,7 @@ import select
 from pathlib import Path
 from typing import Any
 
-from mrc_nic import bpfsys, pins, wire
+from mrc_nic import bpfsys, pins, wire, xdp
 from mrc_nic.pins import MapsMissing, pin_dir  # noqa: F401 (re-exported)
 
 __all__ = [
@@ -159,15 +159,6 @@ _KICK_OUT = 4096
 BPF_F_LOCK = 4
 BPF_F_MMAPABLE = 1 << 10
 BPF_MAP_TYPE_RINGBUF = 27
-
-# XDP attach flags (include/uapi/linux/if_link.h).
-XDP_FLAGS_UPDATE_IF_NOEXIST = 1 << 0
-XDP_FLAGS_SKB_MODE = 1 << 1
-XDP_FLAGS_DRV_MODE = 1 << 2
-_XDP_MODES = {"native": XDP_FLAGS_DRV_MODE, "generic": XDP_FLAGS_SKB_MODE, "auto": 0}
-
-_U32_MAX = (1 << 32) - 1
-_U64_MAX = (1 << 64) - 1
 
 
 class QpState(enum.IntEnum):
@@ -657,7 +648,7 @@ def run_kick(
     metadata stripped); nothing is sent. The counters say what the runs did
     (kick_sent, kick_idle and the tx_* extras).
     """
-    if not (isinstance(packets, int) and 1 <= packets <= _U32_MAX):
+    if not (isinstance(packets, int) and 1 <= packets <= pins.U32_MAX):
         raise ValueError(f"packets must be a positive integer, not {packets!r}")
     data = kick_frame(qpn)
     meta = ctypes.sizeof(Kick)
@@ -723,7 +714,7 @@ class NicConfig:
             )
         for name in ("max_qps", "mr_elems", "max_regions", "max_evs", "tx_rings"):
             value = getattr(self, name)
-            if not (isinstance(value, int) and 1 <= value <= _U32_MAX // MR_ELEM_SIZE):
+            if not (isinstance(value, int) and 1 <= value <= pins.U32_MAX // MR_ELEM_SIZE):
                 raise ValueError(f"{name} must be a positive integer, not {value!r}")
         pages = self.event_pages
         if not (isinstance(pages, int) and pages >= 1 and pages & (pages - 1) == 0):
@@ -816,20 +807,12 @@ class NicProgram:
         namespace: the program fd is passed by netlink, so the caller stays in
         its own namespace. Replaces a program already attached in that mode.
         """
-        ipr.link(
-            "set",
-            index=ifindex,
-            xdp={"attrs": [("IFLA_XDP_FD", self.fd), ("IFLA_XDP_FLAGS", _xdp_flags(mode))]},
-        )
+        xdp.attach(ipr, ifindex, self.fd, mode)
 
     @staticmethod
     def detach(ipr: Any, ifindex: int, *, mode: str = "native") -> None:
         """Remove whatever XDP program is attached to an interface in that mode."""
-        ipr.link(
-            "set",
-            index=ifindex,
-            xdp={"attrs": [("IFLA_XDP_FD", -1), ("IFLA_XDP_FLAGS", _xdp_flags(mode))]},
-        )
+        xdp.detach(ipr, ifindex, mode)
 
     def kick(
         self, qpn: int, packets: int, *, live: bool = True, batch_size: int = 0
@@ -840,13 +823,6 @@ class NicProgram:
     def close(self) -> None:
         """Drop this process's references; attached ports and pins keep the rest."""
         self.bpf.cleanup()
-
-
-def _xdp_flags(mode: str) -> int:
-    try:
-        return _XDP_MODES[mode]
-    except KeyError:
-        raise ValueError(f"XDP mode must be one of {sorted(_XDP_MODES)}, not {mode!r}") from None
 
 
 # ---- map client ---------------------------------------------------------------
@@ -1120,8 +1096,8 @@ class NicMaps:
     ) -> None:
         """Define region `region` as n_elems elements of nic_mr from first_elem."""
         pins.check_range("region", region, self.max_regions - 1)
-        pins.check_range("rkey", rkey, _U32_MAX)
-        pins.check_range("base_va", base_va, _U64_MAX)
+        pins.check_range("rkey", rkey, pins.U32_MAX)
+        pins.check_range("base_va", base_va, pins.U64_MAX)
         if base_va % MR_ELEM_SIZE:
             raise ValueError(f"base_va must be a multiple of {MR_ELEM_SIZE}, not {base_va:#x}")
         if not (first_elem >= 0 and n_elems >= 1 and first_elem + n_elems <= self.mr_elems):
@@ -1177,7 +1153,7 @@ class NicMaps:
     def set_port_bitmap(self, host: int, bitmap: int) -> None:
         """Bit p: host's port p is up. Copied into every SACK/NACK the host sends."""
         pins.check_range("host", host, MAX_HOSTS - 1)
-        pins.check_range("bitmap", bitmap, _U32_MAX)
+        pins.check_range("bitmap", bitmap, pins.U32_MAX)
         bpfsys.map_update(self._fds[PORT_UP_MAP], _u32(host), _u32(bitmap))
 
     def port_bitmap(self, host: int) -> int:
@@ -1254,9 +1230,9 @@ class NicMaps:
                 raise ValueError("EV 0 is invalid")
             pins.check_range("plane", plane, MAX_PLANES - 1)
         pins.check_range("ev_min_active", ev_min_active, len(evs))
-        pins.check_range("cwnd", cwnd, _U32_MAX)
+        pins.check_range("cwnd", cwnd, pins.U32_MAX)
         pins.check_range("msn", msn, wire.MSN_MASK)
-        pins.check_range("peer_ports", peer_ports, _U32_MAX)
+        pins.check_range("peer_ports", peer_ports, pins.U32_MAX)
         value = SqState(
             state=QpState(state),
             local_host=local_host,
@@ -1359,7 +1335,7 @@ class NicMaps:
 
         The hook for congestion control; same caveat as set_sq_state.
         """
-        pins.check_range("cwnd", cwnd, _U32_MAX)
+        pins.check_range("cwnd", cwnd, pins.U32_MAX)
         self._sq_modify(qpn, cwnd=cwnd)
 
     def _sq_modify(self, qpn: int, **fields: int) -> None:
@@ -1477,12 +1453,12 @@ class NicMaps:
         raw = self.sq_raw(qpn)
         if not raw.engine:
             raise ValueError(f"QP {qpn:#x} is not served by the send engine (setup_sq engine)")
-        pins.check_range("length", length, _U32_MAX)
-        pins.check_range("remote_va", remote_va, _U64_MAX)
-        pins.check_range("rkey", rkey, _U32_MAX)
-        pins.check_range("wr_id", wr_id, _U64_MAX)
+        pins.check_range("length", length, pins.U32_MAX)
+        pins.check_range("remote_va", remote_va, pins.U64_MAX)
+        pins.check_range("rkey", rkey, pins.U32_MAX)
+        pins.check_range("wr_id", wr_id, pins.U64_MAX)
         if imm is not None:
-            pins.check_range("imm", imm, _U32_MAX)
+            pins.check_range("imm", imm, pins.U32_MAX)
         for name, value in (("src_offset", src_offset), ("remote_va", remote_va)):
             if value % MR_ELEM_SIZE:
                 raise ValueError(f"{name} must be a multiple of {MR_ELEM_SIZE}, not {value:#x}")
@@ -1490,7 +1466,7 @@ class NicMaps:
         at = raw.ring * ctypes.sizeof(Wq)
         memory = self.wq_memory()
         posted = int.from_bytes(memory[at : at + 4], "little")
-        if (posted - raw.wqe_done) & _U32_MAX >= SQ_DEPTH:
+        if (posted - raw.wqe_done) & pins.U32_MAX >= SQ_DEPTH:
             raise BlockingIOError(
                 errno.EAGAIN, f"send queue of QP {qpn:#x} is full ({SQ_DEPTH} WQEs outstanding)"
             )
@@ -1507,7 +1483,7 @@ class NicMaps:
         slot = at + Wq.wqes.offset + (posted % SQ_DEPTH) * ctypes.sizeof(Wqe)
         memory[slot : slot + ctypes.sizeof(Wqe)] = bytes(wqe)
         # The WQE first, then posted: the engine reads them in the other order.
-        memory[at : at + 4] = ((posted + 1) & _U32_MAX).to_bytes(4, "little")
+        memory[at : at + 4] = ((posted + 1) & pins.U32_MAX).to_bytes(4, "little")
         return posted
 
     def set_port(
@@ -1531,7 +1507,7 @@ class NicMaps:
 
         pins.check_range("host", host, MAX_HOSTS - 1)
         pins.check_range("plane", plane, MAX_PLANES - 1)
-        pins.check_range("ifindex", ifindex, _U32_MAX)
+        pins.check_range("ifindex", ifindex, pins.U32_MAX)
         value = Port(mac=_mac_bytes(mac), nh_mac=_mac_bytes(nh_mac), ifindex=ifindex)
         key = _u32(host * MAX_PLANES + plane)
         with netns_mod.entered(netns) if netns else contextlib.nullcontext():
@@ -1616,8 +1592,8 @@ class NicMaps:
         BPF, under the EV's lock; here the EV is read and written back, so do
         not use it while ACKs for the QP are being processed.
         """
-        pins.check_range("tx_ts", tx_ts, _U64_MAX)
-        pins.check_range("length", length, _U32_MAX)
+        pins.check_range("tx_ts", tx_ts, pins.U64_MAX)
+        pins.check_range("length", length, pins.U32_MAX)
         at = self._tx_offset(qpn, psn)
         state = self.ev_raw(qpn, ev)
         entry = TxPkt(tx_ts=tx_ts, psn=psn, ev=ev, len=length)
@@ -1729,7 +1705,7 @@ def _enum_or_int(kind: type[enum.IntEnum], value: int) -> Any:
 
 
 def _retx_entries(raw: SqState) -> list[dict[str, int]]:
-    count = (raw.retx_tail - raw.retx_head) & _U32_MAX
+    count = (raw.retx_tail - raw.retx_head) & pins.U32_MAX
     out = []
     for i in range(min(count, RETX_SLOTS)):
         entry = raw.retxq[(raw.retx_head + i) % RETX_SLOTS]

@@ -16,6 +16,8 @@ from pathlib import Path
 from mrc_nic import bpfsys
 
 PIN_ROOT = Path("/sys/fs/bpf/mrc-nic")
+U32_MAX = (1 << 32) - 1  # the widest map fields, for check_range
+U64_MAX = (1 << 64) - 1
 _LAB_NAME = re.compile(r"[a-z0-9]+")
 
 

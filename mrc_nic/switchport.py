@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from mrc_nic import bpfsys, pins
+from mrc_nic import bpfsys, pins, xdp
 from mrc_nic.pins import PIN_ROOT, MapsMismatch, MapsMissing  # noqa: F401 (re-exported)
 
 INGRESS, EGRESS = 0, 1
@@ -33,7 +33,6 @@ BPF_DIR = Path(__file__).resolve().parent.parent / "bpf"
 SOURCE = BPF_DIR / "switch_port.c"
 FUNC_NAME = "switch_port"
 XDP_FUNC_NAME = "switch_port_xdp"
-XDP_FLAGS_DRV_MODE = 1 << 2  # native XDP: veth supports it
 
 FAULTS_MAP = "port_faults"
 COUNTERS_MAP = "port_counters"
@@ -45,9 +44,6 @@ LOSS_SCALE = 1 << LOSS_SCALE_SHIFT
 
 # clsact's pseudo-parents (tc's "ingress" and "egress" hooks).
 _CLSACT_PARENT = {INGRESS: "ffff:fff2", EGRESS: "ffff:fff3"}
-
-_U32_MAX = (1 << 32) - 1
-_U64_MAX = (1 << 64) - 1
 
 
 class FaultMode(enum.IntEnum):
@@ -227,11 +223,7 @@ class SwitchPortProgram:
     def attach_xdp_pass(self, ipr: Any, ifindex: int) -> None:
         """Attach the pass-only XDP program (native mode) to a host-facing port,
         so that the host NIC's XDP_TX and redirects into the link arrive."""
-        ipr.link(
-            "set",
-            index=ifindex,
-            xdp={"attrs": [("IFLA_XDP_FD", self.xdp_fd), ("IFLA_XDP_FLAGS", XDP_FLAGS_DRV_MODE)]},
-        )
+        xdp.attach(ipr, ifindex, self.xdp_fd, "native")
 
     def close(self) -> None:
         """Drop this process's references; attached filters and pins keep the rest."""
@@ -310,9 +302,9 @@ class SwitchPortMaps:
         """
         mode = FaultMode(mode)
         threshold = loss_threshold(loss_rate)
-        pins.check_range("seed", seed, _U64_MAX)
-        pins.check_range("until_ns", until_ns, _U64_MAX)
-        pins.check_range("fault_id", fault_id, _U32_MAX)
+        pins.check_range("seed", seed, pins.U64_MAX)
+        pins.check_range("until_ns", until_ns, pins.U64_MAX)
+        pins.check_range("fault_id", fault_id, pins.U32_MAX)
         config = FaultConfig(
             mode=mode,
             fault_id=fault_id,

@@ -67,7 +67,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from mrc_nic import bpfsys, cpustat, netns, nic, transfer, wire  # noqa: E402
+from mrc_nic import bpfsys, cpustat, netns, nic, transfer, wire, xdp  # noqa: E402
 
 PID = os.getpid()
 MIB = 2**20
@@ -262,15 +262,6 @@ def pinned(cpu: int):
         os.sched_setaffinity(0, before)
 
 
-def _xdp_attach(ipr: Any, ifindex: int, fd: int) -> None:
-    """Native XDP (XDP_FLAGS_DRV_MODE), replacing what is there."""
-    ipr.link(
-        "set",
-        index=ifindex,
-        xdp={"attrs": [("IFLA_XDP_FD", fd), ("IFLA_XDP_FLAGS", nic.XDP_FLAGS_DRV_MODE)]},
-    )
-
-
 # ---- part 1: SACK generation vs a reflector ------------------------------------------
 
 
@@ -349,7 +340,7 @@ class SackBench:
             ipr.link("set", index=index, state="up")
         # Side a counts and drops; an XDP program there is also what lets b's
         # XDP_TX into the veth through (DESIGN.md section 3).
-        _xdp_attach(self._ipa, self.if_a, self.count.fd)
+        xdp.attach(self._ipa, self.if_a, self.count.fd)
         mac_a = self._ipa.get_links(self.if_a)[0].get_attr("IFLA_ADDRESS")
         mac_b = self._ipb.get_links(self.if_b)[0].get_attr("IFLA_ADDRESS")
         self.ends = wire.Endpoints(
@@ -399,7 +390,7 @@ class SackBench:
         assert self._maps is not None and self._nic is not None
         fd = self.reflect.fd if case == "reflector" else self._nic.fd
         if self._on_b != fd:
-            _xdp_attach(self._ipb, self.if_b, fd)
+            xdp.attach(self._ipb, self.if_b, fd)
             self._on_b = fd
         frame = self.frame(payload)
         table = self._bpf[b"bfp_tmpl"]

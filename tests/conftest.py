@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -83,6 +84,64 @@ int probe(struct __sk_buff *skb) {{
         bpf.cleanup()
         raise
     return bpf
+
+
+def compiled_constants(probe, constants) -> dict:
+    """{expression: value} as the compiler saw them, from a compile_header_probe."""
+    import ctypes
+
+    table = probe[b"consts"]
+    return {expr: table[ctypes.c_uint32(i)].value for i, (expr, _) in enumerate(constants)}
+
+
+def struct_layout(struct) -> list:
+    """(name, offset, size) of every field of a ctypes struct (a Python view or
+    bcc's compiled Leaf), nested structs and arrays of structs expanded."""
+    import ctypes
+
+    out = []
+    for name, ftype, *_ in struct._fields_:
+        desc = getattr(struct, name)
+        entry = [name, desc.offset, desc.size]
+        if isinstance(ftype, type) and issubclass(ftype, ctypes.Structure):
+            entry.append(struct_layout(ftype))
+        elif isinstance(ftype, type) and issubclass(ftype, ctypes.Array):
+            elem = ftype._type_
+            if issubclass(elem, ctypes.Structure):
+                entry.append((ftype._length_, struct_layout(elem)))
+            else:
+                entry.append((ftype._length_, ctypes.sizeof(elem)))
+        out.append(tuple(tuple(v) if isinstance(v, list) else v for v in entry))
+    return out
+
+
+@contextlib.contextmanager
+def loaded_nic_program(lab: str, **sizes):
+    """The NIC XDP program compiled for a test lab name (maps pinned), removed after."""
+    from mrc_nic import nic
+
+    require_root_and_bcc()
+    prog = nic.NicProgram.load(lab, **sizes)
+    try:
+        yield prog
+    finally:
+        prog.close()
+        nic.unpin(lab)
+
+
+@pytest.fixture(scope="module")
+def maps(program):
+    """The map client of the module's `program` fixture (a NicProgram)."""
+    from mrc_nic import nic
+
+    with nic.NicMaps.open(program.lab) as m:
+        yield m
+
+
+@pytest.fixture(scope="module")
+def event_reader(maps):
+    with maps.events() as reader:
+        yield reader
 
 
 NO_LAB_REASON = _why_no_lab()

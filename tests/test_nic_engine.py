@@ -31,12 +31,17 @@ import os
 import time
 
 import pytest
-from conftest import compile_header_probe, require_root_and_bcc
+from conftest import (
+    compile_header_probe,
+    compiled_constants,
+    loaded_nic_program,
+    struct_layout,
+)
 from scapy.contrib.roce import BTH
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 from scapy.packet import Packet
-from test_nic_rx import _layout, delta, needs_bpf
+from test_nic_rx import delta, needs_bpf
 
 from mrc_nic import bpfsys, nic
 from mrc_nic import wire as w
@@ -202,8 +207,7 @@ def one_cpu():
 
 @pytest.fixture(scope="module")
 def program():
-    require_root_and_bcc()
-    prog = nic.NicProgram.load(
+    with loaded_nic_program(
         LAB,
         mr_elems=MR_ELEMS,
         max_qps=MAX_QPS,
@@ -211,24 +215,8 @@ def program():
         event_pages=EVENT_PAGES,
         max_evs=MAX_EVS,
         tx_rings=TX_RINGS,
-    )
-    try:
+    ) as prog:
         yield prog
-    finally:
-        prog.close()
-        nic.unpin(LAB)
-
-
-@pytest.fixture(scope="module")
-def maps(program):
-    with nic.NicMaps.open(LAB) as m:
-        yield m
-
-
-@pytest.fixture(scope="module")
-def event_reader(maps):
-    with maps.events() as reader:
-        yield reader
 
 
 @pytest.fixture
@@ -894,8 +882,7 @@ def compiled_header():
 
 @needs_bpf
 def test_engine_constants_match_header(compiled_header):
-    table = compiled_header[b"consts"]
-    got = {expr: table[ctypes.c_uint32(i)].value for i, (expr, _) in enumerate(ENGINE_CONSTANTS)}
+    got = compiled_constants(compiled_header, ENGINE_CONSTANTS)
     assert got == {expr: int(value) for expr, value in ENGINE_CONSTANTS}
 
 
@@ -904,16 +891,16 @@ def test_engine_constants_match_header(compiled_header):
 def test_python_layout_matches_compiled_engine_struct(compiled_header, struct):
     leaf = compiled_header[f"l_{struct}".encode()].Leaf
     assert ctypes.sizeof(leaf) == ctypes.sizeof(ENGINE_C_VIEWS[struct])
-    assert _layout(leaf) == _layout(ENGINE_C_VIEWS[struct])
+    assert struct_layout(leaf) == struct_layout(ENGINE_C_VIEWS[struct])
 
 
 @needs_bpf
 @pytest.mark.parametrize(("map_name", "view"), [(nic.WQ_MAP, nic.Wq), (nic.PORTS_MAP, nic.Port)])
-def test_program_engine_maps_use_the_python_layout(program, map_name, view):
-    assert _layout(program.bpf[map_name.encode()].Leaf) == _layout(view)
+def test_program_engine_maps_use_the_pythonstruct_layout(program, map_name, view):
+    assert struct_layout(program.bpf[map_name.encode()].Leaf) == struct_layout(view)
 
 
-def test_kick_frame_layout():
+def test_kick_framestruct_layout():
     frame = nic.kick_frame(0x010203)
     assert frame[:8] == bytes.fromhex("0302010000000000")
     assert len(frame) == 8 + 64 and frame[8 + 12 : 8 + 14] == b"\x88\xb5"

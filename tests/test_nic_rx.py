@@ -29,7 +29,12 @@ import time
 from collections.abc import Callable
 
 import pytest
-from conftest import compile_header_probe, require_root_and_bcc
+from conftest import (
+    compile_header_probe,
+    compiled_constants,
+    loaded_nic_program,
+    struct_layout,
+)
 from scapy.contrib.roce import AETH, BTH
 from scapy.layers.inet import ICMP, IP, UDP
 from scapy.layers.inet6 import IPv6
@@ -168,31 +173,14 @@ def patched(pkt: Packet, offset: int, value: bytes) -> bytes:
 
 @pytest.fixture(scope="module")
 def program():
-    require_root_and_bcc()
-    prog = nic.NicProgram.load(
+    with loaded_nic_program(
         LAB,
         mr_elems=MR_ELEMS,
         max_qps=MAX_QPS,
         max_regions=MAX_REGIONS,
         event_pages=EVENT_PAGES,
-    )
-    try:
+    ) as prog:
         yield prog
-    finally:
-        prog.close()
-        nic.unpin(LAB)
-
-
-@pytest.fixture(scope="module")
-def maps(program):
-    with nic.NicMaps.open(LAB) as m:
-        yield m
-
-
-@pytest.fixture(scope="module")
-def event_reader(maps):
-    with maps.events() as reader:
-        yield reader
 
 
 @pytest.fixture
@@ -973,24 +961,6 @@ def test_counter_indices_are_dense():
 # ---- layouts and constants against the header ----------------------------------------------------
 
 
-def _layout(struct) -> list:
-    """(name, offset, size) of every field, nested structs and arrays of structs expanded."""
-    out = []
-    for name, ftype, *_ in struct._fields_:
-        desc = getattr(struct, name)
-        entry = [name, desc.offset, desc.size]
-        if isinstance(ftype, type) and issubclass(ftype, ctypes.Structure):
-            entry.append(_layout(ftype))
-        elif isinstance(ftype, type) and issubclass(ftype, ctypes.Array):
-            elem = ftype._type_
-            if issubclass(elem, ctypes.Structure):
-                entry.append((ftype._length_, _layout(elem)))
-            else:
-                entry.append((ftype._length_, ctypes.sizeof(elem)))
-        out.append(tuple(map(lambda v: tuple(v) if isinstance(v, list) else v, entry)))
-    return out
-
-
 # struct name in nic_maps.h -> its Python view
 C_VIEWS = {
     "nic_rq": nic.RqState,
@@ -1042,8 +1012,7 @@ def compiled_header():
 
 @needs_bpf
 def test_constants_match_header(compiled_header):
-    table = compiled_header[b"consts"]
-    got = {expr: table[ctypes.c_uint32(i)].value for i, (expr, _) in enumerate(HEADER_CONSTANTS)}
+    got = compiled_constants(compiled_header, HEADER_CONSTANTS)
     assert got == {expr: int(value) for expr, value in HEADER_CONSTANTS}
 
 
@@ -1052,16 +1021,16 @@ def test_constants_match_header(compiled_header):
 def test_python_layout_matches_compiled_struct(compiled_header, struct):
     leaf = compiled_header[f"l_{struct}".encode()].Leaf
     assert ctypes.sizeof(leaf) == ctypes.sizeof(C_VIEWS[struct])
-    assert _layout(leaf) == _layout(C_VIEWS[struct])
+    assert struct_layout(leaf) == struct_layout(C_VIEWS[struct])
 
 
 @needs_bpf
 @pytest.mark.parametrize(
     ("map_name", "view"), [(nic.RX_QPS_MAP, nic.RqState), (nic.REGIONS_MAP, nic.RegionLayout)]
 )
-def test_program_maps_use_the_python_layout(program, map_name, view):
+def test_program_maps_use_the_pythonstruct_layout(program, map_name, view):
     leaf = program.bpf[map_name.encode()].Leaf
-    assert _layout(leaf) == _layout(view)
+    assert struct_layout(leaf) == struct_layout(view)
 
 
 # ---- a real port: XDP_TX on a veth pair ------------------------------------------------------

@@ -27,11 +27,16 @@ import time
 from collections.abc import Callable
 
 import pytest
-from conftest import compile_header_probe, require_root_and_bcc
+from conftest import (
+    compile_header_probe,
+    compiled_constants,
+    loaded_nic_program,
+    struct_layout,
+)
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 from scapy.packet import Packet, Raw
-from test_nic_rx import HEADER, HEADER_CONSTANTS, _layout, delta, needs_bpf, patched
+from test_nic_rx import HEADER, HEADER_CONSTANTS, delta, needs_bpf, patched
 
 from mrc_nic import bpfsys, nic
 from mrc_nic import wire as w
@@ -142,8 +147,7 @@ NACK_REASON_AT = 85
 
 @pytest.fixture(scope="module")
 def program():
-    require_root_and_bcc()
-    prog = nic.NicProgram.load(
+    with loaded_nic_program(
         LAB,
         mr_elems=16,
         max_qps=MAX_QPS,
@@ -151,24 +155,8 @@ def program():
         event_pages=EVENT_PAGES,
         max_evs=MAX_EVS,
         tx_rings=TX_RINGS,
-    )
-    try:
+    ) as prog:
         yield prog
-    finally:
-        prog.close()
-        nic.unpin(LAB)
-
-
-@pytest.fixture(scope="module")
-def maps(program):
-    with nic.NicMaps.open(LAB) as m:
-        yield m
-
-
-@pytest.fixture(scope="module")
-def event_reader(maps):
-    with maps.events() as reader:
-        yield reader
 
 
 @pytest.fixture
@@ -1211,8 +1199,7 @@ def compiled_header():
 
 @needs_bpf
 def test_send_constants_match_header(compiled_header):
-    table = compiled_header[b"consts"]
-    got = {expr: table[ctypes.c_uint32(i)].value for i, (expr, _) in enumerate(TX_HEADER_CONSTANTS)}
+    got = compiled_constants(compiled_header, TX_HEADER_CONSTANTS)
     assert got == {expr: int(value) for expr, value in TX_HEADER_CONSTANTS}
 
 
@@ -1221,7 +1208,7 @@ def test_send_constants_match_header(compiled_header):
 def test_python_layout_matches_compiled_send_struct(compiled_header, struct):
     leaf = compiled_header[f"l_{struct}".encode()].Leaf
     assert ctypes.sizeof(leaf) == ctypes.sizeof(TX_C_VIEWS[struct])
-    assert _layout(leaf) == _layout(TX_C_VIEWS[struct])
+    assert struct_layout(leaf) == struct_layout(TX_C_VIEWS[struct])
 
 
 @needs_bpf
@@ -1233,8 +1220,8 @@ def test_python_layout_matches_compiled_send_struct(compiled_header, struct):
         (nic.TX_RING_MAP, None, nic.TxRing),
     ],
 )
-def test_program_send_maps_use_the_python_layout(program, map_name, key, view):
+def test_program_send_maps_use_the_pythonstruct_layout(program, map_name, key, view):
     table = program.bpf[map_name.encode()]
-    assert _layout(table.Leaf) == _layout(view)
+    assert struct_layout(table.Leaf) == struct_layout(view)
     if key is not None:
-        assert _layout(table.Key) == _layout(key)
+        assert struct_layout(table.Key) == struct_layout(key)

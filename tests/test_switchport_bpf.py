@@ -23,7 +23,7 @@ import time
 from typing import Any
 
 import pytest
-from conftest import require_root_and_bcc
+from conftest import compile_header_probe, compiled_constants, require_root_and_bcc, struct_layout
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 from scapy.packet import Raw
@@ -415,13 +415,6 @@ def test_obj_get_error_names_path():
 # ---- layouts and constants against the header --------------------------------------------
 
 
-def _layout(struct: type[ctypes.Structure]) -> list[tuple[str, int, int]]:
-    return [
-        (name, getattr(struct, name).offset, getattr(struct, name).size)
-        for name, *_ in struct._fields_
-    ]
-
-
 @needs_bpf
 @pytest.mark.parametrize(
     ("map_name", "python_view"),
@@ -432,7 +425,7 @@ def test_python_layout_matches_compiled_struct(program, map_name, python_view):
     # bcc's per-CPU tables expose an array of per-CPU values as Leaf; sLeaf is one value.
     compiled = getattr(table, "sLeaf", table.Leaf)
     assert ctypes.sizeof(python_view) == ctypes.sizeof(compiled)
-    assert _layout(python_view) == _layout(compiled)
+    assert struct_layout(python_view) == struct_layout(compiled)
 
 
 def test_port_counters_fields_follow_the_struct():
@@ -454,31 +447,9 @@ HEADER_CONSTANTS = [
 
 @needs_bpf
 def test_constants_match_header(program):
-    # Compile a probe that includes the header and stores each constant in an
-    # array, run it once, and read the values the compiler saw.
-    from bcc import BPF
-
-    stores = "\n".join(
-        f"    i = {i}; v = {expr}; consts.update(&i, &v);"
-        for i, (expr, _) in enumerate(HEADER_CONSTANTS)
-    )
-    source = f"""
-#include "switch_port.h"
-BPF_ARRAY(consts, u64, {len(HEADER_CONSTANTS)});
-int probe(struct __sk_buff *skb) {{
-    u32 i; u64 v;
-{stores}
-    return 0;
-}}
-"""
-    probe = BPF(text=source.encode(), cflags=[f"-I{sp.BPF_DIR}"])
+    probe = compile_header_probe("switch_port.h", sp.BPF_DIR, (), HEADER_CONSTANTS)
     try:
-        fn = probe.load_func(b"probe", BPF.SCHED_CLS)
-        bpfsys.prog_test_run(fn.fd, ETH_ONLY)
-        table = probe[b"consts"]
-        got = {
-            expr: table[ctypes.c_uint32(i)].value for i, (expr, _) in enumerate(HEADER_CONSTANTS)
-        }
+        got = compiled_constants(probe, HEADER_CONSTANTS)
     finally:
         probe.cleanup()
     assert got == {expr: int(value) for expr, value in HEADER_CONSTANTS}

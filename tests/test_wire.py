@@ -19,7 +19,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import compile_header_probe, require_root_and_bcc
+from conftest import compile_header_probe, compiled_constants, require_root_and_bcc
 from scapy.contrib.roce import AETH, BTH
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
@@ -737,8 +737,7 @@ def test_python_layout_matches_compiled_struct(compiled, struct):
 @pytest.mark.root
 @pytest.mark.bpf
 def test_constants_match_header(compiled):
-    table = compiled[b"consts"]
-    got = {expr: table[ctypes.c_uint32(i)].value for i, (expr, _) in enumerate(HEADER_CONSTANTS)}
+    got = compiled_constants(compiled, HEADER_CONSTANTS)
     assert got == {expr: int(value) for expr, value in HEADER_CONSTANTS}
 
 

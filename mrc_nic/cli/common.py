@@ -78,3 +78,16 @@ def default_topology_path() -> str:
     """netns/default.toml of the checkout, wherever the command is run from."""
     here = os.path.join(os.path.dirname(__file__), "..", "..", "netns", "default.toml")
     return os.path.normpath(here)
+
+
+def snapshot_for(lab: str | None, fmt: str) -> dict | None:
+    """The lab's counter snapshot; with --format json it is printed here and
+    None is returned, so the caller renders tables only."""
+    from mrc_nic import stats
+    from mrc_nic.cli import output
+
+    snap = stats.snapshot(pick_lab(lab))
+    if fmt == "json":
+        output.emit_json(snap)
+        return None
+    return snap

@@ -6,7 +6,7 @@ import click
 from rich.markup import escape
 
 from mrc_nic.cli import output
-from mrc_nic.cli.common import default_topology_path, format_option, lab_option, pick_lab
+from mrc_nic.cli.common import default_topology_path, format_option, lab_option, snapshot_for
 
 
 def topology_option(help_text: str):
@@ -87,13 +87,9 @@ def down(lab: str | None, topology_file: str | None, all_labs: bool) -> None:
 @format_option
 def status(lab: str | None, fmt: str) -> None:
     """What is up: hosts, planes, switches, links, their state, faults and counters."""
-    from mrc_nic import stats
-
-    snap = stats.snapshot(pick_lab(lab))
-    if fmt == "json":
-        output.emit_json(snap)
-        return
-    render_status(snap)
+    snap = snapshot_for(lab, fmt)
+    if snap is not None:
+        render_status(snap)
 
 
 def render_status(snap: dict) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from mrc_nic.cli import output
-from mrc_nic.cli.common import format_option, lab_option, pick_lab
+from mrc_nic.cli.common import format_option, lab_option, snapshot_for
 
 
 @click.command()
@@ -13,11 +13,8 @@ from mrc_nic.cli.common import format_option, lab_option, pick_lab
 @format_option
 def stats(lab: str | None, fmt: str) -> None:
     """Per-link and per-switch-port packet, byte and drop counters."""
-    from mrc_nic import stats as stats_mod
-
-    snap = stats_mod.snapshot(pick_lab(lab))
-    if fmt == "json":
-        output.emit_json(snap)
+    snap = snapshot_for(lab, fmt)
+    if snap is None:
         return
     rows = []
     for p in snap["ports"]:
