@@ -271,65 +271,100 @@ static __always_inline __u16 ipv4_csum(const void *hdr)
 }
 
 /*
- * Turn the data packet into its answer and send it back (XDP_TX). Everything
- * the answer copies (addresses, EV, PSN, tx_ts) is read from the packet into
- * the stack frame first: resizing the frame invalidates packet pointers.
- * IPv4 options of the data packet are not kept (the answer has IHL 5).
+ * Turn a received frame around, in place, into an answer of `size` bytes
+ * (Ethernet, IPv4 with IHL 5, UDP, then whatever the caller writes after
+ * them): the MACs and the addresses swapped, the EV kept as UDP source port
+ * (docs/wire-format.md 3), the control class in DSCP. Returns the frame, or
+ * NULL when it cannot be resized (counted). The addresses and the EV are
+ * read into registers first: resizing invalidates packet pointers, and the
+ * new headers overwrite the old ones (IPv4 options of the received packet
+ * are not kept). Answering in place instead of building the answer on the
+ * stack and storing it with bpf_xdp_store_bytes saves about 60 ns a packet
+ * (zeroing, a helper call and a copy: scripts/bench_fastpath.py, part 1).
  */
+static __always_inline void *turn_around(struct xdp_md *ctx, struct mrc_pkt *p, __u32 size)
+{
+	__u8 to_mac[ETH_ALEN], from_mac[ETH_ALEN];
+	__be32 to_ip = p->ip->saddr, from_ip = p->ip->daddr;
+	__be16 ev = p->udp->source;
+	struct ethhdr *eth;
+	struct iphdr *ip;
+	struct udphdr *udp;
+	void *end;
+	int delta;
+
+	__builtin_memcpy(to_mac, p->eth->h_source, ETH_ALEN);
+	__builtin_memcpy(from_mac, p->eth->h_dest, ETH_ALEN);
+	/* The program is not loaded with BPF_F_XDP_HAS_FRAGS: every frame it
+	 * sees is linear, and data_end - data is its whole length. */
+	delta = (int)size - (int)(ctx->data_end - ctx->data);
+	if (delta && bpf_xdp_adjust_tail(ctx, delta)) {
+		count(NIC_CNT_DROP_XDP_ERR, 1);
+		return NULL;
+	}
+	eth = (void *)(long)ctx->data;
+	end = (void *)(long)ctx->data_end;
+	if ((void *)eth + size > end || size < sizeof(*eth) + sizeof(*ip) + sizeof(*udp)) {
+		count(NIC_CNT_DROP_XDP_ERR, 1);
+		return NULL;
+	}
+	ip = (void *)(eth + 1);
+	udp = (void *)(ip + 1);
+	if ((void *)(udp + 1) > end)
+		return NULL; /* for the verifier: size covers it */
+
+	__builtin_memcpy(eth->h_dest, to_mac, ETH_ALEN);
+	__builtin_memcpy(eth->h_source, from_mac, ETH_ALEN);
+	eth->h_proto = bpf_htons(ETH_P_IP);
+	ip->version = 4;
+	ip->ihl = 5;
+	ip->tos = (MRC_DSCP_CONTROL << MRC_DSCP_SHIFT) | MRC_ECN_NOT_ECT;
+	ip->tot_len = bpf_htons(size - ETH_HLEN);
+	ip->id = 0;
+	ip->frag_off = bpf_htons(0x4000); /* DF */
+	ip->ttl = 64;
+	ip->protocol = IPPROTO_UDP;
+	ip->check = 0;
+	ip->saddr = from_ip;
+	ip->daddr = to_ip;
+	ip->check = ipv4_csum(ip);
+	udp->source = ev;
+	udp->dest = bpf_htons(MRC_UDP_PORT);
+	udp->len = bpf_htons(size - ETH_HLEN - sizeof(*ip));
+	udp->check = 0;
+	return eth;
+}
+
+/* Turn the data packet into its answer (a SACK or a NACK) and send it back. */
 static __always_inline int answer(struct xdp_md *ctx, struct mrc_pkt *p,
 				  struct mrc_data_ext *dext, __u32 psn,
 				  const struct ack_info *ai)
 {
-	struct ack_frame f = {};
-	int delta;
+	__be64 echo_ts = dext->tx_ts; /* copied as is (big endian) */
+	__be16 ev = p->udp->source;
+	struct ack_frame *f = turn_around(ctx, p, sizeof(*f));
 
-	__builtin_memcpy(f.eth.h_dest, p->eth->h_source, ETH_ALEN);
-	__builtin_memcpy(f.eth.h_source, p->eth->h_dest, ETH_ALEN);
-	f.eth.h_proto = bpf_htons(ETH_P_IP);
+	if (!f)
+		return XDP_DROP;
+	f->bth.opcode = MRC_OP_ACK;
+	f->bth.flags = 0;
+	f->bth.pkey = bpf_htons(MRC_PKEY_DEFAULT);
+	f->bth.qpn = bpf_htonl(ai->peer_qpn & MRC_BTH_QPN_MASK);
+	f->bth.apsn = bpf_htonl(psn & MRC_BTH_PSN_MASK); /* A = 0 */
 
-	f.ip.version = 4;
-	f.ip.ihl = 5;
-	f.ip.tos = (MRC_DSCP_CONTROL << MRC_DSCP_SHIFT) | MRC_ECN_NOT_ECT;
-	f.ip.tot_len = bpf_htons(sizeof(f) - ETH_HLEN);
-	f.ip.id = 0;
-	f.ip.frag_off = bpf_htons(0x4000); /* DF */
-	f.ip.ttl = 64;
-	f.ip.protocol = IPPROTO_UDP;
-	f.ip.saddr = p->ip->daddr;
-	f.ip.daddr = p->ip->saddr;
-	f.ip.check = ipv4_csum(&f.ip);
+	f->aeth.smsn = bpf_htonl(((__u32)ai->syndrome << MRC_AETH_SYN_SHIFT) |
+				 (ai->msn & MRC_AETH_MSN_MASK));
 
-	/* The answer keeps the EV it answers as source port (docs/wire-format.md 3). */
-	f.udp.source = p->udp->source;
-	f.udp.dest = bpf_htons(MRC_UDP_PORT);
-	f.udp.len = bpf_htons(sizeof(f) - ETH_HLEN - sizeof(struct iphdr));
-	f.udp.check = 0;
-
-	f.bth.opcode = MRC_OP_ACK;
-	f.bth.flags = 0;
-	f.bth.pkey = bpf_htons(MRC_PKEY_DEFAULT);
-	f.bth.qpn = bpf_htonl(ai->peer_qpn & MRC_BTH_QPN_MASK);
-	f.bth.apsn = bpf_htonl(psn & MRC_BTH_PSN_MASK); /* A = 0 */
-
-	f.aeth.smsn = bpf_htonl(((__u32)ai->syndrome << MRC_AETH_SYN_SHIFT) |
-				(ai->msn & MRC_AETH_MSN_MASK));
-
-	f.ack.mpr_cum = bpf_htonl(((ai->mpr << MRC_ACK_MPR_SHIFT) & MRC_ACK_MPR_MASK) |
-				  (ai->cum_psn & MRC_ACK_CUM_PSN_MASK));
-	f.ack.sack_base = bpf_htonl(ai->sack_base & MRC_ACK_SACK_PSN_MASK);
-	f.ack.sack_bitmap = bpf_htonll(ai->sack_bitmap);
-	f.ack.echo_ts = dext->tx_ts; /* copied as is (big endian) */
-	f.ack.echo_ev = p->udp->source;
-	f.ack.flags = ai->flags;
-	f.ack.nack_reason = ai->reason;
-	f.ack.port_bitmap = bpf_htonl(ai->port_bitmap);
-	f.icrc = MRC_ICRC_UNUSED;
-
-	delta = (int)sizeof(f) - (int)bpf_xdp_get_buff_len(ctx);
-	if (delta && bpf_xdp_adjust_tail(ctx, delta))
-		return drop(NIC_CNT_DROP_XDP_ERR);
-	if (bpf_xdp_store_bytes(ctx, 0, &f, sizeof(f)))
-		return drop(NIC_CNT_DROP_XDP_ERR);
+	f->ack.mpr_cum = bpf_htonl(((ai->mpr << MRC_ACK_MPR_SHIFT) & MRC_ACK_MPR_MASK) |
+				   (ai->cum_psn & MRC_ACK_CUM_PSN_MASK));
+	f->ack.sack_base = bpf_htonl(ai->sack_base & MRC_ACK_SACK_PSN_MASK);
+	f->ack.sack_bitmap = bpf_htonll(ai->sack_bitmap);
+	f->ack.echo_ts = echo_ts;
+	f->ack.echo_ev = ev;
+	f->ack.flags = ai->flags;
+	f->ack.nack_reason = ai->reason;
+	f->ack.port_bitmap = bpf_htonl(ai->port_bitmap);
+	f->icrc = MRC_ICRC_UNUSED;
 	count(ai->counter, 1);
 	return XDP_TX;
 }
@@ -826,11 +861,15 @@ static __always_inline int probe_len_ok(struct mrc_pkt *p)
  */
 static __always_inline int rx_probe(struct xdp_md *ctx, struct mrc_pkt *p)
 {
-	struct probe_frame f = {};
+	struct probe_frame *f;
 	struct mrc_probe_ext *pe;
 	struct nic_rq *rq;
-	__u32 qpn, host, *ports;
-	int verdict = probe_len_ok(p), delta;
+	__u32 qpn, host, *ports, port_bitmap;
+	__be32 apsn;
+	__be64 tx_ts;
+	__be16 ev;
+	__u8 flags = 0;
+	int verdict = probe_len_ok(p);
 
 	if (verdict >= 0)
 		return verdict;
@@ -847,39 +886,28 @@ static __always_inline int rx_probe(struct xdp_md *ctx, struct mrc_pkt *p)
 		return drop(NIC_CNT_DROP_QP_STATE);
 	host = rq->local_host;
 	ports = nic_port_up.lookup(&host);
-
-	__builtin_memcpy(f.eth.h_dest, p->eth->h_source, ETH_ALEN);
-	__builtin_memcpy(f.eth.h_source, p->eth->h_dest, ETH_ALEN);
-	f.eth.h_proto = bpf_htons(ETH_P_IP);
-	f.ip.version = 4;
-	f.ip.ihl = 5;
-	f.ip.tos = (MRC_DSCP_CONTROL << MRC_DSCP_SHIFT) | MRC_ECN_NOT_ECT;
-	f.ip.tot_len = bpf_htons(sizeof(f) - ETH_HLEN);
-	f.ip.frag_off = bpf_htons(0x4000); /* DF */
-	f.ip.ttl = 64;
-	f.ip.protocol = IPPROTO_UDP;
-	f.ip.saddr = p->ip->daddr;
-	f.ip.daddr = p->ip->saddr;
-	f.ip.check = ipv4_csum(&f.ip);
-	f.udp.source = p->udp->source;
-	f.udp.dest = bpf_htons(MRC_UDP_PORT);
-	f.udp.len = bpf_htons(sizeof(f) - ETH_HLEN - sizeof(struct iphdr));
-	f.bth.opcode = MRC_OP_PROBE_REPLY;
-	f.bth.pkey = bpf_htons(MRC_PKEY_DEFAULT);
-	f.bth.qpn = bpf_htonl(rq->peer_qpn & MRC_BTH_QPN_MASK);
-	f.bth.apsn = p->bth->apsn & bpf_htonl(MRC_BTH_PSN_MASK); /* A = 0 */
-	f.probe.tx_ts = pe->tx_ts;
-	f.probe.ev = pe->ev;
+	port_bitmap = ports ? *ports : 0;
+	/* What the reply echoes, before turn_around overwrites it. */
+	apsn = p->bth->apsn & bpf_htonl(MRC_BTH_PSN_MASK); /* A = 0 */
+	tx_ts = pe->tx_ts;
+	ev = pe->ev;
 	if ((p->ip->tos & MRC_ECN_MASK) == MRC_ECN_CE)
-		f.probe.flags = MRC_ACK_F_ECN;
-	f.probe.port_bitmap = bpf_htonl(ports ? *ports : 0);
-	f.icrc = MRC_ICRC_UNUSED;
+		flags = MRC_ACK_F_ECN;
 
-	delta = (int)sizeof(f) - (int)bpf_xdp_get_buff_len(ctx);
-	if (delta && bpf_xdp_adjust_tail(ctx, delta))
-		return drop(NIC_CNT_DROP_XDP_ERR);
-	if (bpf_xdp_store_bytes(ctx, 0, &f, sizeof(f)))
-		return drop(NIC_CNT_DROP_XDP_ERR);
+	f = turn_around(ctx, p, sizeof(*f));
+	if (!f)
+		return XDP_DROP;
+	f->bth.opcode = MRC_OP_PROBE_REPLY;
+	f->bth.flags = 0;
+	f->bth.pkey = bpf_htons(MRC_PKEY_DEFAULT);
+	f->bth.qpn = bpf_htonl(rq->peer_qpn & MRC_BTH_QPN_MASK);
+	f->bth.apsn = apsn;
+	__builtin_memset(&f->probe, 0, sizeof(f->probe));
+	f->probe.tx_ts = tx_ts;
+	f->probe.ev = ev;
+	f->probe.flags = flags;
+	f->probe.port_bitmap = bpf_htonl(port_bitmap);
+	f->icrc = MRC_ICRC_UNUSED;
 	count(NIC_CNT_PROBE_REPLY, 1);
 	return XDP_TX;
 }
