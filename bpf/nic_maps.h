@@ -283,6 +283,7 @@ _Static_assert(sizeof(struct nic_retx) == 8, "struct nic_retx layout changed");
 enum nic_retx_cause {
 	NIC_RETX_NACK = 1, /* a retryable NACK asked for it (trimmed, window, resources) */
 	NIC_RETX_LOST = 2, /* declared lost from a SACK hole (loss walk) */
+	NIC_RETX_TIMEOUT = 3, /* no acknowledgement within the QP's timeout (a timeout kick) */
 };
 
 /* The send engine's per-QP counters, written by BPF under the QP's lock. */
@@ -567,8 +568,27 @@ _Static_assert(sizeof(struct nic_wq) == 8 + NIC_MSG_SLOTS * sizeof(struct nic_wq
  */
 struct nic_kick {
 	__u32 qpn; /* the send QP to serve */
-	__u32 reserved;
+	__u16 op;  /* enum nic_kick_op */
+	__u16 arg; /* NIC_KICK_TIMEOUT: most PSNs to queue (0: NIC_TIMEOUT_MAX) */
 };
+
+/*
+ * What a kick asks. NIC_KICK_TIMEOUT is the daemon's retransmission
+ * timeout: no acknowledgement came for the QP's oldest packets for its
+ * timeout. Each run of such a kick queues, under the QP's lock, up to arg (at
+ * most NIC_TIMEOUT_MAX) of the oldest PSNs from snd_una that are neither
+ * acknowledged nor queued already (cause NIC_RETX_TIMEOUT, each with the EV
+ * it was last sent on, which its resend then avoids), and sends nothing: a
+ * NIC_KICK_SEND kick after it sends them. Doing it in the program keeps the
+ * queue and its bitmaps BPF's alone: user space never writes them.
+ */
+enum nic_kick_op {
+	NIC_KICK_SEND = 0,    /* send what there is: retransmissions first, then new data */
+	NIC_KICK_TIMEOUT = 1, /* queue the oldest unacknowledged PSNs, then send */
+};
+#ifndef NIC_TIMEOUT_MAX
+#define NIC_TIMEOUT_MAX 64
+#endif
 _Static_assert(sizeof(struct nic_kick) == 8, "struct nic_kick layout changed");
 
 /* ---- Ports -------------------------------------------------------------- */
@@ -760,6 +780,8 @@ enum nic_counter {
 	NIC_CNT_TX_BAD_WQE,      /* a WQE's source outside its region: the QP went to ERR */
 	NIC_CNT_TX_REDIRECT_ERR, /* no device in nic_tx_ports for the plane: packet dropped */
 	NIC_CNT_SEND_DONE,       /* send completions (NIC_EV_SEND_DONE) */
+	NIC_CNT_TIMEOUT_KICKS,   /* timeout kicks (NIC_KICK_TIMEOUT) taken */
+	NIC_CNT_TIMEOUT_QUEUED,  /* PSNs they queued for retransmission */
 	NIC_CNT_MAX,
 };
 

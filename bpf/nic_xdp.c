@@ -1528,8 +1528,9 @@ _Static_assert(sizeof(struct data_hdrs) == DATA_IMM_HDRS_LEN, "struct data_hdrs 
 _Static_assert(__builtin_offsetof(struct data_hdrs, immdt) == DATA_HDRS_LEN - 16,
 	       "struct data_hdrs: immdt must follow reth");
 
-/* Is a frame a kick (struct nic_kick)? Fills req if so. */
-static __always_inline int kick_of(struct xdp_md *ctx, struct engine_req *req)
+/* Is a frame a kick (struct nic_kick)? Fills req if so, and returns 1 + its
+ * op (enum nic_kick_op) and *arg; 0 if it is not a kick. */
+static __always_inline int kick_of(struct xdp_md *ctx, struct engine_req *req, __u32 *arg)
 {
 	void *data = (void *)(long)ctx->data;
 	struct nic_kick *k = (void *)(long)ctx->data_meta;
@@ -1541,7 +1542,8 @@ static __always_inline int kick_of(struct xdp_md *ctx, struct engine_req *req)
 	req->qpn = k->qpn & MRC_BTH_QPN_MASK;
 	req->plane = NIC_MAX_PLANES;
 	req->kick = 1;
-	return 1;
+	*arg = k->arg;
+	return k->op == NIC_KICK_TIMEOUT ? 1 + NIC_KICK_TIMEOUT : 1 + NIC_KICK_SEND;
 }
 
 /* A kick that sent nothing counts once; an ACK was counted already. */
@@ -1772,6 +1774,68 @@ static __always_inline int engine_bad_wqe(const struct engine_req *req, struct n
  * The send engine: at most one data packet of QP req->qpn, built in this
  * frame. Returns XDP_TX or XDP_REDIRECT with the packet, else XDP_DROP.
  */
+/*
+ * A timeout kick (struct nic_kick, NIC_KICK_TIMEOUT): queue up to arg of the
+ * oldest PSNs in flight that are neither acknowledged nor queued, each with
+ * the EV of its latest transmission, so that its resend goes out on another.
+ * It sends nothing: the send kick that follows does. A path of its own, not
+ * a step of engine_run: inside it the loop would multiply the verifier's work
+ * by the engine's branches.
+ */
+static __always_inline int engine_timeout(const struct engine_req *req, __u32 max)
+{
+	struct nic_tx_ring *ring;
+	struct nic_sq *sq;
+	__u32 qpn = req->qpn, ring_id, tail0, n;
+	int i;
+
+	sq = nic_tx_qps.lookup(&qpn);
+	if (!sq)
+		return engine_idle(req, NIC_CNT_DROP_UNKNOWN_QP);
+	ring_id = sq->ring;
+	ring = nic_tx_ring.lookup(&ring_id);
+	if (!ring)
+		return engine_idle(req, NIC_CNT_DROP_QP_CONFIG);
+	if (max == 0 || max > NIC_TIMEOUT_MAX)
+		max = NIC_TIMEOUT_MAX;
+	bpf_spin_lock(&sq->lock);
+	tail0 = sq->retx_tail;
+	/* Branch-free but for the exits, and nothing carried from one step to
+	 * the next but i: what a step did is in the map value, which the
+	 * verifier does not track, so its states stay the same whether a PSN
+	 * was queued or not (one path, not 2^NIC_TIMEOUT_MAX). Each step writes
+	 * the slot at retx_tail; only a PSN to queue moves retx_tail over it. */
+	for (i = 0; i < NIC_TIMEOUT_MAX; i++) {
+		__u32 psn = (sq->snd_una + i) & MRC_PSN_MASK;
+		const struct nic_tx_pkt *t = &ring->pkts[RING_POS(psn)];
+		__u32 w = RING_WORD(psn), b = RING_BIT(psn), same, q;
+		struct nic_retx *r;
+
+		if (MRC_PSN_DIFF(psn, sq->snd_nxt) >= 0 || sq->retx_tail - tail0 >= max)
+			break;
+		if (sq->retx_tail - sq->retx_head >= NIC_RETX_SLOTS) {
+			sq->stats.retx_overflow++;
+			break;
+		}
+		q = (~(sq->acked[w] | sq->retx[w]) >> b) & 1; /* neither acked nor queued */
+		same = t->psn == psn; /* the ring entry is this PSN's: its EV is known */
+		r = &sq->retxq[sq->retx_tail & (NIC_RETX_SLOTS - 1)];
+		r->psn = psn;
+		r->ev = same ? t->ev : 0;
+		r->cause = NIC_RETX_TIMEOUT;
+		r->nack_reason = 0;
+		sq->retx[w] |= (__u64)q << b;
+		sq->retx_tail += q;
+		sq->stats.retx_queued += q;
+	}
+	n = sq->retx_tail - tail0;
+	bpf_spin_unlock(&sq->lock);
+	count(NIC_CNT_TIMEOUT_KICKS, 1);
+	count(NIC_CNT_TIMEOUT_QUEUED, n);
+	count(NIC_CNT_RETX_QUEUED, n);
+	return XDP_DROP;
+}
+
 static __always_inline int engine_run(struct xdp_md *ctx, const struct engine_req *req)
 {
 	struct nic_tx_scratch *sc;
@@ -2061,9 +2125,12 @@ static __always_inline int nic_rx(struct xdp_md *ctx, struct engine_req *req)
 int nic_xdp(struct xdp_md *ctx)
 {
 	struct engine_req req = {};
-	int verdict;
+	__u32 arg = 0;
+	int verdict, kick = kick_of(ctx, &req, &arg);
 
-	if (kick_of(ctx, &req))
+	if (kick == 1 + NIC_KICK_TIMEOUT)
+		return engine_timeout(&req, arg);
+	if (kick)
 		verdict = ENGINE_RUN;
 	else
 		verdict = nic_rx(ctx, &req);

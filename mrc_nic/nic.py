@@ -41,6 +41,7 @@ import ipaddress
 import mmap
 import os
 import select
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -224,6 +225,8 @@ class Counter(enum.IntEnum):
     TX_BAD_WQE = 45
     TX_REDIRECT_ERR = 46
     SEND_DONE = 47
+    TIMEOUT_KICKS = 48
+    TIMEOUT_QUEUED = 49
 
 
 COUNTER_SLOTS = len(Counter)  # NIC_CNT_MAX
@@ -261,6 +264,7 @@ class RetxCause(enum.IntEnum):
 
     NACK = 1
     LOST = 2
+    TIMEOUT = 3
 
 
 # ---- ctypes views of the structs of bpf/nic_maps.h ---------------------------------
@@ -508,7 +512,17 @@ class Wq(ctypes.Structure):
 class Kick(ctypes.Structure):
     """struct nic_kick: the XDP metadata of a kick frame."""
 
-    _fields_ = [("qpn", ctypes.c_uint32), ("reserved", ctypes.c_uint32)]
+    _fields_ = [("qpn", ctypes.c_uint32), ("op", ctypes.c_uint16), ("arg", ctypes.c_uint16)]
+
+
+class KickOp(enum.IntEnum):
+    """enum nic_kick_op."""
+
+    SEND = 0
+    TIMEOUT = 1
+
+
+TIMEOUT_MAX = 64  # NIC_TIMEOUT_MAX: PSNs one timeout kick queues, at most
 
 
 class Port(ctypes.Structure):
@@ -627,17 +641,25 @@ def unpin(lab: str) -> None:
 # ---- kicks: the send engine run from user space -------------------------------------
 
 
-def kick_frame(qpn: int) -> bytes:
+def kick_frame(qpn: int, op: KickOp = KickOp.SEND, arg: int = 0) -> bytes:
     """BPF_PROG_RUN's data_in for a kick of QP qpn: the metadata, then the template."""
     pins.check_range("qpn", qpn, wire.QPN_MASK)
-    return bytes(Kick(qpn=qpn)) + KICK_TEMPLATE
+    pins.check_range("arg", arg, 0xFFFF)
+    return bytes(Kick(qpn=qpn, op=op, arg=arg)) + KICK_TEMPLATE
 
 
 LIVE_BATCH_MAX = 256  # frames per batch of a live-frames BPF_PROG_RUN, at most
 
 
 def run_kick(
-    prog_fd: int, qpn: int, packets: int, *, live: bool = True, batch_size: int = 0
+    prog_fd: int,
+    qpn: int,
+    packets: int,
+    *,
+    live: bool = True,
+    batch_size: int = 0,
+    op: KickOp = KickOp.SEND,
+    arg: int = 0,
 ) -> bpfsys.TestRunResult:
     """Run the send engine `packets` times for QP qpn; each run sends at most one packet.
 
@@ -646,11 +668,12 @@ def run_kick(
     and nothing comes back but the mean run time (duration, ns). Not live:
     the runs reuse one buffer, and data_out is the last run's frame (the
     metadata stripped); nothing is sent. The counters say what the runs did
-    (kick_sent, kick_idle and the tx_* extras).
+    (kick_sent, kick_idle and the tx_* extras). op and arg: struct nic_kick's
+    (every run of a TIMEOUT kick queues; NicMaps.timeout_kick runs one).
     """
     if not (isinstance(packets, int) and 1 <= packets <= pins.U32_MAX):
         raise ValueError(f"packets must be a positive integer, not {packets!r}")
-    data = kick_frame(qpn)
+    data = kick_frame(qpn, op, arg)
     meta = ctypes.sizeof(Kick)
     ctx = bytes(bpfsys.XdpMd(data=meta, data_end=len(data)))
     if live:
@@ -1162,13 +1185,12 @@ class NicMaps:
 
     def counters(self) -> dict[str, int]:
         """Outcome counters (Counter names, lower case), summed over CPUs."""
-        fd = self._fds[COUNTERS_MAP]
-        return {
-            c.name.lower(): sum(
-                int.from_bytes(v, "little") for v in bpfsys.map_lookup_percpu(fd, _u32(c), 8)
-            )
-            for c in Counter
-        }
+        return {c.name.lower(): self.counter(c) for c in Counter}
+
+    def counter(self, which: Counter) -> int:
+        """One outcome counter, summed over CPUs."""
+        values = bpfsys.map_lookup_percpu(self._fds[COUNTERS_MAP], _u32(which), 8)
+        return sum(int.from_bytes(v, "little") for v in values)
 
     def events(self) -> EventReader:
         """A reader of the event ring buffer (one consumer at a time)."""
@@ -1551,6 +1573,21 @@ class NicMaps:
         with live frames, up to `packets` data packets leave (see run_kick)."""
         return run_kick(self.program_fd(), qpn, packets, live=live, batch_size=batch_size)
 
+    def timeout_kick(self, qpn: int, packets: int, *, max_psns: int = TIMEOUT_MAX) -> int:
+        """The retransmission timeout of a QP: a timeout kick queues up to
+        max_psns of its oldest unacknowledged PSNs (in BPF, under the QP's lock),
+        then a send kick of `packets` runs sends them (and new data, if there is
+        room). Returns the PSNs queued."""
+        if not (isinstance(max_psns, int) and 1 <= max_psns <= TIMEOUT_MAX):
+            raise ValueError(f"max_psns must be 1..{TIMEOUT_MAX}, not {max_psns!r}")
+        # Informational: another process's timeout kick in between adds to it.
+        before = self.counter(Counter.TIMEOUT_QUEUED)
+        run_kick(self.program_fd(), qpn, 1, op=KickOp.TIMEOUT, arg=max_psns)
+        queued = self.counter(Counter.TIMEOUT_QUEUED) - before
+        if packets:
+            self.kick(qpn, packets, batch_size=packets)
+        return queued
+
     # -- the PSN -> EV table ----------------------------------------------------------------
 
     def tx_ring_memory(self) -> mmap.mmap:
@@ -1615,6 +1652,34 @@ class NicMaps:
         )
         self.tx_ring_memory()[at : at + ctypes.sizeof(TxPkt)] = bytes(entry)
         return entry
+
+    # -- listing, for the counter readers (stats) --
+    def _qpns(self, map_name: str) -> list[int]:
+        keys = bpfsys.map_keys(self._fds[map_name], 4)
+        return sorted(int.from_bytes(k, sys.byteorder) for k in keys)
+
+    def rx_qpns(self) -> list[int]:
+        """QPNs with receive state (nic_rx_qps), ascending."""
+        return self._qpns(RX_QPS_MAP)
+
+    def tx_qpns(self) -> list[int]:
+        """QPNs with send state (nic_tx_qps), ascending."""
+        return self._qpns(TX_QPS_MAP)
+
+    def evs_raw(self) -> dict[tuple[int, int], EvStateLayout]:
+        """Every EV of every send QP, {(qpn, ev): state}, in one batch read
+        (each value copied under its lock)."""
+        pairs = bpfsys.map_lookup_batch(
+            self._fds[EVS_MAP],
+            ctypes.sizeof(EvKey),
+            ctypes.sizeof(EvStateLayout),
+            elem_flags=BPF_F_LOCK,
+        )
+        out = {}
+        for key, value in pairs:
+            k = EvKey.from_buffer_copy(key)
+            out[(k.qpn, k.ev)] = EvStateLayout.from_buffer_copy(value)
+        return out
 
 
 # ---- events: the ring buffer, without bcc -----------------------------------------------

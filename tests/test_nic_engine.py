@@ -1082,3 +1082,63 @@ def test_live_32mib_throughput(program, maps, live_pair, capsys):
             f"{pkts / got['elapsed'] / 1e6:.3f} Mpps; clocked {c.get('tx_clocked', 0)}, "
             f"retransmitted {c.get('tx_retx', 0)}, top-up kicks {got['top_ups']}"
         )
+
+
+# ---- the retransmission timeout: a timeout kick queues, a send kick resends ----
+
+
+def timeout_kick(program, maps, max_psns: int = nic.TIMEOUT_MAX) -> Run:
+    """A timeout kick alone (non-live): what it queued, in the counters."""
+    before = maps.counters()
+    result = nic.run_kick(program.fd, QP_TX, 1, live=False, op=nic.KickOp.TIMEOUT, arg=max_psns)
+    return Run(result.retval, result.data_out, 0, 0, delta(before, maps.counters()))
+
+
+@needs_bpf
+def test_timeout_kick_queues_the_oldest_unacked_psns_and_sends_nothing(program, maps, sq):
+    post(maps, 8 * CE)
+    send(program, maps, 4)  # START .. START + 3 on A, B, C, D
+    # START + 1 is SACKed (bitmap), the others are not; the SACK clocks out START + 4.
+    run(program, maps, sack(maps, START + 1, START, plane=1, bitmap=0b10))
+    assert maps.sq(QP_TX).snd_nxt == START + 5
+    r = timeout_kick(program, maps, max_psns=2)
+    assert r.verdict == XDP_DROP
+    assert r.counters == {"timeout_kicks": 1, "timeout_queued": 2, "retx_queued": 2}
+    queue = maps.retx_queue(QP_TX)
+    assert [(e["psn"], e["ev"], e["cause"]) for e in queue] == [
+        (START, EV_A, nic.RetxCause.TIMEOUT),
+        (START + 2, EV_C, nic.RetxCause.TIMEOUT),
+    ]
+    # Queued already, or acked: a second kick queues only the rest.
+    r = timeout_kick(program, maps)
+    assert r.counters["timeout_queued"] == 2
+    assert [e["psn"] for e in maps.retx_queue(QP_TX)] == [START, START + 2, START + 3, START + 4]
+    assert maps.sq(QP_TX).snd_nxt == START + 5, "a timeout kick sends nothing"
+
+
+@needs_bpf
+def test_psns_queued_by_a_timeout_are_resent_on_another_ev(program, maps, sq):
+    post(maps, 8 * CE)
+    send(program, maps, 1)  # START on A
+    assert timeout_kick(program, maps).counters["timeout_queued"] == 1
+    r = kick(program, maps)
+    assert r.verdict == XDP_REDIRECT
+    assert r.counters["tx_retx"] == 1
+    # B is the next EV of the round robin, and not A, the one that lost it.
+    assert_data(r.frame, expected_data(START, EV_B, 0, CE, last=False, retx=True), *_t(r))
+
+
+@needs_bpf
+def test_timeout_kick_with_nothing_in_flight_queues_nothing(program, maps, sq):
+    r = timeout_kick(program, maps)
+    assert r.verdict == XDP_DROP
+    assert r.counters == {"timeout_kicks": 1}
+    assert maps.retx_queue(QP_TX) == []
+
+
+@needs_bpf
+def test_timeout_kick_of_an_unknown_qp_is_counted(program, maps):
+    before = maps.counters()
+    result = nic.run_kick(program.fd, QP_TX + 99, 1, live=False, op=nic.KickOp.TIMEOUT)
+    assert result.retval == XDP_DROP
+    assert delta(before, maps.counters()) == {"drop_unknown_qp": 1}

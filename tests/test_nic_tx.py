@@ -1160,6 +1160,8 @@ TX_HEADER_CONSTANTS = [
     *[(f"NIC_EVS_{s.name}", s) for s in nic.EvState],
     *[(f"NIC_EVC_{c.name}", c) for c in nic.EvCause],
     *[(f"NIC_RETX_{c.name}", c) for c in nic.RetxCause],
+    *[(f"NIC_KICK_{op.name}", op) for op in nic.KickOp],
+    ("NIC_TIMEOUT_MAX", nic.TIMEOUT_MAX),
     *[(f"sizeof(struct {s})", ctypes.sizeof(v)) for s, v in TX_C_VIEWS.items()],
 ]
 
