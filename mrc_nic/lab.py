@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from mrc_nic import netns, nic, preflight, state, switchport, workers
+from mrc_nic import ctl, netns, nic, preflight, state, switchport, workers
 from mrc_nic.fabric import Fabric
 from mrc_nic.topology import NS_PREFIX, Topology
 
@@ -50,14 +50,52 @@ def up(topo: Topology) -> UpReport:
             )
             with Fabric(topo) as fabric:
                 fabric.build(program, nic_program)
+            record.phase = "up"  # the daemons read the lab from its state
+            record.save()
+            start_daemons(topo)
         except BaseException:
             _remove_everything(topo.lab, record)
             state.lock_path(topo.lab).unlink(missing_ok=True)
             raise
-        record.phase = "up"
         record.bringup_seconds = round(time.monotonic() - started, 3)
         record.save()
     return UpReport(topo.lab, record.bringup_seconds, len(topo.nodes), len(topo.links))
+
+
+DAEMON_START_S = 10.0  # a daemon imports pyroute2 and opens the maps: well under 1 s
+
+
+def start_daemons(topo: Topology, hosts: list[str] | None = None) -> list[str]:
+    """Start the transport daemon of each host (mrc_nic.daemon) that has none
+    running, and wait until each answers on its control socket. Returns the
+    hosts started. A daemon that does not come up is a LabError."""
+    started = []
+    for host in hosts or topo.host_names():
+        if daemon_pid(topo.lab, host) is None:
+            workers.spawn_daemon(topo.lab, host)
+            started.append(host)
+    deadline = time.monotonic() + DAEMON_START_S
+    for host in started:
+        while True:
+            try:
+                ctl.call(topo.lab, host, {"op": "ping"}, timeout=1.0)
+                break
+            except ctl.DaemonError:
+                if time.monotonic() > deadline or daemon_pid(topo.lab, host) is None:
+                    raise LabError(
+                        f"the daemon of {host} did not start (python -m mrc_nic.daemon "
+                        f"{topo.lab} {host} shows why)"
+                    ) from None
+                time.sleep(0.02)
+    return started
+
+
+def daemon_pid(lab: str, host: str) -> int | None:
+    """The pid of the host's running daemon, found by its command line."""
+    for pid in workers.find(lab):
+        if workers.is_daemon(pid, lab, host):
+            return pid
+    return None
 
 
 # Registered memory of the lab's NICs: 64 MiB per host (an emulated NIC's

@@ -1,9 +1,13 @@
-"""Fault worker processes: start them, find them, end them.
+"""A lab's background processes: start them, find them, end them.
 
-A worker (python -m mrc_nic.fault_worker LAB ID) runs a timed or flapping
-fault. It is identified by its command line, not only by the pid recorded in
-the lab state: a pid can be reused, and a `fail` killed between starting the
-worker and saving its pid leaves a worker that only /proc knows about.
+Two kinds, both detached from the command that starts them:
+- a fault worker (python -m mrc_nic.fault_worker LAB ID) runs a timed or
+  flapping fault;
+- a host daemon (python -m mrc_nic.daemon LAB HOST) runs a host's queue
+  pairs (mrc_nic/daemon.py).
+Each is identified by its command line, not only by a pid recorded in the
+lab state: a pid can be reused, and a command killed between starting a
+process and saving its pid leaves one that only /proc knows about.
 """
 
 from __future__ import annotations
@@ -16,11 +20,21 @@ import sys
 import time
 
 WORKER_MODULE = "mrc_nic.fault_worker"
+DAEMON_MODULE = "mrc_nic.daemon"
+MODULES = (WORKER_MODULE, DAEMON_MODULE)
 
 
 def spawn(lab: str, fault_id: int) -> int:
+    return _spawn(WORKER_MODULE, lab, str(fault_id))
+
+
+def spawn_daemon(lab: str, host: str) -> int:
+    return _spawn(DAEMON_MODULE, lab, host)
+
+
+def _spawn(module: str, lab: str, arg: str) -> int:
     proc = subprocess.Popen(
-        [sys.executable, "-m", WORKER_MODULE, lab, str(fault_id)],
+        [sys.executable, "-m", module, lab, arg],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -42,35 +56,49 @@ def _argv(pid: int) -> list[bytes] | None:
 
 
 def is_worker(pid: int, lab: str, fault_id: int | None = None) -> bool:
+    """A fault worker of this lab (of this fault, if given)."""
+    return _is(pid, WORKER_MODULE, lab, None if fault_id is None else str(fault_id))
+
+
+def is_daemon(pid: int, lab: str, host: str | None = None) -> bool:
+    """A host daemon of this lab (of this host, if given)."""
+    return _is(pid, DAEMON_MODULE, lab, host)
+
+
+def _is(pid: int, module: str, lab: str, arg: str | None) -> bool:
     argv = _argv(pid)
-    if not argv or WORKER_MODULE.encode() not in argv:
+    if not argv or module.encode() not in argv:
         return False
-    i = argv.index(WORKER_MODULE.encode())
+    i = argv.index(module.encode())
     args = argv[i + 1 : i + 3]
     if len(args) < 2 or args[0] != lab.encode():
         return False
-    return fault_id is None or args[1] == str(fault_id).encode()
+    return arg is None or args[1] == arg.encode()
+
+
+def _is_any(pid: int, lab: str) -> bool:
+    return any(_is(pid, m, lab, None) for m in MODULES)
 
 
 def find(lab: str) -> list[int]:
-    """Every live worker of this lab."""
+    """Every live worker and daemon of this lab."""
     pids = []
     for entry in os.listdir("/proc"):
-        if entry.isdigit() and int(entry) != os.getpid() and is_worker(int(entry), lab):
+        if entry.isdigit() and int(entry) != os.getpid() and _is_any(int(entry), lab):
             pids.append(int(entry))
     return pids
 
 
 def stop(pid: int | None, lab: str) -> None:
-    """End a worker of this lab: SIGTERM, then SIGKILL after 2 s."""
-    if not pid or pid == os.getpid() or not is_worker(pid, lab):
+    """End a worker or daemon of this lab: SIGTERM, then SIGKILL after 2 s."""
+    if not pid or pid == os.getpid() or not _is_any(pid, lab):
         return
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + 2.0
-        while time.monotonic() < deadline and is_worker(pid, lab):
+        while time.monotonic() < deadline and _is_any(pid, lab):
             time.sleep(0.02)
-        if is_worker(pid, lab):
+        if _is_any(pid, lab):
             os.kill(pid, signal.SIGKILL)
 
 

@@ -26,9 +26,9 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from mrc_nic.cli import fault_cmds, lab_cmds, stats_cmds, traffic_cmds
+    from mrc_nic.cli import fault_cmds, lab_cmds, qp_cmds, stats_cmds, traffic_cmds
 
-    for module in (lab_cmds, fault_cmds, stats_cmds, traffic_cmds):
+    for module in (lab_cmds, fault_cmds, stats_cmds, traffic_cmds, qp_cmds):
         for command in module.COMMANDS:
             cli.add_command(command)
 

@@ -27,7 +27,8 @@ Examples:
 @click.option(
     "--reuse",
     is_flag=True,
-    help="If the lab is already up from the same topology, keep it and exit 0.",
+    help="If the lab is already up from the same topology, keep it (restarting any "
+    "host daemon that died) and exit 0.",
 )
 @format_option
 def up(topology_file: str | None, name: str | None, reuse: bool, fmt: str) -> None:
@@ -38,6 +39,9 @@ def up(topology_file: str | None, name: str | None, reuse: bool, fmt: str) -> No
     existing = state.LabState.load(topo.lab)
     if reuse and existing and existing.phase == "up" and existing.topology == topo.raw:
         output.info(f"lab {topo.lab} is already up (from {existing.topology_file}); reusing it")
+        restarted = lab.start_daemons(topo)  # the supervisor's part: dead daemons come back
+        if restarted:
+            output.info(f"restarted the daemon of {', '.join(restarted)}")
         return
     if fmt == "table":
         output.info(

@@ -1,0 +1,228 @@
+"""write, qp list|show, ev list|deny|allow: the transport, through the host daemons."""
+
+from __future__ import annotations
+
+import click
+
+from mrc_nic.cli import output
+from mrc_nic.cli.common import format_option, lab_option, pick_lab
+
+
+def _size(ctx, param, value):
+    from mrc_nic.rdma_write import parse_size
+
+    try:
+        return parse_size(value)
+    except ValueError as e:
+        raise click.BadParameter(str(e)) from None
+
+
+@click.command(
+    epilog="""\b
+Examples:
+  mrc-nic write h0 h1 --size 1G --verify
+  mrc-nic write h0 h1 --size 256M --qps 4 --imm"""
+)
+@click.argument("src")
+@click.argument("dst")
+@click.option("--size", required=True, callback=_size, help="Bytes: 4096, 64K, 256M, 1G.")
+@click.option("--qps", type=click.IntRange(1, 64), default=1, show_default=True)
+@click.option("--imm", is_flag=True, help="WRITE_WITH_IMM: completions at the receiver, in order.")
+@click.option("--verify", is_flag=True, help="Compare every byte that arrived with what was sent.")
+@click.option(
+    "--mpr",
+    type=click.IntRange(1, 8),
+    default=2,
+    show_default=True,
+    help="Max PSN range in flight, in units of 128 packets.",
+)
+@click.option(
+    "--timeout",
+    "timeout_exp",
+    type=click.IntRange(0, 31),
+    default=None,
+    help="Retransmission timeout: 1.024 us * 2^T (default 12: 4.2 ms).",
+)
+@click.option("--retry-linear", type=click.IntRange(0, 7), default=None)
+@click.option("--retry-exp", type=click.IntRange(0, 25), default=None, help="25: forever.")
+@lab_option
+@format_option
+def write(src, dst, size, qps, imm, verify, mpr, timeout_exp, retry_linear, retry_exp, lab, fmt):
+    """RDMA WRITE SIZE bytes from SRC's memory to DST's, sprayed over every plane."""
+    from mrc_nic import rdma_write
+
+    retry = {}
+    if retry_linear is not None:
+        retry["linear_cnt"] = retry_linear
+    if retry_exp is not None:
+        retry["exp_cnt"] = retry_exp
+    name = pick_lab(lab)
+    try:
+        result = rdma_write.write(
+            name,
+            src,
+            dst,
+            size,
+            qps=qps,
+            imm=imm,
+            verify=verify,
+            mpr=mpr,
+            timeout=timeout_exp,
+            retry=retry or None,
+        )
+    except ValueError as e:
+        raise click.UsageError(str(e)) from None
+    if fmt == "json":
+        output.emit_json(result)
+    else:
+        _print_write(result)
+    if not result.get("completed"):
+        raise SystemExit(1)
+
+
+def _print_write(r: dict) -> None:
+    shares = " ".join(f"p{p}:{v:.0%}" for p, v in r["per_plane_share"].items())
+    line = (
+        f"{r['src']} -> {r['dst']}: {r['bytes']:,} of {r['size']:,} bytes in {r['seconds']:.3f} s, "
+        f"{r['goodput_bps'] / 1e9:.3f} Gbit/s goodput; {len(r['qps'])} QP(s), "
+        f"{r['chunks']} WRITE(s) of up to {r['chunk']:,} B; {r['retransmits']} retransmitted, "
+        f"{r['timeouts']} timeouts; per plane {shares}"
+    )
+    if r.get("completed"):
+        verified = "byte-exact (verified)" if r.get("verified") else "not verified"
+        output.success(f"{line}; {verified}")
+    else:
+        output.error(f"{line}\n{r['error']}")
+
+
+@click.group()
+def qp() -> None:
+    """Queue pairs of the lab's hosts (from their daemons)."""
+
+
+@qp.command("list")
+@lab_option
+@format_option
+def qp_list(lab, fmt):
+    """Every QP of every host: state, role, peer, attributes."""
+    from mrc_nic import ctl
+    from mrc_nic.faults import load_lab
+
+    name = pick_lab(lab)
+    _, topo = load_lab(name)
+    rows, qps = [], []
+    for host in topo.host_names():
+        for q in ctl.call(name, host, {"op": "qp_list"})["qps"]:
+            qps.append(q)
+            rows.append(
+                [
+                    f"{q['qpn']:#x}",
+                    host,
+                    q["role"],
+                    q["state"],
+                    q["dest_host"],
+                    f"{q['dest_qpn']:#x}" if q["dest_qpn"] is not None else "-",
+                    q["mpr"],
+                    q["err_reason"] or "",
+                ]
+            )
+    if fmt == "json":
+        output.emit_json({"qps": qps})
+        return
+    output.table(
+        "queue pairs", ["qpn", "host", "role", "state", "#peer", "peer qpn", "#mpr", "error"], rows
+    )
+
+
+@click.group()
+def ev() -> None:
+    """Entropy values (paths) of a send QP."""
+
+
+@ev.command("list")
+@click.argument("qpn", type=lambda s: int(s, 0))
+@lab_option
+@format_option
+def ev_list(qpn, lab, fmt):
+    """State and counters of each EV of send QP QPN."""
+    from mrc_nic import nic
+
+    name = pick_lab(lab)
+    with nic.NicMaps.open(name) as maps:
+        try:
+            sq = maps.sq(qpn)
+        except KeyError:
+            raise click.UsageError(
+                f"no send QP {qpn:#x} in lab {name!r} (see mrc-nic qp list)"
+            ) from None
+        evs = [dict(ev=e, **_ev_row(maps.ev(qpn, e))) for e in sq.evs]
+    if fmt == "json":
+        output.emit_json({"qpn": qpn, "evs": evs})
+        return
+    rows = [
+        [
+            e["ev"],
+            e["plane"],
+            e["state"],
+            e["tx_pkts"],
+            e["acks"],
+            e["lost_pkts"],
+            e["retx_pkts"],
+            e["probe_replies"],
+            e["rtt_us"],
+        ]
+        for e in evs
+    ]
+    output.table(
+        f"EVs of QP {qpn:#x}",
+        ["#ev", "#plane", "state", "#tx", "#acks", "#lost", "#retx", "#probe replies", "#srtt us"],
+        rows,
+    )
+
+
+def _ev_row(snap) -> dict:
+    st = snap.stats
+    return {
+        "plane": snap.plane,
+        "state": getattr(snap.state, "name", str(snap.state)),
+        "tx_pkts": st["tx_pkts"],
+        "acks": st["acks"],
+        "lost_pkts": st["lost_pkts"],
+        "retx_pkts": st["retx_pkts"],
+        "probe_replies": st["probe_replies"],
+        "rtt_us": round(snap.srtt / 1e3, 1),
+    }
+
+
+def _ev_set(qpn: int, value: int, state: str, lab: str | None) -> None:
+    from mrc_nic import ctl
+    from mrc_nic.faults import load_lab
+
+    name = pick_lab(lab)
+    _, topo = load_lab(name)
+    host = next((h for h in topo.host_names() if topo.nodes[h].index == qpn >> 16), None)
+    if host is None:
+        raise click.UsageError(f"QP {qpn:#x} belongs to no host of lab {name!r}")
+    ctl.call(name, host, {"op": "ev_set", "qpn": qpn, "ev": value, "state": state})
+    output.success(f"EV {value} of QP {qpn:#x}: {state}")
+
+
+@ev.command("deny")
+@click.argument("qpn", type=lambda s: int(s, 0))
+@click.argument("value", type=int)
+@lab_option
+def ev_deny(qpn, value, lab):
+    """Take an EV out of use (DENIED) until `ev allow`."""
+    _ev_set(qpn, value, "DENIED", lab)
+
+
+@ev.command("allow")
+@click.argument("qpn", type=lambda s: int(s, 0))
+@click.argument("value", type=int)
+@lab_option
+def ev_allow(qpn, value, lab):
+    """Put an EV back in use (GOOD)."""
+    _ev_set(qpn, value, "GOOD", lab)
+
+
+COMMANDS = [write, qp, ev]

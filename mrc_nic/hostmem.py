@@ -1,0 +1,122 @@
+"""What each host's daemon owns of the lab-wide NIC resources.
+
+The NIC maps are one set per lab (docs/fastpath.md), so the daemons split
+them by host index, with no talk between them:
+- memory: host h owns an equal slice of the lab's registered memory (the
+  mmapable nic_mr), the lower half for the buffers it sends from, the upper
+  half for the regions it receives into;
+- memory region ids (nic_regions), send-ring ids (nic_tx_ring / nic_wq) and
+  QP numbers (host << 16 | index) come from per-host ranges.
+The fixed ids of mrc_nic.transfer (the daemon-less WRITE of the tests and
+benchmarks: ring 0, regions 1 and 2, QP index 1, memory from element 0)
+are kept out of every range but memory: do not run it on a lab whose
+daemons are writing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+
+from mrc_nic import nic
+from mrc_nic.qp import QpError
+
+RESERVED_RINGS = 1  # ring 0: mrc_nic.transfer
+RESERVED_REGIONS = 3  # region 0 unused, 1 and 2: mrc_nic.transfer
+QP_INDEX_FIRST = 0x100  # below: mrc_nic.transfer and tests
+QP_INDEX_LAST = 0xFFFF
+KIB = nic.MR_ELEM_SIZE
+
+
+@dataclasses.dataclass
+class Span:
+    first_elem: int
+    n_elems: int
+
+
+class ElemAllocator:
+    """First-fit over a range of nic_mr elements."""
+
+    def __init__(self, first: int, count: int) -> None:
+        self.first, self.count = first, count
+        self._free = [Span(first, count)] if count else []
+
+    def alloc(self, n_elems: int, what: str) -> Span:
+        for i, span in enumerate(self._free):
+            if span.n_elems >= n_elems:
+                got = Span(span.first_elem, n_elems)
+                span.first_elem += n_elems
+                span.n_elems -= n_elems
+                if not span.n_elems:
+                    del self._free[i]
+                return got
+        raise QpError(
+            errno.ENOMEM,
+            f"no {n_elems * KIB} bytes free for {what} (this host has "
+            f"{self.count * KIB} bytes for it, {self.free_elems * KIB} free): "
+            "use fewer QPs or a smaller chunk",
+        )
+
+    def release(self, span: Span) -> None:
+        self._free.append(Span(span.first_elem, span.n_elems))
+        self._free.sort(key=lambda s: s.first_elem)
+        merged: list[Span] = []
+        for s in self._free:
+            if merged and merged[-1].first_elem + merged[-1].n_elems == s.first_elem:
+                merged[-1].n_elems += s.n_elems
+            else:
+                merged.append(s)
+        self._free = merged
+
+    @property
+    def free_elems(self) -> int:
+        return sum(s.n_elems for s in self._free)
+
+
+class IdPool:
+    """Ids from a fixed range, lowest first."""
+
+    def __init__(self, first: int, count: int, what: str) -> None:
+        self._free = list(range(first, first + max(0, count)))
+        self.what = what
+
+    def take(self) -> int:
+        if not self._free:
+            raise QpError(errno.ENOSPC, f"no {self.what} left on this host")
+        return self._free.pop(0)
+
+    def give(self, value: int) -> None:
+        self._free.append(value)
+        self._free.sort()
+
+
+class HostResources:
+    """One host's share of the lab's NIC maps."""
+
+    def __init__(self, host: int, hosts: int, mr_elems: int) -> None:
+        self.host = host
+        per_host = mr_elems // hosts
+        half = per_host // 2
+        base = host * per_host
+        self.send_mem = ElemAllocator(base, half)
+        self.recv_mem = ElemAllocator(base + half, per_host - half)
+        rings = (nic.DEFAULT_TX_RINGS - RESERVED_RINGS) // hosts
+        regions = (nic.DEFAULT_MAX_REGIONS - RESERVED_REGIONS) // hosts
+        self.rings = IdPool(RESERVED_RINGS + host * rings, rings, "send ring (nic_tx_ring)")
+        self.regions = IdPool(RESERVED_REGIONS + host * regions, regions, "memory region id")
+        self.qp_index = IdPool(QP_INDEX_FIRST, QP_INDEX_LAST - QP_INDEX_FIRST + 1, "QP number")
+
+    def new_qpn(self) -> int:
+        return self.host << 16 | self.qp_index.take()
+
+    def free_qpn(self, qpn: int) -> None:
+        self.qp_index.give(qpn & 0xFFFF)
+
+
+def chunk_bytes(bytes_per_qp: int, qps: int, half_bytes: int) -> int:
+    """The size of one WRITE of a transfer: the whole share of a QP when two of
+    them (a double buffer) fit its part of a half of host memory, else as
+    much as fits, in whole KiB. Sender and receiver compute the same."""
+    room = (half_bytes // max(1, qps) // 2) // KIB * KIB
+    want = -(-max(1, bytes_per_qp) // KIB) * KIB
+    return max(KIB, min(want, room))

@@ -1,0 +1,272 @@
+"""A WRITE transfer run by the sender's daemon: chunks, timeouts, verification.
+
+A transfer of `size` bytes over N send QPs gives each QP an equal share,
+cut into chunks that each go as one WRITE (the last with the immediate when
+asked). Host memory is 64 MiB, transfers reach 1 GiB, so every QP writes
+from a double buffer (2 chunks of its source region) into a double buffer
+at the receiver: chunk k goes from and to half k % 2, and chunk k + 2 is
+posted only once chunk k has completed and, with verify, been compared with
+what was sent. Chunk k's bytes are random, from a seed and k, so every chunk
+differs and a misplaced or stale byte shows.
+
+Reliability per QP, each tick (1 ms):
+- progress is snd_una moving; the retransmission timeout is the QP's
+  timeout attribute (1.024 us * 2^t) for the first retry.linear_cnt timeouts,
+  then doubling for retry.exp_cnt more; each timeout is a timeout kick (BPF
+  queues the oldest unacked PSNs, struct nic_kick) and a send kick;
+- a QP with nothing in flight and work posted (its ACK clock stopped, e.g.
+  every EV was ASSUMED_BAD until probes brought some back) is kicked;
+- when the budget is spent, the QP goes to ERR with the reason, and the
+  transfer fails; the daemon goes on serving its other QPs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import random
+import time
+from typing import Any
+
+from mrc_nic import hostmem, nic, transfer
+from mrc_nic.qp import Qp, QpError, QpState, Retry
+from mrc_nic.topology import Topology
+
+DEFAULT_TIMEOUT = 12  # 1.024 us * 2^12 = 4.2 ms: above this lab's worst queueing delay
+DEFAULT_MPR = 2
+STALL_KICK_S = 0.002
+EVS_PER_PLANE = 32  # 128 EVs on 4 planes: the OCP default
+
+
+@dataclasses.dataclass
+class JobOptions:
+    size: int
+    chunk: int
+    mpr: int = DEFAULT_MPR
+    timeout: int = DEFAULT_TIMEOUT
+    retry: Retry = dataclasses.field(default_factory=Retry)
+    imm: bool = False
+    verify: bool = False
+    seed: int = 1
+
+    @classmethod
+    def from_request(cls, req: dict) -> JobOptions:
+        retry = req.get("retry") or {}
+        opts = cls(
+            size=int(req["size"]),
+            chunk=int(req["chunk"]),
+            mpr=int(req.get("mpr", DEFAULT_MPR)),
+            timeout=int(req.get("timeout", DEFAULT_TIMEOUT)),
+            retry=Retry(**retry),
+            imm=bool(req.get("imm", False)),
+            verify=bool(req.get("verify", False)),
+            seed=int(req.get("seed", 1)),
+        )
+        if opts.size < 1:
+            raise QpError(22, f"size must be at least 1 byte, not {opts.size}")
+        if opts.chunk < hostmem.KIB or opts.chunk % hostmem.KIB:
+            raise QpError(22, f"chunk must be a positive multiple of 1 KiB, not {opts.chunk}")
+        return opts
+
+
+def chunk_data(seed: int, qp_index: int, k: int, length: int) -> bytes:
+    return random.Random(f"{seed}/{qp_index}/{k}").randbytes(length)
+
+
+@dataclasses.dataclass
+class SendQp:
+    """A send QP of this host: its QP record and resources, and its part of a transfer."""
+
+    qp: Qp
+    ring: int
+    region: int
+    span: hostmem.Span
+    chunk: int
+    evs: dict[int, int] = dataclasses.field(default_factory=dict)
+    remote: dict = dataclasses.field(default_factory=dict)
+    # the transfer
+    index: int = 0
+    pieces: list[tuple[int, int]] = dataclasses.field(default_factory=list)  # (offset, length)
+    posted: int = 0
+    verified: int = 0
+    in_buffer: dict[int, bytes] = dataclasses.field(default_factory=dict)
+    last_una: int | None = None
+    last_progress: float = 0.0
+    last_kick: float = 0.0
+    attempt: int = 0
+    timeouts: int = 0
+    error: str | None = None
+
+    def connect(self, maps: nic.NicMaps, topo: Topology, dst: int, remote: dict, opts) -> None:
+        """INIT -> RTR -> RTS with the peer's QP, and the send state in the maps."""
+        self.remote = {k: int(remote[k]) for k in ("qpn", "rkey", "region")}
+        self.qp.modify(QpState.RTR, mpr=opts.mpr, dest_host=dst, dest_qpn=self.remote["qpn"])
+        self.qp.modify(QpState.RTS, timeout=opts.timeout, retry=opts.retry)
+        self.evs = transfer.ev_profile(topo.planes, EVS_PER_PLANE)
+        maps.setup_sq(
+            self.qp.qpn,
+            local_host=self.qp.host,
+            peer_host=dst,
+            peer_qpn=self.remote["qpn"],
+            ring=self.ring,
+            evs=self.evs,
+            mpr=opts.mpr,
+            engine=True,
+        )
+
+    @property
+    def done(self) -> bool:
+        return self.error is not None or self.verified >= len(self.pieces)
+
+
+class Job:
+    """One transfer over one or more send QPs; `conn` waits for its result."""
+
+    def __init__(self, maps: nic.NicMaps, qps: list[SendQp], opts: JobOptions, conn: Any) -> None:
+        self.maps, self.qps, self.opts, self.conn = maps, qps, opts, conn
+        share = -(-opts.size // len(qps))
+        for i, sq in enumerate(qps):
+            sq.index = i
+            start, end = i * share, min(opts.size, (i + 1) * share)
+            sq.pieces = [
+                (off, min(opts.chunk, end - off)) for off in range(start, end, opts.chunk)
+            ] or [(start, 0)]
+        self.started = self.ended = 0.0
+        self.mismatch: list[dict] = []
+
+    # ---- running ------------------------------------------------------------------
+    def start(self, now: float) -> None:
+        self.started = now
+        for sq in self.qps:
+            sq.last_progress = sq.last_kick = now
+            for _ in range(2):
+                self._post_next(sq)
+            self.maps.kick(sq.qp.qpn, sq.qp.attrs.mpr * nic.wire.MPR_UNIT, batch_size=256)
+
+    def _post_next(self, sq: SendQp) -> None:
+        if sq.posted >= len(sq.pieces):
+            return
+        k = sq.posted
+        _, length = sq.pieces[k]
+        half = (k % 2) * sq.chunk
+        data = chunk_data(self.opts.seed, sq.index, k, length)
+        if length:
+            self.maps.write_region(sq.region, half, data)
+        self.maps.post_write(
+            sq.qp.qpn,
+            length=length,
+            src_region=sq.region,
+            src_offset=half,
+            remote_va=half,
+            rkey=sq.remote["rkey"],
+            imm=k if self.opts.imm else None,  # the receiver completes them in order
+            wr_id=k,
+        )
+        sq.in_buffer[k] = data
+        sq.posted += 1
+
+    def step(self, now: float) -> None:
+        for sq in self.qps:
+            if not sq.done:
+                self._step_qp(sq, now)
+        if self.finished and not self.ended:
+            self.ended = time.monotonic()
+
+    def _step_qp(self, sq: SendQp, now: float) -> None:
+        try:
+            s = self.maps.sq(sq.qp.qpn)
+        except KeyError:
+            self._fail(sq, "its send state vanished from the NIC maps")
+            return
+        if s.state == nic.QpState.ERR:
+            self._fail(sq, "the NIC put it in ERR (a fatal NACK: remote access error)")
+            return
+        # completions, in order: verify, then reuse the buffer half
+        while sq.verified < s.wqe_done and sq.verified < sq.posted:
+            k = sq.verified
+            if self.opts.verify:
+                self._verify(sq, k)
+            sq.in_buffer.pop(k, None)
+            sq.verified += 1
+            self._post_next(sq)
+            self.maps.kick(sq.qp.qpn, max(1, s.window_free), batch_size=256)
+            sq.last_kick = now
+        if sq.done:
+            return
+        if s.snd_una != sq.last_una:
+            sq.last_una, sq.last_progress, sq.attempt = s.snd_una, now, 0
+            return
+        if s.in_flight == 0:
+            if now - sq.last_kick > STALL_KICK_S:
+                self.maps.kick(sq.qp.qpn, max(1, s.window_free), batch_size=256)
+                sq.last_kick = now
+            return
+        wait = sq.qp.attrs.retry.delay(sq.attempt, sq.qp.attrs.timeout_s)
+        if wait is None:
+            self._fail(
+                sq,
+                f"retry budget spent: no acknowledgement for PSN {s.snd_una} after "
+                f"{sq.timeouts} timeouts (timeout {sq.qp.attrs.timeout_s * 1e3:.3g} ms, "
+                f"retry.linear_cnt {sq.qp.attrs.retry.linear_cnt}, "
+                f"retry.exp_cnt {sq.qp.attrs.retry.exp_cnt})",
+            )
+            return
+        if now - sq.last_progress > wait:
+            self.maps.timeout_kick(sq.qp.qpn, max(1, min(s.in_flight, 256)))
+            sq.timeouts += 1
+            sq.attempt += 1
+            sq.last_progress = sq.last_kick = now
+
+    def _verify(self, sq: SendQp, k: int) -> None:
+        _, length = sq.pieces[k]
+        got = self.maps.read_region(sq.remote["region"], (k % 2) * sq.chunk, length)
+        want = sq.in_buffer[k]
+        if got != want:
+            first = next(i for i in range(length) if got[i] != want[i])
+            self.mismatch.append({"qpn": sq.qp.qpn, "chunk": k, "first_bad_byte": first})
+            self._fail(sq, f"chunk {k} arrived different from what was sent (byte {first})")
+
+    def _fail(self, sq: SendQp, reason: str) -> None:
+        sq.error = reason
+        sq.qp.to_err(reason)
+        with contextlib.suppress(KeyError):
+            self.maps.set_sq_state(sq.qp.qpn, nic.QpState.ERR)
+
+    @property
+    def finished(self) -> bool:
+        return all(sq.done for sq in self.qps)
+
+    # ---- the result -----------------------------------------------------------------
+    def result(self) -> dict:
+        seconds = (self.ended or time.monotonic()) - self.started
+        errors = {f"{sq.qp.qpn:#x}": sq.error for sq in self.qps if sq.error}
+        per_plane: dict[int, int] = {}
+        retx = timeouts = 0
+        for sq in self.qps:
+            timeouts += sq.timeouts
+            try:
+                retx += self.maps.sq(sq.qp.qpn).tx_stats.get("retx_pkts", 0)
+                for ev, plane in sq.evs.items():
+                    per_plane[plane] = (
+                        per_plane.get(plane, 0) + self.maps.ev(sq.qp.qpn, ev).stats["tx_pkts"]
+                    )
+            except KeyError:
+                pass
+        total = sum(per_plane.values()) or 1
+        sent = sum(length for sq in self.qps for _, length in sq.pieces[: sq.verified])
+        return {
+            "ok": True,  # the request was served; whether the transfer was is below
+            "completed": not errors,
+            "error": "; ".join(f"QP {q} in ERR: {e}" for q, e in errors.items()) or None,
+            "bytes": sent,
+            "size": self.opts.size,
+            "seconds": round(seconds, 6),
+            "goodput_bps": sent * 8 / seconds if seconds > 0 else 0.0,
+            "qps": [sq.qp.as_dict() for sq in self.qps],
+            "chunks": sum(len(sq.pieces) for sq in self.qps),
+            "retransmits": retx,
+            "timeouts": timeouts,
+            "per_plane_share": {str(p): n / total for p, n in sorted(per_plane.items())},
+            "verified": self.opts.verify and not errors,
+            "mismatch": self.mismatch,
+        }
