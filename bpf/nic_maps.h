@@ -567,9 +567,10 @@ _Static_assert(sizeof(struct nic_wq) == 8 + NIC_MSG_SLOTS * sizeof(struct nic_wq
  * EtherType 0x88B5, IEEE local experimental, harmless if it ever leaked).
  */
 struct nic_kick {
-	__u32 qpn; /* the send QP to serve */
-	__u16 op;  /* enum nic_kick_op */
-	__u16 arg; /* NIC_KICK_TIMEOUT: most PSNs to queue (0: NIC_TIMEOUT_MAX) */
+	__u32 qpn;    /* the send QP to serve */
+	__u16 op;     /* enum nic_kick_op */
+	__u16 arg;    /* NIC_KICK_TIMEOUT: most PSNs to queue (0: NIC_TIMEOUT_MAX) */
+	__u64 age_ns; /* NIC_KICK_TIMEOUT: queue only PSNs last sent this long ago or more */
 };
 
 /*
@@ -577,10 +578,15 @@ struct nic_kick {
  * timeout: no acknowledgement came for the QP's oldest packets for its
  * timeout. Each run of such a kick queues, under the QP's lock, up to arg (at
  * most NIC_TIMEOUT_MAX) of the oldest PSNs from snd_una that are neither
- * acknowledged nor queued already (cause NIC_RETX_TIMEOUT, each with the EV
- * it was last sent on, which its resend then avoids), and sends nothing: a
- * NIC_KICK_SEND kick after it sends them. Doing it in the program keeps the
- * queue and its bitmaps BPF's alone: user space never writes them.
+ * acknowledged nor queued already and were last sent age_ns ago or more
+ * (cause NIC_RETX_TIMEOUT, each with the EV it was last sent on, which its
+ * resend then avoids), and sends nothing: a NIC_KICK_SEND kick after it
+ * sends them. Selective acknowledgements mark every PSN that arrived, so
+ * such a PSN is lost, silently: the EV it was sent on goes ASSUMED_BAD at
+ * once (cause NIC_EVC_TIMEOUT), as after a loss seen in a SACK hole. That is
+ * how a blackholed path is found: its packets never draw the SACK that
+ * would reveal the hole. Doing it in the program keeps the queue and its
+ * bitmaps BPF's alone: user space never writes them.
  */
 enum nic_kick_op {
 	NIC_KICK_SEND = 0,    /* send what there is: retransmissions first, then new data */
@@ -589,7 +595,7 @@ enum nic_kick_op {
 #ifndef NIC_TIMEOUT_MAX
 #define NIC_TIMEOUT_MAX 64
 #endif
-_Static_assert(sizeof(struct nic_kick) == 8, "struct nic_kick layout changed");
+_Static_assert(sizeof(struct nic_kick) == 16, "struct nic_kick layout changed");
 
 /* ---- Ports -------------------------------------------------------------- */
 
@@ -645,6 +651,7 @@ _Static_assert(sizeof(struct nic_event) == 40, "struct nic_event layout changed"
 enum nic_ev_cause {
 	NIC_EVC_LOSS = 1,        /* a PSN sent on it was declared lost: -> ASSUMED_BAD */
 	NIC_EVC_PROBE_REPLY = 2, /* a PROBE_REPLY came back: ASSUMED_BAD -> GOOD */
+	NIC_EVC_TIMEOUT = 3,     /* a PSN sent on it timed out (a timeout kick): -> ASSUMED_BAD */
 };
 
 struct nic_ev_event {

@@ -139,6 +139,12 @@ struct nic_tx_scratch {
 	struct nic_send_event done[NIC_MSG_SLOTS];
 };
 BPF_PERCPU_ARRAY(nic_tx_scratch, struct nic_tx_scratch, 1);
+/* A timeout kick's lost PSNs and their EVs, marked after the QP's lock (not pinned). */
+struct nic_timeout_scratch {
+	__u32 psn[NIC_TIMEOUT_MAX];
+	__u32 ev[NIC_TIMEOUT_MAX];
+};
+BPF_PERCPU_ARRAY(nic_timeout_scratch, struct nic_timeout_scratch, 1);
 
 /* ---- Counters ------------------------------------------------------------ */
 
@@ -1530,7 +1536,8 @@ _Static_assert(__builtin_offsetof(struct data_hdrs, immdt) == DATA_HDRS_LEN - 16
 
 /* Is a frame a kick (struct nic_kick)? Fills req if so, and returns 1 + its
  * op (enum nic_kick_op) and *arg; 0 if it is not a kick. */
-static __always_inline int kick_of(struct xdp_md *ctx, struct engine_req *req, __u32 *arg)
+static __always_inline int kick_of(struct xdp_md *ctx, struct engine_req *req, __u32 *arg,
+				   __u64 *age_ns)
 {
 	void *data = (void *)(long)ctx->data;
 	struct nic_kick *k = (void *)(long)ctx->data_meta;
@@ -1543,6 +1550,7 @@ static __always_inline int kick_of(struct xdp_md *ctx, struct engine_req *req, _
 	req->plane = NIC_MAX_PLANES;
 	req->kick = 1;
 	*arg = k->arg;
+	*age_ns = k->age_ns;
 	return k->op == NIC_KICK_TIMEOUT ? 1 + NIC_KICK_TIMEOUT : 1 + NIC_KICK_SEND;
 }
 
@@ -1775,18 +1783,21 @@ static __always_inline int engine_bad_wqe(const struct engine_req *req, struct n
  * frame. Returns XDP_TX or XDP_REDIRECT with the packet, else XDP_DROP.
  */
 /*
- * A timeout kick (struct nic_kick, NIC_KICK_TIMEOUT): queue up to arg of the
- * oldest PSNs in flight that are neither acknowledged nor queued, each with
- * the EV of its latest transmission, so that its resend goes out on another.
- * It sends nothing: the send kick that follows does. A path of its own, not
- * a step of engine_run: inside it the loop would multiply the verifier's work
- * by the engine's branches.
+ * A timeout kick (struct nic_kick, NIC_KICK_TIMEOUT): queue up to max of the
+ * oldest PSNs in flight that are neither acknowledged nor queued and were
+ * last sent age_ns ago or more, each with the EV of its latest transmission
+ * (its resend goes out on another), and put those EVs in ASSUMED_BAD. It
+ * sends nothing: the send kick that follows does. A path of its own, not a
+ * step of engine_run: inside it the loops would multiply the verifier's
+ * work by the engine's branches.
  */
-static __always_inline int engine_timeout(const struct engine_req *req, __u32 max)
+static __always_inline int engine_timeout(const struct engine_req *req, __u32 max, __u64 age_ns)
 {
+	struct nic_timeout_scratch *sc;
 	struct nic_tx_ring *ring;
 	struct nic_sq *sq;
-	__u32 qpn = req->qpn, ring_id, tail0, n;
+	__u32 qpn = req->qpn, ring_id, tail0, n, zero = 0;
+	__u64 now = bpf_ktime_get_ns();
 	int i;
 
 	sq = nic_tx_qps.lookup(&qpn);
@@ -1794,7 +1805,8 @@ static __always_inline int engine_timeout(const struct engine_req *req, __u32 ma
 		return engine_idle(req, NIC_CNT_DROP_UNKNOWN_QP);
 	ring_id = sq->ring;
 	ring = nic_tx_ring.lookup(&ring_id);
-	if (!ring)
+	sc = nic_timeout_scratch.lookup(&zero);
+	if (!ring || !sc)
 		return engine_idle(req, NIC_CNT_DROP_QP_CONFIG);
 	if (max == 0 || max > NIC_TIMEOUT_MAX)
 		max = NIC_TIMEOUT_MAX;
@@ -1808,7 +1820,7 @@ static __always_inline int engine_timeout(const struct engine_req *req, __u32 ma
 	for (i = 0; i < NIC_TIMEOUT_MAX; i++) {
 		__u32 psn = (sq->snd_una + i) & MRC_PSN_MASK;
 		const struct nic_tx_pkt *t = &ring->pkts[RING_POS(psn)];
-		__u32 w = RING_WORD(psn), b = RING_BIT(psn), same, q;
+		__u32 w = RING_WORD(psn), b = RING_BIT(psn), known, q, at;
 		struct nic_retx *r;
 
 		if (MRC_PSN_DIFF(psn, sq->snd_nxt) >= 0 || sq->retx_tail - tail0 >= max)
@@ -1817,22 +1829,52 @@ static __always_inline int engine_timeout(const struct engine_req *req, __u32 ma
 			sq->stats.retx_overflow++;
 			break;
 		}
+		known = t->psn == psn; /* the ring entry is this PSN's: its EV and age are known */
+		if (known && now - t->tx_ts < age_ns)
+			break; /* this one and every later one were sent too recently */
 		q = (~(sq->acked[w] | sq->retx[w]) >> b) & 1; /* neither acked nor queued */
-		same = t->psn == psn; /* the ring entry is this PSN's: its EV is known */
 		r = &sq->retxq[sq->retx_tail & (NIC_RETX_SLOTS - 1)];
 		r->psn = psn;
-		r->ev = same ? t->ev : 0;
+		r->ev = known ? t->ev : 0;
 		r->cause = NIC_RETX_TIMEOUT;
 		r->nack_reason = 0;
+		at = (sq->retx_tail - tail0) & (NIC_TIMEOUT_MAX - 1);
+		sc->psn[at] = psn;
+		sc->ev[at] = r->ev;
 		sq->retx[w] |= (__u64)q << b;
 		sq->retx_tail += q;
 		sq->stats.retx_queued += q;
+		sq->stats.lost_pkts += q;
 	}
 	n = sq->retx_tail - tail0;
 	bpf_spin_unlock(&sq->lock);
+
+	/* The EVs that lost them: ASSUMED_BAD (not DENIED: the operator's). */
+	for (i = 0; i < NIC_TIMEOUT_MAX; i++) {
+		struct nic_ev_key key = {.qpn = qpn};
+		struct nic_ev *e;
+		__u32 old;
+
+		if (i >= n)
+			break;
+		key.ev = sc->ev[i];
+		e = key.ev ? nic_evs.lookup(&key) : NULL;
+		if (!e)
+			continue;
+		bpf_spin_lock(&e->lock);
+		old = e->state;
+		e->stats.lost_pkts++;
+		if (old != NIC_EVS_DENIED)
+			e->state = NIC_EVS_ASSUMED_BAD;
+		bpf_spin_unlock(&e->lock);
+		if (old != NIC_EVS_DENIED && old != NIC_EVS_ASSUMED_BAD)
+			emit_ev_state(qpn, key.ev, old, NIC_EVS_ASSUMED_BAD, NIC_EVC_TIMEOUT,
+				      sc->psn[i], now);
+	}
 	count(NIC_CNT_TIMEOUT_KICKS, 1);
 	count(NIC_CNT_TIMEOUT_QUEUED, n);
 	count(NIC_CNT_RETX_QUEUED, n);
+	count(NIC_CNT_LOST, n);
 	return XDP_DROP;
 }
 
@@ -2126,10 +2168,11 @@ int nic_xdp(struct xdp_md *ctx)
 {
 	struct engine_req req = {};
 	__u32 arg = 0;
-	int verdict, kick = kick_of(ctx, &req, &arg);
+	__u64 age_ns = 0;
+	int verdict, kick = kick_of(ctx, &req, &arg, &age_ns);
 
 	if (kick == 1 + NIC_KICK_TIMEOUT)
-		return engine_timeout(&req, arg);
+		return engine_timeout(&req, arg, age_ns);
 	if (kick)
 		verdict = ENGINE_RUN;
 	else

@@ -257,6 +257,7 @@ class EvCause(enum.IntEnum):
 
     LOSS = 1
     PROBE_REPLY = 2
+    TIMEOUT = 3
 
 
 class RetxCause(enum.IntEnum):
@@ -512,7 +513,12 @@ class Wq(ctypes.Structure):
 class Kick(ctypes.Structure):
     """struct nic_kick: the XDP metadata of a kick frame."""
 
-    _fields_ = [("qpn", ctypes.c_uint32), ("op", ctypes.c_uint16), ("arg", ctypes.c_uint16)]
+    _fields_ = [
+        ("qpn", ctypes.c_uint32),
+        ("op", ctypes.c_uint16),
+        ("arg", ctypes.c_uint16),
+        ("age_ns", ctypes.c_uint64),
+    ]
 
 
 class KickOp(enum.IntEnum):
@@ -641,11 +647,12 @@ def unpin(lab: str) -> None:
 # ---- kicks: the send engine run from user space -------------------------------------
 
 
-def kick_frame(qpn: int, op: KickOp = KickOp.SEND, arg: int = 0) -> bytes:
+def kick_frame(qpn: int, op: KickOp = KickOp.SEND, arg: int = 0, age_ns: int = 0) -> bytes:
     """BPF_PROG_RUN's data_in for a kick of QP qpn: the metadata, then the template."""
     pins.check_range("qpn", qpn, wire.QPN_MASK)
     pins.check_range("arg", arg, 0xFFFF)
-    return bytes(Kick(qpn=qpn, op=op, arg=arg)) + KICK_TEMPLATE
+    pins.check_range("age_ns", age_ns, pins.U64_MAX)
+    return bytes(Kick(qpn=qpn, op=op, arg=arg, age_ns=age_ns)) + KICK_TEMPLATE
 
 
 LIVE_BATCH_MAX = 256  # frames per batch of a live-frames BPF_PROG_RUN, at most
@@ -660,6 +667,7 @@ def run_kick(
     batch_size: int = 0,
     op: KickOp = KickOp.SEND,
     arg: int = 0,
+    age_ns: int = 0,
 ) -> bpfsys.TestRunResult:
     """Run the send engine `packets` times for QP qpn; each run sends at most one packet.
 
@@ -673,7 +681,7 @@ def run_kick(
     """
     if not (isinstance(packets, int) and 1 <= packets <= pins.U32_MAX):
         raise ValueError(f"packets must be a positive integer, not {packets!r}")
-    data = kick_frame(qpn, op, arg)
+    data = kick_frame(qpn, op, arg, age_ns)
     meta = ctypes.sizeof(Kick)
     ctx = bytes(bpfsys.XdpMd(data=meta, data_end=len(data)))
     if live:
@@ -1573,16 +1581,19 @@ class NicMaps:
         with live frames, up to `packets` data packets leave (see run_kick)."""
         return run_kick(self.program_fd(), qpn, packets, live=live, batch_size=batch_size)
 
-    def timeout_kick(self, qpn: int, packets: int, *, max_psns: int = TIMEOUT_MAX) -> int:
+    def timeout_kick(
+        self, qpn: int, packets: int, *, max_psns: int = TIMEOUT_MAX, age_ns: int = 0
+    ) -> int:
         """The retransmission timeout of a QP: a timeout kick queues up to
-        max_psns of its oldest unacknowledged PSNs (in BPF, under the QP's lock),
-        then a send kick of `packets` runs sends them (and new data, if there is
+        max_psns of its oldest unacknowledged PSNs last sent age_ns ago or more
+        (in BPF, under the QP's lock) and puts their EVs in ASSUMED_BAD, then a
+        send kick of `packets` runs sends them (and new data, if there is
         room). Returns the PSNs queued."""
         if not (isinstance(max_psns, int) and 1 <= max_psns <= TIMEOUT_MAX):
             raise ValueError(f"max_psns must be 1..{TIMEOUT_MAX}, not {max_psns!r}")
         # Informational: another process's timeout kick in between adds to it.
         before = self.counter(Counter.TIMEOUT_QUEUED)
-        run_kick(self.program_fd(), qpn, 1, op=KickOp.TIMEOUT, arg=max_psns)
+        run_kick(self.program_fd(), qpn, 1, op=KickOp.TIMEOUT, arg=max_psns, age_ns=age_ns)
         queued = self.counter(Counter.TIMEOUT_QUEUED) - before
         if packets:
             self.kick(qpn, packets, batch_size=packets)

@@ -212,7 +212,12 @@ class Job:
             )
             return
         if now - sq.last_progress > wait:
-            self.maps.timeout_kick(sq.qp.qpn, max(1, min(s.in_flight, 256)))
+            # Only PSNs older than the timeout are lost: the others may be on their way.
+            self.maps.timeout_kick(
+                sq.qp.qpn,
+                max(1, min(s.in_flight, 256)),
+                age_ns=int(sq.qp.attrs.timeout_s * 1e9),
+            )
             sq.timeouts += 1
             sq.attempt += 1
             sq.last_progress = sq.last_kick = now

@@ -901,9 +901,9 @@ def test_program_engine_maps_use_the_pythonstruct_layout(program, map_name, view
 
 
 def test_kick_framestruct_layout():
-    frame = nic.kick_frame(0x010203)
-    assert frame[:8] == bytes.fromhex("0302010000000000")
-    assert len(frame) == 8 + 64 and frame[8 + 12 : 8 + 14] == b"\x88\xb5"
+    frame = nic.kick_frame(0x010203, nic.KickOp.TIMEOUT, 5, age_ns=0x0A0B)
+    assert frame[:16] == bytes.fromhex("03020100010005000b0a000000000000")
+    assert len(frame) == 16 + 64 and frame[16 + 12 : 16 + 14] == b"\x88\xb5"
     with pytest.raises(ValueError, match="packets"):
         nic.run_kick(-1, 1, 0)
 
@@ -1087,10 +1087,12 @@ def test_live_32mib_throughput(program, maps, live_pair, capsys):
 # ---- the retransmission timeout: a timeout kick queues, a send kick resends ----
 
 
-def timeout_kick(program, maps, max_psns: int = nic.TIMEOUT_MAX) -> Run:
+def timeout_kick(program, maps, max_psns: int = nic.TIMEOUT_MAX, age_ns: int = 0) -> Run:
     """A timeout kick alone (non-live): what it queued, in the counters."""
     before = maps.counters()
-    result = nic.run_kick(program.fd, QP_TX, 1, live=False, op=nic.KickOp.TIMEOUT, arg=max_psns)
+    result = nic.run_kick(
+        program.fd, QP_TX, 1, live=False, op=nic.KickOp.TIMEOUT, arg=max_psns, age_ns=age_ns
+    )
     return Run(result.retval, result.data_out, 0, 0, delta(before, maps.counters()))
 
 
@@ -1103,7 +1105,13 @@ def test_timeout_kick_queues_the_oldest_unacked_psns_and_sends_nothing(program, 
     assert maps.sq(QP_TX).snd_nxt == START + 5
     r = timeout_kick(program, maps, max_psns=2)
     assert r.verdict == XDP_DROP
-    assert r.counters == {"timeout_kicks": 1, "timeout_queued": 2, "retx_queued": 2}
+    assert r.counters == {
+        "timeout_kicks": 1,
+        "timeout_queued": 2,
+        "retx_queued": 2,
+        "lost": 2,
+        "events": 2,  # EV state changes
+    }
     queue = maps.retx_queue(QP_TX)
     assert [(e["psn"], e["ev"], e["cause"]) for e in queue] == [
         (START, EV_A, nic.RetxCause.TIMEOUT),
@@ -1134,6 +1142,31 @@ def test_timeout_kick_with_nothing_in_flight_queues_nothing(program, maps, sq):
     assert r.verdict == XDP_DROP
     assert r.counters == {"timeout_kicks": 1}
     assert maps.retx_queue(QP_TX) == []
+
+
+@needs_bpf
+def test_timeout_marks_the_evs_that_lost_packets_assumed_bad(program, maps, sq, event_reader):
+    post(maps, 8 * CE)
+    send(program, maps, 2)  # START on A, START + 1 on B
+    timeout_kick(program, maps)
+    assert maps.ev(QP_TX, EV_A).state == nic.EvState.ASSUMED_BAD
+    assert maps.ev(QP_TX, EV_B).state == nic.EvState.ASSUMED_BAD
+    assert maps.ev(QP_TX, EV_C).state == nic.EvState.GOOD
+    assert maps.ev(QP_TX, EV_A).stats["lost_pkts"] == 1
+    changes = [e for e in event_reader.read() if isinstance(e, nic.EvEvent)]
+    assert [(e.ev, e.new_state, e.cause, e.psn) for e in changes] == [
+        (EV_A, nic.EvState.ASSUMED_BAD, nic.EvCause.TIMEOUT, START),
+        (EV_B, nic.EvState.ASSUMED_BAD, nic.EvCause.TIMEOUT, START + 1),
+    ]
+
+
+@needs_bpf
+def test_timeout_leaves_packets_younger_than_the_timeout(program, maps, sq):
+    post(maps, 8 * CE)
+    send(program, maps, 2)
+    r = timeout_kick(program, maps, age_ns=10**12)  # nothing is 1000 s old
+    assert r.counters == {"timeout_kicks": 1}
+    assert maps.ev(QP_TX, EV_A).state == nic.EvState.GOOD
 
 
 @needs_bpf
