@@ -1,0 +1,120 @@
+"""QP states, attributes and the retry schedule (mrc_nic.qp), and the per-host
+resource split (mrc_nic.hostmem): pure Python, no root."""
+
+from __future__ import annotations
+
+import errno
+
+import pytest
+
+from mrc_nic import hostmem
+from mrc_nic.qp import Qp, QpError, QpState, Retry
+
+
+def ready(qp: Qp) -> Qp:
+    qp.modify(QpState.INIT, ev_profile_id=0, cc_profile_id=0)
+    qp.modify(QpState.RTR, mpr=2, dest_host=1, dest_qpn=0x10100)
+    qp.modify(QpState.RTS, timeout=12)
+    return qp
+
+
+def test_reset_init_rtr_rts():
+    qp = ready(Qp(0x100, 0))
+    assert qp.state == QpState.RTS
+    d = qp.as_dict()
+    assert (d["mpr"], d["dest_qpn"], d["timeout"]) == (2, 0x10100, 12)
+    assert d["timeout_us"] == pytest.approx(1.024 * 2**12, rel=1e-6)
+
+
+@pytest.mark.parametrize("target", [QpState.RTR, QpState.RTS])
+def test_skipping_a_state_is_einval_and_changes_nothing(target):
+    qp = Qp(0x100, 0)
+    with pytest.raises(QpError, match="not a transition") as e:
+        qp.modify(target, mpr=2)
+    assert e.value.errno == errno.EINVAL
+    assert qp.state == QpState.RESET and qp.attrs.mpr is None
+
+
+def test_a_transition_without_its_attributes_names_them():
+    qp = Qp(0x100, 0)
+    qp.modify(QpState.INIT, ev_profile_id=0, cc_profile_id=0)
+    with pytest.raises(QpError, match="needs dest_host, dest_qpn"):
+        qp.modify(QpState.RTR, mpr=2)
+    assert qp.state == QpState.INIT and qp.attrs.mpr is None
+
+
+@pytest.mark.parametrize(
+    ("attr", "value"),
+    [
+        ("mpr", 0),
+        ("mpr", 9),
+        ("timeout", 32),
+        ("max_wimm", 0),
+        ("retry", {"linear_cnt": 8}),
+        ("retry", {"exp_cnt": 26}),
+        ("dest_qpn", 1 << 24),
+        ("mpr", "2"),
+        ("nonsense", 1),
+    ],
+)
+def test_bad_attributes_are_einval_with_the_allowed_range(attr, value):
+    qp = Qp(0x100, 0)
+    qp.modify(QpState.INIT, ev_profile_id=0, cc_profile_id=0)
+    attrs = {"dest_host": 1, "dest_qpn": 5, "mpr": 2} | {attr: value}
+    with pytest.raises(QpError) as e:
+        qp.modify(QpState.RTR, **attrs)
+    assert e.value.errno == errno.EINVAL
+    assert attr.split(".")[0] in str(e.value) or "retry" in str(e.value)
+    assert qp.state == QpState.INIT
+
+
+def test_err_from_anywhere_keeps_the_reason_and_reset_clears_it():
+    qp = ready(Qp(0x100, 0))
+    qp.modify(QpState.ERR, reason="retry budget spent")
+    assert (qp.state, qp.err_reason) == (QpState.ERR, "retry budget spent")
+    with pytest.raises(QpError):
+        qp.modify(QpState.RTS)
+    qp.modify(QpState.RESET)
+    assert (qp.state, qp.err_reason, qp.attrs.mpr) == (QpState.RESET, None, None)
+
+
+def test_retry_schedule_linear_then_exponential_then_spent():
+    r = Retry(linear_cnt=2, exp_cnt=3)
+    delays = [r.delay(i, 1.0) for i in range(6)]
+    assert delays == [1.0, 1.0, 2.0, 4.0, 8.0, None]
+
+
+def test_retry_exp_cnt_25_is_forever():
+    r = Retry(linear_cnt=0, exp_cnt=25)
+    assert r.infinite
+    assert all(r.delay(i, 1e-3) is not None for i in range(1000))
+    assert r.delay(999, 1e-3) == pytest.approx(1e-3 * 2**20)
+
+
+def test_hosts_get_disjoint_memory_ids_and_qpns():
+    mr_elems = 2 * 65536
+    a, b = (hostmem.HostResources(h, 2, mr_elems) for h in (0, 1))
+    spans = [a.send_mem.alloc(100, "x"), a.recv_mem.alloc(100, "x"), b.send_mem.alloc(100, "x")]
+    ranges = [range(s.first_elem, s.first_elem + s.n_elems) for s in spans]
+    assert not set(ranges[0]) & set(ranges[1]) and not set(ranges[1]) & set(ranges[2])
+    assert a.regions.take() != b.regions.take()
+    assert a.rings.take() != b.rings.take()
+    assert a.new_qpn() >> 16 == 0 and b.new_qpn() >> 16 == 1
+    assert a.rings.take() >= hostmem.RESERVED_RINGS  # ring 0 is mrc_nic.transfer's
+
+
+def test_memory_runs_out_with_enomem_and_comes_back():
+    res = hostmem.HostResources(0, 2, 2 * 1024)
+    whole = res.send_mem.alloc(512, "a send buffer")
+    with pytest.raises(QpError, match="no 1024 bytes free") as e:
+        res.send_mem.alloc(1, "a send buffer")
+    assert e.value.errno == errno.ENOMEM
+    res.send_mem.release(whole)
+    assert res.send_mem.alloc(512, "again").n_elems == 512
+
+
+def test_chunk_is_the_whole_share_or_what_a_double_buffer_allows():
+    half = 32 * 2**20
+    assert hostmem.chunk_bytes(1000, 1, half) == 1024
+    assert hostmem.chunk_bytes(2**30, 1, half) == 16 * 2**20
+    assert hostmem.chunk_bytes(2**30, 4, half) == 4 * 2**20
