@@ -3,17 +3,20 @@
 Anything else is a bug and keeps its traceback.
 """
 
+from mrc_nic.ctl import DaemonError
 from mrc_nic.fabric import FabricError
 from mrc_nic.faults import FaultError
 from mrc_nic.lab import LabError
 from mrc_nic.pins import MapsMismatch, MapsMissing
 from mrc_nic.preflight import PreflightError
+from mrc_nic.qp import QpError
 from mrc_nic.state import BadLabName, LabBusy
 from mrc_nic.topology import TopologyError
 from mrc_nic.traffic import TrafficError
 
 KNOWN_ERRORS = (
     BadLabName,
+    DaemonError,
     FabricError,
     FaultError,
     LabBusy,
@@ -21,6 +24,7 @@ KNOWN_ERRORS = (
     MapsMismatch,
     MapsMissing,
     PreflightError,
+    QpError,
     TopologyError,
     TrafficError,
 )
