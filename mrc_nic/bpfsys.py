@@ -22,10 +22,12 @@ from typing import NamedTuple
 BPF_MAP_LOOKUP_ELEM = 1
 BPF_MAP_UPDATE_ELEM = 2
 BPF_MAP_DELETE_ELEM = 3
+BPF_MAP_GET_NEXT_KEY = 4
 BPF_OBJ_PIN = 6
 BPF_OBJ_GET = 7
 BPF_PROG_TEST_RUN = 10
 BPF_OBJ_GET_INFO_BY_FD = 15
+BPF_MAP_LOOKUP_BATCH = 24
 
 # Flags of BPF_MAP_UPDATE_ELEM.
 BPF_ANY = 0
@@ -64,6 +66,31 @@ class _MapElemAttr(ctypes.Structure):
         ("map_fd", ctypes.c_uint32),
         ("key", ctypes.c_uint64),
         ("value", ctypes.c_uint64),
+        ("flags", ctypes.c_uint64),
+    ]
+
+
+class _NextKeyAttr(ctypes.Structure):
+    """BPF_MAP_GET_NEXT_KEY."""
+
+    _fields_ = [
+        ("map_fd", ctypes.c_uint32),
+        ("key", ctypes.c_uint64),
+        ("next_key", ctypes.c_uint64),
+    ]
+
+
+class _BatchAttr(ctypes.Structure):
+    """BPF_MAP_LOOKUP_BATCH."""
+
+    _fields_ = [
+        ("in_batch", ctypes.c_uint64),
+        ("out_batch", ctypes.c_uint64),
+        ("keys", ctypes.c_uint64),
+        ("values", ctypes.c_uint64),
+        ("count", ctypes.c_uint32),
+        ("map_fd", ctypes.c_uint32),
+        ("elem_flags", ctypes.c_uint64),
         ("flags", ctypes.c_uint64),
     ]
 
@@ -261,6 +288,75 @@ def map_delete(map_fd: int, key: bytes) -> None:
     key_buf = ctypes.create_string_buffer(bytes(key), len(key))
     attr = _MapElemAttr(map_fd=map_fd, key=_addr(key_buf))
     _bpf(BPF_MAP_DELETE_ELEM, attr, f"BPF_MAP_DELETE_ELEM map fd {map_fd} key {key.hex()}")
+
+
+def map_keys(map_fd: int, key_size: int) -> list[bytes]:
+    """Every key of a map, in the kernel's iteration order (BPF_MAP_GET_NEXT_KEY).
+
+    Keys added or deleted meanwhile may be missed or seen twice; callers that
+    need a consistent view read each value under its lock afterwards.
+    """
+    keys: list[bytes] = []
+    key_buf = None  # NULL: start from the first key
+    while True:
+        next_buf = ctypes.create_string_buffer(key_size)
+        attr = _NextKeyAttr(map_fd=map_fd, key=_addr(key_buf), next_key=_addr(next_buf))
+        try:
+            _bpf(BPF_MAP_GET_NEXT_KEY, attr, f"BPF_MAP_GET_NEXT_KEY map fd {map_fd}")
+        except FileNotFoundError:  # ENOENT: past the last key
+            return keys
+        keys.append(next_buf.raw)
+        key_buf = next_buf
+
+
+def map_lookup_batch(
+    map_fd: int, key_size: int, value_size: int, *, elem_flags: int = 0, chunk: int = 256
+) -> list[tuple[bytes, bytes]]:
+    """Every (key, value) of a map in as few syscalls as chunk allows
+    (BPF_MAP_LOOKUP_BATCH): one call instead of one lookup per key.
+
+    value_size is what one lookup returns: for a per-CPU map that is
+    percpu_slot_size(size) * possible_cpus(). elem_flags: BPF_F_LOCK copies
+    each value under its spin lock. A hash bucket larger than chunk makes the
+    kernel refuse (ENOSPC); the chunk then doubles.
+    """
+    out: list[tuple[bytes, bytes]] = []
+    token_size = max(key_size, 8)  # arrays: a key; hash maps: a u32 bucket index
+    in_batch = None
+    while True:
+        keys = ctypes.create_string_buffer(key_size * chunk)
+        values = ctypes.create_string_buffer(value_size * chunk)
+        out_batch = ctypes.create_string_buffer(token_size)
+        attr = _BatchAttr(
+            in_batch=_addr(in_batch),
+            out_batch=_addr(out_batch),
+            keys=_addr(keys),
+            values=_addr(values),
+            count=chunk,
+            map_fd=map_fd,
+            elem_flags=elem_flags,
+        )
+        done = False
+        try:
+            _bpf(BPF_MAP_LOOKUP_BATCH, attr, f"BPF_MAP_LOOKUP_BATCH map fd {map_fd}")
+        except FileNotFoundError:  # ENOENT: the last elements are in this reply
+            done = True
+        except OSError as e:
+            if e.errno != errno_mod.ENOSPC:
+                raise
+            chunk *= 2
+            continue
+        k_raw, v_raw = keys.raw, values.raw
+        for i in range(attr.count):
+            out.append(
+                (
+                    k_raw[i * key_size : (i + 1) * key_size],
+                    v_raw[i * value_size : (i + 1) * value_size],
+                )
+            )
+        if done:
+            return out
+        in_batch = out_batch
 
 
 # ---- per-CPU values ---------------------------------------------------------------

@@ -278,7 +278,7 @@ def test_duration_param_type():
 
 
 # ---- click wiring ------------------------------------------------------------------
-COMMANDS = ["up", "down", "status", "fail", "heal", "stats", "traffic", "ping"]
+COMMANDS = ["up", "down", "status", "fail", "heal", "stats", "traffic", "ping", "write", "qp", "ev"]
 
 
 @pytest.mark.parametrize("flag", ["--help", "-h"])
