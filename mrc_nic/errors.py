@@ -3,6 +3,7 @@
 Anything else is a bug and keeps its traceback.
 """
 
+from mrc_nic.capture import CaptureError
 from mrc_nic.ctl import DaemonError
 from mrc_nic.fabric import FabricError
 from mrc_nic.faults import FaultError
@@ -16,6 +17,7 @@ from mrc_nic.traffic import TrafficError
 
 KNOWN_ERRORS = (
     BadLabName,
+    CaptureError,
     DaemonError,
     FabricError,
     FaultError,

@@ -278,7 +278,20 @@ def test_duration_param_type():
 
 
 # ---- click wiring ------------------------------------------------------------------
-COMMANDS = ["up", "down", "status", "fail", "heal", "stats", "traffic", "ping", "write", "qp", "ev"]
+COMMANDS = [
+    "up",
+    "down",
+    "status",
+    "fail",
+    "heal",
+    "stats",
+    "traffic",
+    "ping",
+    "capture",
+    "write",
+    "qp",
+    "ev",
+]
 
 
 @pytest.mark.parametrize("flag", ["--help", "-h"])
