@@ -31,7 +31,7 @@ import signal
 import socket
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from mrc_nic import ctl, faults, hostmem, netns, nic, prober, sendjob
 from mrc_nic.qp import Qp, QpError, QpState
@@ -56,15 +56,10 @@ class RecvQp:
     span: hostmem.Span
 
 
-@dataclass
 class Daemon:
-    topo: Topology
-    host: str
-    maps: nic.NicMaps = field(init=False)
-    res: hostmem.HostResources = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.index = self.topo.nodes[self.host].index
+    def __init__(self, topo: Topology, host: str) -> None:
+        self.topo, self.host = topo, host
+        self.index = topo.nodes[host].index
         self.maps = nic.NicMaps.open(self.topo.lab)
         self.res = hostmem.HostResources(self.index, self.topo.hosts, self.maps.mr_elems)
         self.send_qps: dict[int, sendjob.SendQp] = {}
@@ -172,7 +167,9 @@ class Daemon:
         self._update_ports()
 
     def _update_ports(self) -> None:
-        with IPRouteOnce() as ipr:
+        from pyroute2 import IPRoute  # a query socket: the subscribed one carries events
+
+        with IPRoute() as ipr:
             links = {link.get_attr("IFLA_IFNAME"): link for link in ipr.get_links()}
         bits = 0
         for p in range(self.topo.planes):
@@ -352,13 +349,6 @@ class Daemon:
         except KeyError:
             raise QpError(errno.ENOENT, f"QP {qpn:#x} has no EV {ev}") from None
         return {"qpn": qpn, "ev": ev, "state": state}
-
-
-def IPRouteOnce():  # noqa: N802 (a constructor, named as one)
-    """A netlink socket in this namespace for one query."""
-    from pyroute2 import IPRoute
-
-    return IPRoute()
 
 
 def _host_index(topo: Topology, name) -> int:

@@ -96,7 +96,7 @@ class HostResources:
     def __init__(self, host: int, hosts: int, mr_elems: int) -> None:
         self.host = host
         per_host = mr_elems // hosts
-        half = per_host // 2
+        half = half_elems(mr_elems, hosts)
         base = host * per_host
         self.send_mem = ElemAllocator(base, half)
         self.recv_mem = ElemAllocator(base + half, per_host - half)
@@ -111,6 +111,11 @@ class HostResources:
 
     def free_qpn(self, qpn: int) -> None:
         self.qp_index.give(qpn & 0xFFFF)
+
+
+def half_elems(mr_elems: int, hosts: int) -> int:
+    """Elements of a host's send half (its receive half is the rest of its slice)."""
+    return mr_elems // hosts // 2
 
 
 def chunk_bytes(bytes_per_qp: int, qps: int, half_bytes: int) -> int:

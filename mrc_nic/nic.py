@@ -1583,21 +1583,17 @@ class NicMaps:
 
     def timeout_kick(
         self, qpn: int, packets: int, *, max_psns: int = TIMEOUT_MAX, age_ns: int = 0
-    ) -> int:
+    ) -> None:
         """The retransmission timeout of a QP: a timeout kick queues up to
         max_psns of its oldest unacknowledged PSNs last sent age_ns ago or more
         (in BPF, under the QP's lock) and puts their EVs in ASSUMED_BAD, then a
         send kick of `packets` runs sends them (and new data, if there is
-        room). Returns the PSNs queued."""
+        room). The counters timeout_kicks and timeout_queued say what it did."""
         if not (isinstance(max_psns, int) and 1 <= max_psns <= TIMEOUT_MAX):
             raise ValueError(f"max_psns must be 1..{TIMEOUT_MAX}, not {max_psns!r}")
-        # Informational: another process's timeout kick in between adds to it.
-        before = self.counter(Counter.TIMEOUT_QUEUED)
         run_kick(self.program_fd(), qpn, 1, op=KickOp.TIMEOUT, arg=max_psns, age_ns=age_ns)
-        queued = self.counter(Counter.TIMEOUT_QUEUED) - before
         if packets:
             self.kick(qpn, packets, batch_size=packets)
-        return queued
 
     # -- the PSN -> EV table ----------------------------------------------------------------
 

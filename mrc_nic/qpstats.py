@@ -145,6 +145,13 @@ def _send_side(sq: nic.SqSnapshot, evs: dict, ev_detail: bool) -> dict:
     }
 
 
+def ev_records(maps: nic.NicMaps, qpn: int) -> list[dict]:
+    """One record per EV of send QP qpn, in profile order (KeyError if no such QP)."""
+    profile = maps.sq(qpn).evs
+    evs = maps.evs_raw()
+    return [_ev_record(ev, evs[(qpn, ev)]) for ev in profile if (qpn, ev) in evs]
+
+
 def _ev_record(ev: int, raw: nic.EvStateLayout) -> dict:
     return {
         "ev": ev,

@@ -10,35 +10,25 @@ whatever happened. The caller's process never touches a packet or a map.
 
 from __future__ import annotations
 
-from mrc_nic import ctl, hostmem, lab
+from mrc_nic import ctl, hostmem, lab, topology
 from mrc_nic.faults import load_lab
 
-SIZE_UNITS = {
-    "": 1,
-    "B": 1,
-    "K": 2**10,
-    "KB": 2**10,
-    "KIB": 2**10,
-    "M": 2**20,
-    "MB": 2**20,
-    "MIB": 2**20,
-    "G": 2**30,
-    "GB": 2**30,
-    "GIB": 2**30,
+# Transfer sizes: binary units, as RDMA tools count (perftest, ib_write_bw).
+WRITE_SIZE_UNITS = {
+    "b": 1,
+    "k": 2**10,
+    "kib": 2**10,
+    "m": 2**20,
+    "mib": 2**20,
+    "g": 2**30,
+    "gib": 2**30,
 }
 SIZE_MAX = 2**40
 
 
 def parse_size(text: str) -> int:
-    """'1G', '64MiB', '4096', '1.5M' -> bytes (binary units)."""
-    t = text.strip().upper()
-    i = len(t)
-    while i and not (t[i - 1].isdigit() or t[i - 1] == "."):
-        i -= 1
-    number, unit = t[:i], t[i:].strip()
-    if unit not in SIZE_UNITS or not number:
-        raise ValueError(f"bad size {text!r}: use a number with an optional unit K, M or G")
-    value = int(float(number) * SIZE_UNITS[unit])
+    """'1G', '64MiB', '4096' -> bytes; 1 byte .. 1 TiB."""
+    value = topology.parse_size(text, WRITE_SIZE_UNITS)
     if not 1 <= value <= SIZE_MAX:
         raise ValueError(f"size must be 1 byte .. 1 TiB, not {text!r}")
     return value
@@ -68,7 +58,7 @@ def write(
             )
     if src == dst:
         raise ValueError("source and destination must be different hosts")
-    half = lab.nic_memory_elems(topo) // topo.hosts // 2 * hostmem.KIB
+    half = hostmem.half_elems(lab.nic_memory_elems(topo), topo.hosts) * hostmem.KIB
     chunk = hostmem.chunk_bytes(-(-size // qps), qps, half)
     opened = ctl.call(lab_name, src, {"op": "sq_open", "count": qps, "chunk": chunk})
     remote = ctl.call(

@@ -247,16 +247,15 @@ class Job:
         errors = {f"{sq.qp.qpn:#x}": sq.error for sq in self.qps if sq.error}
         per_plane: dict[int, int] = {}
         retx = timeouts = 0
+        evs = self.maps.evs_raw()  # every EV of the lab in one batch read
         for sq in self.qps:
             timeouts += sq.timeouts
-            try:
+            with contextlib.suppress(KeyError):
                 retx += self.maps.sq(sq.qp.qpn).tx_stats.get("retx_pkts", 0)
-                for ev, plane in sq.evs.items():
-                    per_plane[plane] = (
-                        per_plane.get(plane, 0) + self.maps.ev(sq.qp.qpn, ev).stats["tx_pkts"]
-                    )
-            except KeyError:
-                pass
+            for ev, plane in sq.evs.items():
+                state = evs.get((sq.qp.qpn, ev))
+                if state is not None:
+                    per_plane[plane] = per_plane.get(plane, 0) + state.stats.tx_pkts
         total = sum(per_plane.values()) or 1
         sent = sum(length for sq in self.qps for _, length in sq.pieces[: sq.verified])
         return {

@@ -277,19 +277,18 @@ def parse_rate(value: object) -> int | None:
     return round(float(m.group(1)) * RATE_UNITS[m.group(2)])
 
 
-def parse_size(value: object) -> int:
-    """'256KiB' -> 262144 bytes; a bare integer is bytes."""
+def parse_size(value: object, units: dict[str, int] = SIZE_UNITS) -> int:
+    """'256KiB' -> 262144 bytes; a bare integer is bytes. units: lower-case
+    unit -> bytes (the topology's by default)."""
     if isinstance(value, int) and not isinstance(value, bool):
         return value
     if not isinstance(value, str):
         raise ValueError('must be a size such as "256KiB"')
     m = re.fullmatch(r"(\d+)\s*([a-zA-Z]*)", value.strip())
     unit = (m.group(2) or "b").lower() if m else ""
-    if not m or unit not in SIZE_UNITS:
-        raise ValueError(
-            f"cannot read {value!r}: use a number and a unit ({', '.join(SIZE_UNITS)})"
-        )
-    return int(m.group(1)) * SIZE_UNITS[unit]
+    if not m or unit not in units:
+        raise ValueError(f"cannot read {value!r}: use a number and a unit ({', '.join(units)})")
+    return int(m.group(1)) * units[unit]
 
 
 def format_rate(bps: int | None) -> str:

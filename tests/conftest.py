@@ -94,6 +94,35 @@ def compiled_constants(probe, constants) -> dict:
     return {expr: table[ctypes.c_uint32(i)].value for i, (expr, _) in enumerate(constants)}
 
 
+@contextlib.contextmanager
+def nic_header_probe(views, constants):
+    """bpf/nic_maps.h compiled by bcc with its defaults (compile_header_probe):
+    one array map per struct (for its Leaf type) and an array of every
+    constant, filled by one run; cleaned up after."""
+    from mrc_nic import nic
+
+    bpf = compile_header_probe("nic_maps.h", nic.BPF_DIR, views, constants)
+    try:
+        yield bpf
+    finally:
+        bpf.cleanup()
+
+
+def check_compiled_constants(probe, constants) -> None:
+    """Every (expression, expected) pair has its expected value in the compiled header."""
+    got = compiled_constants(probe, constants)
+    assert got == {expr: int(value) for expr, value in constants}
+
+
+def check_compiled_struct(probe, struct: str, view) -> None:
+    """The Python view of `struct` has the compiled struct's size and layout."""
+    import ctypes
+
+    leaf = probe[f"l_{struct}".encode()].Leaf
+    assert ctypes.sizeof(leaf) == ctypes.sizeof(view)
+    assert struct_layout(leaf) == struct_layout(view)
+
+
 def struct_layout(struct) -> list:
     """(name, offset, size) of every field of a ctypes struct (a Python view or
     bcc's compiled Leaf), nested structs and arrays of structs expanded."""

@@ -32,9 +32,10 @@ import time
 
 import pytest
 from conftest import (
-    compile_header_probe,
-    compiled_constants,
+    check_compiled_constants,
+    check_compiled_struct,
     loaded_nic_program,
+    nic_header_probe,
     struct_layout,
 )
 from scapy.contrib.roce import BTH
@@ -873,25 +874,19 @@ ENGINE_CONSTANTS = [
 
 @pytest.fixture(scope="module")
 def compiled_header():
-    bpf = compile_header_probe("nic_maps.h", nic.BPF_DIR, ENGINE_C_VIEWS, ENGINE_CONSTANTS)
-    try:
+    with nic_header_probe(ENGINE_C_VIEWS, ENGINE_CONSTANTS) as bpf:
         yield bpf
-    finally:
-        bpf.cleanup()
 
 
 @needs_bpf
 def test_engine_constants_match_header(compiled_header):
-    got = compiled_constants(compiled_header, ENGINE_CONSTANTS)
-    assert got == {expr: int(value) for expr, value in ENGINE_CONSTANTS}
+    check_compiled_constants(compiled_header, ENGINE_CONSTANTS)
 
 
 @needs_bpf
 @pytest.mark.parametrize("struct", list(ENGINE_C_VIEWS))
 def test_python_layout_matches_compiled_engine_struct(compiled_header, struct):
-    leaf = compiled_header[f"l_{struct}".encode()].Leaf
-    assert ctypes.sizeof(leaf) == ctypes.sizeof(ENGINE_C_VIEWS[struct])
-    assert struct_layout(leaf) == struct_layout(ENGINE_C_VIEWS[struct])
+    check_compiled_struct(compiled_header, struct, ENGINE_C_VIEWS[struct])
 
 
 @needs_bpf

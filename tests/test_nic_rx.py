@@ -30,9 +30,10 @@ from collections.abc import Callable
 
 import pytest
 from conftest import (
-    compile_header_probe,
-    compiled_constants,
+    check_compiled_constants,
+    check_compiled_struct,
     loaded_nic_program,
+    nic_header_probe,
     struct_layout,
 )
 from scapy.contrib.roce import AETH, BTH
@@ -1001,27 +1002,19 @@ HEADER_CONSTANTS = [
 
 @pytest.fixture(scope="module")
 def compiled_header():
-    """nic_maps.h compiled by bcc with its defaults: one array map per struct
-    (for its Leaf type) and an array of every constant, filled by one run."""
-    bpf = compile_header_probe("nic_maps.h", nic.BPF_DIR, C_VIEWS, HEADER_CONSTANTS)
-    try:
+    with nic_header_probe(C_VIEWS, HEADER_CONSTANTS) as bpf:
         yield bpf
-    finally:
-        bpf.cleanup()
 
 
 @needs_bpf
 def test_constants_match_header(compiled_header):
-    got = compiled_constants(compiled_header, HEADER_CONSTANTS)
-    assert got == {expr: int(value) for expr, value in HEADER_CONSTANTS}
+    check_compiled_constants(compiled_header, HEADER_CONSTANTS)
 
 
 @needs_bpf
 @pytest.mark.parametrize("struct", list(C_VIEWS))
 def test_python_layout_matches_compiled_struct(compiled_header, struct):
-    leaf = compiled_header[f"l_{struct}".encode()].Leaf
-    assert ctypes.sizeof(leaf) == ctypes.sizeof(C_VIEWS[struct])
-    assert struct_layout(leaf) == struct_layout(C_VIEWS[struct])
+    check_compiled_struct(compiled_header, struct, C_VIEWS[struct])
 
 
 @needs_bpf

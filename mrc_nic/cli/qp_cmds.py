@@ -14,7 +14,7 @@ def _size(ctx, param, value):
     try:
         return parse_size(value)
     except ValueError as e:
-        raise click.BadParameter(str(e)) from None
+        raise click.BadParameter(f"bad size: {e}") from None
 
 
 @click.command(
@@ -25,7 +25,7 @@ Examples:
 )
 @click.argument("src")
 @click.argument("dst")
-@click.option("--size", required=True, callback=_size, help="Bytes: 4096, 64K, 256M, 1G.")
+@click.option("--size", required=True, callback=_size, help="Bytes: 4096, 64K, 256MiB, 1G.")
 @click.option("--qps", type=click.IntRange(1, 64), default=1, show_default=True)
 @click.option("--imm", is_flag=True, help="WRITE_WITH_IMM: completions at the receiver, in order.")
 @click.option("--verify", is_flag=True, help="Compare every byte that arrived with what was sent.")
@@ -145,17 +145,16 @@ def ev() -> None:
 @format_option
 def ev_list(qpn, lab, fmt):
     """State and counters of each EV of send QP QPN."""
-    from mrc_nic import nic
+    from mrc_nic import nic, qpstats
 
     name = pick_lab(lab)
     with nic.NicMaps.open(name) as maps:
         try:
-            sq = maps.sq(qpn)
+            evs = [_ev_row(record) for record in qpstats.ev_records(maps, qpn)]
         except KeyError:
             raise click.UsageError(
                 f"no send QP {qpn:#x} in lab {name!r} (see mrc-nic qp list)"
             ) from None
-        evs = [dict(ev=e, **_ev_row(maps.ev(qpn, e))) for e in sq.evs]
     if fmt == "json":
         output.emit_json({"qpn": qpn, "evs": evs})
         return
@@ -180,17 +179,15 @@ def ev_list(qpn, lab, fmt):
     )
 
 
-def _ev_row(snap) -> dict:
-    st = snap.stats
+def _ev_row(record: dict) -> dict:
+    """The columns of `ev list`, from qpstats' EV record."""
+    c = record["counters"]
     return {
-        "plane": snap.plane,
-        "state": getattr(snap.state, "name", str(snap.state)),
-        "tx_pkts": st["tx_pkts"],
-        "acks": st["acks"],
-        "lost_pkts": st["lost_pkts"],
-        "retx_pkts": st["retx_pkts"],
-        "probe_replies": st["probe_replies"],
-        "rtt_us": round(snap.srtt / 1e3, 1),
+        "ev": record["ev"],
+        "plane": record["plane"],
+        "state": record["state"],
+        **{k: c[k] for k in ("tx_pkts", "acks", "lost_pkts", "retx_pkts", "probe_replies")},
+        "rtt_us": round(record["srtt_ns"] / 1e3, 1),
     }
 
 
