@@ -174,8 +174,35 @@ struct nic_rq_stats {
 	__u64 nacks;        /* NACKs sent, every reason */
 	__u64 msgs_done;    /* messages completed in order (AETH.msn moves with it) */
 	__u64 imm_done;     /* of which WRITE_WITH_IMM (one completion event each) */
+	/* Delivery gaps (bpf_ktime_get_ns): the longest time between two placements
+	 * of new payload, the disruption a failure causes as the receiver sees it.
+	 * User space may zero max_gap_ns to start a new measurement. */
+	__u64 first_place_ns; /* first placement */
+	__u64 last_place_ns;  /* latest placement */
+	__u64 max_gap_ns;     /* longest time between two placements */
+	__u64 max_gap_end_ns; /* when that gap ended (its last_place_ns + max_gap_ns) */
 };
-_Static_assert(sizeof(struct nic_rq_stats) == 80, "struct nic_rq_stats layout changed");
+_Static_assert(sizeof(struct nic_rq_stats) == 112, "struct nic_rq_stats layout changed");
+
+/*
+ * Map nic_rx_timeline (per-CPU array, NIC_TIMELINE_BINS entries): payload
+ * bytes placed by every receive QP of the lab, in bins of 2^NIC_TIMELINE_SHIFT
+ * ns of bpf_ktime_get_ns (1.05 ms). Bin b lives in slot b % NIC_TIMELINE_BINS
+ * and is restarted when a later bin takes the slot, so the map holds the last
+ * NIC_TIMELINE_BINS bins (8.6 s); a reader sums the CPUs' copies whose bin
+ * matches. For goodput-over-time plots; the exact gaps are in nic_rq_stats.
+ */
+#ifndef NIC_TIMELINE_SHIFT
+#define NIC_TIMELINE_SHIFT 20
+#endif
+#ifndef NIC_TIMELINE_BINS
+#define NIC_TIMELINE_BINS 8192
+#endif
+struct nic_timeline_bin {
+	__u64 bin;   /* ktime >> NIC_TIMELINE_SHIFT */
+	__u64 bytes; /* payload bytes placed in it, on this CPU */
+};
+_Static_assert(sizeof(struct nic_timeline_bin) == 16, "struct nic_timeline_bin layout changed");
 
 /*
  * The receiving side of one QP. User space writes the whole value when it
@@ -328,7 +355,9 @@ struct nic_sq {
 	__u32 retx_head;  /* retxq consumer (the send engine), free-running */
 	__u32 retx_tail;  /* retxq producer (rx_ack), free-running */
 	__u32 peer_ports; /* port bitmap of the last ACK: the peer's ports that are up */
-	__u32 reserved[2];
+	__u32 reo_wnd_ns; /* setup: the reorder window of the head scan (see "Loss
+			   * detection"), ns; 0 turns the scan off (mrc-nic extension) */
+	__u32 reserved;
 	__u64 acked[NIC_BITMAP_WORDS];  /* ring: acknowledged PSNs */
 	__u64 echoed[NIC_BITMAP_WORDS]; /* ring: PSNs whose own SACK/NACK was taken */
 	__u64 retx[NIC_BITMAP_WORDS];   /* ring: PSNs queued for retransmission */
@@ -475,11 +504,30 @@ _Static_assert(sizeof(struct nic_ev) == 64 + sizeof(struct nic_ev_stats),
  * different queues, so PSN order says nothing about loss; a PSN threshold
  * would declare losses (and blame EVs) on every queueing difference. Order
  * is only kept per EV, so that is where holes mean loss (as RACK reasons per
- * connection, per EV here). Not caught by the walk, left to the daemon's
- * timeout: losses on an EV from which no later packet is acknowledged (a
- * blackholed path), and packets before a trimmed one (a trimmed header
- * overtakes at high priority, so trim NACKs start no walk).
+ * connection, per EV here). Not caught by the walk: losses on an EV from
+ * which no later packet is acknowledged (a blackholed path), and packets
+ * before a trimmed one (a trimmed header overtakes at high priority, so trim
+ * NACKs start no walk).
+ *
+ * The head scan (rx_ack, when struct nic_sq.reo_wnd_ns is set) catches those
+ * in BPF, without waiting for the daemon's timeout: RACK's rule with time
+ * instead of PSN order. When a SACK echoes a transmission sent at T, every
+ * PSN at the head of the window (from snd_una on, at most NIC_HEAD_SCAN of
+ * them) that is neither acknowledged nor queued and whose latest transmission
+ * left before T - W is lost: a packet sent that much later has already made
+ * the round trip. W, the reorder window, is reo_wnd_ns or this SACK's round
+ * trip (now - T), whichever is longer: the tolerance for queueing differences
+ * between paths (and for scheduling delays on this machine), which grow with
+ * the queues. A path whose queue holds packets longer than that is blamed
+ * wrongly, and the daemon's probes give its EV back. The EV each lost PSN went on becomes
+ * ASSUMED_BAD (a silent loss). First transmissions leave in PSN order, so the
+ * scan stops at the first one sent too recently; retransmissions are skipped.
+ * The daemon's timeout remains the backstop (no SACK at all comes back).
  */
+#ifndef NIC_HEAD_SCAN
+#define NIC_HEAD_SCAN 8
+#endif
+_Static_assert((NIC_HEAD_SCAN & (NIC_HEAD_SCAN - 1)) == 0, "NIC_HEAD_SCAN must be a power of two");
 struct nic_tx_pkt {
 	__u64 tx_ts;    /* MRC_DATA.tx_ts of the PSN's latest transmission */
 	__u32 psn;      /* the PSN (24 bits): PSNs sharing the slot do not match */
@@ -789,6 +837,7 @@ enum nic_counter {
 	NIC_CNT_SEND_DONE,       /* send completions (NIC_EV_SEND_DONE) */
 	NIC_CNT_TIMEOUT_KICKS,   /* timeout kicks (NIC_KICK_TIMEOUT) taken */
 	NIC_CNT_TIMEOUT_QUEUED,  /* PSNs they queued for retransmission */
+	NIC_CNT_LOST_HEAD,       /* PSNs the head scan declared lost (also in LOST) */
 	NIC_CNT_MAX,
 };
 

@@ -93,6 +93,8 @@ BPF_ARRAY(nic_regions, struct nic_region, NIC_MAX_REGIONS);
 BPF_ARRAY(nic_port_up, __u32, NIC_MAX_HOSTS);
 /* Outcome counters, enum nic_counter, one copy per CPU. */
 BPF_PERCPU_ARRAY(nic_counters, __u64, NIC_CNT_MAX);
+/* Payload bytes placed, per time bin (struct nic_timeline_bin). */
+BPF_PERCPU_ARRAY(nic_rx_timeline, struct nic_timeline_bin, NIC_TIMELINE_BINS);
 /* Completions gathered under a QP lock, sent after it (not pinned). */
 BPF_PERCPU_ARRAY(nic_cqe_scratch, struct nic_cqe_batch, 1);
 /* Send state per QP, key = QPN; see struct nic_sq. */
@@ -104,7 +106,7 @@ BPF_F_TABLE("array", __u32, struct nic_tx_ring, nic_tx_ring, NIC_TX_RINGS, BPF_F
 /* What the locked part of rx_ack decided, read after the lock (not pinned). */
 struct nic_lost {
 	__u32 psn;
-	__u32 reserved;
+	__u32 ev; /* the head scan's: the EV it went on (the walk's are all the echoed EV) */
 	__u64 tx_ts;
 };
 struct nic_ack_scratch {
@@ -114,7 +116,10 @@ struct nic_ack_scratch {
 	__u32 queued;  /* the NACKed PSN was queued */
 	__u32 fatal;   /* the QP went to ERR */
 	__u32 n_lost;  /* entries of lost */
+	__u32 n_head;  /* entries of head (the head scan) */
+	__u32 reserved;
 	struct nic_lost lost[NIC_LOSS_WALK_MAX];
+	struct nic_lost head[NIC_HEAD_SCAN];
 };
 BPF_PERCPU_ARRAY(nic_ack_scratch, struct nic_ack_scratch, 1);
 /* Events to the daemon: struct nic_event and the other NIC_EV_* records. */
@@ -588,6 +593,40 @@ static __always_inline int addrs_match(__u32 local_host, __u32 peer_host, __be32
 }
 
 /* Receiver role: a WRITE or WRITE_IMM packet. */
+/* The delivery clock of a receive QP (under its lock): the longest gap. */
+static __always_inline void note_delivery(struct nic_rq_stats *st, __u64 now)
+{
+	__u64 gap;
+
+	if (!st->first_place_ns)
+		st->first_place_ns = now;
+	else if (now > st->last_place_ns) {
+		gap = now - st->last_place_ns;
+		if (gap > st->max_gap_ns) {
+			st->max_gap_ns = gap;
+			st->max_gap_end_ns = now;
+		}
+	}
+	if (now > st->last_place_ns)
+		st->last_place_ns = now;
+}
+
+/* Bytes placed at `now` into this CPU's copy of the timeline. */
+static __always_inline void timeline_add(__u64 now, __u32 bytes)
+{
+	__u64 bin = now >> NIC_TIMELINE_SHIFT;
+	__u32 slot = bin & (NIC_TIMELINE_BINS - 1);
+	struct nic_timeline_bin *b = nic_rx_timeline.lookup(&slot);
+
+	if (!b)
+		return;
+	if (b->bin != bin) {
+		b->bin = bin;
+		b->bytes = 0;
+	}
+	b->bytes += bytes;
+}
+
 static __always_inline int rx_data(struct xdp_md *ctx, struct mrc_pkt *p)
 {
 	int has_imm = p->bth->opcode == MRC_OP_WRITE_IMM;
@@ -601,7 +640,7 @@ static __always_inline int rx_data(struct xdp_md *ctx, struct mrc_pkt *p)
 	enum rx_verdict verdict;
 	__u32 qpn, psn, dmalen, rkey, flags_msn, msg_off, payload_len, payload_off;
 	__u32 imm = 0, elem = 0, zero = 0, dscp, host;
-	__u64 va, off;
+	__u64 va, off, now = 0;
 	__s32 window, d;
 	int trimmed, last, fresh;
 	__u32 *ports;
@@ -762,6 +801,8 @@ static __always_inline int rx_data(struct xdp_md *ctx, struct mrc_pkt *p)
 		return drop(NIC_CNT_DROP_XDP_ERR); /* cannot happen: a 1-entry array */
 	batch->n = 0;
 	batch->done = 0;
+	if (fresh) /* only new data moves the delivery clock: a duplicate is no progress */
+		now = bpf_ktime_get_ns();
 
 	bpf_spin_lock(&rq->lock);
 	d = MRC_PSN_DIFF(psn, rq->cum_psn);
@@ -779,6 +820,7 @@ static __always_inline int rx_data(struct xdp_md *ctx, struct mrc_pkt *p)
 			complete_msgs(rq, batch);
 			rq->stats.placed_pkts++;
 			rq->stats.placed_bytes += payload_len;
+			note_delivery(&rq->stats, now);
 		}
 	}
 	if (verdict != RX_BAD_MSN) {
@@ -807,6 +849,7 @@ static __always_inline int rx_data(struct xdp_md *ctx, struct mrc_pkt *p)
 	default:
 		count(NIC_CNT_PLACED, 1);
 		count(NIC_CNT_PLACED_BYTES, payload_len);
+		timeline_add(now, payload_len);
 		if (batch->done) {
 			count(NIC_CNT_MSG_DONE, batch->done);
 			if (batch->n)
@@ -1071,6 +1114,50 @@ static __always_inline void loss_walk(struct nic_sq *sq, struct nic_tx_ring *rin
 	sc->n_lost = n;
 }
 
+/*
+ * The head scan (nic_maps.h, "Loss detection"): a SACK echoes a transmission
+ * sent at echo_ts; the PSNs at the head of the window last sent more than
+ * reo_wnd_ns before it, and neither acknowledged nor queued, are lost.
+ */
+static __always_inline void head_scan(struct nic_sq *sq, struct nic_tx_ring *ring,
+				      struct nic_ack_scratch *sc, __u64 echo_ts, __u64 now)
+{
+	__u32 psn = sq->snd_una, n = 0;
+	__u64 before, wnd = sq->reo_wnd_ns;
+	int i;
+
+	if (!wnd || echo_ts > now)
+		return;
+	/* Queues grow the RTT and the differences between paths with it: the
+	 * window is at least this SACK's round trip. */
+	if (now - echo_ts > wnd)
+		wnd = now - echo_ts;
+	if (echo_ts <= wnd)
+		return;
+	before = echo_ts - wnd;
+	for (i = 0; i < NIC_HEAD_SCAN; i++, psn = (psn + 1) & MRC_PSN_MASK) {
+		struct nic_tx_pkt *e = &ring->pkts[RING_POS(psn)];
+
+		if (MRC_PSN_DIFF(psn, sq->snd_nxt) >= 0 || e->psn != psn)
+			break; /* beyond what was sent, or not recorded */
+		if (BM_TEST(sq->acked, psn) || BM_TEST(sq->retx, psn))
+			continue;
+		if (e->tx_ts >= before) {
+			if (e->flags & NIC_TX_F_RETX)
+				continue; /* resent lately: later first transmissions may be old */
+			break; /* first transmissions leave in PSN order: the rest are newer */
+		}
+		if (!sq_queue(sq, psn, e->ev, NIC_RETX_LOST, 0))
+			break;
+		sc->head[n & (NIC_HEAD_SCAN - 1)].psn = psn;
+		sc->head[n & (NIC_HEAD_SCAN - 1)].ev = e->ev;
+		sc->head[n & (NIC_HEAD_SCAN - 1)].tx_ts = e->tx_ts;
+		n++;
+	}
+	sq->stats.lost_pkts += n;
+	sc->n_head = n;
+}
+
 /* ---- Sender role: EV feedback (callers hold ev->lock) -------------------- */
 
 static __always_inline void ev_rtt(struct nic_ev *ev, __u64 now, __u64 tx_ts)
@@ -1131,6 +1218,46 @@ static __always_inline void emit_ev_state(__u32 qpn, __u32 ev, __u32 old, __u32 
 	};
 
 	emit(&e);
+}
+
+/* The head scan's losses, after the QP's lock: each lost PSN's EV becomes
+ * ASSUMED_BAD (with an event when it changes), as after the loss walk. */
+static __always_inline void head_losses(__u32 qpn, __u32 ack_psn, struct nic_ack_scratch *sc,
+					__u64 now)
+{
+	int i;
+
+	for (i = 0; i < NIC_HEAD_SCAN; i++) {
+		struct nic_lost *l = &sc->head[i];
+		struct nic_loss_event e = {.type = NIC_EV_LOSS, .qpn = qpn};
+		struct nic_ev_key key = {.qpn = qpn};
+		struct nic_ev *ev;
+		__u32 old = 0, st = 0;
+
+		if (i >= sc->n_head)
+			break;
+		key.ev = l->ev;
+		ev = nic_evs.lookup(&key);
+		if (ev) {
+			bpf_spin_lock(&ev->lock);
+			old = ev->state;
+			st = ev_state_now(ev, now);
+			ev->stats.lost_pkts++;
+			ev->stats.retx_queued++;
+			if (st != NIC_EVS_DENIED)
+				st = NIC_EVS_ASSUMED_BAD;
+			ev->state = st;
+			bpf_spin_unlock(&ev->lock);
+			if (old != st)
+				emit_ev_state(qpn, l->ev, old, st, NIC_EVC_LOSS, l->psn, now);
+		}
+		e.psn = l->psn;
+		e.ev = l->ev;
+		e.tx_ts = l->tx_ts;
+		e.ack_psn = ack_psn;
+		e.ts = now;
+		emit(&e);
+	}
 }
 
 /* ---- Sender role: SACK and NACK ------------------------------------------ */
@@ -1267,6 +1394,7 @@ static __always_inline int rx_ack(struct xdp_md *ctx, struct mrc_pkt *p, struct 
 	sc->queued = 0;
 	sc->fatal = 0;
 	sc->n_lost = 0;
+	sc->n_head = 0;
 
 	bpf_spin_lock(&sq->lock);
 	inflight = MRC_PSN_DIFF(sq->snd_nxt, sq->snd_una);
@@ -1317,6 +1445,7 @@ static __always_inline int rx_ack(struct xdp_md *ctx, struct mrc_pkt *p, struct 
 		sc->fatal = 1;
 	} else if (sc->fb) {
 		loss_walk(sq, ring, sc, psn, echo_ev, echo_ts);
+		head_scan(sq, ring, sc, echo_ts, now);
 	}
 unlock:
 	bpf_spin_unlock(&sq->lock);
@@ -1402,9 +1531,13 @@ unlock:
 		emit(&e);
 	}
 
+	if (sc->n_head)
+		head_losses(qpn, psn, sc, now);
+
 	count(NIC_CNT_ACKED, sc->newly);
-	count(NIC_CNT_LOST, n);
-	count(NIC_CNT_RETX_QUEUED, sc->queued + n);
+	count(NIC_CNT_LOST, n + sc->n_head);
+	count(NIC_CNT_LOST_HEAD, sc->n_head);
+	count(NIC_CNT_RETX_QUEUED, sc->queued + n + sc->n_head);
 	return ack_done(p, req, qpn, sq->engine, sc->fb | sc->newly | sc->queued | sc->fatal);
 }
 

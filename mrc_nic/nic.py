@@ -98,6 +98,7 @@ TX_RING_MAP = "nic_tx_ring"
 WQ_MAP = "nic_wq"
 PORTS_MAP = "nic_ports"
 TX_PORTS_MAP = "nic_tx_ports"
+TIMELINE_MAP = "nic_rx_timeline"
 MAP_PINS = (
     RX_QPS_MAP,
     MR_MAP,
@@ -111,6 +112,7 @@ MAP_PINS = (
     WQ_MAP,
     PORTS_MAP,
     TX_PORTS_MAP,
+    TIMELINE_MAP,
 )
 # The program itself, pinned next to its maps: BPF_OBJ_GET gives a kicker its fd.
 PROG_PIN = "nic_xdp_prog"
@@ -147,6 +149,9 @@ DEFAULT_MAX_EVS = 16384
 DEFAULT_TX_RINGS = 256
 DEFAULT_SKIP_NS = 100_000  # NIC_SKIP_NS: see bpf/nic_maps.h for why
 LOSS_WALK_MAX = 16  # NIC_LOSS_WALK_MAX (the loader keeps the header's value)
+HEAD_SCAN = 8  # NIC_HEAD_SCAN: PSNs the head scan looks at per SACK
+TIMELINE_SHIFT = 20  # NIC_TIMELINE_SHIFT: a bin of the receive timeline is 2^20 ns
+TIMELINE_BINS = 8192  # NIC_TIMELINE_BINS
 
 # A kick's template frame (nic_maps.h, struct nic_kick): broadcast, EtherType 0x88B5
 # (IEEE 802 local experimental), zero padding to 64 bytes; the engine overwrites it.
@@ -227,6 +232,7 @@ class Counter(enum.IntEnum):
     SEND_DONE = 47
     TIMEOUT_KICKS = 48
     TIMEOUT_QUEUED = 49
+    LOST_HEAD = 50
 
 
 COUNTER_SLOTS = len(Counter)  # NIC_CNT_MAX
@@ -297,6 +303,10 @@ class RqStats(ctypes.Structure):
         ("nacks", ctypes.c_uint64),
         ("msgs_done", ctypes.c_uint64),
         ("imm_done", ctypes.c_uint64),
+        ("first_place_ns", ctypes.c_uint64),
+        ("last_place_ns", ctypes.c_uint64),
+        ("max_gap_ns", ctypes.c_uint64),
+        ("max_gap_end_ns", ctypes.c_uint64),
     ]
 
 
@@ -396,7 +406,8 @@ class SqState(ctypes.Structure):
         ("retx_head", ctypes.c_uint32),
         ("retx_tail", ctypes.c_uint32),
         ("peer_ports", ctypes.c_uint32),
-        ("reserved", ctypes.c_uint32 * 2),
+        ("reo_wnd_ns", ctypes.c_uint32),
+        ("reserved", ctypes.c_uint32),
         ("acked", ctypes.c_uint64 * BITMAP_WORDS),
         ("echoed", ctypes.c_uint64 * BITMAP_WORDS),
         ("retx", ctypes.c_uint64 * BITMAP_WORDS),
@@ -1200,6 +1211,23 @@ class NicMaps:
         values = bpfsys.map_lookup_percpu(self._fds[COUNTERS_MAP], _u32(which), 8)
         return sum(int.from_bytes(v, "little") for v in values)
 
+    def rx_timeline(self) -> dict[int, int]:
+        """Payload bytes placed per timeline bin (bin = ktime_ns >> TIMELINE_SHIFT),
+        summed over CPUs: the last TIMELINE_BINS bins of the whole lab, one batch read."""
+        slot = bpfsys.percpu_slot_size(16)
+        value_size = slot * bpfsys.possible_cpus()
+        bins: dict[int, int] = {}
+        entries = bpfsys.map_lookup_batch(
+            self._fds[TIMELINE_MAP], 4, value_size, chunk=TIMELINE_BINS
+        )
+        for _key, value in entries:
+            for at in range(0, value_size, slot):
+                b = int.from_bytes(value[at : at + 8], "little")
+                n = int.from_bytes(value[at + 8 : at + 16], "little")
+                if n:
+                    bins[b] = bins.get(b, 0) + n
+        return bins
+
     def events(self) -> EventReader:
         """A reader of the event ring buffer (one consumer at a time)."""
         return EventReader(self._fds[EVENTS_MAP])
@@ -1224,6 +1252,7 @@ class NicMaps:
         cwnd: int = 0,
         msn: int = 0,
         peer_ports: int = ALL_PLANES,
+        reo_wnd_ns: int = 0,
     ) -> None:
         """Create (or reset) the send state of a QP, its EVs, its PSN -> EV table and
         its send queue.
@@ -1234,8 +1263,9 @@ class NicMaps:
         advances snd_nxt, tests set it here. engine: the send engine serves
         the QP (post_write, kick, the ACK clock); cwnd: most packets in flight
         (0: the window); msn: the MSN of the first WQE; peer_ports: the
-        peer's port bitmap until its first ACK says otherwise. The whole
-        values are written: do it before packets flow for this QP.
+        peer's port bitmap until its first ACK says otherwise; reo_wnd_ns:
+        the head scan's reorder window (0: off; nic_maps.h, "Loss detection").
+        The whole values are written: do it before packets flow for this QP.
         """
         pins.check_range("qpn", qpn, wire.QPN_MASK)
         pins.check_range("local_host", local_host, MAX_HOSTS - 2)
@@ -1263,6 +1293,7 @@ class NicMaps:
         pins.check_range("cwnd", cwnd, pins.U32_MAX)
         pins.check_range("msn", msn, wire.MSN_MASK)
         pins.check_range("peer_ports", peer_ports, pins.U32_MAX)
+        pins.check_range("reo_wnd_ns", reo_wnd_ns, pins.U32_MAX)
         value = SqState(
             state=QpState(state),
             local_host=local_host,
@@ -1275,6 +1306,7 @@ class NicMaps:
             snd_una=psn,
             snd_nxt=snd_nxt,
             peer_ports=peer_ports,
+            reo_wnd_ns=reo_wnd_ns,
             engine=int(bool(engine)),
             cwnd=cwnd,
             snd_msn=msn,

@@ -43,7 +43,9 @@ def write(
     qps: int = 1,
     imm: bool = False,
     verify: bool = False,
-    mpr: int = 2,
+    mpr: int = 8,
+    cwnd: int | None = None,
+    reorder_ns: int | None = None,
     timeout: int | None = None,
     retry: dict | None = None,
     seed: int = 1,
@@ -78,8 +80,9 @@ def write(
         "verify": verify,
         "seed": seed,
     }
-    if timeout is not None:
-        request["timeout"] = timeout
+    for key, value in (("timeout", timeout), ("cwnd", cwnd), ("reorder_ns", reorder_ns)):
+        if value is not None:
+            request[key] = value
     if retry:
         request["retry"] = retry
     try:

@@ -106,12 +106,13 @@ def test_write_cli_prints_goodput_and_planes(default_lab):
         (("p1.t1a-t0a",), ("--mode", "blackhole")),
         (("plane", "3"), ("--mode", "down")),
         (("p0.t0a-h0",), ("--mode", "loss", "--rate", "0.2", "--seed", "3")),
+        (("p2.t1b-t0a",), ("--mode", "flap", "--period", "100ms")),
     ],
-    ids=["plane-blackhole", "t0-t1-blackhole", "plane-down", "loss-20pct"],
+    ids=["plane-blackhole", "t0-t1-blackhole", "plane-down", "loss-20pct", "flap-100ms"],
 )
 def test_write_survives_a_fault_started_mid_transfer(default_lab, target, args):
     name = default_lab.lab
-    job = Background(name, 320 * MIB, verify=True)
+    job = Background(name, 512 * MIB, verify=True)
     qpn = send_qp(name)
     time.sleep(0.5)
     run_cli("fail", *target, *args, "-l", name)
@@ -120,7 +121,10 @@ def test_write_survives_a_fault_started_mid_transfer(default_lab, target, args):
         lambda: ev_states(name, qpn),
         lambda c: c[(plane, "ASSUMED_BAD")] >= (32 if target[0] == "plane" else 1),
     )
-    assert sum(n for (p, s), n in bad.items() if p != plane and s == "GOOD") >= 90
+    # The fault stays local: most EVs of the other planes stay GOOD (a few may
+    # be blamed wrongly for a moment when scheduling delays one path's packets
+    # beyond the reorder window; probes give them back).
+    assert sum(n for (p, s), n in bad.items() if p != plane and s == "GOOD") >= 80, bad
     time.sleep(0.3)
     run_cli("heal", "--all", "-l", name)
     if "loss" not in args:  # under 20% loss some EVs may go bad again at any time

@@ -252,6 +252,30 @@ def test_in_order_data_is_placed_and_sacked(program, maps, qp):
 
 
 @needs_bpf
+def test_delivery_clock_records_the_longest_gap_between_new_payloads(program, maps, qp):
+    """The gap a failure causes, as the receiver sees it: BPF times each new
+    placement; duplicates do not move the clock, and the bytes land in the
+    lab's timeline bin of their time."""
+    t0 = time.monotonic_ns()
+    run(program, data(START))
+    time.sleep(0.002)
+    run(program, data(START))  # a duplicate 2 ms later: no progress
+    time.sleep(0.020)
+    run(program, data(START + 1))
+    t1 = time.monotonic_ns()
+    run(program, data(START + 2))
+
+    st = maps.rq(QP_RX).stats
+    assert t0 <= st["first_place_ns"] < st["last_place_ns"] <= time.monotonic_ns()
+    # The longest gap is the 22 ms from START to START+1, not the dup's 2 ms.
+    assert 20_000_000 <= st["max_gap_ns"] < t1 - t0
+    assert st["first_place_ns"] < st["max_gap_end_ns"] <= t1
+    timeline = maps.rx_timeline()
+    here = {b: n for b, n in timeline.items() if t0 >> nic.TIMELINE_SHIFT <= b}
+    assert sum(here.values()) == 3 * 1024, "three new payloads, the duplicate not counted"
+
+
+@needs_bpf
 def test_out_of_order_then_hole_filled(program, maps, qp):
     # START+2 first: a hole at START and START+1.
     assert_answer(run(program, data(START + 2)), sack(START + 2, cum=START, bitmap=0b100))
@@ -987,6 +1011,8 @@ HEADER_CONSTANTS = [
     ("NIC_MSG_SLOTS", nic.MSG_SLOTS),
     ("NIC_MSG_F_VALID", nic.MSG_F_VALID),
     ("NIC_MSG_F_IMM", nic.MSG_F_IMM),
+    ("NIC_TIMELINE_SHIFT", nic.TIMELINE_SHIFT),
+    ("NIC_TIMELINE_BINS", nic.TIMELINE_BINS),
     *[(f"NIC_QPS_{s.name}", s) for s in nic.QpState],
     *[(f"NIC_EV_{e.name}", e) for e in nic.EventType],
     *[(f"NIC_CNT_{c.name}", c) for c in nic.Counter],

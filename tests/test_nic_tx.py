@@ -787,6 +787,121 @@ def test_loss_walk_is_bounded(program, maps, sq, event_reader):
     assert len(event_reader.read()) == 1 + nic.LOSS_WALK_MAX
 
 
+# ---- loss detection: the head scan (RACK's rule by time) ------------------------------------
+
+# The head scan compares transmit times with the SACK's echo_ts and its round
+# trip (now - echo_ts), so these tests send "recently": the SACKed packet left
+# 1 ms ago, older ones 1 ms apart before it; the reorder window is 5 ms. A run
+# that takes less than ~4 ms between building the SACK and the program
+# reading the clock sees exactly that window.
+REO_WND = 5_000_000
+GAP = 1_000_000
+
+
+def recent(maps, plan: dict[int, int], acked_psn: int) -> int:
+    """Record {psn: ev} as sent GAP ns apart, acked_psn 1 ms ago; its tx_ts."""
+    echo = time.monotonic_ns() - GAP
+    for psn, ev in plan.items():
+        maps.record_tx(QP_TX, psn, ev, tx_ts=echo - (acked_psn - psn) * GAP)
+    return echo
+
+
+@needs_bpf
+def test_head_scan_declares_the_old_head_lost_and_blames_its_ev(program, maps, sq, event_reader):
+    """START and START + 1 went on C, a blackholed path: no SACK on C ever
+    comes, so the per-EV walk cannot see them. A SACK for a packet sent 10 ms
+    later (beyond the 5 ms reorder window) shows they are lost."""
+    setup_sq(maps, reo_wnd_ns=REO_WND)
+    plan = {START: EV_C, START + 1: EV_C} | {
+        START + i: EV_A if i == 10 else EV_B for i in range(2, 12)
+    }
+    echo = recent(maps, plan, START + 10)
+    got = consumed(program, maps, sack(START + 10, cum=START, bitmap=0b11111111100, echo_ts=echo))
+    assert got == {
+        "ack_consumed": 1,
+        "acked": 9,
+        "lost": 2,
+        "lost_head": 2,
+        "retx_queued": 2,
+        "events": 3,
+    }
+    s = maps.sq(QP_TX)
+    assert s.retx_queue == [
+        {"psn": START, "ev": EV_C, "cause": nic.RetxCause.LOST, "nack_reason": 0},
+        {"psn": START + 1, "ev": EV_C, "cause": nic.RetxCause.LOST, "nack_reason": 0},
+    ]
+    c = maps.ev(QP_TX, EV_C)
+    assert c.state == nic.EvState.ASSUMED_BAD and c.stats["lost_pkts"] == 2
+    assert maps.ev(QP_TX, EV_A).state == nic.EvState.GOOD, "the echoed EV did nothing wrong"
+    events = [e.as_dict() for e in event_reader.read()]
+    assert [(e["type"], e["ev"], e["psn"]) for e in events] == [
+        (nic.EventType.EV_STATE, EV_C, START),
+        (nic.EventType.LOSS, EV_C, START),
+        (nic.EventType.LOSS, EV_C, START + 1),
+    ]
+    assert events[0]["cause"] == nic.EvCause.LOSS
+    # Queued PSNs are not declared again by the next SACK.
+    echo = time.monotonic_ns() - GAP
+    maps.record_tx(QP_TX, START + 11, EV_B, tx_ts=echo)
+    got = consumed(
+        program, maps, sack(START + 11, cum=START, bitmap=0b111111111100, ev=EV_B, echo_ts=echo)
+    )
+    assert got == {"ack_consumed": 1, "acked": 1}
+
+
+@needs_bpf
+def test_head_scan_spares_packets_within_the_reorder_window(program, maps, sq, event_reader):
+    setup_sq(maps, reo_wnd_ns=REO_WND)
+    # START + 4 is acknowledged; START .. START + 3 left 1 to 4 ms before it.
+    plan = {START + i: EV_A if i == 4 else EV_B for i in range(5)}
+    echo = recent(maps, plan, START + 4)
+    got = consumed(program, maps, sack(START + 4, cum=START, bitmap=0b10000, echo_ts=echo))
+    assert got == {"ack_consumed": 1, "acked": 1}
+    assert maps.retx_queue(QP_TX) == [] and event_reader.read() == []
+
+
+@needs_bpf
+def test_head_scan_window_grows_with_the_round_trip(program, maps, sq, event_reader):
+    """The same packets, but the SACK made a 50 ms round trip: queues that
+    long make 10 ms between paths no evidence of loss."""
+    setup_sq(maps, reo_wnd_ns=REO_WND)
+    plan = {START: EV_C} | {START + i: EV_B for i in range(1, 11)}
+    echo = time.monotonic_ns() - 50_000_000
+    for psn, ev in plan.items():
+        maps.record_tx(QP_TX, psn, ev, tx_ts=echo - (START + 10 - psn) * GAP)
+    got = consumed(
+        program, maps, sack(START + 10, cum=START, bitmap=1 << 10, ev=EV_B, echo_ts=echo)
+    )
+    assert "lost_head" not in got and maps.ev(QP_TX, EV_C).state == nic.EvState.GOOD
+
+
+@needs_bpf
+def test_head_scan_skips_recent_retransmissions_and_stops_at_recent_first_sends(
+    program, maps, sq, event_reader
+):
+    setup_sq(maps, reo_wnd_ns=REO_WND)
+    echo = recent(maps, {START + i: (EV_A, EV_B)[i % 2] for i in range(20)}, START + 12)
+    # START was resent lately (after START + 12): not lost yet, skipped.
+    maps.record_tx(QP_TX, START, EV_C, tx_ts=echo + GAP // 2, retx=True)
+    # A SACK for START + 12 (echoing EV C, so no walk): START + 1 .. START + 6
+    # left more than 5 ms before it; START + 7 (a first send) did not: the scan
+    # stops there, at NIC_HEAD_SCAN PSNs at most.
+    got = consumed(
+        program, maps, sack(START + 12, cum=START, bitmap=1 << 12, ev=EV_C, echo_ts=echo)
+    )
+    assert [e["psn"] for e in maps.retx_queue(QP_TX)] == [START + i for i in range(1, 7)]
+    assert got["lost_head"] == 6
+
+
+@needs_bpf
+def test_no_head_scan_without_a_reorder_window(program, maps, sq):
+    echo = recent(maps, {START: EV_C} | {START + i: EV_A for i in range(1, 12)}, START + 10)
+    got = consumed(
+        program, maps, sack(START + 10, cum=START, bitmap=1 << 10, ev=EV_B, echo_ts=echo)
+    )
+    assert "lost" not in got and maps.retx_queue(QP_TX) == []
+
+
 @needs_bpf
 def test_walk_stops_at_a_psn_resent_on_another_ev(program, maps, sq):
     record(maps, {START: EV_A, START + 1: EV_A, START + 2: EV_A})
@@ -1154,6 +1269,7 @@ TX_HEADER_CONSTANTS = [
     ("NIC_TX_RINGS", nic.DEFAULT_TX_RINGS),
     ("NIC_SKIP_NS", nic.DEFAULT_SKIP_NS),
     ("NIC_LOSS_WALK_MAX", nic.LOSS_WALK_MAX),
+    ("NIC_HEAD_SCAN", nic.HEAD_SCAN),
     ("NIC_MAX_QP_EVS", nic.MAX_QP_EVS),
     ("NIC_RETX_SLOTS", nic.RETX_SLOTS),
     ("NIC_TX_F_PREV", nic.TX_F_PREV),

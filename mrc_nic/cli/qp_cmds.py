@@ -32,9 +32,24 @@ Examples:
 @click.option(
     "--mpr",
     type=click.IntRange(1, 8),
-    default=2,
+    default=8,
     show_default=True,
     help="Max PSN range in flight, in units of 128 packets.",
+)
+@click.option(
+    "--cwnd",
+    type=click.IntRange(0, 1024),
+    default=None,
+    help="Most packets in the network (mrc-nic extension, a fixed window until NSCC; "
+    "default 128; 0: the whole MPR range).",
+)
+@click.option(
+    "--reorder-window",
+    "reorder_us",
+    type=click.IntRange(0, 10**6),
+    default=None,
+    help="Microseconds a packet may trail one sent after it before it counts as lost "
+    "(mrc-nic extension; default 1000; 0: wait for the timeout).",
 )
 @click.option(
     "--timeout",
@@ -47,7 +62,22 @@ Examples:
 @click.option("--retry-exp", type=click.IntRange(0, 25), default=None, help="25: forever.")
 @lab_option
 @format_option
-def write(src, dst, size, qps, imm, verify, mpr, timeout_exp, retry_linear, retry_exp, lab, fmt):
+def write(
+    src,
+    dst,
+    size,
+    qps,
+    imm,
+    verify,
+    mpr,
+    cwnd,
+    reorder_us,
+    timeout_exp,
+    retry_linear,
+    retry_exp,
+    lab,
+    fmt,
+):
     """RDMA WRITE SIZE bytes from SRC's memory to DST's, sprayed over every plane."""
     from mrc_nic import rdma_write
 
@@ -67,6 +97,8 @@ def write(src, dst, size, qps, imm, verify, mpr, timeout_exp, retry_linear, retr
             imm=imm,
             verify=verify,
             mpr=mpr,
+            cwnd=cwnd,
+            reorder_ns=None if reorder_us is None else reorder_us * 1000,
             timeout=timeout_exp,
             retry=retry or None,
         )
