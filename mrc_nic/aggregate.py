@@ -3,7 +3,9 @@
 A plane is everything with one plane number: what its host links took from
 the hosts (offered: counted at the T0 port where the host link's upward
 faults drop, before them) and handed to the hosts (delivered: passed by the
-T0 port towards the host), and what it dropped, by reason.
+T0 port towards the host), and what it dropped, by reason; and what its
+switch egress queues did (`queue`: packets enqueued, ECN-marked, trimmed,
+dropped for want of buffer, and the highest backlog of any of them).
 
 A path is what one host port can take through one plane: host port -> T0 ->
 T1 (just host port -> T0 with one tier). Paths of one host port share its
@@ -19,7 +21,11 @@ from dataclasses import dataclass
 
 from mrc_nic.topology import Topology
 
-DROP_REASONS = ("blackhole", "loss", "queue")
+# blackhole, loss: BPF faults; buffer: the BPF queue twin (switch egress
+# ports); queue: the kernel's real queues (TBF drops).
+DROP_REASONS = ("blackhole", "loss", "buffer", "queue")
+# The egress queue counters of struct sp_counters a plane adds up (backlog_hwm: max).
+QUEUE_FIELDS = ("enqueued", "ecn_marked", "trimmed", "drop_buffer")
 
 
 @dataclass(frozen=True)
@@ -97,13 +103,19 @@ def paths(defs: list[PathDef], links: list[dict]) -> list[dict]:
     return out
 
 
-def planes(planes_count: int, links: list[dict], kernel_info: dict) -> list[dict]:
-    """One record per plane from the snapshot's link records and kernel info
-    ({} when the kernel was not read: queue drops and link states are then None)."""
+def planes(
+    planes_count: int, links: list[dict], kernel_info: dict, ports: list[dict] = ()
+) -> list[dict]:
+    """One record per plane from the snapshot's link records, kernel info
+    ({} when the kernel was not read: queue drops and link states are then None)
+    and switch port records (their egress counters: the queues)."""
     out = []
     for plane in range(planes_count):
         mine = [lk for lk in links if lk["plane"] == plane]
         host_links = [lk for lk in mine if lk["kind"] == "host"]
+        egress = [p["egress"] for p in ports if p["plane"] == plane]
+        queue = {f: sum(c[f] for c in egress) for f in QUEUE_FIELDS}
+        queue["backlog_hwm"] = max((c["backlog_hwm"] for c in egress), default=0)
         states = [lk["state"] for lk in mine]
         out.append(
             {
@@ -122,8 +134,10 @@ def planes(planes_count: int, links: list[dict], kernel_info: dict) -> list[dict
                 "drops": {
                     "blackhole": _sum_both(mine, "drop_blackhole"),
                     "loss": _sum_both(mine, "drop_loss"),
+                    "buffer": queue["drop_buffer"],
                     "queue": _queue_drops(mine, kernel_info) if kernel_info else None,
                 },
+                "queue": queue,
                 "rates": None,
             }
         )

@@ -11,6 +11,7 @@ from mrc_nic.lab import LabError
 from mrc_nic.pins import MapsMismatch, MapsMissing
 from mrc_nic.preflight import PreflightError
 from mrc_nic.qp import QpError
+from mrc_nic.queues import QueueError
 from mrc_nic.state import BadLabName, LabBusy
 from mrc_nic.topology import TopologyError
 from mrc_nic.traffic import TrafficError
@@ -27,6 +28,7 @@ KNOWN_ERRORS = (
     MapsMissing,
     PreflightError,
     QpError,
+    QueueError,
     TopologyError,
     TrafficError,
 )

@@ -10,20 +10,27 @@ from __future__ import annotations
 
 import errno
 import os
+import struct
 import time
 from typing import Any
 
 from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
 
-from mrc_nic import netns
-from mrc_nic.topology import Link, Node, Port, Route, Topology
+from mrc_nic import netns, queues
+from mrc_nic.topology import Link, Node, Port, Route, Topology, tbf_burst_bytes
 
 SCOPE_LINK = 253
 TC_ROOT_HANDLE = 0x10000
-# The token bucket refills continuously (hrtimer watchdog), so a burst of
-# ~250 us at line rate keeps the CPU cost low without shaping coarsely.
-TBF_BURST_SECONDS = 250e-6
+# A size table (TCA_STAB) holding only TCA_STAB_BASE: struct tc_sizespec with
+# no table (tsize 0) and no overhead, linklayer ethernet. With it the qdisc
+# takes a packet's length from skb->len when the packet is enqueued; without
+# it, from a length the kernel noted before the clsact egress hook ran. So a
+# packet the switch port program trimmed there costs the TBF its new length,
+# as it costs the program's twin of that queue (mrc_nic.queues).
+_SIZESPEC = struct.pack("=BBhiIIII", 0, 0, 0, 0, 1, 0, 0, 0)
+TCA_STAB_BASE = 1
+SKB_LEN_STAB = struct.pack("=HH", 4 + len(_SIZESPEC), TCA_STAB_BASE) + _SIZESPEC
 
 SWITCH_SYSCTLS = {
     "net.ipv4.ip_forward": 1,
@@ -159,6 +166,8 @@ class Fabric:
                         raise _explain(
                             e, f"{port.node}:{port.ifname}: attach BPF port program"
                         ) from None
+        # The BPF twin of every capped egress queue: ECN, trimming, buffer.
+        queues.configure(self.topo)
         if nic is not None:
             self._attach_nic(program, nic)
         _failpoint("attach")
@@ -243,21 +252,30 @@ class Fabric:
 
     def _set_queue(self, link: Link, port: Port) -> None:
         """Egress queue at the link rate: a real TBF, so queueing delay is real."""
+        self._tbf(link, port, "add", self.topo.buffer_bytes)
+
+    def set_queue_buffer(self, link: Link, port: Port, buffer: int) -> None:
+        """Resize the real queue of a port (its TBF limit) to a new buffer, live."""
+        self._tbf(link, port, "change", buffer)
+
+    def _tbf(self, link: Link, port: Port, command: str, buffer: int) -> None:
         if link.rate_bps is None:
             return
-        rate_bytes = link.rate_bps / 8
         frame = self.topo.mtu + 14
-        burst = max(int(rate_bytes * TBF_BURST_SECONDS), 2 * frame)
+        burst = tbf_burst_bytes(link.rate_bps, self.topo.mtu)
+        # Switch ports trim packets in BPF before this queue: see SKB_LEN_STAB.
+        extra = {"stab": SKB_LEN_STAB} if port.port_id is not None else {}
         self._call(
             f"{link.name}: tbf queue on {port.node}:{port.ifname}",
             self.ipr(port.node).tc,
-            "add",
+            command,
             "tbf",
             self.ifindex(port.node, port.ifname),
             TC_ROOT_HANDLE,
             rate=f"{link.rate_bps}bit",
             burst=burst,
-            limit=max(self.topo.buffer_bytes, burst + frame),
+            limit=max(buffer, burst + frame),
+            **extra,
         )
 
     # ---- live operations ---------------------------------------------------

@@ -216,7 +216,7 @@ def _enforce(topo: Topology, links: list[Link], fault: dict) -> None:
                     # what it adds (stats.fault_drops).
                     fault["drop_baseline"][point_key(port_id, direction)] = maps.counters(
                         port_id, direction
-                    ).drops
+                    ).fault_drops
                     maps.set_fault(
                         port_id,
                         direction,
@@ -306,12 +306,13 @@ def point_key(port_id: int, direction: int) -> str:
 
 
 def fault_drops(fault: dict, maps: SwitchPortMaps) -> int | None:
-    """Packets this fault dropped so far (BPF modes); None for down and flap,
-    whose drops happen in the kernel when carrier is gone."""
+    """Packets this fault dropped so far (BPF modes; buffer drops at the same
+    point are not its); None for down and flap, whose drops happen in the
+    kernel when carrier is gone."""
     if fault["mode"] not in BPF_MODES:
         return None
     total = 0
     for key, baseline in fault.get("drop_baseline", {}).items():
         port_id, direction = (int(x) for x in key.split("/"))
-        total += maps.counters(port_id, direction).drops - baseline
+        total += maps.counters(port_id, direction).fault_drops - baseline
     return total

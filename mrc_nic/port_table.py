@@ -3,7 +3,8 @@
 SwitchPortMaps.counters() costs one bpf(2) lookup per port direction: 80 for
 the default lab, 512 for clos-8, each decoded on its own. A stream at 10 Hz
 reads them all every time, so this reads the whole per-CPU array with
-BPF_MAP_LOOKUP_BATCH (one or two syscalls) and sums the CPUs once.
+BPF_MAP_LOOKUP_BATCH (one or two syscalls) and sums the CPUs once (the
+backlog high-water mark takes the largest CPU's value instead).
 """
 
 from __future__ import annotations
@@ -13,9 +14,17 @@ import os
 import struct
 
 from mrc_nic import bpfsys, pins
-from mrc_nic.switchport import COUNTERS_MAP, CountersLayout, PortCounters, pin_dir, port_key
+from mrc_nic.switchport import (
+    COUNTERS_MAP,
+    MAX_COUNTERS,
+    CountersLayout,
+    PortCounters,
+    pin_dir,
+    port_key,
+)
 
 FIELDS = [name for name, _ in CountersLayout._fields_]
+_MAX_AT = [i for i, name in enumerate(FIELDS) if name in MAX_COUNTERS]
 # Every field of struct sp_counters is a u64 (the layout test checks the struct).
 _ONE_CPU = struct.Struct(f"={len(FIELDS)}Q")
 
@@ -49,9 +58,10 @@ class PortCounterTable:
         rows = {}
         for key, value in bpfsys.map_lookup_batch(self._fd, 4, self._value_size):
             per_cpu = [_ONE_CPU.unpack_from(value, i * slot) for i in cpus]
-            rows[int.from_bytes(key, "little")] = dict(
-                zip(FIELDS, map(sum, zip(*per_cpu, strict=True)), strict=True)
-            )
+            totals = list(map(sum, zip(*per_cpu, strict=True)))
+            for i in _MAX_AT:
+                totals[i] = max(cpu[i] for cpu in per_cpu)
+            rows[int.from_bytes(key, "little")] = dict(zip(FIELDS, totals, strict=True))
         self._rows = rows
         return self
 

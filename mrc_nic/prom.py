@@ -21,6 +21,9 @@ from collections.abc import Callable
 
 from mrc_nic.aggregate import DROP_REASONS
 
+# Drop reasons a link direction or path counts in BPF (drop_<reason> counters).
+LINK_DROP_REASONS = ("blackhole", "loss", "buffer")
+
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 _NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 _LABEL = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
@@ -39,9 +42,28 @@ FAMILIES = {
     "mrc_plane_delivered_packets_total": ("counter", "Packets a plane delivered to hosts."),
     "mrc_plane_delivered_bytes_total": ("counter", "Bytes a plane delivered to hosts."),
     "mrc_plane_drops_total": ("counter", "Packets a plane dropped, by reason."),
+    "mrc_plane_ecn_marked_packets_total": (
+        "counter",
+        "Packets the plane's switch egress queues marked ECN CE.",
+    ),
+    "mrc_plane_trimmed_packets_total": (
+        "counter",
+        "Packets the plane's switch egress queues trimmed to their headers.",
+    ),
+    "mrc_plane_backlog_hwm_bytes": (
+        "gauge",
+        "Highest backlog any switch egress queue of the plane reached (its BPF twin).",
+    ),
     "mrc_path_packets_total": ("counter", "Packets through a path's T0-T1 link (passed)."),
     "mrc_path_bytes_total": ("counter", "Bytes through a path's T0-T1 link (passed)."),
     "mrc_path_drops_total": ("counter", "Packets dropped on a path's T0-T1 link, by reason."),
+    "mrc_port_ecn_marked_packets_total": ("counter", "Packets a switch egress port marked CE."),
+    "mrc_port_trimmed_packets_total": ("counter", "Packets a switch egress port trimmed."),
+    "mrc_port_buffer_drops_total": (
+        "counter",
+        "Packets a switch egress port dropped: they did not fit its buffer.",
+    ),
+    "mrc_port_backlog_hwm_bytes": ("gauge", "Highest backlog of a switch egress queue."),
     "mrc_host_port_packets_total": ("counter", "Packets of a host port (kernel counters)."),
     "mrc_host_port_bytes_total": ("counter", "Bytes of a host port (kernel counters)."),
     "mrc_qp_acked_packets_total": ("counter", "Packets of a send QP acknowledged."),
@@ -126,6 +148,7 @@ def render(snap: dict) -> str:
     _links(out, snap)
     _planes(out, snap)
     _paths(out, snap)
+    _ports(out, snap)
     for host in snap["hosts"]:
         for port in host["ports"]:
             k = port["kernel"]
@@ -156,7 +179,7 @@ def _links(out: Exposition, snap: dict) -> None:
             out.add("mrc_link_bytes_total", labels, c["bytes"])
             out.add("mrc_link_passed_packets_total", labels, c["passed_pkts"])
             out.add("mrc_link_passed_bytes_total", labels, c["passed_bytes"])
-            for reason in ("blackhole", "loss"):
+            for reason in LINK_DROP_REASONS:
                 out.add("mrc_link_drops_total", {**labels, "reason": reason}, c[f"drop_{reason}"])
         if lk["state"] is not None:
             out.add("mrc_link_up", base, int(lk["state"] == "up"))
@@ -174,6 +197,24 @@ def _planes(out: Exposition, snap: dict) -> None:
         out.add("mrc_plane_delivered_bytes_total", labels, p["delivered"]["bytes"])
         for reason in DROP_REASONS:
             out.add("mrc_plane_drops_total", {**labels, "reason": reason}, p["drops"][reason])
+        queue = p.get("queue")
+        if queue is not None:
+            out.add("mrc_plane_ecn_marked_packets_total", labels, queue["ecn_marked"])
+            out.add("mrc_plane_trimmed_packets_total", labels, queue["trimmed"])
+            out.add("mrc_plane_backlog_hwm_bytes", labels, queue["backlog_hwm"])
+
+
+def _ports(out: Exposition, snap: dict) -> None:
+    """Switch egress queues (their BPF twin's counters)."""
+    for p in snap["ports"]:
+        c = p["egress"]
+        if not c.get("enqueued"):
+            continue  # no queue there, or nothing through it yet
+        labels = {"port": f"{p['node']}:{p['ifname']}", "plane": p.get("plane")}
+        out.add("mrc_port_ecn_marked_packets_total", labels, c["ecn_marked"])
+        out.add("mrc_port_trimmed_packets_total", labels, c["trimmed"])
+        out.add("mrc_port_buffer_drops_total", labels, c["drop_buffer"])
+        out.add("mrc_port_backlog_hwm_bytes", labels, c["backlog_hwm"])
 
 
 def _paths(out: Exposition, snap: dict) -> None:
@@ -184,7 +225,7 @@ def _paths(out: Exposition, snap: dict) -> None:
             labels = {**base, "direction": direction}
             out.add("mrc_path_packets_total", labels, c["passed_pkts"])
             out.add("mrc_path_bytes_total", labels, c["passed_bytes"])
-            for reason in ("blackhole", "loss"):
+            for reason in LINK_DROP_REASONS:
                 out.add("mrc_path_drops_total", {**labels, "reason": reason}, c[f"drop_{reason}"])
 
 

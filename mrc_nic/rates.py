@@ -25,7 +25,9 @@ LINK_DIRECTION = {
     "bits_per_s": (("bytes",), 8),
     "passed_pkts_per_s": (("passed_pkts",), 1),
     "passed_bits_per_s": (("passed_bytes",), 8),
-    "drops_per_s": (("drop_blackhole", "drop_loss"), 1),
+    "drops_per_s": (("drop_blackhole", "drop_loss", "drop_buffer"), 1),
+    "ecn_marked_per_s": (("ecn_marked",), 1),
+    "trimmed_per_s": (("trimmed",), 1),
 }
 HOST_PORT = {
     "tx_pkts_per_s": (("tx_packets",), 1),
@@ -136,7 +138,16 @@ def _kernel_seconds(prev: dict, cur: dict) -> float | None:
 
 def _plane_rates(rate: Callable, kernel_rate: Callable) -> Callable:
     volume = {"pkts_per_s": (("pkts",), 1), "bits_per_s": (("bytes",), 8)}
-    bpf_drops = {"blackhole_per_s": (("blackhole",), 1), "loss_per_s": (("loss",), 1)}
+    bpf_drops = {
+        "blackhole_per_s": (("blackhole",), 1),
+        "loss_per_s": (("loss",), 1),
+        "buffer_per_s": (("buffer",), 1),
+    }
+    queue_counters = {
+        "enqueued_per_s": (("enqueued",), 1),
+        "ecn_marked_per_s": (("ecn_marked",), 1),
+        "trimmed_per_s": (("trimmed",), 1),
+    }
     queue_drops = {"queue_per_s": (("queue",), 1)}
 
     def fill(old: dict, new: dict) -> None:
@@ -149,6 +160,7 @@ def _plane_rates(rate: Callable, kernel_rate: Callable) -> Callable:
                 **rate(old["drops"], new["drops"], bpf_drops),
                 "queue_per_s": (queue or {}).get("queue_per_s"),
             },
+            "queue": rate(old.get("queue", {}), new.get("queue", {}), queue_counters),
         }
 
     return fill

@@ -10,8 +10,11 @@ fault on that direction drops (faults.enforcement_points): what `up` counts
 is what reached the upper switch, so a blackhole shows as pkts rising with
 drops rising by the same amount. For the downward direction of a host link
 that place is the T0 port's egress hook, which runs before the port's TBF
-queue: packets the queue then drops count as passed there; the kernel's
-`queue_drops` of that port (in `ports[].kernel`) counts them.
+queue and holds its BPF twin: packets the twin drops for want of buffer count
+there as `drop_buffer`; the few the TBF itself may then drop count as passed
+there, and the kernel's `queue_drops` of that port (in `ports[].kernel`)
+counts them. Every switch port's egress counters also say what its queue
+marked and trimmed (docs/queues.md).
 Each fault reports `drops`: what it dropped since it was applied.
 
 On top of the raw counters a snapshot holds per-plane and per-path
@@ -139,6 +142,7 @@ class Sampler:
                 "node": port.node,
                 "ifname": port.ifname,
                 "port_id": port.port_id,
+                "plane": self.topo.nodes[port.node].plane,
                 "ingress": counters.as_dict(port.port_id, INGRESS),
                 "egress": counters.as_dict(port.port_id, EGRESS),
                 "kernel": kernel_info.get(port.node, {}).get(port.ifname),
@@ -167,7 +171,7 @@ class Sampler:
             "links": links,
             "ports": ports,
             "faults": fault_rows,
-            "planes": aggregate.planes(self.topo.planes, links, kernel_info),
+            "planes": aggregate.planes(self.topo.planes, links, kernel_info, ports),
             "paths": aggregate.paths(self._paths, links),
             "qps": qpstats.read(self._nic, ev_detail=self.ev_detail) if self._nic else [],
             "nic": {

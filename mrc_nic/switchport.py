@@ -5,7 +5,9 @@ is compiled once per lab (SwitchPortProgram.load) and the same program fd is
 attached to every port; a port's identity is the cls_bpf filter's classid,
 ``port_key(port_id, direction)``. Its maps are pinned under ``pin_dir(lab)``
 so that short-lived CLI processes can set faults and read counters with
-SwitchPortMaps, which needs neither bcc nor a compile.
+SwitchPortMaps, which needs neither bcc nor a compile. The same client
+writes each port's virtual output queue (QueueSettings: rate, ECN thresholds,
+trimming, buffer); mrc_nic.queues derives them from the topology.
 
 The ctypes structures below mirror the structs of bpf/switch_port.h; a test
 compares them field by field with the layout bcc compiles, and checks the
@@ -36,11 +38,23 @@ XDP_FUNC_NAME = "switch_port_xdp"
 
 FAULTS_MAP = "port_faults"
 COUNTERS_MAP = "port_counters"
-PINNED_MAPS = (FAULTS_MAP, COUNTERS_MAP)
+QUEUES_MAP = "port_queues"
+PINNED_MAPS = (FAULTS_MAP, COUNTERS_MAP, QUEUES_MAP)
 
 # LOSS drops when the high 32 bits of the hash are below rate * 2^32.
 LOSS_SCALE_SHIFT = 32
 LOSS_SCALE = 1 << LOSS_SCALE_SHIFT
+
+# Virtual output queue (struct sp_queue; switch_port.h explains the arithmetic).
+Q_RATE_SHIFT = 32  # drain_q: bytes per ns << 32
+Q_COST_SHIFT = 16  # cost_q: ns per byte << 16
+Q_BYTES_MAX = 1 << 30  # buffer, burst and thresholds
+MARK_SHIFT = 32
+Q_FLAGS_ALL = 0x0F
+Q_RATE_MIN_BPS = 1000
+Q_RATE_MAX_BPS = 10**12
+# The counter that is a high-water mark: the largest per-CPU copy, not the sum.
+MAX_COUNTERS = frozenset({"backlog_hwm"})
 
 # clsact's pseudo-parents (tc's "ingress" and "egress" hooks).
 _CLSACT_PARENT = {INGRESS: "ffff:fff2", EGRESS: "ffff:fff3"}
@@ -68,6 +82,15 @@ class FaultConfig(ctypes.Structure):
     ]
 
 
+class QueueFlag(enum.IntFlag):
+    """struct sp_queue.flags (SP_Q_*)."""
+
+    ENABLED = 0x01
+    ECN = 0x02
+    TRIM = 0x04
+    LASTHOP = 0x08
+
+
 class CountersLayout(ctypes.Structure):
     """struct sp_counters: one CPU's counters for one port key (map port_counters)."""
 
@@ -79,6 +102,32 @@ class CountersLayout(ctypes.Structure):
         ("passed_bytes", ctypes.c_uint64),
         ("drop_blackhole", ctypes.c_uint64),
         ("drop_loss", ctypes.c_uint64),
+        ("enqueued", ctypes.c_uint64),
+        ("ecn_marked", ctypes.c_uint64),
+        ("trimmed", ctypes.c_uint64),
+        ("drop_buffer", ctypes.c_uint64),
+        ("backlog_hwm", ctypes.c_uint64),
+    ]
+
+
+class QueueLayout(ctypes.Structure):
+    """struct sp_queue: the virtual output queue of one port key (map port_queues)."""
+
+    _pack_ = 1
+    _fields_ = [
+        ("flags", ctypes.c_uint32),
+        ("reserved", ctypes.c_uint32),
+        ("rate_bps", ctypes.c_uint64),
+        ("drain_q", ctypes.c_uint64),
+        ("cost_q", ctypes.c_uint64),
+        ("burst", ctypes.c_uint64),
+        ("kmin", ctypes.c_uint64),
+        ("kmax", ctypes.c_uint64),
+        ("trim", ctypes.c_uint64),
+        ("buffer", ctypes.c_uint64),
+        ("seed", ctypes.c_uint64),
+        ("tail_ns", ctypes.c_uint64),
+        ("seq", ctypes.c_uint64),
     ]
 
 
@@ -115,12 +164,107 @@ def loss_threshold(loss_rate: float) -> int:
     return round(loss_rate * LOSS_SCALE)
 
 
+# ---- virtual output queue ---------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class QueueSettings:
+    """What struct sp_queue holds, in bytes and bits/s (see switch_port.h).
+
+    trim None: no trimming. ecn False: no marking (kmin and kmax kept, unused).
+    burst: bytes the real TBF sends at once after idle, which the twin subtracts.
+    """
+
+    rate_bps: int
+    buffer: int
+    kmin: int
+    kmax: int
+    trim: int | None
+    ecn: bool = True
+    lasthop: bool = False
+    burst: int = 0
+    seed: int = 0
+
+    def check(self) -> None:
+        """ValueError naming the first setting the program cannot take."""
+        if not (
+            isinstance(self.rate_bps, int) and Q_RATE_MIN_BPS <= self.rate_bps <= Q_RATE_MAX_BPS
+        ):
+            raise ValueError(
+                f"rate must be {Q_RATE_MIN_BPS} to {Q_RATE_MAX_BPS} bit/s, not {self.rate_bps!r}"
+            )
+        sizes = {"buffer": self.buffer, "kmin": self.kmin, "kmax": self.kmax, "burst": self.burst}
+        if self.trim is not None:
+            sizes["trim"] = self.trim
+        for name, value in sizes.items():
+            if not (isinstance(value, int) and 0 <= value <= Q_BYTES_MAX):
+                raise ValueError(f"{name} must be 0..{Q_BYTES_MAX} bytes, not {value!r}")
+        if self.buffer < 1:
+            raise ValueError("buffer must be at least 1 byte")
+        if self.kmin > self.kmax:
+            raise ValueError(f"kmin ({self.kmin} bytes) must not be above kmax ({self.kmax} bytes)")
+        pins.check_range("seed", self.seed, pins.U64_MAX)
+
+    def layout(self) -> QueueLayout:
+        """The map value: an empty twin, marking draws from the start."""
+        self.check()
+        flags = QueueFlag.ENABLED
+        if self.ecn:
+            flags |= QueueFlag.ECN
+        if self.trim is not None:
+            flags |= QueueFlag.TRIM
+        if self.lasthop:
+            flags |= QueueFlag.LASTHOP
+        return QueueLayout(
+            flags=flags,
+            rate_bps=self.rate_bps,
+            drain_q=_div_round(self.rate_bps << Q_RATE_SHIFT, 8 * 10**9),
+            cost_q=_div_round((8 * 10**9) << Q_COST_SHIFT, self.rate_bps),
+            burst=self.burst,
+            kmin=self.kmin,
+            kmax=self.kmax,
+            trim=self.trim or 0,
+            buffer=self.buffer,
+            seed=self.seed,
+        )
+
+    @classmethod
+    def from_layout(cls, q: QueueLayout) -> QueueSettings:
+        flags = QueueFlag(q.flags & Q_FLAGS_ALL)
+        return cls(
+            rate_bps=q.rate_bps,
+            buffer=q.buffer,
+            kmin=q.kmin,
+            kmax=q.kmax,
+            trim=q.trim if QueueFlag.TRIM in flags else None,
+            ecn=QueueFlag.ECN in flags,
+            lasthop=QueueFlag.LASTHOP in flags,
+            burst=q.burst,
+            seed=q.seed,
+        )
+
+
+def _div_round(a: int, b: int) -> int:
+    return (a + b // 2) // b
+
+
+def twin_backlog(q: QueueLayout, now_ns: int) -> int:
+    """Bytes in a queue's twin at now_ns (time.monotonic_ns()), as the program computes it."""
+    v = ((q.tail_ns - now_ns) * q.drain_q) >> Q_RATE_SHIFT if q.tail_ns > now_ns else 0
+    return max(0, v - q.burst)
+
+
 # ---- counters -----------------------------------------------------------------
+
+
+def combine_cpus(name: str, values: list[int]) -> int:
+    """One counter over CPUs: the sum, or the largest for a high-water mark."""
+    return max(values, default=0) if name in MAX_COUNTERS else sum(values)
 
 
 @dataclasses.dataclass
 class PortCounters:
-    """Counters of one port key, summed over CPUs."""
+    """Counters of one port key, over CPUs (summed; backlog_hwm: the largest)."""
 
     pkts: int = 0
     bytes: int = 0
@@ -128,16 +272,28 @@ class PortCounters:
     passed_bytes: int = 0
     drop_blackhole: int = 0
     drop_loss: int = 0
+    enqueued: int = 0
+    ecn_marked: int = 0
+    trimmed: int = 0
+    drop_buffer: int = 0
+    backlog_hwm: int = 0
 
     @classmethod
     def from_cpus(cls, per_cpu: list[CountersLayout]) -> PortCounters:
         names = [name for name, _ in CountersLayout._fields_]
-        return cls(**{name: sum(getattr(c, name) for c in per_cpu) for name in names})
+        return cls(
+            **{name: combine_cpus(name, [getattr(c, name) for c in per_cpu]) for name in names}
+        )
+
+    @property
+    def fault_drops(self) -> int:
+        """Drops by injected faults (blackhole, loss)."""
+        return self.drop_blackhole + self.drop_loss
 
     @property
     def drops(self) -> int:
-        """Drops of every reason."""
-        return self.drop_blackhole + self.drop_loss
+        """Drops of every reason: faults and the buffer."""
+        return self.fault_drops + self.drop_buffer
 
     def as_dict(self) -> dict[str, int]:
         return dataclasses.asdict(self)
@@ -236,10 +392,13 @@ class SwitchPortProgram:
 class SwitchPortMaps:
     """Faults and counters of a lab's switch ports, through the pinned maps."""
 
-    def __init__(self, lab: str, faults_fd: int, counters_fd: int, max_keys: int) -> None:
+    def __init__(
+        self, lab: str, faults_fd: int, counters_fd: int, queues_fd: int, max_keys: int
+    ) -> None:
         self.lab = lab
         self._faults_fd = faults_fd
         self._counters_fd = counters_fd
+        self._queues_fd = queues_fd
         self.max_keys = max_keys
 
     @classmethod
@@ -251,16 +410,17 @@ class SwitchPortMaps:
             sizes = {
                 FAULTS_MAP: ctypes.sizeof(FaultConfig),
                 COUNTERS_MAP: ctypes.sizeof(CountersLayout),
+                QUEUES_MAP: ctypes.sizeof(QueueLayout),
             }
             for name in PINNED_MAPS:
                 fds.append(pins.open_pinned(lab, directory / name, "BPF maps", sizes[name]))
-            faults_fd, counters_fd = fds
+            faults_fd, counters_fd, queues_fd = fds
             max_keys = min(bpfsys.map_info(fd).max_entries for fd in fds)
         except BaseException:
             for fd in fds:
                 os.close(fd)
             raise
-        return cls(lab, faults_fd, counters_fd, max_keys)
+        return cls(lab, faults_fd, counters_fd, queues_fd, max_keys)
 
     def __enter__(self) -> SwitchPortMaps:
         return self
@@ -269,7 +429,7 @@ class SwitchPortMaps:
         self.close()
 
     def close(self) -> None:
-        for attr in ("_faults_fd", "_counters_fd"):
+        for attr in ("_faults_fd", "_counters_fd", "_queues_fd"):
             fd = getattr(self, attr)
             if fd >= 0:
                 os.close(fd)
@@ -348,3 +508,44 @@ class SwitchPortMaps:
             self._counters_fd, self._key(port_id, direction), ctypes.sizeof(CountersLayout)
         )
         return PortCounters.from_cpus([CountersLayout.from_buffer_copy(v) for v in per_cpu])
+
+    # ---- virtual output queue ----
+
+    def set_queue(self, port_id: int, direction: int, settings: QueueSettings) -> None:
+        """Configure the queue of one port direction; its twin starts empty."""
+        value = bytes(settings.layout())  # checks before anything is written
+        bpfsys.map_update(self._queues_fd, self._key(port_id, direction), value)
+
+    def clear_queue(self, port_id: int, direction: int) -> None:
+        """No queue on this port direction (packets pass unqueued)."""
+        bpfsys.map_update(self._queues_fd, self._key(port_id, direction), bytes(QueueLayout()))
+
+    def queue_layout(self, port_id: int, direction: int) -> QueueLayout:
+        """The raw struct sp_queue of one port direction."""
+        raw = bpfsys.map_lookup(
+            self._queues_fd, self._key(port_id, direction), ctypes.sizeof(QueueLayout)
+        )
+        return QueueLayout.from_buffer_copy(raw)
+
+    def queue(self, port_id: int, direction: int) -> QueueSettings | None:
+        """The queue's settings; None when the port direction has none."""
+        q = self.queue_layout(port_id, direction)
+        return QueueSettings.from_layout(q) if q.flags & QueueFlag.ENABLED else None
+
+    def backlog(self, port_id: int, direction: int) -> int:
+        """Bytes in the queue's twin now (0 without a queue)."""
+        q = self.queue_layout(port_id, direction)
+        return twin_backlog(q, time.monotonic_ns()) if q.flags & QueueFlag.ENABLED else 0
+
+    def set_backlog(self, port_id: int, direction: int, nbytes: int) -> None:
+        """Fill the twin with nbytes of backlog as of now (tests and experiments).
+
+        Keeps the settings and the marking draws; the backlog then drains at
+        the queue's rate like any other."""
+        q = self.queue_layout(port_id, direction)
+        if not q.flags & QueueFlag.ENABLED:
+            raise ValueError(f"port {port_id} direction {direction} has no queue")
+        pins.check_range("backlog", nbytes, Q_BYTES_MAX)
+        span = ((nbytes + q.burst) * q.cost_q) >> Q_COST_SHIFT if nbytes else 0
+        q.tail_ns = time.monotonic_ns() + span
+        bpfsys.map_update(self._queues_fd, self._key(port_id, direction), bytes(q))

@@ -44,6 +44,15 @@ SIZE_UNITS = {
     "kib": 2**10,
     "mib": 2**20,
 }
+# Queue thresholds also take the short forms of the CLI ("20k").
+QUEUE_SIZE_UNITS = {**SIZE_UNITS, "k": 10**3, "m": 10**6}
+TIME_UNITS_NS = {"ns": 1, "us": 10**3, "ms": 10**6, "s": 10**9}
+# The TBF of every capped egress sends this much at line rate after idle (its
+# bucket): its hrtimer refills continuously, so ~250 us keeps the CPU cost low
+# without shaping coarsely. The BPF queue twin subtracts it (switch_port.h).
+TBF_BURST_SECONDS = 250e-6
+# Thresholds and buffers the BPF queue twin can hold (switch_port.h SP_Q_BYTES_MAX).
+QUEUE_BYTES_MAX = 1 << 30
 
 # Every key a topology file may hold, per section, with a short description
 # used in error messages.
@@ -67,11 +76,61 @@ SCHEMA: dict[str, dict[str, str]] = {
         "hosts": "IPv4 /16 for host addresses: plane p is its p-th /24, host h is .h+1",
         "fabric": "IPv4 /16 for T0-T1 links: plane p is its p-th /24, one /31 per link",
     },
+    "queues": {
+        "base_rtt": 'base RTT of a plane, e.g. "100us": a port\'s BDP is its link rate x base_rtt',
+        "ecn": "mark CE on ECT packets between kmin and kmax (true/false)",
+        "ecn_last_hop": "also mark on T0 ports facing hosts (default false, as MRC deploys it)",
+        "kmin": 'marking starts: a fraction of the BDP (0.2, "0.2bdp") or a size ("20KB")',
+        "kmax": 'every ECT packet marked: a fraction of the BDP (0.8) or a size ("80KB")',
+        "trim": 'trim MRC data above this backlog: a fraction of the BDP, a size, or "off"',
+        "seed": "seed of the marking draws (port p uses seed + p)",
+    },
 }
 
 
 class TopologyError(ValueError):
     """A topology file is wrong. The message names the file and the key."""
+
+
+@dataclass(frozen=True)
+class Threshold:
+    """A queue threshold: a fraction of a port's BDP, or a number of bytes."""
+
+    bdp: float | None = None
+    nbytes: int | None = None
+
+    def resolve(self, bdp_bytes: int) -> int:
+        """Bytes at a port whose BDP is bdp_bytes."""
+        if self.nbytes is not None:
+            return self.nbytes
+        return round((self.bdp or 0.0) * bdp_bytes)
+
+    def __str__(self) -> str:
+        return f"{self.bdp:g}bdp" if self.nbytes is None else f"{self.nbytes}B"
+
+
+@dataclass(frozen=True)
+class QueueParams:
+    """[queues]: how every capped switch egress port marks, trims and drops.
+
+    Thresholds resolve per port against its BDP (its link's rate x base_rtt);
+    the buffer is [links].buffer. trim None: no trimming."""
+
+    base_rtt_ns: int = 100_000
+    ecn: bool = True
+    ecn_last_hop: bool = False
+    kmin: Threshold = Threshold(bdp=0.2)
+    kmax: Threshold = Threshold(bdp=0.8)
+    trim: Threshold | None = Threshold(bdp=2.0)
+    seed: int = 0
+
+    def bdp_bytes(self, rate_bps: int) -> int:
+        return rate_bps * self.base_rtt_ns // (8 * 10**9)
+
+
+def tbf_burst_bytes(rate_bps: int, mtu: int) -> int:
+    """The bucket of a link's TBF: ~250 us at line rate, at least two frames."""
+    return max(int(rate_bps / 8 * TBF_BURST_SECONDS), 2 * (mtu + 14))
 
 
 @dataclass(frozen=True)
@@ -153,6 +212,7 @@ class Topology:
     buffer_bytes: int
     host_net: ipaddress.IPv4Network
     fabric_net: ipaddress.IPv4Network
+    queues: QueueParams = field(default_factory=QueueParams)
     raw: dict = field(default_factory=dict)  # the TOML as parsed, kept in the lab state
     nodes: dict[str, Node] = field(default_factory=dict)
     links: dict[str, Link] = field(default_factory=dict)
@@ -246,6 +306,14 @@ class Topology:
             "fabric_rate": format_rate(self.fabric_rate_bps),
             "mtu": self.mtu,
             "buffer_bytes": self.buffer_bytes,
+            "queues": {
+                "base_rtt_ns": self.queues.base_rtt_ns,
+                "ecn": self.queues.ecn,
+                "ecn_last_hop": self.queues.ecn_last_hop,
+                "kmin": str(self.queues.kmin),
+                "kmax": str(self.queues.kmax),
+                "trim": "off" if self.queues.trim is None else str(self.queues.trim),
+            },
             "namespaces": len(self.nodes),
             "links": len(self.links),
         }
@@ -289,6 +357,51 @@ def parse_size(value: object, units: dict[str, int] = SIZE_UNITS) -> int:
     if not m or unit not in units:
         raise ValueError(f"cannot read {value!r}: use a number and a unit ({', '.join(units)})")
     return int(m.group(1)) * units[unit]
+
+
+def parse_threshold(value: object, *, allow_off: bool = False) -> Threshold | None:
+    """0.2 or "0.2bdp" -> a fraction of the BDP; "20KB", "20k", "20000" -> bytes;
+    "off" (allow_off) -> None."""
+    if isinstance(value, bool):
+        raise ValueError(f"cannot read {value!r}: {_THRESHOLD_HELP}")
+    if isinstance(value, int | float):
+        fraction = float(value)
+    elif isinstance(value, str):
+        text = value.strip().lower()
+        if allow_off and text in ("off", "none"):
+            return None
+        if not text.endswith("bdp"):
+            try:
+                return Threshold(nbytes=parse_size(text, QUEUE_SIZE_UNITS))
+            except ValueError:
+                raise ValueError(f"cannot read {value!r}: {_THRESHOLD_HELP}") from None
+        try:
+            fraction = float(text.removesuffix("bdp"))
+        except ValueError:
+            raise ValueError(f"cannot read {value!r}: {_THRESHOLD_HELP}") from None
+    else:
+        raise ValueError(f"cannot read {value!r}: {_THRESHOLD_HELP}")
+    if not 0.0 <= fraction <= 1000.0:  # NaN fails too
+        raise ValueError(
+            f"a fraction of the BDP must be 0..1000, got {value!r} "
+            '(a size needs a unit: "20KB", "20000b")'
+        )
+    return Threshold(bdp=fraction)
+
+
+_THRESHOLD_HELP = (
+    'use a fraction of the BDP (0.2, "0.2bdp") or a size with a unit ("20KB", "20k"; '
+    f"units: {', '.join(QUEUE_SIZE_UNITS)})"
+)
+
+
+def parse_time_ns(value: object) -> int:
+    """'100us', '0.1ms', '50000ns' -> nanoseconds."""
+    text = value.strip().lower() if isinstance(value, str) else ""
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*(ns|us|ms|s)", text)
+    if not m:
+        raise ValueError(f"cannot read {value!r}: use a number and a unit (ns, us, ms, s)")
+    return round(float(m.group(1)) * TIME_UNITS_NS[m.group(2)])
 
 
 def format_rate(bps: int | None) -> str:
@@ -352,6 +465,45 @@ class _Reader:
         if not lo <= size <= hi:
             raise self.fail(dotted, f"must be between {lo} and {hi} bytes, got {size}")
         return size
+
+    def boolean(self, dotted: str, default: bool) -> bool:
+        value = self.get(dotted, default)
+        if not isinstance(value, bool):
+            raise self.fail(dotted, f"must be true or false, got {value!r}")
+        return value
+
+    def threshold(self, dotted: str, default: Threshold | None) -> Threshold | None:
+        value = self.get(dotted)
+        if value is None:
+            return default
+        try:
+            return parse_threshold(value, allow_off=dotted == "queues.trim")
+        except ValueError as e:
+            raise self.fail(dotted, str(e)) from None
+
+    def queues(self) -> QueueParams:
+        d = QueueParams()
+        base_rtt = self.get("queues.base_rtt")
+        rtt_ns = d.base_rtt_ns
+        if base_rtt is not None:
+            try:
+                rtt_ns = parse_time_ns(base_rtt)
+            except ValueError as e:
+                raise self.fail("queues.base_rtt", str(e)) from None
+            if not 1_000 <= rtt_ns <= 10**9:
+                raise self.fail("queues.base_rtt", f"must be 1us..1s, got {base_rtt!r}")
+        seed = self.get("queues.seed", 0)
+        if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 1 << 63:
+            raise self.fail("queues.seed", f"must be an integer 0..2^63-1, got {seed!r}")
+        return QueueParams(
+            base_rtt_ns=rtt_ns,
+            ecn=self.boolean("queues.ecn", d.ecn),
+            ecn_last_hop=self.boolean("queues.ecn_last_hop", d.ecn_last_hop),
+            kmin=self.threshold("queues.kmin", d.kmin),
+            kmax=self.threshold("queues.kmax", d.kmax),
+            trim=self.threshold("queues.trim", d.trim),
+            seed=seed,
+        )
 
     def network(self, dotted: str, default: str) -> ipaddress.IPv4Network:
         value = self.get(dotted, default)
@@ -447,12 +599,32 @@ def from_dict(path: Path, data: dict, lab: str | None = None) -> Topology:
         buffer_bytes=r.size("links.buffer", "256KiB", 16 * 1024, 64 * 2**20),
         host_net=r.network("addressing.hosts", "198.18.0.0/16"),
         fabric_net=r.network("addressing.fabric", "198.19.0.0/16"),
+        queues=r.queues(),
         raw=data,
     )
     if topo.host_net.overlaps(topo.fabric_net):
         raise r.fail("addressing", f"hosts {topo.host_net} and fabric {topo.fabric_net} overlap")
+    _check_queues(r, topo)
     _build(topo)
     return topo
+
+
+def _check_queues(r: _Reader, topo: Topology) -> None:
+    """Thresholds resolve per link rate: each must fit the BPF twin, and kmin <= kmax."""
+    q = topo.queues
+    for rate in sorted({x for x in (topo.rate_bps, topo.fabric_rate_bps) if x is not None}):
+        bdp = q.bdp_bytes(rate)
+        kmin, kmax = q.kmin.resolve(bdp), q.kmax.resolve(bdp)
+        on = f"on {format_rate(rate)} links (BDP {bdp} bytes)"
+        for key, value in (
+            ("kmin", kmin),
+            ("kmax", kmax),
+            ("trim", q.trim and q.trim.resolve(bdp)),
+        ):
+            if value is not None and value > QUEUE_BYTES_MAX:
+                raise r.fail(f"queues.{key}", f"{value} bytes {on}: at most {QUEUE_BYTES_MAX}")
+        if kmin > kmax:
+            raise r.fail("queues.kmin", f"{kmin} bytes is above kmax ({kmax} bytes) {on}")
 
 
 def _build(topo: Topology) -> None:

@@ -272,7 +272,8 @@ def ev_table(snap: dict, budget: int) -> Table:
 
 
 def drops_line(snap: dict) -> Text:
-    """Drops per second by reason, fabric and NIC, and retransmissions."""
+    """Drops per second by reason, fabric and NIC, retransmissions, and what the
+    switch queues mark and trim per second."""
     parts = []
     for reason in DROP_REASONS:
         rates = [_rate(p, "drops", f"{reason}_per_s") for p in snap["planes"]]
@@ -288,6 +289,11 @@ def drops_line(snap: dict) -> Text:
     retx = nic.get("tx_retx_per_s")
     line = Text.from_markup("[bold]drops/s[/] " + ", ".join(parts))
     line.append_text(Text.from_markup(f"   [bold]retx/s[/] {count(retx)}"))
+    congestion = []
+    for name, key in (("marked", "ecn_marked_per_s"), ("trimmed", "trimmed_per_s")):
+        known = [r for p in snap["planes"] if (r := _rate(p, "queue", key)) is not None]
+        congestion.append(f"{name} {count(sum(known)) if known else '-'}")
+    line.append_text(Text.from_markup("   [bold]queues/s[/] " + ", ".join(congestion)))
     line.no_wrap = True
     line.overflow = "ellipsis"
     return line

@@ -605,8 +605,9 @@ def trim(pkt: Packet | bytes, *, lasthop: bool = False) -> Packet:
     """What a trimming switch makes of a data packet (see docs/wire-format.md).
 
     Keeps the first TRIM_LEN bytes of UDP payload, fixes the IPv4 and UDP
-    lengths and the IPv4 checksum, and rewrites the DSCP to TRIMMED (or
-    TRIMMED_LASTHOP), keeping ECN. Refuses packets a switch would not trim.
+    lengths and the IPv4 checksum (and the UDP checksum, if the packet has
+    one: MRC sends 0), and rewrites the DSCP to TRIMMED (or TRIMMED_LASTHOP),
+    keeping ECN. Refuses packets a switch would not trim.
     """
     eth = Ether(bytes(pkt))
     if IP not in eth or UDP not in eth or eth[UDP].dport != UDP_PORT:
@@ -620,6 +621,8 @@ def trim(pkt: Packet | bytes, *, lasthop: bool = False) -> Packet:
     dscp = Dscp.TRIMMED_LASTHOP if lasthop else Dscp.TRIMMED
     ip.tos = (dscp << DSCP_SHIFT) | (ip.tos & ECN_MASK)
     del ip.len, ip.chksum, udp.len
+    if udp.chksum:
+        del udp.chksum  # recomputed over what is kept
     udp.remove_payload()
     udp.add_payload(Raw(body[:TRIM_LEN]))
     return Ether(bytes(eth))

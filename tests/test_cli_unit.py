@@ -284,6 +284,7 @@ COMMANDS = [
     "status",
     "fail",
     "heal",
+    "port",
     "stats",
     "traffic",
     "ping",

@@ -3,7 +3,9 @@
 The program is compiled once for the module (lab ``ztest<pid>``, pins removed
 at teardown). BPF_PROG_TEST_RUN cannot set skb->tc_classid, so every test
 packet runs as key 0 (port 0, ingress); each test reads counter deltas and
-starts with no fault on that key. The decoding of other keys (classid ->
+starts with no fault and no queue on that key. The queue stage runs on any
+key whose queue is enabled (the lab enables egress keys only), so the queue
+tests configure key 0's. The decoding of other keys (classid ->
 port_id * 2 + direction) is covered by the netns test at the end, which
 attaches the program to a real veth pair.
 
@@ -23,13 +25,20 @@ import time
 from typing import Any
 
 import pytest
-from conftest import compile_header_probe, compiled_constants, require_root_and_bcc, struct_layout
+from conftest import (
+    NETNS_DIR,
+    compile_header_probe,
+    compiled_constants,
+    require_root_and_bcc,
+    struct_layout,
+)
 from scapy.layers.inet import IP, UDP
-from scapy.layers.l2 import Ether
+from scapy.layers.l2 import ARP, Ether
 from scapy.packet import Raw
 
-from mrc_nic import bpfsys
+from mrc_nic import bpfsys, wire
 from mrc_nic import switchport as sp
+from mrc_nic.port_table import PortCounterTable
 
 
 def needs_bpf(test):
@@ -80,10 +89,11 @@ def maps(program):
 
 @pytest.fixture(autouse=True)
 def no_fault_on_key0(request):
-    # Only tests that use the maps need a clean key 0.
+    # Only tests that use the maps need a clean key 0: no fault, no queue.
     if "maps" in request.fixturenames:
         m = request.getfixturevalue("maps")
         m.clear_fault(0, sp.INGRESS)
+        m.clear_queue(0, sp.INGRESS)
     yield
 
 
@@ -287,6 +297,374 @@ def test_different_seeds_give_different_drops(program, maps):
     assert patterns[43] != patterns[1 << 40]
 
 
+# ---- virtual output queue: golden packets --------------------------------------------
+#
+# Each case configures key 0's queue, fills its twin to a backlog (set_backlog),
+# runs one packet and compares the packet that comes out, byte for byte, with
+# what mrc_nic.wire builds, and the counter deltas. The queue drains at 1 Mbit/s
+# (125 bytes a ms), so the backlog a case sets is what its packet sees.
+
+Q = sp.QueueSettings(rate_bps=10**6, buffer=200_000, kmin=20_000, kmax=80_000, trim=120_000)
+NO_ECN = {"ecn": False}
+MARKING, TRIMMING, NEAR_FULL, FULL = 100_000, 150_000, 199_500, 200_000
+
+
+def mrc(
+    payload: int = 1000,
+    *,
+    ecn: int = wire.Ecn.ECT0,
+    dscp: int | None = None,
+    dport: int | None = None,
+    udp_checksum: bool = False,
+    **kwargs,
+) -> bytes:
+    """An MRC data frame (WRITE; WRITE_IMM with imm=, retransmission with retx=True)."""
+    pkt = wire.data_packet(
+        ev=4097,
+        dqpn=0x10001,
+        psn=77,
+        va=0x7F0000001000,
+        rkey=0x1234,
+        payload=bytes(range(256)) * (payload // 256) + bytes(payload % 256),
+        ecn=ecn,
+        **kwargs,
+    )
+    if dscp is not None:
+        pkt[IP].tos = (dscp << wire.DSCP_SHIFT) | ecn
+    if dport is not None:
+        pkt[UDP].dport = dport
+    if udp_checksum:
+        del pkt[UDP].chksum  # scapy computes it: a sender that sets one
+    return bytes(pkt)
+
+
+def marked(frame: bytes) -> bytes:
+    """The frame with IP ECN = CE and its IP checksum updated."""
+    pkt = Ether(frame)
+    pkt[IP].tos |= wire.Ecn.CE
+    del pkt[IP].chksum
+    return bytes(pkt)
+
+
+def trimmed(frame: bytes, *, lasthop: bool = False) -> bytes:
+    return bytes(wire.trim(frame, lasthop=lasthop))
+
+
+DATA = mrc()
+DATA_ECT1 = mrc(ecn=wire.Ecn.ECT1)
+DATA_NOT_ECT = mrc(ecn=wire.Ecn.NOT_ECT)
+DATA_CE = mrc(ecn=wire.Ecn.CE)
+DATA_IMM = mrc(imm=0xABCD)
+DATA_RETX = mrc(retx=True)
+DATA_CSUM = mrc(udp_checksum=True)
+DATA_SHORT = mrc(payload=4)  # 52 bytes of UDP payload: nothing to cut
+DATA_NO_TRIM = mrc(dscp=wire.Dscp.NO_TRIM)
+DATA_4792 = mrc(dport=4792)
+SACK = bytes(wire.sack_packet(ev=4097, dqpn=1, psn=77, cum_psn=78, echo_ts=5))
+ARP_FRAME = bytes(Ether(dst="ff:ff:ff:ff:ff:ff") / ARP(pdst="10.0.0.2"))
+
+
+@dataclasses.dataclass
+class QCase:
+    name: str
+    settings: dict  # changes to Q
+    backlog: int
+    packet: bytes
+    out: bytes | None  # what leaves; None: dropped (drop_buffer)
+    counted: dict[str, int] = dataclasses.field(default_factory=dict)  # beyond passed/dropped
+    fault: dict | None = None
+
+
+QCASES = [
+    QCase("below kmin: untouched", {}, 0, DATA, DATA),
+    QCase("above kmax: marked CE", {}, MARKING, DATA, marked(DATA), {"ecn_marked": 1}),
+    QCase(
+        "above kmax, ECT(1): marked CE",
+        {},
+        MARKING,
+        DATA_ECT1,
+        marked(DATA_ECT1),
+        {"ecn_marked": 1},
+    ),
+    QCase("above kmax, Not-ECT: untouched", {}, MARKING, DATA_NOT_ECT, DATA_NOT_ECT),
+    QCase("above kmax, already CE: not counted", {}, MARKING, DATA_CE, DATA_CE),
+    QCase("above kmax, ECN off: untouched", NO_ECN, MARKING, DATA, DATA),
+    QCase("above kmax, not IP: untouched", {}, MARKING, ARP_FRAME, ARP_FRAME),
+    QCase(
+        "above trim: trimmed and marked",
+        {},
+        TRIMMING,
+        DATA,
+        trimmed(marked(DATA)),
+        {"ecn_marked": 1, "trimmed": 1},
+    ),
+    QCase("above trim, ECN off: trimmed", NO_ECN, TRIMMING, DATA, trimmed(DATA), {"trimmed": 1}),
+    QCase(
+        "above trim, last hop: TRIMMED_LASTHOP",
+        {**NO_ECN, "lasthop": True},
+        TRIMMING,
+        DATA,
+        trimmed(DATA, lasthop=True),
+        {"trimmed": 1},
+    ),
+    QCase("above trim, WRITE_IMM", NO_ECN, TRIMMING, DATA_IMM, trimmed(DATA_IMM), {"trimmed": 1}),
+    QCase(
+        "above trim, retransmission",
+        NO_ECN,
+        TRIMMING,
+        DATA_RETX,
+        trimmed(DATA_RETX),
+        {"trimmed": 1},
+    ),
+    QCase(
+        "above trim, UDP checksum recomputed",
+        NO_ECN,
+        TRIMMING,
+        DATA_CSUM,
+        trimmed(DATA_CSUM),
+        {"trimmed": 1},
+    ),
+    QCase("above trim, control packet: whole", {}, TRIMMING, SACK, SACK),
+    QCase(
+        "above trim, NO_TRIM data: marked, whole",
+        {},
+        TRIMMING,
+        DATA_NO_TRIM,
+        marked(DATA_NO_TRIM),
+        {"ecn_marked": 1},
+    ),
+    QCase("above trim, nothing to cut: whole", NO_ECN, TRIMMING, DATA_SHORT, DATA_SHORT),
+    QCase("above trim, not UDP 4791: whole", NO_ECN, TRIMMING, DATA_4792, DATA_4792),
+    QCase("above trim, trimming off: whole", {**NO_ECN, "trim": None}, TRIMMING, DATA, DATA),
+    QCase(
+        "does not fit, trim above buffer: trimmed",
+        {**NO_ECN, "trim": 10**6},
+        NEAR_FULL,
+        DATA,
+        trimmed(DATA),
+        {"trimmed": 1},
+    ),
+    QCase("fits, trim above buffer: whole", {**NO_ECN, "trim": 10**6}, TRIMMING, DATA, DATA),
+    QCase("does not fit, trimming off: dropped", {"trim": None}, NEAR_FULL, DATA, None),
+    QCase("does not fit, not trimmable: dropped", {}, NEAR_FULL, DATA_NO_TRIM, None),
+    QCase("small control packet that fits: whole", {}, NEAR_FULL, SACK, SACK),
+    QCase("buffer full: even the header is dropped", {}, FULL, DATA, None),
+    QCase("buffer full, not IP: dropped", {}, FULL, ARP_FRAME, None),
+    QCase(
+        "a fault drops first: never enqueued",
+        {},
+        FULL,
+        DATA,
+        None,
+        {"drop_blackhole": 1, "drop_buffer": -1},
+        fault={"mode": sp.FaultMode.BLACKHOLE},
+    ),
+]
+
+
+def queue_case_expected(case: QCase, before: sp.PortCounters) -> dict[str, int]:
+    counted = {"pkts": 1, "bytes": len(case.packet)}
+    if case.out is None:
+        counted["drop_buffer"] = 1
+    else:
+        counted.update(passed_pkts=1, passed_bytes=len(case.out), enqueued=1)
+    for name, n in case.counted.items():
+        counted[name] = counted.get(name, 0) + n
+    expected = dict.fromkeys(before.as_dict(), 0) | counted
+    del expected["backlog_hwm"]  # a maximum, not a count: checked on its own
+    return expected
+
+
+@needs_bpf
+@pytest.mark.parametrize("case", QCASES, ids=[c.name for c in QCASES])
+def test_queue_golden_packet(program, maps, case: QCase):
+    maps.set_queue(0, sp.INGRESS, dataclasses.replace(Q, **case.settings))
+    if case.fault:
+        maps.set_fault(0, sp.INGRESS, **case.fault)
+    if case.backlog:
+        maps.set_backlog(0, sp.INGRESS, case.backlog)
+    before = counters0(maps)
+
+    result = run(program, case.packet)
+
+    after = counters0(maps)
+    got = delta(before, after)
+    del got["backlog_hwm"]
+    assert got == queue_case_expected(case, before)
+    if case.out is None:
+        assert result.retval == TC_ACT_SHOT
+        return
+    assert result.retval == TC_ACT_OK
+    assert result.data_out == case.out
+    # The packet saw (about) the backlog set: the high-water mark holds it and the packet.
+    assert after.backlog_hwm >= case.backlog - 1000 + len(case.out)
+
+
+@needs_bpf
+@pytest.mark.parametrize(
+    ("frame", "lasthop", "dscp"),
+    [(DATA, False, wire.Dscp.TRIMMED), (DATA_IMM, True, wire.Dscp.TRIMMED_LASTHOP)],
+)
+def test_trimmed_packet_has_valid_headers_and_decodes_as_trimmed(
+    program, maps, frame, lasthop, dscp
+):
+    maps.set_queue(0, sp.INGRESS, dataclasses.replace(Q, ecn=False, lasthop=lasthop))
+    maps.set_backlog(0, sp.INGRESS, TRIMMING)
+    out = Ether(run(program, frame).data_out)
+    original = Ether(frame)
+
+    assert len(out) == 14 + 20 + 8 + wire.TRIM_LEN
+    assert out[IP].len == 20 + 8 + wire.TRIM_LEN and out[UDP].len == 8 + wire.TRIM_LEN
+    assert out[IP].tos >> wire.DSCP_SHIFT == dscp
+    assert out[IP].tos >> wire.DSCP_SHIFT in wire.TRIMMED_DSCPS
+    assert out[IP].tos & wire.ECN_MASK == wire.Ecn.ECT0  # kept
+    rebuilt = out.copy()
+    del rebuilt[IP].chksum
+    assert Ether(bytes(rebuilt))[IP].chksum == out[IP].chksum  # valid IPv4 checksum
+    # Every MRC header is whole, RETH still says how long the payload was.
+    assert out[wire.BTH].psn == original[wire.BTH].psn
+    assert out[wire.RETH].dmalen == original[wire.RETH].dmalen == 1000
+    assert out[wire.MRCData].tx_ts == original[wire.MRCData].tx_ts
+
+
+@needs_bpf
+def test_trimmed_udp_checksum_verifies(program, maps):
+    maps.set_queue(0, sp.INGRESS, dataclasses.replace(Q, ecn=False))
+    maps.set_backlog(0, sp.INGRESS, TRIMMING)
+    out = Ether(run(program, DATA_CSUM).data_out)
+    assert out[UDP].chksum not in (0, Ether(DATA_CSUM)[UDP].chksum)
+    rebuilt = out.copy()
+    del rebuilt[UDP].chksum
+    assert Ether(bytes(rebuilt))[UDP].chksum == out[UDP].chksum
+
+
+# ---- virtual output queue: marking rate, drain, counters ----------------------------------
+
+BAND_KMIN, BAND = 10_000_000, 100_000_000  # a 100 MB marking band
+
+
+def marks_at(program, maps, fraction: float, n: int, seed: int) -> int:
+    """ECN marks of n fresh ECT packets, one run each, at kmin + fraction of the band."""
+    settings = sp.QueueSettings(
+        rate_bps=10**6,
+        buffer=sp.Q_BYTES_MAX,
+        kmin=BAND_KMIN,
+        kmax=BAND_KMIN + BAND,
+        trim=None,
+        seed=seed,
+    )
+    maps.set_queue(0, sp.INGRESS, settings)  # restarts the draws: a seed replays
+    maps.set_backlog(0, sp.INGRESS, max(0, int(BAND_KMIN + fraction * BAND)))
+    before = counters0(maps).ecn_marked
+    small = mrc(payload=0)
+    for _ in range(n):
+        run(program, small)
+    return counters0(maps).ecn_marked - before
+
+
+@needs_bpf
+@pytest.mark.parametrize("seed", [1, 0xC0FFEE])
+def test_marking_probability_rises_linearly_between_kmin_and_kmax(program, maps, seed):
+    # Marks of n packets at probability p are Binomial(n, p): a 5-sd band fails by
+    # chance with probability < 1e-6, and for a fixed seed the outcome is fixed.
+    # The n packets themselves raise the backlog by n x 90 bytes (0.27% of the
+    # band), which may add up to that fraction of n marks.
+    n = 3000
+    drift = n * len(mrc(payload=0)) / BAND
+    got = {}
+    for fraction in (-0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 1.05):
+        p = min(max(fraction, 0.0), 1.0)
+        got[fraction] = marks_at(program, maps, fraction, n, seed)
+        tolerance = 5 * math.sqrt(n * p * (1 - p)) + n * drift + 1
+        assert abs(got[fraction] - n * p) <= tolerance, (fraction, got)
+    assert got[-0.05] == 0 and got[1.05] == n
+    rates = list(got.values())
+    assert rates == sorted(rates), got
+
+
+@needs_bpf
+def test_marking_draws_replay_with_a_seed(program, maps):
+    first = marks_at(program, maps, 0.5, 400, seed=42)
+    assert marks_at(program, maps, 0.5, 400, seed=42) == first
+    assert 100 < first < 300
+
+
+@needs_bpf
+def test_backlog_drains_at_the_link_rate(program, maps):
+    # 1 Gbit/s drains 125 bytes a microsecond: 100 kB are gone after 10 ms of
+    # sleep, whatever else the machine does (a sleep only lasts longer).
+    maps.set_queue(0, sp.INGRESS, dataclasses.replace(Q, rate_bps=10**9))
+    maps.set_backlog(0, sp.INGRESS, MARKING)
+    assert 0 < maps.backlog(0, sp.INGRESS) <= MARKING
+    time.sleep(0.01)
+    assert maps.backlog(0, sp.INGRESS) == 0
+    before = counters0(maps)
+    assert run(program, DATA).data_out == DATA  # below kmin again: not marked
+    assert delta(before, counters0(maps))["ecn_marked"] == 0
+
+
+@needs_bpf
+def test_backlog_is_what_came_in_minus_burst_and_drain(program, maps):
+    burst, n = 5000, 20
+    maps.set_queue(
+        0,
+        sp.INGRESS,
+        sp.QueueSettings(
+            rate_bps=10**6, buffer=10**6, kmin=10**6, kmax=10**6, trim=None, burst=burst
+        ),
+    )
+    start = time.monotonic_ns()
+    for _ in range(n):
+        run(program, DATA)
+    backlog = maps.backlog(0, sp.INGRESS)
+    elapsed_ns = time.monotonic_ns() - start
+    came_in = n * len(DATA)
+    # At most what the measured time could drain at 1 Mbit/s (+1 byte of rounding a packet).
+    drained_at_most = elapsed_ns * 10**6 // (8 * 10**9) + n
+    assert came_in - burst - drained_at_most <= backlog <= came_in - burst
+    assert counters0(maps).backlog_hwm >= backlog
+
+
+@needs_bpf
+def test_counters_add_up_under_faults_and_a_full_queue(program, maps):
+    # A small buffer, loss, and a mix of packets: every packet is passed or
+    # dropped for exactly one reason, and what passed went through the queue.
+    maps.set_fault(0, sp.INGRESS, sp.FaultMode.LOSS, loss_rate=0.2, seed=5)
+    maps.set_queue(
+        0,
+        sp.INGRESS,
+        sp.QueueSettings(rate_bps=10**6, buffer=20_000, kmin=4000, kmax=12_000, trim=8000),
+    )
+    before = counters0(maps)
+    for i in range(300):
+        run(program, (DATA, SACK, DATA_NO_TRIM, UDP_64)[i % 4])
+    d = delta(before, counters0(maps))
+    assert d["pkts"] == 300
+    assert d["pkts"] == d["passed_pkts"] + d["drop_blackhole"] + d["drop_loss"] + d["drop_buffer"]
+    assert d["enqueued"] == d["passed_pkts"]
+    assert d["drop_loss"] > 0 and d["drop_buffer"] > 0
+    assert 0 < d["trimmed"] <= d["enqueued"] and 0 < d["ecn_marked"] <= d["enqueued"]
+
+
+@needs_bpf
+def test_last_hop_from_the_topology_trims_as_last_hop_and_does_not_mark(program, maps):
+    from mrc_nic import queues, topology
+
+    topo = topology.load(NETNS_DIR / "default.toml", lab="zq")
+    (last,) = queues.resolve_ports(topo, ("p0.t0a:h0",))
+    (uplink,) = queues.resolve_ports(topo, ("p0.t0a:t1a",))
+    # The topology's settings, at 1 Mbit/s so that the backlog set is the one seen.
+    for ref, out in ((last, DATA), (uplink, marked(DATA))):
+        settings = dataclasses.replace(queues.port_settings(topo, ref), rate_bps=10**6)
+        maps.set_queue(0, sp.INGRESS, settings)
+        maps.set_backlog(0, sp.INGRESS, (settings.kmax + settings.trim) // 2)
+        assert run(program, DATA).data_out == out, ref.name
+    settings = dataclasses.replace(queues.port_settings(topo, last), rate_bps=10**6)
+    maps.set_queue(0, sp.INGRESS, settings)
+    maps.set_backlog(0, sp.INGRESS, settings.trim + 10_000)
+    assert run(program, DATA).data_out == trimmed(DATA, lasthop=True)
+
+
 # ---- the map client -----------------------------------------------------------------
 
 
@@ -364,6 +742,7 @@ def test_pinned_maps_have_expected_shape(program):
     expected = {
         sp.FAULTS_MAP: (bpfsys.BPF_MAP_TYPE_ARRAY, ctypes.sizeof(sp.FaultConfig)),
         sp.COUNTERS_MAP: (bpfsys.BPF_MAP_TYPE_PERCPU_ARRAY, ctypes.sizeof(sp.CountersLayout)),
+        sp.QUEUES_MAP: (bpfsys.BPF_MAP_TYPE_ARRAY, ctypes.sizeof(sp.QueueLayout)),
     }
     for name, (map_type, value_size) in expected.items():
         fd = bpfsys.obj_get(sp.pin_dir(LAB) / name)
@@ -389,6 +768,12 @@ def test_percpu_values_round_trip(program, maps):
         assert bpfsys.map_lookup_percpu(fd, key, size) == values
         got = maps.counters(3, sp.EGRESS)
         assert (got.pkts, got.drop_loss) == (cpus * (cpus + 1) // 2, 10 * cpus)
+        # The high-water mark is the largest CPU's, not their sum, read either way.
+        values = [bytes(sp.CountersLayout(backlog_hwm=100 * (cpu + 1))) for cpu in range(cpus)]
+        bpfsys.map_update_percpu(fd, key, values)
+        assert maps.counters(3, sp.EGRESS).backlog_hwm == 100 * cpus
+        with PortCounterTable(LAB) as table:
+            assert table.read().as_dict(3, sp.EGRESS)["backlog_hwm"] == 100 * cpus
         bpfsys.map_update_percpu(fd, key, [bytes(size)] * cpus)
         assert maps.counters(3, sp.EGRESS) == sp.PortCounters()
     finally:
@@ -418,7 +803,11 @@ def test_obj_get_error_names_path():
 @needs_bpf
 @pytest.mark.parametrize(
     ("map_name", "python_view"),
-    [(sp.FAULTS_MAP, sp.FaultConfig), (sp.COUNTERS_MAP, sp.CountersLayout)],
+    [
+        (sp.FAULTS_MAP, sp.FaultConfig),
+        (sp.COUNTERS_MAP, sp.CountersLayout),
+        (sp.QUEUES_MAP, sp.QueueLayout),
+    ],
 )
 def test_python_layout_matches_compiled_struct(program, map_name, python_view):
     table = program.bpf[map_name.encode()]
@@ -442,6 +831,15 @@ HEADER_CONSTANTS = [
     ("SP_FAULT_BLACKHOLE", sp.FaultMode.BLACKHOLE),
     ("SP_FAULT_LOSS", sp.FaultMode.LOSS),
     ("SP_LOSS_SCALE_SHIFT", sp.LOSS_SCALE_SHIFT),
+    ("SP_Q_ENABLED", sp.QueueFlag.ENABLED),
+    ("SP_Q_ECN", sp.QueueFlag.ECN),
+    ("SP_Q_TRIM", sp.QueueFlag.TRIM),
+    ("SP_Q_LASTHOP", sp.QueueFlag.LASTHOP),
+    ("SP_Q_RATE_SHIFT", sp.Q_RATE_SHIFT),
+    ("SP_Q_COST_SHIFT", sp.Q_COST_SHIFT),
+    ("SP_Q_BYTES_MAX", sp.Q_BYTES_MAX),
+    ("SP_MARK_SHIFT", sp.MARK_SHIFT),
+    ("SP_Q_FLAGS_ALL", sp.Q_FLAGS_ALL),
 ]
 
 

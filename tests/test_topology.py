@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from mrc_nic.topology import (
+    QueueParams,
     TopologyError,
     format_rate,
     load,
@@ -439,6 +440,8 @@ def test_lab_name_with_newline_refused(name):
 # ---- bad files ------------------------------------------------------------------
 BASE = '[lab]\nname = "zunit"\n'
 
+QUEUES = BASE + "[fabric]\nhosts = 2\nplanes = 1\n[queues]\n"
+
 # id, file text, dotted key named in the message, fragments saying what is allowed
 BAD_FILES = [
     (
@@ -609,6 +612,40 @@ BAD_FILES = [
         "addressing",
         ["10.0.0.0/16", "10.0.0.0/8", "overlap"],
     ),
+    (
+        "queues-unknown-key",
+        QUEUES + "kmn = 0.2\n",
+        "queues.kmn",
+        ["unknown key", "base_rtt, ecn, ecn_last_hop, kmin, kmax, trim, seed"],
+    ),
+    ("queues-ecn-string", QUEUES + 'ecn = "yes"\n', "queues.ecn", ["true or false", "'yes'"]),
+    (
+        "queues-kmin-garbage",
+        QUEUES + 'kmin = "lots"\n',
+        "queues.kmin",
+        ["'lots'", "fraction of the BDP", '"20KB"'],
+    ),
+    (
+        "queues-kmax-bytes-without-unit",
+        QUEUES + "kmax = 80000\n",
+        "queues.kmax",
+        ["0..1000", "a size needs a unit"],
+    ),
+    (
+        "queues-kmin-above-kmax",
+        QUEUES + 'kmin = 0.9\nkmax = "5KB"\n',
+        "queues.kmin",
+        ["11250 bytes is above kmax (5000 bytes)", "on 1gbit links (BDP 12500 bytes)"],
+    ),
+    (
+        "queues-trim-too-big",
+        QUEUES + 'base_rtt = "1s"\ntrim = 100.0\n',
+        "queues.trim",
+        ["12500000000 bytes on 1gbit links", "at most 1073741824"],
+    ),
+    ("queues-rtt-no-unit", QUEUES + 'base_rtt = "100"\n', "queues.base_rtt", ["ns, us, ms, s"]),
+    ("queues-rtt-too-long", QUEUES + 'base_rtt = "2s"\n', "queues.base_rtt", ["1us..1s"]),
+    ("queues-seed-negative", QUEUES + "seed = -1\n", "queues.seed", ["0..2^63-1"]),
 ]
 
 
@@ -661,6 +698,21 @@ def test_minimal_file_uses_defaults(tmp_path):
     assert topo.buffer_bytes == 262144
     assert topo.host_net == NET("198.18.0.0/16")
     assert topo.fabric_net == NET("198.19.0.0/16")
+
+
+def test_queues_section_defaults_and_values(tmp_path):
+    topo = load(write(tmp_path, BASE + "[fabric]\nhosts = 2\nplanes = 1\n"))
+    assert topo.queues == QueueParams()
+    assert topo.queues.bdp_bytes(10**9) == 12500  # 1 Gbit/s x 100 us
+    path = write(
+        tmp_path,
+        QUEUES
+        + 'base_rtt = "20us"\necn = false\necn_last_hop = true\nkmin = "1k"\n'
+        + 'kmax = "0.5bdp"\ntrim = "off"\nseed = 3\n',
+    )
+    q = load(path).queues
+    assert (q.base_rtt_ns, q.ecn, q.ecn_last_hop, q.trim, q.seed) == (20_000, False, True, None, 3)
+    assert (q.kmin.resolve(q.bdp_bytes(10**9)), q.kmax.resolve(2500)) == (1000, 1250)
 
 
 def test_fabric_rate_defaults_to_rate(tmp_path):

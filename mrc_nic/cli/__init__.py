@@ -15,6 +15,7 @@ Examples:
   mrc-nic fail p1.t0a-h0 --mode blackhole --duration 2s
   mrc-nic fail plane 2 --mode down
   mrc-nic heal --all
+  mrc-nic port set p0.t1a:t0a --kmin 20k --kmax 80k --trim 120k   # a switch queue
   mrc-nic stats --watch                       # live rates per plane, path, QP, link
   mrc-nic capture p0.t0a-h0 -w h0.pcap --count 100
   mrc-nic down
@@ -28,9 +29,18 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from mrc_nic.cli import capture_cmds, fault_cmds, lab_cmds, qp_cmds, stats_cmds, traffic_cmds
+    from mrc_nic.cli import (
+        capture_cmds,
+        fault_cmds,
+        lab_cmds,
+        port_cmds,
+        qp_cmds,
+        stats_cmds,
+        traffic_cmds,
+    )
 
-    for module in (lab_cmds, fault_cmds, stats_cmds, traffic_cmds, capture_cmds, qp_cmds):
+    modules = (lab_cmds, fault_cmds, port_cmds, stats_cmds, traffic_cmds, capture_cmds, qp_cmds)
+    for module in modules:
         for command in module.COMMANDS:
             cli.add_command(command)
 

@@ -20,7 +20,11 @@ def topology_option(help_text: str):
 Examples:
   mrc-nic up
   mrc-nic up -t netns/clos-8.toml
-  mrc-nic up -t netns/default.toml --name lab2   # a second lab beside the first"""
+  mrc-nic up -t netns/default.toml --name lab2   # a second lab beside the first
+
+Topology sections: [lab], [fabric], [links], [addressing] (README, "Topology
+files") and [queues]: switch egress queues, base_rtt, ecn, ecn_last_hop,
+kmin, kmax, trim, seed (docs/queues.md)."""
 )
 @topology_option("Topology TOML (default: netns/default.toml).")
 @click.option("--name", default=None, help="Lab name, overriding [lab].name of the file.")

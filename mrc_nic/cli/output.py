@@ -65,7 +65,7 @@ def human_bytes(n: int) -> str:
     return f"{n}B"
 
 
-DROP_FIELDS = ("drop_blackhole", "drop_loss")
+DROP_FIELDS = ("drop_blackhole", "drop_loss", "drop_buffer")
 
 
 def counter_cells(first: dict, second: dict) -> list[str]:

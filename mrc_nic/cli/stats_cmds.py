@@ -188,12 +188,26 @@ def _port_table(snap: dict) -> None:
             f"{p['node']}:{p['ifname']}",
             p["port_id"],
             *output.counter_cells(p["ingress"], p["egress"]),
+            output.human_count(p["egress"]["ecn_marked"]),
+            output.human_count(p["egress"]["trimmed"]),
+            output.human_bytes(p["egress"]["backlog_hwm"]),
         ]
         for p in snap["ports"]
     ]
     output.table(
-        "switch ports (BPF counters)",
-        ["port", "#id", "#rx pkts", "#rx bytes", "#tx pkts", "#tx bytes", "#drops"],
+        "switch ports (BPF counters; marked, trimmed, hwm: the egress queue)",
+        [
+            "port",
+            "#id",
+            "#rx pkts",
+            "#rx bytes",
+            "#tx pkts",
+            "#tx bytes",
+            "#drops",
+            "#marked",
+            "#trimmed",
+            "#hwm",
+        ],
         rows,
     )
 
