@@ -14,6 +14,8 @@ transfer ends). The operations are listed in docs/daemon.md.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import socket
 import time
@@ -22,6 +24,22 @@ from pathlib import Path
 from mrc_nic import state
 
 MAX_LINE = 1 << 20
+EVENTS_SERVICE = "events"  # the lab's event log (mrc_nic.eventlog): events.sock
+
+
+class RequestError(Exception):
+    """A service refuses a request: errno (errno.EINVAL, ...) and a message."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.errno = code
+
+    @property
+    def name(self) -> str:
+        return errno.errorcode.get(self.errno, str(self.errno))
+
+    def as_dict(self) -> dict:
+        return {"errno": self.name, "message": str(self)}
 
 
 class DaemonError(RuntimeError):
@@ -92,3 +110,12 @@ def _read_line(sock: socket.socket, host: str, op, timeout: float) -> dict:
         if len(buf) > MAX_LINE or time.monotonic() > deadline:
             raise DaemonError(f"the daemon of {host} sent a reply too long or too late")
     return decode(buf.split(b"\n", 1)[0])
+
+
+def post_event(lab: str, event: dict, source: str = "cli") -> None:
+    """Record an event (a fault put in force, a QP in ERR) in the lab's event
+    log. Best effort: without a running log the event is lost, and
+    `mrc-nic events` says the log is not running."""
+    request = {"op": "post", "event": event, "source": source}
+    with contextlib.suppress(DaemonError, OSError):
+        call(lab, EVENTS_SERVICE, request, timeout=2.0)

@@ -18,7 +18,7 @@ and never touches a data packet:
   stops sending on that plane too;
 - the control socket (mrc_nic.ctl, docs/daemon.md) the CLI talks to.
 
-Single-threaded: one selector loop with a 1 ms tick.
+Single-threaded: one selector loop with a 1 ms tick (mrc_nic.service).
 """
 
 from __future__ import annotations
@@ -26,24 +26,15 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import selectors
 import signal
-import socket
 import sys
 import time
 from dataclasses import dataclass
 
 from mrc_nic import ctl, faults, hostmem, netns, nic, prober, sendjob
 from mrc_nic.qp import Qp, QpError, QpState
+from mrc_nic.service import Conn, LineService
 from mrc_nic.topology import Topology
-
-TICK_S = 0.001
-
-
-@dataclass
-class Conn:
-    sock: socket.socket
-    buf: bytes = b""
 
 
 @dataclass
@@ -56,8 +47,9 @@ class RecvQp:
     span: hostmem.Span
 
 
-class Daemon:
+class Daemon(LineService):
     def __init__(self, topo: Topology, host: str) -> None:
+        super().__init__(ctl.socket_path(topo.lab, host))
         self.topo, self.host = topo, host
         self.index = topo.nodes[host].index
         self.maps = nic.NicMaps.open(self.topo.lab)
@@ -66,87 +58,33 @@ class Daemon:
         self.recv_qps: dict[int, RecvQp] = {}
         self.jobs: list[sendjob.Job] = []
         self.prober = prober.Prober(self.topo, self.index, self.maps)
-        self.sel = selectors.DefaultSelector()
-        self.running = True
         self._port_bits: int | None = None
         self._links = None  # netlink socket subscribed to this namespace's link changes
 
     # ---- the loop ----------------------------------------------------------------
     def serve(self) -> None:
-        path = ctl.socket_path(self.topo.lab, self.host)
-        path.unlink(missing_ok=True)
-        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        old = os.umask(0o177)  # the socket is root's alone (0600)
-        try:
-            listener.bind(str(path))
-        finally:
-            os.umask(old)
-        listener.listen(16)
-        listener.setblocking(False)
-        self.sel.register(listener, selectors.EVENT_READ, None)
         self._watch_ports()
-        try:
-            while self.running:
-                for key, _ in self.sel.select(TICK_S):
-                    if key.data is None:
-                        self._accept(listener)
-                    elif key.data == "links":
-                        self._links.get()  # drain; what changed is read whole below
-                        self._update_ports()
-                    else:
-                        self._read(key.data)
-                self.tick(time.monotonic())
-        finally:
-            path.unlink(missing_ok=True)
-            self.prober.close()
-            if self._links is not None:
-                self._links.close()
+        super().serve()
 
-    def _accept(self, listener: socket.socket) -> None:
-        sock, _ = listener.accept()
-        sock.setblocking(False)
-        self.sel.register(sock, selectors.EVENT_READ, Conn(sock))
+    def close(self) -> None:
+        self.prober.close()
+        if self._links is not None:
+            self._links.close()
 
-    def _read(self, conn: Conn) -> None:
-        try:
-            chunk = conn.sock.recv(65536)
-        except OSError:
-            chunk = b""
-        if not chunk:
-            self._drop(conn)
-            return
-        conn.buf += chunk
-        while b"\n" in conn.buf:
-            line, conn.buf = conn.buf.split(b"\n", 1)
-            reply = self.handle_line(line, conn)
-            if reply is not None:
-                self.reply(conn, reply)
-        if len(conn.buf) > ctl.MAX_LINE:
-            self._drop(conn)
-
-    def _drop(self, conn: Conn) -> None:
+    def on_drop(self, conn: Conn) -> None:
         for job in self.jobs:
             if job.conn is conn:
                 job.conn = None  # the job goes on; nobody waits for its reply
-        self.sel.unregister(conn.sock)
-        conn.sock.close()
-
-    def reply(self, conn: Conn | None, message: dict) -> None:
-        if conn is None:
-            return
-        conn.sock.setblocking(True)
-        try:
-            conn.sock.sendall(ctl.encode(message))
-        except OSError:
-            pass
-        finally:
-            conn.sock.setblocking(False)
 
     def tick(self, now: float) -> None:
         for job in list(self.jobs):
             job.step(now)
             if job.finished:
                 result = job.result()  # before the QPs' counters go with them
+                if result["error"]:
+                    event = {"type": "qp_error", "host": self.host, "message": result["error"]}
+                    event["qpns"] = [q["qpn"] for q in result["qps"] if q["state"] == "ERR"]
+                    ctl.post_event(self.topo.lab, event, source=self.host)
                 self.jobs.remove(job)
                 for sq in job.qps:
                     self._close_send_qp(sq.qp.qpn)
@@ -163,7 +101,11 @@ class Daemon:
 
         self._links = IPRoute()
         self._links.bind(groups=RTMGRP_LINK)
-        self.sel.register(self._links.fileno(), selectors.EVENT_READ, "links")
+        self.watch(self._links.fileno(), self._link_changed)
+        self._update_ports()
+
+    def _link_changed(self) -> None:
+        self._links.get()  # drain; what changed is read whole below
         self._update_ports()
 
     def _update_ports(self) -> None:
@@ -185,22 +127,6 @@ class Daemon:
             self._port_bits = bits
 
     # ---- requests ----------------------------------------------------------------
-    def handle_line(self, line: bytes, conn: Conn) -> dict | None:
-        try:
-            request = ctl.decode(line)
-            op = request.get("op")
-            handler = getattr(self, f"op_{op}", None) if isinstance(op, str) else None
-            if handler is None:
-                raise QpError(errno.EOPNOTSUPP, f"unknown operation {op!r} (see docs/daemon.md)")
-            result = handler(request, conn)
-        except QpError as e:
-            return {"ok": False, **e.as_dict()}
-        except (ValueError, KeyError, TypeError) as e:
-            return {"ok": False, "errno": "EINVAL", "message": f"bad request: {e}"}
-        if result is None:
-            return None  # answered later (a write)
-        return {"ok": True, **result}
-
     def op_ping(self, req: dict, conn: Conn) -> dict:
         return {"host": self.host, "index": self.index, "pid": os.getpid()}
 

@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from mrc_nic import state, workers
+from mrc_nic import ctl, state, workers
 from mrc_nic.fabric import Fabric
 from mrc_nic.switchport import EGRESS, INGRESS, FaultMode, SwitchPortMaps
 from mrc_nic.topology import Link, Topology, from_dict
@@ -203,7 +203,13 @@ def apply(lab: str, target: tuple[str, ...], spec: FaultSpec) -> dict:
         if spec.duration or spec.mode == "flap":
             fault["worker_pid"] = workers.spawn(lab, fault_id)
         record.save()
-        return fault
+    ctl.post_event(lab, {"type": "fault", "time": now_wall, **_event_fields(fault)})
+    return fault
+
+
+def _event_fields(fault: dict) -> dict:
+    keys = ("id", "target", "mode", "direction", "links", "rate", "seed", "period", "duration")
+    return {k: fault[k] for k in keys if fault.get(k) is not None}
 
 
 def _enforce(topo: Topology, links: list[Link], fault: dict) -> None:
@@ -263,7 +269,10 @@ def heal(
             _lift(topo, fault)
             del record.faults[str(fault["id"])]
             record.save()  # per fault: if a later one fails, the record matches the kernel
-        return chosen
+    for fault in chosen:
+        event = {"type": "heal", **_event_fields(fault)}
+        ctl.post_event(lab, event, source="fault_worker" if from_worker else "cli")
+    return chosen
 
 
 def _lift(topo: Topology, fault: dict) -> None:

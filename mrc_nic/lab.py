@@ -66,34 +66,49 @@ DAEMON_START_S = 10.0  # a daemon imports pyroute2 and opens the maps: well unde
 
 
 def start_daemons(topo: Topology, hosts: list[str] | None = None) -> list[str]:
-    """Start the transport daemon of each host (mrc_nic.daemon) that has none
-    running, and wait until each answers on its control socket. Returns the
-    hosts started. A daemon that does not come up is a LabError."""
+    """Start what runs in the background of a lab and is not running: the
+    transport daemon of each host (mrc_nic.daemon) and the lab's event log
+    (mrc_nic.eventlog, named ctl.EVENTS_SERVICE), and wait until each answers
+    on its control socket. Returns the names started. One that does not come
+    up is a LabError."""
+    names = hosts or [ctl.EVENTS_SERVICE, *topo.host_names()]
     started = []
-    for host in hosts or topo.host_names():
-        if daemon_pid(topo.lab, host) is None:
-            workers.spawn_daemon(topo.lab, host)
-            started.append(host)
+    for name in names:
+        if daemon_pid(topo.lab, name) is None:
+            if name == ctl.EVENTS_SERVICE:
+                workers.spawn_eventlog(topo.lab)
+            else:
+                workers.spawn_daemon(topo.lab, name)
+            started.append(name)
     deadline = time.monotonic() + DAEMON_START_S
-    for host in started:
+    for name in started:
         while True:
             try:
-                ctl.call(topo.lab, host, {"op": "ping"}, timeout=1.0)
+                ctl.call(topo.lab, name, {"op": "ping"}, timeout=1.0)
                 break
             except ctl.DaemonError:
-                if time.monotonic() > deadline or daemon_pid(topo.lab, host) is None:
+                if time.monotonic() > deadline or daemon_pid(topo.lab, name) is None:
+                    module = (
+                        workers.EVENTLOG_MODULE
+                        if name == ctl.EVENTS_SERVICE
+                        else workers.DAEMON_MODULE
+                    )
                     raise LabError(
-                        f"the daemon of {host} did not start (python -m mrc_nic.daemon "
-                        f"{topo.lab} {host} shows why)"
+                        f"the {name} daemon did not start (python -m {module} "
+                        f"{topo.lab} {name} shows why)"
                     ) from None
                 time.sleep(0.02)
     return started
 
 
-def daemon_pid(lab: str, host: str) -> int | None:
-    """The pid of the host's running daemon, found by its command line."""
+def daemon_pid(lab: str, name: str) -> int | None:
+    """The pid of a host's running daemon, or of the event log (name
+    ctl.EVENTS_SERVICE), found by its command line."""
     for pid in workers.find(lab):
-        if workers.is_daemon(pid, lab, host):
+        if name == ctl.EVENTS_SERVICE:
+            if workers.is_eventlog(pid, lab):
+                return pid
+        elif workers.is_daemon(pid, lab, name):
             return pid
     return None
 

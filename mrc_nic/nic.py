@@ -1767,6 +1767,10 @@ class EventReader:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def fileno(self) -> int:
+        """The ring buffer's fd: readable (poll, select) when records are there."""
+        return self._fd
+
     def wait(self, timeout: float) -> bool:
         """Wait up to timeout seconds for data; True if some is there."""
         poller = select.poll()

@@ -21,6 +21,7 @@ import enum
 import errno
 
 from mrc_nic import nic
+from mrc_nic.ctl import RequestError
 
 TIMEOUT_UNIT_S = 1.024e-6
 TIMEOUT_MAX = 31  # 1.024 us * 2^31 = 36.6 min, the largest the API's 5-bit field holds
@@ -48,19 +49,8 @@ NEXT = {
 }
 
 
-class QpError(Exception):
+class QpError(RequestError):
     """A refused QP operation: errno (errno.EINVAL, ...) and a message."""
-
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(message)
-        self.errno = code
-
-    @property
-    def name(self) -> str:
-        return errno.errorcode.get(self.errno, str(self.errno))
-
-    def as_dict(self) -> dict:
-        return {"errno": self.name, "message": str(self)}
 
 
 @dataclasses.dataclass

@@ -4,7 +4,8 @@ Two kinds, both detached from the command that starts them:
 - a fault worker (python -m mrc_nic.fault_worker LAB ID) runs a timed or
   flapping fault;
 - a host daemon (python -m mrc_nic.daemon LAB HOST) runs a host's queue
-  pairs (mrc_nic/daemon.py).
+  pairs (mrc_nic/daemon.py);
+- the event log (python -m mrc_nic.eventlog LAB events), one per lab.
 Each is identified by its command line, not only by a pid recorded in the
 lab state: a pid can be reused, and a command killed between starting a
 process and saving its pid leaves one that only /proc knows about.
@@ -21,7 +22,9 @@ import time
 
 WORKER_MODULE = "mrc_nic.fault_worker"
 DAEMON_MODULE = "mrc_nic.daemon"
-MODULES = (WORKER_MODULE, DAEMON_MODULE)
+EVENTLOG_MODULE = "mrc_nic.eventlog"
+EVENTLOG_ARG = "events"
+MODULES = (WORKER_MODULE, DAEMON_MODULE, EVENTLOG_MODULE)
 
 
 def spawn(lab: str, fault_id: int) -> int:
@@ -30,6 +33,10 @@ def spawn(lab: str, fault_id: int) -> int:
 
 def spawn_daemon(lab: str, host: str) -> int:
     return _spawn(DAEMON_MODULE, lab, host)
+
+
+def spawn_eventlog(lab: str) -> int:
+    return _spawn(EVENTLOG_MODULE, lab, EVENTLOG_ARG)
 
 
 def _spawn(module: str, lab: str, arg: str) -> int:
@@ -63,6 +70,10 @@ def is_worker(pid: int, lab: str, fault_id: int | None = None) -> bool:
 def is_daemon(pid: int, lab: str, host: str | None = None) -> bool:
     """A host daemon of this lab (of this host, if given)."""
     return _is(pid, DAEMON_MODULE, lab, host)
+
+
+def is_eventlog(pid: int, lab: str) -> bool:
+    return _is(pid, EVENTLOG_MODULE, lab, EVENTLOG_ARG)
 
 
 def _is(pid: int, module: str, lab: str, arg: str | None) -> bool:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import collections
 import errno
+import json
 import os
 import signal
 import threading
@@ -179,3 +180,70 @@ def test_daemon_killed_mid_transfer_is_reported_and_restarted(make_lab):
     lab.down(topo.lab)
     assert lab.daemon_pid(topo.lab, "h1") is None
     assert not [n for n in netns.list_names() if n.startswith(f"mrc-{topo.lab}-")]
+
+
+def test_events_tell_the_fault_the_ev_states_and_the_heal(default_lab):
+    """`mrc-nic events`: the fault, the failed plane's EVs going ASSUMED_BAD
+    (from the NIC's ring buffer, with the QP's host), their return, the heal."""
+    name = default_lab.lab
+    since = ctl.call(name, ctl.EVENTS_SERVICE, {"op": "ping"})["seq"]
+    job = Background(name, 256 * MIB)
+    send_qp(name)
+    time.sleep(0.3)
+    run_cli("fail", "plane", "3", "--mode", "blackhole", "-l", name)
+    time.sleep(0.3)
+    run_cli("heal", "--all", "-l", name)
+    assert job.join()["completed"]
+    p = run_cli("events", "--since", str(since), "--format", "jsonl", "-l", name)
+    events = [json.loads(line) for line in p.stdout.splitlines()]
+    kinds = [e["type"] for e in events]
+    assert "fault" in kinds and "heal" in kinds
+    fault = events[kinds.index("fault")]
+    assert (fault["target"], fault["mode"]) == ("plane 3", "blackhole")
+    assert [e["seq"] for e in events] == sorted(e["seq"] for e in events)
+    # The CLI posts a fault once it is in force, so the NIC's first reports of
+    # it may come before it in the log: compare times (the fault's is taken
+    # before it is enforced), not sequence numbers.
+    changes = [e for e in events if e["type"] == "ev_state" and e["time"] >= fault["time"]]
+    plane3 = {ev for ev, plane in sendjob_evs().items() if plane == 3}
+    went_bad = {e["ev"] for e in changes if e["new_state"] == "ASSUMED_BAD"} & plane3
+    assert len(went_bad) >= 16, "the blackholed plane's EVs were reported"
+    back = {e["ev"] for e in changes if e["new_state"] == "GOOD"} & went_bad
+    assert back, "probes brought them back after the heal (none can pass a blackhole)"
+    assert all(e["host"] == "h0" for e in events if e["type"] == "ev_state")
+    assert "loss" not in kinds, "per-PSN records only with --all"
+    # The table form: one line per event, with the plane's fault in words.
+    table = run_cli("events", "--since", str(since), "--type", "fault,heal", "-l", name).stdout
+    assert "fault 1" not in table or "blackhole" in table
+    assert sum("plane 3" in line for line in table.splitlines()) == 2
+
+
+def sendjob_evs() -> dict[int, int]:
+    from mrc_nic import sendjob, transfer
+
+    return transfer.ev_profile(4, sendjob.EVS_PER_PLANE)
+
+
+def test_event_log_counts_exactly_what_a_reader_missed(default_lab):
+    """The log's own reading code, with a 4-event log: a reader that asks for
+    events the log no longer holds is told exactly how many."""
+    from mrc_nic import eventlog
+
+    log = eventlog.EventLog(default_lab.lab)
+    try:
+        log.log = collections.deque(maxlen=4)
+        base = log.seq
+        for i in range(10):
+            log.op_post({"event": {"type": "note", "i": i}}, None)
+        reply = log.read(base, None, 100)
+        assert reply["evicted"] == 6
+        assert [e["i"] for e in reply["events"]] == [6, 7, 8, 9]
+        assert reply["next"] == base + 10
+        reply = log.read(base + 8, None, 100)
+        assert (reply["evicted"], [e["i"] for e in reply["events"]]) == (0, [8, 9])
+        reply = log.read(base + 7, {"note"}, 1)
+        assert [e["i"] for e in reply["events"]] == [7] and reply["next"] == base + 8
+        with pytest.raises(ctl.RequestError, match="type one of"):
+            log.op_post({"event": {"type": "nonsense"}}, None)
+    finally:
+        log.close()

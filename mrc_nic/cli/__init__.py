@@ -17,6 +17,7 @@ Examples:
   mrc-nic heal --all
   mrc-nic port set p0.t1a:t0a --kmin 20k --kmax 80k --trim 120k   # a switch queue
   mrc-nic stats --watch                       # live rates per plane, path, QP, link
+  mrc-nic events --follow                     # EV states, faults, QP errors as they happen
   mrc-nic capture p0.t0a-h0 -w h0.pcap --count 100
   mrc-nic down
 """
@@ -31,6 +32,7 @@ def cli() -> None:
 def _register() -> None:
     from mrc_nic.cli import (
         capture_cmds,
+        events_cmds,
         fault_cmds,
         lab_cmds,
         port_cmds,
@@ -39,7 +41,16 @@ def _register() -> None:
         traffic_cmds,
     )
 
-    modules = (lab_cmds, fault_cmds, port_cmds, stats_cmds, traffic_cmds, capture_cmds, qp_cmds)
+    modules = (
+        lab_cmds,
+        fault_cmds,
+        port_cmds,
+        stats_cmds,
+        events_cmds,
+        traffic_cmds,
+        capture_cmds,
+        qp_cmds,
+    )
     for module in modules:
         for command in module.COMMANDS:
             cli.add_command(command)
