@@ -26,7 +26,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import signal
 import sys
 import time
 from dataclasses import dataclass
@@ -295,13 +294,7 @@ def main(argv: list[str]) -> int:
         return 2
     netns.enter_for_good(topo.netns(host))
     daemon = Daemon(topo, host)
-
-    def stop(*_: object) -> None:
-        daemon.running = False
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
-    daemon.serve()
+    daemon.serve_until_signalled()
     return 0
 
 

@@ -32,7 +32,6 @@ import collections
 import errno
 import itertools
 import os
-import signal
 import sys
 import time
 from dataclasses import dataclass
@@ -180,13 +179,7 @@ def _name(kind: type, value: int) -> str | int:
 def main(argv: list[str]) -> int:
     lab = argv[0]
     log = EventLog(lab)
-
-    def stop(*_: object) -> None:
-        log.running = False
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
-    log.serve()
+    log.serve_until_signalled()
     return 0
 
 

@@ -15,6 +15,7 @@ import errno
 import functools
 import os
 import selectors
+import signal
 import socket
 import time
 from collections.abc import Callable
@@ -52,6 +53,16 @@ class LineService:
     # ---- the loop ------------------------------------------------------------------
     def watch(self, fileobj: Any, callback: Callable[[], None]) -> None:
         self.sel.register(fileobj, selectors.EVENT_READ, callback)
+
+    def serve_until_signalled(self) -> None:
+        """serve() until SIGTERM or SIGINT (mrc-nic down, Ctrl-C)."""
+
+        def stop(*_: object) -> None:
+            self.running = False
+
+        signal.signal(signal.SIGTERM, stop)
+        signal.signal(signal.SIGINT, stop)
+        self.serve()
 
     def serve(self) -> None:
         self.path.unlink(missing_ok=True)
