@@ -166,6 +166,68 @@ def qp_list(lab, fmt):
     )
 
 
+@qp.command("show")
+@click.argument("qpn", type=lambda s: int(s, 0))
+@lab_option
+@format_option
+def qp_show(qpn, lab, fmt):
+    """One QP in full: its daemon's record (state, OCP attributes, error) and
+    its NIC state (window, PSNs, counters, RTT, EVs by plane and state)."""
+    from mrc_nic import ctl, nic, qpstats
+
+    name = pick_lab(lab)
+    host = _host_of(qpn, name)
+    record = next(
+        (q for q in ctl.call(name, host, {"op": "qp_list"})["qps"] if q["qpn"] == qpn), None
+    )
+    with nic.NicMaps.open(name) as maps:
+        state = next((r for r in qpstats.read(maps) if r["qpn"] == qpn), None)
+    if record is None and state is None:
+        raise click.UsageError(f"no QP {qpn:#x} at {host} (see mrc-nic qp list)")
+    if fmt == "json":
+        output.emit_json({"qpn": qpn, "host": host, "daemon": record, "nic": state})
+        return
+    rows = [[k, _cell(v)] for k, v in (record or {}).items()]
+    output.table(f"QP {qpn:#x} at {host}: the daemon's record", ["attribute", "value"], rows)
+    if state and state["send"]:
+        s = state["send"]
+        rows = [[k, _cell(s[k])] for k in ("state", "mpr", "window", "cwnd", "in_flight")]
+        rows += [[k, _cell(s[k])] for k in ("snd_una", "snd_nxt", "retx_queue", "wqes_done")]
+        rows += [[k, v] for k, v in s["counters"].items() if v]
+        rows += [[f"rtt {k} (us)", _us(v)] for k, v in s["rtt_ns"].items()]
+        output.table("send side (NIC)", ["", "value"], rows)
+        states = list(s["evs"]["by_state"])
+        planes = [
+            [p["plane"], *[p["evs_by_state"][st] for st in states], _us(p["srtt_ns"])]
+            for p in s["planes"]
+        ]
+        output.table("EVs by plane", ["#plane", *states, "srtt us"], planes)
+    if state and state["recv"]:
+        r = state["recv"]
+        rows = [[k, _cell(r[k])] for k in ("state", "mpr", "window", "cum_psn", "msn")]
+        rows += [[k, v] for k, v in r["counters"].items() if v]
+        output.table("receive side (NIC)", ["", "value"], rows)
+
+
+def _cell(value) -> str:
+    return "-" if value is None else str(value)
+
+
+def _us(ns) -> str:
+    return "-" if not ns else f"{ns / 1e3:.1f}"
+
+
+def _host_of(qpn: int, lab_name: str) -> str:
+    """The host a QP number belongs to (QPN = host index << 16 | index)."""
+    from mrc_nic.faults import load_lab
+
+    _, topo = load_lab(lab_name)
+    host = next((h for h in topo.host_names() if topo.nodes[h].index == qpn >> 16), None)
+    if host is None:
+        raise click.UsageError(f"QP {qpn:#x} belongs to no host of lab {lab_name!r}")
+    return host
+
+
 @click.group()
 def ev() -> None:
     """Entropy values (paths) of a send QP."""
@@ -225,13 +287,9 @@ def _ev_row(record: dict) -> dict:
 
 def _ev_set(qpn: int, value: int, state: str, lab: str | None) -> None:
     from mrc_nic import ctl
-    from mrc_nic.faults import load_lab
 
     name = pick_lab(lab)
-    _, topo = load_lab(name)
-    host = next((h for h in topo.host_names() if topo.nodes[h].index == qpn >> 16), None)
-    if host is None:
-        raise click.UsageError(f"QP {qpn:#x} belongs to no host of lab {name!r}")
+    host = _host_of(qpn, name)
     ctl.call(name, host, {"op": "ev_set", "qpn": qpn, "ev": value, "state": state})
     output.success(f"EV {value} of QP {qpn:#x}: {state}")
 
