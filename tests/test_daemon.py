@@ -247,3 +247,65 @@ def test_event_log_counts_exactly_what_a_reader_missed(default_lab):
             log.op_post({"event": {"type": "nonsense"}}, None)
     finally:
         log.close()
+
+
+def test_injected_bad_packets_change_no_state_and_are_counted(default_lab):
+    """Packets built with scapy and injected into h1's live port (from the
+    T0's end of the link, as the fabric would deliver them) at a receive QP
+    that h1's daemon opened: wrong QP, spoofed source, truncated, bad
+    length, beyond the window. None is placed or moves the QP; each is
+    counted by its reason (the out-of-window one is answered with a NACK)."""
+    import socket
+
+    from mrc_nic import wire
+
+    name, topo = default_lab.lab, default_lab
+    peer_qpn = 0x1FF  # no send QP needed: the receive side is what is attacked
+    remote = ctl.call(
+        name, "h1", {"op": "rq_open", "peer": "h0", "peer_qpns": [peer_qpn], "chunk": MIB}
+    )["qps"][0]
+    qpn, rkey = remote["qpn"], remote["rkey"]
+    link = topo.host_port_link("h1", "eth0")
+    with netns.iproute(topo.netns("h1")) as ipr:
+        host_mac = ipr.get_links(ifname="eth0")[0].get_attr("IFLA_ADDRESS")
+    with netns.iproute(topo.netns(link.upper.node)) as ipr:
+        t0_mac = ipr.get_links(ifname=link.upper.ifname)[0].get_attr("IFLA_ADDRESS")
+    ends = wire.Endpoints(t0_mac, host_mac, "198.18.0.1", "198.18.0.2")
+
+    def data(**kw) -> bytes:
+        args = dict(ev=0xC123, dqpn=qpn, psn=0, va=0, rkey=rkey, payload=bytes(range(256)) * 4)
+        return bytes(wire.data_packet(kw.pop("ends", ends), **(args | kw)))
+
+    cases = {
+        "drop_unknown_qp": data(dqpn=qpn + 77),
+        "drop_spoofed": data(ends=wire.Endpoints(t0_mac, host_mac, "198.18.0.9", "198.18.0.2")),
+        "drop_truncated": data()[:70],
+        "drop_bad_len": data(dmalen=512),
+        "nack_oor": data(psn=8 * wire.MPR_UNIT + 5),
+    }
+    with nic.NicMaps.open(name) as maps:
+        before = maps.rq(qpn)
+        counters = maps.counters()
+        with netns.entered(topo.netns(link.upper.node)):
+            sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
+        try:
+            sock.bind((link.upper.ifname, 0))
+            for frame in cases.values():
+                sock.send(frame)
+        finally:
+            sock.close()
+        time.sleep(0.2)
+        after = maps.rq(qpn)
+        got = {k: v - counters[k] for k, v in maps.counters().items() if v != counters[k]}
+        region = maps.read_region(remote["region"], 0, 1024)
+    ctl.call(name, "h1", {"op": "rq_close", "qpns": [qpn]})
+    # The NACK went back to h0, where no send QP 0x1ff exists: h0's NIC drops
+    # it as an unknown QP too (the counters are the lab's).
+    cases["drop_unknown_qp"] = [cases["drop_unknown_qp"], cases["nack_oor"]]
+    for reason, sent in cases.items():
+        assert got.get(reason) == (len(sent) if isinstance(sent, list) else 1), (reason, got)
+    assert got.get("placed", 0) == 0 and region == bytes(1024), "nothing was placed"
+    assert (after.cum_psn, after.msn, after.received) == (before.cum_psn, before.msn, [])
+    changed = {k for k in after.stats if after.stats[k] != before.stats[k]}
+    assert changed <= {"data_pkts", "oor_pkts", "nacks"}, changed
+    assert after.stats["oor_pkts"] == before.stats["oor_pkts"] + 1
