@@ -1,0 +1,482 @@
+#!/usr/bin/env python3
+"""mrc-nic against real kernel peers, side by side in the same run (issue 7).
+
+Brings up its own default-shape lab (netns/default.toml: 2 hosts, 4 planes,
+every link capped at 1 Gbit/s), named bn<pid>, and takes it down by that
+exact name at the end, also on an error, Ctrl-C or SIGTERM. Each case runs in
+rounds, the peers interleaved and their order turned every round, since the
+machine is shared and absolute figures drift (DESIGN.md section 3).
+
+1. goodput: the aggregate of 4 planes of 1 Gbit/s. mrc-nic WRITE (one QP,
+   through the host daemons: mrc_nic.rdma_write, what `mrc-nic write` does)
+   vs MPTCP with 4 subflows, one per plane, vs single-path TCP on plane 0
+   (mrc_nic.peers: kernel sockets, the receiver counts delivered bytes).
+2. loss: goodput under random loss on every plane (0, 0.1%, 1%, 5%) and 20%
+   on one plane, applied as `mrc-nic fail h0.ethP --mode loss --rate R
+   --seed S` does: on each of h0's host links, both directions, one seed per
+   case and plane. mrc-nic WRITE vs MPTCP. The loss starts before the WRITE
+   is posted, and at t = 0 of the MPTCP stream (after its subflows are up:
+   a lost SYN would only delay the start).
+
+Output: perftest-style lines (#bytes #iterations BW peak[Gb/s] BW
+average[Gb/s] MsgRate[Mpps]) per peer and case, then every figure beside the
+peer's and the ratio; bench.json and PNG plots in --out (default out/bench/).
+BW peak is the best round, BW average all bytes over all seconds, and the
+median of the rounds follows; ratios are of medians (an MPTCP stall in one
+round moves an average a lot). A WRITE is one message of #bytes; a stream's
+message is one send() of 256 KiB.
+
+Usage (root; the project's venv):
+    .venv/bin/python scripts/bench.py [--quick] [--only goodput|loss] [--rounds N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import signal
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from mrc_nic import cpustat, ctl, faults, lab, peers, rdma_write, topology  # noqa: E402
+
+PID = os.getpid()
+MIB = 2**20
+AGGREGATE_BPS = 4e9  # 4 planes x 1 Gbit/s (checked against the topology)
+LOSS_CASES = [  # (label, rate, planes it applies to; None: every plane)
+    ("0", None, None),
+    ("0.1%", 0.001, None),
+    ("1%", 0.01, None),
+    ("5%", 0.05, None),
+    ("20% on plane 3", 0.2, [3]),
+]
+PLOT_BIN_S = 0.05  # timelines are drawn in bins of this width (or the run's, if wider)
+PEER_LABEL = {
+    "mrc": "mrc-nic WRITE",
+    "mptcp": "MPTCP, 4 subflows",
+    "tcp": "TCP, plane 0",
+}
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def fmt(value: float | None, spec: str = ".3f") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    return round(a / b, 3) if a is not None and b else None
+
+
+# ---- one run of each peer ----------------------------------------------------------
+def run_mrc(name: str, size: int, args: argparse.Namespace) -> dict[str, Any]:
+    """One WRITE through the daemons, bounded in time (see parse_args)."""
+    wait = max(60.0, size * 8 / 0.05e9)  # a WRITE at 5% of one plane's rate still ends
+    try:
+        r = rdma_write.write(name, "h0", "h1", size, qps=args.qps, mpr=args.mpr, wait=wait)
+    except Exception as e:  # reported in the row, the bench goes on
+        settled = settle(name)
+        return {"peer": "mrc", "ok": False, "error": f"{type(e).__name__}: {e}; {settled}"}
+    ok = bool(r.get("completed"))
+    return {
+        "peer": "mrc",
+        "ok": ok,
+        "error": r.get("error"),
+        "bytes": r["bytes"],
+        "seconds": r["seconds"],
+        "gbps": round(r["goodput_bps"] / 1e9, 4) if ok else None,
+        "retransmits": r.get("retransmits"),
+        "timeouts": r.get("timeouts"),
+        "per_plane_share": r.get("per_plane_share"),
+    }
+
+
+def settle(name: str, limit: float = 60.0) -> str:
+    """After a WRITE that did not answer in time: wait until h0's daemon has no
+    QP sending (its job ends in ERR once the receive QPs are closed), so that
+    it does not run under the next measurement."""
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        try:
+            qps = ctl.call(name, "h0", {"op": "qp_list"})["qps"]
+        except ctl.DaemonError as e:
+            return f"qp_list: {e}"
+        if not any(q["state"] == "RTS" for q in qps):
+            return "its QPs ended"
+        time.sleep(0.5)
+    return f"its QPs still sending after {limit:g} s"
+
+
+def run_peer(topo, proto: str, args: argparse.Namespace, events=()) -> dict[str, Any]:
+    try:
+        res = peers.run_stream(topo, "h0", "h1", proto, args.seconds, args.bin_s, events=events)
+    except Exception as e:
+        return {"peer": proto, "ok": False, "error": f"{type(e).__name__}: {e}"}
+    retx = sum(s.get("bytes_retrans", 0) for s in res.subflows) if res.subflows else None
+    return {
+        "peer": proto,
+        # A late start or a drain cut short is said in `error`; the window's count stands.
+        "ok": res.bytes_window > 0,
+        "error": "; ".join(res.errors) or None,
+        "bytes": res.bytes_window,
+        "seconds": res.seconds,
+        "gbps": round(res.goodput_bps / 1e9, 4),
+        "subflows": len(res.subflows) if proto == "mptcp" else 1,
+        "retrans_bytes": retx,
+        "longest_gap_s": res.longest_gap_s,
+        "plane_bytes": res.plane_bytes,
+        "bin_s": res.bin_s,
+        "bins": res.bins,
+        "events": res.events,
+    }
+
+
+def summarize(runs: list[dict[str, Any]], msg_bytes: int) -> dict[str, Any]:
+    """perftest's figures over the rounds: peak = best round, average = all
+    bytes / all seconds, message rate at `msg_bytes` per message."""
+    ok = [r for r in runs if r.get("ok") and r.get("gbps") is not None]
+    total_b = sum(r["bytes"] for r in ok)
+    total_s = sum(r["seconds"] for r in ok)
+    avg = total_b * 8 / total_s / 1e9 if total_s else None
+    return {
+        "msg_bytes": msg_bytes,
+        "iterations": round(total_b / msg_bytes) if ok else 0,
+        "bw_peak_gbps": max((r["gbps"] for r in ok), default=None),
+        "bw_average_gbps": round(avg, 4) if avg is not None else None,
+        "bw_median_gbps": median([r["gbps"] for r in ok]),
+        "msg_rate_mpps": total_b / msg_bytes / total_s / 1e6 if total_s else None,
+        "runs_ok": f"{len(ok)}/{len(runs)}",
+        "machine_busy_cpus": median([r.get("machine_busy_cpus") for r in runs]),
+    }
+
+
+def median(values: list[float | None]) -> float | None:
+    got = [v for v in values if v is not None]
+    return statistics.median(got) if got else None
+
+
+def msg_bytes_of(peer: str, write_size: int) -> int:
+    return write_size if peer == "mrc" else peers.SEND_BUF
+
+
+# ---- the two parts -----------------------------------------------------------------
+def part_goodput(name: str, topo, args: argparse.Namespace) -> dict[str, Any]:
+    order = ["mrc", "mptcp", "tcp"]
+    runs: dict[str, list] = {p: [] for p in order}
+    for r in range(args.rounds):
+        for peer in order[r % 3 :] + order[: r % 3]:  # a different peer first each round
+            cpu = cpustat.sample()
+            run = run_mrc(name, args.size, args) if peer == "mrc" else run_peer(topo, peer, args)
+            run["machine_busy_cpus"] = cpustat.busy_cores(cpu, cpustat.sample())
+            run["round"] = r
+            runs[peer].append(run)
+            log(f"  goodput round {r + 1}/{args.rounds} {peer}: {fmt(run.get('gbps'))} Gbit/s")
+    rows = {p: summarize(runs[p], msg_bytes_of(p, args.size)) for p in order}
+    mrc = rows["mrc"]["bw_median_gbps"]
+    for p in order:
+        rows[p]["of_aggregate"] = ratio(rows[p]["bw_median_gbps"], AGGREGATE_BPS / 1e9)
+        rows[p]["mrc_ratio"] = ratio(mrc, rows[p]["bw_median_gbps"]) if p != "mrc" else None
+    return {"rows": rows, "runs": runs}
+
+
+def loss_faults(name: str, topo, rate: float, planes: list[int] | None, case: int) -> list[int]:
+    ids = []
+    try:
+        for p in planes if planes is not None else range(topo.planes):
+            spec = faults.FaultSpec(mode="loss", rate=rate, seed=1000 * (case + 1) + p)
+            ids.append(faults.apply(name, (f"h0.eth{p}",), spec)["id"])
+    except BaseException:
+        if ids:
+            faults.heal(name, ids)
+        raise
+    return ids
+
+
+def part_loss(name: str, topo, args: argparse.Namespace) -> dict[str, Any]:
+    cases = []
+    for c, (label, rate, planes) in enumerate(LOSS_CASES):
+        runs: dict[str, list] = {"mrc": [], "mptcp": []}
+        for r in range(args.rounds):
+            order = ["mrc", "mptcp"] if r % 2 == 0 else ["mptcp", "mrc"]
+            for peer in order:
+                cpu = cpustat.sample()
+                if peer == "mrc":
+                    ids = loss_faults(name, topo, rate, planes, c) if rate else []
+                    try:
+                        run = run_mrc(name, args.loss_size, args)
+                    finally:
+                        if ids:
+                            faults.heal(name, ids)
+                else:
+                    holder: list[int] = []
+
+                    def inject(holder=holder, rate=rate, planes=planes, c=c) -> dict:
+                        holder.extend(loss_faults(name, topo, rate, planes, c))
+                        return {"fault_ids": list(holder)}
+
+                    try:
+                        run = run_peer(topo, "mptcp", args, [(0.0, inject)] if rate else ())
+                    finally:
+                        if holder:
+                            faults.heal(name, holder)
+                run["machine_busy_cpus"] = cpustat.busy_cores(cpu, cpustat.sample())
+                run["round"] = r
+                runs[peer].append(run)
+                log(f"  loss {label} round {r + 1}/{args.rounds} {peer}: {fmt(run.get('gbps'))}")
+        rows = {p: summarize(runs[p], msg_bytes_of(p, args.loss_size)) for p in runs}
+        cases.append({"case": label, "rate": rate, "planes": planes, "rows": rows, "runs": runs})
+    base = {p: cases[0]["rows"][p]["bw_median_gbps"] for p in ("mrc", "mptcp")}
+    for case in cases:
+        rows = case["rows"]
+        case["mrc_ratio"] = ratio(rows["mrc"]["bw_median_gbps"], rows["mptcp"]["bw_median_gbps"])
+        for p in ("mrc", "mptcp"):
+            rows[p]["of_no_loss"] = ratio(rows[p]["bw_median_gbps"], base[p])
+            if case["planes"] is not None:  # issue 4: >= 0.95 of healthy minus the plane's share
+                share = 1 - len(case["planes"]) / topo.planes
+                rows[p]["of_healthy_minus_share"] = ratio(
+                    rows[p]["bw_median_gbps"], base[p] * share if base[p] else None
+                )
+    return {"cases": cases}
+
+
+# ---- output ------------------------------------------------------------------------
+PERFTEST_HEAD = (
+    f"{'':22} {'#bytes':>10} {'#iterations':>12} {'BW peak[Gb/s]':>14} "
+    f"{'BW average[Gb/s]':>17} {'MsgRate[Mpps]':>14}   median[Gb/s] runs"
+)
+
+
+def perftest_line(label: str, row: dict[str, Any]) -> str:
+    return (
+        f"{label:22} {row['msg_bytes']:>10} {row['iterations']:>12} "
+        f"{fmt(row['bw_peak_gbps'], '.2f'):>14} {fmt(row['bw_average_gbps'], '.2f'):>17} "
+        f"{fmt(row['msg_rate_mpps'], '.6f'):>14}   {fmt(row['bw_median_gbps']):>12} "
+        f"{row['runs_ok']}"
+    )
+
+
+def report_goodput(res: dict[str, Any], args: argparse.Namespace) -> str:
+    rows = res["rows"]
+    lines = [
+        f"1. Aggregate goodput h0 -> h1, 4 planes x 1 Gbit/s, {args.rounds} round(s): "
+        f"WRITE of {args.size // MIB} MiB ({args.qps} QP, mpr {args.mpr}), streams of "
+        f"{args.seconds:g} s",
+        PERFTEST_HEAD,
+    ]
+    lines += [perftest_line(PEER_LABEL[p], rows[p]) for p in rows]
+    m = rows["mrc"]["bw_median_gbps"]
+    for p in ("mptcp", "tcp"):
+        lines.append(
+            f"  mrc-nic {fmt(m)} Gb/s vs {PEER_LABEL[p]} {fmt(rows[p]['bw_median_gbps'])} "
+            f"Gb/s: ratio {fmt(rows[p]['mrc_ratio'], '.2f')} (medians)"
+        )
+    lines.append(
+        "  share of the 4 Gbit/s aggregate: "
+        + ", ".join(f"{PEER_LABEL[p]} {fmt(rows[p]['of_aggregate'], '.2f')}" for p in rows)
+        + " (target for mrc-nic: 0.97)"
+    )
+    lines.append(busy_line(rows))
+    return "\n".join(lines)
+
+
+def busy_line(rows: dict[str, dict]) -> str:
+    """How loaded the machine was while each peer ran (its own work included)."""
+    cpus = ", ".join(f"{PEER_LABEL[p]} {fmt(rows[p]['machine_busy_cpus'], '.2f')}" for p in rows)
+    return f"  machine CPUs busy during the runs (median, of {os.cpu_count()}): {cpus}"
+
+
+def report_loss(res: dict[str, Any], args: argparse.Namespace) -> str:
+    lines = [
+        f"2. Goodput under random loss on h0's 4 host links (both directions), {args.rounds} "
+        f"round(s): WRITE of {args.loss_size // MIB} MiB vs MPTCP for {args.seconds:g} s",
+        PERFTEST_HEAD,
+    ]
+    short = {"mrc": "mrc-nic", "mptcp": "MPTCP"}
+    for case in res["cases"]:
+        for p in ("mrc", "mptcp"):
+            lines.append(perftest_line(f"{case['case']:>14} {short[p]}", case["rows"][p]))
+    head = f"{'loss':>16} {'mrc-nic[Gb/s]':>14} {'MPTCP[Gb/s]':>12} {'ratio':>6} "
+    lines += ["", head + f"{'mrc-nic/no loss':>16} {'MPTCP/no loss':>14} {'mrc retx':>9}"]
+    for case in res["cases"]:
+        m, t = case["rows"]["mrc"], case["rows"]["mptcp"]
+        retx = [r["retransmits"] for r in case["runs"]["mrc"] if r.get("ok")]
+        retx_median = median(retx)
+        lines.append(
+            f"{case['case']:>16} {fmt(m['bw_median_gbps']):>14} {fmt(t['bw_median_gbps']):>12} "
+            f"{fmt(case['mrc_ratio'], '.2f'):>6} {fmt(m['of_no_loss'], '.2f'):>16} "
+            f"{fmt(t['of_no_loss'], '.2f'):>14} {fmt(retx_median, '.0f'):>9}"
+        )
+        if "of_healthy_minus_share" in m:
+            lines.append(
+                f"{'':16} of (no-loss goodput minus the plane's share): mrc-nic "
+                f"{fmt(m['of_healthy_minus_share'], '.2f')} (target 0.95), MPTCP "
+                f"{fmt(t['of_healthy_minus_share'], '.2f')}"
+            )
+    lines.append("  (medians of the rounds; ratio = mrc-nic / MPTCP)")
+    lines.append(busy_line(res["cases"][0]["rows"]) + " (no loss)")
+    return "\n".join(lines)
+
+
+def plots(result: dict[str, Any], out: Path) -> list[str]:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        log("matplotlib is not installed (scripts/setup installs it): no plots")
+        return []
+    made = []
+    if "goodput" in result:
+        rows, runs = result["goodput"]["rows"], result["goodput"]["runs"]
+        fig, (ax, ax2) = plt.subplots(1, 2, figsize=(11, 4), width_ratios=[1, 2])
+        names = list(rows)
+        ax.bar(range(len(names)), [rows[p]["bw_median_gbps"] or 0 for p in names])
+        for i, p in enumerate(names):
+            ax.plot([i] * len(runs[p]), [r.get("gbps") or 0 for r in runs[p]], "k.")
+        ax.axhline(AGGREGATE_BPS / 1e9, ls="--", c="gray", label="4 x 1 Gbit/s")
+        ax.set_xticks(range(len(names)), [PEER_LABEL[p] for p in names], fontsize=7)
+        ax.set_ylabel("goodput [Gbit/s]")
+        ax.set_title("aggregate goodput (bars: median, dots: rounds)", fontsize=9)
+        ax.legend(fontsize=7)
+        for p in ("mptcp", "tcp"):
+            for run in runs[p][-1:]:
+                if run.get("bins"):
+                    k = max(1, round(PLOT_BIN_S / run["bin_s"]))  # bins merged by k
+                    bins, w = run["bins"], k * run["bin_s"]
+                    sums = [sum(bins[i : i + k]) for i in range(0, len(bins) - k + 1, k)]
+                    xs = [i * w for i in range(len(sums))]
+                    ax2.plot(xs, [v * 8 / w / 1e9 for v in sums], label=PEER_LABEL[p])
+        ax2.set_xlabel("time [s]")
+        ax2.set_ylabel(f"delivered [Gbit/s], {PLOT_BIN_S * 1e3:g} ms bins")
+        ax2.set_title("kernel peers over time (last round)", fontsize=9)
+        ax2.legend(fontsize=7)
+        made.append(save(plt, fig, out / "goodput.png"))
+    if "loss" in result:
+        cases = result["loss"]["cases"]
+        fig, ax = plt.subplots(figsize=(7, 4))
+        xs = range(len(cases))
+        for p in ("mrc", "mptcp"):
+            ax.plot(
+                xs, [c["rows"][p]["bw_median_gbps"] or 0 for c in cases], "o-", label=PEER_LABEL[p]
+            )
+        ax.set_xticks(list(xs), [c["case"] for c in cases], fontsize=8)
+        ax.set_xlabel("random loss (every plane, unless said)")
+        ax.set_ylabel("goodput [Gbit/s]")
+        ax.set_ylim(bottom=0)
+        ax.set_title("goodput vs loss, same lab, same run", fontsize=9)
+        ax.legend(fontsize=8)
+        made.append(save(plt, fig, out / "loss.png"))
+    return made
+
+
+def save(plt, fig, path: Path) -> str:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return str(path)
+
+
+# ---- main --------------------------------------------------------------------------
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="one round, shorter runs (~1 minute)")
+    p.add_argument("--only", choices=("goodput", "loss"), help="run one part only")
+    p.add_argument("--rounds", type=int, help="rounds per case (default 5, quick 1)")
+    p.add_argument("--seconds", type=float, help="each stream (default 3, quick 2)")
+    p.add_argument("--size", help="each WRITE of part 1 (default 256M, quick 128M)")
+    p.add_argument("--loss-size", help="each WRITE of part 2 (default 32M, quick 16M)")
+    p.add_argument("--qps", type=int, default=1, help="QPs of each WRITE (default 1)")
+    p.add_argument("--mpr", type=int, default=8, help="mrc-nic WRITE's MPR (default 8, as mrc-nic write)")
+    p.add_argument("--bin-ms", type=float, default=10.0, help="peers' time bins (default 10)")
+    p.add_argument("--out", default=str(ROOT / "out" / "bench"), help="JSON and PNG go here")
+    p.add_argument("--topology", default=str(ROOT / "netns" / "default.toml"))
+    args = p.parse_args(argv)
+    args.rounds = args.rounds or (1 if args.quick else 5)
+    args.seconds = args.seconds or (2.0 if args.quick else 3.0)
+    args.size = rdma_write.parse_size(args.size or ("128M" if args.quick else "256M"))
+    args.loss_size = rdma_write.parse_size(args.loss_size or ("16M" if args.quick else "32M"))
+    args.bin_s = args.bin_ms / 1e3
+    return args
+
+
+def _sigterm(*_: object) -> None:
+    if os.getpid() == PID:
+        raise SystemExit("terminated")  # unwinds through finally: the lab goes down
+    os._exit(128 + signal.SIGTERM)  # a fork of this process (pyroute2's helpers)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if os.geteuid() != 0:
+        print("bench: needs root (namespaces, BPF)", file=sys.stderr)
+        return 2
+    signal.signal(signal.SIGTERM, _sigterm)
+    name = f"bn{PID}"[:12]
+    topo = topology.load(args.topology, lab=name)
+    if topo.planes * (topo.rate_bps or 0) != AGGREGATE_BPS:
+        print(f"bench: {args.topology} is not 4 planes x 1 Gbit/s", file=sys.stderr)
+        return 2
+    if name in lab.labs_present():  # never take down a lab this run did not make
+        print(f"bench: lab {name} already exists here: not touched", file=sys.stderr)
+        return 2
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    result: dict[str, Any] = {
+        "version": 1,
+        "started": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "machine": {"cpus": os.cpu_count(), "kernel": platform.release()},
+        "lab": name,
+        "topology": args.topology,
+        "args": {k: v for k, v in vars(args).items() if k != "out"},
+    }
+    texts = []
+    try:
+        t0 = time.monotonic()
+        lab.up(topo)
+        result["lab_up_seconds"] = round(time.monotonic() - t0, 2)
+        log(f"lab {name} up in {result['lab_up_seconds']} s")
+        result["mptcp_setup"] = peers.mptcp_setup(topo, "h0", "h1")
+        if args.only in (None, "goodput"):
+            log("1. aggregate goodput: mrc-nic vs MPTCP vs TCP")
+            result["goodput"] = part_goodput(name, topo, args)
+            texts.append(report_goodput(result["goodput"], args))
+        if args.only in (None, "loss"):
+            log("2. goodput under loss: mrc-nic vs MPTCP")
+            result["loss"] = part_loss(name, topo, args)
+            texts.append(report_loss(result["loss"], args))
+    finally:
+        try:
+            lab.down(name)
+            log(f"lab {name} down")
+        except Exception as e:  # said, and the first error (if any) still propagates
+            log(f"lab {name}: down failed ({e}); run: mrc-nic down -l {name}")
+    result["seconds"] = round(time.monotonic() - started, 1)
+    print(
+        f"mrc-nic vs kernel peers ({os.cpu_count()} CPUs, kernel {platform.release()}, "
+        f"lab {name}, {result['seconds']} s)\n"
+    )
+    print("\n\n".join(texts))
+    path = out / "bench.json"
+    path.write_text(json.dumps(result, indent=1) + "\n")
+    result["plots"] = plots(result, out)
+    path.write_text(json.dumps(result, indent=1) + "\n")
+    print(f"\nJSON: {path}" + "".join(f"\nPNG: {p}" for p in result["plots"]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
