@@ -399,7 +399,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--size", help="each WRITE of part 1 (default 256M, quick 128M)")
     p.add_argument("--loss-size", help="each WRITE of part 2 (default 32M, quick 16M)")
     p.add_argument("--qps", type=int, default=1, help="QPs of each WRITE (default 1)")
-    p.add_argument("--mpr", type=int, default=8, help="mrc-nic WRITE's MPR (default 8, as mrc-nic write)")
+    p.add_argument(
+        "--mpr", type=int, default=8, help="mrc-nic WRITE's MPR (default 8, as mrc-nic write)"
+    )
     p.add_argument("--bin-ms", type=float, default=10.0, help="peers' time bins (default 10)")
     p.add_argument("--out", default=str(ROOT / "out" / "bench"), help="JSON and PNG go here")
     p.add_argument("--topology", default=str(ROOT / "netns" / "default.toml"))
