@@ -338,6 +338,44 @@ struct nic_sq_stats {
 };
 _Static_assert(sizeof(struct nic_sq_stats) == 72, "struct nic_sq_stats layout changed");
 
+/*
+ * Congestion signals of a send QP (mrc-nic extension): what congestion
+ * control (NSCC, mrc_nic/nscc.py, run by the daemon) reads, as differences
+ * between two reads. Written by rx_ack under the QP's lock, once per
+ * transmission's feedback (an ACK whose echoed PSN's feedback is taken: not
+ * stale, not a duplicate), so they count what NSCC counts per ACK in UET.
+ *
+ * A SACK's RTT is now - its echoed tx_ts. rtt_target_ns (set by a
+ * NIC_KICK_CWND kick, with the window) splits the SACKs as NSCC's four cases
+ * do: an RTT at or above it is "high delay" (base RTT + target delay). The
+ * PSNs each SACK newly acknowledged go to one of the four pkts_* counters:
+ *   no ECN, RTT < target   pkts_lo      (proportional increase; headroom
+ *                                        adds PSNs x (target - RTT))
+ *   no ECN, RTT >= target  pkts_hi      (fair increase)
+ *   ECN,    RTT < target   pkts_ecn_lo  (nothing: a hot path, which SKIP avoids)
+ *   ECN,    RTT >= target  pkts_ecn_hi  (multiplicative decrease)
+ * A SACK without an RTT sample (tx_ts 0 or in the future) counts as low
+ * delay with no headroom. rtt_target_ns = 0 makes every sample high.
+ * NACK(TRIMMED) and NACK(TRIMMED_LASTHOP) count in trims and trims_lasthop.
+ */
+struct nic_sq_cc {
+	__u64 rtt_target_ns; /* setup (NIC_KICK_CWND): the high-delay threshold of an RTT */
+	__u64 acks;          /* SACKs taken as feedback */
+	__u64 ecn_acks;      /* of which with MRC_ACK_F_ECN */
+	__u64 pkts_lo;       /* PSNs newly acknowledged, by case (above) */
+	__u64 pkts_hi;
+	__u64 pkts_ecn_lo;
+	__u64 pkts_ecn_hi;
+	__u64 headroom;      /* sum over pkts_lo of (target - RTT), PSNs x ns */
+	__u64 rtt_samples;   /* SACKs with an RTT sample */
+	__u64 rtt_sum_ns;    /* the sum of those samples */
+	__u64 rtt_min_ns;    /* the smallest sample ever (0: none yet) */
+	__u64 trims;         /* NACK(TRIMMED): trimmed in the fabric */
+	__u64 trims_lasthop; /* NACK(TRIMMED_LASTHOP): trimmed facing the receiver */
+	__u64 cwnd_sets;     /* NIC_KICK_CWND runs that set the window */
+};
+_Static_assert(sizeof(struct nic_sq_cc) == 14 * 8, "struct nic_sq_cc layout changed");
+
 struct nic_sq {
 	struct bpf_spin_lock lock; /* guards the BPF-owned fields */
 	/* setup: written by user space */
@@ -367,8 +405,9 @@ struct nic_sq {
 	/* ---- send engine ---- */
 	/* setup: written by user space */
 	__u32 engine; /* 1: the send engine serves this QP (kicks and the ACK clock); 0: not */
-	__u32 cwnd;   /* most packets in flight, the congestion window (a hook for congestion
-		       * control): snd_nxt - snd_una less the acknowledged PSNs; 0: the window */
+	__u32 cwnd;   /* most packets in flight, the congestion window: snd_nxt - snd_una
+		       * less the acknowledged PSNs; 0: the window. Set at setup; while
+		       * packets flow, only through a NIC_KICK_CWND kick (under the lock) */
 	/* BPF-owned (user space sets the initial values) */
 	__u32 snd_msn;  /* MSN of WQE wqe_sent, the one being segmented (24 bits) */
 	__u32 wqe_sent; /* WQEs whose every packet has been sent once (free-running) */
@@ -379,6 +418,9 @@ struct nic_sq {
 	__u32 wqe_last_psn[NIC_MSG_SLOTS]; /* WQE i in [wqe_done, wqe_sent): its last PSN, at
 					    * i % NIC_MSG_SLOTS */
 	struct nic_sq_tx_stats tx_stats;
+	/* ---- congestion control (BPF-owned, under the lock; user space sets
+	 * cwnd and cc.rtt_target_ns with a NIC_KICK_CWND kick once packets flow) ---- */
+	struct nic_sq_cc cc;
 };
 _Static_assert(__builtin_offsetof(struct nic_sq, snd_una) == 36, "struct nic_sq layout changed");
 _Static_assert(__builtin_offsetof(struct nic_sq, acked) == 64, "struct nic_sq layout changed");
@@ -387,7 +429,8 @@ _Static_assert(__builtin_offsetof(struct nic_sq, engine) ==
 			       NIC_RETX_SLOTS * sizeof(struct nic_retx) + 2 * NIC_MAX_QP_EVS,
 	       "struct nic_sq has hidden padding");
 _Static_assert(sizeof(struct nic_sq) == __builtin_offsetof(struct nic_sq, engine) + 32 +
-					     4 * NIC_MSG_SLOTS + sizeof(struct nic_sq_tx_stats),
+					     4 * NIC_MSG_SLOTS + sizeof(struct nic_sq_tx_stats) +
+					     sizeof(struct nic_sq_cc),
 	       "struct nic_sq has hidden padding");
 
 /* ---- Per-EV state: map nic_evs (hash, key = struct nic_ev_key) ---------- */
@@ -617,8 +660,10 @@ _Static_assert(sizeof(struct nic_wq) == 8 + NIC_MSG_SLOTS * sizeof(struct nic_wq
 struct nic_kick {
 	__u32 qpn;    /* the send QP to serve */
 	__u16 op;     /* enum nic_kick_op */
-	__u16 arg;    /* NIC_KICK_TIMEOUT: most PSNs to queue (0: NIC_TIMEOUT_MAX) */
-	__u64 age_ns; /* NIC_KICK_TIMEOUT: queue only PSNs last sent this long ago or more */
+	__u16 arg;    /* NIC_KICK_TIMEOUT: most PSNs to queue (0: NIC_TIMEOUT_MAX);
+		       * NIC_KICK_CWND: the new cwnd (packets; 0: the window) */
+	__u64 age_ns; /* NIC_KICK_TIMEOUT: queue only PSNs last sent this long ago or more;
+		       * NIC_KICK_CWND: the new cc.rtt_target_ns */
 };
 
 /*
@@ -639,7 +684,20 @@ struct nic_kick {
 enum nic_kick_op {
 	NIC_KICK_SEND = 0,    /* send what there is: retransmissions first, then new data */
 	NIC_KICK_TIMEOUT = 1, /* queue the oldest unacknowledged PSNs, then send */
+	NIC_KICK_CWND = 2,    /* set cwnd and cc.rtt_target_ns, then send (mrc-nic extension) */
 };
+/*
+ * NIC_KICK_CWND is congestion control's hand on the window. Each run sets,
+ * under the QP's lock, cwnd = arg and cc.rtt_target_ns = age_ns (and counts
+ * cc.cwnd_sets), then runs the engine as a send kick does. User space never
+ * rewrites struct nic_sq while BPF owns it, so this is how the daemon's NSCC
+ * changes the window of a QP that is sending. Why the engine runs too: the
+ * ACK clock turns one ACK into one packet, never more, so a window that grew
+ * is only filled by a kick; run it `growth` times (at least once) and the
+ * new room leaves at once. A window that shrank simply sends nothing until
+ * enough ACKs come back. Costs the engine nothing per packet: it is one more
+ * branch before engine_run, taken by these kicks only.
+ */
 #ifndef NIC_TIMEOUT_MAX
 #define NIC_TIMEOUT_MAX 64
 #endif
@@ -838,6 +896,7 @@ enum nic_counter {
 	NIC_CNT_TIMEOUT_KICKS,   /* timeout kicks (NIC_KICK_TIMEOUT) taken */
 	NIC_CNT_TIMEOUT_QUEUED,  /* PSNs they queued for retransmission */
 	NIC_CNT_LOST_HEAD,       /* PSNs the head scan declared lost (also in LOST) */
+	NIC_CNT_CWND_KICKS,      /* NIC_KICK_CWND runs that set a QP's window (then a send kick) */
 	NIC_CNT_MAX,
 };
 

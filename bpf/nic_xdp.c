@@ -41,7 +41,8 @@
  * acknowledged and snd_una moves over the acknowledged run; a retryable NACK
  * queues its PSN for retransmission with the EV that lost it; a fatal NACK
  * moves the QP to ERR; a SACK whose transmission is known starts the loss walk
- * (nic_maps.h, "Loss detection"). Then, under the echoed EV's lock, the
+ * (nic_maps.h, "Loss detection"); an ACK whose feedback is taken adds to the
+ * QP's congestion signals (struct nic_sq_cc). Then, under the echoed EV's lock, the
  * feedback: counters, RTT, SKIP on ECN or a fabric trim, ASSUMED_BAD on a
  * loss. Events (loss, EV state, QP error) go to nic_events after the locks.
  * Every SACK and NACK ends there: XDP_DROP, counted as ACK_CONSUMED (or
@@ -52,7 +53,8 @@
  * per run at most, run by a kick (BPF_PROG_RUN on a template frame whose XDP
  * metadata is a struct nic_kick; live frames: the packet leaves through the
  * devmap nic_tx_ports) or by an ACK of an engine QP (the ACK clock: XDP_TX on
- * the ACK's port when the EV's plane is that port's, else the devmap).
+ * the ACK's port when the EV's plane is that port's, else the devmap). A
+ * window kick (NIC_KICK_CWND, congestion control's) sets cwnd first.
  * Outside the QP lock it picks the next usable EVs of the QP's round robin;
  * under the lock it raises completions (WQEs whose last PSN snd_una passed),
  * then takes a queued retransmission, else the next segment of the current
@@ -1327,6 +1329,50 @@ static __always_inline int ack_done(struct mrc_pkt *p, struct engine_req *req, _
 	return ENGINE_RUN;
 }
 
+/*
+ * Congestion signals (struct nic_sq_cc; sq->lock held), for an ACK whose
+ * feedback is taken: n PSNs it newly acknowledged, by NSCC's case (ECN or
+ * not, RTT below the target or not), and trims. A few adds on the ACK path.
+ */
+static __always_inline void cc_account(struct nic_sq *sq, int kind, __u32 reason, __u32 flags,
+				       __u32 n, __u64 echo_ts, __u64 now)
+{
+	struct nic_sq_cc *cc = &sq->cc;
+	__u64 target = cc->rtt_target_ns, rtt;
+	int ecn = flags & MRC_ACK_F_ECN;
+
+	if (kind != ACK_SACK) {
+		cc->trims += reason == MRC_NACK_TRIMMED;
+		cc->trims_lasthop += reason == MRC_NACK_TRIMMED_LASTHOP;
+		return;
+	}
+	cc->acks++;
+	cc->ecn_acks += !!ecn;
+	if (!echo_ts || echo_ts > now) { /* no RTT sample: low delay, no headroom */
+		if (ecn)
+			cc->pkts_ecn_lo += n;
+		else
+			cc->pkts_lo += n;
+		return;
+	}
+	rtt = now - echo_ts;
+	cc->rtt_samples++;
+	cc->rtt_sum_ns += rtt;
+	if (!cc->rtt_min_ns || rtt < cc->rtt_min_ns)
+		cc->rtt_min_ns = rtt;
+	if (rtt >= target) {
+		if (ecn)
+			cc->pkts_ecn_hi += n;
+		else
+			cc->pkts_hi += n;
+	} else if (ecn) {
+		cc->pkts_ecn_lo += n;
+	} else {
+		cc->pkts_lo += n;
+		cc->headroom += (__u64)n * (target - rtt);
+	}
+}
+
 static __always_inline int rx_ack(struct xdp_md *ctx, struct mrc_pkt *p, struct engine_req *req)
 {
 	struct nic_ack_scratch *sc;
@@ -1433,6 +1479,8 @@ static __always_inline int rx_ack(struct xdp_md *ctx, struct mrc_pkt *p, struct 
 	sq_advance(sq);
 	sq->stats.acked_pkts += n;
 	sc->newly = n;
+	if (sc->fb)
+		cc_account(sq, kind, reason, flags, n, echo_ts, now);
 
 	if (kind == ACK_RETRY) {
 		/* Resend it, unless it has been acknowledged or queued meanwhile. */
@@ -1684,7 +1732,9 @@ static __always_inline int kick_of(struct xdp_md *ctx, struct engine_req *req, _
 	req->kick = 1;
 	*arg = k->arg;
 	*age_ns = k->age_ns;
-	return k->op == NIC_KICK_TIMEOUT ? 1 + NIC_KICK_TIMEOUT : 1 + NIC_KICK_SEND;
+	if (k->op == NIC_KICK_TIMEOUT || k->op == NIC_KICK_CWND)
+		return 1 + k->op;
+	return 1 + NIC_KICK_SEND;
 }
 
 /* A kick that sent nothing counts once; an ACK was counted already. */
@@ -2011,6 +2061,27 @@ static __always_inline int engine_timeout(const struct engine_req *req, __u32 ma
 	return XDP_DROP;
 }
 
+/*
+ * A window kick (struct nic_kick, NIC_KICK_CWND): congestion control's new
+ * cwnd and RTT target, set under the QP's lock; the engine runs after it
+ * (nic_xdp), so the kick also sends. A QP that is not there is engine_run's
+ * to count.
+ */
+static __always_inline void engine_cwnd(const struct engine_req *req, __u32 cwnd, __u64 target)
+{
+	__u32 qpn = req->qpn;
+	struct nic_sq *sq = nic_tx_qps.lookup(&qpn);
+
+	if (!sq)
+		return;
+	bpf_spin_lock(&sq->lock);
+	sq->cwnd = cwnd;
+	sq->cc.rtt_target_ns = target;
+	sq->cc.cwnd_sets++;
+	bpf_spin_unlock(&sq->lock);
+	count(NIC_CNT_CWND_KICKS, 1);
+}
+
 static __always_inline int engine_run(struct xdp_md *ctx, const struct engine_req *req)
 {
 	struct nic_tx_scratch *sc;
@@ -2306,6 +2377,8 @@ int nic_xdp(struct xdp_md *ctx)
 
 	if (kick == 1 + NIC_KICK_TIMEOUT)
 		return engine_timeout(&req, arg, age_ns);
+	if (kick == 1 + NIC_KICK_CWND)
+		engine_cwnd(&req, arg, age_ns);
 	if (kick)
 		verdict = ENGINE_RUN;
 	else

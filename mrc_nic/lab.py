@@ -46,7 +46,10 @@ def up(topo: Topology) -> UpReport:
         try:
             program = switchport.SwitchPortProgram.load(topo.lab, len(topo.switch_ports()))
             nic_program = nic.NicProgram.load(
-                topo.lab, host_net=str(topo.host_net), mr_elems=nic_memory_elems(topo)
+                topo.lab,
+                host_net=str(topo.host_net),
+                mr_elems=nic_memory_elems(topo),
+                skip_ns=nic_skip_ns(topo),
             )
             with Fabric(topo) as fabric:
                 fabric.build(program, nic_program)
@@ -117,6 +120,14 @@ def daemon_pid(lab: str, name: str) -> int | None:
 # host memory), at most 1 GiB for the lab, in the kernel as one mmapable map.
 NIC_MEMORY_PER_HOST = 64 * 2**20
 NIC_MEMORY_MAX = 2**30
+
+
+def nic_skip_ns(topo: Topology) -> int:
+    """How long an EV stays in SKIP (NIC_SKIP_NS): the NIC's default (100 us,
+    about two RTTs of the default lab), or the lab's design RTT ([queues]
+    base_rtt) when that is longer: on slow links a queue takes that long to
+    drain, and a SKIP shorter than an RTT ends before any reaction could."""
+    return max(nic.DEFAULT_SKIP_NS, topo.queues.base_rtt_ns)
 
 
 def nic_memory_elems(topo: Topology) -> int:

@@ -233,6 +233,7 @@ class Counter(enum.IntEnum):
     TIMEOUT_KICKS = 48
     TIMEOUT_QUEUED = 49
     LOST_HEAD = 50
+    CWND_KICKS = 51
 
 
 COUNTER_SLOTS = len(Counter)  # NIC_CNT_MAX
@@ -388,6 +389,28 @@ class SqTxStats(ctypes.Structure):
     ]
 
 
+class SqCc(ctypes.Structure):
+    """struct nic_sq_cc: a send QP's congestion signals (mrc-nic extension), written by
+    BPF per ACK: what NSCC (mrc_nic.nscc) reads as differences between two reads."""
+
+    _fields_ = [
+        ("rtt_target_ns", ctypes.c_uint64),
+        ("acks", ctypes.c_uint64),
+        ("ecn_acks", ctypes.c_uint64),
+        ("pkts_lo", ctypes.c_uint64),
+        ("pkts_hi", ctypes.c_uint64),
+        ("pkts_ecn_lo", ctypes.c_uint64),
+        ("pkts_ecn_hi", ctypes.c_uint64),
+        ("headroom", ctypes.c_uint64),
+        ("rtt_samples", ctypes.c_uint64),
+        ("rtt_sum_ns", ctypes.c_uint64),
+        ("rtt_min_ns", ctypes.c_uint64),
+        ("trims", ctypes.c_uint64),
+        ("trims_lasthop", ctypes.c_uint64),
+        ("cwnd_sets", ctypes.c_uint64),
+    ]
+
+
 class SqState(ctypes.Structure):
     """struct nic_sq: the sending side of one QP (map nic_tx_qps, key = QPN)."""
 
@@ -424,6 +447,7 @@ class SqState(ctypes.Structure):
         ("reserved3", ctypes.c_uint32),
         ("wqe_last_psn", ctypes.c_uint32 * MSG_SLOTS),
         ("tx_stats", SqTxStats),
+        ("cc", SqCc),
     ]
 
 
@@ -537,6 +561,7 @@ class KickOp(enum.IntEnum):
 
     SEND = 0
     TIMEOUT = 1
+    CWND = 2  # mrc-nic extension: congestion control sets cwnd (nic_maps.h)
 
 
 TIMEOUT_MAX = 64  # NIC_TIMEOUT_MAX: PSNs one timeout kick queues, at most
@@ -921,6 +946,7 @@ class SqSnapshot:
     wqe_off: int = 0  # bytes of WQE wqe_sent sent
     ev_next: int = 0  # the EV round robin's cursor
     tx_stats: dict[str, int] = dataclasses.field(default_factory=dict)
+    cc: dict[str, int] = dataclasses.field(default_factory=dict)  # struct nic_sq_cc
 
     @property
     def window(self) -> int:
@@ -1253,6 +1279,7 @@ class NicMaps:
         msn: int = 0,
         peer_ports: int = ALL_PLANES,
         reo_wnd_ns: int = 0,
+        cc_rtt_target_ns: int = 0,
     ) -> None:
         """Create (or reset) the send state of a QP, its EVs, its PSN -> EV table and
         its send queue.
@@ -1264,7 +1291,9 @@ class NicMaps:
         the QP (post_write, kick, the ACK clock); cwnd: most packets in flight
         (0: the window); msn: the MSN of the first WQE; peer_ports: the
         peer's port bitmap until its first ACK says otherwise; reo_wnd_ns:
-        the head scan's reorder window (0: off; nic_maps.h, "Loss detection").
+        the head scan's reorder window (0: off; nic_maps.h, "Loss detection");
+        cc_rtt_target_ns: the RTT that splits its congestion signals (struct
+        nic_sq_cc; later changes go with the window, cwnd_kick).
         The whole values are written: do it before packets flow for this QP.
         """
         pins.check_range("qpn", qpn, wire.QPN_MASK)
@@ -1294,6 +1323,7 @@ class NicMaps:
         pins.check_range("msn", msn, wire.MSN_MASK)
         pins.check_range("peer_ports", peer_ports, pins.U32_MAX)
         pins.check_range("reo_wnd_ns", reo_wnd_ns, pins.U32_MAX)
+        pins.check_range("cc_rtt_target_ns", cc_rtt_target_ns, pins.U64_MAX)
         value = SqState(
             state=QpState(state),
             local_host=local_host,
@@ -1310,6 +1340,7 @@ class NicMaps:
             engine=int(bool(engine)),
             cwnd=cwnd,
             snd_msn=msn,
+            cc=SqCc(rtt_target_ns=cc_rtt_target_ns),
         )
         for i, ev in enumerate(evs):
             value.evs[i] = ev
@@ -1368,6 +1399,7 @@ class NicMaps:
             wqe_off=raw.wqe_off,
             ev_next=raw.ev_next,
             tx_stats={name: getattr(raw.tx_stats, name) for name, _ in SqTxStats._fields_},
+            cc={name: getattr(raw.cc, name) for name, _ in SqCc._fields_},
         )
 
     def retx_queue(self, qpn: int) -> list[dict[str, int]]:
@@ -1395,7 +1427,8 @@ class NicMaps:
     def set_cwnd(self, qpn: int, cwnd: int) -> None:
         """Set a QP's congestion window, most packets in flight (0: the window).
 
-        The hook for congestion control; same caveat as set_sq_state.
+        Rewrites the whole value: same caveat as set_sq_state. While packets
+        flow, use cwnd_kick (BPF sets it under the QP's lock).
         """
         pins.check_range("cwnd", cwnd, pins.U32_MAX)
         self._sq_modify(qpn, cwnd=cwnd)
@@ -1626,6 +1659,26 @@ class NicMaps:
         run_kick(self.program_fd(), qpn, 1, op=KickOp.TIMEOUT, arg=max_psns, age_ns=age_ns)
         if packets:
             self.kick(qpn, packets, batch_size=packets)
+
+    def cwnd_kick(self, qpn: int, cwnd: int, *, rtt_target_ns: int = 0, packets: int = 1) -> None:
+        """Congestion control's new window for a QP that may be sending: a
+        NIC_KICK_CWND kick sets cwnd (packets in flight; 0: the window) and
+        cc.rtt_target_ns (the RTT at or above which its SACKs count as high
+        delay, struct nic_sq_cc) under the QP's lock, then runs the engine
+        `packets` times with live frames, so that a window that grew is
+        filled at once (the ACK clock sends one packet per ACK, never more)."""
+        if not (isinstance(cwnd, int) and 0 <= cwnd <= 0xFFFF):
+            raise ValueError(f"cwnd must be 0..65535 packets, not {cwnd!r}")
+        pins.check_range("rtt_target_ns", rtt_target_ns, pins.U64_MAX)
+        run_kick(
+            self.program_fd(),
+            qpn,
+            max(1, packets),
+            op=KickOp.CWND,
+            arg=cwnd,
+            age_ns=rtt_target_ns,
+            batch_size=max(1, packets),
+        )
 
     # -- the PSN -> EV table ----------------------------------------------------------------
 

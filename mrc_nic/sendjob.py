@@ -28,7 +28,7 @@ import random
 import time
 from typing import Any
 
-from mrc_nic import hostmem, nic, transfer
+from mrc_nic import hostmem, nic, nscc, transfer
 from mrc_nic.qp import Qp, QpError, QpState, Retry
 from mrc_nic.topology import Topology
 
@@ -63,6 +63,11 @@ class JobOptions:
     seed: int = 1
     reorder_ns: int = DEFAULT_REORDER_NS
     cwnd: int = DEFAULT_CWND
+    # The QPs' CC profile (nscc.PROFILES, the OCP API's cc_profile_id): NSCC sets
+    # the window each tick; profile 0 keeps `cwnd` fixed. cc: NSCC fields to
+    # override for this transfer (struct mrc_ctl_cc_nscc_cfg names).
+    cc_profile: int = nscc.DEFAULT_NSCC
+    cc: dict | None = None
 
     @classmethod
     def from_request(cls, req: dict) -> JobOptions:
@@ -78,7 +83,15 @@ class JobOptions:
             seed=int(req.get("seed", 1)),
             reorder_ns=int(req.get("reorder_ns", DEFAULT_REORDER_NS)),
             cwnd=int(req.get("cwnd", DEFAULT_CWND)),
+            cc_profile=int(req.get("cc_profile", nscc.DEFAULT_NSCC)),
+            cc=req.get("cc") or None,
         )
+        if opts.cc is not None and not isinstance(opts.cc, dict):
+            raise QpError(22, "cc must be an object of NSCC fields")
+        try:
+            opts.nscc_config()
+        except ValueError as e:
+            raise QpError(22, str(e)) from None
         if not 0 <= opts.reorder_ns <= REORDER_NS_MAX:
             raise QpError(
                 22, f"reorder_ns must be 0 (off) .. {REORDER_NS_MAX}, not {opts.reorder_ns}"
@@ -92,6 +105,15 @@ class JobOptions:
         if opts.chunk < hostmem.KIB or opts.chunk % hostmem.KIB:
             raise QpError(22, f"chunk must be a positive multiple of 1 KiB, not {opts.chunk}")
         return opts
+
+    def nscc_config(self) -> nscc.NsccConfig | None:
+        """The NSCC tunables of this transfer's CC profile (None: a fixed window)."""
+        config = nscc.profile(self.cc_profile).nscc
+        if config is None:
+            if self.cc:
+                raise ValueError(f"CC profile {self.cc_profile} has no NSCC to tune")
+            return None
+        return config.with_overrides(self.cc)
 
 
 def chunk_data(seed: int, qp_index: int, k: int, length: int) -> bytes:
@@ -121,13 +143,33 @@ class SendQp:
     attempt: int = 0
     timeouts: int = 0
     error: str | None = None
+    cc: nscc.QpCc | None = None  # NSCC (None: the fixed window of JobOptions.cwnd)
 
     def connect(self, maps: nic.NicMaps, topo: Topology, dst: int, remote: dict, opts) -> None:
         """INIT -> RTR -> RTS with the peer's QP, and the send state in the maps."""
         self.remote = {k: int(remote[k]) for k in ("qpn", "rkey", "region")}
-        self.qp.modify(QpState.RTR, mpr=opts.mpr, dest_host=dst, dest_qpn=self.remote["qpn"])
+        self.qp.modify(
+            QpState.RTR,
+            mpr=opts.mpr,
+            dest_host=dst,
+            dest_qpn=self.remote["qpn"],
+            cc_profile_id=opts.cc_profile,
+        )
         self.qp.modify(QpState.RTS, timeout=opts.timeout, retry=opts.retry)
         self.evs = transfer.ev_profile(topo.planes, EVS_PER_PLANE)
+        cwnd, rtt_target = opts.cwnd, 0
+        config = opts.nscc_config()
+        self.cc = None
+        if config is not None:
+            self.cc = nscc.QpCc(
+                nscc.Nscc(
+                    config,
+                    link_bps=topo.rate_bps * topo.planes if topo.rate_bps else None,
+                    window_pkts=opts.mpr * nic.wire.MPR_UNIT,
+                    lab_rtt_ns=topo.queues.base_rtt_ns,
+                )
+            )
+            cwnd, rtt_target = self.cc.initial()
         maps.setup_sq(
             self.qp.qpn,
             local_host=self.qp.host,
@@ -138,7 +180,8 @@ class SendQp:
             mpr=opts.mpr,
             engine=True,
             reo_wnd_ns=opts.reorder_ns,
-            cwnd=opts.cwnd,
+            cwnd=cwnd,
+            cc_rtt_target_ns=rtt_target,
         )
 
     @property
@@ -220,6 +263,15 @@ class Job:
             sq.last_kick = now
         if sq.done:
             return
+        if sq.cc is not None:  # NSCC: the window from this tick's signals, set in BPF
+            live = s.in_flight - len(s.acked)
+            change = sq.cc.step(s.cc, s.stats["acked_pkts"], live, now)
+            if change is not None:
+                cwnd, rtt_target = change
+                grew = cwnd - s.cwnd if s.cwnd else 0
+                self.maps.cwnd_kick(sq.qp.qpn, cwnd, rtt_target_ns=rtt_target, packets=max(1, grew))
+                if grew > 0:
+                    sq.last_kick = now
         self._top_up(sq, s, now)
         if s.snd_una != sq.last_una:
             sq.last_una, sq.last_progress, sq.attempt = s.snd_una, now, 0

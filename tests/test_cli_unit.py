@@ -292,6 +292,8 @@ COMMANDS = [
     "write",
     "qp",
     "ev",
+    "events",
+    "scenario",
 ]
 
 
@@ -499,3 +501,29 @@ def test_help_does_not_import_bcc(tmp_path, args):
     assert result["code"] in (0, None)
     assert result["help"].startswith("Usage:")
     assert result["bcc"] is False, "`mrc-nic --help` imported bcc"
+
+
+# ---- scenario: argument checks (no lab needed) ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["incast", "--rate", "10mbit"], "need --topology"),
+        (["permutation", "--base-rtt", "5ms"], "need --topology"),
+        (["incast", "--bystander", "h1"], "use SRC:DST"),
+        (["incast", "--bystander", "h1:h2", "--no-bystander"], "exclude each other"),
+        (["incast", "--no-cc", "--cc-profile", "1"], "--no-cc is CC profile 0"),
+        (["incast", "--topology", "nosuch"], "no such topology file"),
+    ],
+)
+def test_scenario_usage_errors(args, message):
+    result = CliRunner().invoke(cli, ["scenario", *args, "-l", "nolab"])
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+
+
+def test_scenario_help_has_examples():
+    result = CliRunner().invoke(cli, ["scenario", "--help"])
+    assert result.exit_code == 0 and "Examples:" in result.output
+    assert "mrc-nic scenario incast --senders 7 --topology clos-8" in result.output

@@ -552,6 +552,148 @@ def test_cwnd_counts_packets_in_flight_not_the_psn_range(program, maps, sq):
     assert kick(program, maps).verdict == XDP_REDIRECT
 
 
+# ---- congestion control's window: NIC_KICK_CWND ----------------------------------------------
+
+
+def cwnd_kick(program, maps, cwnd: int, packets: int = 1, target: int = 0, qpn: int = QP_TX) -> Run:
+    """A non-live window kick of `packets` runs: the last frame, the counters moved."""
+    before = maps.counters()
+    t0 = time.monotonic_ns()
+    result = nic.run_kick(
+        program.fd, qpn, packets, live=False, op=nic.KickOp.CWND, arg=cwnd, age_ns=target
+    )
+    t1 = time.monotonic_ns()
+    return Run(result.retval, result.data_out, t0, t1, delta(before, maps.counters()))
+
+
+@needs_bpf
+def test_cwnd_kick_grows_the_window_and_fills_it_at_once(program, maps, sq):
+    setup_sq(maps, cwnd=2)
+    post(maps, 8 * CE)
+    send(program, maps, 2)  # START (A), START + 1 (B): the window is full
+    assert kick(program, maps).counters == {"kick_idle": 1, "tx_window_full": 1}
+    before = maps.sq_raw(QP_TX)
+    r = cwnd_kick(program, maps, 4, packets=2, target=250_000)
+    # Each run sets the window under the lock, then sends like a send kick.
+    assert r.verdict == XDP_REDIRECT
+    assert r.counters == {"cwnd_kicks": 2, "kick_sent": 2, "tx_data": 2, "tx_bytes": 2 * CE}
+    assert_data(r.frame, expected_data(START + 3, EV_D, 3 * CE, CE, last=False), *_t(r))
+    s = maps.sq(QP_TX)
+    assert (s.cwnd, s.snd_una, s.snd_nxt) == (4, START, START + 4)
+    assert (s.cc["rtt_target_ns"], s.cc["cwnd_sets"]) == (250_000, 2)
+    # Nothing else of the QP moved but what the two packets sent moved.
+    after = maps.sq_raw(QP_TX)
+    for name, _ in nic.SqState._fields_:
+        if name not in ("lock", "cwnd", "cc", "snd_nxt", "ev_next", "wqe_off", "tx_stats"):
+            assert bytes(getattr(after, name)) == bytes(getattr(before, name)), name
+    # The window is full again: one more window kick sets, sends nothing.
+    r = cwnd_kick(program, maps, 4, target=250_000)
+    assert r.counters == {"cwnd_kicks": 1, "kick_idle": 1, "tx_window_full": 1}
+
+
+@needs_bpf
+def test_cwnd_kick_shrinks_the_window_and_the_ack_clock_waits(program, maps, sq):
+    post(maps, 8 * CE)
+    send(program, maps, 3)  # START .. START + 2, cwnd 0: the MPR window
+    r = cwnd_kick(program, maps, 1)
+    assert r.verdict == XDP_DROP
+    assert r.counters == {"cwnd_kicks": 1, "kick_idle": 1, "tx_window_full": 1}
+    assert maps.sq(QP_TX).cwnd == 1
+    # Two in flight after this SACK, more than the window of 1: it sends nothing.
+    r = run(program, maps, sack(maps, START, START + 1))
+    assert r.verdict == XDP_DROP and "tx_data" not in r.counters
+    r = run(program, maps, sack(maps, START + 1, START + 2))
+    assert r.verdict == XDP_DROP and "tx_data" not in r.counters
+    # One in flight: the next SACK clocks out one packet.
+    r = run(program, maps, sack(maps, START + 2, START + 3))
+    assert r.counters["tx_data"] == 1
+    assert maps.sq(QP_TX).snd_nxt == START + 4
+    # 0 is the MPR window again.
+    assert cwnd_kick(program, maps, 0, packets=3).counters["kick_sent"] == 3
+
+
+@needs_bpf
+def test_cwnd_kick_resends_queued_packets_first(program, maps, sq):
+    setup_sq(maps, cwnd=1)
+    post(maps, 8 * CE)
+    send(program, maps, 1)  # START on A
+    run(program, maps, nack(maps, START, w.NackReason.TRIMMED_LASTHOP, cum=START))
+    # The NACK's engine run resent START on B already; trim it again, from B,
+    # with the engine off so that it stays queued.
+    set_engine(maps, False)
+    run(program, maps, nack(maps, START, w.NackReason.TRIMMED_LASTHOP, cum=START))
+    set_engine(maps, True)
+    r = cwnd_kick(program, maps, 2, packets=2)
+    assert r.counters["tx_retx"] == 1 and r.counters["tx_data"] == 1
+
+
+@needs_bpf
+def test_acks_count_congestion_signals_by_nscc_case(program, maps, sq):
+    """struct nic_sq_cc: each ACK's feedback, once, by ECN and RTT vs the target."""
+    setup_sq(maps, cwnd=4)
+    post(maps, 16 * CE)
+    tx = send(program, maps, 4)  # START .. START + 3
+    target = 10**10  # 10 s: every RTT is low
+    cwnd_kick(program, maps, 4, target=target)
+
+    def cc() -> dict:
+        return maps.sq(QP_TX).cc
+
+    r = run(program, maps, sack(maps, START, START + 1))
+    got = cc()
+    rtt = got["rtt_sum_ns"]
+    assert r.t0 - tx[0] <= rtt <= r.t1 - tx[0]
+    assert got == dict(
+        got,
+        acks=1,
+        ecn_acks=0,
+        pkts_lo=1,
+        pkts_hi=0,
+        pkts_ecn_lo=0,
+        pkts_ecn_hi=0,
+        headroom=target - rtt,
+        rtt_samples=1,
+        rtt_min_ns=rtt,
+        trims=0,
+        trims_lasthop=0,
+    )
+    run(program, maps, sack(maps, START + 1, START + 2, flags=w.AckFlag.ECN))
+    got = cc()
+    assert (got["acks"], got["ecn_acks"], got["pkts_ecn_lo"], got["headroom"]) == (
+        2,
+        1,
+        1,
+        target - rtt,  # an ECN-marked SACK adds no headroom
+    )
+    # Target 1 ns: every RTT is high.
+    cwnd_kick(program, maps, 4, target=1)
+    run(program, maps, sack(maps, START + 2, START + 3))
+    run(program, maps, sack(maps, START + 3, START + 4, flags=w.AckFlag.ECN))
+    got = cc()
+    assert (got["pkts_lo"], got["pkts_hi"], got["pkts_ecn_lo"], got["pkts_ecn_hi"]) == (1, 1, 1, 1)
+    assert (got["acks"], got["ecn_acks"], got["rtt_samples"]) == (4, 2, 4)
+    assert got["rtt_min_ns"] <= rtt and got["rtt_sum_ns"] > 3 * got["rtt_min_ns"]
+    # A duplicate is no feedback; a SACK whose cumulative PSN covers more counts them all.
+    run(program, maps, sack(maps, START + 3, START + 4))
+    assert cc()["acks"] == 4
+    s = maps.sq(QP_TX)
+    assert s.snd_nxt == START + 8  # the four SACKs clocked out START + 4 .. + 7
+    run(program, maps, sack(maps, START + 6, START + 7))  # acknowledges + 4, + 5, + 6
+    assert cc()["pkts_hi"] == 1 + 3
+    # Trims: NACKs count there, and only there.
+    run(program, maps, nack(maps, START + 7, w.NackReason.TRIMMED, cum=START + 7))
+    run(program, maps, nack(maps, START + 8, w.NackReason.TRIMMED_LASTHOP, cum=START + 7))
+    got = cc()
+    assert (got["trims"], got["trims_lasthop"], got["acks"]) == (1, 1, 5)
+
+
+@needs_bpf
+def test_cwnd_kick_for_a_qp_that_is_not_there(program, maps, sq):
+    r = cwnd_kick(program, maps, 8, qpn=QP_TX + 1)
+    assert r.verdict == XDP_DROP
+    assert r.counters == {"drop_unknown_qp": 1}
+
+
 # ---- the ACK clock -------------------------------------------------------------------------
 
 
@@ -635,6 +777,16 @@ def test_trimmed_packet_is_resent_first_on_another_ev(program, maps, sq, event_r
     raw = maps.sq_raw(QP_TX)
     pos = START % nic.BITMAP_BITS
     assert not raw.echoed[pos // 64] >> (pos % 64) & 1, "the resent PSN's feedback bit is clear"
+    # A, which the packet was trimmed on, is in SKIP for NIC_SKIP_NS (100 us,
+    # shorter than this test's steps: it is stretched below): the next
+    # packets go around it until its SKIP is over, then it is used again.
+    a = maps.ev(QP_TX, EV_A)
+    assert a.state == nic.EvState.SKIP and a.stats["nack_trimmed"] == 1
+    assert r.t0 + nic.DEFAULT_SKIP_NS <= a.skip_until <= r.t1 + nic.DEFAULT_SKIP_NS
+    set_ev(maps, EV_A, skip_until=time.monotonic_ns() + 10**10)
+    assert [Ether(kick(program, maps).frame)[UDP].sport for _ in range(3)] == [EV_B, EV_C, EV_D]
+    set_ev(maps, EV_A, skip_until=1)
+    assert Ether(kick(program, maps).frame)[UDP].sport == EV_A
 
 
 @needs_bpf
@@ -898,6 +1050,8 @@ def test_program_engine_maps_use_the_pythonstruct_layout(program, map_name, view
 def test_kick_framestruct_layout():
     frame = nic.kick_frame(0x010203, nic.KickOp.TIMEOUT, 5, age_ns=0x0A0B)
     assert frame[:16] == bytes.fromhex("03020100010005000b0a000000000000")
+    frame = nic.kick_frame(0x010203, nic.KickOp.CWND, 300, age_ns=0x0A0B)
+    assert frame[:16] == bytes.fromhex("0302010002002c010b0a000000000000")
     assert len(frame) == 16 + 64 and frame[16 + 12 : 16 + 14] == b"\x88\xb5"
     with pytest.raises(ValueError, match="packets"):
         nic.run_kick(-1, 1, 0)

@@ -1251,6 +1251,7 @@ def test_pinned_send_maps_have_expected_shape(program):
 TX_C_VIEWS = {
     "nic_sq": nic.SqState,
     "nic_sq_stats": nic.SqStats,
+    "nic_sq_cc": nic.SqCc,
     "nic_retx": nic.Retx,
     "nic_ev_key": nic.EvKey,
     "nic_ev_stats": nic.EvStats,

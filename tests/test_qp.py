@@ -118,3 +118,22 @@ def test_chunk_is_the_whole_share_or_what_a_double_buffer_allows():
     assert hostmem.chunk_bytes(1000, 1, half) == 1024
     assert hostmem.chunk_bytes(2**30, 1, half) == 16 * 2**20
     assert hostmem.chunk_bytes(2**30, 4, half) == 4 * 2**20
+
+
+def test_every_other_host_can_write_to_one_receiver_at_once():
+    """clos-8: 8 hosts of 64 MiB; the receive half (32 MiB) holds the double
+    buffers of 7 concurrent single-QP transfers (a 7:1 incast)."""
+    hosts, mr_elems = 8, 8 * 65536
+    half = hostmem.half_elems(mr_elems, hosts) * hostmem.KIB
+    chunk = hostmem.chunk_bytes(2**30, 1, half, peers=hosts - 1)
+    assert chunk % hostmem.KIB == 0 and chunk >= 2 * 2**20
+    receiver = hostmem.HostResources(0, hosts, mr_elems)
+    for _ in range(hosts - 1):
+        receiver.recv_mem.alloc(2 * chunk // hostmem.KIB, "a receive region")
+        receiver.regions.take()
+    senders = [hostmem.HostResources(h, hosts, mr_elems) for h in range(1, hosts)]
+    for s in senders:
+        s.send_mem.alloc(2 * chunk // hostmem.KIB, "a send buffer")
+        s.rings.take()
+    # Two hosts: as before, one transfer takes its whole half.
+    assert hostmem.chunk_bytes(2**30, 1, half, peers=1) == 16 * 2**20

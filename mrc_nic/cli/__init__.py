@@ -37,6 +37,7 @@ def _register() -> None:
         lab_cmds,
         port_cmds,
         qp_cmds,
+        scenario_cmds,
         stats_cmds,
         traffic_cmds,
     )
@@ -50,6 +51,7 @@ def _register() -> None:
         traffic_cmds,
         capture_cmds,
         qp_cmds,
+        scenario_cmds,
     )
     for module in modules:
         for command in module.COMMANDS:

@@ -1,0 +1,57 @@
+"""The prober's cheap paths (no root): probe frames patched from a template are
+byte for byte what mrc_nic.wire builds, and the scan of nic_evs finds exactly
+our ASSUMED_BAD EVs in a batch read's raw buffers."""
+
+from __future__ import annotations
+
+import ctypes
+import types
+
+from mrc_nic import nic, prober, wire
+
+
+def test_probe_from_a_template_is_what_wire_builds():
+    ends = wire.Endpoints(
+        src_mac="02:00:00:00:00:01",
+        dst_mac="02:00:00:01:00:01",
+        src_ip="198.18.1.1",
+        dst_ip="198.18.1.2",
+    )
+    template = bytes(wire.probe(ends, ev=1, dqpn=0x010203, psn=0, tx_ts=0, port_bitmap=0b101))
+    for ev, psn, ts in ((0xC001, 1, 2), (0xFFFF, 0xFFFFFF, 2**64 - 1), (7, 0x1000001, 12345)):
+        want = wire.probe(
+            ends, ev=ev, dqpn=0x010203, psn=psn & wire.PSN_MASK, tx_ts=ts, port_bitmap=0b101
+        )
+        assert prober.probe_frame(template, ev, psn, ts) == bytes(want)
+
+
+class FakeReader:
+    def __init__(self, entries: list[tuple[int, int, int, int]]) -> None:
+        self.entries = entries  # (qpn, ev, plane, state)
+
+    def read(self):
+        keys = b"".join(bytes(nic.EvKey(q, e)) for q, e, _, _ in self.entries)
+        values = b""
+        for _, _, plane, state in self.entries:
+            v = nic.EvStateLayout(plane=plane, state=state)
+            values += bytes(v)
+        # the kernel's buffers are larger than what it filled
+        pad = 3 * ctypes.sizeof(nic.EvKey)
+        return keys + bytes(pad), values, len(self.entries)
+
+
+def test_scan_finds_our_assumed_bad_evs_only():
+    bad, good = nic.EvState.ASSUMED_BAD, nic.EvState.GOOD
+    ours, other = 0x000100, 0x010100
+    entries = [
+        (ours, 0xC001, 0, bad),
+        (other, 0xC001, 0, bad),  # another host's QP
+        (ours, 0xC002, 1, good),
+        (ours, 0x0100, 3, bad),  # an EV whose bytes look like a QPN
+        (other, ours, 2, bad),  # a key whose EV half holds our QPN's bytes
+    ]
+    p = prober.Prober.__new__(prober.Prober)
+    p.maps = types.SimpleNamespace()
+    p._reader = FakeReader(entries)
+    got = p._assumed_bad({ours: object()})
+    assert sorted(got) == [(ours, 0x0100, 3), (ours, 0xC001, 0)]

@@ -1,0 +1,128 @@
+"""mrc_nic.scenario without a lab: who sends to whom, fair shares, sizes,
+windows of measurement, slowed-down topologies; and the QP timeouts that
+rdma_write derives from a lab's design RTT."""
+
+from __future__ import annotations
+
+import pytest
+
+from mrc_nic import rdma_write, scenario, topology
+from mrc_nic.scenario import Flow
+
+CLOS8 = scenario.topology_file("clos-8")
+
+
+@pytest.fixture(scope="module")
+def clos8():
+    return topology.load(CLOS8, lab="t")
+
+
+def test_clos8_hosts_hang_two_per_t0(clos8):
+    assert [scenario.host_t0(clos8, h) for h in clos8.host_names()] == [
+        "t0a",
+        "t0a",
+        "t0b",
+        "t0b",
+        "t0c",
+        "t0c",
+        "t0d",
+        "t0d",
+    ]
+
+
+def test_incast_7_to_1_with_a_bystander_under_the_receivers_t0(clos8):
+    flows = scenario.incast_flows(clos8, 7)
+    incast = [f for f in flows if f.role == "incast"]
+    assert [f.src for f in incast] == [f"h{i}" for i in range(1, 8)]
+    assert {f.dst for f in incast} == {"h0"}
+    (b,) = [f for f in flows if f.role == "bystander"]
+    # to h0's T0 neighbour, from another T0: it shares the spines' downlinks to t0a
+    assert b.dst == "h1" and scenario.host_t0(clos8, b.src) != "t0a"
+    assert b.src != "h0"
+
+
+def test_fewer_senders_come_from_other_t0s_and_leave_a_free_bystander_source(clos8):
+    flows = scenario.incast_flows(clos8, 3)
+    senders = [f.src for f in flows if f.role == "incast"]
+    assert all(scenario.host_t0(clos8, s) != "t0a" for s in senders)
+    (b,) = [f for f in flows if f.role == "bystander"]
+    assert b.dst == "h1" and b.src not in senders
+
+
+def test_incast_arguments_are_checked(clos8):
+    with pytest.raises(ValueError, match="senders must be 1..7"):
+        scenario.incast_flows(clos8, 8)
+    with pytest.raises(ValueError, match="other than the receiver"):
+        scenario.incast_flows(clos8, 2, bystander=("h0", "h3"))
+    with pytest.raises(ValueError, match="no host 'h9'"):
+        scenario.incast_flows(clos8, 2, receiver="h9")
+    assert [f.role for f in scenario.incast_flows(clos8, 2, bystander=None)] == ["incast"] * 2
+
+
+def test_permutation_is_a_derangement_across_t0s(clos8):
+    flows = scenario.permutation_flows(clos8)
+    assert sorted(f.dst for f in flows) == clos8.host_names()
+    for f in flows:
+        assert scenario.host_t0(clos8, f.src) != scenario.host_t0(clos8, f.dst)
+    seeded = scenario.permutation_flows(clos8, seed=3)
+    assert all(f.src != f.dst for f in seeded)
+    assert [f.dst for f in seeded] == [f.dst for f in scenario.permutation_flows(clos8, seed=3)]
+
+
+def test_fair_shares_are_max_min_over_host_links():
+    flows = [Flow(f"h{i}>h0", f"h{i}", "h0", "incast") for i in range(1, 8)]
+    flows.append(Flow("h7>h1", "h7", "h1", "bystander"))
+    fair = scenario.fair_shares(flows, 70.0)
+    assert all(fair[f"h{i}>h0"] == pytest.approx(10.0) for i in range(1, 8))
+    assert fair["h7>h1"] == pytest.approx(60.0)  # what h7's uplink leaves
+    perm = [Flow("a>b", "a", "b", "p"), Flow("b>a", "b", "a", "p")]
+    assert scenario.fair_shares(perm, 5.0) == {"a>b": 5.0, "b>a": 5.0}
+
+
+def test_flows_are_sized_to_last_the_duration_at_their_fair_share():
+    flows = [Flow(f"h{i}>h0", f"h{i}", "h0", "incast") for i in range(1, 3)]
+    flows.append(Flow("h3>h4", "h3", "h4", "bystander"))
+    scenario.size_flows(flows, 80e6, 4.0)
+    assert flows[0].size == int(40e6 * 4 / 8) // 1024 * 1024 and flows[0].start == 0
+    by = flows[2]
+    assert by.fair_bps == pytest.approx(80e6)
+    assert by.start == pytest.approx(4.0 * scenario.BYSTANDER_DELAY)
+    assert by.size == int(80e6 * 4 * scenario.BYSTANDER_SPAN / 8) // 1024 * 1024
+
+
+def test_window_goodput_from_samples():
+    f = Flow("a>b", "a", "b", "p")
+    f.samples = [(0.0, 0), (1.0, 1000), (2.0, 3000), (3.0, 3000)]
+    assert scenario.window_goodput(f, 1.0, 2.0) == pytest.approx(16000)
+    assert scenario.window_goodput(f, 0.5, 3.0) == pytest.approx(8000)
+    assert scenario.window_goodput(f, 2.5, 2.9) is None  # fewer than two samples
+
+
+def test_payload_ceilings_from_the_wire_format():
+    assert scenario.DATA_FRAME == 1114 and scenario.ACK_FRAME == 94
+    assert pytest.approx(1024 / 1114) == scenario.CEILING_ONE_WAY
+    assert pytest.approx(1024 / 1208) == scenario.CEILING_BOTH_WAYS
+
+
+def test_slow_topology_gets_a_longer_design_rtt():
+    t = scenario.scenario_topology("clos-8", "x", rate="10mbit")
+    assert (t.rate_bps, t.fabric_rate_bps) == (10**7, 10**7)
+    # 4 MTUs (1514-byte frames) on a 10 Mbit/s link, in whole us
+    assert t.queues.base_rtt_ns == -(-4 * 1514 * 8 * 100 // 1000) * 1000
+    t = scenario.scenario_topology("clos-8", "x", rate="10mbit", base_rtt="2ms")
+    assert t.queues.base_rtt_ns == 2_000_000
+    t = scenario.scenario_topology("clos-8", "x", rate="5mbit", fabric_rate="10mbit")
+    assert (t.rate_bps, t.fabric_rate_bps) == (5 * 10**6, 10**7)
+    t = scenario.scenario_topology("clos-8", "x")
+    assert t.queues.base_rtt_ns == 100_000  # the file's, at 1 Gbit/s
+    with pytest.raises(topology.TopologyError, match="no such topology"):
+        scenario.scenario_topology("nosuch", "x")
+
+
+def test_qp_timeouts_follow_the_labs_design_rtt():
+    assert rdma_write.lab_defaults(topology.load(CLOS8, lab="t")) == (12, 1_000_000)
+    slow = scenario.scenario_topology("clos-8", "x", rate="10mbit")
+    timeout, reorder = rdma_write.lab_defaults(slow)
+    rtt = slow.queues.base_rtt_ns
+    assert 1.024e3 * 2**timeout >= rdma_write.TIMEOUT_RTTS * rtt > 1.024e3 * 2 ** (timeout - 1)
+    assert reorder == rdma_write.REORDER_RTTS * rtt
