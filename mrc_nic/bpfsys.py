@@ -320,43 +320,78 @@ def map_lookup_batch(
     each value under its spin lock. A hash bucket larger than chunk makes the
     kernel refuse (ENOSPC); the chunk then doubles.
     """
-    out: list[tuple[bytes, bytes]] = []
-    token_size = max(key_size, 8)  # arrays: a key; hash maps: a u32 bucket index
-    in_batch = None
-    while True:
-        keys = ctypes.create_string_buffer(key_size * chunk)
-        values = ctypes.create_string_buffer(value_size * chunk)
-        out_batch = ctypes.create_string_buffer(token_size)
-        attr = _BatchAttr(
-            in_batch=_addr(in_batch),
-            out_batch=_addr(out_batch),
-            keys=_addr(keys),
-            values=_addr(values),
-            count=chunk,
-            map_fd=map_fd,
-            elem_flags=elem_flags,
-        )
-        done = False
-        try:
-            _bpf(BPF_MAP_LOOKUP_BATCH, attr, f"BPF_MAP_LOOKUP_BATCH map fd {map_fd}")
-        except FileNotFoundError:  # ENOENT: the last elements are in this reply
-            done = True
-        except OSError as e:
-            if e.errno != errno_mod.ENOSPC:
-                raise
-            chunk *= 2
-            continue
-        k_raw, v_raw = keys.raw, values.raw
-        for i in range(attr.count):
-            out.append(
-                (
-                    k_raw[i * key_size : (i + 1) * key_size],
-                    v_raw[i * value_size : (i + 1) * value_size],
-                )
+    keys, values, count = BatchReader(
+        map_fd, key_size, value_size, chunk, elem_flags=elem_flags
+    ).read()
+    return [
+        (keys[i * key_size : (i + 1) * key_size], values[i * value_size : (i + 1) * value_size])
+        for i in range(count)
+    ]
+
+
+class BatchReader:
+    """The whole of one map, again and again, with BPF_MAP_LOOKUP_BATCH into
+    buffers kept between reads: one syscall for a map of up to `capacity`
+    entries (its max_entries), and no per-entry objects unless the caller
+    makes them (a stream of snapshots reads the same maps ten times a second).
+    A hash bucket larger than the capacity makes the kernel refuse (ENOSPC);
+    the buffers then double.
+    """
+
+    def __init__(
+        self, map_fd: int, key_size: int, value_size: int, capacity: int, *, elem_flags: int = 0
+    ) -> None:
+        """elem_flags: BPF_F_LOCK copies each value under its spin lock."""
+        self.map_fd, self.key_size, self.value_size = map_fd, key_size, value_size
+        self.elem_flags = elem_flags
+        self._chunk = max(1, capacity)
+        self._alloc()
+        token_size = max(key_size, 8)  # arrays: a key; hash maps: a u32 bucket index
+        self._tokens = tuple(ctypes.create_string_buffer(token_size) for _ in range(2))
+
+    def _alloc(self) -> None:
+        self._keys = ctypes.create_string_buffer(self.key_size * self._chunk)
+        self._values = ctypes.create_string_buffer(self.value_size * self._chunk)
+
+    def read(self) -> tuple[bytes, bytes, int]:
+        """(keys, values, count): every entry's key, back to back, and its value
+        (value_size bytes each) in the same order."""
+        keys: list[bytes] = []
+        values: list[bytes] = []
+        count = 0
+        in_batch = None
+        while True:
+            out_batch = self._tokens[0] if in_batch is not self._tokens[0] else self._tokens[1]
+            attr = _BatchAttr(
+                in_batch=_addr(in_batch),
+                out_batch=_addr(out_batch),
+                keys=_addr(self._keys),
+                values=_addr(self._values),
+                count=self._chunk,
+                map_fd=self.map_fd,
+                elem_flags=self.elem_flags,
             )
-        if done:
-            return out
-        in_batch = out_batch
+            done = False
+            try:
+                _bpf(BPF_MAP_LOOKUP_BATCH, attr, f"BPF_MAP_LOOKUP_BATCH map fd {self.map_fd}")
+            except FileNotFoundError:  # ENOENT: the last elements are in this reply
+                done = True
+            except OSError as e:
+                if e.errno != errno_mod.ENOSPC:
+                    raise
+                self._chunk *= 2  # a hash bucket larger than the chunk: again, with room
+                self._alloc()
+                continue
+            n = attr.count
+            keys.append(ctypes.string_at(self._keys, n * self.key_size))
+            values.append(ctypes.string_at(self._values, n * self.value_size))
+            count += n
+            if done or n == 0:
+                break
+            in_batch = out_batch
+        if len(keys) == 1:
+            return keys[0], values[0], count
+        return b"".join(keys), b"".join(values), count
 
 
 # ---- per-CPU values ---------------------------------------------------------------

@@ -22,20 +22,27 @@ aggregates (aggregate.py), every QP of the NIC maps (qpstats.py) and the
 NIC's outcome counters. `rates` fields are null in one snapshot; a stream
 (stream.py) fills them from the previous one. docs/stats-schema.md is the
 schema. A Sampler keeps maps and netlink sockets open so that a stream at
-10 Hz costs little (scripts/bench_stats.py measures it).
+10 Hz costs little (scripts/bench_stats.py measures it): what never changes
+about a record is worked out once, and counter records (links[].up/down,
+ports[].ingress/egress, the kernel's, idle rates) are read-only dicts
+(jsonenc.Frozen), the same object from one snapshot to the next while their
+numbers stay, so that the stream's JSON encoder reuses their text. Copy one
+(dict(record)) to change it.
 """
 
 from __future__ import annotations
 
+import operator
 import os
 import time
 
 from mrc_nic import aggregate, faults, nic, qpstats, state
+from mrc_nic.jsonenc import Frozen
 from mrc_nic.linkstats import LinkStatsReader
 from mrc_nic.pins import MapsMissing
-from mrc_nic.port_table import PortCounterTable
-from mrc_nic.switchport import EGRESS, INGRESS
-from mrc_nic.topology import Link, Topology
+from mrc_nic.port_table import ZERO, PortCounterTable
+from mrc_nic.switchport import EGRESS, INGRESS, port_key
+from mrc_nic.topology import Link, Port, Topology
 
 SCHEMA_VERSION = 1
 # A stream reads the kernel at most about this often (see Sampler's kernel_every).
@@ -76,15 +83,42 @@ class Sampler:
         self._kernel_ns: int | None = None
         self.record, self.topo = faults.load_lab(lab)
         self._record_stamp = _file_stamp(state.state_path(lab))
+        # What never changes, worked out once: the static fields of every record
+        # and where its counters are (port keys, kernel interfaces).
         self._paths = aggregate.path_defs(self.topo)
         self._links = [_link_layout(link) for link in self.topo.links.values()]
-        self._switch_ports = self.topo.switch_ports()
+        self._port_layout = [_port_layout(self.topo, port) for port in self.topo.switch_ports()]
+        self._host_layout = _host_layout(self.topo)
         self._summary = self.topo.summary()
+        # From the last kernel reading (see _from_kernel): link states, each port's
+        # record, the queue drops of each plane. Without the kernel: all None.
+        self._kernel_of: object = None  # that reading
+        self._states: list[str | None] = [None] * len(self._links)
+        self._port_kernel: list[dict | None] = [None] * len(self._port_layout)
+        self._host_kernel: list[dict | None] = [None] * sum(len(p) for _, _, p in self._host_layout)
+        self._queue_drops: dict[int, int] | None = None
+        self._statics = [static for static, _, _, _ in self._links]
+        self._path_positions = aggregate.path_positions(
+            self._paths, [static["name"] for static in self._statics]
+        )
+        self._plane_groups = aggregate.plane_groups(
+            self.topo.planes, self._statics, [static for static, *_ in self._port_layout]
+        )
+        # Per record, what it was made of and the record (see _same_or_new).
+        self._made_links: list = [None] * len(self._links)
+        self._made_ports: list = [None] * len(self._port_layout)
+        self._made_host_ports: list = [None] * len(self._host_kernel)
+        self._made_paths: list = [None] * len(self._paths)
+        self._made_planes: list = [None] * self.topo.planes
         self._ports = PortCounterTable(lab)
         try:
             self._nic = _open_nic(lab)
+            self._nic_counters = qpstats.NicCounterReader(self._nic) if self._nic else None
+            self._qps = qpstats.QpReader(self._nic) if self._nic else None
         except BaseException:
             self._ports.close()
+            if getattr(self, "_nic", None) is not None:
+                self._nic.close()
             raise
         nodes = {node: self.topo.netns(node) for node in self.topo.nodes}
         self._kernel = LinkStatsReader(nodes) if kernel else None
@@ -111,10 +145,42 @@ class Sampler:
                 raise faults.FaultError(f"lab {self.lab!r} is not up any more")
             self.record, self._record_stamp = record, stamp
 
+    def _from_kernel(self, kernel_info: dict) -> None:
+        """What the records take from a new kernel reading, worked out once for it."""
+        self._states = [_link_state(kernel_info, ends) for _, ends, _, _ in self._links]
+        self._port_kernel = [
+            kernel_info.get(node, {}).get(ifname) for *_, node, ifname in self._port_layout
+        ]
+        self._host_kernel = [
+            kernel_info.get(name, {}).get(static["ifname"])
+            for name, _, ports in self._host_layout
+            for static in ports
+        ]
+        self._queue_drops = aggregate.plane_queue_drops(
+            self.topo.planes, self._statics, kernel_info
+        )
+        self._kernel_of = kernel_info
+
+    def _hosts(self) -> list[dict]:
+        hosts = []
+        at = 0
+        for name, netns, ports in self._host_layout:
+            records = []
+            for static in ports:
+                parts = (self._host_kernel[at],)
+                records.append(
+                    _same_or_new(
+                        self._made_host_ports, at, parts, static, _HOST_PORT_PARTS, _NO_RATES
+                    )
+                )
+                at += 1
+            hosts.append({"name": name, "netns": netns, "ports": records})
+        return hosts
+
     def snapshot(self) -> dict:
         self._refresh_record()
         record = self.record
-        counters = self._ports.read()
+        rows = self._ports.read().rows
         # Rates divide by the time between two reads of the BPF counters.
         wall, mono_ns = time.time(), time.monotonic_ns()
         kernel = self._kernel is not None
@@ -123,38 +189,36 @@ class Sampler:
             self._kernel_ns = time.monotonic_ns()
         self._taken += 1
         kernel_info = self._kernel_info
+        if kernel and kernel_info is not self._kernel_of:
+            self._from_kernel(kernel_info)
         link_fault = {name: f["id"] for f in record.faults.values() for name in f["links"]}
+        # Records are read-only and stay the same object while what they are made
+        # of does: an idle link costs neither its rates nor its JSON text again.
         links = []
-        for static, ends, (up, down) in self._links:
-            end_info = [kernel_info.get(node, {}).get(ifname, {}) for node, ifname in ends]
-            links.append(
-                {
-                    **static,
-                    "state": _link_state(end_info) if kernel else None,
-                    "fault": link_fault.get(static["name"]),
-                    "up": counters.as_dict(*up),
-                    "down": counters.as_dict(*down),
-                    "rates": None,
-                }
+        made = self._made_links
+        for i, ((static, _, up_key, down_key), link_state) in enumerate(
+            zip(self._links, self._states, strict=True)
+        ):
+            parts = (
+                link_state,
+                link_fault.get(static["name"]) if link_fault else None,
+                rows.get(up_key, ZERO),
+                rows.get(down_key, ZERO),
             )
-        ports = [
-            {
-                "node": port.node,
-                "ifname": port.ifname,
-                "port_id": port.port_id,
-                "plane": self.topo.nodes[port.node].plane,
-                "ingress": counters.as_dict(port.port_id, INGRESS),
-                "egress": counters.as_dict(port.port_id, EGRESS),
-                "kernel": kernel_info.get(port.node, {}).get(port.ifname),
-            }
-            for port in self._switch_ports
-        ]
+            links.append(_same_or_new(made, i, parts, static, _LINK_PARTS, _NO_RATES))
+        ports = []
+        made = self._made_ports
+        for i, ((static, ingress, egress, _, _), port_kernel) in enumerate(
+            zip(self._port_layout, self._port_kernel, strict=True)
+        ):
+            parts = (rows.get(ingress, ZERO), rows.get(egress, ZERO), port_kernel)
+            ports.append(_same_or_new(made, i, parts, static, _PORT_PARTS))
         fault_rows = [
             dict(
                 f,
                 text=faults.describe(f),
                 worker_alive=faults.worker_alive(f, self.lab),
-                drops=faults.fault_drops(f, counters),
+                drops=faults.fault_drops(f, self._ports),
             )
             for f in record.faults.values()
         ]
@@ -167,15 +231,23 @@ class Sampler:
             "interval_s": None,
             "topology": self._summary,
             "bringup_seconds": record.bringup_seconds,
-            "hosts": _hosts(self.topo, kernel_info),
+            "hosts": self._hosts(),
             "links": links,
             "ports": ports,
             "faults": fault_rows,
-            "planes": aggregate.planes(self.topo.planes, links, kernel_info, ports),
-            "paths": aggregate.paths(self._paths, links),
-            "qps": qpstats.read(self._nic, ev_detail=self.ev_detail) if self._nic else [],
+            "planes": aggregate.planes(
+                self.topo.planes,
+                links,
+                kernel_info,
+                ports,
+                queue_drops=self._queue_drops,
+                made=self._made_planes,
+                groups=self._plane_groups,
+            ),
+            "paths": aggregate.paths(self._paths, links, self._made_paths, self._path_positions),
+            "qps": self._qps.read(ev_detail=self.ev_detail) if self._qps else [],
             "nic": {
-                "counters": qpstats.nic_counters(self._nic) if self._nic else None,
+                "counters": self._nic_counters.read() if self._nic_counters else None,
                 "rates": None,
             },
             "filter": {"host": None, "plane": None},
@@ -198,10 +270,10 @@ def _file_stamp(path: os.PathLike) -> tuple[int, int] | None:
     return st.st_ino, st.st_mtime_ns
 
 
-def _link_layout(link: Link) -> tuple[dict, list[tuple[str, str]], list[tuple[int, int]]]:
+def _link_layout(link: Link) -> tuple[dict, list[tuple[str, str]], int, int]:
     """What never changes about a link's record: its static fields, its two ends,
-    and the (port_id, hook) where each direction is counted: the same place
-    where a fault on that direction drops (faults.enforcement_points)."""
+    and the port keys where each direction is counted: the same place where a
+    fault on that direction drops (faults.enforcement_points)."""
     static = {
         "name": link.name,
         "plane": link.plane,
@@ -211,36 +283,64 @@ def _link_layout(link: Link) -> tuple[dict, list[tuple[str, str]], list[tuple[in
         "rate": link.rate_bps,
     }
     ends = [(p.node, p.ifname) for p in link.ends()]
-    points = [faults.enforcement_points(link, d)[0] for d in ("up", "down")]
-    return static, ends, points
+    up, down = (port_key(*faults.enforcement_points(link, d)[0]) for d in ("up", "down"))
+    return static, ends, up, down
 
 
-def _link_state(ends: list[dict]) -> str:
-    if not all(ends):
+def _port_layout(topo: Topology, port: Port) -> tuple[dict, int, int, str, str]:
+    static = {
+        "node": port.node,
+        "ifname": port.ifname,
+        "port_id": port.port_id,
+        "plane": topo.nodes[port.node].plane,
+    }
+    ingress, egress = port_key(port.port_id, INGRESS), port_key(port.port_id, EGRESS)
+    return static, ingress, egress, port.node, port.ifname
+
+
+def _link_state(kernel_info: dict, ends: list[tuple[str, str]]) -> str:
+    info = [kernel_info.get(node, {}).get(ifname) for node, ifname in ends]
+    if not all(info):
         return "missing"
-    if all(e["admin_up"] and e["carrier"] for e in ends):
+    if all(e["admin_up"] and e["carrier"] for e in info):
         return "up"
     return "down"
 
 
-def _hosts(topo: Topology, kernel_info: dict) -> list[dict]:
-    hosts = []
-    for name in topo.host_names():
-        h = topo.nodes[name].index
-        hosts.append(
-            {
-                "name": name,
-                "netns": topo.netns(name),
-                "ports": [
-                    {
-                        "ifname": f"eth{p}",
-                        "plane": p,
-                        "address": str(topo.host_address(h, p)),
-                        "kernel": kernel_info.get(name, {}).get(f"eth{p}"),
-                        "rates": None,
-                    }
-                    for p in range(topo.planes)
-                ],
-            }
+def _host_layout(topo: Topology) -> list[tuple[str, str, list[dict]]]:
+    """(name, namespace, the static fields of each port) of every host."""
+    return [
+        (
+            name,
+            topo.netns(name),
+            [
+                {
+                    "ifname": f"eth{p}",
+                    "plane": p,
+                    "address": str(topo.host_address(topo.nodes[name].index, p)),
+                }
+                for p in range(topo.planes)
+            ],
         )
-    return hosts
+        for name in topo.host_names()
+    ]
+
+
+_LINK_PARTS = ("state", "fault", "up", "down")
+_PORT_PARTS = ("ingress", "egress", "kernel")
+_HOST_PORT_PARTS = ("kernel",)
+_NO_RATES = {"rates": None}
+_NO_TAIL: dict = {}
+
+
+def _same_or_new(
+    made: list, i: int, parts: tuple, static: dict, names: tuple[str, ...], tail: dict = _NO_TAIL
+) -> Frozen:
+    """Record i: {**static, names: parts, **tail}, read-only; the same object as
+    the last time if every part is the same object as then (made[i] remembers)."""
+    last = made[i]
+    if last is not None and all(map(operator.is_, parts, last[0])):
+        return last[1]
+    record = Frozen({**static, **dict(zip(names, parts, strict=True)), **tail})
+    made[i] = (parts, record)
+    return record

@@ -14,16 +14,21 @@ Its CPU is the children's rusage. The peer reads less than the reader (no
 BPF map, no QP), so the ratio flatters the peer.
 
 Also printed: the in-process cost of one Sampler.snapshot() (reading the
-kernel every 5th time, as the stream does) and of encoding it as JSON,
-back to back with warm caches, to show where the reader's time goes.
+kernel every 5th time, as the stream does), of its rates, and of encoding it
+as JSON (the stream's jsonenc.Encoder; json.dumps for comparison), back to
+back with warm caches, to show where the reader's time goes. A process that
+sleeps between lines starts each one with cold caches and pays more.
 
 Usage (root; the project's venv):
-    .venv/bin/python scripts/bench_stats.py [-l LAB] [--seconds 10] [--no-traffic] [--json FILE]
+    .venv/bin/python scripts/bench_stats.py [-l LAB | -t TOPOLOGY] [--seconds 10]
+        [--no-traffic] [--json FILE]
+    .venv/bin/python scripts/bench_stats.py -t netns/clos-8.toml --no-traffic
 
-Without -l it brings up its own lab (bst<pid>) and takes it down by exact
-name at the end, also on error. With traffic (the default) a bounded UDP
-stream runs between h0 and h1 on every plane during the window, and one
-8 MiB WRITE first populates the QP section of its own lab.
+Without -l it brings up its own lab (bst<pid>) from -t (default
+netns/default.toml) and takes it down by exact name at the end, also on
+error. With traffic (the default) a bounded UDP stream runs between h0 and
+h1 on every plane during the window, and one 8 MiB WRITE first populates the
+QP section of its own lab.
 """
 
 from __future__ import annotations
@@ -44,7 +49,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from mrc_nic import faults, stats, topology, traffic, transfer  # noqa: E402
+from mrc_nic import faults, jsonenc, rates, stats, topology, traffic, transfer  # noqa: E402
 from mrc_nic import lab as lab_mod  # noqa: E402
 
 INTERVAL = 0.1
@@ -67,6 +72,9 @@ def measure_reader(lab: str, seconds: float) -> dict:
         stderr=subprocess.PIPE,
         text=True,
         cwd=ROOT,
+        # Ctrl-C ends the stream, also when this runs in the background of a
+        # shell script, which starts it with SIGINT ignored.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         first = proc.stdout.readline()
@@ -84,10 +92,12 @@ def measure_reader(lab: str, seconds: float) -> dict:
         cpu1, t1 = proc_cpu_seconds(proc.pid), time.monotonic()
     finally:
         proc.send_signal(signal.SIGINT)  # our own child, by pid
-        try:
-            _, status, usage = os.wait4(proc.pid, 0)
-        except ChildProcessError:
-            usage = None
+        # Keep reading until it exits: a line of a big lab (clos-8: ~400 kB) is
+        # more than a pipe holds, and the stream finishes the line it is writing.
+        drain = threading.Thread(target=proc.stdout.read, daemon=True)
+        drain.start()
+        usage = _reap(proc.pid, timeout=10)
+        drain.join(timeout=10)
         proc.stdout.close()
         proc.stderr.close()
     wall = t1 - t0
@@ -101,6 +111,23 @@ def measure_reader(lab: str, seconds: float) -> dict:
         "whole_process_cpu_s": round(usage.ru_utime + usage.ru_stime, 3) if usage else None,
         "qps_in_last_snapshot": len(last["qps"]),
     }
+
+
+def _reap(pid: int, timeout: float):
+    """Wait for our child to exit (SIGKILL, by pid, if it has not after timeout);
+    its rusage, or None if it was already reaped."""
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            done, _, usage = os.wait4(pid, os.WNOHANG)
+            if done:
+                return usage
+            if time.monotonic() > deadline:
+                os.kill(pid, signal.SIGKILL)
+                return os.wait4(pid, 0)[2]
+            time.sleep(0.05)
+    except ChildProcessError:
+        return None
 
 
 def measure_peer(topo: topology.Topology, seconds: float) -> dict:
@@ -134,20 +161,37 @@ def measure_peer(topo: topology.Topology, seconds: float) -> dict:
 
 
 def measure_in_process(lab: str, n: int = 100) -> dict:
+    """What the stream does for one line, step by step, back to back: the
+    snapshot (kernel every 5th time), its rates, and its JSON text (the
+    stream's Encoder, and json.dumps for comparison)."""
+    encoder = jsonenc.Encoder()
     with stats.Sampler(lab, kernel_every=stats.kernel_every(INTERVAL)) as sampler:
-        sampler.snapshot()
+        prev = sampler.snapshot()
+        encoder.encode(prev)
+        taken = []
         t = time.process_time()
         for _ in range(n):
-            snap = sampler.snapshot()
+            taken.append(sampler.snapshot())
         per_snapshot = (time.process_time() - t) / n
         t = time.process_time()
-        for _ in range(n):
-            json.dumps(snap, sort_keys=True, separators=(",", ":"))
+        for snap in taken:
+            rates.add_rates(prev, snap)
+            prev = snap
+        per_rates = (time.process_time() - t) / n
+        t = time.process_time()
+        for snap in taken:
+            text = encoder.encode(snap)
         per_json = (time.process_time() - t) / n
+        t = time.process_time()
+        for snap in taken:
+            json.dumps(snap, separators=(",", ":"))
+        per_dumps = (time.process_time() - t) / n
     return {
         "snapshot_ms": round(per_snapshot * 1000, 3),
+        "rates_ms": round(per_rates * 1000, 3),
         "json_ms": round(per_json * 1000, 3),
-        "json_bytes": len(json.dumps(snap, sort_keys=True, separators=(",", ":"))),
+        "json_dumps_ms": round(per_dumps * 1000, 3),
+        "json_bytes": len(text),
     }
 
 
@@ -174,7 +218,7 @@ def lab_for(args: argparse.Namespace):
         yield topo, False
         return
     name = f"bst{os.getpid() % 100000}"
-    topo = topology.load(ROOT / "netns" / "default.toml", lab=name)
+    topo = topology.load(args.topology, lab=name)
     lab_mod.up(topo)
     try:
         yield topo, True
@@ -185,11 +229,20 @@ def lab_for(args: argparse.Namespace):
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("-l", "--lab", help="an existing lab (default: bring one up)")
+    parser.add_argument(
+        "-t",
+        "--topology",
+        type=Path,
+        default=ROOT / "netns" / "default.toml",
+        help="topology of the lab it brings up (default: netns/default.toml)",
+    )
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--peer-seconds", type=float, default=3.0)
     parser.add_argument("--no-traffic", action="store_true")
     parser.add_argument("--json", metavar="FILE", help="also write the figures here")
     args = parser.parse_args()
+    if args.lab and args.topology != parser.get_default("topology"):
+        parser.error("-t brings up a lab of that topology; -l uses an existing one: not both")
     if os.geteuid() != 0:
         print("bench_stats.py needs root (namespaces, BPF maps)", file=sys.stderr)
         return 2
@@ -225,8 +278,9 @@ def main() -> int:
         f"peer    ip -s -j link + tc -s -j qdisc in every namespace: {peer['rounds']} rounds in "
         f"{peer['seconds']}s ({peer['rounds_per_s']}/s), {peer['cpu_ms_per_round']} ms/round "
         f"= {peer['core_percent_at_10hz']}% of one core at 10 Hz\n"
-        f"inside  Sampler.snapshot {inner['snapshot_ms']} ms + JSON {inner['json_ms']} ms "
-        f"({inner['json_bytes']} bytes)\n"
+        f"inside  Sampler.snapshot {inner['snapshot_ms']} ms + rates {inner['rates_ms']} ms "
+        f"+ JSON {inner['json_ms']} ms ({inner['json_bytes']} bytes; json.dumps "
+        f"{inner['json_dumps_ms']} ms)\n"
         f"ratio   reader/peer CPU per read: {ratio:.3f}; target < 5% of a core: "
         f"{'met' if figures['met'] else 'NOT met'}"
     )

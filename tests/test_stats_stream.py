@@ -16,7 +16,7 @@ import pytest
 from conftest import MRC, ROOT, needs_lab, run_cli
 from fake_snapshot import default_topology, plane_fault, recv_qp, send_qp, snapshot
 
-from mrc_nic import aggregate, rates, stats_filter, stream, traffic, transfer
+from mrc_nic import aggregate, rates, stats, stats_filter, stream, traffic, transfer
 
 
 @pytest.fixture(scope="module")
@@ -310,3 +310,35 @@ def test_json_holds_every_qp_of_a_write_with_its_evs(default_lab):
     assert send["rtt_ns"]["min"] > 0
     assert recv["counters"]["placed_bytes"] == length
     assert snap["nic"]["counters"]["placed"] >= length // 1024
+
+
+@pytest.mark.root
+@pytest.mark.netns
+@needs_lab
+def test_link_state_follows_a_link_down_and_back_while_the_sockets_stay_open(default_lab):
+    """After its first read the Sampler asks the kernel for counters only; link
+    state comes from the link notifications its sockets receive."""
+    lab = default_lab.lab
+
+    def state(sampler) -> tuple:
+        snap = sampler.snapshot()
+        link = next(lk for lk in snap["links"] if lk["name"] == "p1.t0a-h0")
+        h0 = next(h for h in snap["hosts"] if h["name"] == "h0")
+        port = next(p for p in h0["ports"] if p["ifname"] == "eth1")
+        t0 = next(p for p in snap["ports"] if (p["node"], p["ifname"]) == ("p1.t0a", "h0"))
+        return link["state"], port["kernel"]["carrier"], t0["kernel"]["admin_up"]
+
+    def settles(sampler, want: tuple) -> tuple:
+        deadline = time.monotonic() + 3
+        while (got := state(sampler)) != want and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return got
+
+    with stats.Sampler(lab) as sampler:
+        assert state(sampler) == ("up", True, True)
+        run_cli("fail", "p1.t0a-h0", "--mode", "down", "-l", lab)
+        try:
+            assert settles(sampler, ("down", False, False)) == ("down", False, False)
+        finally:
+            run_cli("heal", "--all", "-l", lab)
+        assert settles(sampler, ("up", True, True)) == ("up", True, True)

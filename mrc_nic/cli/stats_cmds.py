@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import sys
@@ -99,9 +98,14 @@ def stats(lab, fmt, watch, view, host, plane, interval, count, duration, listen)
             if watch:
                 _watch(frames, view, sampler)
             elif fmt == "jsonl":
+                from mrc_nic.jsonenc import Encoder
+
+                # json.dumps(snap, separators=(",", ":")), reusing the text of what
+                # did not change since the line before. Keys come in a fixed order
+                # from the code that builds them.
+                encode = Encoder().encode
                 for snap in frames():
-                    # Keys come in a fixed order from the code that builds them.
-                    _whole_line(json.dumps(snap, separators=(",", ":")))
+                    _whole_line(encode(snap, "\n"))
             elif fmt == "json":
                 output.emit_json(take())
             elif fmt == "prom":
@@ -133,12 +137,12 @@ def _check_options(fmt, watch, view, listen, interval, count, duration) -> None:
         raise click.UsageError("--interval paces --watch and jsonl; json and prom are one snapshot")
 
 
-def _whole_line(text: str) -> None:
-    """Write one line, flushed; Ctrl-C waits until it is out, so that a reader
-    never gets half a snapshot as the last line."""
+def _whole_line(line: str) -> None:
+    """Write one line (newline included), flushed; Ctrl-C waits until it is out,
+    so that a reader never gets half a snapshot as the last line."""
     blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
-        sys.stdout.write(text + "\n")
+        sys.stdout.write(line)
         sys.stdout.flush()
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
