@@ -1222,8 +1222,34 @@ static __always_inline void emit_ev_state(__u32 qpn, __u32 ev, __u32 old, __u32 
 	emit(&e);
 }
 
-/* The head scan's losses, after the QP's lock: each lost PSN's EV becomes
- * ASSUMED_BAD (with an event when it changes), as after the loss walk. */
+/*
+ * A PSN sent on EV `value` of QP qpn was lost silently (the head scan, a
+ * timeout): the EV becomes ASSUMED_BAD (a DENIED one stays so), with an event
+ * when its state changes. Called after the QP's lock; takes the EV's.
+ */
+static __always_inline void ev_lost_silently(__u32 qpn, __u32 value, __u32 cause, __u32 psn,
+					     __u32 queued, __u64 now)
+{
+	struct nic_ev_key key = {.qpn = qpn, .ev = value};
+	struct nic_ev *ev = value ? nic_evs.lookup(&key) : NULL;
+	__u32 old, st;
+
+	if (!ev)
+		return;
+	bpf_spin_lock(&ev->lock);
+	old = ev->state;
+	st = ev_state_now(ev, now);
+	ev->stats.lost_pkts++;
+	ev->stats.retx_queued += queued;
+	if (st != NIC_EVS_DENIED)
+		st = NIC_EVS_ASSUMED_BAD;
+	ev->state = st;
+	bpf_spin_unlock(&ev->lock);
+	if (old != st)
+		emit_ev_state(qpn, value, old, st, cause, psn, now);
+}
+
+/* The head scan's losses: their EVs, then a loss record each. */
 static __always_inline void head_losses(__u32 qpn, __u32 ack_psn, struct nic_ack_scratch *sc,
 					__u64 now)
 {
@@ -1232,27 +1258,10 @@ static __always_inline void head_losses(__u32 qpn, __u32 ack_psn, struct nic_ack
 	for (i = 0; i < NIC_HEAD_SCAN; i++) {
 		struct nic_lost *l = &sc->head[i];
 		struct nic_loss_event e = {.type = NIC_EV_LOSS, .qpn = qpn};
-		struct nic_ev_key key = {.qpn = qpn};
-		struct nic_ev *ev;
-		__u32 old = 0, st = 0;
 
 		if (i >= sc->n_head)
 			break;
-		key.ev = l->ev;
-		ev = nic_evs.lookup(&key);
-		if (ev) {
-			bpf_spin_lock(&ev->lock);
-			old = ev->state;
-			st = ev_state_now(ev, now);
-			ev->stats.lost_pkts++;
-			ev->stats.retx_queued++;
-			if (st != NIC_EVS_DENIED)
-				st = NIC_EVS_ASSUMED_BAD;
-			ev->state = st;
-			bpf_spin_unlock(&ev->lock);
-			if (old != st)
-				emit_ev_state(qpn, l->ev, old, st, NIC_EVC_LOSS, l->psn, now);
-		}
+		ev_lost_silently(qpn, l->ev, NIC_EVC_LOSS, l->psn, 1, now);
 		e.psn = l->psn;
 		e.ev = l->ev;
 		e.tx_ts = l->tx_ts;
@@ -2034,25 +2043,9 @@ static __always_inline int engine_timeout(const struct engine_req *req, __u32 ma
 
 	/* The EVs that lost them: ASSUMED_BAD (not DENIED: the operator's). */
 	for (i = 0; i < NIC_TIMEOUT_MAX; i++) {
-		struct nic_ev_key key = {.qpn = qpn};
-		struct nic_ev *e;
-		__u32 old;
-
 		if (i >= n)
 			break;
-		key.ev = sc->ev[i];
-		e = key.ev ? nic_evs.lookup(&key) : NULL;
-		if (!e)
-			continue;
-		bpf_spin_lock(&e->lock);
-		old = e->state;
-		e->stats.lost_pkts++;
-		if (old != NIC_EVS_DENIED)
-			e->state = NIC_EVS_ASSUMED_BAD;
-		bpf_spin_unlock(&e->lock);
-		if (old != NIC_EVS_DENIED && old != NIC_EVS_ASSUMED_BAD)
-			emit_ev_state(qpn, key.ev, old, NIC_EVS_ASSUMED_BAD, NIC_EVC_TIMEOUT,
-				      sc->psn[i], now);
+		ev_lost_silently(qpn, sc->ev[i], NIC_EVC_TIMEOUT, sc->psn[i], 0, now);
 	}
 	count(NIC_CNT_TIMEOUT_KICKS, 1);
 	count(NIC_CNT_TIMEOUT_QUEUED, n);

@@ -78,10 +78,7 @@ def start_daemons(topo: Topology, hosts: list[str] | None = None) -> list[str]:
     started = []
     for name in names:
         if daemon_pid(topo.lab, name) is None:
-            if name == ctl.EVENTS_SERVICE:
-                workers.spawn_eventlog(topo.lab)
-            else:
-                workers.spawn_daemon(topo.lab, name)
+            workers.spawn_service(topo.lab, name)
             started.append(name)
     deadline = time.monotonic() + DAEMON_START_S
     for name in started:
@@ -91,13 +88,9 @@ def start_daemons(topo: Topology, hosts: list[str] | None = None) -> list[str]:
                 break
             except ctl.DaemonError:
                 if time.monotonic() > deadline or daemon_pid(topo.lab, name) is None:
-                    module = (
-                        workers.EVENTLOG_MODULE
-                        if name == ctl.EVENTS_SERVICE
-                        else workers.DAEMON_MODULE
-                    )
                     raise LabError(
-                        f"the {name} daemon did not start (python -m {module} "
+                        f"the {name} daemon did not start "
+                        f"(python -m {workers.service_module(name)} "
                         f"{topo.lab} {name} shows why)"
                     ) from None
                 time.sleep(0.02)
@@ -107,13 +100,7 @@ def start_daemons(topo: Topology, hosts: list[str] | None = None) -> list[str]:
 def daemon_pid(lab: str, name: str) -> int | None:
     """The pid of a host's running daemon, or of the event log (name
     ctl.EVENTS_SERVICE), found by its command line."""
-    for pid in workers.find(lab):
-        if name == ctl.EVENTS_SERVICE:
-            if workers.is_eventlog(pid, lab):
-                return pid
-        elif workers.is_daemon(pid, lab, name):
-            return pid
-    return None
+    return next((pid for pid in workers.find(lab) if workers.is_service(pid, lab, name)), None)
 
 
 # Registered memory of the lab's NICs: 64 MiB per host (an emulated NIC's

@@ -20,10 +20,12 @@ import subprocess
 import sys
 import time
 
+from mrc_nic import ctl
+
 WORKER_MODULE = "mrc_nic.fault_worker"
 DAEMON_MODULE = "mrc_nic.daemon"
 EVENTLOG_MODULE = "mrc_nic.eventlog"
-EVENTLOG_ARG = "events"
+EVENTLOG_ARG = ctl.EVENTS_SERVICE  # its name, as its control socket's
 MODULES = (WORKER_MODULE, DAEMON_MODULE, EVENTLOG_MODULE)
 
 
@@ -31,12 +33,14 @@ def spawn(lab: str, fault_id: int) -> int:
     return _spawn(WORKER_MODULE, lab, str(fault_id))
 
 
-def spawn_daemon(lab: str, host: str) -> int:
-    return _spawn(DAEMON_MODULE, lab, host)
+def service_module(name: str) -> str:
+    """The module of a lab's long-lived process: the event log (named
+    EVENTLOG_ARG, as its control socket) or a host's daemon (named as its host)."""
+    return EVENTLOG_MODULE if name == EVENTLOG_ARG else DAEMON_MODULE
 
 
-def spawn_eventlog(lab: str) -> int:
-    return _spawn(EVENTLOG_MODULE, lab, EVENTLOG_ARG)
+def spawn_service(lab: str, name: str) -> int:
+    return _spawn(service_module(name), lab, name)
 
 
 def _spawn(module: str, lab: str, arg: str) -> int:
@@ -67,13 +71,9 @@ def is_worker(pid: int, lab: str, fault_id: int | None = None) -> bool:
     return _is(pid, WORKER_MODULE, lab, None if fault_id is None else str(fault_id))
 
 
-def is_daemon(pid: int, lab: str, host: str | None = None) -> bool:
-    """A host daemon of this lab (of this host, if given)."""
-    return _is(pid, DAEMON_MODULE, lab, host)
-
-
-def is_eventlog(pid: int, lab: str) -> bool:
-    return _is(pid, EVENTLOG_MODULE, lab, EVENTLOG_ARG)
+def is_service(pid: int, lab: str, name: str) -> bool:
+    """The event log (name EVENTLOG_ARG) or the daemon of host `name` of this lab."""
+    return _is(pid, service_module(name), lab, name)
 
 
 def _is(pid: int, module: str, lab: str, arg: str | None) -> bool:

@@ -111,10 +111,9 @@ def events(follow, all_types, types, host, since, duration, fmt, lab):
                 for e in batch:
                     click.echo(json.dumps(e) if fmt == "jsonl" else _line(e))
                 sys.stdout.flush()
-            more = len(reply["events"]) > 0 and not follow
             if deadline is not None and time.monotonic() >= deadline:
                 break
-            if not follow and not more:
+            if not follow and not reply["events"]:  # without --follow: until all is read
                 break
     except KeyboardInterrupt:
         pass
