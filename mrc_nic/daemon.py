@@ -85,8 +85,9 @@ class Daemon(LineService):
                     event["qpns"] = [q["qpn"] for q in result["qps"] if q["state"] == "ERR"]
                     ctl.post_event(self.topo.lab, event, source=self.host)
                 self.jobs.remove(job)
-                for sq in job.qps:
-                    self._close_send_qp(sq.qp.qpn)
+                if not job.opts.keep_open:
+                    for sq in job.qps:
+                        self._close_send_qp(sq.qp.qpn)
                 self.reply(job.conn, result)
         if self.jobs:
             self.prober.step(now, [sq for job in self.jobs for sq in job.qps])
@@ -225,6 +226,22 @@ class Daemon(LineService):
         self.send_qps[qp.qpn] = sq
         return sq
 
+    def op_sq_close(self, req: dict, conn: Conn) -> dict:
+        """Close send QPs that a write left open (keep_open), or that sq_open
+        opened and no write used."""
+        qpns = [int(q) for q in req["qpns"]]
+        for qpn in qpns:
+            if qpn not in self.send_qps:
+                raise QpError(errno.ENOENT, f"no send QP {qpn:#x} on {self.host}")
+            if self._job_of(qpn) is not None:
+                raise QpError(errno.EBUSY, f"QP {qpn:#x} is writing: wait for the write to end")
+        for qpn in qpns:
+            self._close_send_qp(qpn)
+        return {"closed": qpns}
+
+    def _job_of(self, qpn: int) -> sendjob.Job | None:
+        return next((job for job in self.jobs if any(sq.qp.qpn == qpn for sq in job.qps)), None)
+
     def _close_send_qp(self, qpn: int) -> None:
         sq = self.send_qps.pop(qpn, None)
         if sq is None:
@@ -250,12 +267,12 @@ class Daemon(LineService):
             sq = self.send_qps.get(qpn)
             if sq is None:
                 raise QpError(errno.ENOENT, f"no send QP {qpn:#x} on {self.host} (sq_open first)")
-            if any(sq in job.qps for job in self.jobs):
+            if self._job_of(qpn) is not None:
                 raise QpError(errno.EBUSY, f"QP {qpn:#x} is already writing")
             sqs.append(sq)
         opts = sendjob.JobOptions.from_request(req)
         for sq, r in zip(sqs, remote, strict=True):
-            sq.connect(self.maps, self.topo, dst, r, opts)
+            sq.begin(self.maps, self.topo, dst, r, opts)
         job = sendjob.Job(self.maps, sqs, opts, conn)
         self.jobs.append(job)
         job.start(time.monotonic())

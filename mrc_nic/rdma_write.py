@@ -5,10 +5,13 @@ sender's daemon opens send QPs (sq_open: QP numbers, INIT), the receiver's
 opens one receive QP per send QP (rq_open: QP number, rkey, region; RTR),
 then the sender's runs the transfer (write: RTR -> RTS, post, reliability,
 verification) and answers when it ends; the receive QPs are closed last,
-whatever happened. The caller's process never touches a packet or a map.
+whatever happened. A Connection keeps both ends open for several writes.
+The caller's process never touches a packet or a map.
 """
 
 from __future__ import annotations
+
+import contextlib
 
 from mrc_nic import ctl, hostmem, lab, topology
 from mrc_nic.faults import load_lab
@@ -54,6 +57,131 @@ def lab_defaults(topo: topology.Topology) -> tuple[int, int]:
     return timeout, reorder
 
 
+class Connection:
+    """Send QPs at `src` connected to receive QPs at `dst`, for one or more
+    writes (a verbs connection: QPs live across work requests).
+
+    chunk: each WRITE's size (default: what host memory allows for `size_hint`
+    bytes, hostmem.chunk_bytes). on_open: called with the receive QPs
+    ([{qpn, rkey, region}]) once they exist, before anything is sent (a caller
+    that watches their counters). close() (or the with block's end) closes
+    both ends, whatever happened, and returns the receive QPs' stats."""
+
+    def __init__(
+        self,
+        lab_name: str,
+        src: str,
+        dst: str,
+        *,
+        qps: int = 1,
+        size_hint: int = SIZE_MAX,
+        chunk: int | None = None,
+        mpr: int = 8,
+        on_open=None,
+    ) -> None:
+        _, topo = load_lab(lab_name)
+        for name in (src, dst):
+            if name not in topo.host_names():
+                raise ValueError(
+                    f"no host {name!r} in lab {lab_name!r} (hosts: {', '.join(topo.host_names())})"
+                )
+        if src == dst:
+            raise ValueError("source and destination must be different hosts")
+        if chunk is None:
+            half = hostmem.half_elems(lab.nic_memory_elems(topo), topo.hosts) * hostmem.KIB
+            chunk = hostmem.chunk_bytes(-(-size_hint // qps), qps, half, peers=topo.hosts - 1)
+        self.lab, self.src, self.dst, self.topo = lab_name, src, dst, topo
+        self.chunk, self.mpr = chunk, mpr
+        self.qpns = ctl.call(lab_name, src, {"op": "sq_open", "count": qps, "chunk": chunk})["qpns"]
+        self._send_open = True
+        self.remote: list[dict] = []
+        try:
+            self.remote = ctl.call(
+                lab_name,
+                dst,
+                {"op": "rq_open", "peer": src, "peer_qpns": self.qpns, "chunk": chunk, "mpr": mpr},
+            )["qps"]
+            if on_open is not None:
+                on_open(self.remote)
+        except BaseException:
+            self.close()
+            raise
+
+    def write(
+        self,
+        size: int,
+        *,
+        imm: bool = False,
+        verify: bool = False,
+        cwnd: int | None = None,
+        reorder_ns: int | None = None,
+        timeout: int | None = None,
+        retry: dict | None = None,
+        seed: int = 1,
+        wait: float = 3600.0,
+        cc_profile: int | None = None,
+        cc: dict | None = None,
+        keep_open: bool = True,
+    ) -> dict:
+        """One transfer of `size` bytes (in chunk-sized WRITEs); the sender
+        daemon's result (see sendjob.Job.result). keep_open=False lets the
+        daemon close the send QPs when it ends (the last write)."""
+        if not self._send_open:
+            raise RuntimeError("this connection's send QPs are closed")
+        scaled_timeout, scaled_reorder = lab_defaults(self.topo)
+        request = {
+            "op": "write",
+            "dst": self.dst,
+            "qpns": self.qpns,
+            "remote": self.remote,
+            "size": size,
+            "chunk": self.chunk,
+            "mpr": self.mpr,
+            "imm": imm,
+            "verify": verify,
+            "seed": seed,
+            "timeout": scaled_timeout if timeout is None else timeout,
+            "reorder_ns": scaled_reorder if reorder_ns is None else reorder_ns,
+            "keep_open": keep_open,
+        }
+        for key, value in (("cwnd", cwnd), ("cc_profile", cc_profile), ("cc", cc)):
+            if value is not None:
+                request[key] = value
+        if retry:
+            request["retry"] = retry
+        self._send_open = keep_open
+        result = ctl.call(self.lab, self.src, request, timeout=wait)
+        result["chunk"] = self.chunk
+        result["src"], result["dst"] = self.src, self.dst
+        return result
+
+    def close(self) -> dict:
+        """Close the receive QPs (their stats are returned) and the send QPs
+        still open. A send QP still writing (a caller that gave up waiting)
+        is left to its write, which closes it unless keep_open."""
+        stats: dict = {}
+        try:
+            if self.remote:
+                closed = ctl.call(
+                    self.lab, self.dst, {"op": "rq_close", "qpns": [q["qpn"] for q in self.remote]}
+                )
+                stats = closed.get("stats", {})
+                self.remote = []
+        finally:
+            if self._send_open:
+                self._send_open = False
+                # EBUSY: the write still running closes them; ENOENT: gone already
+                with contextlib.suppress(ctl.DaemonError):
+                    ctl.call(self.lab, self.src, {"op": "sq_close", "qpns": self.qpns})
+        return stats
+
+    def __enter__(self) -> Connection:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
 def write(
     lab_name: str,
     src: str,
@@ -61,78 +189,22 @@ def write(
     size: int,
     *,
     qps: int = 1,
-    imm: bool = False,
-    verify: bool = False,
-    mpr: int = 8,
-    cwnd: int | None = None,
-    reorder_ns: int | None = None,
-    timeout: int | None = None,
-    retry: dict | None = None,
-    seed: int = 1,
-    wait: float = 3600.0,
-    cc_profile: int | None = None,
-    cc: dict | None = None,
     chunk: int | None = None,
+    mpr: int = 8,
     on_open=None,
+    **options,
 ) -> dict:
-    """Run one transfer; returns the sender daemon's result (see sendjob.Job.result).
-
-    cc_profile: the send QPs' CC profile (mrc_nic.nscc.PROFILES; default NSCC),
-    cc: NSCC fields to override. chunk: the size of each WRITE (default: what
-    host memory allows, hostmem.chunk_bytes). on_open: called with the receive
-    QPs ([{qpn, rkey, region}]) once they exist, before the transfer starts
-    (a caller that watches their counters)."""
-    _, topo = load_lab(lab_name)
-    for name in (src, dst):
-        if name not in topo.host_names():
-            raise ValueError(
-                f"no host {name!r} in lab {lab_name!r} (hosts: {', '.join(topo.host_names())})"
-            )
-    if src == dst:
-        raise ValueError("source and destination must be different hosts")
-    half = hostmem.half_elems(lab.nic_memory_elems(topo), topo.hosts) * hostmem.KIB
-    if chunk is None:
-        chunk = hostmem.chunk_bytes(-(-size // qps), qps, half, peers=topo.hosts - 1)
-    scaled_timeout, scaled_reorder = lab_defaults(topo)
-    timeout = scaled_timeout if timeout is None else timeout
-    reorder_ns = scaled_reorder if reorder_ns is None else reorder_ns
-    opened = ctl.call(lab_name, src, {"op": "sq_open", "count": qps, "chunk": chunk})
-    remote = ctl.call(
-        lab_name,
-        dst,
-        {"op": "rq_open", "peer": src, "peer_qpns": opened["qpns"], "chunk": chunk, "mpr": mpr},
-    )["qps"]
-    request = {
-        "op": "write",
-        "dst": dst,
-        "qpns": opened["qpns"],
-        "remote": remote,
-        "size": size,
-        "chunk": chunk,
-        "mpr": mpr,
-        "imm": imm,
-        "verify": verify,
-        "seed": seed,
-    }
-    optional = (
-        ("timeout", timeout),
-        ("cwnd", cwnd),
-        ("reorder_ns", reorder_ns),
-        ("cc_profile", cc_profile),
-        ("cc", cc),
+    """Run one transfer on a Connection of its own; returns the sender
+    daemon's result (see sendjob.Job.result) with the receive QPs' stats
+    under "receiver". options: those of Connection.write (imm, verify, cwnd,
+    reorder_ns, timeout, retry, seed, wait, cc_profile: the send QPs' CC
+    profile, mrc_nic.nscc.PROFILES, default NSCC; cc: NSCC fields to override)."""
+    conn = Connection(
+        lab_name, src, dst, qps=qps, size_hint=size, chunk=chunk, mpr=mpr, on_open=on_open
     )
-    for key, value in optional:
-        if value is not None:
-            request[key] = value
-    if retry:
-        request["retry"] = retry
     try:
-        if on_open is not None:
-            on_open(remote)
-        result = ctl.call(lab_name, src, request, timeout=wait)
+        result = conn.write(size, keep_open=False, **options)
     finally:
-        closed = ctl.call(lab_name, dst, {"op": "rq_close", "qpns": [q["qpn"] for q in remote]})
-    result["receiver"] = closed.get("stats", {})
-    result["chunk"] = chunk
-    result["src"], result["dst"] = src, dst
+        receiver = conn.close()
+    result["receiver"] = receiver
     return result

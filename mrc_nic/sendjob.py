@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import random
 import time
 from typing import Any
@@ -68,6 +69,9 @@ class JobOptions:
     # override for this transfer (struct mrc_ctl_cc_nscc_cfg names).
     cc_profile: int = nscc.DEFAULT_NSCC
     cc: dict | None = None
+    # Leave the send QPs open (in RTS) when the transfer ends, for the next
+    # write on them; sq_close closes them. (By default a write closes its QPs.)
+    keep_open: bool = False
 
     @classmethod
     def from_request(cls, req: dict) -> JobOptions:
@@ -85,6 +89,7 @@ class JobOptions:
             cwnd=int(req.get("cwnd", DEFAULT_CWND)),
             cc_profile=int(req.get("cc_profile", nscc.DEFAULT_NSCC)),
             cc=req.get("cc") or None,
+            keep_open=bool(req.get("keep_open", False)),
         )
         if opts.cc is not None and not isinstance(opts.cc, dict):
             raise QpError(22, "cc must be an object of NSCC fields")
@@ -133,6 +138,7 @@ class SendQp:
     remote: dict = dataclasses.field(default_factory=dict)
     # the transfer
     index: int = 0
+    wqe_base: int = 0  # the NIC's wqe_done when this transfer began (it is free-running)
     pieces: list[tuple[int, int]] = dataclasses.field(default_factory=list)  # (offset, length)
     posted: int = 0
     verified: int = 0
@@ -145,9 +151,42 @@ class SendQp:
     error: str | None = None
     cc: nscc.QpCc | None = None  # NSCC (None: the fixed window of JobOptions.cwnd)
 
+    def begin(self, maps: nic.NicMaps, topo: Topology, dst: int, remote: dict, opts) -> None:
+        """Ready this QP for a new transfer: connect a fresh QP (INIT), or reuse
+        one a previous transfer left in RTS (write with keep_open) towards the
+        same remote QP. A reused QP keeps its NIC state: PSNs, MSNs, EV states
+        and its congestion window go on from where the last transfer left them,
+        as a verbs QP's do between work requests."""
+        if opts.chunk > self.chunk:
+            raise QpError(
+                errno.EINVAL,
+                f"QP {self.qp.qpn:#x}: chunk {opts.chunk} exceeds the {self.chunk} "
+                "its buffers were opened with (sq_open)",
+            )
+        wanted = {k: int(remote[k]) for k in ("qpn", "rkey", "region")}
+        if self.qp.state == QpState.INIT:
+            self.connect(maps, topo, dst, wanted, opts)
+        elif self.qp.state != QpState.RTS:
+            raise QpError(
+                errno.EINVAL,
+                f"QP {self.qp.qpn:#x} is in {self.qp.state.name}"
+                + (f" ({self.qp.err_reason})" if self.qp.err_reason else "")
+                + ": close it (sq_close) and open a new one",
+            )
+        elif wanted != self.remote or dst != self.qp.attrs.dest_host:
+            raise QpError(
+                errno.EINVAL,
+                f"QP {self.qp.qpn:#x} is connected to QP {self.remote['qpn']:#x} of host "
+                f"{self.qp.attrs.dest_host}: open a new QP for another destination",
+            )
+        self.index, self.posted, self.verified = 0, 0, 0
+        self.in_buffer.clear()
+        self.last_una, self.attempt, self.timeouts, self.error = None, 0, 0, None
+        self.wqe_base = maps.sq(self.qp.qpn).wqe_done
+
     def connect(self, maps: nic.NicMaps, topo: Topology, dst: int, remote: dict, opts) -> None:
         """INIT -> RTR -> RTS with the peer's QP, and the send state in the maps."""
-        self.remote = {k: int(remote[k]) for k in ("qpn", "rkey", "region")}
+        self.remote = dict(remote)
         self.qp.modify(
             QpState.RTR,
             mpr=opts.mpr,
@@ -203,6 +242,23 @@ class Job:
             ] or [(start, 0)]
         self.started = self.ended = 0.0
         self.mismatch: list[dict] = []
+        # The NIC's counters are the QPs' lifetime's: a QP reused from an
+        # earlier transfer (keep_open) has counted that one's packets already.
+        self._counted_before = self._tx_counts()
+
+    def _tx_counts(self) -> tuple[dict[int, int], int]:
+        """(data packets sent per plane, retransmissions) of this job's QPs so far."""
+        per_plane: dict[int, int] = {}
+        retx = 0
+        evs = self.maps.evs_raw()  # every EV of the lab in one batch read
+        for sq in self.qps:
+            with contextlib.suppress(KeyError):
+                retx += self.maps.sq(sq.qp.qpn).tx_stats.get("retx_pkts", 0)
+            for ev, plane in sq.evs.items():
+                state = evs.get((sq.qp.qpn, ev))
+                if state is not None:
+                    per_plane[plane] = per_plane.get(plane, 0) + state.stats.tx_pkts
+        return per_plane, retx
 
     # ---- running ------------------------------------------------------------------
     def start(self, now: float) -> None:
@@ -252,7 +308,8 @@ class Job:
             self._fail(sq, "the NIC put it in ERR (a fatal NACK: remote access error)")
             return
         # completions, in order: verify, then reuse the buffer half
-        while sq.verified < s.wqe_done and sq.verified < sq.posted:
+        done = (s.wqe_done - sq.wqe_base) & 0xFFFFFFFF  # this transfer's WQEs completed
+        while sq.verified < done and sq.verified < sq.posted:
             k = sq.verified
             if self.opts.verify:
                 self._verify(sq, k)
@@ -335,17 +392,10 @@ class Job:
     def result(self) -> dict:
         seconds = (self.ended or time.monotonic()) - self.started
         errors = {f"{sq.qp.qpn:#x}": sq.error for sq in self.qps if sq.error}
-        per_plane: dict[int, int] = {}
-        retx = timeouts = 0
-        evs = self.maps.evs_raw()  # every EV of the lab in one batch read
-        for sq in self.qps:
-            timeouts += sq.timeouts
-            with contextlib.suppress(KeyError):
-                retx += self.maps.sq(sq.qp.qpn).tx_stats.get("retx_pkts", 0)
-            for ev, plane in sq.evs.items():
-                state = evs.get((sq.qp.qpn, ev))
-                if state is not None:
-                    per_plane[plane] = per_plane.get(plane, 0) + state.stats.tx_pkts
+        timeouts = sum(sq.timeouts for sq in self.qps)
+        (plane_now, retx_now), (plane_before, retx_before) = self._tx_counts(), self._counted_before
+        per_plane = {p: n - plane_before.get(p, 0) for p, n in plane_now.items()}
+        retx = retx_now - retx_before
         total = sum(per_plane.values()) or 1
         sent = sum(length for sq in self.qps for _, length in sq.pieces[: sq.verified])
         return {

@@ -155,6 +155,49 @@ def test_spent_retry_budget_puts_the_qp_in_err_and_the_daemon_goes_on(default_la
     assert again["completed"] and again["verified"]
 
 
+def test_a_connection_carries_several_writes_on_the_same_qps(default_lab):
+    """keep_open: the QPs stay in RTS and the next write goes on from their
+    NIC state (PSNs, MSNs); a write to another QP or with bigger chunks than
+    the QP was opened with is refused."""
+    name = default_lab.lab
+    with rdma_write.Connection(name, "h0", "h1", chunk=MIB) as conn, nic.NicMaps.open(name) as maps:
+        (qpn,) = conn.qpns
+        first = conn.write(3 * MIB, verify=True, imm=True, seed=1)
+        psn_after_first = maps.sq(qpn).snd_una
+        second = conn.write(2 * MIB + 5, verify=True, imm=True, seed=2)
+        assert first["completed"] and first["verified"], first
+        assert second["completed"] and second["verified"], second
+        assert [q["qpn"] for q in second["qps"]] == [qpn]
+        assert second["bytes"] == 2 * MIB + 5 and second["chunks"] == 3
+        packets = lambda size: -(-size // nic.MR_ELEM_SIZE)  # noqa: E731
+        assert psn_after_first == packets(MIB) * 3
+        assert maps.sq(qpn).snd_una == psn_after_first + 2 * packets(MIB) + packets(5)
+
+        def write(**changes) -> None:
+            request = {"op": "write", "dst": "h1", "qpns": [qpn], "remote": conn.remote}
+            ctl.call(name, "h0", {**request, "size": 1024, "chunk": MIB, **changes})
+
+        with pytest.raises(ctl.DaemonError, match="connected to QP") as e:
+            write(remote=[dict(conn.remote[0], qpn=conn.remote[0]["qpn"] + 1)])
+        assert e.value.errno_name == "EINVAL"
+        with pytest.raises(ctl.DaemonError, match="exceeds"):
+            write(chunk=2 * MIB)
+    assert ctl.call(name, "h0", {"op": "qp_list"})["qps"] == [], "sq_close closed them"
+    assert ctl.call(name, "h1", {"op": "qp_list"})["qps"] == []
+
+
+def test_sq_close_refuses_a_qp_that_is_writing(default_lab):
+    name = default_lab.lab
+    job = Background(name, 256 * MIB)
+    qpn = send_qp(name)
+    with pytest.raises(ctl.DaemonError, match="is writing") as e:
+        ctl.call(name, "h0", {"op": "sq_close", "qpns": [qpn]})
+    assert e.value.errno_name == "EBUSY"
+    with pytest.raises(ctl.DaemonError, match="no send QP"):
+        ctl.call(name, "h0", {"op": "sq_close", "qpns": [qpn + 1000]})
+    assert job.join()["completed"]
+
+
 def test_bad_requests_get_errno_and_a_message(default_lab):
     name = default_lab.lab
     with pytest.raises(ctl.DaemonError, match="unknown operation") as e:
