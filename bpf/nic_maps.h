@@ -661,9 +661,11 @@ struct nic_kick {
 	__u32 qpn;    /* the send QP to serve */
 	__u16 op;     /* enum nic_kick_op */
 	__u16 arg;    /* NIC_KICK_TIMEOUT: most PSNs to queue (0: NIC_TIMEOUT_MAX);
-		       * NIC_KICK_CWND: the new cwnd (packets; 0: the window) */
+		       * NIC_KICK_CWND: the new cwnd (packets; 0: the window);
+		       * NIC_KICK_EV_REPLACE: the slot, an index in struct nic_sq.evs */
 	__u64 age_ns; /* NIC_KICK_TIMEOUT: queue only PSNs last sent this long ago or more;
-		       * NIC_KICK_CWND: the new cc.rtt_target_ns */
+		       * NIC_KICK_CWND: the new cc.rtt_target_ns;
+		       * NIC_KICK_EV_REPLACE: old EV << 16 | new EV */
 };
 
 /*
@@ -685,7 +687,19 @@ enum nic_kick_op {
 	NIC_KICK_SEND = 0,    /* send what there is: retransmissions first, then new data */
 	NIC_KICK_TIMEOUT = 1, /* queue the oldest unacknowledged PSNs, then send */
 	NIC_KICK_CWND = 2,    /* set cwnd and cc.rtt_target_ns, then send (mrc-nic extension) */
+	NIC_KICK_EV_REPLACE = 3, /* put a new EV in a profile slot (OCP: MRC_CTL_EV_OP_REPLACE_EV) */
 };
+/*
+ * NIC_KICK_EV_REPLACE is how the daemon replaces a failed EV by a fresh one
+ * of the same plane while the QP sends (its policy: mrc_nic/evreplace.py).
+ * The daemon first creates the new EV's nic_evs entry (GOOD, the old one's
+ * plane); the kick then swaps the value in slot arg of struct nic_sq.evs
+ * under the QP's lock, if the slot still holds the old value (counted
+ * EV_REPLACED; otherwise nothing changes), and sends nothing; the daemon then
+ * deletes the old EV's entry. Packets still in flight on the old EV are
+ * acknowledged as usual: a SACK echoing an EV that has no entry is
+ * feedback for no EV (UNKNOWN_EV), and its PSNs are acked all the same.
+ */
 /*
  * NIC_KICK_CWND is congestion control's hand on the window. Each run sets,
  * under the QP's lock, cwnd = arg and cc.rtt_target_ns = age_ns (and counts
@@ -897,6 +911,7 @@ enum nic_counter {
 	NIC_CNT_TIMEOUT_QUEUED,  /* PSNs they queued for retransmission */
 	NIC_CNT_LOST_HEAD,       /* PSNs the head scan declared lost (also in LOST) */
 	NIC_CNT_CWND_KICKS,      /* NIC_KICK_CWND runs that set a QP's window (then a send kick) */
+	NIC_CNT_EV_REPLACED,     /* NIC_KICK_EV_REPLACE runs that put a new EV in a profile slot */
 	NIC_CNT_MAX,
 };
 

@@ -1741,7 +1741,7 @@ static __always_inline int kick_of(struct xdp_md *ctx, struct engine_req *req, _
 	req->kick = 1;
 	*arg = k->arg;
 	*age_ns = k->age_ns;
-	if (k->op == NIC_KICK_TIMEOUT || k->op == NIC_KICK_CWND)
+	if (k->op == NIC_KICK_TIMEOUT || k->op == NIC_KICK_CWND || k->op == NIC_KICK_EV_REPLACE)
 		return 1 + k->op;
 	return 1 + NIC_KICK_SEND;
 }
@@ -2075,6 +2075,33 @@ static __always_inline void engine_cwnd(const struct engine_req *req, __u32 cwnd
 	count(NIC_CNT_CWND_KICKS, 1);
 }
 
+/*
+ * An EV replacement (struct nic_kick, NIC_KICK_EV_REPLACE): slot `slot` of the
+ * QP's EV profile goes from EV `evs >> 16` to EV `evs & 0xFFFF`, under the
+ * QP's lock, if it still holds the old one. Sends nothing; a kick that
+ * changed nothing (a QP gone, a slot that moved on) is idle.
+ */
+static __always_inline int engine_ev_replace(const struct engine_req *req, __u32 slot, __u64 evs)
+{
+	__u32 qpn = req->qpn, old = (evs >> 16) & 0xFFFF, fresh = evs & 0xFFFF, done = 0;
+	struct nic_sq *sq = nic_tx_qps.lookup(&qpn);
+
+	if (!sq)
+		return engine_idle(req, NIC_CNT_DROP_UNKNOWN_QP);
+	if (slot >= NIC_MAX_QP_EVS || fresh == 0)
+		return engine_idle(req, NIC_CNT_KICK_IDLE);
+	bpf_spin_lock(&sq->lock);
+	if (slot < sq->n_evs && sq->evs[slot & (NIC_MAX_QP_EVS - 1)] == old) {
+		sq->evs[slot & (NIC_MAX_QP_EVS - 1)] = fresh;
+		done = 1;
+	}
+	bpf_spin_unlock(&sq->lock);
+	if (!done)
+		return engine_idle(req, NIC_CNT_KICK_IDLE);
+	count(NIC_CNT_EV_REPLACED, 1);
+	return XDP_DROP;
+}
+
 static __always_inline int engine_run(struct xdp_md *ctx, const struct engine_req *req)
 {
 	struct nic_tx_scratch *sc;
@@ -2370,6 +2397,8 @@ int nic_xdp(struct xdp_md *ctx)
 
 	if (kick == 1 + NIC_KICK_TIMEOUT)
 		return engine_timeout(&req, arg, age_ns);
+	if (kick == 1 + NIC_KICK_EV_REPLACE)
+		return engine_ev_replace(&req, arg, age_ns);
 	if (kick == 1 + NIC_KICK_CWND)
 		engine_cwnd(&req, arg, age_ns);
 	if (kick)

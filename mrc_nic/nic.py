@@ -234,6 +234,7 @@ class Counter(enum.IntEnum):
     TIMEOUT_QUEUED = 49
     LOST_HEAD = 50
     CWND_KICKS = 51
+    EV_REPLACED = 52
 
 
 COUNTER_SLOTS = len(Counter)  # NIC_CNT_MAX
@@ -562,6 +563,7 @@ class KickOp(enum.IntEnum):
     SEND = 0
     TIMEOUT = 1
     CWND = 2  # mrc-nic extension: congestion control sets cwnd (nic_maps.h)
+    EV_REPLACE = 3  # a new EV in a profile slot (OCP: MRC_CTL_EV_OP_REPLACE_EV)
 
 
 TIMEOUT_MAX = 64  # NIC_TIMEOUT_MAX: PSNs one timeout kick queues, at most
@@ -1679,6 +1681,27 @@ class NicMaps:
             age_ns=rtt_target_ns,
             batch_size=max(1, packets),
         )
+
+    def replace_ev(self, qpn: int, slot: int, old: int, new: int) -> bool:
+        """Put EV `new` in slot `slot` of a sending QP's EV profile, where EV
+        `old` is (OCP: MRC_CTL_EV_OP_REPLACE_EV). The new EV gets the old one's
+        plane, state GOOD and zero counters; the old one's state goes. The
+        swap itself is a NIC_KICK_EV_REPLACE kick, under the QP's lock, so it
+        is safe while packets flow. False (and nothing changed) if the slot
+        no longer holds `old`. KeyError: no such QP or EV."""
+        pins.check_range("ev", new, wire.EV_MAX)
+        if new == wire.EV_INVALID:
+            raise ValueError("EV 0 is invalid")
+        raw = self.sq_raw(qpn)
+        if new in raw.evs[: raw.n_evs]:
+            raise ValueError(f"EV {new} is in QP {qpn:#x}'s profile already")
+        plane = self.ev_raw(qpn, old).plane
+        self.setup_ev(qpn, new, plane=plane)
+        run_kick(self.program_fd(), qpn, 1, op=KickOp.EV_REPLACE, arg=slot, age_ns=old << 16 | new)
+        swapped = self.sq_raw(qpn).evs[slot] == new
+        with contextlib.suppress(FileNotFoundError):
+            bpfsys.map_delete(self._fds[EVS_MAP], bytes(EvKey(qpn, old if swapped else new)))
+        return swapped
 
     # -- the PSN -> EV table ----------------------------------------------------------------
 

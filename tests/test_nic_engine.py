@@ -694,6 +694,54 @@ def test_cwnd_kick_for_a_qp_that_is_not_there(program, maps, sq):
     assert r.counters == {"drop_unknown_qp": 1}
 
 
+# ---- EV replacement: NIC_KICK_EV_REPLACE ---------------------------------------------------
+
+
+@needs_bpf
+def test_replace_ev_swaps_a_profile_slot_while_packets_are_in_flight(program, maps, sq):
+    post(maps, 8 * CE)
+    send(program, maps, 2)  # START on A (slot 0), START + 1 on B (slot 1)
+    maps.set_ev_state(QP_TX, EV_A, nic.EvState.ASSUMED_BAD)
+    before_counters = maps.counters()
+    fresh = 0xC0A1
+    assert maps.replace_ev(QP_TX, 0, EV_A, fresh)
+    assert delta(before_counters, maps.counters()) == {"ev_replaced": 1}
+    s = maps.sq(QP_TX)
+    assert s.evs[:4] == [fresh, EV_B, EV_C, EV_D]
+    new = maps.ev(QP_TX, fresh)
+    assert (new.plane, new.state, new.stats["tx_pkts"]) == (EVS[EV_A], nic.EvState.GOOD, 0)
+    with pytest.raises(KeyError):
+        maps.ev(QP_TX, EV_A)  # the old EV's state is gone
+    # START's SACK echoes the old EV: feedback for no EV, the PSN acked all the same.
+    r = run(program, maps, sack(maps, START, START + 1))
+    assert r.counters.get("unknown_ev") == 1
+    assert maps.sq(QP_TX).snd_una == START + 1
+    # The round robin reaches slot 0 again: the new EV carries the packet.
+    sent = []
+    for _ in range(4):
+        r = kick(program, maps)
+        assert r.verdict == XDP_REDIRECT, r.counters
+        sent.append(int.from_bytes(r.frame[34:36], "big"))  # the UDP source port: the EV
+    assert fresh in sent and EV_A not in sent
+    assert maps.ev(QP_TX, fresh).stats["tx_pkts"] == 1
+
+
+@needs_bpf
+def test_replace_ev_changes_nothing_when_the_slot_moved_on(program, maps, sq):
+    before = maps.sq_raw(QP_TX)
+    counters = maps.counters()
+    assert not maps.replace_ev(QP_TX, 1, EV_A, 0xC0A2)  # slot 1 holds EV_B, not EV_A
+    assert delta(counters, maps.counters()) == {"kick_idle": 1}
+    assert bytes(maps.sq_raw(QP_TX)) == bytes(before)
+    assert maps.ev(QP_TX, EV_A).state == nic.EvState.GOOD
+    with pytest.raises(KeyError):
+        maps.ev(QP_TX, 0xC0A2)  # the entry made for it went again
+    with pytest.raises(ValueError, match="already"):
+        maps.replace_ev(QP_TX, 0, EV_A, EV_C)
+    with pytest.raises(KeyError):
+        maps.replace_ev(QP_TX + 1, 0, EV_A, 0xC0A3)
+
+
 # ---- the ACK clock -------------------------------------------------------------------------
 
 
