@@ -6,7 +6,7 @@ MRC     := $(VENV)/bin/mrc-nic
 TOPO    ?= netns/default.toml
 DURATION ?= 10
 
-.PHONY: setup up down test test-unit lint fmt clean
+.PHONY: setup up down test test-unit lint fmt clean bench
 
 setup:
 	@scripts/setup
@@ -26,6 +26,11 @@ test: setup
 
 test-unit: setup
 	$(PY) -m pytest -q -m "not root"
+
+## Every benchmark against its real peer (--quick, under 15 minutes), then the
+## results table: out/bench/RESULTS.md and README.md's results section.
+bench: setup
+	$(PY) scripts/bench_all.py
 
 lint: setup
 	$(VENV)/bin/ruff check mrc_nic tests scripts

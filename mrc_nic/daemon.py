@@ -30,7 +30,7 @@ import sys
 import time
 from dataclasses import dataclass
 
-from mrc_nic import ctl, faults, hostmem, netns, nic, prober, sendjob
+from mrc_nic import ctl, evreplace, faults, hostmem, netns, nic, prober, sendjob
 from mrc_nic.qp import Qp, QpError, QpState
 from mrc_nic.service import Conn, LineService
 from mrc_nic.topology import Topology
@@ -57,6 +57,7 @@ class Daemon(LineService):
         self.recv_qps: dict[int, RecvQp] = {}
         self.jobs: list[sendjob.Job] = []
         self.prober = prober.Prober(self.topo, self.index, self.maps)
+        self.replacer = evreplace.Replacer(topo.lab, host, self.index, self.maps)
         self._port_bits: int | None = None
         self._links = None  # netlink socket subscribed to this namespace's link changes
 
@@ -90,7 +91,10 @@ class Daemon(LineService):
                         self._close_send_qp(sq.qp.qpn)
                 self.reply(job.conn, result)
         if self.jobs:
-            self.prober.step(now, [sq for job in self.jobs for sq in job.qps])
+            mine = {sq.qp.qpn: sq for job in self.jobs for sq in job.qps if sq.remote}
+            states = self.prober.step(now, mine)
+            if states is not None:
+                self.replacer.step(now, mine, states)
 
     # ---- ports -------------------------------------------------------------------
     def _watch_ports(self) -> None:
@@ -238,6 +242,21 @@ class Daemon(LineService):
         for qpn in qpns:
             self._close_send_qp(qpn)
         return {"closed": qpns}
+
+    def op_cancel(self, req: dict, conn: Conn) -> dict:
+        """End the writes running on these send QPs: their QPs go to ERR
+        (reason: cancelled), and each write's caller gets its result."""
+        qpns = [int(q) for q in req["qpns"]]
+        jobs = []
+        for qpn in qpns:
+            if qpn not in self.send_qps:
+                raise QpError(errno.ENOENT, f"no send QP {qpn:#x} on {self.host}")
+            job = self._job_of(qpn)
+            if job is not None and job not in jobs:
+                jobs.append(job)
+        for job in jobs:
+            job.cancel(str(req.get("reason") or "cancelled by the user"))
+        return {"cancelled": [sq.qp.qpn for job in jobs for sq in job.qps]}
 
     def _job_of(self, qpn: int) -> sendjob.Job | None:
         return next((job for job in self.jobs if any(sq.qp.qpn == qpn for sq in job.qps)), None)

@@ -51,7 +51,7 @@ NIC_TYPES = {
     nic.EventType.QP_ERR: "qp_err",
     nic.EventType.SEND_DONE: "send_done",
 }
-POSTED_TYPES = ("fault", "heal", "qp_error", "note")
+POSTED_TYPES = ("fault", "heal", "qp_error", "ev_replaced", "note")
 
 
 @dataclass(eq=False)

@@ -17,6 +17,7 @@ import ctypes
 import socket
 import struct
 import time
+from typing import NamedTuple
 
 from mrc_nic import bpfsys, nic, wire
 from mrc_nic.topology import Topology
@@ -31,6 +32,22 @@ SCAN_INTERVAL_S = 0.002  # how often EV states are read (one batch read)
 IDLE_SCAN_S = 0.05
 _EV_KEY = struct.Struct("<II")  # struct nic_ev_key: qpn, ev
 _EV_HEAD = struct.Struct("<4xII")  # struct nic_ev: lock, plane, state
+_EV_U64 = struct.Struct("<Q")
+_EV_ACKS_AT = nic.EvStateLayout.stats.offset + nic.EvStats.acks.offset
+_EV_LOST_AT = nic.EvStateLayout.stats.offset + nic.EvStats.lost_pkts.offset
+
+
+class EvScan(NamedTuple):
+    """One EV of ours as a scan read it."""
+
+    qpn: int
+    ev: int
+    plane: int
+    state: int  # nic.EvState
+    acks: int  # stats.acks: SACKs taken as its feedback, ever
+    lost: int  # stats.lost_pkts: packets sent on it declared lost, ever
+
+
 TEMPLATES_MAX = 4096
 
 
@@ -90,28 +107,31 @@ class Prober:
             self._socks[plane] = s
         return s
 
-    def step(self, now: float, send_qps) -> None:
-        """Probe the ASSUMED_BAD EVs of these send QPs that are due."""
-        if now < self._next_scan:
-            return
+    def step(self, now: float, mine: dict) -> list[EvScan] | None:
+        """Probe the ASSUMED_BAD EVs that are due of these send QPs ({qpn:
+        SendQp}). Returns what the scan read of every EV of theirs, or None
+        if no scan was due."""
+        if now < self._next_scan or not mine:
+            return None
         self._next_scan = now + SCAN_INTERVAL_S
-        mine = {sq.qp.qpn: sq for sq in send_qps if sq.remote}
-        if not mine:
-            return
         lost = self.maps.counter(nic.Counter.LOST)
         if lost == self._lost_seen and not self._bad and now < self._idle_until:
-            return
+            return None
         self._lost_seen, self._idle_until, self._bad = lost, now + IDLE_SCAN_S, False
-        for qpn, ev, plane in self._assumed_bad(mine):
-            self._bad = True
-            if now - self._last_probe.get((qpn, ev), 0.0) < PROBE_INTERVAL_S:
+        states = self._scan(mine)
+        for e in states:
+            if e.state != nic.EvState.ASSUMED_BAD:
                 continue
-            self._last_probe[(qpn, ev)] = now
-            self._send(mine[qpn], ev, plane)
+            self._bad = True
+            if now - self._last_probe.get((e.qpn, e.ev), 0.0) < PROBE_INTERVAL_S:
+                continue
+            self._last_probe[(e.qpn, e.ev)] = now
+            self._send(mine[e.qpn], e.ev, e.plane)
+        return states
 
-    def _assumed_bad(self, mine: dict) -> list[tuple[int, int, int]]:
-        """(qpn, ev, plane) of our EVs in ASSUMED_BAD: one batch read of nic_evs
-        into buffers kept between scans, decoded only for our QPs."""
+    def _scan(self, mine: dict) -> list[EvScan]:
+        """Our EVs: one batch read of nic_evs into
+        buffers kept between scans, decoded only for our QPs."""
         if self._reader is None:
             fd = self.maps.fd(nic.EVS_MAP)
             self._reader = bpfsys.BatchReader(
@@ -131,8 +151,11 @@ class Prober:
                 if at % _EV_KEY.size == 0:
                     i = at // _EV_KEY.size
                     plane, state = _EV_HEAD.unpack_from(values, i * size)
-                    if state == nic.EvState.ASSUMED_BAD:
-                        out.append((qpn, _EV_KEY.unpack_from(keys, at)[1], plane))
+                    base = i * size
+                    (acks,) = _EV_U64.unpack_from(values, base + _EV_ACKS_AT)
+                    (lost,) = _EV_U64.unpack_from(values, base + _EV_LOST_AT)
+                    ev = _EV_KEY.unpack_from(keys, at)[1]
+                    out.append(EvScan(qpn, ev, plane, state, acks, lost))
                 at = keys.find(needle, at + 1)
         return out
 

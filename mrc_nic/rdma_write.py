@@ -121,11 +121,16 @@ class Connection:
         wait: float = 3600.0,
         cc_profile: int | None = None,
         cc: dict | None = None,
+        ev_count: int | None = None,
+        ev_min_active: int | None = None,
         keep_open: bool = True,
+        **fields,
     ) -> dict:
         """One transfer of `size` bytes (in chunk-sized WRITEs); the sender
         daemon's result (see sendjob.Job.result). keep_open=False lets the
-        daemon close the send QPs when it ends (the last write)."""
+        daemon close the send QPs when it ends (the last write). ev_count,
+        ev_min_active: the EV profile of QPs not connected yet (the first
+        write). fields: more fields of the write request (docs/daemon.md)."""
         if not self._send_open:
             raise RuntimeError("this connection's send QPs are closed")
         scaled_timeout, scaled_reorder = lab_defaults(self.topo)
@@ -144,16 +149,35 @@ class Connection:
             "reorder_ns": scaled_reorder if reorder_ns is None else reorder_ns,
             "keep_open": keep_open,
         }
-        for key, value in (("cwnd", cwnd), ("cc_profile", cc_profile), ("cc", cc)):
+        optional = {
+            "cwnd": cwnd,
+            "cc_profile": cc_profile,
+            "cc": cc,
+            "ev_count": ev_count,
+            "ev_min_active": ev_min_active,
+            **fields,
+        }
+        for key, value in optional.items():
             if value is not None:
                 request[key] = value
         if retry:
             request["retry"] = retry
         self._send_open = keep_open
-        result = ctl.call(self.lab, self.src, request, timeout=wait)
+        try:
+            result = ctl.call(self.lab, self.src, request, timeout=wait)
+        except KeyboardInterrupt:
+            self.cancel("cancelled by the user (Ctrl-C)")
+            raise
         result["chunk"] = self.chunk
         result["src"], result["dst"] = self.src, self.dst
         return result
+
+    def cancel(self, reason: str = "cancelled by the user") -> None:
+        """End a write running on this connection (from another thread, or
+        after a KeyboardInterrupt): its QPs go to ERR. Best effort."""
+        request = {"op": "cancel", "qpns": self.qpns, "reason": reason}
+        with contextlib.suppress(ctl.DaemonError, OSError):
+            ctl.call(self.lab, self.src, request)
 
     def close(self) -> dict:
         """Close the receive QPs (their stats are returned) and the send QPs

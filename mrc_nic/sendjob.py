@@ -9,6 +9,22 @@ posted only once chunk k has completed and, with verify, been compared with
 what was sent. Chunk k's bytes are random, from a seed and k, so every chunk
 differs and a misplaced or stale byte shows.
 
+Messages (perftest style, scripts/bench_msgsize.py): with `msg`, a QP's
+share is a series of messages of `msg` bytes, each one WRITE (or, above the
+chunk, several WRITEs of at most a chunk). The buffer at each end is then
+cut into slots of the largest WRITE rounded up to 1 KiB, and WRITE k goes
+from and to slot k % slots; `depth` WRITEs (up to the NIC's SQ_DEPTH and
+the slots) are posted at once instead of 2, so that many small messages are
+in flight, and WRITE k + slots is posted only once WRITE k has completed
+(and been verified): the byte-exact guarantee is the double buffer's.
+`msgs_in_flight` 1 posts a message only once the one before has completed
+(ib_write_lat's one message at a time); `duration` stops starting messages
+after that many seconds (perftest -D), and the result counts those
+completed. With `timing`, the result has, per QP, the time
+(time.monotonic_ns(), CLOCK_MONOTONIC as the NIC's bpf_ktime_get_ns) of
+the send kick that followed each WRITE's post, and its WQE index, which the
+NIC's NIC_EV_SEND_DONE event of that WRITE reports (field `wqe`).
+
 Reliability per QP, each tick (1 ms):
 - progress is snd_una moving; the retransmission timeout is the QP's
   timeout attribute (1.024 us * 2^t) for the first retry.linear_cnt timeouts,
@@ -49,7 +65,7 @@ DEFAULT_REORDER_NS = 1_000_000
 # scripts/bench_failover.py: 128 keeps goodput within noise of the MPR window.
 DEFAULT_CWND = 128
 REORDER_NS_MAX = 2**32 - 1
-EVS_PER_PLANE = 32  # 128 EVs on 4 planes: the OCP default
+EV_COUNT = 128  # EVs per send QP (the OCP API's ev_count default), equal per plane
 
 
 @dataclasses.dataclass
@@ -72,6 +88,21 @@ class JobOptions:
     # Leave the send QPs open (in RTS) when the transfer ends, for the next
     # write on them; sq_close closes them. (By default a write closes its QPs.)
     keep_open: bool = False
+    # The EV profile (OCP: ev_count, ev_min_active): EVs per QP, equal per
+    # plane; the floor of active EVs below which failed EVs are replaced
+    # whatever their plane (mrc_nic.evreplace; None: a quarter of ev_count).
+    ev_count: int = EV_COUNT
+    ev_min_active: int | None = None
+    # Messages (see the module's docstring): 0 = the whole share is one message.
+    msg: int = 0
+    depth: int = 2  # WRITEs posted at once per QP (1..nic.SQ_DEPTH, at most the slots)
+    msgs_in_flight: int = 0  # 0: as many as depth allows; 1: one message at a time
+    duration: float = 0.0  # seconds after which no message is started; 0: none
+    timing: bool = False  # the result carries each WRITE's kick time
+    # Write each WRITE's bytes (random, from seed and k) into the source buffer
+    # before posting it; False sends the buffer as it is, as perftest does
+    # (no generation cost: 16 MiB take 50 ms of Python), refused with verify.
+    fill: bool = True
 
     @classmethod
     def from_request(cls, req: dict) -> JobOptions:
@@ -90,6 +121,14 @@ class JobOptions:
             cc_profile=int(req.get("cc_profile", nscc.DEFAULT_NSCC)),
             cc=req.get("cc") or None,
             keep_open=bool(req.get("keep_open", False)),
+            ev_count=int(req.get("ev_count", EV_COUNT)),
+            ev_min_active=None if req.get("ev_min_active") is None else int(req["ev_min_active"]),
+            msg=int(req.get("msg", 0)),
+            depth=int(req.get("depth", 2)),
+            msgs_in_flight=int(req.get("msgs_in_flight", 0)),
+            duration=float(req.get("duration", 0.0)),
+            timing=bool(req.get("timing", False)),
+            fill=bool(req.get("fill", True)),
         )
         if opts.cc is not None and not isinstance(opts.cc, dict):
             raise QpError(22, "cc must be an object of NSCC fields")
@@ -105,11 +144,38 @@ class JobOptions:
             raise QpError(
                 22, f"cwnd must be 0 (the MPR range) .. {nic.BITMAP_BITS}, not {opts.cwnd}"
             )
+        if not 1 <= opts.ev_count <= nic.MAX_QP_EVS:
+            raise QpError(22, f"ev_count must be 1..{nic.MAX_QP_EVS}, not {opts.ev_count}")
+        if opts.ev_min_active is not None and not 0 <= opts.ev_min_active <= opts.ev_count:
+            raise QpError(
+                22, f"ev_min_active must be 0..ev_count ({opts.ev_count}), not {opts.ev_min_active}"
+            )
         if opts.size < 1:
             raise QpError(22, f"size must be at least 1 byte, not {opts.size}")
         if opts.chunk < hostmem.KIB or opts.chunk % hostmem.KIB:
             raise QpError(22, f"chunk must be a positive multiple of 1 KiB, not {opts.chunk}")
+        if not 0 <= opts.msg <= opts.size:
+            raise QpError(22, f"msg must be 0 (one message) .. size ({opts.size}), not {opts.msg}")
+        if not 1 <= opts.depth <= nic.SQ_DEPTH:
+            raise QpError(22, f"depth must be 1..{nic.SQ_DEPTH} (the send queue), not {opts.depth}")
+        if opts.msgs_in_flight < 0:
+            raise QpError(
+                22, f"msgs_in_flight must be 0 (no limit) or more, not {opts.msgs_in_flight}"
+            )
+        if not 0 <= opts.duration <= 86400:
+            raise QpError(22, f"duration must be 0 (none) .. 86400 s, not {opts.duration}")
+        if opts.verify and not opts.fill:
+            raise QpError(22, "verify needs fill: unfilled buffers have nothing to compare")
         return opts
+
+    @property
+    def write_max(self) -> int:
+        """The largest WRITE of this transfer: a chunk, or a smaller message."""
+        return min(self.chunk, self.msg) if self.msg else self.chunk
+
+    def ev_min_active_for(self) -> int:
+        """The floor of active EVs: as asked, or a quarter of the profile."""
+        return self.ev_count // 4 if self.ev_min_active is None else self.ev_min_active
 
     def nscc_config(self) -> nscc.NsccConfig | None:
         """The NSCC tunables of this transfer's CC profile (None: a fixed window)."""
@@ -123,6 +189,48 @@ class JobOptions:
 
 def chunk_data(seed: int, qp_index: int, k: int, length: int) -> bytes:
     return random.Random(f"{seed}/{qp_index}/{k}").randbytes(length)
+
+
+@dataclasses.dataclass(frozen=True)
+class Pieces:
+    """The WRITEs of one QP's share of a transfer, bytes [start, end): messages
+    of `msg` bytes (the last one may be shorter), each cut into WRITEs of at
+    most `chunk` bytes. Computed, not listed: a run of small messages has
+    hundreds of thousands. An empty share is one WRITE of 0 bytes."""
+
+    start: int
+    end: int
+    msg: int  # > 0
+    chunk: int
+
+    @property
+    def per_msg(self) -> int:
+        """WRITEs of a whole message."""
+        return -(-self.msg // self.chunk)
+
+    def __len__(self) -> int:
+        whole, rest = divmod(self.end - self.start, self.msg)
+        return whole * self.per_msg + -(-rest // self.chunk) or 1
+
+    def __getitem__(self, k: int) -> tuple[int, int]:
+        """(offset in the transfer, length) of WRITE k."""
+        if not 0 <= k < len(self):
+            raise IndexError(k)
+        m, j = divmod(k, self.per_msg)
+        base = self.start + m * self.msg
+        length = min(self.msg, self.end - base) - j * self.chunk
+        return base + j * self.chunk, max(0, min(self.chunk, length))
+
+    def msg_of(self, k: int) -> int:
+        """The message WRITE k belongs to (a shorter last message has fewer WRITEs)."""
+        return k // self.per_msg
+
+    def starts_msg(self, k: int) -> bool:
+        return k % self.per_msg == 0
+
+    def msgs_within(self, n: int) -> int:
+        """Whole messages among the first n WRITEs."""
+        return -(-len(self) // self.per_msg) if n >= len(self) else n // self.per_msg
 
 
 @dataclasses.dataclass
@@ -139,9 +247,14 @@ class SendQp:
     # the transfer
     index: int = 0
     wqe_base: int = 0  # the NIC's wqe_done when this transfer began (it is free-running)
-    pieces: list[tuple[int, int]] = dataclasses.field(default_factory=list)  # (offset, length)
+    pieces: Pieces | None = None  # this QP's WRITEs
+    limit: int = 0  # WRITEs to complete (fewer than the pieces when `duration` ends it)
+    slot: int = 0  # bytes of a slot of the buffers: WRITE k goes from and to slot k % slots
+    slots: int = 2
     posted: int = 0
     verified: int = 0
+    done_bytes: int = 0
+    kick_ns: list[int] = dataclasses.field(default_factory=list)  # timing: per WRITE
     in_buffer: dict[int, bytes] = dataclasses.field(default_factory=dict)
     last_una: int | None = None
     last_progress: float = 0.0
@@ -150,6 +263,9 @@ class SendQp:
     timeouts: int = 0
     error: str | None = None
     cc: nscc.QpCc | None = None  # NSCC (None: the fixed window of JobOptions.cwnd)
+    ev_min_active: int = 0  # the EV profile's floor of active EVs (evreplace)
+    # Packets sent per plane on EVs replaced since (evreplace): their counters went with them.
+    retired_tx_pkts: dict[int, int] = dataclasses.field(default_factory=dict)
 
     def begin(self, maps: nic.NicMaps, topo: Topology, dst: int, remote: dict, opts) -> None:
         """Ready this QP for a new transfer: connect a fresh QP (INIT), or reuse
@@ -162,6 +278,14 @@ class SendQp:
                 errno.EINVAL,
                 f"QP {self.qp.qpn:#x}: chunk {opts.chunk} exceeds the {self.chunk} "
                 "its buffers were opened with (sq_open)",
+            )
+        slot = -(-opts.write_max // hostmem.KIB) * hostmem.KIB
+        slots = 2 * self.chunk // slot
+        if opts.depth > slots:
+            raise QpError(
+                errno.EINVAL,
+                f"QP {self.qp.qpn:#x}: depth {opts.depth} needs {opts.depth} slots of {slot} "
+                f"bytes; its buffers (2 x {self.chunk} bytes, sq_open) hold {slots}",
             )
         wanted = {k: int(remote[k]) for k in ("qpn", "rkey", "region")}
         if self.qp.state == QpState.INIT:
@@ -179,13 +303,21 @@ class SendQp:
                 f"QP {self.qp.qpn:#x} is connected to QP {self.remote['qpn']:#x} of host "
                 f"{self.qp.attrs.dest_host}: open a new QP for another destination",
             )
-        self.index, self.posted, self.verified = 0, 0, 0
+        self.index, self.posted, self.verified, self.done_bytes = 0, 0, 0, 0
+        self.slot, self.slots = slot, slots
+        self.kick_ns = []
         self.in_buffer.clear()
         self.last_una, self.attempt, self.timeouts, self.error = None, 0, 0, None
         self.wqe_base = maps.sq(self.qp.qpn).wqe_done
 
     def connect(self, maps: nic.NicMaps, topo: Topology, dst: int, remote: dict, opts) -> None:
         """INIT -> RTR -> RTS with the peer's QP, and the send state in the maps."""
+        if opts.ev_count % topo.planes:
+            raise QpError(
+                errno.EINVAL,
+                f"ev_count must be a multiple of the lab's {topo.planes} planes "
+                f"(EVs are equal per plane), not {opts.ev_count}",
+            )
         self.remote = dict(remote)
         self.qp.modify(
             QpState.RTR,
@@ -195,7 +327,8 @@ class SendQp:
             cc_profile_id=opts.cc_profile,
         )
         self.qp.modify(QpState.RTS, timeout=opts.timeout, retry=opts.retry)
-        self.evs = transfer.ev_profile(topo.planes, EVS_PER_PLANE)
+        self.evs = transfer.ev_profile(topo.planes, opts.ev_count // topo.planes)
+        self.ev_min_active = opts.ev_min_active_for()
         cwnd, rtt_target = opts.cwnd, 0
         config = opts.nscc_config()
         self.cc = None
@@ -221,11 +354,16 @@ class SendQp:
             reo_wnd_ns=opts.reorder_ns,
             cwnd=cwnd,
             cc_rtt_target_ns=rtt_target,
+            ev_min_active=self.ev_min_active,
         )
 
     @property
     def done(self) -> bool:
-        return self.error is not None or self.verified >= len(self.pieces)
+        return self.error is not None or self.verified >= self.limit
+
+    def offset(self, k: int) -> int:
+        """Where WRITE k lives in the source and the destination buffers."""
+        return (k % self.slots) * self.slot
 
 
 class Job:
@@ -236,11 +374,12 @@ class Job:
         share = -(-opts.size // len(qps))
         for i, sq in enumerate(qps):
             sq.index = i
-            start, end = i * share, min(opts.size, (i + 1) * share)
-            sq.pieces = [
-                (off, min(opts.chunk, end - off)) for off in range(start, end, opts.chunk)
-            ] or [(start, 0)]
+            start, end = min(opts.size, i * share), min(opts.size, (i + 1) * share)
+            sq.pieces = Pieces(start, end, opts.msg or max(1, end - start), opts.chunk)
+            sq.limit = len(sq.pieces)
         self.started = self.ended = 0.0
+        self.deadline: float | None = None  # duration: no message starts after it
+        self.stopped = False  # the duration ended the transfer
         self.mismatch: list[dict] = []
         # The NIC's counters are the QPs' lifetime's: a QP reused from an
         # earlier transfer (keep_open) has counted that one's packets already.
@@ -252,6 +391,8 @@ class Job:
         retx = 0
         evs = self.maps.evs_raw()  # every EV of the lab in one batch read
         for sq in self.qps:
+            for plane, n in sq.retired_tx_pkts.items():
+                per_plane[plane] = per_plane.get(plane, 0) + n
             with contextlib.suppress(KeyError):
                 retx += self.maps.sq(sq.qp.qpn).tx_stats.get("retx_pkts", 0)
             for ev, plane in sq.evs.items():
@@ -263,33 +404,68 @@ class Job:
     # ---- running ------------------------------------------------------------------
     def start(self, now: float) -> None:
         self.started = now
+        if self.opts.duration:
+            self.deadline = now + self.opts.duration
         for sq in self.qps:
             sq.last_progress = sq.last_kick = now
-            for _ in range(2):
-                self._post_next(sq)
-            self.maps.kick(sq.qp.qpn, sq.qp.attrs.mpr * nic.wire.MPR_UNIT, batch_size=256)
+            new = self._fill(sq, now)
+            self._kick(sq, new, sq.qp.attrs.mpr * nic.wire.MPR_UNIT, now)
 
-    def _post_next(self, sq: SendQp) -> None:
-        if sq.posted >= len(sq.pieces):
-            return
-        k = sq.posted
+    def _fill(self, sq: SendQp, now: float) -> int:
+        """Post WRITEs while the send queue's depth, the slots and the messages
+        in flight allow; returns how many packets they make."""
+        packets = 0
+        while sq.posted < sq.limit and sq.posted - sq.verified < self.opts.depth:
+            k = sq.posted
+            if k and sq.pieces.starts_msg(k):  # a new message
+                if self.deadline is not None and now >= self.deadline:
+                    sq.limit, self.stopped = k, True
+                    break
+                n = self.opts.msgs_in_flight
+                if (
+                    n
+                    and sq.verified < k
+                    and sq.pieces.msg_of(k) - sq.pieces.msg_of(sq.verified) >= n
+                ):
+                    break
+            packets += self._post(sq, k)
+        return packets
+
+    def _post(self, sq: SendQp, k: int) -> int:
+        """Post WRITE k (its bytes in its slot first, when filling); its packets."""
         _, length = sq.pieces[k]
-        half = (k % 2) * sq.chunk
-        data = chunk_data(self.opts.seed, sq.index, k, length)
-        if length:
-            self.maps.write_region(sq.region, half, data)
+        at = sq.offset(k)
+        data = b""
+        if self.opts.fill:
+            data = chunk_data(self.opts.seed, sq.index, k, length)
+            if length:
+                self.maps.write_region(sq.region, at, data)
         self.maps.post_write(
             sq.qp.qpn,
             length=length,
             src_region=sq.region,
-            src_offset=half,
-            remote_va=half,
+            src_offset=at,
+            remote_va=at,
             rkey=sq.remote["rkey"],
             imm=k if self.opts.imm else None,  # the receiver completes them in order
             wr_id=k,
         )
         sq.in_buffer[k] = data
         sq.posted += 1
+        return max(1, -(-length // nic.MR_ELEM_SIZE))
+
+    def _kick(self, sq: SendQp, new: int, room: int, now: float) -> None:
+        """A send kick after posting `new` packets' worth of WRITEs: as many
+        engine runs as they need (or, when they fill it, the room in the
+        window); the engine sends queued retransmissions and the oldest data
+        first. With timing, the WRITEs posted since the last kick get this
+        kick's time: the doorbell, after the data was written and posted."""
+        if self.opts.timing:
+            t = time.monotonic_ns()
+            sq.kick_ns.extend([t] * (sq.posted - len(sq.kick_ns)))
+        packets = room if not new or new >= room else new
+        self.maps.kick(sq.qp.qpn, max(1, packets), batch_size=256)
+        sq.last_kick = now
 
     def step(self, now: float) -> None:
         for sq in self.qps:
@@ -307,17 +483,19 @@ class Job:
         if s.state == nic.QpState.ERR:
             self._fail(sq, "the NIC put it in ERR (a fatal NACK: remote access error)")
             return
-        # completions, in order: verify, then reuse the buffer half
+        # completions, in order: verify, then reuse the slot
         done = (s.wqe_done - sq.wqe_base) & 0xFFFFFFFF  # this transfer's WQEs completed
-        while sq.verified < done and sq.verified < sq.posted:
+        completed = 0
+        while sq.verified < done and sq.verified < sq.posted and sq.error is None:
             k = sq.verified
             if self.opts.verify:
                 self._verify(sq, k)
             sq.in_buffer.pop(k, None)
+            sq.done_bytes += sq.pieces[k][1]
             sq.verified += 1
-            self._post_next(sq)
-            self.maps.kick(sq.qp.qpn, max(1, s.window_free), batch_size=256)
-            sq.last_kick = now
+            completed += 1
+        if completed and sq.error is None:
+            self._kick(sq, self._fill(sq, now), max(1, s.window_free), now)
         if sq.done:
             return
         if sq.cc is not None:  # NSCC: the window from this tick's signals, set in BPF
@@ -364,19 +542,26 @@ class Job:
         something to send, a kick sends the rest."""
         live = s.in_flight - len(s.acked) - len(s.retx_pending)
         target = min(s.cwnd, s.window) if s.cwnd else s.window
-        work = s.retx_queue or s.wqe_sent < sq.posted
+        work = s.retx_queue or (s.wqe_sent - sq.wqe_base) & 0xFFFFFFFF < sq.posted
         if live < target // 2 and work and now - sq.last_kick >= TOPUP_KICK_S:
             self.maps.kick(sq.qp.qpn, target - max(0, live), batch_size=256)
             sq.last_kick = now
 
     def _verify(self, sq: SendQp, k: int) -> None:
         _, length = sq.pieces[k]
-        got = self.maps.read_region(sq.remote["region"], (k % 2) * sq.chunk, length)
+        got = self.maps.read_region(sq.remote["region"], sq.offset(k), length)
         want = sq.in_buffer[k]
         if got != want:
             first = next(i for i in range(length) if got[i] != want[i])
             self.mismatch.append({"qpn": sq.qp.qpn, "chunk": k, "first_bad_byte": first})
             self._fail(sq, f"chunk {k} arrived different from what was sent (byte {first})")
+
+    def cancel(self, reason: str) -> None:
+        """End the transfer now: every QP of it still sending goes to ERR
+        (verbs: a QP moved to ERR flushes its work requests) with the reason."""
+        for sq in self.qps:
+            if not sq.done:
+                self._fail(sq, reason)
 
     def _fail(self, sq: SendQp, reason: str) -> None:
         sq.error = reason
@@ -397,8 +582,8 @@ class Job:
         per_plane = {p: n - plane_before.get(p, 0) for p, n in plane_now.items()}
         retx = retx_now - retx_before
         total = sum(per_plane.values()) or 1
-        sent = sum(length for sq in self.qps for _, length in sq.pieces[: sq.verified])
-        return {
+        sent = sum(sq.done_bytes for sq in self.qps)
+        result = {
             "ok": True,  # the request was served; whether the transfer was is below
             "completed": not errors,
             "error": "; ".join(f"QP {q} in ERR: {e}" for q, e in errors.items()) or None,
@@ -407,10 +592,28 @@ class Job:
             "seconds": round(seconds, 6),
             "goodput_bps": sent * 8 / seconds if seconds > 0 else 0.0,
             "qps": [sq.qp.as_dict() for sq in self.qps],
-            "chunks": sum(len(sq.pieces) for sq in self.qps),
+            "chunks": sum(sq.limit for sq in self.qps),
+            "wqes_done": sum(sq.verified for sq in self.qps),
+            "messages": sum(sq.pieces.msgs_within(sq.verified) for sq in self.qps),
+            "msg": self.opts.msg or None,
+            "stopped": self.stopped,  # `duration` ended it: fewer bytes than size
             "retransmits": retx,
             "timeouts": timeouts,
             "per_plane_share": {str(p): n / total for p, n in sorted(per_plane.items())},
             "verified": self.opts.verify and not errors,
             "mismatch": self.mismatch,
         }
+        if self.opts.timing:
+            # Per QP: WRITE k is the NIC's WQE wqe_base + k (mod 2^32, the `wqe` of
+            # its NIC_EV_SEND_DONE), kicked at kick_ns[k]; message m is WRITEs
+            # [m * per_msg, (m + 1) * per_msg).
+            result["timing"] = [
+                {
+                    "qpn": sq.qp.qpn,
+                    "wqe_base": sq.wqe_base,
+                    "per_msg": sq.pieces.per_msg,
+                    "kick_ns": sq.kick_ns[: sq.verified],
+                }
+                for sq in self.qps
+            ]
+        return result

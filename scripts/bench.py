@@ -27,17 +27,15 @@ round moves an average a lot). A WRITE is one message of #bytes; a stream's
 message is one send() of 256 KiB.
 
 Usage (root; the project's venv):
-    .venv/bin/python scripts/bench.py [--quick] [--only goodput|loss] [--rounds N]
+    .venv/bin/python scripts/bench.py [--quick] [--out DIR] [--only goodput|loss] [--rounds N]
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
 import platform
-import signal
 import statistics
 import sys
 import time
@@ -48,7 +46,19 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from mrc_nic import cpustat, ctl, faults, lab, peers, rdma_write, topology  # noqa: E402
+from bench_all import (  # noqa: E402
+    add_common_args,
+    begin,
+    load_avg,
+    own_lab,
+    print_table,
+    pyplot,
+    save_png,
+    table_row,
+    verdict,
+)
+
+from mrc_nic import cpustat, ctl, faults, peers, rdma_write, topology  # noqa: E402
 
 PID = os.getpid()
 MIB = 2**20
@@ -251,6 +261,73 @@ def part_loss(name: str, topo, args: argparse.Namespace) -> dict[str, Any]:
     return {"cases": cases}
 
 
+# ---- the results table (bench_all.py puts it in the README) --------------------------
+GOODPUT_TARGET = 0.97  # of the 4 Gbit/s aggregate, and ahead of MPTCP
+LOSS_ONE_PLANE_TARGET = 0.95  # of (no-loss goodput minus the lossy plane's share)
+
+
+def loss_case_text(case: dict[str, Any]) -> str:
+    """'no loss', '1% random loss on every plane', '20% random loss on plane 3'."""
+    if not case["rate"]:
+        return "no loss"
+    where = (
+        "every plane" if case["planes"] is None else f"plane {', '.join(map(str, case['planes']))}"
+    )
+    return f"{case['rate'] * 100:g}% random loss on {where} (h0's host links)"
+
+
+def table_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
+    rows = []
+    if "goodput" in result:
+        g = result["goodput"]["rows"]
+        mrc, mptcp = g["mrc"]["bw_median_gbps"], g["mptcp"]["bw_median_gbps"]
+        bar = GOODPUT_TARGET * AGGREGATE_BPS / 1e9
+        met = None if mrc is None else mrc >= bar and (mptcp is None or mrc > mptcp)
+        for peer in ("mptcp", "tcp"):
+            target = f">= {bar:.2f} Gbit/s and ahead of MPTCP: {verdict(met)}"
+            rows.append(
+                table_row(
+                    "goodput",
+                    "4 planes x 1 Gbit/s, median of rounds",
+                    "aggregate goodput",
+                    "Gbit/s",
+                    mrc,
+                    PEER_LABEL[peer],
+                    g[peer]["bw_median_gbps"],
+                    target=target if peer == "mptcp" else "-",
+                )
+            )
+    for case in result.get("loss", {}).get("cases", []):
+        r, text = case["rows"], loss_case_text(case)
+        rows.append(
+            table_row(
+                "loss",
+                text,
+                "goodput, median of rounds",
+                "Gbit/s",
+                r["mrc"]["bw_median_gbps"],
+                PEER_LABEL["mptcp"],
+                r["mptcp"]["bw_median_gbps"],
+            )
+        )
+        if "of_healthy_minus_share" in r["mrc"]:
+            m = r["mrc"]["of_healthy_minus_share"]
+            met = None if m is None else m >= LOSS_ONE_PLANE_TARGET
+            rows.append(
+                table_row(
+                    "loss",
+                    text,
+                    "goodput / (no-loss goodput minus the plane's share)",
+                    "",
+                    m,
+                    PEER_LABEL["mptcp"],
+                    r["mptcp"]["of_healthy_minus_share"],
+                    target=f"mrc-nic >= {LOSS_ONE_PLANE_TARGET}: {verdict(met)}",
+                )
+            )
+    return rows
+
+
 # ---- output ------------------------------------------------------------------------
 PERFTEST_HEAD = (
     f"{'':22} {'#bytes':>10} {'#iterations':>12} {'BW peak[Gb/s]':>14} "
@@ -330,13 +407,8 @@ def report_loss(res: dict[str, Any], args: argparse.Namespace) -> str:
 
 
 def plots(result: dict[str, Any], out: Path) -> list[str]:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        log("matplotlib is not installed (scripts/setup installs it): no plots")
+    plt = pyplot()
+    if plt is None:
         return []
     made = []
     if "goodput" in result:
@@ -363,7 +435,7 @@ def plots(result: dict[str, Any], out: Path) -> list[str]:
         ax2.set_ylabel(f"delivered [Gbit/s], {PLOT_BIN_S * 1e3:g} ms bins")
         ax2.set_title("kernel peers over time (last round)", fontsize=9)
         ax2.legend(fontsize=7)
-        made.append(save(plt, fig, out / "goodput.png"))
+        made.append(save_png(fig, out / "goodput.png"))
     if "loss" in result:
         cases = result["loss"]["cases"]
         fig, ax = plt.subplots(figsize=(7, 4))
@@ -378,21 +450,14 @@ def plots(result: dict[str, Any], out: Path) -> list[str]:
         ax.set_ylim(bottom=0)
         ax.set_title("goodput vs loss, same lab, same run", fontsize=9)
         ax.legend(fontsize=8)
-        made.append(save(plt, fig, out / "loss.png"))
+        made.append(save_png(fig, out / "loss.png"))
     return made
-
-
-def save(plt, fig, path: Path) -> str:
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return str(path)
 
 
 # ---- main --------------------------------------------------------------------------
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true", help="one round, shorter runs (~1 minute)")
+    add_common_args(p, quick_help="one round, shorter runs (~1 minute)")
     p.add_argument("--only", choices=("goodput", "loss"), help="run one part only")
     p.add_argument("--rounds", type=int, help="rounds per case (default 5, quick 1)")
     p.add_argument("--seconds", type=float, help="each stream (default 3, quick 2)")
@@ -403,7 +468,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--mpr", type=int, default=8, help="mrc-nic WRITE's MPR (default 8, as mrc-nic write)"
     )
     p.add_argument("--bin-ms", type=float, default=10.0, help="peers' time bins (default 10)")
-    p.add_argument("--out", default=str(ROOT / "out" / "bench"), help="JSON and PNG go here")
     p.add_argument("--topology", default=str(ROOT / "netns" / "default.toml"))
     args = p.parse_args(argv)
     args.rounds = args.rounds or (1 if args.quick else 5)
@@ -414,43 +478,29 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def _sigterm(*_: object) -> None:
-    if os.getpid() == PID:
-        raise SystemExit("terminated")  # unwinds through finally: the lab goes down
-    os._exit(128 + signal.SIGTERM)  # a fork of this process (pyroute2's helpers)
-
-
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
-    if os.geteuid() != 0:
-        print("bench: needs root (namespaces, BPF)", file=sys.stderr)
-        return 2
-    signal.signal(signal.SIGTERM, _sigterm)
+    header = begin(__file__, argv)
     name = f"bn{PID}"[:12]
     topo = topology.load(args.topology, lab=name)
     if topo.planes * (topo.rate_bps or 0) != AGGREGATE_BPS:
         print(f"bench: {args.topology} is not 4 planes x 1 Gbit/s", file=sys.stderr)
-        return 2
-    if name in lab.labs_present():  # never take down a lab this run did not make
-        print(f"bench: lab {name} already exists here: not touched", file=sys.stderr)
         return 2
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     result: dict[str, Any] = {
         "version": 1,
-        "started": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "machine": {"cpus": os.cpu_count(), "kernel": platform.release()},
+        **header,
         "lab": name,
         "topology": args.topology,
         "args": {k: v for k, v in vars(args).items() if k != "out"},
     }
     texts = []
-    try:
-        t0 = time.monotonic()
-        lab.up(topo)
-        result["lab_up_seconds"] = round(time.monotonic() - t0, 2)
-        log(f"lab {name} up in {result['lab_up_seconds']} s")
+    with own_lab(topo) as up_seconds:
+        result["lab_up_seconds"] = up_seconds
+        log(f"lab {name} up in {up_seconds} s")
         result["mptcp_setup"] = peers.mptcp_setup(topo, "h0", "h1")
         if args.only in (None, "goodput"):
             log("1. aggregate goodput: mrc-nic vs MPTCP vs TCP")
@@ -460,18 +510,17 @@ def main(argv: list[str] | None = None) -> int:
             log("2. goodput under loss: mrc-nic vs MPTCP")
             result["loss"] = part_loss(name, topo, args)
             texts.append(report_loss(result["loss"], args))
-    finally:
-        try:
-            lab.down(name)
-            log(f"lab {name} down")
-        except Exception as e:  # said, and the first error (if any) still propagates
-            log(f"lab {name}: down failed ({e}); run: mrc-nic down -l {name}")
     result["seconds"] = round(time.monotonic() - started, 1)
+    result["load_avg_end"] = load_avg()
     print(
         f"mrc-nic vs kernel peers ({os.cpu_count()} CPUs, kernel {platform.release()}, "
-        f"lab {name}, {result['seconds']} s)\n"
+        f"lab {name}, {result['seconds']} s; load average {result['machine']['load_avg']} at "
+        f"the start, {result['load_avg_end']} at the end)\n"
     )
     print("\n\n".join(texts))
+    result["table"] = table_rows(result)
+    print("\nResults table (README rows):")
+    print_table(result["table"])
     path = out / "bench.json"
     path.write_text(json.dumps(result, indent=1) + "\n")
     result["plots"] = plots(result, out)

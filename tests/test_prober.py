@@ -32,15 +32,16 @@ class FakeReader:
     def read(self):
         keys = b"".join(bytes(nic.EvKey(q, e)) for q, e, _, _ in self.entries)
         values = b""
-        for _, _, plane, state in self.entries:
+        for _, ev, plane, state in self.entries:
             v = nic.EvStateLayout(plane=plane, state=state)
+            v.stats.acks, v.stats.lost_pkts = ev + 1, ev + 2  # told apart per EV
             values += bytes(v)
         # the kernel's buffers are larger than what it filled
         pad = 3 * ctypes.sizeof(nic.EvKey)
         return keys + bytes(pad), values, len(self.entries)
 
 
-def test_scan_finds_our_assumed_bad_evs_only():
+def test_scan_reads_our_evs_only():
     bad, good = nic.EvState.ASSUMED_BAD, nic.EvState.GOOD
     ours, other = 0x000100, 0x010100
     entries = [
@@ -53,5 +54,9 @@ def test_scan_finds_our_assumed_bad_evs_only():
     p = prober.Prober.__new__(prober.Prober)
     p.maps = types.SimpleNamespace()
     p._reader = FakeReader(entries)
-    got = p._assumed_bad({ours: object()})
-    assert sorted(got) == [(ours, 0x0100, 3), (ours, 0xC001, 0)]
+    got = p._scan({ours: object()})
+    assert sorted(got) == [
+        prober.EvScan(ours, 0x0100, 3, bad, 0x0101, 0x0102),
+        prober.EvScan(ours, 0xC001, 0, bad, 0xC002, 0xC003),
+        prober.EvScan(ours, 0xC002, 1, good, 0xC003, 0xC004),
+    ]

@@ -12,7 +12,7 @@ from mrc_nic.cli.common import DURATION, lab_option, pick_lab
 
 # What `events` shows unless told otherwise: state changes, not the per-packet
 # and per-message records (loss, send_done, recv_imm), which --all adds.
-STATE_TYPES = ("ev_state", "qp_err", "qp_error", "fault", "heal")
+STATE_TYPES = ("ev_state", "ev_replaced", "qp_err", "qp_error", "fault", "heal")
 ALL_TYPES = (*STATE_TYPES, "loss", "send_done", "recv_imm")
 POLL_WAIT_S = 1.0
 
@@ -24,6 +24,8 @@ def describe(e: dict) -> str:
     if kind == "ev_state":
         change = f"{e['old_state']} -> {e['new_state']}"
         return f"{qp} EV {e['ev']}: {change} ({e['cause']}, PSN {e['psn']})"
+    if kind == "ev_replaced":
+        return f"{qp} EV {e['old_ev']} replaced by EV {e['new_ev']} (plane {e['plane']})"
     if kind == "loss":
         return f"{qp} PSN {e['psn']} lost on EV {e['ev']} (seen from the SACK of {e['ack_psn']})"
     if kind == "qp_err":

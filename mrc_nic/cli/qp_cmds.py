@@ -21,7 +21,8 @@ def _size(ctx, param, value):
     epilog="""\b
 Examples:
   mrc-nic write h0 h1 --size 1G --verify
-  mrc-nic write h0 h1 --size 256M --qps 4 --imm"""
+  mrc-nic write h0 h1 --size 256M --qps 4 --imm
+  mrc-nic write h0 h1 --size 1G --evs 256 --ev-min-active 64"""
 )
 @click.argument("src")
 @click.argument("dst")
@@ -60,6 +61,20 @@ Examples:
 )
 @click.option("--retry-linear", type=click.IntRange(0, 7), default=None)
 @click.option("--retry-exp", type=click.IntRange(0, 25), default=None, help="25: forever.")
+@click.option(
+    "--evs",
+    "ev_count",
+    type=click.IntRange(1, 256),
+    default=None,
+    help="EVs per QP, equal per plane: a multiple of the planes (OCP ev_count; default 128).",
+)
+@click.option(
+    "--ev-min-active",
+    type=click.IntRange(0, 256),
+    default=None,
+    help="Floor of active EVs: below it, failed EVs are replaced whatever their plane "
+    "(OCP ev_min_active; default a quarter of --evs).",
+)
 @lab_option
 @format_option
 def write(
@@ -75,6 +90,8 @@ def write(
     timeout_exp,
     retry_linear,
     retry_exp,
+    ev_count,
+    ev_min_active,
     lab,
     fmt,
 ):
@@ -101,9 +118,14 @@ def write(
             reorder_ns=None if reorder_us is None else reorder_us * 1000,
             timeout=timeout_exp,
             retry=retry or None,
+            ev_count=ev_count,
+            ev_min_active=ev_min_active,
         )
     except ValueError as e:
         raise click.UsageError(str(e)) from None
+    except KeyboardInterrupt:
+        click.echo("write cancelled: its QPs were moved to ERR and closed", err=True)
+        raise SystemExit(130) from None
     if fmt == "json":
         output.emit_json(result)
     else:

@@ -1,0 +1,211 @@
+"""The daemon's EV replacement policy (mrc_nic.evreplace), with no root.
+
+The swap itself is BPF's (NIC_KICK_EV_REPLACE, golden tests in
+test_nic_engine.py) and the whole thing runs in a lab in test_daemon.py;
+here the maps are a recorder, and the tests check which EVs the policy
+replaces, when, and with what.
+"""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+
+from mrc_nic import evreplace, nic
+from mrc_nic.prober import EvScan
+from mrc_nic.sendjob import SendQp
+
+GOOD, BAD, SKIP = nic.EvState.GOOD, nic.EvState.ASSUMED_BAD, nic.EvState.SKIP
+QPN = 0x107
+AFTER = evreplace.REPLACE_AFTER_S
+
+
+class RecordingMaps:
+    """replace_ev and ev_raw of nic.NicMaps, recorded."""
+
+    def __init__(self, sent: int = 5) -> None:
+        self.replaced: list[tuple[int, int, int, int]] = []
+        self.sent = sent
+        self.refuse = False
+        self.local_ports = self.peer_ports = 0b11
+
+    def port_bitmap(self, host: int) -> int:
+        return self.local_ports
+
+    def sq_raw(self, qpn: int):
+        return types.SimpleNamespace(peer_ports=self.peer_ports)
+
+    def ev_raw(self, qpn: int, ev: int):
+        return types.SimpleNamespace(stats=types.SimpleNamespace(tx_pkts=self.sent))
+
+    def replace_ev(self, qpn: int, slot: int, old: int, new: int) -> bool:
+        if self.refuse:
+            return False
+        self.replaced.append((qpn, slot, old, new))
+        return True
+
+
+@pytest.fixture(autouse=True)
+def no_event_log(monkeypatch):
+    posted = []
+    monkeypatch.setattr(evreplace.ctl, "post_event", lambda lab, event: posted.append(event))
+    return posted
+
+
+def make_sq(planes: int = 2, per_plane: int = 4, ev_min_active: int = 0) -> SendQp:
+    sq = SendQp.__new__(SendQp)
+    sq.qp = types.SimpleNamespace(qpn=QPN)
+    sq.evs = {100 + i: i % planes for i in range(planes * per_plane)}
+    sq.ev_min_active = ev_min_active
+    sq.retired_tx_pkts = {}
+    return sq
+
+
+class Scans:
+    """Successive scans of one QP's EVs: states and ack counts move as told."""
+
+    def __init__(self, sq: SendQp) -> None:
+        self.sq = sq
+        self.state = dict.fromkeys(sq.evs, GOOD)
+        self.acks = dict.fromkeys(sq.evs, 0)
+        self.lost = dict.fromkeys(sq.evs, 0)
+
+    def ack(self, *planes: int) -> None:
+        """A packet acknowledged on every active EV of these planes."""
+        for ev, plane in self.sq.evs.items():
+            if plane in planes and self.state.get(ev, GOOD) in (GOOD, SKIP):
+                self.acks[ev] = self.acks.get(ev, 0) + 1
+
+    def rows(self) -> list[EvScan]:
+        return [
+            EvScan(
+                QPN, ev, plane, self.state.get(ev, GOOD), self.acks.get(ev, 0), self.lost.get(ev, 0)
+            )
+            for ev, plane in self.sq.evs.items()
+        ]
+
+    def fail(self, *evs: int) -> None:
+        """These EVs lose a packet: ASSUMED_BAD."""
+        for ev in evs:
+            self.state[ev] = BAD
+            self.lost[ev] = self.lost.get(ev, 0) + 1
+
+
+def run(replacer, sq, scans, t0: float, t1: float, acked_planes=(0, 1), step: float = 0.002):
+    t = t0
+    while t <= t1 + 1e-9:
+        scans.ack(*acked_planes)
+        replacer.step(t, {QPN: sq}, scans.rows())
+        t += step
+    return t
+
+
+def test_an_ev_bad_long_enough_on_a_working_plane_is_replaced_in_its_slot(no_event_log):
+    sq, maps = make_sq(), RecordingMaps(sent=7)
+    replacer, scans = evreplace.Replacer("lab", "h0", 0, maps), Scans(sq)
+    run(replacer, sq, scans, 0.0, 0.01)
+    scans.fail(102)  # plane 0, slot 2
+    run(replacer, sq, scans, 0.012, 0.012 + AFTER - 0.004)
+    assert maps.replaced == [], "not before REPLACE_AFTER_S"
+    run(replacer, sq, scans, 0.012 + AFTER, 0.012 + AFTER + 0.004)
+    ((qpn, slot, old, new),) = maps.replaced
+    assert (qpn, slot, old) == (QPN, 2, 102)
+    assert new not in (100 + i for i in range(8)) and new > max(range(100, 108))
+    assert list(sq.evs) == [100, 101, new, 103, 104, 105, 106, 107], "same slot, same order"
+    assert sq.evs[new] == 0, "the same plane"
+    assert sq.retired_tx_pkts == {0: 7}, "the old EV's packets still count for its plane"
+    assert replacer.replaced == 1
+    assert no_event_log == [
+        {"type": "ev_replaced", "host": "h0", "qpn": QPN, "plane": 0, "old_ev": 102}
+        | {"new_ev": new, "slot": 2}
+    ]
+
+
+def test_a_plane_with_nothing_acknowledged_gets_no_replacements():
+    sq, maps = make_sq(), RecordingMaps()
+    replacer, scans = evreplace.Replacer("lab", "h0", 0, maps), Scans(sq)
+    run(replacer, sq, scans, 0.0, 0.01)
+    for ev, plane in sq.evs.items():  # plane 1 blackholed: its EVs go bad one by one
+        if plane == 1 and ev != 107:
+            scans.fail(ev)
+    # 107 stays GOOD but untried (no acks): no evidence that plane 1 works.
+    run(replacer, sq, scans, 0.012, 0.012 + 5 * AFTER, acked_planes=(0,))
+    assert maps.replaced == []
+
+
+def test_below_the_floor_bad_evs_are_replaced_whatever_their_plane():
+    sq, maps = make_sq(ev_min_active=5), RecordingMaps()
+    replacer, scans = evreplace.Replacer("lab", "h0", 0, maps), Scans(sq)
+    run(replacer, sq, scans, 0.0, 0.01)
+    for ev, plane in sq.evs.items():  # plane 1 dead, and one EV of plane 0 too
+        if plane == 1 or ev == 100:
+            scans.fail(ev)
+    # 3 active (101's plane-0 siblings: 102, 104, 106) < 5: two replacements,
+    # the longest-bad first; 100 is also replaced as plane 0 works.
+    run(replacer, sq, scans, 0.012, 0.012 + AFTER + 0.001, acked_planes=(0,))
+    old = [r[2] for r in maps.replaced]
+    assert 100 in old
+    assert sum(sq.evs.get(e) is None for e in (101, 103, 105, 107)) == 1, old
+    assert len(maps.replaced) == 2
+
+
+def test_fresh_values_skip_the_profile_and_wrap_below_the_ev_limit():
+    sq = make_sq()
+    sq.evs = {65534: 0, 65535: 1, 49152: 0, 49153: 1}
+    track = evreplace._Track(next_value=65535)
+    replacer = evreplace.Replacer("lab", "h0", 0, RecordingMaps())
+    values = [replacer._fresh_value(sq, track) for _ in range(3)]
+    assert values == [49154, 49155, 49156]
+
+
+def test_a_slot_that_moved_on_is_left_alone():
+    sq, maps = make_sq(), RecordingMaps()
+    maps.refuse = True
+    replacer, scans = evreplace.Replacer("lab", "h0", 0, maps), Scans(sq)
+    run(replacer, sq, scans, 0.0, 0.01)
+    scans.fail(103)
+    run(replacer, sq, scans, 0.012, 0.012 + 2 * AFTER)
+    assert 103 in sq.evs and sq.retired_tx_pkts == {} and replacer.replaced == 0
+
+
+def test_a_plane_whose_port_is_down_at_either_end_gets_no_fresh_evs():
+    """Even while its other EVs were acknowledged a moment ago (a plane going
+    down link by link) and below the floor: the engine would not use them."""
+    for local, peer in ((0b01, 0b11), (0b11, 0b01)):
+        sq, maps = make_sq(ev_min_active=8), RecordingMaps()
+        maps.local_ports, maps.peer_ports = local, peer
+        replacer, scans = evreplace.Replacer("lab", "h0", 0, maps), Scans(sq)
+        run(replacer, sq, scans, 0.0, 0.01)
+        scans.fail(100, 101)
+        run(replacer, sq, scans, 0.012, 0.012 + 2 * AFTER)
+        assert [r[2] for r in maps.replaced] == [100], "plane 1 is down at one end"
+
+
+def test_late_acks_of_a_plane_that_just_died_are_no_evidence():
+    """The SACKs of packets delivered just before a plane died can arrive after
+    its first EVs went bad (late, on a loaded machine): only acks at least
+    EVIDENCE_AFTER_S after an EV went bad say that its plane still works."""
+    sq, maps = make_sq(), RecordingMaps()
+    replacer, scans = evreplace.Replacer("lab", "h0", 0, maps), Scans(sq)
+    run(replacer, sq, scans, 0.0, 0.01)
+    scans.fail(101, 103, 105)
+    late = 0.012 + evreplace.EVIDENCE_AFTER_S - 0.004
+    t = run(replacer, sq, scans, 0.012, late)  # plane 1's last SACKs, on 107
+    run(replacer, sq, scans, t, 0.012 + 5 * AFTER, acked_planes=(0,))
+    assert maps.replaced == []
+
+
+def test_an_ev_that_failed_again_between_two_scans_starts_a_new_clock():
+    """Bad, back (a probe answered) and bad again with no scan in between
+    (a daemon busy for a while): the clock starts at the new failure."""
+    sq, maps = make_sq(), RecordingMaps()
+    replacer, scans = evreplace.Replacer("lab", "h0", 0, maps), Scans(sq)
+    run(replacer, sq, scans, 0.0, 0.01)
+    scans.fail(102)
+    run(replacer, sq, scans, 0.012, 0.012 + AFTER - 0.004)
+    scans.fail(102)  # came back and failed again, unseen
+    t = run(replacer, sq, scans, 0.012 + AFTER, 0.012 + 2 * AFTER - 0.006)
+    assert maps.replaced == []
+    run(replacer, sq, scans, t, t + 0.01)
+    assert [r[2] for r in maps.replaced] == [102]
