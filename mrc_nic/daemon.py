@@ -28,6 +28,7 @@ import errno
 import os
 import sys
 import time
+import traceback
 from dataclasses import dataclass
 
 from mrc_nic import ctl, evreplace, faults, hostmem, netns, nic, prober, sendjob
@@ -86,7 +87,8 @@ class Daemon(LineService):
                     event["qpns"] = [q["qpn"] for q in result["qps"] if q["state"] == "ERR"]
                     ctl.post_event(self.topo.lab, event, source=self.host)
                 self.jobs.remove(job)
-                if not job.opts.keep_open:
+                # Kept open only for a caller still there to use them (or close).
+                if not job.opts.keep_open or job.conn is None:
                     for sq in job.qps:
                         self._close_send_qp(sq.qp.qpn)
                 self.reply(job.conn, result)
@@ -94,7 +96,10 @@ class Daemon(LineService):
             mine = {sq.qp.qpn: sq for job in self.jobs for sq in job.qps if sq.remote}
             states = self.prober.step(now, mine)
             if states is not None:
-                self.replacer.step(now, mine, states)
+                try:
+                    self.replacer.step(now, mine, states)
+                except Exception:  # noqa: BLE001 (a policy's bug must not end the transfers)
+                    traceback.print_exc(file=sys.stderr)
 
     # ---- ports -------------------------------------------------------------------
     def _watch_ports(self) -> None:
@@ -265,6 +270,7 @@ class Daemon(LineService):
         sq = self.send_qps.pop(qpn, None)
         if sq is None:
             return
+        self.replacer.forget(sq)
         with contextlib.suppress(KeyError):
             self.maps.delete_sq(qpn)
         self.maps.clear_region(sq.region)

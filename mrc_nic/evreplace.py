@@ -30,13 +30,17 @@ The policy (mrc-nic's; the OCP API leaves it to the implementation):
   led into the fault) does not come back soon.
 
 The swap is a NIC_KICK_EV_REPLACE kick (nic.NicMaps.replace_ev): under the
-QP's lock in BPF, safe while packets flow. Each replacement is posted to the
-lab's event log (type ev_replaced).
+QP's lock in BPF, safe while packets flow. The old EV's state is deleted
+RETIRE_AFTER_S later, when no program run can still hold it (nic_evs reuses
+freed elements at once), and its packets are then counted for its plane.
+Each replacement is posted to the lab's event log (type ev_replaced). The
+daemon calls forget() when it closes a QP.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import sys
 
 from mrc_nic import ctl, nic, wire
 from mrc_nic.prober import EvScan
@@ -46,7 +50,13 @@ REPLACE_AFTER_S = 0.02  # ASSUMED_BAD this long: ~10 probes (prober.PROBE_INTERV
 # A plane works, for an EV that went bad at t, if one of its EVs had a packet
 # acknowledged at t + EVIDENCE_AFTER_S or later.
 EVIDENCE_AFTER_S = REPLACE_AFTER_S / 2
+RETIRE_AFTER_S = 0.005  # a replaced EV's state is deleted this much later
 ACTIVE = (nic.EvState.GOOD, nic.EvState.SKIP)
+
+
+def _next(value: int) -> int:
+    """The EV value after `value`, within EV_BASE .. wire.EV_MAX."""
+    return value + 1 if EV_BASE <= value < wire.EV_MAX else EV_BASE
 
 
 @dataclasses.dataclass
@@ -61,6 +71,8 @@ class _Track:
     lost: dict[int, int] = dataclasses.field(default_factory=dict)
     # plane -> the last scan that saw a packet of it acknowledged
     plane_acked: dict[int, float] = dataclasses.field(default_factory=dict)
+    # replaced EVs whose state is still to be deleted: (when replaced, EV, plane)
+    retired: list[tuple[float, int, int]] = dataclasses.field(default_factory=list)
 
 
 class Replacer:
@@ -72,19 +84,25 @@ class Replacer:
     def step(self, now: float, mine: dict, states: list[EvScan]) -> None:
         """mine: {qpn: SendQp} of the QPs sending; states: every EV of
         theirs, from one scan of nic_evs (the prober's)."""
-        for qpn in list(self._tracks):
-            if qpn not in mine:
-                del self._tracks[qpn]
         by_qp: dict[int, list[EvScan]] = {}
         for e in states:
-            by_qp.setdefault(e.qpn, []).append(e)
+            if e.ev in mine[e.qpn].evs:  # not a replaced EV still to be deleted
+                by_qp.setdefault(e.qpn, []).append(e)
         for qpn, evs in by_qp.items():
             self._step_qp(now, mine[qpn], evs)
+
+    def forget(self, sq) -> None:
+        """A send QP closes: delete the state of its EVs replaced lately (its
+        profile's go with the QP, NicMaps.delete_sq) and what was kept of it."""
+        track = self._tracks.pop(sq.qp.qpn, None)
+        for _, ev, _ in track.retired if track else ():
+            self.maps.delete_ev(sq.qp.qpn, ev)
 
     def _step_qp(self, now: float, sq, evs: list[EvScan]) -> None:
         track = self._tracks.get(sq.qp.qpn)
         if track is None:
-            track = self._tracks[sq.qp.qpn] = _Track(next_value=max(sq.evs) + 1)
+            track = self._tracks[sq.qp.qpn] = _Track(next_value=_next(max(sq.evs)))
+        self._delete_retired(now, sq, track)
         bad = {}
         for e in evs:
             if e.acks > track.acks.get(e.ev, e.acks):
@@ -108,7 +126,7 @@ class Replacer:
             if not (up >> plane) & 1:
                 continue
             works = track.plane_acked.get(plane, -1.0) >= since + EVIDENCE_AFTER_S
-            if (works or active < sq.ev_min_active) and self._replace(sq, track, ev, plane):
+            if (works or active < sq.ev_min_active) and self._replace(now, sq, track, ev, plane):
                 active += 1
 
     def _planes_up(self, qpn: int) -> int:
@@ -120,25 +138,40 @@ class Replacer:
             return 0
 
     def _fresh_value(self, sq, track: _Track) -> int:
-        """An EV value in no slot of the profile, from the QP's counter."""
+        """An EV value in no slot of the profile and not retired lately,
+        from the QP's counter."""
+        retired = {ev for _, ev, _ in track.retired}
         while True:
-            value = track.next_value
-            track.next_value = value + 1 if value < wire.EV_MAX else EV_BASE
-            if value not in sq.evs:
+            value, track.next_value = track.next_value, _next(track.next_value)
+            if value not in sq.evs and value not in retired:
                 return value
 
-    def _replace(self, sq, track: _Track, old: int, plane: int) -> bool:
+    def _delete_retired(self, now: float, sq, track: _Track) -> None:
+        """Delete replaced EVs' state once no program run can hold it; their
+        packets go on counting for their plane (sq.retired_tx_pkts)."""
+        while track.retired and now - track.retired[0][0] >= RETIRE_AFTER_S:
+            _, ev, plane = track.retired.pop(0)
+            try:
+                sent = self.maps.ev_raw(sq.qp.qpn, ev).stats.tx_pkts
+            except KeyError:
+                continue
+            self.maps.delete_ev(sq.qp.qpn, ev)
+            sq.retired_tx_pkts[plane] = sq.retired_tx_pkts.get(plane, 0) + sent
+
+    def _replace(self, now: float, sq, track: _Track, old: int, plane: int) -> bool:
         qpn = sq.qp.qpn
         slot = list(sq.evs).index(old)
         new = self._fresh_value(sq, track)
         try:
-            sent = self.maps.ev_raw(qpn, old).stats.tx_pkts
             if not self.maps.replace_ev(qpn, slot, old, new):
                 return False
         except KeyError:
             return False  # the QP closed meanwhile
+        except OSError as e:  # nic_evs full (E2BIG): the EV stays, its probes go on
+            print(f"evreplace: QP {qpn:#x}: EV {old} not replaced: {e}", file=sys.stderr)
+            return False
         sq.evs = {new if ev == old else ev: p for ev, p in sq.evs.items()}
-        sq.retired_tx_pkts[plane] = sq.retired_tx_pkts.get(plane, 0) + sent
+        track.retired.append((now, old, plane))
         del track.bad_since[old]
         track.acks.pop(old, None)
         track.lost.pop(old, None)

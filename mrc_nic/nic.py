@@ -1685,10 +1685,15 @@ class NicMaps:
     def replace_ev(self, qpn: int, slot: int, old: int, new: int) -> bool:
         """Put EV `new` in slot `slot` of a sending QP's EV profile, where EV
         `old` is (OCP: MRC_CTL_EV_OP_REPLACE_EV). The new EV gets the old one's
-        plane, state GOOD and zero counters; the old one's state goes. The
-        swap itself is a NIC_KICK_EV_REPLACE kick, under the QP's lock, so it
-        is safe while packets flow. False (and nothing changed) if the slot
-        no longer holds `old`. KeyError: no such QP or EV."""
+        plane, state GOOD and zero counters. The swap itself is a
+        NIC_KICK_EV_REPLACE kick, under the QP's lock, so it is safe while
+        packets flow. False (and nothing changed) if the slot no longer holds
+        `old`. KeyError: no such QP or EV.
+
+        The old EV's state stays: a program that looked it up just before
+        the swap may still write to it, and nic_evs is a preallocated hash
+        whose freed elements are reused at once (by the next EV created).
+        Delete it with delete_ev once such runs are over (a few ms later)."""
         pins.check_range("ev", new, wire.EV_MAX)
         if new == wire.EV_INVALID:
             raise ValueError("EV 0 is invalid")
@@ -1699,9 +1704,14 @@ class NicMaps:
         self.setup_ev(qpn, new, plane=plane)
         run_kick(self.program_fd(), qpn, 1, op=KickOp.EV_REPLACE, arg=slot, age_ns=old << 16 | new)
         swapped = self.sq_raw(qpn).evs[slot] == new
-        with contextlib.suppress(FileNotFoundError):
-            bpfsys.map_delete(self._fds[EVS_MAP], bytes(EvKey(qpn, old if swapped else new)))
+        if not swapped:  # never in the profile: no program has seen it
+            self.delete_ev(qpn, new)
         return swapped
+
+    def delete_ev(self, qpn: int, ev: int) -> None:
+        """Forget one EV's state (nothing if there is none)."""
+        with contextlib.suppress(FileNotFoundError):
+            bpfsys.map_delete(self._fds[EVS_MAP], bytes(EvKey(qpn, ev)))
 
     # -- the PSN -> EV table ----------------------------------------------------------------
 

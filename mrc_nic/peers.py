@@ -734,14 +734,19 @@ def subflow_info(sock: socket.socket) -> list[dict]:
     return out
 
 
-def _main(argv: list[str]) -> int:
-    role, args = argv[0], json.loads(argv[1])
+def run_role(roles: dict[str, Callable[[dict], dict]], role: str, args_json: str) -> int:
+    """One end of a peer, in a host's namespace: roles[role](args), its result
+    (or its error) printed as one JSON line for the parent."""
     try:
-        result = {"recv": receiver, "send": sender}[role](args)
+        result = roles[role](json.loads(args_json))
     except BaseException as e:  # reported to the parent as one line
         result = {"error": f"{type(e).__name__}: {e}"}
     print(json.dumps(result), flush=True)
     return 0
+
+
+def _main(argv: list[str]) -> int:
+    return run_role({"recv": receiver, "send": sender}, argv[0], argv[1])
 
 
 if __name__ == "__main__":

@@ -119,13 +119,16 @@ class Prober:
             return None
         self._lost_seen, self._idle_until, self._bad = lost, now + IDLE_SCAN_S, False
         states = self._scan(mine)
+        last, self._last_probe = self._last_probe, {}  # only EVs still bad are kept
         for e in states:
-            if e.state != nic.EvState.ASSUMED_BAD:
-                continue
+            if e.state != nic.EvState.ASSUMED_BAD or e.ev not in mine[e.qpn].evs:
+                continue  # (not in the profile: replaced, to be deleted)
             self._bad = True
-            if now - self._last_probe.get((e.qpn, e.ev), 0.0) < PROBE_INTERVAL_S:
+            key = (e.qpn, e.ev)
+            if now - last.get(key, 0.0) < PROBE_INTERVAL_S:
+                self._last_probe[key] = last[key]
                 continue
-            self._last_probe[(e.qpn, e.ev)] = now
+            self._last_probe[key] = now
             self._send(mine[e.qpn], e.ev, e.plane)
         return states
 

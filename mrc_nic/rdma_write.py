@@ -162,12 +162,14 @@ class Connection:
                 request[key] = value
         if retry:
             request["retry"] = retry
-        self._send_open = keep_open
         try:
             result = ctl.call(self.lab, self.src, request, timeout=wait)
         except KeyboardInterrupt:
             self.cancel("cancelled by the user (Ctrl-C)")
             raise
+        # The daemon closed them unless asked not to (a refused write closes
+        # nothing: close() does).
+        self._send_open = keep_open
         result["chunk"] = self.chunk
         result["src"], result["dst"] = self.src, self.dst
         return result
@@ -181,8 +183,9 @@ class Connection:
 
     def close(self) -> dict:
         """Close the receive QPs (their stats are returned) and the send QPs
-        still open. A send QP still writing (a caller that gave up waiting)
-        is left to its write, which closes it unless keep_open."""
+        still open. A write still running on them (a caller that gave up
+        waiting) is cancelled; the daemon closes its QPs when it ends, since
+        nobody waits for it any more."""
         stats: dict = {}
         try:
             if self.remote:
@@ -194,8 +197,10 @@ class Connection:
         finally:
             if self._send_open:
                 self._send_open = False
-                # EBUSY: the write still running closes them; ENOENT: gone already
-                with contextlib.suppress(ctl.DaemonError):
+                self.cancel("the connection was closed")
+                # EBUSY: the cancelled write ends at the daemon's next tick and
+                # closes them; ENOENT: gone already
+                with contextlib.suppress(ctl.DaemonError, OSError):
                     ctl.call(self.lab, self.src, {"op": "sq_close", "qpns": self.qpns})
         return stats
 

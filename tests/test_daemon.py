@@ -252,6 +252,9 @@ def test_bad_requests_get_errno_and_a_message(default_lab):
     assert p.returncode != 0 and "no host 'h9'" in p.stderr
     p = run_cli("write", "h0", "h1", "--size", "12Q", "-l", name, check=False)
     assert p.returncode == 2 and "bad size" in p.stderr
+    # Refused by the daemon after the QPs were opened: they are closed again.
+    p = run_cli("write", "h0", "h1", "--size", "1M", "--evs", "6", "-l", name, check=False)
+    assert p.returncode != 0 and "multiple of the lab's 4 planes" in p.stderr, p.stderr
     assert ctl.call(name, "h0", {"op": "qp_list"})["qps"] == [], "nothing left behind"
 
 

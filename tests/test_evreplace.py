@@ -29,6 +29,10 @@ class RecordingMaps:
         self.sent = sent
         self.refuse = False
         self.local_ports = self.peer_ports = 0b11
+        self.deleted: list[tuple[int, int]] = []
+
+    def delete_ev(self, qpn: int, ev: int) -> None:
+        self.deleted.append((qpn, ev))
 
     def port_bitmap(self, host: int) -> int:
         return self.local_ports
@@ -108,13 +112,18 @@ def test_an_ev_bad_long_enough_on_a_working_plane_is_replaced_in_its_slot(no_eve
     scans.fail(102)  # plane 0, slot 2
     run(replacer, sq, scans, 0.012, 0.012 + AFTER - 0.004)
     assert maps.replaced == [], "not before REPLACE_AFTER_S"
-    run(replacer, sq, scans, 0.012 + AFTER, 0.012 + AFTER + 0.004)
+    t = run(replacer, sq, scans, 0.012 + AFTER, 0.012 + AFTER + 0.001)
     ((qpn, slot, old, new),) = maps.replaced
     assert (qpn, slot, old) == (QPN, 2, 102)
     assert new not in (100 + i for i in range(8)) and new > max(range(100, 108))
     assert list(sq.evs) == [100, 101, new, 103, 104, 105, 106, 107], "same slot, same order"
     assert sq.evs[new] == 0, "the same plane"
-    assert sq.retired_tx_pkts == {0: 7}, "the old EV's packets still count for its plane"
+    # The old EV's state stays a while (a program run may still hold it) ...
+    assert maps.deleted == [] and sq.retired_tx_pkts == {}
+    run(replacer, sq, scans, t, t + evreplace.RETIRE_AFTER_S + 0.002)
+    # ... then goes, and its packets still count for its plane.
+    assert maps.deleted == [(QPN, 102)]
+    assert sq.retired_tx_pkts == {0: 7}
     assert replacer.replaced == 1
     assert no_event_log == [
         {"type": "ev_replaced", "host": "h0", "qpn": QPN, "plane": 0, "old_ev": 102}
@@ -209,3 +218,15 @@ def test_an_ev_that_failed_again_between_two_scans_starts_a_new_clock():
     assert maps.replaced == []
     run(replacer, sq, scans, t, t + 0.01)
     assert [r[2] for r in maps.replaced] == [102]
+
+
+def test_forget_deletes_the_replaced_evs_still_kept_and_starts_afresh():
+    sq, maps = make_sq(), RecordingMaps()
+    replacer, scans = evreplace.Replacer("lab", "h0", 0, maps), Scans(sq)
+    run(replacer, sq, scans, 0.0, 0.01)
+    scans.fail(103)
+    run(replacer, sq, scans, 0.012, 0.012 + AFTER + 0.001)
+    assert [r[2] for r in maps.replaced] == [103] and maps.deleted == []
+    replacer.forget(sq)
+    assert maps.deleted == [(QPN, 103)]
+    assert replacer._tracks == {}

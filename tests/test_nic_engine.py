@@ -710,8 +710,10 @@ def test_replace_ev_swaps_a_profile_slot_while_packets_are_in_flight(program, ma
     assert s.evs[:4] == [fresh, EV_B, EV_C, EV_D]
     new = maps.ev(QP_TX, fresh)
     assert (new.plane, new.state, new.stats["tx_pkts"]) == (EVS[EV_A], nic.EvState.GOOD, 0)
+    assert maps.ev(QP_TX, EV_A).state == nic.EvState.ASSUMED_BAD  # kept until deleted
+    maps.delete_ev(QP_TX, EV_A)
     with pytest.raises(KeyError):
-        maps.ev(QP_TX, EV_A)  # the old EV's state is gone
+        maps.ev(QP_TX, EV_A)
     # START's SACK echoes the old EV: feedback for no EV, the PSN acked all the same.
     r = run(program, maps, sack(maps, START, START + 1))
     assert r.counters.get("unknown_ev") == 1
