@@ -543,7 +543,8 @@ class Job:
         live = s.in_flight - len(s.acked) - len(s.retx_pending)
         target = min(s.cwnd, s.window) if s.cwnd else s.window
         work = s.retx_queue or (s.wqe_sent - sq.wqe_base) & 0xFFFFFFFF < sq.posted
-        if live < target // 2 and work and now - sq.last_kick >= TOPUP_KICK_S:
+        # max(1, ...): a window of 1 (NSCC at its floor) must restart too
+        if live < max(1, target // 2) and work and now - sq.last_kick >= TOPUP_KICK_S:
             self.maps.kick(sq.qp.qpn, target - max(0, live), batch_size=256)
             sq.last_kick = now
 

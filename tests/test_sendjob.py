@@ -1,0 +1,49 @@
+"""sendjob's decisions that need no lab: here, when a stalled ACK clock is restarted."""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+
+from mrc_nic import sendjob
+
+
+class KickRecorder:
+    def __init__(self) -> None:
+        self.kicks: list[tuple[int, int]] = []
+
+    def kick(self, qpn: int, packets: int, **_) -> None:
+        self.kicks.append((qpn, packets))
+
+
+def snapshot(**kw):
+    base = dict(in_flight=0, acked=[], retx_pending=[], cwnd=1, window=1024, retx_queue=0)
+    base.update(wqe_sent=0)
+    return types.SimpleNamespace(**(base | kw))
+
+
+@pytest.mark.parametrize("cwnd", [1, 2, 3, 128])
+def test_a_qp_with_nothing_in_flight_and_work_posted_is_kicked_whatever_its_window(cwnd):
+    """An ACK clock that stopped (nothing in flight, work posted) restarts,
+    also at NSCC's floor of one packet, where half a window rounds to 0."""
+    maps = KickRecorder()
+    job = sendjob.Job.__new__(sendjob.Job)
+    job.maps = maps
+    sq = types.SimpleNamespace(qp=types.SimpleNamespace(qpn=0x105), wqe_base=0, posted=1)
+    sq.last_kick = 0.0
+    job._top_up(sq, snapshot(cwnd=cwnd), now=1.0)
+    assert maps.kicks == [(0x105, cwnd)]
+    assert sq.last_kick == 1.0
+
+
+def test_a_full_window_or_no_work_is_not_kicked():
+    maps = KickRecorder()
+    job = sendjob.Job.__new__(sendjob.Job)
+    job.maps = maps
+    sq = types.SimpleNamespace(qp=types.SimpleNamespace(qpn=0x105), wqe_base=0, posted=1)
+    sq.last_kick = 0.0
+    job._top_up(sq, snapshot(cwnd=4, in_flight=3), now=1.0)  # 3 of 4 live: the clock runs
+    sq.posted = 0
+    job._top_up(sq, snapshot(cwnd=4), now=1.0)  # nothing to send
+    assert maps.kicks == []
