@@ -18,31 +18,33 @@ class KickRecorder:
 
 
 def snapshot(**kw):
+    """The nic.SqSnapshot fields _top_up reads: an idle QP by default."""
     base = dict(in_flight=0, acked=[], retx_pending=[], cwnd=1, window=1024, retx_queue=0)
-    base.update(wqe_sent=0)
-    return types.SimpleNamespace(**(base | kw))
+    return types.SimpleNamespace(**(base | {"wqe_sent": 0} | kw))
+
+
+def job_and_qp() -> tuple[sendjob.Job, KickRecorder, types.SimpleNamespace]:
+    """A Job that records its kicks, and a send QP with one WQE posted."""
+    maps = KickRecorder()
+    job = sendjob.Job.__new__(sendjob.Job)
+    job.maps = maps
+    sq = types.SimpleNamespace(qp=types.SimpleNamespace(qpn=0x105), wqe_base=0, posted=1)
+    sq.last_kick = 0.0
+    return job, maps, sq
 
 
 @pytest.mark.parametrize("cwnd", [1, 2, 3, 128])
 def test_a_qp_with_nothing_in_flight_and_work_posted_is_kicked_whatever_its_window(cwnd):
     """An ACK clock that stopped (nothing in flight, work posted) restarts,
     also at NSCC's floor of one packet, where half a window rounds to 0."""
-    maps = KickRecorder()
-    job = sendjob.Job.__new__(sendjob.Job)
-    job.maps = maps
-    sq = types.SimpleNamespace(qp=types.SimpleNamespace(qpn=0x105), wqe_base=0, posted=1)
-    sq.last_kick = 0.0
+    job, maps, sq = job_and_qp()
     job._top_up(sq, snapshot(cwnd=cwnd), now=1.0)
     assert maps.kicks == [(0x105, cwnd)]
     assert sq.last_kick == 1.0
 
 
 def test_a_full_window_or_no_work_is_not_kicked():
-    maps = KickRecorder()
-    job = sendjob.Job.__new__(sendjob.Job)
-    job.maps = maps
-    sq = types.SimpleNamespace(qp=types.SimpleNamespace(qpn=0x105), wqe_base=0, posted=1)
-    sq.last_kick = 0.0
+    job, maps, sq = job_and_qp()
     job._top_up(sq, snapshot(cwnd=4, in_flight=3), now=1.0)  # 3 of 4 live: the clock runs
     sq.posted = 0
     job._top_up(sq, snapshot(cwnd=4), now=1.0)  # nothing to send
