@@ -205,6 +205,31 @@ struct nic_timeline_bin {
 _Static_assert(sizeof(struct nic_timeline_bin) == 16, "struct nic_timeline_bin layout changed");
 
 /*
+ * The delivery gaps of a receive QP, by when they ended (mrc-nic extension):
+ * every gap of at least NIC_GAP_MIN_NS between two placements of new payload
+ * goes to the bin of its end, 2^NIC_GAP_BIN_SHIFT ns of bpf_ktime_get_ns
+ * (67 ms), which keeps the longest one that ended in it. Bin b lives in slot
+ * b % NIC_GAP_BINS and is restarted when a later bin takes it, so the QP holds
+ * the last NIC_GAP_BINS bins (4.3 s); a reader keeps the slots whose end_ns
+ * falls in the time it asks about. Why: max_gap_ns is the whole run's longest
+ * gap; a failover benchmark needs the longest gap that a fault caused, at a
+ * known time, apart from the scheduling stalls of a shared machine before it.
+ * Gaps shorter than NIC_GAP_MIN_NS are not logged: the per-packet cost stays
+ * one compare.
+ */
+#ifndef NIC_GAP_MIN_NS
+#define NIC_GAP_MIN_NS 100000
+#endif
+#define NIC_GAP_BIN_SHIFT 26
+#define NIC_GAP_BINS 64
+_Static_assert((NIC_GAP_BINS & (NIC_GAP_BINS - 1)) == 0, "NIC_GAP_BINS must be a power of two");
+struct nic_gap_bin {
+	__u64 end_ns; /* when the longest gap of this bin ended (0: never used) */
+	__u64 gap_ns; /* its length */
+};
+_Static_assert(sizeof(struct nic_gap_bin) == 16, "struct nic_gap_bin layout changed");
+
+/*
  * The receiving side of one QP. User space writes the whole value when it
  * sets the QP up (the "setup" fields and the initial cum_psn and msn; the
  * rest zero) and reads it back with BPF_F_LOCK. Afterwards BPF owns
@@ -230,11 +255,13 @@ struct nic_rq {
 	__u64 bitmap[NIC_BITMAP_WORDS]; /* ring of received PSNs, see above */
 	struct nic_rq_stats stats;
 	struct nic_msg_slot msgs[NIC_MSG_SLOTS]; /* message MSN m in msgs[m % NIC_MSG_SLOTS] */
+	struct nic_gap_bin gaps[NIC_GAP_BINS];   /* long delivery gaps, by end (above) */
 };
 _Static_assert(__builtin_offsetof(struct nic_rq, cum_psn) == 28, "struct nic_rq layout changed");
 _Static_assert(__builtin_offsetof(struct nic_rq, bitmap) == 40, "struct nic_rq layout changed");
 _Static_assert(sizeof(struct nic_rq) == 40 + 8 * NIC_BITMAP_WORDS + sizeof(struct nic_rq_stats) +
-					     NIC_MSG_SLOTS * sizeof(struct nic_msg_slot),
+					     NIC_MSG_SLOTS * sizeof(struct nic_msg_slot) +
+					     NIC_GAP_BINS * sizeof(struct nic_gap_bin),
 	       "struct nic_rq has hidden padding");
 
 /* ---- Send QP state: map nic_tx_qps (hash, key = __u32 QPN) ------------- */

@@ -595,9 +595,23 @@ static __always_inline int addrs_match(__u32 local_host, __u32 peer_host, __be32
 }
 
 /* Receiver role: a WRITE or WRITE_IMM packet. */
-/* The delivery clock of a receive QP (under its lock): the longest gap. */
-static __always_inline void note_delivery(struct nic_rq_stats *st, __u64 now)
+/* A gap of at least NIC_GAP_MIN_NS that ended at `now`, into the QP's gap log. */
+static __always_inline void log_gap(struct nic_rq *rq, __u64 now, __u64 gap)
 {
+	__u64 bin = now >> NIC_GAP_BIN_SHIFT;
+	struct nic_gap_bin *g = &rq->gaps[bin & (NIC_GAP_BINS - 1)];
+
+	if ((g->end_ns >> NIC_GAP_BIN_SHIFT) != bin || gap > g->gap_ns) {
+		g->end_ns = now;
+		g->gap_ns = gap;
+	}
+}
+
+/* The delivery clock of a receive QP (under its lock): the longest gap, and
+ * the long ones by when they ended. */
+static __always_inline void note_delivery(struct nic_rq *rq, __u64 now)
+{
+	struct nic_rq_stats *st = &rq->stats;
 	__u64 gap;
 
 	if (!st->first_place_ns)
@@ -608,6 +622,8 @@ static __always_inline void note_delivery(struct nic_rq_stats *st, __u64 now)
 			st->max_gap_ns = gap;
 			st->max_gap_end_ns = now;
 		}
+		if (gap >= NIC_GAP_MIN_NS)
+			log_gap(rq, now, gap);
 	}
 	if (now > st->last_place_ns)
 		st->last_place_ns = now;
@@ -822,7 +838,7 @@ static __always_inline int rx_data(struct xdp_md *ctx, struct mrc_pkt *p)
 			complete_msgs(rq, batch);
 			rq->stats.placed_pkts++;
 			rq->stats.placed_bytes += payload_len;
-			note_delivery(&rq->stats, now);
+			note_delivery(rq, now);
 		}
 	}
 	if (verdict != RX_BAD_MSN) {
@@ -1781,15 +1797,21 @@ struct ev_pick {
 };
 
 /*
- * The next `want` (1 or 2) usable EVs of the QP's round robin, from the
- * cursor (sq->ev_next) on; returns how many were found. Read without the
- * lock; the cursor moves under it when a packet is sent (see engine_run), or
- * here past ENGINE_EV_TRIES unusable EVs. Two CPUs serving one QP at the same
- * moment may pick the same EV: the round robin is exact on one CPU,
- * approximate across (ENGINE_EV_HOLD_NS keeps the order that matters).
+ * The next usable EVs of the QP's round robin, from the cursor (sq->ev_next)
+ * on: p1, the first; with want 2, p2, a second one, on another plane than
+ * `avoid` if one is usable within the search (else just the next usable EV).
+ * Returns how many were found. avoid is the plane of a lost packet that is to
+ * be resent (NIC_MAX_PLANES: none): the loss may be the plane's (a blackholed
+ * switch or link takes every EV it carries), so its other EVs are the next
+ * ones lost. Read without the lock; the cursor moves under it when a packet
+ * is sent (see engine_run), or here past ENGINE_EV_TRIES unusable EVs. Two
+ * CPUs serving one QP at the same moment may pick the same EV: the round
+ * robin is exact on one CPU, approximate across (ENGINE_EV_HOLD_NS keeps the
+ * order that matters).
  */
 static __always_inline __u32 pick_evs(struct nic_sq *sq, __u32 qpn, __u32 want, __u32 planes,
-				      __u64 now, struct ev_pick *p1, struct ev_pick *p2)
+				      __u32 avoid, __u64 now, struct ev_pick *p1,
+				      struct ev_pick *p2)
 {
 	struct nic_ev_key key = {.qpn = qpn};
 	__u32 n = sq->n_evs, start, found = 0, cpu = bpf_get_smp_processor_id();
@@ -1814,18 +1836,43 @@ static __always_inline __u32 pick_evs(struct nic_sq *sq, __u32 qpn, __u32 want, 
 			p1->e = e;
 			p1->ev = key.ev;
 			p1->idx = idx;
-		} else {
+			found = 1;
+			if (want < 2 || (avoid < NIC_MAX_PLANES && e->plane != avoid))
+				break; /* p1 will do, whatever is resent */
+			continue;
+		}
+		if (found == 1) { /* the fallback: the next usable EV */
+			p2->e = e;
+			p2->ev = key.ev;
+			p2->idx = idx;
+			found = 2;
+		} else if (e->plane != avoid) { /* a better p2 */
 			p2->e = e;
 			p2->ev = key.ev;
 			p2->idx = idx;
 		}
-		found++;
-		if (found >= want)
+		if (avoid >= NIC_MAX_PLANES || e->plane != avoid)
 			break;
 	}
 	if (!found && n > ENGINE_EV_TRIES)
 		sq->ev_next = (start + ENGINE_EV_TRIES) % n;
 	return found;
+}
+
+/* The plane of the EV that lost the next queued retransmission, read without
+ * the lock (a stale view costs one retransmission on a worse plane), or
+ * NIC_MAX_PLANES when no retransmission is queued or its EV is gone. */
+static __always_inline __u32 retx_plane(struct nic_sq *sq, __u32 qpn)
+{
+	__u32 head = *(volatile __u32 *)&sq->retx_head;
+	struct nic_ev_key key = {.qpn = qpn};
+	struct nic_ev *e;
+
+	if (head == *(volatile __u32 *)&sq->retx_tail)
+		return NIC_MAX_PLANES;
+	key.ev = sq->retxq[head & (NIC_RETX_SLOTS - 1)].ev;
+	e = key.ev ? nic_evs.lookup(&key) : NULL;
+	return e ? e->plane : NIC_MAX_PLANES;
 }
 
 /* PSNs acknowledged above snd_una (sq->lock held): the acked ring's bits. */
@@ -2118,7 +2165,7 @@ static __always_inline int engine_run(struct xdp_md *ctx, const struct engine_re
 	struct nic_ev *e;
 	__u32 qpn = req->qpn, zero = 0, ring_id, host, planes, found = 0, want, work, i, n;
 	__u32 psn, wqe, off, len, seg, last, retx, ev, plane, prev, has_prev, hdrs, total, rid;
-	__u32 key, cpu, icrc = MRC_ICRC_UNUSED, *up;
+	__u32 key, cpu, icrc = MRC_ICRC_UNUSED, *up, avoid = NIC_MAX_PLANES;
 	__u64 now, tx_ts, elem;
 	int verdict, delta;
 
@@ -2146,8 +2193,11 @@ static __always_inline int engine_run(struct xdp_md *ctx, const struct engine_re
 	work = sq->retx_head != sq->retx_tail ||
 	       (sq->state == NIC_QPS_RTS && *(volatile __u32 *)&wq->posted != sq->wqe_sent);
 	if (work) {
+		/* A retransmission first: p2 in case p1 is on the plane that lost it. */
 		want = sq->retx_head != sq->retx_tail ? 2 : 1;
-		found = pick_evs(sq, qpn, want, planes, now, &p1, &p2);
+		if (want == 2)
+			avoid = retx_plane(sq, qpn);
+		found = pick_evs(sq, qpn, want, planes, avoid, now, &p1, &p2);
 		if (!found)
 			count(NIC_CNT_TX_NO_EV, 1);
 	}
@@ -2168,9 +2218,11 @@ static __always_inline int engine_run(struct xdp_md *ctx, const struct engine_re
 	if (found) {
 		engine_plan(sq, wq, ring, sc);
 		/* The EV: the first one found, unless a retransmission was lost on
-		 * it. The round robin goes on after the EV used, or stays on the
-		 * first one found when it was passed over. */
-		if (sc->what == TX_RETX && found > 1 && p1.ev == sc->lost_ev)
+		 * it or on its plane (p2: on another plane if one is usable). The
+		 * round robin goes on after the EV used, or stays on the first one
+		 * found when it was passed over. */
+		if (sc->what == TX_RETX && found > 1 &&
+		    (p1.ev == sc->lost_ev || (p1.e->plane == avoid && p2.e->plane != avoid)))
 			sc->second = 1;
 		if (sc->what != TX_NONE)
 			sq->ev_next = sc->second ? p1.idx : p1.idx + 1;

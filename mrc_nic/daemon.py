@@ -187,7 +187,8 @@ class Daemon(LineService):
         closed = [q for q in req["qpns"] if int(q) in self.recv_qps]
         stats = {}
         for qpn in closed:
-            stats[str(qpn)] = self.maps.rq(int(qpn)).stats
+            rq = self.maps.rq(int(qpn))
+            stats[str(qpn)] = {**rq.stats, "long_gaps": rq.long_gaps}
             self._close_recv_qp(int(qpn))
         return {"closed": closed, "stats": stats}
 

@@ -127,6 +127,9 @@ MPR_MAX = 8
 BITMAP_BITS = MPR_MAX * wire.MPR_UNIT
 BITMAP_WORDS = BITMAP_BITS // 64
 MSG_SLOTS = 32
+GAP_BINS = 64  # NIC_GAP_BINS: the receive QP's log of long delivery gaps
+GAP_MIN_NS = 100_000  # NIC_GAP_MIN_NS: shorter gaps are not logged
+GAP_BIN_SHIFT = 26  # NIC_GAP_BIN_SHIFT: a bin of the gap log is 2^26 ns (67 ms)
 MSG_F_VALID = 0x1
 MSG_F_IMM = 0x2
 MAX_QP_EVS = 256
@@ -312,6 +315,12 @@ class RqStats(ctypes.Structure):
     ]
 
 
+class GapBin(ctypes.Structure):
+    """struct nic_gap_bin: the longest delivery gap that ended in one bin of time."""
+
+    _fields_ = [("end_ns", ctypes.c_uint64), ("gap_ns", ctypes.c_uint64)]
+
+
 class SpinLock(ctypes.Structure):
     """struct bpf_spin_lock: the kernel never copies it to or from user space (reads 0)."""
 
@@ -335,6 +344,7 @@ class RqState(ctypes.Structure):
         ("bitmap", ctypes.c_uint64 * BITMAP_WORDS),
         ("stats", RqStats),
         ("msgs", MsgSlot * MSG_SLOTS),
+        ("gaps", GapBin * GAP_BINS),
     ]
 
 
@@ -913,6 +923,9 @@ class RqSnapshot:
     received: list[int]  # PSNs at or after cum_psn that have arrived, in window order
     pending_msgs: list[dict[str, int]]  # LAST packets seen, messages not complete yet
     stats: dict[str, int]
+    # Delivery gaps of at least GAP_MIN_NS, (end_ns, gap_ns) by end, the longest
+    # of each 67 ms bin of the last 4.3 s (struct nic_gap_bin)
+    long_gaps: list[tuple[int, int]] = dataclasses.field(default_factory=list)
 
     @property
     def window(self) -> int:
@@ -1135,6 +1148,7 @@ class NicMaps:
             received=received,
             pending_msgs=pending,
             stats={name: getattr(raw.stats, name) for name, _ in RqStats._fields_},
+            long_gaps=sorted((g.end_ns, g.gap_ns) for g in raw.gaps if g.end_ns),
         )
 
     def set_rq_state(self, qpn: int, state: QpState) -> None:

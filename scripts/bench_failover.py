@@ -25,7 +25,10 @@ transport: the longest gap in delivered bytes that ended after the fault,
 the time from the fault back to full rate, and goodput from the fault to the
 end. mrc-nic: `mrc-nic write h0 h1` (rdma_write.write, through the daemons);
 its gap is the receive QP's BPF clock (struct nic_rq_stats max_gap_ns and
-max_gap_end_ns: the longest time between two placements of new payload), its
+max_gap_end_ns: the longest time between two placements of new payload; and
+the QP's gap log, struct nic_gap_bin, which keeps the longest gap of 0.1 ms
+or more that ended in each 67 ms, so that the longest gap after the fault is
+exact), its
 goodput per ~1 ms bin the NIC's receive timeline (2^20 ns bins,
 nic.NicMaps.rx_timeline). MPTCP: 4 subflows, one per plane
 (mrc_nic.peers.run_stream); its gap from the receiving application's own
@@ -87,6 +90,9 @@ LOSS_TARGET = 0.95
 FULL_FRAC, RECOVERY_WINDOW_S, RECOVERY_HOLD = 0.9, 0.05, 3
 BASELINE_S = 0.5  # full rate: the rate over this long before the fault
 MRC_BIN_S = (1 << nic.TIMELINE_SHIFT) / 1e9  # the NIC timeline's bin, 1.05 ms
+# The receive QP's gap log (struct nic_gap_bin): what it holds and its floor
+GAP_LOG_SPAN_S = (nic.GAP_BINS - 1) * 2**nic.GAP_BIN_SHIFT / 1e9
+GAP_LOG_FLOOR_S = nic.GAP_MIN_NS / 1e9
 PEER_BIN_S = 0.001  # MPTCP's bins as measured (its gap is from timestamps anyway)
 PLOT_PEER_BIN_S = 0.01  # MPTCP as drawn
 TIMELINE_READ_S = 2.0  # the NIC timeline keeps 8.6 s: read it during long transfers
@@ -174,6 +180,9 @@ class Trace:
     fault_s: float | None = None
     extra: dict | None = None
     error: str | None = None
+    # mrc-nic: the receive QP's log of long gaps, (end_s, gap_s), the longest of
+    # each 67 ms; None for a transport without one
+    long_gaps: list[tuple[float, float]] | None = None
 
 
 def fault_gap(trace: Trace, bins: list[int]) -> tuple[float | None, str]:
@@ -189,6 +198,9 @@ def fault_gap(trace: Trace, bins: list[int]) -> tuple[float | None, str]:
     if trace.gap_s is None or trace.gap_end_s is None:
         return None, "none"
     fault = trace.fault_s
+    logged = _logged_gap_after(trace)
+    if logged is not None:
+        return logged
     if trace.gap_end_s - trace.gap_s >= fault:
         return trace.gap_s, "exact"
     spans = trace.gap_end_s > fault
@@ -198,6 +210,20 @@ def fault_gap(trace: Trace, bins: list[int]) -> tuple[float | None, str]:
     empty_after = peers.longest_zero_run(bins[int(fault / trace.bin_s) :], trace.bin_s)[0]
     part_after = trace.gap_end_s - fault if spans else 0.0
     return max(part_after, empty_after), "lower bound (after the fault only)"
+
+
+def _logged_gap_after(trace: Trace) -> tuple[float, str] | None:
+    """The longest gap that ended after the fault, from the receive QP's gap log
+    (exact: the log keeps the longest gap of every 67 ms), or None when the log
+    cannot tell (no log, or the run after the fault is longer than it holds)."""
+    if trace.long_gaps is None or trace.fault_s is None:
+        return None
+    if trace.end_s - trace.fault_s > GAP_LOG_SPAN_S:
+        return None
+    after = [gap for end, gap in trace.long_gaps if end > trace.fault_s]
+    if not after:
+        return GAP_LOG_FLOOR_S, f"upper bound (no gap of {GAP_LOG_FLOOR_S * 1e3:g} ms or more)"
+    return max(after), "exact"
 
 
 def analyse(trace: Trace, capacity_bps: float, around_fault: bool = True) -> dict[str, Any]:
@@ -237,6 +263,12 @@ def analyse(trace: Trace, capacity_bps: float, around_fault: bool = True) -> dic
         fault_gap_s=gap,
         fault_gap_kind=gap_kind,
     )
+    if trace.long_gaps is not None:  # for the reader: when each long gap ended, from the fault
+        out["long_gaps_after_fault"] = [
+            {"ended_s": round(end - trace.fault_s, 6), "gap_s": gap}
+            for end, gap in trace.long_gaps
+            if end > trace.fault_s
+        ]
     return out
 
 
@@ -317,6 +349,8 @@ def _mrc_figures(trace: Trace, result: dict, t0_ns: int) -> Trace:
     trace.gap_s = stats.get("max_gap_ns", 0) / 1e9
     end_ns = stats.get("max_gap_end_ns", 0)
     trace.gap_end_s = (end_ns - t0_ns) / 1e9 if end_ns else None
+    if "long_gaps" in stats:
+        trace.long_gaps = [((end - t0_ns) / 1e9, gap / 1e9) for end, gap in stats["long_gaps"]]
     trace.extra = {
         "bytes": result["bytes"],
         "seconds": result["seconds"],

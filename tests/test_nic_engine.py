@@ -852,6 +852,31 @@ def test_resent_on_another_ev_even_when_the_lost_one_is_next(program, maps, sq):
 
 
 @needs_bpf
+def test_resent_on_another_plane_than_the_one_that_lost_it(program, maps, sq):
+    """The round robin's next EV, C, is on the plane that lost the packet (A's,
+    plane 0): the retransmission goes to plane 1 (D) instead, and C keeps its
+    turn for the next new packet."""
+    post(maps, 8 * CE)
+    send(program, maps, 2)  # A, B: the round robin is at C
+    r = run(program, maps, nack(maps, START, w.NackReason.TRIMMED_LASTHOP, cum=START))
+    assert r.verdict == XDP_REDIRECT
+    assert_data(r.frame, expected_data(START, EV_D, 0, CE, last=False, retx=True), *_t(r))
+    assert [Ether(kick(program, maps).frame)[UDP].sport for _ in range(2)] == [EV_C, EV_D]
+
+
+@needs_bpf
+def test_resent_on_the_same_plane_when_no_other_is_usable(program, maps, sq):
+    """Plane 1's EVs are DENIED: the retransmission stays on plane 0, on an EV
+    other than the one that lost it."""
+    post(maps, 8 * CE)
+    send(program, maps, 2)  # A, B
+    set_ev(maps, EV_B, state=nic.EvState.DENIED)
+    set_ev(maps, EV_D, state=nic.EvState.DENIED)
+    r = run(program, maps, nack(maps, START, w.NackReason.TRIMMED_LASTHOP, cum=START))
+    assert_data(r.frame, expected_data(START, EV_C, 0, CE, last=False, retx=True), *_t(r))
+
+
+@needs_bpf
 def test_resent_last_packet_of_a_write_imm_keeps_its_immediate(program, maps, sq):
     post(maps, 100, imm=0xFEED)
     send(program, maps, 1)

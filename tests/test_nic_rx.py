@@ -276,6 +276,35 @@ def test_delivery_clock_records_the_longest_gap_between_new_payloads(program, ma
 
 
 @needs_bpf
+def test_gap_log_keeps_the_longest_long_gap_of_each_bin(program, maps, qp):
+    """The QP's gap log: gaps of at least GAP_MIN_NS, the longest per 67 ms
+    bin, by end time; shorter gaps are not logged."""
+    t0 = time.monotonic_ns()
+    run(program, data(START))
+    run(program, data(START + 1))  # back to back: far below the floor
+    time.sleep(0.003)
+    run(program, data(START + 2))  # a 3 ms gap
+    time.sleep(0.012)
+    run(program, data(START + 3))  # a 12 ms gap, the longest of its bin
+    t_long = time.monotonic_ns()
+    time.sleep(0.14)  # into a later bin
+    run(program, data(START + 4))  # a 140 ms gap, another bin
+    t1 = time.monotonic_ns()
+
+    gaps = maps.rq(QP_RX).long_gaps
+    assert all(t0 < end <= t1 and gap >= nic.GAP_MIN_NS for end, gap in gaps)
+    last = gaps[-1]
+    assert last[1] >= 140_000_000 and last[0] > t_long
+    earlier = gaps[:-1]
+    assert earlier, "the 12 ms gap (and maybe the 3 ms one, in an earlier bin) are logged"
+    # Each bin holds the longest gap that ended in it: the 12 ms one beats the
+    # 3 ms one when both ended in the same bin; the 3 ms one shows only alone.
+    assert max(g for _, g in earlier) >= 12_000_000
+    for end, gap in earlier:
+        assert gap >= 12_000_000 or end >> nic.GAP_BIN_SHIFT != t_long >> nic.GAP_BIN_SHIFT
+
+
+@needs_bpf
 def test_out_of_order_then_hole_filled(program, maps, qp):
     # START+2 first: a hole at START and START+1.
     assert_answer(run(program, data(START + 2)), sack(START + 2, cum=START, bitmap=0b100))

@@ -1280,6 +1280,9 @@ TX_HEADER_CONSTANTS = [
     *[(f"NIC_RETX_{c.name}", c) for c in nic.RetxCause],
     *[(f"NIC_KICK_{op.name}", op) for op in nic.KickOp],
     ("NIC_TIMEOUT_MAX", nic.TIMEOUT_MAX),
+    ("NIC_GAP_MIN_NS", nic.GAP_MIN_NS),
+    ("NIC_GAP_BINS", nic.GAP_BINS),
+    ("NIC_GAP_BIN_SHIFT", nic.GAP_BIN_SHIFT),
     *[(f"sizeof(struct {s})", ctypes.sizeof(v)) for s, v in TX_C_VIEWS.items()],
 ]
 
