@@ -97,10 +97,26 @@
 
 /* ---- Layout constants (NOT tunable: user space mirrors them) ------------ */
 
-/* Region element: the path MTU RoCE uses on 1500-byte Ethernet, and the
- * payload of every full data packet. A packet is placed in the element at
- * (RETH.va - region base_va) / NIC_MR_ELEM_SIZE and never straddles two. */
+/* Region element: the path MTU RoCE uses on 1500-byte Ethernet, and the unit
+ * of placement. A packet's payload starts at an element boundary, the
+ * element at (RETH.va - region base_va) / NIC_MR_ELEM_SIZE, and fills up to
+ * NIC_SEG_ELEMS_MAX consecutive elements. */
 #define NIC_MR_ELEM_SIZE 1024
+
+/*
+ * The payload of a full data packet (RoCE's path MTU): the largest multiple
+ * of NIC_MR_ELEM_SIZE that fits the lab's IP MTU (MRC_PAYLOAD_MAX(MRC_MTU)),
+ * at most NIC_SEG_ELEMS_MAX elements: 1024 bytes on a 1500-byte MTU, 2048
+ * from 2128, 3072 from 3152. Why 3 at most: veth runs an XDP program that is
+ * not frags-aware only up to an MTU of about 3500 (one page less XDP headroom
+ * and skb_shared_info), so RoCE's 4096 does not fit. The engine segments
+ * WRITEs in NIC_SEG_SIZE; the receiver takes any payload up to it.
+ */
+#define NIC_SEG_ELEMS_MAX 3
+#define NIC_SEG_ELEMS_FIT (MRC_PAYLOAD_MAX(MRC_MTU) / NIC_MR_ELEM_SIZE)
+#define NIC_SEG_ELEMS (NIC_SEG_ELEMS_FIT < NIC_SEG_ELEMS_MAX ? NIC_SEG_ELEMS_FIT : NIC_SEG_ELEMS_MAX)
+#define NIC_SEG_SIZE (NIC_SEG_ELEMS * NIC_MR_ELEM_SIZE)
+_Static_assert(NIC_SEG_ELEMS >= 1, "MRC_MTU too small for a 1024-byte payload");
 
 /* Largest MPR a receive QP may have (units of MRC_MPR_UNIT = 128 PSNs). The
  * receive bitmap is a ring of NIC_BITMAP_BITS bits: PSN p lives at bit

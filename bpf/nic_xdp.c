@@ -698,7 +698,7 @@ static __always_inline int rx_data(struct xdp_md *ctx, struct mrc_pkt *p)
 	if (!trimmed) {
 		if (dmalen != payload_len)
 			return drop(NIC_CNT_DROP_BAD_LEN);
-		if (payload_len > MRC_PAYLOAD_MAX(MRC_MTU) || payload_len > NIC_MR_ELEM_SIZE)
+		if (payload_len > MRC_PAYLOAD_MAX(MRC_MTU) || payload_len > NIC_SEG_SIZE)
 			return drop(NIC_CNT_DROP_TOO_LONG);
 	}
 
@@ -753,8 +753,8 @@ static __always_inline int rx_data(struct xdp_md *ctx, struct mrc_pkt *p)
 		if (off & (NIC_MR_ELEM_SIZE - 1))
 			return drop(NIC_CNT_DROP_BAD_VA);
 		off /= NIC_MR_ELEM_SIZE;
-		if (off >= rg->n_elems)
-			goto remote_access;
+		if (off + (payload_len - 1) / NIC_MR_ELEM_SIZE >= rg->n_elems)
+			goto remote_access; /* its last element is beyond the region */
 		elem = rg->first_elem + (__u32)off;
 	}
 
@@ -798,20 +798,30 @@ static __always_inline int rx_data(struct xdp_md *ctx, struct mrc_pkt *p)
 	}
 
 	if (fresh && payload_len) {
-		struct nic_mr_elem *dst = nic_mr.lookup(&elem);
-		__u64 len = payload_len;
+		int k;
 
-		if (!dst)
-			goto remote_access; /* region reaches past nic_mr: misconfigured */
-		/* Bounds the verifier can follow: 1 <= len <= NIC_MR_ELEM_SIZE. */
-		asm volatile("" : "+r"(len));
-		if (len > NIC_MR_ELEM_SIZE)
-			return drop(NIC_CNT_DROP_TOO_LONG);
-		asm volatile("" : "+r"(len));
-		if (len < 1)
-			return drop(NIC_CNT_DROP_BAD_LEN);
-		if (bpf_xdp_load_bytes(ctx, payload_off, dst, len))
-			return drop(NIC_CNT_DROP_TRUNCATED);
+		/* Element by element: a payload of NIC_SEG_SIZE fills several. */
+		for (k = 0; k < NIC_SEG_ELEMS; k++) {
+			__u32 at = k * NIC_MR_ELEM_SIZE, elem_k = elem + k;
+			struct nic_mr_elem *dst;
+			__u64 len;
+
+			if (at >= payload_len)
+				break;
+			dst = nic_mr.lookup(&elem_k);
+			if (!dst)
+				goto remote_access; /* region reaches past nic_mr: misconfigured */
+			len = payload_len - at;
+			/* Bounds the verifier can follow: 1 <= len <= NIC_MR_ELEM_SIZE. */
+			asm volatile("" : "+r"(len));
+			if (len > NIC_MR_ELEM_SIZE)
+				len = NIC_MR_ELEM_SIZE;
+			asm volatile("" : "+r"(len));
+			if (len < 1)
+				return drop(NIC_CNT_DROP_BAD_LEN);
+			if (bpf_xdp_load_bytes(ctx, payload_off + at, dst, len))
+				return drop(NIC_CNT_DROP_TRUNCATED);
+		}
 	}
 
 	batch = nic_cqe_scratch.lookup(&zero);
@@ -1714,7 +1724,7 @@ static __always_inline int rx_probe_reply(struct xdp_md *ctx, struct mrc_pkt *p)
 #define DATA_HDRS_LEN (ETH_HLEN + MRC_IPV4_UDP_LEN + MRC_WRITE_HDRS_LEN)         /* 86 */
 #define DATA_IMM_HDRS_LEN (ETH_HLEN + MRC_IPV4_UDP_LEN + MRC_WRITE_IMM_HDRS_LEN) /* 90 */
 /* The frame of a full WRITE packet: the size a frame is grown to first. */
-#define DATA_FRAME_FULL (DATA_HDRS_LEN + NIC_MR_ELEM_SIZE + MRC_ICRC_LEN)
+#define DATA_FRAME_FULL (DATA_HDRS_LEN + NIC_SEG_SIZE + MRC_ICRC_LEN)
 
 enum tx_plan {
 	TX_NONE = 0,
@@ -1977,8 +1987,8 @@ static __always_inline void engine_plan(struct nic_sq *sq, const struct nic_wq *
 	len = wq->wqes[slot].len;
 	off = sq->wqe_off;
 	seg = len > off ? len - off : 0;
-	if (seg > NIC_MR_ELEM_SIZE)
-		seg = NIC_MR_ELEM_SIZE;
+	if (seg > NIC_SEG_SIZE)
+		seg = NIC_SEG_SIZE;
 	psn = sq->snd_nxt & MRC_PSN_MASK;
 	sq->snd_nxt = (psn + 1) & MRC_PSN_MASK;
 	sc->what = TX_NEW;
@@ -2158,7 +2168,7 @@ static __always_inline int engine_run(struct xdp_md *ctx, const struct engine_re
 	struct nic_tx_pkt *t;
 	struct nic_port *port;
 	struct nic_region *rg;
-	struct nic_mr_elem *src = 0;
+	struct nic_mr_elem *src;
 	const struct nic_wqe *w;
 	struct ev_pick p1 = {}, p2 = {};
 	struct data_hdrs f = {};
@@ -2167,6 +2177,7 @@ static __always_inline int engine_run(struct xdp_md *ctx, const struct engine_re
 	__u32 psn, wqe, off, len, seg, last, retx, ev, plane, prev, has_prev, hdrs, total, rid;
 	__u32 key, cpu, icrc = MRC_ICRC_UNUSED, *up, avoid = NIC_MAX_PLANES;
 	__u64 now, tx_ts, elem;
+	__u32 src_elem = 0;
 	int verdict, delta;
 
 	sq = nic_tx_qps.lookup(&qpn);
@@ -2265,8 +2276,8 @@ static __always_inline int engine_run(struct xdp_md *ctx, const struct engine_re
 	w = &wq->wqes[wqe & (NIC_MSG_SLOTS - 1)];
 	len = w->len;
 	seg = len > off ? len - off : 0;
-	if (seg > NIC_MR_ELEM_SIZE)
-		seg = NIC_MR_ELEM_SIZE;
+	if (seg > NIC_SEG_SIZE)
+		seg = NIC_SEG_SIZE;
 	last = off + seg >= len;
 	if (seg) {
 		rid = w->src_region;
@@ -2274,12 +2285,9 @@ static __always_inline int engine_run(struct xdp_md *ctx, const struct engine_re
 		if (!rg || !rg->n_elems || (w->src_off & (NIC_MR_ELEM_SIZE - 1)))
 			return engine_bad_wqe(req, sq, psn, now);
 		elem = ((__u64)w->src_off + off) / NIC_MR_ELEM_SIZE;
-		if (elem >= rg->n_elems)
+		if (elem + (seg - 1) / NIC_MR_ELEM_SIZE >= rg->n_elems)
 			return engine_bad_wqe(req, sq, psn, now);
-		rid = rg->first_elem + (__u32)elem;
-		src = nic_mr.lookup(&rid);
-		if (!src)
-			return engine_bad_wqe(req, sq, psn, now);
+		src_elem = rg->first_elem + (__u32)elem;
 	}
 
 	/* Record the transmission before the packet leaves (nic_maps.h). */
@@ -2349,14 +2357,24 @@ static __always_inline int engine_run(struct xdp_md *ctx, const struct engine_re
 	    bpf_xdp_store_bytes(ctx, hdrs - sizeof(f.dext), &f.dext, sizeof(f.dext)) ||
 	    bpf_xdp_store_bytes(ctx, hdrs + seg, &icrc, MRC_ICRC_LEN))
 		return engine_idle(req, NIC_CNT_DROP_XDP_ERR);
-	if (src) {
-		__u64 n_bytes = seg;
+	for (i = 0; i < NIC_SEG_ELEMS; i++) { /* the payload, element by element */
+		__u32 at = i * NIC_MR_ELEM_SIZE, src_k = src_elem + i;
+		__u64 n_bytes;
 
+		if (at >= seg)
+			break;
+		src = nic_mr.lookup(&src_k);
+		if (!src)
+			return engine_bad_wqe(req, sq, psn, now);
+		n_bytes = seg - at;
 		/* Bounds the verifier can follow: 1 <= n_bytes <= NIC_MR_ELEM_SIZE. */
 		asm volatile("" : "+r"(n_bytes));
-		if (n_bytes > NIC_MR_ELEM_SIZE || n_bytes < 1)
+		if (n_bytes > NIC_MR_ELEM_SIZE)
+			n_bytes = NIC_MR_ELEM_SIZE;
+		asm volatile("" : "+r"(n_bytes));
+		if (n_bytes < 1)
 			return engine_idle(req, NIC_CNT_DROP_XDP_ERR);
-		if (bpf_xdp_store_bytes(ctx, hdrs, src, n_bytes))
+		if (bpf_xdp_store_bytes(ctx, hdrs + at, src, n_bytes))
 			return engine_idle(req, NIC_CNT_DROP_XDP_ERR);
 	}
 

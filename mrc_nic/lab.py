@@ -50,6 +50,7 @@ def up(topo: Topology) -> UpReport:
                 host_net=str(topo.host_net),
                 mr_elems=nic_memory_elems(topo),
                 skip_ns=nic_skip_ns(topo),
+                mtu=topo.mtu,  # the payload per packet follows it (nic.seg_size)
             )
             with Fabric(topo) as fabric:
                 fabric.build(program, nic_program)

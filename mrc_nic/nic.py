@@ -123,6 +123,23 @@ PINNED_MAPS = (*MAP_PINS, PROG_PIN)
 
 # Layout constants: not tunable.
 MR_ELEM_SIZE = 1024
+SEG_ELEMS_MAX = 3  # NIC_SEG_ELEMS_MAX: a data packet's payload fills at most 3 elements
+
+
+def seg_size(mtu: int = wire.MTU) -> int:
+    """NIC_SEG_SIZE: the payload of a full data packet on a lab of IP MTU `mtu`,
+    the largest multiple of MR_ELEM_SIZE that fits it, at most SEG_ELEMS_MAX
+    elements (1024 on MTU 1500, 2048 from 2128, 3072 from 3152)."""
+    fit = wire.payload_max(mtu) // MR_ELEM_SIZE
+    if fit < 1:
+        raise ValueError(
+            f"an IP MTU of {mtu} leaves {wire.payload_max(mtu)} bytes of payload per packet; "
+            f"the NIC needs {MR_ELEM_SIZE}: use an MTU of "
+            f"{MR_ELEM_SIZE + wire.WRITE_IMM_OVERHEAD} or more"
+        )
+    return min(fit, SEG_ELEMS_MAX) * MR_ELEM_SIZE
+
+
 MPR_MAX = 8
 BITMAP_BITS = MPR_MAX * wire.MPR_UNIT
 BITMAP_WORDS = BITMAP_BITS // 64

@@ -26,7 +26,9 @@ from __future__ import annotations
 import dataclasses
 import math
 
-MSS = 1024  # payload bytes of a full packet (nic.MR_ELEM_SIZE; a test keeps them equal)
+# The payload of a full packet at MTU 1500 (nic.seg_size; a test keeps them
+# equal); a lab with a larger MTU passes its own (Nscc(mss=...)).
+MSS = 1024
 
 # UET's reference network, against which its constants are scaled: 100 Gbit/s,
 # 12 us base RTT, 4 KiB packets, so a BDP of 36.6 packets.

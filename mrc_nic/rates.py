@@ -65,10 +65,16 @@ EV = {
     "retx_pkts_per_s": (("retx_pkts",), 1),
     "lost_pkts_per_s": (("lost_pkts",), 1),
 }
-# A send QP's goodput: acknowledged payload. The engine fills every packet but
-# a message's last with one 1 KiB element, so acked packets x 1 KiB is exact
-# for whole-KiB messages (the only ones the engine sends in v1).
-PAYLOAD_BYTES = 1024
+
+
+def payload_per_packet(tx_counters: dict) -> float | None:
+    """A send QP's payload bytes per new data packet so far (struct
+    nic_sq_tx_stats). Its goodput is acknowledged packets times this: the
+    engine fills every packet but a message's last with the lab's full
+    payload (nic.seg_size: 1 KiB at MTU 1500, up to 3 KiB), so the mean is
+    exact for whole packets and close when the last ones are short."""
+    pkts = tx_counters.get("data_pkts")
+    return tx_counters.get("data_bytes", 0) / pkts if pkts else None
 
 
 def increase(prev: int | None, cur: int | None) -> int | None:
@@ -321,7 +327,10 @@ def _qp_rates(rate: Callable) -> Callable:
                 **rate(old["send"]["tx_counters"], new["send"]["tx_counters"], SEND_QP_TX),
             }
             acked = send["acked_pkts_per_s"]
-            send["goodput_bits_per_s"] = None if acked is None else acked * PAYLOAD_BYTES * 8
+            per_pkt = payload_per_packet(new["send"]["tx_counters"])
+            send["goodput_bits_per_s"] = (
+                None if acked is None or per_pkt is None else acked * per_pkt * 8
+            )
             send["planes"] = _plane_ev_rates(rate, old["send"]["planes"], new["send"]["planes"])
             out["send"] = send
             _match(

@@ -37,6 +37,7 @@ import random
 import threading
 import time
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
 
 from mrc_nic import cpustat, ctl, lab, nic, nscc, rdma_write, topology, wire
@@ -53,16 +54,27 @@ BYSTANDER_DELAY = 0.25  # the bystander starts this fraction of the duration aft
 BYSTANDER_SPAN = 0.5  # and is sized to last this fraction of it at its fair share
 MIN_FLOW_BYTES = MIB
 HOPS = 4  # links of a T0-T1-T0 path: a lab's design RTT is at least an MTU's time on each
-# What a link carries per KiB of goodput: a full data frame (Ethernet included,
-# as the TBF counts it: 1114 bytes), and, on a link that also carries the SACKs
-# of a flow coming the other way, one 94-byte SACK per packet. So payload can
-# fill at most 91.9% of a link, and 84.8% of each link of a permutation, where
-# every host both sends and receives (the ceiling the goodput is held against).
+# What a link carries per full packet of goodput (seg bytes: nic.seg_size of
+# the lab's MTU): a full data frame (Ethernet included, as the TBF counts it:
+# 1114 bytes for 1 KiB), and, on a link that also carries the SACKs of a flow
+# coming the other way, one 94-byte SACK per packet. So with 1 KiB packets
+# payload can fill at most 91.9% of a link, and 84.8% of each link of a
+# permutation, where every host both sends and receives (the ceiling the
+# goodput is held against); with 3 KiB packets 97.2% and 94.4%.
 ETH_HLEN = 14
-DATA_FRAME = ETH_HLEN + wire.WRITE_OVERHEAD + nic.MR_ELEM_SIZE
 ACK_FRAME = ETH_HLEN + wire.IPV4_UDP_LEN + wire.ACK_HDRS_LEN + wire.ICRC_LEN
-CEILING_ONE_WAY = nic.MR_ELEM_SIZE / DATA_FRAME
-CEILING_BOTH_WAYS = nic.MR_ELEM_SIZE / (DATA_FRAME + ACK_FRAME)
+
+
+def data_frame(seg: int = nic.MR_ELEM_SIZE) -> int:
+    return ETH_HLEN + wire.WRITE_OVERHEAD + seg
+
+
+def ceiling_one_way(seg: int = nic.MR_ELEM_SIZE) -> float:
+    return seg / data_frame(seg)
+
+
+def ceiling_both_ways(seg: int = nic.MR_ELEM_SIZE) -> float:
+    return seg / (data_frame(seg) + ACK_FRAME)
 
 
 @dataclasses.dataclass
@@ -108,9 +120,11 @@ def scenario_topology(
     rate: str | None = None,
     base_rtt: str | None = None,
     fabric_rate: str | None = None,
+    mtu: int | None = None,
 ) -> Topology:
     """A topology for a scenario's own lab: the file's, with every link at
-    `rate` if given (T0-T1 links at `fabric_rate` if given). A slower link
+    `rate` if given (T0-T1 links at `fabric_rate` if given; every link's MTU
+    `mtu` if given: 3152 or more sends 3 KiB per packet). A slower link
     needs a longer design RTT ([queues] base_rtt, against which switch queues
     mark and NSCC sizes windows): by default it becomes at least 4 MTUs' time
     on a host link (a packet's time on each link of a T0-T1-T0 path), unless
@@ -124,6 +138,8 @@ def scenario_topology(
         links["fabric_rate"] = rate
     if fabric_rate is not None:
         links["fabric_rate"] = fabric_rate
+    if mtu is not None:
+        links["mtu"] = mtu
     if base_rtt is not None:
         queues["base_rtt"] = base_rtt
     topo = topology.from_dict(path, data, lab=lab_name)
@@ -455,7 +471,7 @@ def _qps_in_err(flows: list[Flow]) -> int:
     return n
 
 
-def incast_report(flows: list[Flow], capacity_bps: float | None) -> dict:
+def incast_report(flows: list[Flow], capacity_bps: float | None, seg: int) -> dict:
     incast = [f for f in flows if f.role == "incast"]
     bys = [f for f in flows if f.role == "bystander"]
     starts = [f.opened_at for f in incast if f.opened_at is not None]
@@ -474,7 +490,7 @@ def incast_report(flows: list[Flow], capacity_bps: float | None) -> dict:
             "aggregate_bps": total,
             "receiver_link_bps": capacity_bps,
             "utilization": round(total / capacity_bps, 3) if capacity_bps else None,
-            "ceiling": round(CEILING_ONE_WAY, 3),  # the most payload fills of a link
+            "ceiling": round(ceiling_one_way(seg), 3),  # the most payload fills of a link
             "jain_fairness": _jain([r["goodput_bps"] for r in rows]),
         },
         "flows": rows,
@@ -503,7 +519,7 @@ def incast_report(flows: list[Flow], capacity_bps: float | None) -> dict:
     return out
 
 
-def permutation_report(flows: list[Flow], capacity_bps: float | None) -> dict:
+def permutation_report(flows: list[Flow], capacity_bps: float | None, seg: int) -> dict:
     starts = [f.opened_at for f in flows if f.opened_at is not None]
     ends = [f.done_at for f in flows if f.done_at is not None]
     win = (max(starts) + WARMUP_S, min(ends)) if starts and ends else (0.0, 0.0)
@@ -516,8 +532,8 @@ def permutation_report(flows: list[Flow], capacity_bps: float | None) -> dict:
         "min_ratio": min(ratios) if ratios else None,
         "mean_ratio": round(sum(ratios) / len(ratios), 3) if ratios else None,
         # each host link carries data one way and the SACKs of another flow
-        "ceiling": round(CEILING_BOTH_WAYS, 3),
-        "min_of_ceiling": round(min(ratios) / CEILING_BOTH_WAYS, 3) if ratios else None,
+        "ceiling": round(ceiling_both_ways(seg), 3),
+        "min_of_ceiling": round(min(ratios) / ceiling_both_ways(seg), 3) if ratios else None,
         "jain_fairness": _jain([r["goodput_bps"] for r in rows]),
         "qps_in_err": _qps_in_err(flows),
     }
@@ -569,7 +585,7 @@ def incast(
         "incast",
         lab_name,
         lambda topo: incast_flows(topo, senders, receiver=receiver, bystander=bystander),
-        CEILING_ONE_WAY,
+        ceiling_one_way,
         incast_report,
         **opts,
     )
@@ -582,7 +598,7 @@ def permutation(lab_name: str, *, seed: int | None = None, **opts) -> dict:
         "permutation",
         lab_name,
         lambda topo: permutation_flows(topo, seed=seed),
-        CEILING_BOTH_WAYS,
+        ceiling_both_ways,
         permutation_report,
         **opts,
     )
@@ -592,7 +608,7 @@ def run_scenario(
     name: str,
     lab_name: str,
     make_flows,
-    payload: float,
+    payload: Callable[[int], float],
     report,
     *,
     duration: float = 4.0,
@@ -603,7 +619,8 @@ def run_scenario(
     timeout: float | None = None,
 ) -> dict:
     """Flows from make_flows(topology), sized for `duration` at their fair
-    goodput (payload: the fraction of a link goodput can fill), run with CC
+    goodput (payload(seg): the fraction of a link goodput can fill with the
+    lab's packets), run with CC
     profile cc_profile (profile 0 with no_cc; cc: NSCC fields to override;
     cwnd: the fixed window), given up after `timeout` (default 15 durations,
     at least 60 s); report(flows, host rate) makes the figures."""
@@ -611,7 +628,8 @@ def run_scenario(
     profile = _profile(no_cc, cc_profile)
     flows = make_flows(topo)
     capacity = host_rate_bps(topo) or 1e9 * topo.planes
-    size_flows(flows, capacity, duration, payload)
+    seg = nic.seg_size(topo.mtu)
+    size_flows(flows, capacity, duration, payload(seg))
     run = run_flows(
         lab_name,
         flows,
@@ -620,4 +638,4 @@ def run_scenario(
         cwnd=cwnd,
         timeout=timeout or max(60.0, 15 * duration),
     )
-    return _header(name, topo, profile, duration) | run | report(flows, capacity)
+    return _header(name, topo, profile, duration) | run | report(flows, capacity, seg)

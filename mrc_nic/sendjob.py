@@ -264,6 +264,7 @@ class SendQp:
     error: str | None = None
     cc: nscc.QpCc | None = None  # NSCC (None: the fixed window of JobOptions.cwnd)
     ev_min_active: int = 0  # the EV profile's floor of active EVs (evreplace)
+    seg: int = nic.MR_ELEM_SIZE  # payload of a full packet on this lab (nic.seg_size)
     # Packets sent per plane on EVs replaced since (evreplace): their counters went with them.
     retired_tx_pkts: dict[int, int] = dataclasses.field(default_factory=dict)
 
@@ -329,6 +330,7 @@ class SendQp:
         self.qp.modify(QpState.RTS, timeout=opts.timeout, retry=opts.retry)
         self.evs = transfer.ev_profile(topo.planes, opts.ev_count // topo.planes)
         self.ev_min_active = opts.ev_min_active_for()
+        self.seg = nic.seg_size(topo.mtu)
         cwnd, rtt_target = opts.cwnd, 0
         config = opts.nscc_config()
         self.cc = None
@@ -339,6 +341,7 @@ class SendQp:
                     link_bps=topo.rate_bps * topo.planes if topo.rate_bps else None,
                     window_pkts=opts.mpr * nic.wire.MPR_UNIT,
                     lab_rtt_ns=topo.queues.base_rtt_ns,
+                    mss=self.seg,
                 )
             )
             cwnd, rtt_target = self.cc.initial()
@@ -452,7 +455,7 @@ class Job:
         )
         sq.in_buffer[k] = data
         sq.posted += 1
-        return max(1, -(-length // nic.MR_ELEM_SIZE))
+        return max(1, -(-length // sq.seg))
 
     def _kick(self, sq: SendQp, new: int, room: int, now: float) -> None:
         """A send kick after posting `new` packets' worth of WRITEs: as many

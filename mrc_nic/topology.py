@@ -28,6 +28,15 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+# links.mtu: at least a 1 KiB payload (a region element) with MRC's 80 bytes
+# of IP, UDP and RDMA headers; at most what veth takes with an XDP program
+# that is not frags-aware attached (one page less XDP headroom and
+# skb_shared_info): above it the NIC cannot attach to the host ports.
+# nic.seg_size turns the MTU into the payload per packet.
+MTU_MIN = 1024 + 80
+MTU_MAX = 3506
+
+
 NS_PREFIX = "mrc-"
 LAB_NAME_RE = re.compile(r"[a-z0-9]{1,12}")
 MAX_PLANES = 16
@@ -69,7 +78,10 @@ SCHEMA: dict[str, dict[str, str]] = {
     "links": {
         "rate": 'host link rate, e.g. "1gbit", "400mbit", or "none" for no cap',
         "fabric_rate": "T0-T1 link rate (default: rate)",
-        "mtu": "MTU of every link, 576..9000",
+        "mtu": (
+            f"IP MTU of every link, {MTU_MIN}..{MTU_MAX}: a data packet carries 1 KiB, "
+            "2 KiB from 2128, 3 KiB from 3152"
+        ),
         "buffer": 'queue size of every switch egress port, e.g. "256KiB"',
     },
     "addressing": {
@@ -448,6 +460,22 @@ class _Reader:
             raise self.fail(dotted, f"must be an integer {lo}..{hi}, got {value!r}")
         return value
 
+    def mtu(self, dotted: str) -> int:
+        value = self.integer(dotted, 1, 65535, default=1500)
+        if value < MTU_MIN:
+            raise self.fail(
+                dotted,
+                f"must be {MTU_MIN}..{MTU_MAX}, got {value}: a data packet carries 1024 bytes "
+                "of payload and 80 of IP, UDP and RDMA headers",
+            )
+        if value > MTU_MAX:
+            raise self.fail(
+                dotted,
+                f"must be {MTU_MIN}..{MTU_MAX}, got {value}: veth takes the NIC's XDP program "
+                f"only up to an MTU of {MTU_MAX} (one page per frame)",
+            )
+        return value
+
     def rate(self, dotted: str, default: object) -> int | None:
         try:
             bps = parse_rate(self.get(dotted, default))
@@ -595,7 +623,7 @@ def from_dict(path: Path, data: dict, lab: str | None = None) -> Topology:
         hosts_per_t0=per_t0,
         rate_bps=rate,
         fabric_rate_bps=r.rate("links.fabric_rate", format_rate(rate)),
-        mtu=r.integer("links.mtu", 576, 9000, default=1500),
+        mtu=r.mtu("links.mtu"),
         buffer_bytes=r.size("links.buffer", "256KiB", 16 * 1024, 64 * 2**20),
         host_net=r.network("addressing.hosts", "198.18.0.0/16"),
         fabric_net=r.network("addressing.fabric", "198.19.0.0/16"),

@@ -1195,7 +1195,7 @@ def live_pair(program):
                 for p in (0, 1):
                     name = f"zeng-{side}{p}"
                     index = ipr.link_lookup(ifname=name)[0]
-                    ipr.link("set", index=index, state="up")
+                    ipr.link("set", index=index, state="up", mtu=program.config.mtu)
                     program.attach(ipr, index)
                     address = ipr.get_links(index)[0].get_attr("IFLA_ADDRESS")
                     ends[name] = (ns, index, address)
@@ -1205,7 +1205,7 @@ def live_pair(program):
             netns.remove(ns)
 
 
-def live_setup(maps, ends, *, length: int, wqes: int = 1) -> None:
+def live_setup(maps, ends, *, length: int, wqes: int = 1) -> bytes:
     for p in (0, 1):
         ns, index, address = ends[f"zeng-a{p}"]
         maps.set_port(
@@ -1230,6 +1230,7 @@ def live_setup(maps, ends, *, length: int, wqes: int = 1) -> None:
     setup_sq(maps, evs=LIVE_EVS, mpr=LIVE_MPR)
     for _ in range(wqes):
         maps.post_write(QP_TX, length=length, src_region=LIVE_SRC, remote_va=REMOTE_VA, rkey=RKEY)
+    return data
 
 
 def live_transfer(maps, *, wqes: int, deadline_s: float) -> dict:

@@ -99,9 +99,12 @@ def test_window_goodput_from_samples():
 
 
 def test_payload_ceilings_from_the_wire_format():
-    assert scenario.DATA_FRAME == 1114 and scenario.ACK_FRAME == 94
-    assert pytest.approx(1024 / 1114) == scenario.CEILING_ONE_WAY
-    assert pytest.approx(1024 / 1208) == scenario.CEILING_BOTH_WAYS
+    assert scenario.data_frame() == 1114 and scenario.ACK_FRAME == 94
+    assert pytest.approx(1024 / 1114) == scenario.ceiling_one_way()
+    assert pytest.approx(1024 / 1208) == scenario.ceiling_both_ways()
+    # 3 KiB packets (an MTU of 3152 or more)
+    assert pytest.approx(3072 / 3162) == scenario.ceiling_one_way(3072)
+    assert pytest.approx(3072 / 3256) == scenario.ceiling_both_ways(3072)
 
 
 def test_slow_topology_gets_a_longer_design_rtt():

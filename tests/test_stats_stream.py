@@ -342,3 +342,16 @@ def test_link_state_follows_a_link_down_and_back_while_the_sockets_stay_open(def
         finally:
             run_cli("heal", "--all", "-l", lab)
         assert settles(sampler, ("up", True, True)) == ("up", True, True)
+
+
+def test_qp_goodput_counts_the_payload_the_engine_puts_in_a_packet(topo):
+    """A lab with an MTU of 3200 sends 3 KiB per packet: goodput is acked packets
+    times the mean payload of the packets sent (struct nic_sq_tx_stats)."""
+    qps = []
+    for t, acked in ((1.0, 1000), (1.5, 3000)):
+        qp = send_qp(1, acked=acked)
+        qp["send"]["tx_counters"]["data_bytes"] = qp["send"]["tx_counters"]["data_pkts"] * 3072
+        qps.append(snapshot(topo, t, qps=[qp]))
+    rates.add_rates(*qps)
+    send = qps[1]["qps"][0]["rates"]["send"]
+    assert send["goodput_bits_per_s"] == pytest.approx(4000 * 3072 * 8)

@@ -563,16 +563,16 @@ BAD_FILES = [
         ["gbit"],
     ),
     (
-        "mtu-100",
-        BASE + "[fabric]\nhosts = 2\nplanes = 1\n[links]\nmtu = 100\n",
+        "mtu-1100",
+        BASE + "[fabric]\nhosts = 2\nplanes = 1\n[links]\nmtu = 1100\n",
         "links.mtu",
-        ["576..9000", "got 100"],
+        ["1104..3506", "got 1100", "1024 bytes of payload"],
     ),
     (
-        "mtu-9001",
-        BASE + "[fabric]\nhosts = 2\nplanes = 1\n[links]\nmtu = 9001\n",
+        "mtu-3507",
+        BASE + "[fabric]\nhosts = 2\nplanes = 1\n[links]\nmtu = 3507\n",
         "links.mtu",
-        ["576..9000"],
+        ["1104..3506", "got 3507", "XDP"],
     ),
     (
         "buffer-parsecs",

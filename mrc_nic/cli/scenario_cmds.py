@@ -36,6 +36,13 @@ def _common(f):
                 help="With --topology: the T0-T1 links' rate (default: --rate).",
             ),
             click.option(
+                "--mtu",
+                type=int,
+                default=None,
+                help="With --topology: every link's IP MTU (1104..3506; 3152 or more: "
+                "3 KiB per packet).",
+            ),
+            click.option(
                 "--base-rtt",
                 default=None,
                 help="With --topology: [queues] base_rtt (default: the file's, at least 4 "
@@ -134,14 +141,26 @@ def permutation(seed, **kw):
 
 
 def _run(
-    run, *, topology_name, rate, fabric_rate, base_rtt, duration, no_cc, cc_profile, cwnd, lab, fmt
+    run,
+    *,
+    topology_name,
+    rate,
+    fabric_rate,
+    mtu,
+    base_rtt,
+    duration,
+    no_cc,
+    cc_profile,
+    cwnd,
+    lab,
+    fmt,
 ):
     from mrc_nic import scenario as sc
     from mrc_nic.topology import TopologyError
 
-    if (rate or fabric_rate or base_rtt) and not topology_name:
+    if (rate or fabric_rate or base_rtt or mtu) and not topology_name:
         raise click.UsageError(
-            "--rate, --fabric-rate and --base-rtt need --topology (a lab of its own)"
+            "--rate, --fabric-rate, --mtu and --base-rtt need --topology (a lab of its own)"
         )
     if no_cc and cc_profile not in (None, 0):
         raise click.UsageError("--no-cc is CC profile 0")
@@ -154,12 +173,14 @@ def _run(
                 rate=rate,
                 base_rtt=base_rtt,
                 fabric_rate=fabric_rate,
+                mtu=mtu,
             )
             if fmt == "table":
                 output.info(
                     f"bringing up lab [bold]{topo.lab}[/] from {topo.path.name}: "
                     f"{topo.hosts} hosts, {topo.planes} planes, links "
-                    f"{_mbit(topo.rate_bps)}, base RTT {topo.queues.base_rtt_ns / 1e3:g} us"
+                    f"{_mbit(topo.rate_bps)}, MTU {topo.mtu}, "
+                    f"base RTT {topo.queues.base_rtt_ns / 1e3:g} us"
                 )
             with sc.with_lab(topo):
                 report = run(topo.lab, **opts)
