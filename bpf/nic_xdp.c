@@ -629,6 +629,21 @@ static __always_inline void note_delivery(struct nic_rq *rq, __u64 now)
 		st->last_place_ns = now;
 }
 
+/* The bytes of a payload of `total` bytes that belong to the region element
+ * starting at payload byte `at` (at < total), at most NIC_MR_ELEM_SIZE. The
+ * barriers keep the bounds where the verifier can follow them: the caller
+ * checks >= 1, and the copy's length is then 1 .. NIC_MR_ELEM_SIZE. */
+static __always_inline __u64 elem_bytes(__u32 total, __u32 at)
+{
+	__u64 n = total - at;
+
+	asm volatile("" : "+r"(n));
+	if (n > NIC_MR_ELEM_SIZE)
+		n = NIC_MR_ELEM_SIZE;
+	asm volatile("" : "+r"(n));
+	return n;
+}
+
 /* Bytes placed at `now` into this CPU's copy of the timeline. */
 static __always_inline void timeline_add(__u64 now, __u32 bytes)
 {
@@ -811,12 +826,7 @@ static __always_inline int rx_data(struct xdp_md *ctx, struct mrc_pkt *p)
 			dst = nic_mr.lookup(&elem_k);
 			if (!dst)
 				goto remote_access; /* region reaches past nic_mr: misconfigured */
-			len = payload_len - at;
-			/* Bounds the verifier can follow: 1 <= len <= NIC_MR_ELEM_SIZE. */
-			asm volatile("" : "+r"(len));
-			if (len > NIC_MR_ELEM_SIZE)
-				len = NIC_MR_ELEM_SIZE;
-			asm volatile("" : "+r"(len));
+			len = elem_bytes(payload_len, at);
 			if (len < 1)
 				return drop(NIC_CNT_DROP_BAD_LEN);
 			if (bpf_xdp_load_bytes(ctx, payload_off + at, dst, len))
@@ -2366,12 +2376,7 @@ static __always_inline int engine_run(struct xdp_md *ctx, const struct engine_re
 		src = nic_mr.lookup(&src_k);
 		if (!src)
 			return engine_bad_wqe(req, sq, psn, now);
-		n_bytes = seg - at;
-		/* Bounds the verifier can follow: 1 <= n_bytes <= NIC_MR_ELEM_SIZE. */
-		asm volatile("" : "+r"(n_bytes));
-		if (n_bytes > NIC_MR_ELEM_SIZE)
-			n_bytes = NIC_MR_ELEM_SIZE;
-		asm volatile("" : "+r"(n_bytes));
+		n_bytes = elem_bytes(seg, at);
 		if (n_bytes < 1)
 			return engine_idle(req, NIC_CNT_DROP_XDP_ERR);
 		if (bpf_xdp_store_bytes(ctx, hdrs + at, src, n_bytes))

@@ -49,3 +49,21 @@ def test_a_full_window_or_no_work_is_not_kicked():
     sq.posted = 0
     job._top_up(sq, snapshot(cwnd=4), now=1.0)  # nothing to send
     assert maps.kicks == []
+
+
+def test_source_data_is_reproducible_and_differs_per_write_and_block():
+    """WRITEs get distinct bytes at every 1 KiB element (a misplaced packet
+    shows in --verify), the same for the same seed."""
+    size = sendjob.POOL_BYTES + 64 * 1024  # two blocks
+    a = sendjob.chunk_data(7, 0, 1, size)
+    assert len(a) == size and a == sendjob.chunk_data(7, 0, 1, size)
+    others = [
+        sendjob.chunk_data(7, 0, 2, size),  # another WRITE
+        sendjob.chunk_data(7, 1, 1, size),  # another QP
+        sendjob.chunk_data(8, 0, 1, size),  # another seed
+        a[sendjob.POOL_BYTES :] + a[: sendjob.POOL_BYTES],  # its other block
+    ]
+    for other in others:
+        same = sum(a[i : i + 1024] == other[i : i + 1024] for i in range(0, 1 << 20, 1024))
+        assert same == 0
+    assert sendjob.chunk_data(7, 0, 1, 0) == b""
