@@ -178,7 +178,7 @@ def test_a_connection_carries_several_writes_on_the_same_qps(default_lab):
         assert second["completed"] and second["verified"], second
         assert [q["qpn"] for q in second["qps"]] == [qpn]
         assert second["bytes"] == 2 * MIB + 5 and second["chunks"] == 3
-        packets = lambda size: -(-size // nic.MR_ELEM_SIZE)  # noqa: E731
+        packets = lambda size: -(-size // nic.seg_size(default_lab.mtu))  # noqa: E731
         assert psn_after_first == packets(MIB) * 3
         assert maps.sq(qpn).snd_una == psn_after_first + 2 * packets(MIB) + packets(5)
 

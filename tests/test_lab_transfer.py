@@ -65,7 +65,7 @@ def test_64mib_write_is_byte_exact_and_sprayed_over_every_plane_and_spine(defaul
     capture = start_capture(topo, "p0.t0a", "h0", pcap, packets=400)
     time.sleep(1.0)  # tshark is listening before the first packet
     length = 64 * MIB
-    elems = length // nic.MR_ELEM_SIZE
+    elems = -(-length // nic.seg_size(topo.mtu))  # data packets
     before = {lk["name"]: lk for lk in stats.snapshot(lab, kernel=False)["links"]}
     result = transfer.write(topo, "h0", "h1", length, mpr=2)
     after = {lk["name"]: lk for lk in stats.snapshot(lab, kernel=False)["links"]}

@@ -78,7 +78,7 @@ def test_shipped_file_counts(fname, lab, hosts, planes, tiers, t0, t1, per_t0, n
     assert len(topo.switch_names()) == planes * (t0 + t1)
     assert topo.rate_bps == 10**9
     assert topo.fabric_rate_bps == 10**9
-    assert topo.mtu == 1500
+    assert topo.mtu == 3200  # 3 KiB per data packet
     assert topo.buffer_bytes == 256 * 1024
     assert topo.host_net == NET("198.18.0.0/16")
     assert topo.fabric_net == NET("198.19.0.0/16")
