@@ -133,7 +133,26 @@ class Daemon(LineService):
             bits |= int(bool(up)) << p
         if bits != self._port_bits:
             self.maps.set_port_bitmap(self.index, bits)
+            if self._port_bits is not None:
+                self._evs_out(self._port_bits & ~bits)
             self._port_bits = bits
+
+    def _evs_out(self, planes: int) -> None:
+        """Ports that went down (a bitmap of planes) take their EVs out: GOOD
+        and SKIP EVs of those planes become ASSUMED_BAD on every send QP. The
+        engine already skips the plane by the port bitmap; the state is what
+        `mrc-nic ev list` shows and what the prober probes, so that the EVs
+        come back GOOD once the port is up and a probe gets through."""
+        if not planes:
+            return
+        usable = (nic.EvState.GOOD, nic.EvState.SKIP)
+        for sq in self.send_qps.values():
+            for ev, plane in sq.evs.items():
+                if not planes >> plane & 1:
+                    continue
+                with contextlib.suppress(KeyError, OSError):  # the QP or EV went meanwhile
+                    if self.maps.ev(sq.qp.qpn, ev).state in usable:
+                        self.maps.set_ev_state(sq.qp.qpn, ev, nic.EvState.ASSUMED_BAD)
 
     # ---- requests ----------------------------------------------------------------
     def op_ping(self, req: dict, conn: Conn) -> dict:

@@ -26,8 +26,9 @@ interleaved, and reports medians.
        the same path minus the copy.
 2. Single-QP WRITE goodput on the default lab's shape with uncapped links
    (netns/uncapped.toml, lab bfp<pid>) through mrc_nic.transfer.write (4
-   planes, 128 EVs, byte-exact check), vs `iperf3 -u -b 0 -l 1024` (the same
-   1 KiB payload) on one plane between the same two hosts. Stretch peer:
+   planes, 128 EVs, byte-exact check), vs `iperf3 -u -b 0 -l SEG` (the same
+   payload per packet, SEG = nic.seg_size of the lab's MTU) on one plane
+   between the same two hosts. Stretch peer:
    MPTCP with 4 subflows, one per plane (iperf3 3.12 has no --mptcp and
    mptcpize is not installed here, so the peer is a bulk sender and receiver
    on IPPROTO_MPTCP sockets, 1 MiB per sendall and 4 MiB per recv_into: the
@@ -548,9 +549,9 @@ def mrc_write(topo, mpr: int, size: int, timeout: float) -> dict[str, Any]:
             state = maps.ev(transfer.qpn(0), ev).state
             name = state.name if isinstance(state, nic.EvState) else str(state)
             states[name] = states.get(name, 0) + 1
-        acked = (maps.sq(transfer.qpn(0)).stats["acked_pkts"]) * nic.MR_ELEM_SIZE
+        acked = maps.sq(transfer.qpn(0)).stats["acked_pkts"] * nic.seg_size(topo.mtu)
     ok = res.complete and res.byte_exact
-    pkts = size // nic.MR_ELEM_SIZE
+    pkts = -(-size // nic.seg_size(topo.mtu))
     return {
         "mpr": mpr,
         "bytes": size,
@@ -580,7 +581,8 @@ def link_tx_bytes(ns: str, names: list[str]) -> dict[str, int]:
 
 
 def iperf3_udp(topo, seconds: float, port: int) -> dict[str, Any]:
-    """iperf3 -u -b 0 -l 1024 from h0 to h1 on plane 0; the receiver's figures."""
+    """iperf3 -u -b 0 -l SEG from h0 to h1 on plane 0, SEG the payload of an MRC
+    data packet on this lab (nic.seg_size: 3072 at MTU 3200); the receiver's figures."""
     h0, h1 = topo.netns("h0"), topo.netns("h1")
     src, dst = str(topo.host_address(0, 0)), str(topo.host_address(1, 0))
     duration = max(1, round(seconds))
@@ -591,7 +593,8 @@ def iperf3_udp(topo, seconds: float, port: int) -> dict[str, Any]:
     )
     try:
         client_cmd = ["ip", "netns", "exec", h0, "iperf3", "-c", dst, "-B", src, "-p", str(port)]
-        client_cmd += ["-u", "-b", "0", "-l", "1024", "-t", str(duration), "-J"]
+        seg = str(nic.seg_size(topo.mtu))
+        client_cmd += ["-u", "-b", "0", "-l", seg, "-t", str(duration), "-J"]
         ports = [f"eth{p}" for p in range(topo.planes)]
         for attempt in range(10):  # until the server listens
             tx0 = link_tx_bytes(h0, ports)
@@ -764,6 +767,8 @@ def part_write(args: argparse.Namespace, log) -> dict[str, Any]:
     out: dict[str, Any] = {
         "lab": name,
         "topology": "netns/uncapped.toml",
+        "mtu": topo.mtu,
+        "seg": nic.seg_size(topo.mtu),  # payload per packet, MRC's and iperf3's
         "size_bytes": args.size_mib * MIB,
         "rounds": args.rounds,
         "mpr_skipped": skipped,
@@ -928,7 +933,7 @@ def report_write(res: dict[str, Any]) -> str:
     u = res["iperf3_udp"]
     rows.append(
         [
-            "iperf3 -u -b 0 -l 1024 (plane 0)",
+            f"iperf3 -u -b 0 -l {res['seg']} (plane 0)",
             fmt(u["gbps"]),
             fmt(u["mpps"], ".3f"),
             fmt(u["cpu_cores"]),

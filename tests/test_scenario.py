@@ -110,14 +110,20 @@ def test_payload_ceilings_from_the_wire_format():
 def test_slow_topology_gets_a_longer_design_rtt():
     t = scenario.scenario_topology("clos-8", "x", rate="10mbit")
     assert (t.rate_bps, t.fabric_rate_bps) == (10**7, 10**7)
-    # 4 MTUs (1514-byte frames) on a 10 Mbit/s link, in whole us
+    # 4 MTUs (3214-byte frames: clos-8's MTU is 3200) on a 10 Mbit/s link, in whole us
+    assert t.mtu == 3200
+    assert t.queues.base_rtt_ns == -(-4 * 3214 * 8 * 100 // 1000) * 1000
+    t = scenario.scenario_topology("clos-8", "x", rate="10mbit", mtu=1500)
     assert t.queues.base_rtt_ns == -(-4 * 1514 * 8 * 100 // 1000) * 1000
     t = scenario.scenario_topology("clos-8", "x", rate="10mbit", base_rtt="2ms")
     assert t.queues.base_rtt_ns == 2_000_000
     t = scenario.scenario_topology("clos-8", "x", rate="5mbit", fabric_rate="10mbit")
     assert (t.rate_bps, t.fabric_rate_bps) == (5 * 10**6, 10**7)
     t = scenario.scenario_topology("clos-8", "x")
-    assert t.queues.base_rtt_ns == 100_000  # the file's, at 1 Gbit/s
+    # at 1 Gbit/s: 4 MTUs of 3214 bytes (102.8 us) are a little above the file's 100 us
+    assert t.queues.base_rtt_ns == 103_000
+    t = scenario.scenario_topology("clos-8", "x", mtu=1500)
+    assert t.queues.base_rtt_ns == 100_000  # the file's
     with pytest.raises(topology.TopologyError, match="no such topology"):
         scenario.scenario_topology("nosuch", "x")
 
