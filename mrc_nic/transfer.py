@@ -3,8 +3,8 @@
 This sets up one QP pair and two memory regions in the lab's NIC maps, posts
 the WRITE and starts the BPF send engine: a live-frames kick sends the first
 window, then every SACK clocks out the next packet. Python only polls the
-QP's progress and, as the daemon will (issue 4), restarts the ACK clock if
-it stalls with room in its window. It touches no packet.
+QP's progress and, as the daemon does, resends what a stall leaves unacknowledged
+(a timeout kick) and restarts the ACK clock. It touches no packet.
 
 It is the building block of the tests and benchmarks until the transport
 daemon and `mrc-nic write` exist; it uses fixed QP numbers and regions, so
@@ -123,8 +123,12 @@ def _run(maps: nic.NicMaps, tx_qp: int, window: int, timeout: float) -> tuple[fl
         now = time.monotonic()
         if sq.snd_una != last_una:
             last_una, last_move = sq.snd_una, now
-        elif now - last_move > STALL_SECONDS and sq.window_free:
-            maps.kick(tx_qp, sq.window_free)  # restart a stalled ACK clock
+        elif now - last_move > STALL_SECONDS:
+            # Nothing acknowledged for a while: resend what is that old (lost
+            # with no SACK after it to tell, e.g. the last packets of a burst
+            # that a queue dropped), as the daemon's timeout does, and restart
+            # a stalled ACK clock.
+            maps.timeout_kick(tx_qp, max(1, sq.window_free), age_ns=int(STALL_SECONDS * 1e9))
             top_ups, last_move = top_ups + 1, now
         time.sleep(0.0005)
     return time.monotonic() - t0, top_ups
