@@ -47,7 +47,7 @@ one panel per fault, both transports, the fault marked), DIR = --out
 also on an error, Ctrl-C or SIGTERM.
 
 Usage (root; the project's venv):
-    .venv/bin/python scripts/bench_failover.py [--quick] [--out DIR] [--size 512M]
+    .venv/bin/python scripts/bench_failover.py [--quick] [--out DIR] [--size 1536M]
         [--plane 1] [--fault-at 1.0] [--flap-period 100ms] [--faults blackhole,down,flap,loss]
         [--only mrc|mptcp]
 """
@@ -604,7 +604,7 @@ def plot(report: dict[str, Any], path: Path) -> str | None:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_common_args(p, quick_help="shorter transfers (about 1 minute)")
-    p.add_argument("--size", help="bytes per WRITE (default 512M, quick 256M)")
+    p.add_argument("--size", help="bytes per WRITE (default 1536M, quick 768M)")
     p.add_argument(
         "--seconds", type=float, help="MPTCP stream length (default --fault-at + 3, quick + 2)"
     )
@@ -614,7 +614,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--faults", default=",".join(FAULT_KEYS), help="which faults, comma-separated")
     p.add_argument("--only", choices=("mrc", "mptcp"), help="run one transport only")
     args = p.parse_args(argv)
-    args.size = rdma_write.parse_size(args.size or ("256M" if args.quick else "512M"))
+    args.size = rdma_write.parse_size(args.size or ("768M" if args.quick else "1536M"))
     args.seconds = args.seconds or args.fault_at + (2.0 if args.quick else 3.0)
     try:
         args.flap_period = topology.parse_time_ns(args.flap_period) / 1e9
