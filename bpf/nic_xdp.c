@@ -1861,15 +1861,12 @@ static __always_inline __u32 pick_evs(struct nic_sq *sq, __u32 qpn, __u32 want, 
 				break; /* p1 will do, whatever is resent */
 			continue;
 		}
-		if (found == 1) { /* the fallback: the next usable EV */
+		/* p2: the next usable EV as a fallback, replaced by one off `avoid` */
+		if (found == 1 || e->plane != avoid) {
 			p2->e = e;
 			p2->ev = key.ev;
 			p2->idx = idx;
 			found = 2;
-		} else if (e->plane != avoid) { /* a better p2 */
-			p2->e = e;
-			p2->ev = key.ev;
-			p2->idx = idx;
 		}
 		if (avoid >= NIC_MAX_PLANES || e->plane != avoid)
 			break;
@@ -1893,6 +1890,15 @@ static __always_inline __u32 retx_plane(struct nic_sq *sq, __u32 qpn)
 	key.ev = sq->retxq[head & (NIC_RETX_SLOTS - 1)].ev;
 	e = key.ev ? nic_evs.lookup(&key) : NULL;
 	return e ? e->plane : NIC_MAX_PLANES;
+}
+
+/* Payload bytes of the segment at byte `off` of a WQE of `len` bytes: a full
+ * packet's NIC_SEG_SIZE, or what is left (0 for a zero-length WRITE). */
+static __always_inline __u32 segment_len(__u32 len, __u32 off)
+{
+	__u32 seg = len > off ? len - off : 0;
+
+	return seg > NIC_SEG_SIZE ? NIC_SEG_SIZE : seg;
 }
 
 /* PSNs acknowledged above snd_una (sq->lock held): the acked ring's bits. */
@@ -1996,9 +2002,7 @@ static __always_inline void engine_plan(struct nic_sq *sq, const struct nic_wq *
 	slot = k & (NIC_MSG_SLOTS - 1);
 	len = wq->wqes[slot].len;
 	off = sq->wqe_off;
-	seg = len > off ? len - off : 0;
-	if (seg > NIC_SEG_SIZE)
-		seg = NIC_SEG_SIZE;
+	seg = segment_len(len, off);
 	psn = sq->snd_nxt & MRC_PSN_MASK;
 	sq->snd_nxt = (psn + 1) & MRC_PSN_MASK;
 	sc->what = TX_NEW;
@@ -2285,9 +2289,7 @@ static __always_inline int engine_run(struct xdp_md *ctx, const struct engine_re
 	 * this PSN acknowledged) and its source region element. */
 	w = &wq->wqes[wqe & (NIC_MSG_SLOTS - 1)];
 	len = w->len;
-	seg = len > off ? len - off : 0;
-	if (seg > NIC_SEG_SIZE)
-		seg = NIC_SEG_SIZE;
+	seg = segment_len(len, off);
 	last = off + seg >= len;
 	if (seg) {
 		rid = w->src_region;
