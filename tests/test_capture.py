@@ -181,7 +181,11 @@ class TestInALab:
         assert {p[BTH].opcode for p in roce} == {10, 17}
         assert all(p[IP].src.startswith("198.18.1.") for p in roce)  # plane 1 only
         times = [float(p.time) for p in packets]
-        assert times == sorted(times) and times[-1] - times[0] < 10
+        # In capture order, with the kernel's receive timestamps: those are taken
+        # on the CPU that received each packet (data going up, SACKs coming back
+        # on another), so neighbours may be a few us out of order, never more.
+        assert all(b > a - 0.001 for a, b in zip(times, times[1:], strict=False))
+        assert 0 <= times[-1] - times[0] < 10
         if shutil.which("tshark"):
             opcodes = {row[0] for row in tshark_fields(pcap, "infiniband.bth.opcode") if row[0]}
             assert opcodes == {"10", "17"}
