@@ -271,11 +271,14 @@ def heal(
         for fault in chosen:
             if not from_worker:
                 workers.stop(fault.get("worker_pid"), lab)
+            # Like a fault's, a heal's time is taken before it acts: what the
+            # daemons do once the links carry again comes after it in the log.
+            fault["healed"] = time.time()
             _lift(topo, fault)
             del record.faults[str(fault["id"])]
             record.save()  # per fault: if a later one fails, the record matches the kernel
     for fault in chosen:
-        event = {"type": "heal", **_event_fields(fault)}
+        event = {"type": "heal", "time": fault["healed"], **_event_fields(fault)}
         ctl.post_event(lab, event, source="fault_worker" if from_worker else "cli")
     return chosen
 
