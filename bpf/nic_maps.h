@@ -438,7 +438,7 @@ struct nic_sq {
 	__u32 peer_ports; /* port bitmap of the last ACK: the peer's ports that are up */
 	__u32 reo_wnd_ns; /* setup: the reorder window of the head scan (see "Loss
 			   * detection"), ns; 0 turns the scan off (mrc-nic extension) */
-	__u32 reserved;
+	__u32 scan_psn;   /* where the head scan's last pass stopped */
 	__u64 acked[NIC_BITMAP_WORDS];  /* ring: acknowledged PSNs */
 	__u64 echoed[NIC_BITMAP_WORDS]; /* ring: PSNs whose own SACK/NACK was taken */
 	__u64 retx[NIC_BITMAP_WORDS];   /* ring: PSNs queued for retransmission */
@@ -598,10 +598,14 @@ _Static_assert(sizeof(struct nic_ev) == 64 + sizeof(struct nic_ev_stats),
  * The head scan (rx_ack, when struct nic_sq.reo_wnd_ns is set) catches those
  * in BPF, without waiting for the daemon's timeout: RACK's rule with time
  * instead of PSN order. When a SACK echoes a transmission sent at T, every
- * PSN at the head of the window (from snd_una on, at most NIC_HEAD_SCAN of
- * them) that is neither acknowledged nor queued and whose latest transmission
- * left before T - W is lost: a packet sent that much later has already made
- * the round trip. W, the reorder window, is reo_wnd_ns or this SACK's round
+ * PSN of the window that is neither acknowledged nor queued and whose latest
+ * transmission left before T - W is lost: a packet sent that much later has
+ * already made the round trip. Each SACK looks at NIC_HEAD_SCAN PSNs from
+ * snd_una on and, when they are all examined, at NIC_HEAD_SCAN more from
+ * where the last scan stopped (struct nic_sq.scan_psn): a window's losses are
+ * found in a few SACKs. That matters when a whole path dies: with a small
+ * cwnd, its undetected losses soon hold all of it, the ACK clock stops, and
+ * only the timeout is left. W, the reorder window, is reo_wnd_ns or this SACK's round
  * trip (now - T), whichever is longer: the tolerance for queueing differences
  * between paths (and for scheduling delays on this machine), which grow with
  * the queues. A path whose queue holds packets longer than that is blamed
@@ -614,6 +618,7 @@ _Static_assert(sizeof(struct nic_ev) == 64 + sizeof(struct nic_ev_stats),
 #define NIC_HEAD_SCAN 8
 #endif
 _Static_assert((NIC_HEAD_SCAN & (NIC_HEAD_SCAN - 1)) == 0, "NIC_HEAD_SCAN must be a power of two");
+#define NIC_HEAD_LOST (2 * NIC_HEAD_SCAN) /* losses one head scan can find: two passes */
 struct nic_tx_pkt {
 	__u64 tx_ts;    /* MRC_DATA.tx_ts of the PSN's latest transmission */
 	__u32 psn;      /* the PSN (24 bits): PSNs sharing the slot do not match */

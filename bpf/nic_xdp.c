@@ -121,7 +121,7 @@ struct nic_ack_scratch {
 	__u32 n_head;  /* entries of head (the head scan) */
 	__u32 reserved;
 	struct nic_lost lost[NIC_LOSS_WALK_MAX];
-	struct nic_lost head[NIC_HEAD_SCAN];
+	struct nic_lost head[NIC_HEAD_LOST];
 };
 BPF_PERCPU_ARRAY(nic_ack_scratch, struct nic_ack_scratch, 1);
 /* Events to the daemon: struct nic_event and the other NIC_EV_* records. */
@@ -1153,16 +1153,65 @@ static __always_inline void loss_walk(struct nic_sq *sq, struct nic_tx_ring *rin
 }
 
 /*
+ * One pass of the head scan over at most NIC_HEAD_SCAN PSNs from *at: the
+ * unacknowledged, unqueued ones whose latest transmission left before
+ * `before` are lost (queued, listed in sc.head). Retransmissions sent lately
+ * are passed over: later first transmissions may be old. With skip_retx,
+ * every retransmission is (the cursor pass: what was resent is the first
+ * pass's and the loss walk's). Returns 1 where no later PSN can be found
+ * lost now: at a first transmission sent too recently (they leave in PSN
+ * order, so the rest are newer), at snd_nxt, or with the queue full; *at is
+ * where it stopped.
+ */
+static __always_inline int head_pass(struct nic_sq *sq, struct nic_tx_ring *ring,
+				     struct nic_ack_scratch *sc, __u32 *at, __u64 before,
+				     int skip_retx)
+{
+	__u32 psn = *at, n = sc->n_head;
+	int i, done = 0;
+
+	for (i = 0; i < NIC_HEAD_SCAN; i++, psn = (psn + 1) & MRC_PSN_MASK) {
+		struct nic_tx_pkt *e = &ring->pkts[RING_POS(psn)];
+		struct nic_lost *l;
+
+		if (MRC_PSN_DIFF(psn, sq->snd_nxt) >= 0 || e->psn != psn) {
+			done = 1; /* beyond what was sent, or not recorded */
+			break;
+		}
+		if (BM_TEST(sq->acked, psn) || BM_TEST(sq->retx, psn))
+			continue;
+		if (e->flags & NIC_TX_F_RETX && (skip_retx || e->tx_ts >= before))
+			continue;
+		if (e->tx_ts >= before || !sq_queue(sq, psn, e->ev, NIC_RETX_LOST, 0)) {
+			done = 1;
+			break;
+		}
+		l = &sc->head[n & (NIC_HEAD_LOST - 1)];
+		l->psn = psn;
+		l->ev = e->ev;
+		l->tx_ts = e->tx_ts;
+		n++;
+	}
+	sq->stats.lost_pkts += n - sc->n_head;
+	sc->n_head = n;
+	*at = psn;
+	return done;
+}
+
+/*
  * The head scan (nic_maps.h, "Loss detection"): a SACK echoes a transmission
- * sent at echo_ts; the PSNs at the head of the window last sent more than
- * reo_wnd_ns before it, and neither acknowledged nor queued, are lost.
+ * sent at echo_ts; the PSNs of the window last sent more than reo_wnd_ns
+ * before it, and neither acknowledged nor queued, are lost. A first pass
+ * looks at the head (snd_una on); when all of it is examined, a second one
+ * goes on from where the last scan stopped (struct nic_sq.scan_psn), so that
+ * the losses of a whole window are found in a few SACKs, not one head's worth
+ * per round trip.
  */
 static __always_inline void head_scan(struct nic_sq *sq, struct nic_tx_ring *ring,
 				      struct nic_ack_scratch *sc, __u64 echo_ts, __u64 now)
 {
-	__u32 psn = sq->snd_una, n = 0;
-	__u64 before, wnd = sq->reo_wnd_ns;
-	int i;
+	__u32 psn = sq->snd_una;
+	__u64 wnd = sq->reo_wnd_ns;
 
 	if (!wnd || echo_ts > now)
 		return;
@@ -1172,28 +1221,13 @@ static __always_inline void head_scan(struct nic_sq *sq, struct nic_tx_ring *rin
 		wnd = now - echo_ts;
 	if (echo_ts <= wnd)
 		return;
-	before = echo_ts - wnd;
-	for (i = 0; i < NIC_HEAD_SCAN; i++, psn = (psn + 1) & MRC_PSN_MASK) {
-		struct nic_tx_pkt *e = &ring->pkts[RING_POS(psn)];
-
-		if (MRC_PSN_DIFF(psn, sq->snd_nxt) >= 0 || e->psn != psn)
-			break; /* beyond what was sent, or not recorded */
-		if (BM_TEST(sq->acked, psn) || BM_TEST(sq->retx, psn))
-			continue;
-		if (e->tx_ts >= before) {
-			if (e->flags & NIC_TX_F_RETX)
-				continue; /* resent lately: later first transmissions may be old */
-			break; /* first transmissions leave in PSN order: the rest are newer */
-		}
-		if (!sq_queue(sq, psn, e->ev, NIC_RETX_LOST, 0))
-			break;
-		sc->head[n & (NIC_HEAD_SCAN - 1)].psn = psn;
-		sc->head[n & (NIC_HEAD_SCAN - 1)].ev = e->ev;
-		sc->head[n & (NIC_HEAD_SCAN - 1)].tx_ts = e->tx_ts;
-		n++;
+	if (!head_pass(sq, ring, sc, &psn, echo_ts - wnd, 0)) {
+		if (MRC_PSN_DIFF(sq->scan_psn, psn) > 0 &&
+		    MRC_PSN_DIFF(sq->scan_psn, sq->snd_nxt) <= 0)
+			psn = sq->scan_psn;
+		head_pass(sq, ring, sc, &psn, echo_ts - wnd, 1);
 	}
-	sq->stats.lost_pkts += n;
-	sc->n_head = n;
+	sq->scan_psn = psn;
 }
 
 /* ---- Sender role: EV feedback (callers hold ev->lock) -------------------- */
@@ -1291,7 +1325,7 @@ static __always_inline void head_losses(__u32 qpn, __u32 ack_psn, struct nic_ack
 {
 	int i;
 
-	for (i = 0; i < NIC_HEAD_SCAN; i++) {
+	for (i = 0; i < NIC_HEAD_LOST; i++) {
 		struct nic_lost *l = &sc->head[i];
 		struct nic_loss_event e = {.type = NIC_EV_LOSS, .qpn = qpn};
 

@@ -169,7 +169,8 @@ DEFAULT_MAX_EVS = 16384
 DEFAULT_TX_RINGS = 256
 DEFAULT_SKIP_NS = 100_000  # NIC_SKIP_NS: see bpf/nic_maps.h for why
 LOSS_WALK_MAX = 16  # NIC_LOSS_WALK_MAX (the loader keeps the header's value)
-HEAD_SCAN = 8  # NIC_HEAD_SCAN: PSNs the head scan looks at per SACK
+HEAD_SCAN = 8  # NIC_HEAD_SCAN: PSNs per pass of the head scan (two passes per SACK)
+HEAD_LOST = 2 * HEAD_SCAN  # NIC_HEAD_LOST: losses one head scan can find
 TIMELINE_SHIFT = 20  # NIC_TIMELINE_SHIFT: a bin of the receive timeline is 2^20 ns
 TIMELINE_BINS = 8192  # NIC_TIMELINE_BINS
 
@@ -458,7 +459,7 @@ class SqState(ctypes.Structure):
         ("retx_tail", ctypes.c_uint32),
         ("peer_ports", ctypes.c_uint32),
         ("reo_wnd_ns", ctypes.c_uint32),
-        ("reserved", ctypes.c_uint32),
+        ("scan_psn", ctypes.c_uint32),
         ("acked", ctypes.c_uint64 * BITMAP_WORDS),
         ("echoed", ctypes.c_uint64 * BITMAP_WORDS),
         ("retx", ctypes.c_uint64 * BITMAP_WORDS),
@@ -965,6 +966,7 @@ class SqSnapshot:
     snd_una: int
     snd_nxt: int
     peer_ports: int
+    reo_wnd_ns: int  # the head scan's reorder window (0: off)
     acked: list[int]  # PSNs in [snd_una, snd_nxt) acknowledged (out of order)
     retx_pending: list[int]  # PSNs in [snd_una, snd_nxt) queued and not resent yet
     retx_queue: list[dict[str, int]]  # the queue, oldest first (see NicMaps.retx_queue)
@@ -1420,6 +1422,7 @@ class NicMaps:
             snd_una=raw.snd_una,
             snd_nxt=raw.snd_nxt,
             peer_ports=raw.peer_ports,
+            reo_wnd_ns=raw.reo_wnd_ns,
             acked=in_ring(raw.acked),
             retx_pending=in_ring(raw.retx),
             retx_queue=_retx_entries(raw),

@@ -288,6 +288,13 @@ class SendQp:
     last_kick: float = 0.0
     attempt: int = 0
     timeouts: int = 0
+    # the reorder timer (_reorder_timer): SACKs and NACKs at the last tick, the
+    # RTT (cc.rtt_sum_ns, cc.rtt_samples) then and over the last tick with samples
+    last_acks: int = 0
+    last_rtt: tuple[int, int] = (0, 0)
+    rtt_ns: int = 0
+    last_reorder_kick: float = 0.0
+    reorder_kicks: int = 0
     error: str | None = None
     cc: nscc.QpCc | None = None  # NSCC (None: the fixed window of JobOptions.cwnd)
     ev_min_active: int = 0  # the EV profile's floor of active EVs (evreplace)
@@ -336,6 +343,7 @@ class SendQp:
         self.kick_ns = []
         self.in_buffer.clear()
         self.last_una, self.attempt, self.timeouts, self.error = None, 0, 0, None
+        self.reorder_kicks = 0
         self.wqe_base = maps.sq(self.qp.qpn).wqe_done
 
     def connect(self, maps: nic.NicMaps, topo: Topology, dst: int, remote: dict, opts) -> None:
@@ -538,6 +546,7 @@ class Job:
                 if grew > 0:
                     sq.last_kick = now
         self._top_up(sq, s, now)
+        self._reorder_timer(sq, s, now)
         if s.snd_una != sq.last_una:
             sq.last_una, sq.last_progress, sq.attempt = s.snd_una, now, 0
             return
@@ -563,6 +572,33 @@ class Job:
             sq.timeouts += 1
             sq.attempt += 1
             sq.last_progress = sq.last_kick = now
+
+    def _reorder_timer(self, sq: SendQp, s: nic.SqSnapshot, now: float) -> None:
+        """RACK's reorder timer (RFC 8985, 6.2), run at the tick. The head
+        scan runs on SACKs; when a path dies under a window of fewer packets
+        than a reorder window's worth, its undetected losses soon are all
+        that is in the network, no SACK comes to run the scan, and only the
+        timeout would be left. So a tick that saw no SACK or NACK while
+        packets are out applies the scan's rule itself: a timeout kick for
+        the PSNs last sent a reorder window ago or more (or twice the RTT,
+        if longer: queues). Not a timeout: it spends no retry budget."""
+        acks = s.stats["sacks"] + s.stats["nacks"]
+        rtt = s.cc["rtt_sum_ns"], s.cc["rtt_samples"]
+        if rtt[1] > sq.last_rtt[1]:
+            sq.rtt_ns = (rtt[0] - sq.last_rtt[0]) // (rtt[1] - sq.last_rtt[1])
+        sq.last_rtt = rtt
+        if acks != sq.last_acks:
+            sq.last_acks = acks
+            return
+        age_ns = max(s.reo_wnd_ns, 2 * sq.rtt_ns)
+        outstanding = s.in_flight - len(s.acked) - len(s.retx_pending)
+        if not s.reo_wnd_ns or outstanding <= 0 or now - sq.last_reorder_kick < age_ns / 1e9:
+            return
+        self.maps.timeout_kick(
+            sq.qp.qpn, outstanding, max_psns=min(outstanding, nic.TIMEOUT_MAX), age_ns=age_ns
+        )
+        sq.last_reorder_kick = sq.last_kick = now
+        sq.reorder_kicks += 1
 
     def _top_up(self, sq: SendQp, s: nic.SqSnapshot, now: float) -> None:
         """Restart a starving ACK clock. Each SACK clocks out one packet (XDP
@@ -630,6 +666,7 @@ class Job:
             "stopped": self.stopped,  # `duration` ended it: fewer bytes than size
             "retransmits": retx,
             "timeouts": timeouts,
+            "reorder_kicks": sum(sq.reorder_kicks for sq in self.qps),
             "per_plane_share": {str(p): n / total for p, n in sorted(per_plane.items())},
             "verified": self.opts.verify and not errors,
             "mismatch": self.mismatch,

@@ -304,15 +304,24 @@ def _timeline_bins(timeline: dict[int, int], t0_bin: int) -> list[int]:
     return [timeline.get(b, 0) for b in range(t0_bin, last + 1)]
 
 
-def mrc_run(lab: str, size: int, held: Faults, case: FaultCase | None, fault_at: float) -> Trace:
+def mrc_run(
+    lab: str,
+    size: int,
+    held: Faults,
+    case: FaultCase | None,
+    fault_at: float,
+    write_opts: dict[str, Any] | None = None,
+) -> Trace:
     """One WRITE h0 -> h1 of `size` bytes; `case` put in force at fault_at s
-    (or before the start), the NIC timeline read as the transfer runs."""
+    (or before the start), the NIC timeline read as the transfer runs.
+    write_opts: rdma_write.write's QP attributes (reorder_ns, timeout), if not
+    the defaults."""
     out: dict[str, Any] = {}
 
     def transfer() -> None:
         try:
             wait = max(60.0, size * 8 / 0.05e9)  # ends even at 5% of one plane's rate
-            out["result"] = rdma_write.write(lab, "h0", "h1", size, wait=wait)
+            out["result"] = rdma_write.write(lab, "h0", "h1", size, wait=wait, **(write_opts or {}))
         except Exception as e:  # reported in the trace, the bench goes on
             out["error"] = f"{type(e).__name__}: {e}"
 
@@ -409,7 +418,7 @@ def run_case(
         got["target"] = " ".join(case.target)
         got["spec"] = {k: v for k, v in vars(case.spec).items() if v is not None}
     runners = {
-        "mrc": lambda held: mrc_run(lab, args.size, held, case, args.fault_at),
+        "mrc": lambda held: mrc_run(lab, args.size, held, case, args.fault_at, args.write_opts),
         "mptcp": lambda held: mptcp_run(lab, args.seconds, held, case, args.fault_at),
     }
     for transport in args.transports:
@@ -613,6 +622,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--flap-period", default="100ms", help="flap period (default 100ms)")
     p.add_argument("--faults", default=",".join(FAULT_KEYS), help="which faults, comma-separated")
     p.add_argument("--only", choices=("mrc", "mptcp"), help="run one transport only")
+    p.add_argument(
+        "--reorder-window",
+        type=int,
+        metavar="US",
+        help="mrc-nic's reorder window (write's default)",
+    )
+    p.add_argument(
+        "--timeout", type=int, metavar="T", help="mrc-nic's QP timeout (write's default)"
+    )
     args = p.parse_args(argv)
     args.size = rdma_write.parse_size(args.size or ("768M" if args.quick else "1536M"))
     args.seconds = args.seconds or args.fault_at + (2.0 if args.quick else 3.0)
@@ -625,6 +643,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if unknown:
         p.error(f"unknown fault {unknown[0]!r}: choose from {', '.join(FAULT_KEYS)}")
     args.transports = [args.only] if args.only else ["mrc", "mptcp"]
+    args.write_opts = {}
+    if args.reorder_window is not None:
+        args.write_opts["reorder_ns"] = args.reorder_window * 1000
+    if args.timeout is not None:
+        args.write_opts["timeout"] = args.timeout
     return args
 
 

@@ -791,15 +791,16 @@ def test_loss_walk_is_bounded(program, maps, sq, event_reader):
 
 # The head scan compares transmit times with the SACK's echo_ts and its round
 # trip (now - echo_ts), so these tests send "recently": the SACKed packet left
-# 1 ms ago, older ones 1 ms apart before it; the reorder window is 5 ms. A run
-# that takes less than ~4 ms between building the SACK and the program
-# reading the clock sees exactly that window.
-REO_WND = 5_000_000
-GAP = 1_000_000
+# a GAP ago, older ones a GAP apart before it; the reorder window is 5 GAPs.
+# A test that takes less than 4 GAPs between recording the packets and the
+# program reading the clock sees exactly that window: GAP is long enough for a
+# loaded machine (a run of this module once took 26 ms there).
+GAP = 50_000_000
+REO_WND = 5 * GAP
 
 
 def recent(maps, plan: dict[int, int], acked_psn: int) -> int:
-    """Record {psn: ev} as sent GAP ns apart, acked_psn 1 ms ago; its tx_ts."""
+    """Record {psn: ev} as sent GAP ns apart, acked_psn a GAP ago; its tx_ts."""
     echo = time.monotonic_ns() - GAP
     for psn, ev in plan.items():
         maps.record_tx(QP_TX, psn, ev, tx_ts=echo - (acked_psn - psn) * GAP)
@@ -809,8 +810,8 @@ def recent(maps, plan: dict[int, int], acked_psn: int) -> int:
 @needs_bpf
 def test_head_scan_declares_the_old_head_lost_and_blames_its_ev(program, maps, sq, event_reader):
     """START and START + 1 went on C, a blackholed path: no SACK on C ever
-    comes, so the per-EV walk cannot see them. A SACK for a packet sent 10 ms
-    later (beyond the 5 ms reorder window) shows they are lost."""
+    comes, so the per-EV walk cannot see them. A SACK for a packet sent 10
+    GAPs later (beyond the reorder window of 5) shows they are lost."""
     setup_sq(maps, reo_wnd_ns=REO_WND)
     plan = {START: EV_C, START + 1: EV_C} | {
         START + i: EV_A if i == 10 else EV_B for i in range(2, 12)
@@ -852,7 +853,7 @@ def test_head_scan_declares_the_old_head_lost_and_blames_its_ev(program, maps, s
 @needs_bpf
 def test_head_scan_spares_packets_within_the_reorder_window(program, maps, sq, event_reader):
     setup_sq(maps, reo_wnd_ns=REO_WND)
-    # START + 4 is acknowledged; START .. START + 3 left 1 to 4 ms before it.
+    # START + 4 is acknowledged; START .. START + 3 left 1 to 4 GAPs before it.
     plan = {START + i: EV_A if i == 4 else EV_B for i in range(5)}
     echo = recent(maps, plan, START + 4)
     got = consumed(program, maps, sack(START + 4, cum=START, bitmap=0b10000, echo_ts=echo))
@@ -862,11 +863,11 @@ def test_head_scan_spares_packets_within_the_reorder_window(program, maps, sq, e
 
 @needs_bpf
 def test_head_scan_window_grows_with_the_round_trip(program, maps, sq, event_reader):
-    """The same packets, but the SACK made a 50 ms round trip: queues that
-    long make 10 ms between paths no evidence of loss."""
+    """The same packets, but the SACK made a round trip of 50 GAPs: queues
+    that long make 10 GAPs between paths no evidence of loss."""
     setup_sq(maps, reo_wnd_ns=REO_WND)
     plan = {START: EV_C} | {START + i: EV_B for i in range(1, 11)}
-    echo = time.monotonic_ns() - 50_000_000
+    echo = time.monotonic_ns() - 50 * GAP
     for psn, ev in plan.items():
         maps.record_tx(QP_TX, psn, ev, tx_ts=echo - (START + 10 - psn) * GAP)
     got = consumed(
@@ -884,13 +885,46 @@ def test_head_scan_skips_recent_retransmissions_and_stops_at_recent_first_sends(
     # START was resent lately (after START + 12): not lost yet, skipped.
     maps.record_tx(QP_TX, START, EV_C, tx_ts=echo + GAP // 2, retx=True)
     # A SACK for START + 12 (echoing EV C, so no walk): START + 1 .. START + 6
-    # left more than 5 ms before it; START + 7 (a first send) did not: the scan
+    # left more than 5 GAPs before it; START + 7 (a first send) did not: the scan
     # stops there, at NIC_HEAD_SCAN PSNs at most.
     got = consumed(
         program, maps, sack(START + 12, cum=START, bitmap=1 << 12, ev=EV_C, echo_ts=echo)
     )
     assert [e["psn"] for e in maps.retx_queue(QP_TX)] == [START + i for i in range(1, 7)]
     assert got["lost_head"] == 6
+
+
+@needs_bpf
+def test_head_scan_goes_on_where_the_last_one_stopped(program, maps, sq, event_reader):
+    """A path dies under a window of 40 PSNs: every fourth went on C. Each SACK
+    looks at the head (NIC_HEAD_SCAN PSNs) and then NIC_HEAD_SCAN more from
+    where the last scan stopped, so the losses deep in the window are found
+    SACK after SACK, not one head's worth per round trip (the window is not
+    clogged by undetected losses until the timeout)."""
+    n = 40
+    setup_sq(maps, reo_wnd_ns=REO_WND, snd_nxt=START + n)
+    evs = {START + i: EV_C if i % 4 == 0 else (EV_B, EV_A)[i % 2] for i in range(n)}
+    echo = recent(maps, evs, START + n - 1)
+    bitmap = sum(1 << i for i in range(n) if i % 4)
+    found = []
+    # SACKs of n - 1, n - 2, n - 3, n - 5: each echoes a packet sent a GAP
+    # earlier than the one before, so fewer PSNs are old enough for it.
+    for back in (1, 2, 3, 5):
+        psn = START + n - back
+        got = consumed(
+            program,
+            maps,
+            sack(psn, cum=START, bitmap=bitmap, ev=evs[psn], echo_ts=echo - (back - 1) * GAP),
+        )
+        found.append(got.get("lost_head", 0))
+    # 1st: the head (START, START + 4) and the next 8 (START + 8, + 12).
+    # 2nd, 3rd: the head is queued; 8 more from where the scan stopped.
+    # 4th: START + 32 left less than the window before the SACKed packet.
+    assert found == [4, 2, 2, 0]
+    assert [e["psn"] for e in maps.retx_queue(QP_TX)] == [START + i for i in range(0, 32, 4)]
+    assert maps.ev(QP_TX, EV_C).stats["lost_pkts"] == 8
+    assert maps.ev(QP_TX, EV_A).state == maps.ev(QP_TX, EV_B).state == nic.EvState.GOOD
+    assert maps.sq_raw(QP_TX).scan_psn == START + 32
 
 
 @needs_bpf
@@ -1271,6 +1305,7 @@ TX_HEADER_CONSTANTS = [
     ("NIC_SKIP_NS", nic.DEFAULT_SKIP_NS),
     ("NIC_LOSS_WALK_MAX", nic.LOSS_WALK_MAX),
     ("NIC_HEAD_SCAN", nic.HEAD_SCAN),
+    ("NIC_HEAD_LOST", nic.HEAD_LOST),
     ("NIC_MAX_QP_EVS", nic.MAX_QP_EVS),
     ("NIC_RETX_SLOTS", nic.RETX_SLOTS),
     ("NIC_TX_F_PREV", nic.TX_F_PREV),
