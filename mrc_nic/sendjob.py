@@ -54,6 +54,7 @@ from mrc_nic.topology import Topology
 DEFAULT_TIMEOUT = 12  # 1.024 us * 2^12 = 4.2 ms: above this lab's worst queueing delay
 DEFAULT_MPR = 8
 TOPUP_KICK_S = 0.001  # at most one top-up kick a tick
+REORDER_KICKS = 2  # reorder timer kicks per stall of the ACK clock (SendJob._reorder_timer)
 # The head scan's reorder window (mrc-nic extension; nic_maps.h, "Loss detection"):
 # a packet still unacknowledged when one sent this much later has been
 # acknowledged is lost. Above the queueing differences between this lab's paths
@@ -293,6 +294,7 @@ class SendQp:
     last_acks: int = 0
     last_rtt: tuple[int, int] = (0, 0)
     rtt_ns: int = 0
+    reorder_left: int = 0  # reorder kicks left in this stall
     last_reorder_kick: float = 0.0
     reorder_kicks: int = 0
     error: str | None = None
@@ -581,22 +583,29 @@ class Job:
         timeout would be left. So a tick that saw no SACK or NACK while
         packets are out applies the scan's rule itself: a timeout kick for
         the PSNs last sent a reorder window ago or more (or twice the RTT,
-        if longer: queues). Not a timeout: it spends no retry budget."""
+        if longer: queues). Not a timeout: it spends no retry budget. At
+        most REORDER_KICKS per stall, a reorder window apart (the first may
+        come before the oldest packets are old enough), as RACK arms its
+        timer only on SACKs: when nothing at all comes back (the peer is
+        unreachable), the timeout's backoff rules."""
         acks = s.stats["sacks"] + s.stats["nacks"]
         rtt = s.cc["rtt_sum_ns"], s.cc["rtt_samples"]
         if rtt[1] > sq.last_rtt[1]:
             sq.rtt_ns = (rtt[0] - sq.last_rtt[0]) // (rtt[1] - sq.last_rtt[1])
         sq.last_rtt = rtt
         if acks != sq.last_acks:
-            sq.last_acks = acks
+            sq.last_acks, sq.reorder_left = acks, REORDER_KICKS
             return
         age_ns = max(s.reo_wnd_ns, 2 * sq.rtt_ns)
         outstanding = s.in_flight - len(s.acked) - len(s.retx_pending)
-        if not s.reo_wnd_ns or outstanding <= 0 or now - sq.last_reorder_kick < age_ns / 1e9:
+        if not (s.reo_wnd_ns and sq.reorder_left and outstanding > 0):
+            return
+        if now - sq.last_reorder_kick < age_ns / 1e9:
             return
         self.maps.timeout_kick(
             sq.qp.qpn, outstanding, max_psns=min(outstanding, nic.TIMEOUT_MAX), age_ns=age_ns
         )
+        sq.reorder_left -= 1
         sq.last_reorder_kick = sq.last_kick = now
         sq.reorder_kicks += 1
 

@@ -19,7 +19,7 @@ import time
 import pytest
 from conftest import MRC, needs_lab, run_cli
 
-from mrc_nic import ctl, faults, lab, netns, nic, rdma_write
+from mrc_nic import ctl, faults, lab, netns, nic, nscc, rdma_write
 
 pytestmark = [pytest.mark.root, pytest.mark.netns, pytest.mark.bpf, needs_lab]
 
@@ -148,6 +148,22 @@ def test_write_survives_a_fault_started_mid_transfer(default_lab, target, args):
     r = job.join()
     assert r["completed"] and r["verified"], r
     assert all(q["state"] == "RTS" for q in r["qps"])
+
+
+def test_a_plane_that_dies_under_a_small_window_needs_no_timeout(default_lab):
+    """A fixed window of 8 packets: when a plane is blackholed, its undetected
+    losses soon are all that is in the network and no SACK comes to run the
+    head scan. The daemon's reorder timer finds them a reorder window later;
+    the timeout (268 ms here) is never needed."""
+    name = default_lab.lab
+    kw = dict(verify=True, cwnd=8, cc_profile=nscc.FIXED, timeout=18, reorder_ns=1_000_000)
+    job = Background(name, 512 * MIB, **kw)
+    send_qp(name)
+    time.sleep(0.3)
+    faults.apply(name, ("plane", "1"), faults.FaultSpec(mode="blackhole"))  # what `fail` does
+    r = job.join()
+    assert r["completed"] and r["verified"], r
+    assert r["timeouts"] == 0 and r["reorder_kicks"] >= 1, r
 
 
 def test_spent_retry_budget_puts_the_qp_in_err_and_the_daemon_goes_on(default_lab):

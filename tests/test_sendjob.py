@@ -1,4 +1,5 @@
-"""sendjob's decisions that need no lab: here, when a stalled ACK clock is restarted."""
+"""sendjob's decisions that need no lab: when a stalled ACK clock is restarted, and
+when the reorder timer declares what is left in the network lost."""
 
 from __future__ import annotations
 
@@ -12,9 +13,13 @@ from mrc_nic import sendjob
 class KickRecorder:
     def __init__(self) -> None:
         self.kicks: list[tuple[int, int]] = []
+        self.timeout_kicks: list[dict] = []
 
     def kick(self, qpn: int, packets: int, **_) -> None:
         self.kicks.append((qpn, packets))
+
+    def timeout_kick(self, qpn: int, packets: int, *, max_psns: int, age_ns: int) -> None:
+        self.timeout_kicks.append(dict(qpn=qpn, packets=packets, max_psns=max_psns, age_ns=age_ns))
 
 
 def snapshot(**kw):
@@ -28,8 +33,8 @@ def job_and_qp() -> tuple[sendjob.Job, KickRecorder, types.SimpleNamespace]:
     maps = KickRecorder()
     job = sendjob.Job.__new__(sendjob.Job)
     job.maps = maps
-    sq = types.SimpleNamespace(qp=types.SimpleNamespace(qpn=0x105), wqe_base=0, posted=1)
-    sq.last_kick = 0.0
+    sq = sendjob.SendQp(qp=types.SimpleNamespace(qpn=0x105), ring=0, region=0, span=None, chunk=0)
+    sq.posted = 1
     return job, maps, sq
 
 
@@ -67,3 +72,54 @@ def test_source_data_is_reproducible_and_differs_per_write_and_block():
         same = sum(a[i : i + 1024] == other[i : i + 1024] for i in range(0, 1 << 20, 1024))
         assert same == 0
     assert sendjob.chunk_data(7, 0, 1, 0) == b""
+
+
+REO_WND_NS = 1_000_000
+
+
+def acks_state(sacks: int, *, out: int = 20, rtt: tuple[int, int] = (0, 0), reo=REO_WND_NS):
+    """The fields _reorder_timer reads: `out` PSNs in the network, none acked."""
+    return types.SimpleNamespace(
+        stats={"sacks": sacks, "nacks": 0},
+        cc={"rtt_sum_ns": rtt[0], "rtt_samples": rtt[1]},
+        reo_wnd_ns=reo,
+        in_flight=out,
+        acked=[],
+        retx_pending=[],
+    )
+
+
+def test_reorder_timer_declares_what_is_left_lost_when_the_ack_clock_stops():
+    """SACKs flow: nothing. A tick without any: a timeout kick for what was
+    sent a reorder window ago, spending no retry budget; one more a window
+    later; then the timeout alone (the peer may be gone), until SACKs again."""
+    job, maps, sq = job_and_qp()
+    for tick, sacks in enumerate((5, 9, 14)):
+        job._reorder_timer(sq, acks_state(sacks), now=1.0 + tick * 1e-3)
+    assert maps.timeout_kicks == []
+    job._reorder_timer(sq, acks_state(14), now=1.003)  # the clock stopped
+    assert maps.timeout_kicks == [dict(qpn=0x105, packets=20, max_psns=20, age_ns=REO_WND_NS)]
+    job._reorder_timer(sq, acks_state(14), now=1.0035)  # within a reorder window of it
+    assert len(maps.timeout_kicks) == 1
+    for now in (1.004, 1.005, 1.006, 1.5):
+        job._reorder_timer(sq, acks_state(14), now=now)
+    assert len(maps.timeout_kicks) == 2, "at most two per stall"
+    assert sq.reorder_kicks == 2 and sq.timeouts == 0 and sq.attempt == 0
+    job._reorder_timer(sq, acks_state(15), now=1.6)  # a SACK: armed again
+    job._reorder_timer(sq, acks_state(15), now=1.601)
+    assert len(maps.timeout_kicks) == 3
+
+
+def test_reorder_timer_waits_for_queues_and_stays_off_without_a_window():
+    job, maps, sq = job_and_qp()
+    # SACKs took 800 us each over the last tick: packets wait twice that.
+    job._reorder_timer(sq, acks_state(5, rtt=(1_000_000, 10)), now=1.0)
+    job._reorder_timer(sq, acks_state(9, rtt=(5_000_000, 15)), now=1.001)
+    job._reorder_timer(sq, acks_state(9, rtt=(5_000_000, 15)), now=1.002)
+    assert [k["age_ns"] for k in maps.timeout_kicks] == [1_600_000]
+    job, maps, sq = job_and_qp()
+    for now, sacks in ((1.0, 5), (1.001, 5), (1.01, 5)):
+        job._reorder_timer(sq, acks_state(sacks, reo=0), now=now)
+    job._reorder_timer(sq, acks_state(6, out=0), now=1.02)
+    job._reorder_timer(sq, acks_state(6, out=0), now=1.03)  # nothing in the network
+    assert maps.timeout_kicks == []
