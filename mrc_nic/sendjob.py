@@ -57,9 +57,14 @@ TOPUP_KICK_S = 0.001  # at most one top-up kick a tick
 REORDER_KICKS = 2  # reorder timer kicks per stall of the ACK clock (SendJob._reorder_timer)
 # The head scan's reorder window (mrc-nic extension; nic_maps.h, "Loss detection"):
 # a packet still unacknowledged when one sent this much later has been
-# acknowledged is lost. Above the queueing differences between this lab's paths
-# and the scheduling hiccups of a 2-core machine, well below the timeout.
-DEFAULT_REORDER_NS = 1_000_000
+# acknowledged is lost (or, at the head scan, when this SACK's round trip is
+# longer: queues). Short enough that a path which dies is found before its
+# losses hold the whole window (a few round trips of the default lab, whose
+# RTT is 0.1-0.25 ms), long enough for the scheduling hiccups of a 2-core
+# machine: scripts/bench_failover.py --reorder-window finds the plane's
+# blackhole in under 0.5 ms with 250 us, 1-3 ms (a stall) with 400 us or 1 ms,
+# and healthy runs resend no more than with 1 ms.
+DEFAULT_REORDER_NS = 250_000
 # Most packets in the network (struct nic_sq.cwnd; mrc-nic extension): a fixed
 # window until congestion control (NSCC) sets it. The MPR range stays larger
 # (DEFAULT_MPR), so a hole at snd_una does not stop the sender while the loss

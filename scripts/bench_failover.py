@@ -365,6 +365,7 @@ def _mrc_figures(trace: Trace, result: dict, t0_ns: int) -> Trace:
         "seconds": result["seconds"],
         "retransmits": result["retransmits"],
         "timeouts": result["timeouts"],
+        "reorder_kicks": result.get("reorder_kicks"),
         "per_plane_share": result["per_plane_share"],
     }
     return trace
