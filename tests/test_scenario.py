@@ -129,7 +129,10 @@ def test_slow_topology_gets_a_longer_design_rtt():
 
 
 def test_qp_timeouts_follow_the_labs_design_rtt():
-    assert rdma_write.lab_defaults(topology.load(CLOS8, lab="t")) == (12, sendjob.DEFAULT_REORDER_NS)
+    assert rdma_write.lab_defaults(topology.load(CLOS8, lab="t")) == (
+        12,
+        sendjob.DEFAULT_REORDER_NS,
+    )
     slow = scenario.scenario_topology("clos-8", "x", rate="10mbit")
     timeout, reorder = rdma_write.lab_defaults(slow)
     rtt = slow.queues.base_rtt_ns
