@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from mrc_nic import rdma_write, scenario, sendjob, topology
+from mrc_nic import nscc, rdma_write, scenario, sendjob, topology
 from mrc_nic.scenario import Flow
 
 CLOS8 = scenario.topology_file("clos-8")
@@ -138,3 +138,5 @@ def test_qp_timeouts_follow_the_labs_design_rtt():
     rtt = slow.queues.base_rtt_ns
     assert 1.024e3 * 2**timeout >= rdma_write.TIMEOUT_RTTS * rtt > 1.024e3 * 2 ** (timeout - 1)
     assert reorder == rdma_write.REORDER_RTTS * rtt
+    fixed = rdma_write.lab_defaults(slow, nscc.FIXED)[1]
+    assert fixed == rdma_write.REORDER_RTTS_FIXED * rtt > reorder, "deeper queues, longer window"

@@ -50,7 +50,7 @@ Examples:
     type=click.IntRange(0, 10**6),
     default=None,
     help="Microseconds a packet may trail one sent after it before it counts as lost "
-    "(mrc-nic extension; default 250, or 2 design RTTs of a slow lab; 0: wait for the "
+    "(mrc-nic extension; default 250, or 4 design RTTs of a slowed-down lab; 0: wait for the "
     "timeout).",
 )
 @click.option(
