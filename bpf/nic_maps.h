@@ -604,8 +604,9 @@ _Static_assert(sizeof(struct nic_ev) == 64 + sizeof(struct nic_ev_stats),
  * snd_una on and, when they are all examined, at NIC_HEAD_SCAN more from
  * where the last scan stopped (struct nic_sq.scan_psn): a window's losses are
  * found in a few SACKs. That matters when a whole path dies: with a small
- * cwnd, its undetected losses soon hold all of it, the ACK clock stops, and
- * only the timeout is left. W, the reorder window, is reo_wnd_ns or this SACK's round
+ * cwnd, its undetected losses soon hold all of it and the ACK clock stops;
+ * then only the daemon's reorder timer and timeout are left (docs/daemon.md).
+ * W, the reorder window, is reo_wnd_ns or this SACK's round
  * trip (now - T), whichever is longer: the tolerance for queueing differences
  * between paths (and for scheduling delays on this machine), which grow with
  * the queues. A path whose queue holds packets longer than that is blamed

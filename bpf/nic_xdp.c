@@ -1211,7 +1211,7 @@ static __always_inline void head_scan(struct nic_sq *sq, struct nic_tx_ring *rin
 				      struct nic_ack_scratch *sc, __u64 echo_ts, __u64 now)
 {
 	__u32 psn = sq->snd_una;
-	__u64 wnd = sq->reo_wnd_ns;
+	__u64 before, wnd = sq->reo_wnd_ns;
 
 	if (!wnd || echo_ts > now)
 		return;
@@ -1221,11 +1221,12 @@ static __always_inline void head_scan(struct nic_sq *sq, struct nic_tx_ring *rin
 		wnd = now - echo_ts;
 	if (echo_ts <= wnd)
 		return;
-	if (!head_pass(sq, ring, sc, &psn, echo_ts - wnd, 0)) {
+	before = echo_ts - wnd;
+	if (!head_pass(sq, ring, sc, &psn, before, 0)) {
 		if (MRC_PSN_DIFF(sq->scan_psn, psn) > 0 &&
 		    MRC_PSN_DIFF(sq->scan_psn, sq->snd_nxt) <= 0)
 			psn = sq->scan_psn;
-		head_pass(sq, ring, sc, &psn, echo_ts - wnd, 1);
+		head_pass(sq, ring, sc, &psn, before, 1);
 	}
 	sq->scan_psn = psn;
 }

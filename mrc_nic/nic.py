@@ -995,6 +995,12 @@ class SqSnapshot:
         """PSNs the engine may still send: window - in flight."""
         return self.window - self.in_flight
 
+    @property
+    def in_network(self) -> int:
+        """Packets that may still draw a SACK: in flight, neither acknowledged
+        nor queued for retransmission (lost ones not found yet count too)."""
+        return self.in_flight - len(self.acked) - len(self.retx_pending)
+
 
 @dataclasses.dataclass
 class EvSnapshot:

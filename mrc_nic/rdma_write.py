@@ -35,7 +35,7 @@ SIZE_MAX = 2**40
 # reorder window this many: enough for the differences between paths'
 # queues, which NSCC keeps short and a fixed window does not (clos-8 at
 # 5 Mbit/s, 3 KiB packets, permutation, the worst flow's share of its link:
-# NSCC 0.89-0.90 with 2 RTTs, 0.80-0.82 with 4; the fixed window 0.72 with
+# NSCC 0.88-0.90 with 2 RTTs, 0.80-0.82 with 4; the fixed window 0.72 with
 # 2, 0.88 with 4: spurious losses). Never below the daemon's defaults, which
 # were measured on the default lab.
 TIMEOUT_RTTS = 8

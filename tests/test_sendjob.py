@@ -7,7 +7,7 @@ import types
 
 import pytest
 
-from mrc_nic import sendjob
+from mrc_nic import nic, sendjob
 
 
 class KickRecorder:
@@ -22,10 +22,18 @@ class KickRecorder:
         self.timeout_kicks.append(dict(qpn=qpn, packets=packets, max_psns=max_psns, age_ns=age_ns))
 
 
+def fake_sq(**fields) -> types.SimpleNamespace:
+    """A stand-in for nic.SqSnapshot with these fields, and in_network derived
+    from them as the real one does."""
+    sq = types.SimpleNamespace(**fields)
+    sq.in_network = nic.SqSnapshot.in_network.fget(sq)
+    return sq
+
+
 def snapshot(**kw):
     """The nic.SqSnapshot fields _top_up reads: an idle QP by default."""
     base = dict(in_flight=0, acked=[], retx_pending=[], cwnd=1, window=1024, retx_queue=0)
-    return types.SimpleNamespace(**(base | {"wqe_sent": 0} | kw))
+    return fake_sq(**(base | {"wqe_sent": 0} | kw))
 
 
 def job_and_qp() -> tuple[sendjob.Job, KickRecorder, types.SimpleNamespace]:
@@ -79,7 +87,7 @@ REO_WND_NS = 1_000_000
 
 def acks_state(sacks: int, *, out: int = 20, rtt: tuple[int, int] = (0, 0), reo=REO_WND_NS):
     """The fields _reorder_timer reads: `out` PSNs in the network, none acked."""
-    return types.SimpleNamespace(
+    return fake_sq(
         stats={"sacks": sacks, "nacks": 0},
         cc={"rtt_sum_ns": rtt[0], "rtt_samples": rtt[1]},
         reo_wnd_ns=reo,
