@@ -178,7 +178,7 @@ _Static_assert(sizeof(struct nic_msg_slot) == 24, "struct nic_msg_slot layout ch
 #define NIC_MSG_F_VALID 0x1 /* the slot holds a message */
 #define NIC_MSG_F_IMM 0x2   /* WRITE_WITH_IMM: raise a completion event */
 
-/* Per-QP counters, written by BPF under the QP's lock. */
+/* Per-QP counters, written by BPF under the QP's receive lock. */
 struct nic_rq_stats {
 	__u64 data_pkts;    /* data packets answered (SACK or NACK); dropped ones are not */
 	__u64 placed_pkts;  /* payloads placed (first arrival of a PSN) */
@@ -249,7 +249,11 @@ _Static_assert(sizeof(struct nic_gap_bin) == 16, "struct nic_gap_bin layout chan
  * The receiving side of one QP. User space writes the whole value when it
  * sets the QP up (the "setup" fields and the initial cum_psn and msn; the
  * rest zero) and reads it back with BPF_F_LOCK. Afterwards BPF owns
- * everything below "BPF-owned", under the lock.
+ * everything below "BPF-owned", under the QP's receive lock: its word in
+ * nic_rx_locks (below), not the bpf_spin_lock of the value, which only user
+ * space's BPF_F_LOCK copies take. So a copy user space reads while packets
+ * arrive may mix fields of two packets (counters one apart); once traffic
+ * stops it is exact.
  *
  * Bitmap invariant: bit (p % NIC_BITMAP_BITS) is set only for PSNs p in
  * [cum_psn, cum_psn + window) that have arrived; every other bit is zero
@@ -279,6 +283,29 @@ _Static_assert(sizeof(struct nic_rq) == 40 + 8 * NIC_BITMAP_WORDS + sizeof(struc
 					     NIC_MSG_SLOTS * sizeof(struct nic_msg_slot) +
 					     NIC_GAP_BINS * sizeof(struct nic_gap_bin),
 	       "struct nic_rq has hidden padding");
+
+/*
+ * Map nic_rx_locks (array of struct nic_rx_lock, NIC_RX_LOCKS entries): the
+ * receive lock of QP q is entry q % NIC_RX_LOCKS; QPs that share an entry
+ * share the lock, which costs only waiting. A spin lock made of BPF atomics
+ * (cmpxchg to take, xchg to release), not bpf_spin_lock: that helper pair
+ * saves and restores interrupts and costs about 44 ns a packet on this
+ * machine's kernel (two calls with its return-thunk mitigation), a fifth of
+ * the receiver's whole cost (scripts/bench_fastpath.py, part 1); this lock
+ * costs two atomic instructions. Nothing the receiver does runs in hard
+ * interrupt context, so interrupts need no masking. A taker tries
+ * NIC_RX_LOCK_TRIES times and then drops the packet (NIC_CNT_DROP_RX_BUSY;
+ * the sender resends it): the holder's section is about 30 ns, so only a
+ * holder held up by an interrupt or by its vCPU losing the host CPU makes
+ * that happen, and no path can wait for ever. One entry per cache line.
+ */
+#define NIC_RX_LOCKS 256
+#define NIC_RX_LOCK_TRIES 256
+struct nic_rx_lock {
+	__u64 word; /* 0: free, 1: taken */
+	__u64 pad[7];
+};
+_Static_assert(sizeof(struct nic_rx_lock) == 64, "struct nic_rx_lock is one cache line");
 
 /* ---- Send QP state: map nic_tx_qps (hash, key = __u32 QPN) ------------- */
 
@@ -877,8 +904,8 @@ struct nic_send_event {
 };
 _Static_assert(sizeof(struct nic_send_event) == 40, "struct nic_send_event layout changed");
 
-/* Completions raised by one packet, gathered under the QP lock and sent to
- * the ring buffer after it (no helper may run under a bpf_spin_lock). Map
+/* Completions raised by one packet, gathered under the QP's receive lock
+ * and sent to the ring buffer after it, to keep the lock brief. Map
  * nic_cqe_scratch (per-CPU array, 1 entry); not pinned. */
 struct nic_cqe {
 	__u64 va;
@@ -961,6 +988,7 @@ enum nic_counter {
 	NIC_CNT_LOST_HEAD,       /* PSNs the head scan declared lost (also in LOST) */
 	NIC_CNT_CWND_KICKS,      /* NIC_KICK_CWND runs that set a QP's window (then a send kick) */
 	NIC_CNT_EV_REPLACED,     /* NIC_KICK_EV_REPLACE runs that put a new EV in a profile slot */
+	NIC_CNT_DROP_RX_BUSY,    /* data packet dropped: its QP's receive lock stayed taken */
 	NIC_CNT_MAX,
 };
 

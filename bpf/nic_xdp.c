@@ -28,12 +28,14 @@
  * state), then trimmed -> NACK(TRIMMED*); outside the region -> fatal NACK;
  * beyond the window -> NACK(PSN_OOR_WINDOW); below cum_psn or already in the
  * bitmap -> SACK(DUP), not placed; else the payload is copied into its
- * region element, then, under the QP's bpf_spin_lock, its bit is set,
+ * region element, then, under the QP's receive lock (nic_rx_locks: two
+ * atomics, not the bpf_spin_lock helpers, see nic_maps.h), its bit is set,
  * cum_psn moves over the received run, LAST packets record their message,
  * and messages whose LAST PSN cum_psn has passed complete in MSN order
  * (AETH.msn; a WRITE_WITH_IMM completion is a nic_events record, written
- * after the lock since no helper may run under it). The copy stays outside
- * the lock: a first look without it decides whether to copy (see rx_data).
+ * after the lock, which is held as briefly as possible). The copy stays
+ * outside the lock: a first look without it decides whether to copy (see
+ * rx_data).
  *
  * Sender, per SACK/NACK (rx_ack): checks (lengths, syndrome and reason agree,
  * send QP known, addresses, state, PSNs never sent), then under the send QP's
@@ -91,6 +93,8 @@ BPF_HASH(nic_rx_qps, __u32, struct nic_rq, NIC_MAX_QPS);
 BPF_F_TABLE("array", __u32, struct nic_mr_elem, nic_mr, NIC_MR_ELEMS, BPF_F_MMAPABLE);
 /* Region table, key = region id; see struct nic_region. */
 BPF_ARRAY(nic_regions, struct nic_region, NIC_MAX_REGIONS);
+/* Receive locks, entry QPN % NIC_RX_LOCKS (not pinned); see nic_maps.h. */
+BPF_ARRAY(nic_rx_locks, struct nic_rx_lock, NIC_RX_LOCKS);
 /* Port bitmap per host id, copied into every SACK/NACK. */
 BPF_ARRAY(nic_port_up, __u32, NIC_MAX_HOSTS);
 /* Outcome counters, enum nic_counter, one copy per CPU. */
@@ -382,7 +386,34 @@ static __always_inline int answer(struct xdp_md *ctx, struct mrc_pkt *p,
 	return XDP_TX;
 }
 
-/* ---- Receive state: the bitmap ring (callers hold rq->lock) -------------- */
+/* ---- The receive lock (nic_maps.h, nic_rx_locks) ------------------------ */
+
+/* Take QP qpn's receive lock: its word, or NULL when it stayed taken for
+ * NIC_RX_LOCK_TRIES tries (counted by the caller's drop). The cmpxchg is a
+ * full barrier: nothing of the section moves before it. */
+static __always_inline __u64 *rx_lock(__u32 qpn)
+{
+	__u32 slot = qpn & (NIC_RX_LOCKS - 1);
+	struct nic_rx_lock *l = nic_rx_locks.lookup(&slot);
+	int i;
+
+	if (!l)
+		return NULL;
+#pragma clang loop unroll(disable)
+	for (i = 0; i < NIC_RX_LOCK_TRIES; i++)
+		if (__sync_val_compare_and_swap(&l->word, 0, 1) == 0)
+			return &l->word;
+	return NULL;
+}
+
+/* Release it: xchg is a full barrier too, so every store of the section is
+ * visible before the lock is seen free. */
+static __always_inline void rx_unlock(__u64 *word)
+{
+	__sync_lock_test_and_set(word, 0);
+}
+
+/* ---- Receive state: the bitmap ring (callers hold the receive lock) -------------- */
 
 /* Set bits of v: clang expands this without branches or lookup tables
  * (BPF has no popcount instruction). */
@@ -496,7 +527,7 @@ static __always_inline enum rx_verdict msg_check(const struct nic_rq *rq, __u32 
 	return RX_PLACED;
 }
 
-/* Record a LAST packet's message in its slot (rq->lock held). */
+/* Record a LAST packet's message in its slot (receive lock held). */
 static __always_inline enum rx_verdict record_msg(struct nic_rq *rq, __u32 msn, __u32 psn,
 						  __u64 base_va, __u32 len, __u32 imm, int has_imm)
 {
@@ -515,7 +546,7 @@ static __always_inline enum rx_verdict record_msg(struct nic_rq *rq, __u32 msn, 
 }
 
 /* Complete, in MSN order, every message whose LAST PSN cum_psn has passed
- * (rq->lock held). WRITE_WITH_IMM completions go to batch, sent after the
+ * (receive lock held). WRITE_WITH_IMM completions go to batch, sent after the
  * lock is released; batch->done counts every message completed. Branch-free
  * inside a step but for the two exits: each slot is written to the batch,
  * which keeps it only when the message had an immediate. The counts go to
@@ -671,6 +702,7 @@ static __always_inline int rx_data(struct xdp_md *ctx, struct mrc_pkt *p)
 	struct nic_rq *rq;
 	struct ack_info ai = {};
 	enum rx_verdict verdict;
+	__u64 *lock;
 	__u32 qpn, psn, dmalen, rkey, flags_msn, msg_off, payload_len, payload_off;
 	__u32 imm = 0, elem = 0, zero = 0, dscp, host;
 	__u64 va, off, now = 0;
@@ -744,7 +776,9 @@ static __always_inline int rx_data(struct xdp_md *ctx, struct mrc_pkt *p)
 		ai.reason = lasthop ? MRC_NACK_TRIMMED_LASTHOP : MRC_NACK_TRIMMED;
 		ai.counter = lasthop ? NIC_CNT_NACK_TRIMMED_LASTHOP : NIC_CNT_NACK_TRIMMED;
 		ai.flags |= MRC_ACK_F_TRIMMED;
-		bpf_spin_lock(&rq->lock);
+		lock = rx_lock(qpn);
+		if (!lock)
+			return drop(NIC_CNT_DROP_RX_BUSY);
 		d = MRC_PSN_DIFF(psn, rq->cum_psn);
 		if (d < 0 || (d < window && ring_test(rq, psn)))
 			ai.flags |= MRC_ACK_F_DUP; /* a retransmission of a PSN we have */
@@ -752,7 +786,7 @@ static __always_inline int rx_data(struct xdp_md *ctx, struct mrc_pkt *p)
 		rq->stats.data_pkts++;
 		rq->stats.trimmed_pkts++;
 		rq->stats.nacks++;
-		bpf_spin_unlock(&rq->lock);
+		rx_unlock(lock);
 		return answer(ctx, p, dext, psn, &ai);
 	}
 
@@ -786,12 +820,14 @@ static __always_inline int rx_data(struct xdp_md *ctx, struct mrc_pkt *p)
 	if (d >= window) {
 		ai.reason = MRC_NACK_PSN_OOR_WINDOW;
 		ai.counter = NIC_CNT_NACK_OOR;
-		bpf_spin_lock(&rq->lock);
+		lock = rx_lock(qpn);
+		if (!lock)
+			return drop(NIC_CNT_DROP_RX_BUSY);
 		sack_view(rq, psn, window, &ai);
 		rq->stats.data_pkts++;
 		rq->stats.oor_pkts++;
 		rq->stats.nacks++;
-		bpf_spin_unlock(&rq->lock);
+		rx_unlock(lock);
 		return answer(ctx, p, dext, psn, &ai);
 	}
 	fresh = d >= 0 && !ring_test(rq, psn);
@@ -803,11 +839,13 @@ static __always_inline int rx_data(struct xdp_md *ctx, struct mrc_pkt *p)
 			/* As PSN_OOR_WINDOW: the sender resends once messages complete. */
 			ai.reason = MRC_NACK_NO_RESOURCE;
 			ai.counter = NIC_CNT_NACK_NO_RESOURCE;
-			bpf_spin_lock(&rq->lock);
+			lock = rx_lock(qpn);
+			if (!lock)
+				return drop(NIC_CNT_DROP_RX_BUSY);
 			sack_view(rq, psn, window, &ai);
 			rq->stats.data_pkts++;
 			rq->stats.nacks++;
-			bpf_spin_unlock(&rq->lock);
+			rx_unlock(lock);
 			return answer(ctx, p, dext, psn, &ai);
 		}
 	}
@@ -842,7 +880,9 @@ static __always_inline int rx_data(struct xdp_md *ctx, struct mrc_pkt *p)
 	if (fresh) /* only new data moves the delivery clock: a duplicate is no progress */
 		now = bpf_ktime_get_ns();
 
-	bpf_spin_lock(&rq->lock);
+	lock = rx_lock(qpn);
+	if (!lock)
+		return drop(NIC_CNT_DROP_RX_BUSY);
 	d = MRC_PSN_DIFF(psn, rq->cum_psn);
 	if (!fresh || d < 0 || ring_test(rq, psn)) {
 		verdict = RX_DUP;
@@ -871,7 +911,7 @@ static __always_inline int rx_data(struct xdp_md *ctx, struct mrc_pkt *p)
 			rq->stats.dup_pkts++;
 		sack_view(rq, psn, window, &ai);
 	}
-	bpf_spin_unlock(&rq->lock);
+	rx_unlock(lock);
 
 	switch (verdict) {
 	case RX_BAD_MSN:
@@ -906,11 +946,13 @@ remote_access:
 	ai.syndrome = MRC_AETH_NAK_REM_ACCESS;
 	ai.reason = MRC_NACK_UNEXP_EVENT;
 	ai.counter = NIC_CNT_NACK_REM_ACCESS;
-	bpf_spin_lock(&rq->lock);
+	lock = rx_lock(qpn);
+	if (!lock)
+		return drop(NIC_CNT_DROP_RX_BUSY);
 	sack_view(rq, psn, window, &ai);
 	rq->stats.data_pkts++;
 	rq->stats.nacks++;
-	bpf_spin_unlock(&rq->lock);
+	rx_unlock(lock);
 	return answer(ctx, p, dext, psn, &ai);
 }
 

@@ -99,6 +99,7 @@ WQ_MAP = "nic_wq"
 PORTS_MAP = "nic_ports"
 TX_PORTS_MAP = "nic_tx_ports"
 TIMELINE_MAP = "nic_rx_timeline"
+RX_LOCKS_MAP = "nic_rx_locks"
 MAP_PINS = (
     RX_QPS_MAP,
     MR_MAP,
@@ -113,6 +114,7 @@ MAP_PINS = (
     PORTS_MAP,
     TX_PORTS_MAP,
     TIMELINE_MAP,
+    RX_LOCKS_MAP,
 )
 # The program itself, pinned next to its maps: BPF_OBJ_GET gives a kicker its fd.
 PROG_PIN = "nic_xdp_prog"
@@ -147,6 +149,10 @@ MSG_SLOTS = 32
 GAP_BINS = 64  # NIC_GAP_BINS: the receive QP's log of long delivery gaps
 GAP_MIN_NS = 100_000  # NIC_GAP_MIN_NS: shorter gaps are not logged
 GAP_BIN_SHIFT = 26  # NIC_GAP_BIN_SHIFT: a bin of the gap log is 2^26 ns (67 ms)
+# The receive locks (nic_maps.h, nic_rx_locks): QP q's is entry q % RX_LOCKS.
+RX_LOCKS = 256  # NIC_RX_LOCKS
+RX_LOCK_TRIES = 256  # NIC_RX_LOCK_TRIES: then the packet is dropped (DROP_RX_BUSY)
+RX_LOCK_SIZE = 64  # sizeof(struct nic_rx_lock): one cache line each
 MSG_F_VALID = 0x1
 MSG_F_IMM = 0x2
 MAX_QP_EVS = 256
@@ -256,6 +262,7 @@ class Counter(enum.IntEnum):
     LOST_HEAD = 50
     CWND_KICKS = 51
     EV_REPLACED = 52
+    DROP_RX_BUSY = 53
 
 
 COUNTER_SLOTS = len(Counter)  # NIC_CNT_MAX
@@ -364,6 +371,13 @@ class RqState(ctypes.Structure):
         ("msgs", MsgSlot * MSG_SLOTS),
         ("gaps", GapBin * GAP_BINS),
     ]
+
+
+def rx_lock_slot(qpn: int) -> int:
+    """The entry of nic_rx_locks that is QP qpn's receive lock (shared by QPs
+    whose numbers agree modulo RX_LOCKS)."""
+    pins.check_range("qpn", qpn, wire.QPN_MASK)
+    return qpn % RX_LOCKS
 
 
 class RegionLayout(ctypes.Structure):
@@ -1277,6 +1291,19 @@ class NicMaps:
         """One outcome counter, summed over CPUs."""
         values = bpfsys.map_lookup_percpu(self._fds[COUNTERS_MAP], _u32(which), 8)
         return sum(int.from_bytes(v, "little") for v in values)
+
+    def rx_lock_taken(self, qpn: int) -> bool:
+        """Is QP qpn's receive lock taken right now? (It is held for about 30 ns
+        per packet; one seen taken twice apart means a holder that never let go.)"""
+        raw = bpfsys.map_lookup(self._fds[RX_LOCKS_MAP], _u32(rx_lock_slot(qpn)), RX_LOCK_SIZE)
+        return int.from_bytes(raw[:8], "little") != 0
+
+    def set_rx_lock(self, qpn: int, taken: bool) -> None:
+        """Take or free QP qpn's receive lock from user space: what a holder held
+        up looks like to the receiver (tests). Freeing a lock a packet holds
+        lets a second one in: only while no traffic runs."""
+        value = (1 if taken else 0).to_bytes(8, "little") + bytes(RX_LOCK_SIZE - 8)
+        bpfsys.map_update(self._fds[RX_LOCKS_MAP], _u32(rx_lock_slot(qpn)), value)
 
     def rx_timeline(self) -> dict[int, int]:
         """Payload bytes placed per timeline bin (bin = ktime_ns >> TIMELINE_SHIFT),

@@ -445,6 +445,31 @@ SENTINEL = b"\x5e" * 1024
 
 
 @needs_bpf
+def test_a_packet_that_finds_its_qp_locked_is_dropped_and_counted(program, maps, qp):
+    """The receive lock (nic_maps.h, nic_rx_locks) is two atomics and a bounded
+    spin: a packet that finds it taken RX_LOCK_TRIES times is dropped and
+    counted, and the QP's state does not move; once the lock is free, the
+    same packet is placed and SACKed."""
+    before = maps.counters()
+    maps.set_rx_lock(QP_RX, True)
+    try:
+        assert maps.rx_lock_taken(QP_RX)
+        assert maps.rx_lock_taken(QP_RX + nic.RX_LOCKS), "QPs equal modulo RX_LOCKS share it"
+        assert not maps.rx_lock_taken(QP_RX + 1)
+
+        assert run(program, data(START)).retval == XDP_DROP
+        rq = maps.rq(QP_RX)
+        assert (rq.cum_psn, rq.received, rq.stats["data_pkts"]) == (START, [], 0)
+        assert delta(before, maps.counters()) == {"drop_rx_busy": 1}
+    finally:
+        maps.set_rx_lock(QP_RX, False)
+
+    assert_answer(run(program, data(START)), sack(START, cum=START + 1))
+    assert elem_bytes(maps, 0) == payload_for(START)
+    assert not maps.rx_lock_taken(QP_RX)
+
+
+@needs_bpf
 def test_duplicate_below_cum_psn(program, maps, qp):
     run(program, data(START))
     maps.write_region(REGION, 0, SENTINEL)
@@ -1042,6 +1067,9 @@ HEADER_CONSTANTS = [
     ("NIC_MSG_F_IMM", nic.MSG_F_IMM),
     ("NIC_TIMELINE_SHIFT", nic.TIMELINE_SHIFT),
     ("NIC_TIMELINE_BINS", nic.TIMELINE_BINS),
+    ("NIC_RX_LOCKS", nic.RX_LOCKS),
+    ("NIC_RX_LOCK_TRIES", nic.RX_LOCK_TRIES),
+    ("sizeof(struct nic_rx_lock)", nic.RX_LOCK_SIZE),
     *[(f"NIC_QPS_{s.name}", s) for s in nic.QpState],
     *[(f"NIC_EV_{e.name}", e) for e in nic.EventType],
     *[(f"NIC_CNT_{c.name}", c) for c in nic.Counter],
