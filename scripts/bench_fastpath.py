@@ -11,7 +11,8 @@ interleaved, and reports medians.
    receive QP that places and SACKs the data (XDP_TX), and a minimal reflector
    (swap MACs, IPs and UDP ports, XDP_TX) compiled here with bcc. On a: a
    counter that counts and drops what comes back. Traffic: one MRC data frame
-   (mrc_nic.wire.data_packet; 64 B and 1 KiB payloads) injected at a by an
+   (mrc_nic.wire.data_packet; 64 B, 1 KiB and 3 KiB payloads, the program and the veth at
+   MTU 3200) injected at a by an
    XDP program run with BPF_PROG_RUN on live frames
    (BPF_F_TEST_XDP_LIVE_FRAMES): it writes the template, stamps the PSN and
    RETH address and XDP_TXes it into the veth, for a fixed time (a timer
@@ -78,7 +79,7 @@ MIB = 2**20
 
 # ---- part 1: the helpers compiled with bcc ------------------------------------------
 
-TMPL_MAX = 2048
+TMPL_MAX = 4096
 CNT_FRAMES, CNT_BYTES, CNT_ACKS, CNT_DATA, CNT_FIRST_NS, CNT_LAST_NS = range(6)
 
 HELPERS_C = r"""
@@ -94,10 +95,13 @@ HELPERS_C = r"""
 #define OFF_VA (OFF_BTH + 12)    /* RETH.va, right after the 12-byte BTH */
 #define MR_ELEMS %(mr_elems)d
 
-/* The frame the injector sends, and the PSN sequence: psn = seq %% span. */
+/* The frame the injector sends, the PSN sequence (psn = seq %% span) and
+ * the region elements one packet fills (its RETH.va steps by that many KiB). */
 struct tmpl {
 	u32 len;
 	u32 span;
+	u32 elems;
+	u32 pad;
 	u8 data[TMPL_MAX];
 };
 BPF_ARRAY(bfp_tmpl, struct tmpl, 1);
@@ -118,7 +122,7 @@ int bfp_inject(struct xdp_md *ctx)
 	struct tmpl *t = bfp_tmpl.lookup(&zero);
 	u64 *seq = bfp_seq.lookup(&zero);
 	u64 len, va;
-	u32 psn, span;
+	u32 psn, span, elems;
 	long cur;
 	u8 *p, *end;
 	int i;
@@ -147,7 +151,8 @@ int bfp_inject(struct xdp_md *ctx)
 	p[OFF_PSN] = psn >> 16;
 	p[OFF_PSN + 1] = psn >> 8;
 	p[OFF_PSN + 2] = psn;
-	va = (u64)(psn %% MR_ELEMS) * 1024;
+	elems = t->elems ? t->elems : 1;
+	va = (u64)(psn %% (MR_ELEMS / elems)) * elems * 1024;
 #pragma unroll
 	for (i = 0; i < 8; i++)
 		p[OFF_VA + i] = va >> (56 - 8 * i);
@@ -223,7 +228,9 @@ int bfp_count(struct xdp_md *ctx)
 P1_RX_QPN = transfer.qpn(1)
 P1_TX_QPN = transfer.qpn(0)
 P1_REGION, P1_RKEY = 1, 0x1234
-P1_MR_ELEMS = 1024  # 1 MiB region: va = (psn % 1024) * 1 KiB
+P1_MR_ELEMS = 1024  # 1 MiB region: va = (psn % (1024 / elems)) * elems KiB
+P1_MTU = 3200  # the program's and the veth's: room for the 3 KiB payload case
+P1_PAYLOADS = (64, 1024, nic.seg_size(P1_MTU))
 P1_MPR = nic.MPR_MAX
 P1_DUP_CUM = 2 * P1_MR_ELEMS  # dup case: cum_psn above every PSN sent (psn % 1024)
 P1_STUB = bytes(64)
@@ -320,6 +327,7 @@ class SackBench:
             event_pages=4,
             max_evs=16,
             tx_rings=2,
+            mtu=P1_MTU,
         )
         self._pinned = True
         self._maps = nic.NicMaps.open(self.pin_lab)
@@ -338,7 +346,7 @@ class SackBench:
         self.if_a = self._ipa.link_lookup(ifname="bfpa")[0]
         self.if_b = self._ipb.link_lookup(ifname="bfpb")[0]
         for ipr, index in ((self._ipa, self.if_a), (self._ipb, self.if_b)):
-            ipr.link("set", index=index, state="up")
+            ipr.link("set", index=index, mtu=P1_MTU, state="up")
         # Side a counts and drops; an XDP program there is also what lets b's
         # XDP_TX into the veth through (DESIGN.md section 3).
         xdp.attach(self._ipa, self.if_a, self.count.fd)
@@ -398,6 +406,7 @@ class SackBench:
         value = table.Leaf()
         value.len = len(frame)
         value.span = P1_MR_ELEMS if case == "nic_dup" else 1 << 24
+        value.elems = -(-payload // nic.MR_ELEM_SIZE)
         ctypes.memmove(ctypes.addressof(value.data), frame, len(frame))
         table[ctypes.c_int(0)] = value
         # The same QP for every case (the reflector ignores it): new PSNs start
@@ -488,7 +497,7 @@ def nic_outcome(run: dict[str, Any]) -> str:
 
 
 def part_sack(args: argparse.Namespace, log) -> dict[str, Any]:
-    payloads = (64, 1024)
+    payloads = P1_PAYLOADS
     runs: list[dict[str, Any]] = []
     with SackBench(args.cpu) as bench:
         for r in range(args.rounds):
