@@ -300,7 +300,7 @@ _Static_assert(sizeof(struct nic_rq) == 40 + 8 * NIC_BITMAP_WORDS + sizeof(struc
  * that happen, and no path can wait for ever. One entry per cache line.
  */
 #define NIC_RX_LOCKS 256
-#define NIC_RX_LOCK_TRIES 256
+#define NIC_RX_LOCK_TRIES 1024
 struct nic_rx_lock {
 	__u64 word; /* 0: free, 1: taken */
 	__u64 pad[7];
@@ -484,7 +484,7 @@ struct nic_sq {
 	__u32 wqe_done; /* WQEs completed: snd_una passed their last PSN (free-running) */
 	__u32 wqe_off;  /* bytes of WQE wqe_sent sent so far */
 	__u32 ev_next;  /* round robin: index in evs where the next EV search starts */
-	__u32 reserved3;
+	__u32 rtt_recent_ns; /* the head scan's largest recent RTT (see "Loss detection") */
 	__u32 wqe_last_psn[NIC_MSG_SLOTS]; /* WQE i in [wqe_done, wqe_sent): its last PSN, at
 					    * i % NIC_MSG_SLOTS */
 	struct nic_sq_tx_stats tx_stats;
@@ -633,11 +633,17 @@ _Static_assert(sizeof(struct nic_ev) == 64 + sizeof(struct nic_ev_stats),
  * found in a few SACKs. That matters when a whole path dies: with a small
  * cwnd, its undetected losses soon hold all of it and the ACK clock stops;
  * then only the daemon's reorder timer and timeout are left (docs/daemon.md).
- * W, the reorder window, is reo_wnd_ns or this SACK's round
- * trip (now - T), whichever is longer: the tolerance for queueing differences
- * between paths (and for scheduling delays on this machine), which grow with
- * the queues. A path whose queue holds packets longer than that is blamed
- * wrongly, and the daemon's probes give its EV back. The EV each lost PSN went on becomes
+ * W, the reorder window, is reo_wnd_ns or the QP's largest recent round
+ * trip (rtt_recent_ns), whichever is longer: the tolerance for queueing
+ * differences between paths (and for scheduling delays on this machine),
+ * which grow with the queues. rtt_recent_ns takes every SACK's RTT sample
+ * that is larger, and moves 1/2^NIC_RTT_RECENT_SHIFT of the way down to each
+ * smaller one (64 samples: under 1 ms at full rate on the default lab, tens
+ * of ms on a lab slowed to a few Mbit/s). With only this SACK's round trip, a
+ * SACK that came back through an empty queue condemned packets still waiting
+ * in a full one: on clos-8 at 5 Mbit/s, 600-900 needless resends per
+ * permutation (docs/congestion.md). A path whose queue holds packets longer
+ * than W is still blamed wrongly, and the daemon's probes give its EV back. The EV each lost PSN went on becomes
  * ASSUMED_BAD (a silent loss). First transmissions leave in PSN order, so the
  * scan stops at the first one sent too recently; retransmissions are skipped.
  * The daemon's timeout remains the backstop (no SACK at all comes back).
@@ -645,6 +651,7 @@ _Static_assert(sizeof(struct nic_ev) == 64 + sizeof(struct nic_ev_stats),
 #ifndef NIC_HEAD_SCAN
 #define NIC_HEAD_SCAN 8
 #endif
+#define NIC_RTT_RECENT_SHIFT 6 /* rtt_recent_ns forgets a peak over about 64 samples */
 _Static_assert((NIC_HEAD_SCAN & (NIC_HEAD_SCAN - 1)) == 0, "NIC_HEAD_SCAN must be a power of two");
 #define NIC_HEAD_LOST (2 * NIC_HEAD_SCAN) /* losses one head scan can find: two passes */
 struct nic_tx_pkt {

@@ -1253,14 +1253,22 @@ static __always_inline void head_scan(struct nic_sq *sq, struct nic_tx_ring *rin
 				      struct nic_ack_scratch *sc, __u64 echo_ts, __u64 now)
 {
 	__u32 psn = sq->snd_una;
-	__u64 before, wnd = sq->reo_wnd_ns;
+	__u64 before, wnd = sq->reo_wnd_ns, rtt, recent = sq->rtt_recent_ns;
 
 	if (!wnd || echo_ts > now)
 		return;
 	/* Queues grow the RTT and the differences between paths with it: the
-	 * window is at least this SACK's round trip. */
-	if (now - echo_ts > wnd)
-		wnd = now - echo_ts;
+	 * window is at least the QP's largest recent round trip, this SACK's
+	 * included. A SACK that came back fast through an empty queue must not
+	 * condemn a packet still waiting in a full one. */
+	rtt = now - echo_ts;
+	if (rtt >= recent)
+		recent = rtt;
+	else
+		recent -= (recent - rtt) >> NIC_RTT_RECENT_SHIFT;
+	sq->rtt_recent_ns = recent > 0xffffffffULL ? 0xffffffff : (__u32)recent;
+	if (recent > wnd)
+		wnd = recent;
 	if (echo_ts <= wnd)
 		return;
 	before = echo_ts - wnd;

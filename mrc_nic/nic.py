@@ -151,7 +151,7 @@ GAP_MIN_NS = 100_000  # NIC_GAP_MIN_NS: shorter gaps are not logged
 GAP_BIN_SHIFT = 26  # NIC_GAP_BIN_SHIFT: a bin of the gap log is 2^26 ns (67 ms)
 # The receive locks (nic_maps.h, nic_rx_locks): QP q's is entry q % RX_LOCKS.
 RX_LOCKS = 256  # NIC_RX_LOCKS
-RX_LOCK_TRIES = 256  # NIC_RX_LOCK_TRIES: then the packet is dropped (DROP_RX_BUSY)
+RX_LOCK_TRIES = 1024  # NIC_RX_LOCK_TRIES: then the packet is dropped (DROP_RX_BUSY)
 RX_LOCK_SIZE = 64  # sizeof(struct nic_rx_lock): one cache line each
 MSG_F_VALID = 0x1
 MSG_F_IMM = 0x2
@@ -177,6 +177,7 @@ DEFAULT_SKIP_NS = 100_000  # NIC_SKIP_NS: see bpf/nic_maps.h for why
 LOSS_WALK_MAX = 16  # NIC_LOSS_WALK_MAX (the loader keeps the header's value)
 HEAD_SCAN = 8  # NIC_HEAD_SCAN: PSNs per pass of the head scan (two passes per SACK)
 HEAD_LOST = 2 * HEAD_SCAN  # NIC_HEAD_LOST: losses one head scan can find
+RTT_RECENT_SHIFT = 6  # NIC_RTT_RECENT_SHIFT: the head scan's recent RTT forgets a peak
 TIMELINE_SHIFT = 20  # NIC_TIMELINE_SHIFT: a bin of the receive timeline is 2^20 ns
 TIMELINE_BINS = 8192  # NIC_TIMELINE_BINS
 
@@ -487,7 +488,7 @@ class SqState(ctypes.Structure):
         ("wqe_done", ctypes.c_uint32),
         ("wqe_off", ctypes.c_uint32),
         ("ev_next", ctypes.c_uint32),
-        ("reserved3", ctypes.c_uint32),
+        ("rtt_recent_ns", ctypes.c_uint32),
         ("wqe_last_psn", ctypes.c_uint32 * MSG_SLOTS),
         ("tx_stats", SqTxStats),
         ("cc", SqCc),
@@ -995,6 +996,7 @@ class SqSnapshot:
     ev_next: int = 0  # the EV round robin's cursor
     tx_stats: dict[str, int] = dataclasses.field(default_factory=dict)
     cc: dict[str, int] = dataclasses.field(default_factory=dict)  # struct nic_sq_cc
+    rtt_recent_ns: int = 0  # the head scan's largest recent RTT (BPF's, nic_maps.h)
 
     @property
     def window(self) -> int:
@@ -1469,6 +1471,7 @@ class NicMaps:
             ev_next=raw.ev_next,
             tx_stats={name: getattr(raw.tx_stats, name) for name, _ in SqTxStats._fields_},
             cc={name: getattr(raw.cc, name) for name, _ in SqCc._fields_},
+            rtt_recent_ns=raw.rtt_recent_ns,
         )
 
     def retx_queue(self, qpn: int) -> list[dict[str, int]]:

@@ -587,8 +587,10 @@ class Job:
         that is in the network, no SACK comes to run the scan, and only the
         timeout would be left. So a tick that saw no SACK or NACK while
         packets are out applies the scan's rule itself: a timeout kick for
-        the PSNs last sent a reorder window ago or more (or twice the RTT,
-        if longer: queues). Not a timeout: it spends no retry budget. At
+        the PSNs last sent a reorder window ago or more, or twice the RTT, or
+        the largest recent RTT (the head scan's, nic_maps.h) plus the RTT,
+        whichever is longest: queues, and a path slower than the others must
+        not be condemned for it. Not a timeout: it spends no retry budget. At
         most REORDER_KICKS per stall, a reorder window apart (the first may
         come before the oldest packets are old enough), as RACK arms its
         timer only on SACKs: when nothing at all comes back (the peer is
@@ -601,7 +603,7 @@ class Job:
         if acks != sq.last_acks:
             sq.last_acks, sq.reorder_left = acks, REORDER_KICKS
             return
-        age_ns = max(s.reo_wnd_ns, 2 * sq.rtt_ns)
+        age_ns = max(s.reo_wnd_ns, 2 * sq.rtt_ns, s.rtt_recent_ns + sq.rtt_ns)
         outstanding = s.in_network
         if not (s.reo_wnd_ns and sq.reorder_left and outstanding > 0):
             return

@@ -877,6 +877,34 @@ def test_head_scan_window_grows_with_the_round_trip(program, maps, sq, event_rea
 
 
 @needs_bpf
+def test_head_scan_window_remembers_a_recent_long_round_trip(program, maps, sq, event_reader):
+    """START came back through a full queue (a round trip of 40 GAPs); START + 2
+    then came back through an empty one in 2 GAPs. START + 1, sent 28 GAPs
+    before START + 2, may still wait in the full queue: the window is the QP's
+    largest recent round trip (nic_sq.rtt_recent_ns), not only this SACK's,
+    which would have condemned it (5 GAPs of reorder window + 2)."""
+    setup_sq(maps, reo_wnd_ns=REO_WND)
+    now = time.monotonic_ns()
+    maps.record_tx(QP_TX, START, EV_B, tx_ts=now - 40 * GAP)
+    maps.record_tx(QP_TX, START + 1, EV_C, tx_ts=now - 30 * GAP)
+    maps.record_tx(QP_TX, START + 2, EV_A, tx_ts=now - 2 * GAP)
+
+    got = consumed(program, maps, sack(START, cum=START + 1, ev=EV_B, echo_ts=now - 40 * GAP))
+    assert got == {"ack_consumed": 1, "acked": 1}
+    recent_rtt = maps.sq_raw(QP_TX).rtt_recent_ns
+    assert 40 * GAP <= recent_rtt < 41 * GAP, "the slow SACK's round trip"
+
+    got = consumed(
+        program, maps, sack(START + 2, cum=START + 1, bitmap=0b10, ev=EV_A, echo_ts=now - 2 * GAP)
+    )
+    assert got == {"ack_consumed": 1, "acked": 1}, "START + 1 is not declared lost"
+    assert maps.ev(QP_TX, EV_C).state == nic.EvState.GOOD
+    # The fast sample pulled the recent RTT 1/64 of the way down, no more.
+    after = maps.sq_raw(QP_TX).rtt_recent_ns
+    assert recent_rtt - (recent_rtt - 2 * GAP) // 64 - GAP // 10 <= after < recent_rtt
+
+
+@needs_bpf
 def test_head_scan_skips_recent_retransmissions_and_stops_at_recent_first_sends(
     program, maps, sq, event_reader
 ):
@@ -1306,6 +1334,7 @@ TX_HEADER_CONSTANTS = [
     ("NIC_LOSS_WALK_MAX", nic.LOSS_WALK_MAX),
     ("NIC_HEAD_SCAN", nic.HEAD_SCAN),
     ("NIC_HEAD_LOST", nic.HEAD_LOST),
+    ("NIC_RTT_RECENT_SHIFT", nic.RTT_RECENT_SHIFT),
     ("NIC_MAX_QP_EVS", nic.MAX_QP_EVS),
     ("NIC_RETX_SLOTS", nic.RETX_SLOTS),
     ("NIC_TX_F_PREV", nic.TX_F_PREV),

@@ -85,12 +85,15 @@ def test_source_data_is_reproducible_and_differs_per_write_and_block():
 REO_WND_NS = 1_000_000
 
 
-def acks_state(sacks: int, *, out: int = 20, rtt: tuple[int, int] = (0, 0), reo=REO_WND_NS):
+def acks_state(
+    sacks: int, *, out: int = 20, rtt: tuple[int, int] = (0, 0), reo=REO_WND_NS, recent=0
+):
     """The fields _reorder_timer reads: `out` PSNs in the network, none acked."""
     return fake_sq(
         stats={"sacks": sacks, "nacks": 0},
         cc={"rtt_sum_ns": rtt[0], "rtt_samples": rtt[1]},
         reo_wnd_ns=reo,
+        rtt_recent_ns=recent,
         in_flight=out,
         acked=[],
         retx_pending=[],
@@ -125,6 +128,13 @@ def test_reorder_timer_waits_for_queues_and_stays_off_without_a_window():
     job._reorder_timer(sq, acks_state(9, rtt=(5_000_000, 15)), now=1.001)
     job._reorder_timer(sq, acks_state(9, rtt=(5_000_000, 15)), now=1.002)
     assert [k["age_ns"] for k in maps.timeout_kicks] == [1_600_000]
+    # A recent round trip of 3 ms (a slower path's queue): its packets may be
+    # out that long plus a round trip before they are late.
+    job, maps, sq = job_and_qp()
+    job._reorder_timer(sq, acks_state(5, rtt=(1_000_000, 10)), now=1.0)
+    job._reorder_timer(sq, acks_state(9, rtt=(5_000_000, 15), recent=3_000_000), now=1.001)
+    job._reorder_timer(sq, acks_state(9, rtt=(5_000_000, 15), recent=3_000_000), now=1.002)
+    assert [k["age_ns"] for k in maps.timeout_kicks] == [3_800_000]
     job, maps, sq = job_and_qp()
     for now, sacks in ((1.0, 5), (1.001, 5), (1.01, 5)):
         job._reorder_timer(sq, acks_state(sacks, reo=0), now=now)
