@@ -507,6 +507,15 @@ enum rx_verdict {
 	RX_BAD_MSN, /* LAST packet of a completed or already recorded message: drop */
 };
 
+/* A data packet answered with a NACK and nothing placed: what its locked
+ * section counts besides the NACK (rx_data). */
+enum rx_nack {
+	RX_NACK_NONE = 0, /* not a NACK: placement, or a duplicate */
+	RX_NACK_TRIMMED,  /* NACK(TRIMMED*): flagged DUP when the PSN is here */
+	RX_NACK_OOR,      /* NACK(PSN_OOR_WINDOW) */
+	RX_NACK_OTHER,    /* NACK(NO_RESOURCE) before the copy, remote access */
+};
+
 /*
  * Can a LAST packet of message msn be recorded? RX_BAD_MSN (the message is
  * complete, or its slot already holds it) only ever turns into RX_BAD_MSN
@@ -697,17 +706,18 @@ static __always_inline int rx_data(struct xdp_md *ctx, struct mrc_pkt *p)
 	__u32 hdrs = has_imm ? MRC_WRITE_IMM_HDRS_LEN : MRC_WRITE_HDRS_LEN;
 	struct mrc_data_ext *dext;
 	struct mrc_reth *reth;
-	struct nic_cqe_batch *batch;
+	struct nic_cqe_batch *batch = NULL;
 	struct nic_region *rg;
 	struct nic_rq *rq;
 	struct ack_info ai = {};
-	enum rx_verdict verdict;
+	enum rx_verdict verdict = RX_PLACED;
+	enum rx_nack nack = RX_NACK_NONE;
 	__u64 *lock;
 	__u32 qpn, psn, dmalen, rkey, flags_msn, msg_off, payload_len, payload_off;
 	__u32 imm = 0, elem = 0, zero = 0, dscp, host;
 	__u64 va, off, now = 0;
 	__s32 window, d;
-	int trimmed, last, fresh;
+	int trimmed, last, fresh = 0;
 	__u32 *ports;
 
 	if (p->udp_payload < hdrs + MRC_ICRC_LEN)
@@ -776,18 +786,8 @@ static __always_inline int rx_data(struct xdp_md *ctx, struct mrc_pkt *p)
 		ai.reason = lasthop ? MRC_NACK_TRIMMED_LASTHOP : MRC_NACK_TRIMMED;
 		ai.counter = lasthop ? NIC_CNT_NACK_TRIMMED_LASTHOP : NIC_CNT_NACK_TRIMMED;
 		ai.flags |= MRC_ACK_F_TRIMMED;
-		lock = rx_lock(qpn);
-		if (!lock)
-			return drop(NIC_CNT_DROP_RX_BUSY);
-		d = MRC_PSN_DIFF(psn, rq->cum_psn);
-		if (d < 0 || (d < window && ring_test(rq, psn)))
-			ai.flags |= MRC_ACK_F_DUP; /* a retransmission of a PSN we have */
-		sack_view(rq, psn, window, &ai);
-		rq->stats.data_pkts++;
-		rq->stats.trimmed_pkts++;
-		rq->stats.nacks++;
-		rx_unlock(lock);
-		return answer(ctx, p, dext, psn, &ai);
+		nack = RX_NACK_TRIMMED;
+		goto locked;
 	}
 
 	/* Where the payload goes. A zero-length WRITE places nothing, and its
@@ -820,15 +820,8 @@ static __always_inline int rx_data(struct xdp_md *ctx, struct mrc_pkt *p)
 	if (d >= window) {
 		ai.reason = MRC_NACK_PSN_OOR_WINDOW;
 		ai.counter = NIC_CNT_NACK_OOR;
-		lock = rx_lock(qpn);
-		if (!lock)
-			return drop(NIC_CNT_DROP_RX_BUSY);
-		sack_view(rq, psn, window, &ai);
-		rq->stats.data_pkts++;
-		rq->stats.oor_pkts++;
-		rq->stats.nacks++;
-		rx_unlock(lock);
-		return answer(ctx, p, dext, psn, &ai);
+		nack = RX_NACK_OOR;
+		goto locked;
 	}
 	fresh = d >= 0 && !ring_test(rq, psn);
 	if (fresh && last) {
@@ -839,14 +832,8 @@ static __always_inline int rx_data(struct xdp_md *ctx, struct mrc_pkt *p)
 			/* As PSN_OOR_WINDOW: the sender resends once messages complete. */
 			ai.reason = MRC_NACK_NO_RESOURCE;
 			ai.counter = NIC_CNT_NACK_NO_RESOURCE;
-			lock = rx_lock(qpn);
-			if (!lock)
-				return drop(NIC_CNT_DROP_RX_BUSY);
-			sack_view(rq, psn, window, &ai);
-			rq->stats.data_pkts++;
-			rq->stats.nacks++;
-			rx_unlock(lock);
-			return answer(ctx, p, dext, psn, &ai);
+			nack = RX_NACK_OTHER;
+			goto locked;
 		}
 	}
 
@@ -879,10 +866,37 @@ static __always_inline int rx_data(struct xdp_md *ctx, struct mrc_pkt *p)
 	batch->done = 0;
 	if (fresh) /* only new data moves the delivery clock: a duplicate is no progress */
 		now = bpf_ktime_get_ns();
+	goto locked;
 
+remote_access:
+	/* Fatal for the QP (docs/wire-format.md 6): the daemon moves it to ERR
+	 * when it sees the counter or the NACK's sender completes with an error. */
+	ai.syndrome = MRC_AETH_NAK_REM_ACCESS;
+	ai.reason = MRC_NACK_UNEXP_EVENT;
+	ai.counter = NIC_CNT_NACK_REM_ACCESS;
+	nack = RX_NACK_OTHER;
+
+locked:
+	/* The one place that takes the receive lock: its spin is a loop the
+	 * verifier walks once per place (nic_maps.h, NIC_RX_LOCK_TRIES). */
 	lock = rx_lock(qpn);
 	if (!lock)
 		return drop(NIC_CNT_DROP_RX_BUSY);
+	if (nack != RX_NACK_NONE) {
+		if (nack == RX_NACK_TRIMMED) {
+			d = MRC_PSN_DIFF(psn, rq->cum_psn);
+			if (d < 0 || (d < window && ring_test(rq, psn)))
+				ai.flags |= MRC_ACK_F_DUP; /* a retransmission of a PSN we have */
+			rq->stats.trimmed_pkts++;
+		}
+		if (nack == RX_NACK_OOR)
+			rq->stats.oor_pkts++;
+		sack_view(rq, psn, window, &ai);
+		rq->stats.data_pkts++;
+		rq->stats.nacks++;
+		rx_unlock(lock);
+		return answer(ctx, p, dext, psn, &ai);
+	}
 	d = MRC_PSN_DIFF(psn, rq->cum_psn);
 	if (!fresh || d < 0 || ring_test(rq, psn)) {
 		verdict = RX_DUP;
@@ -938,21 +952,6 @@ static __always_inline int rx_data(struct xdp_md *ctx, struct mrc_pkt *p)
 	ai.syndrome = MRC_AETH_ACK;
 	ai.reason = MRC_NACK_NONE;
 	ai.counter = NIC_CNT_SACK;
-	return answer(ctx, p, dext, psn, &ai);
-
-remote_access:
-	/* Fatal for the QP (docs/wire-format.md 6): the daemon moves it to ERR
-	 * when it sees the counter or the NACK's sender completes with an error. */
-	ai.syndrome = MRC_AETH_NAK_REM_ACCESS;
-	ai.reason = MRC_NACK_UNEXP_EVENT;
-	ai.counter = NIC_CNT_NACK_REM_ACCESS;
-	lock = rx_lock(qpn);
-	if (!lock)
-		return drop(NIC_CNT_DROP_RX_BUSY);
-	sack_view(rq, psn, window, &ai);
-	rq->stats.data_pkts++;
-	rq->stats.nacks++;
-	rx_unlock(lock);
 	return answer(ctx, p, dext, psn, &ai);
 }
 

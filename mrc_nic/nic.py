@@ -152,7 +152,7 @@ GAP_BIN_SHIFT = 26  # NIC_GAP_BIN_SHIFT: a bin of the gap log is 2^26 ns (67 ms)
 # The receive locks (nic_maps.h, nic_rx_locks): QP q's is entry q % RX_LOCKS.
 RX_LOCKS = 256  # NIC_RX_LOCKS
 RX_LOCK_TRIES = 1024  # NIC_RX_LOCK_TRIES: then the packet is dropped (DROP_RX_BUSY)
-RX_LOCK_SIZE = 64  # sizeof(struct nic_rx_lock): one cache line each
+RX_LOCK_SIZE = 64  # sizeof(struct nic_rx_lock): 64 bytes each
 MSG_F_VALID = 0x1
 MSG_F_IMM = 0x2
 MAX_QP_EVS = 256
