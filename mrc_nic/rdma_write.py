@@ -36,8 +36,9 @@ SIZE_MAX = 2**40
 # queues, which NSCC keeps short and a fixed window does not (clos-8 at
 # 5 Mbit/s, 3 KiB packets, permutation, the worst flow's share of its link:
 # NSCC 0.88-0.90 with 2 RTTs, 0.80-0.82 with 4; the fixed window 0.72 with
-# 2, 0.88 with 4: spurious losses). Never below the daemon's defaults, which
-# were measured on the default lab.
+# 2, 0.88 with 4: spurious losses; measured before the head scan took the
+# largest recent RTT, docs/congestion.md). Never below the daemon's
+# defaults, which were measured on the default lab.
 TIMEOUT_RTTS = 8
 REORDER_RTTS = 2
 REORDER_RTTS_FIXED = 4

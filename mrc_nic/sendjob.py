@@ -57,8 +57,8 @@ TOPUP_KICK_S = 0.001  # at most one top-up kick a tick
 REORDER_KICKS = 2  # reorder timer kicks per stall of the ACK clock (SendJob._reorder_timer)
 # The head scan's reorder window (mrc-nic extension; nic_maps.h, "Loss detection"):
 # a packet still unacknowledged when one sent this much later has been
-# acknowledged is lost (or, at the head scan, when this SACK's round trip is
-# longer: queues). Short enough that a path which dies is found before its
+# acknowledged is lost (or, at the head scan, when the QP's largest recent
+# round trip is longer: queues). Short enough that a path which dies is found before its
 # losses hold the whole window (a few round trips of the default lab, whose
 # RTT is 0.1-0.25 ms), long enough for the scheduling hiccups of a 2-core
 # machine: scripts/bench_failover.py --reorder-window found a blackholed plane

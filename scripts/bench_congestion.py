@@ -20,7 +20,7 @@ disturbs the next, and the figures are printed side by side:
 
 Usage (root; the project's venv):
     .venv/bin/python scripts/bench_congestion.py [--json FILE] [--only incast|permutation]
-        [--rate 10mbit] [--perm-rate 5mbit] [--duration 4] [--rounds 1]
+        [--rate 10mbit] [--perm-rate 10mbit] [--duration 4] [--rounds 1]
 
 Every lab it makes is named bcc<pid><case> and is taken down by that exact
 name when its case ends, also on error, Ctrl-C or SIGTERM. A case is bounded
@@ -163,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--only", choices=("incast", "permutation"))
     ap.add_argument("--rate", default="10mbit", help="incast: every link's rate")
-    ap.add_argument("--perm-rate", default="5mbit", help="permutation: every link's rate")
+    ap.add_argument("--perm-rate", default="10mbit", help="permutation: every link's rate")
     ap.add_argument("--duration", type=float, default=4.0, help="seconds per flow at fair share")
     ap.add_argument("--senders", type=int, default=7)
     ap.add_argument("--rounds", type=int, default=1)

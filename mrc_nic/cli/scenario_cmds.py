@@ -83,7 +83,7 @@ def _common(f):
 Examples:
   mrc-nic scenario incast --senders 7 --topology clos-8 --rate 10mbit
   mrc-nic scenario incast --senders 7 --topology clos-8 --rate 10mbit --no-cc
-  mrc-nic scenario permutation --topology clos-8 --rate 5mbit --format json
+  mrc-nic scenario permutation --topology clos-8 --rate 10mbit --format json
   mrc-nic scenario incast --senders 3 -l mylab      # on a lab that is up"""
 )
 def scenario() -> None:
