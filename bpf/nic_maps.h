@@ -302,8 +302,8 @@ _Static_assert(sizeof(struct nic_rq) == 40 + 8 * NIC_BITMAP_WORDS + sizeof(struc
  * on clos-8 at 10 Mbit/s with both CPUs saturated. More tries would be
  * better, but the verifier walks the spin loop try by try (rx_data takes
  * the lock in one place for that reason): 2048 exceed its budget of 1M
- * instructions. Entries are 64 bytes apart, but bpf_array aligns the
- * values to 8 bytes only, so neighbours may share a cache line.
+ * instructions. The lock words are 64 bytes apart: never on one cache
+ * line, whatever the array's alignment.
  */
 #define NIC_RX_LOCKS 256
 #define NIC_RX_LOCK_TRIES 1024
@@ -643,8 +643,8 @@ _Static_assert(sizeof(struct nic_ev) == 64 + sizeof(struct nic_ev_stats),
  * trip (rtt_recent_ns), whichever is longer: the tolerance for queueing
  * differences between paths (and for scheduling delays on this machine),
  * which grow with the queues. rtt_recent_ns takes every SACK's RTT sample
- * that is larger, and moves 1/2^NIC_RTT_RECENT_SHIFT of the way down to each
- * smaller one (64 samples: under 1 ms at full rate on the default lab, tens
+ * that is larger (at most NIC_RTT_RECENT_CAP x reo_wnd_ns), and moves
+ * 1/2^NIC_RTT_RECENT_SHIFT of the way down to each smaller one (64 samples: under 1 ms at full rate on the default lab, tens
  * of ms on a lab slowed to a few Mbit/s). With only this SACK's round trip, a
  * SACK that came back through an empty queue condemned packets still waiting
  * in a full one: on clos-8 at 5 Mbit/s, 600-900 needless resends per
@@ -658,6 +658,7 @@ _Static_assert(sizeof(struct nic_ev) == 64 + sizeof(struct nic_ev_stats),
 #define NIC_HEAD_SCAN 8
 #endif
 #define NIC_RTT_RECENT_SHIFT 6 /* rtt_recent_ns forgets a peak over about 64 samples */
+#define NIC_RTT_RECENT_CAP 4   /* a sample counts for at most 4 reorder windows */
 _Static_assert((NIC_HEAD_SCAN & (NIC_HEAD_SCAN - 1)) == 0, "NIC_HEAD_SCAN must be a power of two");
 #define NIC_HEAD_LOST (2 * NIC_HEAD_SCAN) /* losses one head scan can find: two passes */
 struct nic_tx_pkt {

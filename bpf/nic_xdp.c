@@ -401,16 +401,20 @@ static __always_inline __u64 *rx_lock(__u32 qpn)
 		return NULL;
 #pragma clang loop unroll(disable)
 	for (i = 0; i < NIC_RX_LOCK_TRIES; i++)
+		/* cmpxchg alone: a plain read first (test-and-test-and-set) would
+		 * spare the holder's cache line, but its branch doubles the
+		 * verifier's walk of the loop, beyond its budget. */
 		if (__sync_val_compare_and_swap(&l->word, 0, 1) == 0)
 			return &l->word;
 	return NULL;
 }
 
-/* Release it: xchg is a full barrier too, so every store of the section is
- * visible before the lock is seen free. */
+/* Release it: a sequentially consistent exchange (BPF_XCHG, a full barrier
+ * on x86), so every store of the section is visible before the lock is seen
+ * free, and the compiler moves no access of the section past it. */
 static __always_inline void rx_unlock(__u64 *word)
 {
-	__sync_lock_test_and_set(word, 0);
+	__atomic_exchange_n(word, 0, __ATOMIC_SEQ_CST);
 }
 
 /* ---- Receive state: the bitmap ring (callers hold the receive lock) -------------- */
@@ -1254,13 +1258,18 @@ static __always_inline void head_scan(struct nic_sq *sq, struct nic_tx_ring *rin
 	__u32 psn = sq->snd_una;
 	__u64 before, wnd = sq->reo_wnd_ns, rtt, recent = sq->rtt_recent_ns;
 
-	if (!wnd || echo_ts > now)
-		return;
+	if (!wnd || !echo_ts || echo_ts > now)
+		return; /* off, or no timestamp of ours */
 	/* Queues grow the RTT and the differences between paths with it: the
 	 * window is at least the QP's largest recent round trip, this SACK's
 	 * included. A SACK that came back fast through an empty queue must not
-	 * condemn a packet still waiting in a full one. */
+	 * condemn a packet still waiting in a full one. A sample counts for at
+	 * most NIC_RTT_RECENT_CAP reorder windows: it is forgotten per SACK, not
+	 * per second, so a hiccup's sample must not switch the scan off for
+	 * hundreds of SACKs (or for good, if no more come). */
 	rtt = now - echo_ts;
+	if (rtt > NIC_RTT_RECENT_CAP * wnd)
+		rtt = NIC_RTT_RECENT_CAP * wnd;
 	if (rtt >= recent)
 		recent = rtt;
 	else

@@ -178,6 +178,7 @@ LOSS_WALK_MAX = 16  # NIC_LOSS_WALK_MAX (the loader keeps the header's value)
 HEAD_SCAN = 8  # NIC_HEAD_SCAN: PSNs per pass of the head scan (two passes per SACK)
 HEAD_LOST = 2 * HEAD_SCAN  # NIC_HEAD_LOST: losses one head scan can find
 RTT_RECENT_SHIFT = 6  # NIC_RTT_RECENT_SHIFT: the head scan's recent RTT forgets a peak
+RTT_RECENT_CAP = 4  # NIC_RTT_RECENT_CAP: a sample counts for at most 4 reorder windows
 TIMELINE_SHIFT = 20  # NIC_TIMELINE_SHIFT: a bin of the receive timeline is 2^20 ns
 TIMELINE_BINS = 8192  # NIC_TIMELINE_BINS
 
@@ -1195,11 +1196,14 @@ class NicMaps:
     def set_rq_state(self, qpn: int, state: QpState) -> None:
         """Change the state of a QP, keeping the rest (KeyError if none).
 
-        Read and write each take the QP's lock, but not together: the updates
-        of a packet the program processes between them are lost. Safe for
+        Read and write each take the value's bpf_spin_lock, which the
+        program does not take (it takes the QP's receive lock, nic_rx_locks):
+        the updates of a packet processed between them are lost, and a write
+        during one can mix two states (a new cum_psn with stale bitmap bits:
+        a later PSN taken for a duplicate, never placed). Only for
         transitions made while no data flows to the QP, and for ERR/RESET.
         TODO: when the daemon moves live QPs (RTR -> RTS under traffic), keep
-        the state word in a map BPF does not write.
+        the state word in a map BPF does not write, or change it by a kick.
         """
         value = self.rq_raw(qpn)
         value.state = QpState(state)

@@ -878,21 +878,22 @@ def test_head_scan_window_grows_with_the_round_trip(program, maps, sq, event_rea
 
 @needs_bpf
 def test_head_scan_window_remembers_a_recent_long_round_trip(program, maps, sq, event_reader):
-    """START came back through a full queue (a round trip of 40 GAPs); START + 2
-    then came back through an empty one in 2 GAPs. START + 1, sent 28 GAPs
+    """START came back through a full queue (a round trip of 18 GAPs); START + 2
+    then came back through an empty one in 2 GAPs. START + 1, sent 12 GAPs
     before START + 2, may still wait in the full queue: the window is the QP's
     largest recent round trip (nic_sq.rtt_recent_ns), not only this SACK's,
-    which would have condemned it (5 GAPs of reorder window + 2)."""
+    which would have condemned it (5 GAPs of reorder window + 2). A sample
+    counts for at most RTT_RECENT_CAP reorder windows."""
     setup_sq(maps, reo_wnd_ns=REO_WND)
     now = time.monotonic_ns()
-    maps.record_tx(QP_TX, START, EV_B, tx_ts=now - 40 * GAP)
-    maps.record_tx(QP_TX, START + 1, EV_C, tx_ts=now - 30 * GAP)
+    maps.record_tx(QP_TX, START, EV_B, tx_ts=now - 18 * GAP)
+    maps.record_tx(QP_TX, START + 1, EV_C, tx_ts=now - 14 * GAP)
     maps.record_tx(QP_TX, START + 2, EV_A, tx_ts=now - 2 * GAP)
 
-    got = consumed(program, maps, sack(START, cum=START + 1, ev=EV_B, echo_ts=now - 40 * GAP))
+    got = consumed(program, maps, sack(START, cum=START + 1, ev=EV_B, echo_ts=now - 18 * GAP))
     assert got == {"ack_consumed": 1, "acked": 1}
     recent_rtt = maps.sq_raw(QP_TX).rtt_recent_ns
-    assert 40 * GAP <= recent_rtt < 41 * GAP, "the slow SACK's round trip"
+    assert 18 * GAP <= recent_rtt < 19 * GAP, "the slow SACK's round trip"
 
     got = consumed(
         program, maps, sack(START + 2, cum=START + 1, bitmap=0b10, ev=EV_A, echo_ts=now - 2 * GAP)
@@ -902,6 +903,13 @@ def test_head_scan_window_remembers_a_recent_long_round_trip(program, maps, sq, 
     # The fast sample pulled the recent RTT 1/64 of the way down, no more.
     after = maps.sq_raw(QP_TX).rtt_recent_ns
     assert recent_rtt - (recent_rtt - 2 * GAP) // 64 - GAP // 10 <= after < recent_rtt
+
+    # A sample of 60 GAPs (a hiccup) counts as 4 reorder windows, 20 GAPs.
+    maps.record_tx(QP_TX, START + 3, EV_B, tx_ts=now - 60 * GAP)
+    consumed(
+        program, maps, sack(START + 3, cum=START + 1, bitmap=0b110, ev=EV_B, echo_ts=now - 60 * GAP)
+    )
+    assert maps.sq_raw(QP_TX).rtt_recent_ns == nic.RTT_RECENT_CAP * REO_WND
 
 
 @needs_bpf
@@ -1337,6 +1345,7 @@ TX_HEADER_CONSTANTS = [
     ("NIC_HEAD_SCAN", nic.HEAD_SCAN),
     ("NIC_HEAD_LOST", nic.HEAD_LOST),
     ("NIC_RTT_RECENT_SHIFT", nic.RTT_RECENT_SHIFT),
+    ("NIC_RTT_RECENT_CAP", nic.RTT_RECENT_CAP),
     ("NIC_MAX_QP_EVS", nic.MAX_QP_EVS),
     ("NIC_RETX_SLOTS", nic.RETX_SLOTS),
     ("NIC_TX_F_PREV", nic.TX_F_PREV),
