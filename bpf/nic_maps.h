@@ -298,9 +298,9 @@ _Static_assert(sizeof(struct nic_rq) == 40 + 8 * NIC_BITMAP_WORDS + sizeof(struc
  * the sender resends it): the holder's section is about 30 ns, so only a
  * holder held up by an interrupt or by its vCPU losing the host CPU makes
  * that happen, and no path can wait for ever. Measured: none in a 1 GiB
- * write on the default lab; 30-50 per 70k packets (0.06%) in a permutation
- * on clos-8 at 10 Mbit/s with both CPUs saturated. More tries would be
- * better, but the verifier walks the spin loop try by try (rx_data takes
+ * write on the default lab; 33-53 per 98k data packets (0.03-0.05%) in a
+ * permutation on clos-8 at 10 Mbit/s with both CPUs saturated. More tries
+ * would be better, but the verifier walks the spin loop try by try (rx_data takes
  * the lock in one place for that reason): 2048 exceed its budget of 1M
  * instructions. The lock words are 64 bytes apart: never on one cache
  * line, whatever the array's alignment.

@@ -417,7 +417,7 @@ static __always_inline void rx_unlock(__u64 *word)
 	__atomic_exchange_n(word, 0, __ATOMIC_SEQ_CST);
 }
 
-/* ---- Receive state: the bitmap ring (callers hold the receive lock) -------------- */
+/* ---- Receive state: the bitmap ring (callers hold the receive lock) ------ */
 
 /* Set bits of v: clang expands this without branches or lookup tables
  * (BPF has no popcount instruction). */

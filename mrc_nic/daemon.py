@@ -145,13 +145,12 @@ class Daemon(LineService):
         come back GOOD once the port is up and a probe gets through."""
         if not planes:
             return
-        usable = (nic.EvState.GOOD, nic.EvState.SKIP)
         for sq in self.send_qps.values():
             for ev, plane in sq.evs.items():
                 if not planes >> plane & 1:
                     continue
                 with contextlib.suppress(KeyError, OSError):  # the QP or EV went meanwhile
-                    if self.maps.ev(sq.qp.qpn, ev).state in usable:
+                    if self.maps.ev(sq.qp.qpn, ev).state in evreplace.ACTIVE:
                         self.maps.set_ev_state(sq.qp.qpn, ev, nic.EvState.ASSUMED_BAD)
 
     # ---- requests ----------------------------------------------------------------

@@ -172,7 +172,6 @@ class Replacer:
             return False
         sq.evs = {new if ev == old else ev: p for ev, p in sq.evs.items()}
         track.retired.append((now, old, plane))
-        del track.bad_since[old]
         track.acks.pop(old, None)
         track.lost.pop(old, None)
         self.replaced += 1

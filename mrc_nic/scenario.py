@@ -623,7 +623,7 @@ def run_scenario(
     lab's packets), run with CC
     profile cc_profile (profile 0 with no_cc; cc: NSCC fields to override;
     cwnd: the fixed window), given up after `timeout` (default 15 durations,
-    at least 60 s); report(flows, host rate) makes the figures."""
+    at least 60 s); report(flows, capacity, seg) makes the figures."""
     _, topo = load_lab(lab_name)
     profile = _profile(no_cc, cc_profile)
     flows = make_flows(topo)

@@ -58,12 +58,13 @@ REORDER_KICKS = 2  # reorder timer kicks per stall of the ACK clock (SendJob._re
 # The head scan's reorder window (mrc-nic extension; nic_maps.h, "Loss detection"):
 # a packet still unacknowledged when one sent this much later has been
 # acknowledged is lost (or, at the head scan, when the QP's largest recent
-# round trip is longer: queues). Short enough that a path which dies is found before its
-# losses hold the whole window (a few round trips of the default lab, whose
-# RTT is 0.1-0.25 ms), long enough for the scheduling hiccups of a 2-core
-# machine: scripts/bench_failover.py --reorder-window found a blackholed plane
-# with a gap under 0.5 ms in 3 of 3 runs with 250 us, 2.3-3.3 ms (a stall)
-# with 1 ms; healthy runs resent 27-91 packets per 768 MiB, 26-80 with 1 ms.
+# round trip is longer: queues). Short enough that a path which dies is
+# found before its losses hold the whole window (a few round trips of the
+# default lab, whose RTT is 0.1-0.25 ms), long enough for the scheduling
+# hiccups of a 2-core machine: scripts/bench_failover.py --reorder-window
+# found a blackholed plane with a gap under 0.5 ms in 3 of 3 runs with 250 us,
+# 2.3-3.3 ms (a stall) with 1 ms; healthy runs resent 27-91 packets per
+# 768 MiB, 26-80 with 1 ms.
 DEFAULT_REORDER_NS = 250_000
 # Most packets in the network (struct nic_sq.cwnd; mrc-nic extension): a fixed
 # window until congestion control (NSCC) sets it. The MPR range stays larger
@@ -603,10 +604,10 @@ class Job:
         if acks != sq.last_acks:
             sq.last_acks, sq.reorder_left = acks, REORDER_KICKS
             return
-        age_ns = max(s.reo_wnd_ns, 2 * sq.rtt_ns, s.rtt_recent_ns + sq.rtt_ns)
         outstanding = s.in_network
         if not (s.reo_wnd_ns and sq.reorder_left and outstanding > 0):
             return
+        age_ns = max(s.reo_wnd_ns, 2 * sq.rtt_ns, s.rtt_recent_ns + sq.rtt_ns)
         if now - sq.last_reorder_kick < age_ns / 1e9:
             return
         self.maps.timeout_kick(

@@ -150,8 +150,8 @@ def test_below_the_floor_bad_evs_are_replaced_whatever_their_plane():
     for ev, plane in sq.evs.items():  # plane 1 dead, and one EV of plane 0 too
         if plane == 1 or ev == 100:
             scans.fail(ev)
-    # 3 active (101's plane-0 siblings: 102, 104, 106) < 5: two replacements,
-    # the longest-bad first; 100 is also replaced as plane 0 works.
+    # 3 active (100's plane-0 siblings: 102, 104, 106) < 5: two replacements,
+    # the longest-bad first: 100 (plane 0 works), and one EV of plane 1 for the floor.
     run(replacer, sq, scans, 0.012, 0.012 + AFTER + 0.001, acked_planes=(0,))
     old = [r[2] for r in maps.replaced]
     assert 100 in old

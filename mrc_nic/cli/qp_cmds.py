@@ -50,7 +50,7 @@ Examples:
     type=click.IntRange(0, 10**6),
     default=None,
     help="Microseconds a packet may trail one sent after it before it counts as lost "
-    "(mrc-nic extension; default 250, or 4 design RTTs of a slowed-down lab; 0: wait for the "
+    "(mrc-nic extension; default 250, or 2 design RTTs of a slowed-down lab; 0: wait for the "
     "timeout).",
 )
 @click.option(
@@ -58,7 +58,8 @@ Examples:
     "timeout_exp",
     type=click.IntRange(0, 31),
     default=None,
-    help="Retransmission timeout: 1.024 us * 2^T (default 12: 4.2 ms).",
+    help="Retransmission timeout: 1.024 us * 2^T (default 12: 4.2 ms, or at least 8 design "
+    "RTTs of a slowed-down lab).",
 )
 @click.option("--retry-linear", type=click.IntRange(0, 7), default=None)
 @click.option("--retry-exp", type=click.IntRange(0, 25), default=None, help="25: forever.")
