@@ -351,9 +351,9 @@ class MrcRing:
     opened once and used by every step of every job run on it.
 
     chunk: each WRITE's size; by default what host memory allows
-    (hostmem.chunk_bytes) with `peers` transfers landing at a host at once:
+    (rdma_write.default_chunk) with one transfer landing at a host at once:
     in a ring each host receives from one other (peers=1: up to 16 MiB
-    WRITEs on a 64 MiB host); the lab-wide default of the daemons assumes
+    WRITEs on a 64 MiB host); rdma_write.Connection's default assumes
     every other host (peers = hosts - 1)."""
 
     def __init__(
@@ -364,27 +364,21 @@ class MrcRing:
         *,
         qps: int = 1,
         chunk: int | None = None,
-        peers: int = 1,
-        mpr: int = 8,
     ) -> None:
-        from mrc_nic import hostmem, rdma_write
-        from mrc_nic import lab as lab_mod
+        from mrc_nic import rdma_write
         from mrc_nic.faults import load_lab
 
         self.lab, self.hosts, self.total = lab_name, list(hosts), total
         self.schedule = ring_schedule(len(self.hosts), total)
         if chunk is None:
             _, topo = load_lab(lab_name)
-            half = hostmem.half_elems(lab_mod.nic_memory_elems(topo), topo.hosts) * hostmem.KIB
             step_max = max(chunk_sizes(total, len(self.hosts)))
-            chunk = hostmem.chunk_bytes(-(-step_max // qps), qps, half, peers=peers)
+            chunk = rdma_write.default_chunk(topo, step_max, qps, peers=1)
         self.chunk, self.qps = chunk, qps
         self.conns: list = []
         try:
             for src, dst in ring_edges(self.hosts):
-                self.conns.append(
-                    rdma_write.Connection(lab_name, src, dst, qps=qps, chunk=chunk, mpr=mpr)
-                )
+                self.conns.append(rdma_write.Connection(lab_name, src, dst, qps=qps, chunk=chunk))
         except BaseException:
             self.close()
             raise
@@ -546,8 +540,6 @@ PROTOS = ("tcp", "mptcp")
 IO_BUF = 1 << 20
 IO_TIMEOUT_S = 0.1  # socket calls wake up this often to check the deadline
 START_TIMEOUT_S = 20.0  # every host process listening and connected
-TCP_INFO_LEN = 232
-TCPI_TOTAL_RETRANS = 100  # struct tcp_info (uapi/linux/tcp.h)
 
 
 def socket_ring(
@@ -741,14 +733,6 @@ def _gather(procs: list[_HostProc], key: str, deadline: float) -> list[dict]:
 
 
 # ---- the host process (runs inside a host's namespace) -------------------------------------------
-def _socket(proto: str) -> socket.socket:
-    from mrc_nic.peers import IPPROTO_MPTCP
-
-    return socket.socket(
-        socket.AF_INET, socket.SOCK_STREAM, IPPROTO_MPTCP if proto == "mptcp" else 0
-    )
-
-
 def _say(message: dict) -> None:
     sys.stdout.write(json.dumps(message) + "\n")
     sys.stdout.flush()
@@ -798,13 +782,14 @@ def _recv_n(sock: socket.socket, n: int, deadline_ns: int, buf: bytearray) -> in
 
 
 def _tcp_retrans(sock: socket.socket, proto: str) -> int | None:
+    from mrc_nic import peers
+
     with contextlib.suppress(OSError):
         if proto == "mptcp":
-            from mrc_nic.peers import subflow_info
-
-            return sum(f.get("total_retrans", 0) for f in subflow_info(sock))
-        info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, TCP_INFO_LEN)
-        return struct.unpack_from("=I", info, TCPI_TOTAL_RETRANS)[0]
+            return sum(f.get("total_retrans", 0) for f in peers.subflow_info(sock))
+        info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, peers.TCPI_SIZE)
+        off, fmt = peers.TCPI["total_retrans"]
+        return struct.unpack_from("=" + fmt, info, off)[0]
     return None
 
 
@@ -815,7 +800,7 @@ def host_main(args: dict) -> None:
     from mrc_nic import peers
 
     proto = args["proto"]
-    lst = _socket(proto)
+    lst = peers.stream_socket(proto)
     lst.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     port = args["port"]
     for attempt in range(50):
@@ -828,7 +813,7 @@ def host_main(args: dict) -> None:
             port += 1
     lst.listen(1)
     _say({"ready": port})
-    nxt = _socket(proto)
+    nxt = peers.stream_socket(proto)
     nxt.bind((args["addr"], 0))
     nxt.settimeout(START_TIMEOUT_S)
     nxt.connect((args["next"], _hear()["next_port"]))
@@ -871,9 +856,7 @@ def host_main(args: dict) -> None:
             _hear()  # every host has said done: the connections may go
     finally:
         for s in (nxt, prev, lst):
-            with contextlib.suppress(OSError):
-                s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-            s.close()
+            peers.abort(s)
 
 
 def _main(argv: list[str]) -> int:

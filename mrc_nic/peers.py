@@ -524,13 +524,14 @@ def _jsonable(value: Any) -> Any:
 
 
 # ---- the two ends (run inside the hosts' namespaces) ---------------------------
-def _socket(proto: str) -> socket.socket:
+def stream_socket(proto: str) -> socket.socket:
+    """An IPv4 stream socket: IPPROTO_MPTCP for proto "mptcp", else TCP."""
     return socket.socket(
         socket.AF_INET, socket.SOCK_STREAM, IPPROTO_MPTCP if proto == "mptcp" else 0
     )
 
 
-def _abort(sock: socket.socket) -> None:
+def abort(sock: socket.socket) -> None:
     """Close with a reset: nothing of ours lingers in the kernel after the deadline."""
     with contextlib.suppress(OSError):
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
@@ -541,7 +542,7 @@ def receiver(args: dict) -> dict:
     """Listen, print {"ready": port}, accept one stream and count its bytes into bins
     of CLOCK_MONOTONIC from t = 0 (the sender's start, told in its first 8 bytes)."""
     proto, bin_ns = args["proto"], int(args["bin_s"] * 1e9)
-    lst = _socket(proto)
+    lst = stream_socket(proto)
     lst.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     # MPTCP: on every address, for the MP_JOINs to the announced ones.
     host = "0.0.0.0" if proto == "mptcp" else args["addr"]
@@ -568,7 +569,7 @@ def receiver(args: dict) -> dict:
                 break
             head += chunk
     if len(head) < 8:
-        _abort(conn)
+        abort(conn)
         raise RuntimeError("the sender sent no start time")
     start_ns = struct.unpack("!Q", head)[0]
     end_ns = start_ns + int(args["seconds"] * 1e9)
@@ -617,7 +618,7 @@ def receiver(args: dict) -> dict:
     if eof:
         conn.close()
     else:
-        _abort(conn)
+        abort(conn)
         errors.append("no end of stream before the deadline")
     lst.close()
     return {
@@ -640,7 +641,7 @@ def sender(args: dict) -> dict:
     end_ns = start_ns + int(args["seconds"] * 1e9)
     hard_ns = end_ns + int(args["drain_s"] * 1e9)
     errors = []
-    sock = _socket(proto)
+    sock = stream_socket(proto)
     sock.bind((args["src"], 0))
     sock.settimeout(max(1.0, (start_ns - time.monotonic_ns()) / 1e9 + 5))
     sock.connect((args["dst"], args["port"]))
@@ -677,7 +678,7 @@ def sender(args: dict) -> dict:
     if eof:
         sock.close()
     else:
-        _abort(sock)
+        abort(sock)
     return {"bytes": sent, "subflows": subflows, "errors": errors}
 
 
@@ -685,10 +686,10 @@ def sender(args: dict) -> dict:
 # size_kernel, size_user; then num_subflows elements of size_user bytes.
 _SFD = struct.Struct("=IIII")
 _ADDRS_SIZE = 256  # struct mptcp_subflow_addrs: two __kernel_sockaddr_storage
-_TCPI_SIZE = 232  # the head of struct tcp_info this reads (up to tcpi_snd_wnd)
+TCPI_SIZE = 232  # the head of struct tcp_info this reads (up to tcpi_snd_wnd)
 # Offsets in struct tcp_info (uapi/linux/tcp.h).
-_TCPI = {"rtt_us": (68, "I"), "total_retrans": (100, "I"), "bytes_acked": (120, "Q")}
-_TCPI.update({"bytes_sent": (200, "Q"), "bytes_retrans": (208, "Q")})
+TCPI = {"rtt_us": (68, "I"), "total_retrans": (100, "I"), "bytes_acked": (120, "Q")}
+TCPI.update({"bytes_sent": (200, "Q"), "bytes_retrans": (208, "Q")})
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
@@ -718,7 +719,7 @@ def subflow_info(sock: socket.socket) -> list[dict]:
     counters (bytes_acked, bytes_sent, bytes_retrans, ...), from the kernel
     (MPTCP_SUBFLOW_ADDRS and MPTCP_TCPINFO, both in the same subflow order)."""
     addrs = _mptcp_array(sock, MPTCP_SUBFLOW_ADDRS, _ADDRS_SIZE)
-    infos = _mptcp_array(sock, MPTCP_TCPINFO, _TCPI_SIZE)
+    infos = _mptcp_array(sock, MPTCP_TCPINFO, TCPI_SIZE)
     out = []
     for i, raw in enumerate(addrs):
         entry: dict[str, Any] = {
@@ -727,7 +728,7 @@ def subflow_info(sock: socket.socket) -> list[dict]:
         }
         if i < len(infos):
             info = infos[i]
-            for name, (off, fmt) in _TCPI.items():
+            for name, (off, fmt) in TCPI.items():
                 if off + struct.calcsize(fmt) <= len(info):
                     entry[name] = struct.unpack_from("=" + fmt, info, off)[0]
         out.append(entry)

@@ -29,9 +29,9 @@ WRITE_SIZE_UNITS = {
 SIZE_MAX = 2**40
 # A lab with slow links has a long design RTT ([queues] base_rtt): a QP's
 # retransmission timeout and reorder window must scale with it, or queueing
-# alone fires them (10 Mbit/s links: a 4.8 ms base RTT, above the default
-# timeout of 4.2 ms). Defaults when not given: the timeout at least this many
-# base RTTs; in a lab slower than the default one (design RTT 100 us), the
+# alone fires them (10 Mbit/s links and MTU 3200: a 10.3 ms base RTT, above
+# the default timeout of 4.2 ms). Defaults when not given: the timeout at
+# least this many base RTTs; in a lab slower than the default one (design RTT 100 us), the
 # reorder window this many: enough for the differences between paths'
 # queues, which NSCC keeps short and a fixed window does not (clos-8 at
 # 5 Mbit/s, 3 KiB packets, permutation, the worst flow's share of its link:
@@ -68,12 +68,24 @@ def lab_defaults(topo: topology.Topology, cc_profile: int | None = None) -> tupl
     return timeout, reorder
 
 
+def default_chunk(
+    topo: topology.Topology, size_hint: int = SIZE_MAX, qps: int = 1, peers: int | None = None
+) -> int:
+    """Each WRITE's size when none is given: what host memory allows for
+    `size_hint` bytes over `qps` QPs (hostmem.chunk_bytes), with `peers`
+    transfers landing at one host at once (default: every other host of the
+    lab, hosts - 1)."""
+    half = hostmem.half_elems(lab.nic_memory_elems(topo), topo.hosts) * hostmem.KIB
+    peers = topo.hosts - 1 if peers is None else peers
+    return hostmem.chunk_bytes(-(-size_hint // qps), qps, half, peers=peers)
+
+
 class Connection:
     """Send QPs at `src` connected to receive QPs at `dst`, for one or more
     writes (a verbs connection: QPs live across work requests).
 
     chunk: each WRITE's size (default: what host memory allows for `size_hint`
-    bytes, hostmem.chunk_bytes). on_open: called with the receive QPs
+    bytes, default_chunk). on_open: called with the receive QPs
     ([{qpn, rkey, region}]) once they exist, before anything is sent (a caller
     that watches their counters). close() (or the with block's end) closes
     both ends, whatever happened, and returns the receive QPs' stats."""
@@ -99,8 +111,7 @@ class Connection:
         if src == dst:
             raise ValueError("source and destination must be different hosts")
         if chunk is None:
-            half = hostmem.half_elems(lab.nic_memory_elems(topo), topo.hosts) * hostmem.KIB
-            chunk = hostmem.chunk_bytes(-(-size_hint // qps), qps, half, peers=topo.hosts - 1)
+            chunk = default_chunk(topo, size_hint, qps)
         self.lab, self.src, self.dst, self.topo = lab_name, src, dst, topo
         self.chunk, self.mpr = chunk, mpr
         self.qpns = ctl.call(lab_name, src, {"op": "sq_open", "count": qps, "chunk": chunk})["qpns"]

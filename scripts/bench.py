@@ -50,6 +50,7 @@ from bench_all import (  # noqa: E402
     add_common_args,
     begin,
     load_avg,
+    log,
     own_lab,
     print_table,
     pyplot,
@@ -76,10 +77,6 @@ PEER_LABEL = {
     "mptcp": "MPTCP, 4 subflows",
     "tcp": "TCP, plane 0",
 }
-
-
-def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
 
 
 def fmt(value: float | None, spec: str = ".3f") -> str:
@@ -362,7 +359,7 @@ def report_goodput(res: dict[str, Any], args: argparse.Namespace) -> str:
     lines.append(
         "  share of the 4 Gbit/s aggregate: "
         + ", ".join(f"{PEER_LABEL[p]} {fmt(rows[p]['of_aggregate'], '.2f')}" for p in rows)
-        + " (target for mrc-nic: 0.97)"
+        + f" (target for mrc-nic: {GOODPUT_TARGET})"
     )
     lines.append(busy_line(rows))
     return "\n".join(lines)
@@ -398,7 +395,8 @@ def report_loss(res: dict[str, Any], args: argparse.Namespace) -> str:
         if "of_healthy_minus_share" in m:
             lines.append(
                 f"{'':16} of (no-loss goodput minus the plane's share): mrc-nic "
-                f"{fmt(m['of_healthy_minus_share'], '.2f')} (target 0.95), MPTCP "
+                f"{fmt(m['of_healthy_minus_share'], '.2f')} "
+                f"(target {LOSS_ONE_PLANE_TARGET}), MPTCP "
                 f"{fmt(t['of_healthy_minus_share'], '.2f')}"
             )
     lines.append("  (medians of the rounds; ratio = mrc-nic / MPTCP)")

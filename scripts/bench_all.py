@@ -18,7 +18,8 @@ made from the JSON the scripts wrote and printed from, so the README says
 what the scripts printed.
 
 The output convention every benchmark script follows (and the helpers
-below, which bench.py and bench_failover.py use, implement):
+below, which bench.py, bench_failover.py, bench_msgsize.py and
+bench_collective.py use, implement):
 - options --out DIR (default out/bench) and --quick;
 - DIR/<script name without "bench_">.json (bench.py: bench.json), PNGs beside;
 - top-level keys "started" (ISO UTC), "machine" ({"cpus", "kernel",
@@ -53,6 +54,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # for the lazy `from mrc_nic import lab` below
+    sys.path.insert(0, str(ROOT))
 DEFAULT_OUT = ROOT / "out" / "bench"
 README = ROOT / "README.md"
 MARK_START = "<!-- bench-results:start -->"
@@ -104,6 +107,11 @@ class BenchError(Exception):
 
 
 # ---- the output convention (used by the benchmark scripts) -------------------------
+def log(msg: str) -> None:
+    """A progress line, on stderr (stdout has the report)."""
+    print(msg, file=sys.stderr, flush=True)
+
+
 def load_avg() -> list[float]:
     """1, 5 and 15-minute load averages. Scripts keep the one at their end too
     ("load_avg_end"): on a shared machine it moves during a run."""
@@ -218,7 +226,6 @@ def own_lab(topo) -> Iterator[float]:
     down by that exact name when the block ends, also on an error, Ctrl-C or
     SIGTERM (exit_on_sigterm). Yields the bring-up time in seconds. A lab of
     that name already there is someone else's: refused, never taken down."""
-    sys.path.insert(0, str(ROOT))
     from mrc_nic import lab
 
     if topo.lab in lab.labs_present():
@@ -402,7 +409,6 @@ def write_table(results: list[tuple[Bench, dict[str, Any]]], out: Path, readme: 
 
 # ---- running the scripts -----------------------------------------------------------
 def labs_present() -> set[str]:
-    sys.path.insert(0, str(ROOT))
     from mrc_nic import lab
 
     return set(lab.labs_present())
@@ -431,9 +437,8 @@ def _end_overrun(proc: subprocess.Popen) -> str:
 
 def _take_down_orphans(before: set[str], pid: int) -> list[str]:
     """After a SIGKILL: the labs that appeared during the run and carry the killed
-    script's pid in their name (bn<pid>, bfo<pid>: its own) are taken down by
-    that exact name. Any other new lab is someone else's: only reported."""
-    sys.path.insert(0, str(ROOT))
+    script's pid in their name (bn<pid>, bfo<pid>, bm<pid>, bcol<pid>: its own)
+    are taken down by that exact name. Any other new lab is someone else's: only reported."""
     from mrc_nic import lab
 
     notes = []
@@ -484,7 +489,10 @@ def run_suite(chosen: list[Bench], out: Path) -> dict[str, tuple[bool, str]]:
             continue
         slot = min(bench.limit_s, deadline - time.monotonic())
         if slot < MIN_SLOT_S:
-            outcome[bench.name] = (False, "no time left in the 15-minute budget: not run")
+            outcome[bench.name] = (
+                False,
+                f"no time left in the {SUITE_LIMIT_S // 60}-minute budget: not run",
+            )
             print(f"== {bench.name}: {outcome[bench.name][1]}")
             continue
         print(f"== {bench.name}: --quick, limit {slot:.0f} s", flush=True)

@@ -65,7 +65,15 @@ for _p in (ROOT, ROOT / "scripts"):
     if str(_p) not in sys.path:
         sys.path.insert(0, str(_p))
 
-from bench_all import exit_on_sigterm, print_table, run_header, table_row  # noqa: E402
+from bench_all import (  # noqa: E402
+    exit_on_sigterm,
+    load_avg,
+    log,
+    print_table,
+    run_header,
+    save_png,
+    table_row,
+)
 
 from mrc_nic import collective, cpustat, faults, rdma_write, topology  # noqa: E402
 from mrc_nic import lab as lab_mod  # noqa: E402
@@ -73,10 +81,6 @@ from mrc_nic import lab as lab_mod  # noqa: E402
 MIB = 2**20
 NAMES = {"mrc": "mrc-nic", "tcp": "TCP", "mptcp": "MPTCP"}
 COLORS = {"mrc": "tab:blue", "tcp": "tab:red", "mptcp": "tab:green"}
-
-
-def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
 
 
 # ---- one job -----------------------------------------------------------------------------
@@ -111,7 +115,7 @@ def run_job(
         inject.__name__ = f"fail {args.fault} {args.fault_mode}"
         step_events.append((*fault_at, inject))
     cpu = cpustat.sample()
-    load = os.getloadavg()[0]
+    load = load_avg()[0]
     try:
         job = _run(name, topo, transport, args, size, limit_s, step_events)
     except Exception as e:  # a ring that could not be set up: said, and the next job runs
@@ -123,7 +127,7 @@ def run_job(
                 faults.heal(name, applied)
     out = job.to_dict()
     out["busy_cpus"] = cpustat.busy_cores(cpu, cpustat.sample())
-    out["load_avg_1m"] = round(load, 2)
+    out["load_avg_1m"] = load
     out["fault_plan"] = list(fault_at) if fault_at else None
     if transport == "mrc":  # each plane's share of the packets sent, per step (all edges)
         out["plane_share_per_step"] = [plane_share(s.edges) for s in job.steps]
@@ -250,15 +254,17 @@ def unfinished_note(who: str, c: dict[str, Any]) -> str:
     )
 
 
-def table_rows(summary: dict[str, dict[str, Any]], args: argparse.Namespace) -> list[dict]:
+def table_rows(summary: dict[str, dict[str, Any]], args: argparse.Namespace, topo) -> list[dict]:
     size = f"{args.size / MIB:g} MiB"
     fault = f"{args.fault} {args.fault_mode} at {args.fault_at:.0%} of the job"
-    case = f"ring all-reduce, 8 hosts, {size}"
+    case = f"ring all-reduce, {topo.hosts} hosts, {size}"
     mrc = summary["mrc"]
     rows = []
     for peer in args.peers:
         p = summary[peer]
-        name = NAMES[peer] + (f" (plane {args.plane})" if peer == "tcp" else " (8 subflows)")
+        name = NAMES[peer] + (
+            f" (plane {args.plane})" if peer == "tcp" else f" ({topo.planes} subflows)"
+        )
         notes = {}
         for key in ("healthy", "fault"):
             said = [unfinished_note("mrc-nic", mrc[key]), unfinished_note(NAMES[peer], p[key])]
@@ -329,6 +335,7 @@ def plot(result: dict[str, Any], out: Path) -> str | None:
         log("matplotlib is not installed (scripts/setup installs it): no plot")
         return None
     runs = result["runs"]
+    n = len(result["schedule"]["hosts"])
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
     for t, cases in runs.items():
         for case, style in (("healthy", "-"), ("fault", "--")):
@@ -362,18 +369,16 @@ def plot(result: dict[str, Any], out: Path) -> str | None:
             )
     ax.set_xlabel("time since the job's start [s] (dotted: the fault, per transport)")
     ax.set_ylabel("all-reduce bytes delivered [%]")
-    ax.set_title(f"ring all-reduce of {result['args']['size'] / MIB:g} MiB, 8 hosts", fontsize=9)
+    ax.set_title(f"ring all-reduce of {result['args']['size'] / MIB:g} MiB, {n} hosts", fontsize=9)
     ax.legend(fontsize=7)
-    ax2.set_xlabel("step (0-6 reduce-scatter, 7-13 all-gather; dotted: the fault's step)")
+    ax2.set_xlabel(
+        f"step (0-{n - 2} reduce-scatter, {n - 1}-{2 * n - 3} all-gather; dotted: the fault's step)"
+    )
     ax2.set_ylabel("step time [s]")
     ax2.set_yscale("log")
     ax2.set_title(f"per step; failure: {result['fault']}", fontsize=9)
     ax2.legend(fontsize=7)
-    fig.tight_layout()
-    path = out / "collective.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return str(path)
+    return save_png(fig, out / "collective.png")
 
 
 # ---- main ---------------------------------------------------------------------------------
@@ -498,7 +503,7 @@ def main(argv: list[str] | None = None) -> int:
             log(f"lab {name}: down failed ({e}); run: mrc-nic down -l {name}")
     result["seconds"] = round(time.monotonic() - started, 1)
     result["summary"] = summary = summarize(runs)
-    result["table"] = table_rows(summary, args)
+    result["table"] = table_rows(summary, args, topo)
     path = out / "collective.json"
     path.write_text(json.dumps(result, indent=1) + "\n")
     result["plots"] = [p for p in [plot(result, out)] if p]

@@ -11,9 +11,9 @@ interleaved, and reports medians.
    receive QP that places and SACKs the data (XDP_TX), and a minimal reflector
    (swap MACs, IPs and UDP ports, XDP_TX) compiled here with bcc. On a: a
    counter that counts and drops what comes back. Traffic: one MRC data frame
-   (mrc_nic.wire.data_packet; 64 B, 1 KiB and 3 KiB payloads, the program and the veth at
-   MTU 3200) injected at a by an
-   XDP program run with BPF_PROG_RUN on live frames
+   (mrc_nic.wire.data_packet; 64 B, 1 KiB and 3 KiB payloads, the program
+   and the veth at MTU 3200) injected at a by an XDP program run with
+   BPF_PROG_RUN on live frames
    (BPF_F_TEST_XDP_LIVE_FRAMES): it writes the template, stamps the PSN and
    RETH address and XDP_TXes it into the veth, for a fixed time (a timer
    signal ends the run). The injecting thread is pinned to one CPU, and the

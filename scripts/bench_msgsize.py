@@ -91,9 +91,17 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench_all import exit_on_sigterm, print_table, run_header, table_row  # noqa: E402
+from bench_all import (  # noqa: E402
+    exit_on_sigterm,
+    log,
+    print_table,
+    pyplot,
+    run_header,
+    save_png,
+    table_row,
+)
 
-from mrc_nic import ctl, hostmem, nic, peers, rdma_write, topology  # noqa: E402
+from mrc_nic import ctl, eventlog, nic, peers, rdma_write, topology  # noqa: E402
 from mrc_nic import lab as lab_mod  # noqa: E402
 
 KIB, MIB = 2**10, 2**20
@@ -109,10 +117,6 @@ PINGPONG, STREAM = 1, 2
 IO_TIMEOUT_S = 10.0  # a peer socket blocked this long gives up (a stalled stream)
 STREAM_WARMUP_S = 0.3
 LAT_MIN_ITERS = 3  # a ping-pong does at least this many if 3 x --seconds allow
-
-
-def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
 
 
 def size_name(n: int) -> str:
@@ -178,8 +182,7 @@ def bw_stats(size: int, nbytes: int, seconds: float, peak: float | None) -> dict
 # ---- mrc-nic ---------------------------------------------------------------------------
 def chunk_room(topo) -> int:
     """The largest chunk host memory gives one QP between two hosts of this lab."""
-    half = hostmem.half_elems(lab_mod.nic_memory_elems(topo), topo.hosts) * KIB
-    return hostmem.chunk_bytes(rdma_write.SIZE_MAX, 1, half, peers=topo.hosts - 1)
+    return rdma_write.default_chunk(topo)
 
 
 def plan(size: int, room: int) -> dict[str, int]:
@@ -219,12 +222,12 @@ def read_events(labname: str, since: int, types: list[str]) -> dict[str, Any]:
         reply = ctl.call(
             labname,
             ctl.EVENTS_SERVICE,
-            {"op": "read", "since": since, "types": types, "max": 10_000},
+            {"op": "read", "since": since, "types": types, "max": eventlog.READ_MAX},
         )
         events += reply["events"]
         evicted += reply["evicted"]
         lost = reply["nic_lost"]
-        if len(reply["events"]) < 10_000:
+        if len(reply["events"]) < eventlog.READ_MAX:
             return {"events": events, "evicted": evicted, "nic_lost": lost}
         since = reply["next"]
 
@@ -333,12 +336,6 @@ def run_mrc(
 
 
 # ---- the peers: this script's processes in the hosts' namespaces -----------------------
-def _peer_socket(proto: str) -> socket.socket:
-    return socket.socket(
-        socket.AF_INET, socket.SOCK_STREAM, peers.IPPROTO_MPTCP if proto == "mptcp" else 0
-    )
-
-
 def _recv_exact(sock: socket.socket, n: int) -> bytes:
     buf = bytearray(n)
     view, got = memoryview(buf), 0
@@ -396,7 +393,7 @@ def role_server(args: dict) -> dict:
     deadline = time.monotonic() + args["max_s"]
     listeners = {}
     for proto, host in (("tcp", args["addr"]), ("mptcp", "0.0.0.0")):
-        lst = _peer_socket(proto)
+        lst = peers.stream_socket(proto)
         lst.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         lst.bind((host, 0))
         lst.listen(4)
@@ -423,7 +420,7 @@ def role_server(args: dict) -> dict:
 
 
 def _connect(cmd: dict) -> socket.socket:
-    sock = _peer_socket(cmd["proto"])
+    sock = peers.stream_socket(cmd["proto"])
     sock.settimeout(IO_TIMEOUT_S)
     sock.bind((cmd["src"], 0))
     sock.connect((cmd["dst"], cmd["port"]))
@@ -656,7 +653,11 @@ def report(sizes: list[dict], transports: list[str]) -> str:
     lines += ["", "mrc-nic one way (kick -> the receiver's RECV_IMM)", lat_head]
     for e in sizes:
         lines.append(perftest_line("mrc-nic one way", e["size"], e["mrc"].get("one_way"), LAT_COLS))
-    lines += ["", "Goodput (mrc-nic: 32 WQEs in flight at most; peers: send() of #bytes)", bw_head]
+    lines += [
+        "",
+        f"Goodput (mrc-nic: {nic.SQ_DEPTH} WQEs in flight at most; peers: send() of #bytes)",
+        bw_head,
+    ]
     for t in transports:
         lines += [perftest_line(labels[t], e["size"], e[t].get("bw"), BW_COLS) for e in sizes]
     peers_here = [t for t in transports if t != "mrc"]
@@ -728,15 +729,11 @@ def table(sizes: list[dict]) -> list[dict]:
 
 
 def plots(sizes: list[dict], samples: dict, out: Path) -> list[str]:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        from matplotlib.ticker import NullFormatter
-    except ImportError:
-        log("matplotlib is not installed (scripts/setup installs it): no plots")
+    plt = pyplot()
+    if plt is None:
         return []
+    from matplotlib.ticker import NullFormatter
+
     made = []
     cols = 4
     rows = -(-len(sizes) // cols)
@@ -767,7 +764,7 @@ def plots(sizes: list[dict], samples: dict, out: Path) -> list[str]:
         ax.axis("off")
     axes.flat[0].legend(fontsize=7)
     fig.suptitle("latency CDF per message size (same lab, same run)", fontsize=10)
-    made.append(save(plt, fig, out / "msgsize_latency.png"))
+    made.append(save_png(fig, out / "msgsize_latency.png"))
 
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(11, 4))
     xs = [e["size"] for e in sizes]
@@ -791,15 +788,8 @@ def plots(sizes: list[dict], samples: dict, out: Path) -> list[str]:
         a.grid(alpha=0.3)
         a.legend(fontsize=7)
     ax2.set_yscale("log")
-    made.append(save(plt, fig, out / "msgsize_goodput.png"))
+    made.append(save_png(fig, out / "msgsize_goodput.png"))
     return made
-
-
-def save(plt, fig, path: Path) -> str:
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return str(path)
 
 
 # ---- main --------------------------------------------------------------------------
