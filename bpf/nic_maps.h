@@ -26,10 +26,14 @@
 
 /* ---- Tunables (override with -DNAME=value; the loader does) ------------- */
 
-/* Entries of the receive-QP hash map nic_rx_qps. */
+/* Slots of the receive-QP array nic_rx_qps (QP q lives in slot
+ * q & (NIC_MAX_QPS - 1)), and entries of the send-QP hash map nic_tx_qps.
+ * A power of two. */
 #ifndef NIC_MAX_QPS
 #define NIC_MAX_QPS 4096
 #endif
+_Static_assert(NIC_MAX_QPS > 0 && (NIC_MAX_QPS & (NIC_MAX_QPS - 1)) == 0,
+	       "NIC_MAX_QPS must be a power of two");
 
 /* Memory: elements of NIC_MR_ELEM_SIZE bytes in the one mmapable array that
  * holds every region of the lab (default 64 MiB). */
@@ -163,7 +167,28 @@ enum nic_qp_state {
 	NIC_QPS_ERR = 6,
 };
 
-/* ---- Receive QP state: map nic_rx_qps (hash, key = __u32 QPN) ------------ */
+/* ---- Receive QP state: map nic_rx_qps (array, slot = QPN & (NIC_MAX_QPS-1)) */
+
+/*
+ * Why an array and not a hash keyed by QPN: the receiver looks its QP up for
+ * every data packet, and a hash lookup (jhash, bucket walk, and a call that
+ * this CPU's return-thunk mitigation makes expensive) cost about 19 ns of a
+ * receiver's 95-170 ns (scripts/bench_fastpath.py, part 1); an array lookup
+ * is inlined to a bounds check and an add. The QPN picks the slot, so QPs
+ * whose numbers agree in their low bits cannot both have receive state:
+ * user space refuses the second (mrc_nic.nic.NicMaps.setup_rq), and the
+ * daemons take QP numbers from per-host ranges that never share a slot
+ * (mrc_nic.hostmem).
+ *
+ * Map nic_rx_slots (array of __u32, NIC_MAX_QPS entries, written by user
+ * space only) says whose each slot is: QPN | NIC_RQ_TAG_USED, or 0 for a
+ * free slot. A packet whose QPN is not its slot's owner is dropped as for an
+ * unknown QP. User space fills a slot of nic_rx_qps before it writes its
+ * owner, and clears the owner before the slot, so the program never takes a
+ * half-written QP for a live one; and a reader lists the receive QPs by
+ * reading these 4 bytes per slot, not the slots themselves.
+ */
+#define NIC_RQ_TAG_USED 0x80000000u /* an owner in nic_rx_slots: QPN | this */
 
 /* A message whose LAST packet has arrived, waiting for cum_psn to pass it. */
 struct nic_msg_slot {

@@ -87,8 +87,10 @@
 
 /* ---- Maps (pinned by mrc_nic/nic.py under /sys/fs/bpf/mrc-nic/<lab>/) ---- */
 
-/* Receive state per QP, key = QPN; see struct nic_rq. */
-BPF_HASH(nic_rx_qps, __u32, struct nic_rq, NIC_MAX_QPS);
+/* Receive state per QP, slot = QPN & (NIC_MAX_QPS - 1); see struct nic_rq. */
+BPF_ARRAY(nic_rx_qps, struct nic_rq, NIC_MAX_QPS);
+/* The owner of each slot of nic_rx_qps (QPN | NIC_RQ_TAG_USED, 0: free). */
+BPF_ARRAY(nic_rx_slots, __u32, NIC_MAX_QPS);
 /* Every memory region of the lab, NIC_MR_ELEM_SIZE bytes per element, mmapable. */
 BPF_F_TABLE("array", __u32, struct nic_mr_elem, nic_mr, NIC_MR_ELEMS, BPF_F_MMAPABLE);
 /* Region table, key = region id; see struct nic_region. */
@@ -384,6 +386,17 @@ static __always_inline int answer(struct xdp_md *ctx, struct mrc_pkt *p,
 	f->icrc = MRC_ICRC_UNUSED;
 	count(ai->counter, 1);
 	return XDP_TX;
+}
+
+/* The receive state of QP qpn, or NULL if its slot is free or another QP's. */
+static __always_inline struct nic_rq *rx_qp(__u32 qpn)
+{
+	__u32 slot = qpn & (NIC_MAX_QPS - 1);
+	__u32 *owner = nic_rx_slots.lookup(&slot);
+
+	if (!owner || *owner != (qpn | NIC_RQ_TAG_USED))
+		return NULL;
+	return nic_rx_qps.lookup(&slot);
 }
 
 /* ---- The receive lock (nic_maps.h, nic_rx_locks) ------------------------ */
@@ -763,7 +776,7 @@ static __always_inline int rx_data(struct xdp_md *ctx, struct mrc_pkt *p)
 			return drop(NIC_CNT_DROP_TOO_LONG);
 	}
 
-	rq = nic_rx_qps.lookup(&qpn);
+	rq = rx_qp(qpn);
 	if (!rq)
 		return drop(NIC_CNT_DROP_UNKNOWN_QP);
 	if (!addrs_match(rq->local_host, rq->peer_host, p->ip->saddr, p->ip->daddr))
@@ -1009,7 +1022,7 @@ static __always_inline int rx_probe(struct xdp_md *ctx, struct mrc_pkt *p)
 	if (!pe)
 		return drop(NIC_CNT_DROP_TRUNCATED);
 	qpn = bpf_ntohl(p->bth->qpn) & MRC_BTH_QPN_MASK;
-	rq = nic_rx_qps.lookup(&qpn);
+	rq = rx_qp(qpn);
 	if (!rq)
 		return drop(NIC_CNT_DROP_UNKNOWN_QP);
 	if (!addrs_match(rq->local_host, rq->peer_host, p->ip->saddr, p->ip->daddr))

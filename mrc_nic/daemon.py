@@ -53,7 +53,9 @@ class Daemon(LineService):
         self.topo, self.host = topo, host
         self.index = topo.nodes[host].index
         self.maps = nic.NicMaps.open(self.topo.lab)
-        self.res = hostmem.HostResources(self.index, self.topo.hosts, self.maps.mr_elems)
+        self.res = hostmem.HostResources(
+            self.index, self.topo.hosts, self.maps.mr_elems, self.maps.max_qps
+        )
         self.send_qps: dict[int, sendjob.SendQp] = {}
         self.recv_qps: dict[int, RecvQp] = {}
         self.jobs: list[sendjob.Job] = []
@@ -188,17 +190,24 @@ class Daemon(LineService):
             raise
         region = self.res.regions.take()
         rkey = (qp.qpn * 2654435761) & 0xFFFFFFFF or 1  # unguessable enough for a lab
-        self.maps.set_region(region, first_elem=span.first_elem, n_elems=span.n_elems, rkey=rkey)
-        self.maps.setup_rq(
-            qp.qpn,
-            local_host=self.index,
-            peer_host=peer_host,
-            peer_qpn=peer_qpn,
-            region=region,
-            mpr=mpr,
-        )
         rq = RecvQp(qp, region, rkey, span)
         self.recv_qps[qp.qpn] = rq
+        try:
+            self.maps.set_region(
+                region, first_elem=span.first_elem, n_elems=span.n_elems, rkey=rkey
+            )
+            # Refused if a QP outside the daemons (mrc_nic.transfer) holds the slot.
+            self.maps.setup_rq(
+                qp.qpn,
+                local_host=self.index,
+                peer_host=peer_host,
+                peer_qpn=peer_qpn,
+                region=region,
+                mpr=mpr,
+            )
+        except BaseException:
+            self._close_recv_qp(qp.qpn)  # gives back the QPN, region and memory
+            raise
         return rq
 
     def op_rq_close(self, req: dict, conn: Conn) -> dict:

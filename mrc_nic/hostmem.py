@@ -6,7 +6,10 @@ them by host index, with no talk between them:
   mmapable nic_mr), the lower half for the buffers it sends from, the upper
   half for the regions it receives into;
 - memory region ids (nic_regions), send-ring ids (nic_tx_ring / nic_wq) and
-  QP numbers (host << 16 | index) come from per-host ranges.
+  QP numbers come from per-host ranges. A QP number is host << 16 | index,
+  and the index ranges of the hosts do not overlap either: a QP receives in
+  slot QPN & (max_qps - 1) of nic_rx_qps (bpf/nic_maps.h), which is then its
+  index, so no two QPs of the lab want one slot.
 The fixed ids of mrc_nic.transfer (the daemon-less WRITE of the tests and
 benchmarks: ring 0, regions 1 and 2, QP index 1, memory from element 0)
 are kept out of every range but memory: do not run it on a lab whose
@@ -24,7 +27,6 @@ from mrc_nic.qp import QpError
 RESERVED_RINGS = 1  # ring 0: mrc_nic.transfer
 RESERVED_REGIONS = 3  # region 0 unused, 1 and 2: mrc_nic.transfer
 QP_INDEX_FIRST = 0x100  # below: mrc_nic.transfer and tests
-QP_INDEX_LAST = 0xFFFF
 KIB = nic.MR_ELEM_SIZE
 
 
@@ -93,7 +95,7 @@ class IdPool:
 class HostResources:
     """One host's share of the lab's NIC maps."""
 
-    def __init__(self, host: int, hosts: int, mr_elems: int) -> None:
+    def __init__(self, host: int, hosts: int, mr_elems: int, max_qps: int) -> None:
         self.host = host
         per_host = mr_elems // hosts
         half = half_elems(mr_elems, hosts)
@@ -104,7 +106,8 @@ class HostResources:
         regions = (nic.DEFAULT_MAX_REGIONS - RESERVED_REGIONS) // hosts
         self.rings = IdPool(RESERVED_RINGS + host * rings, rings, "send ring (nic_tx_ring)")
         self.regions = IdPool(RESERVED_REGIONS + host * regions, regions, "memory region id")
-        self.qp_index = IdPool(QP_INDEX_FIRST, QP_INDEX_LAST - QP_INDEX_FIRST + 1, "QP number")
+        qps = max(0, max_qps - QP_INDEX_FIRST) // hosts
+        self.qp_index = IdPool(QP_INDEX_FIRST + host * qps, qps, "QP number")
 
     def new_qpn(self) -> int:
         return self.host << 16 | self.qp_index.take()

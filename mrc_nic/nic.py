@@ -100,8 +100,10 @@ PORTS_MAP = "nic_ports"
 TX_PORTS_MAP = "nic_tx_ports"
 TIMELINE_MAP = "nic_rx_timeline"
 RX_LOCKS_MAP = "nic_rx_locks"
+RX_SLOTS_MAP = "nic_rx_slots"
 MAP_PINS = (
     RX_QPS_MAP,
+    RX_SLOTS_MAP,
     MR_MAP,
     REGIONS_MAP,
     PORT_UP_MAP,
@@ -164,7 +166,8 @@ SQ_DEPTH = MSG_SLOTS
 ALL_PLANES = (1 << 16) - 1  # a port bitmap with every plane up (MAX_PLANES = 16)
 
 # Tunables: the header's defaults (NicProgram.load passes its own with -D).
-DEFAULT_MAX_QPS = 4096
+DEFAULT_MAX_QPS = 4096  # a power of two: QP q receives in slot q & (max_qps - 1)
+RQ_TAG_USED = 0x80000000  # NIC_RQ_TAG_USED: a slot's owner in nic_rx_slots is QPN | this
 DEFAULT_MR_ELEMS = 65536  # 64 MiB
 DEFAULT_MAX_REGIONS = 256
 MAX_HOSTS = 256
@@ -355,7 +358,7 @@ class SpinLock(ctypes.Structure):
 
 
 class RqState(ctypes.Structure):
-    """struct nic_rq: the receiving side of one QP (map nic_rx_qps, key = QPN)."""
+    """struct nic_rq: the receiving side of one QP (map nic_rx_qps, slot rx_slot(qpn))."""
 
     _fields_ = [
         ("lock", SpinLock),
@@ -829,6 +832,11 @@ class NicConfig:
             value = getattr(self, name)
             if not (isinstance(value, int) and 1 <= value <= pins.U32_MAX // MR_ELEM_SIZE):
                 raise ValueError(f"{name} must be a positive integer, not {value!r}")
+        if self.max_qps & (self.max_qps - 1):
+            raise ValueError(
+                f"max_qps must be a power of two (QPN & (max_qps - 1) picks a QP's "
+                f"receive slot), not {self.max_qps}"
+            )
         pages = self.event_pages
         if not (isinstance(pages, int) and pages >= 1 and pages & (pages - 1) == 0):
             raise ValueError(f"event_pages must be a power of two, not {pages!r}")
@@ -1043,6 +1051,7 @@ class NicMaps:
         self.lab = lab
         self._fds = fds
         self.max_regions = bpfsys.map_info(fds[REGIONS_MAP]).max_entries
+        self.max_qps = bpfsys.map_info(fds[RX_QPS_MAP]).max_entries
         self.mr_elems = bpfsys.map_info(fds[MR_MAP]).max_entries
         self.tx_rings = bpfsys.map_info(fds[TX_RING_MAP]).max_entries
         self._mr: mmap.mmap | None = None
@@ -1056,6 +1065,7 @@ class NicMaps:
         directory = pin_dir(lab)
         expected = {
             RX_QPS_MAP: ctypes.sizeof(RqState),
+            RX_SLOTS_MAP: 4,
             MR_MAP: MR_ELEM_SIZE,
             REGIONS_MAP: ctypes.sizeof(RegionLayout),
             PORT_UP_MAP: 4,
@@ -1129,6 +1139,15 @@ class NicMaps:
             raise ValueError(f"mpr must be an integer in [1, {MPR_MAX}], not {mpr!r}")
         pins.check_range("psn", psn, wire.PSN_MASK)
         pins.check_range("msn", msn, wire.MSN_MASK)
+        owner = self._rx_slot_owner(qpn)
+        if owner not in (0, qpn | RQ_TAG_USED):
+            raise FileExistsError(
+                errno.EEXIST,
+                f"QP {qpn:#x} cannot receive: its receive slot {self.rx_slot(qpn)} "
+                f"(QPN & {self.max_qps - 1:#x}) is QP {owner & wire.QPN_MASK:#x}'s. "
+                f"Use a QPN that differs from it in the low {self.max_qps.bit_length() - 1} "
+                "bits, or delete that QP's receive state first",
+            )
         value = RqState(
             state=QpState(state),
             local_host=local_host,
@@ -1139,14 +1158,30 @@ class NicMaps:
             cum_psn=psn,
             msn=msn,
         )
-        bpfsys.map_update(self._fds[RX_QPS_MAP], _u32(qpn), bytes(value))
+        # The slot first, then its owner: the program never sees a half-written QP.
+        bpfsys.map_update(self._fds[RX_QPS_MAP], self._rx_key(qpn), bytes(value))
+        bpfsys.map_update(self._fds[RX_SLOTS_MAP], self._rx_key(qpn), _u32(qpn | RQ_TAG_USED))
+
+    def rx_slot(self, qpn: int) -> int:
+        """The slot of nic_rx_qps (and nic_rx_slots) where QP qpn receives."""
+        return qpn & (self.max_qps - 1)
+
+    def _rx_key(self, qpn: int) -> bytes:
+        return _u32(self.rx_slot(qpn))
+
+    def _rx_slot_owner(self, qpn: int) -> int:
+        """The owner word of QP qpn's receive slot: QPN | RQ_TAG_USED, or 0."""
+        raw = bpfsys.map_lookup(self._fds[RX_SLOTS_MAP], self._rx_key(qpn), 4)
+        return int.from_bytes(raw, sys.byteorder)
+
+    def _check_rx_owner(self, qpn: int) -> None:
+        if self._rx_slot_owner(qpn) != qpn | RQ_TAG_USED:
+            raise KeyError(f"no receive state for QP {qpn:#x}")
 
     def rq_raw(self, qpn: int) -> RqState:
         """The receive state of a QP as stored, read under its lock (KeyError if none)."""
-        try:
-            raw = _locked_lookup(self._fds[RX_QPS_MAP], _u32(qpn), ctypes.sizeof(RqState))
-        except FileNotFoundError:
-            raise KeyError(f"no receive state for QP {qpn:#x}") from None
+        self._check_rx_owner(qpn)
+        raw = _locked_lookup(self._fds[RX_QPS_MAP], self._rx_key(qpn), ctypes.sizeof(RqState))
         return RqState.from_buffer_copy(raw)
 
     def rq(self, qpn: int) -> RqSnapshot:
@@ -1207,16 +1242,15 @@ class NicMaps:
         """
         value = self.rq_raw(qpn)
         value.state = QpState(state)
-        bpfsys.map_update(
-            self._fds[RX_QPS_MAP], _u32(qpn), bytes(value), flags=BPF_F_LOCK | bpfsys.BPF_EXIST
-        )
+        bpfsys.map_update(self._fds[RX_QPS_MAP], self._rx_key(qpn), bytes(value), flags=BPF_F_LOCK)
 
     def delete_rq(self, qpn: int) -> None:
-        """Forget a QP's receive state (KeyError if none): its packets are dropped."""
-        try:
-            bpfsys.map_delete(self._fds[RX_QPS_MAP], _u32(qpn))
-        except FileNotFoundError:
-            raise KeyError(f"no receive state for QP {qpn:#x}") from None
+        """Forget a QP's receive state (KeyError if none): its packets are
+        dropped, and its slot is free for another QP."""
+        self._check_rx_owner(qpn)
+        # The owner first, then the slot: the program stops using it before it is wiped.
+        bpfsys.map_update(self._fds[RX_SLOTS_MAP], self._rx_key(qpn), _u32(0))
+        bpfsys.map_update(self._fds[RX_QPS_MAP], self._rx_key(qpn), bytes(RqState()))
 
     # -- regions ------------------------------------------------------------------
 
@@ -1853,17 +1887,16 @@ class NicMaps:
         return entry
 
     # -- listing, for the counter readers (stats) --
-    def _qpns(self, map_name: str) -> list[int]:
-        keys = bpfsys.map_keys(self._fds[map_name], 4)
-        return sorted(int.from_bytes(k, sys.byteorder) for k in keys)
-
     def rx_qpns(self) -> list[int]:
-        """QPNs with receive state (nic_rx_qps), ascending."""
-        return self._qpns(RX_QPS_MAP)
+        """QPNs with receive state (the owners in nic_rx_slots), ascending."""
+        pairs = bpfsys.map_lookup_batch(self._fds[RX_SLOTS_MAP], 4, 4, chunk=self.max_qps)
+        owners = (int.from_bytes(value, sys.byteorder) for _, value in pairs)
+        return sorted(o & wire.QPN_MASK for o in owners if o & RQ_TAG_USED)
 
     def tx_qpns(self) -> list[int]:
         """QPNs with send state (nic_tx_qps), ascending."""
-        return self._qpns(TX_QPS_MAP)
+        keys = bpfsys.map_keys(self._fds[TX_QPS_MAP], 4)
+        return sorted(int.from_bytes(k, sys.byteorder) for k in keys)
 
     def evs_raw(self) -> dict[tuple[int, int], EvStateLayout]:
         """Every EV of every send QP, {(qpn, ev): state}, in one batch read

@@ -622,7 +622,9 @@ def write_raw_rq(maps, **fields) -> None:
     value = maps.rq_raw(QP_RX)
     for name, v in fields.items():
         setattr(value, name, v)
-    bpfsys.map_update(maps.fd(nic.RX_QPS_MAP), QP_RX.to_bytes(4, "little"), bytes(value))
+    bpfsys.map_update(
+        maps.fd(nic.RX_QPS_MAP), maps.rx_slot(QP_RX).to_bytes(4, "little"), bytes(value)
+    )
 
 
 WRITE = data(START)  # frame offsets: BTH 42, RETH 54, MRC_DATA 70, payload 86
@@ -944,6 +946,35 @@ def test_delete_rq(program, maps, qp):
 
 
 @needs_bpf
+def test_a_qp_receives_in_the_slot_its_number_picks(program, maps, qp):
+    """nic_rx_qps is an array: QP q receives in slot q & (MAX_QPS - 1). A
+    second QP that wants a taken slot is refused and the first keeps
+    receiving; once the first is deleted the slot is the second's, and the
+    first's packets are dropped as for an unknown QP."""
+    rival = QP_RX + MAX_QPS
+    args = dict(local_host=RX_HOST, peer_host=TX_HOST, peer_qpn=QP_TX, region=REGION, psn=START)
+    assert maps.rx_slot(rival) == maps.rx_slot(QP_RX) == QP_RX % MAX_QPS
+    with pytest.raises(FileExistsError, match=rf"slot 5 \(QPN & 0x3f\) is QP {QP_RX:#x}'s"):
+        maps.setup_rq(rival, **args)
+    assert run(program, data(START)).retval == XDP_TX
+    assert maps.rx_qpns() == [QP_RX]
+    maps.delete_rq(QP_RX)
+    assert maps.rx_qpns() == []
+    maps.setup_rq(rival, **args)
+    try:
+        assert maps.rx_qpns() == [rival]
+        before = maps.counters()
+        assert run(program, data(START + 1)).retval == XDP_DROP
+        assert delta(before, maps.counters()) == {"drop_unknown_qp": 1}
+        assert run(program, data(START + 1, dqpn=rival)).retval == XDP_TX
+        assert maps.rq(rival).received == [START + 1]
+        with pytest.raises(KeyError):
+            maps.rq(QP_RX)
+    finally:
+        maps.delete_rq(rival)
+
+
+@needs_bpf
 def test_client_refuses_bad_values(maps):
     good = dict(local_host=1, peer_host=0, peer_qpn=1, region=0)
     with pytest.raises(ValueError, match="mpr"):
@@ -971,7 +1002,8 @@ def test_load_refuses_existing_pins(program):
 @needs_bpf
 def test_pinned_maps_have_expected_shape(program):
     expected = {
-        nic.RX_QPS_MAP: (bpfsys.BPF_MAP_TYPE_HASH, 4, ctypes.sizeof(nic.RqState), MAX_QPS),
+        nic.RX_QPS_MAP: (bpfsys.BPF_MAP_TYPE_ARRAY, 4, ctypes.sizeof(nic.RqState), MAX_QPS),
+        nic.RX_SLOTS_MAP: (bpfsys.BPF_MAP_TYPE_ARRAY, 4, 4, MAX_QPS),
         nic.MR_MAP: (bpfsys.BPF_MAP_TYPE_ARRAY, 4, nic.MR_ELEM_SIZE, MR_ELEMS),
         nic.REGIONS_MAP: (
             bpfsys.BPF_MAP_TYPE_ARRAY,
@@ -1029,6 +1061,8 @@ def test_load_checks_its_arguments():
         nic.NicProgram.load("zx", host_net="198.18.0.0/24")
     with pytest.raises(ValueError, match="event_pages"):
         nic.NicProgram.load("zx", event_pages=3)
+    with pytest.raises(ValueError, match="max_qps must be a power of two"):
+        nic.NicProgram.load("zx", max_qps=48)
     with pytest.raises(ValueError, match="lab name"):
         nic.NicProgram.load("Bad-Name")
 
@@ -1052,6 +1086,7 @@ C_VIEWS = {
 # Every constant Python copies from nic_maps.h, as (C expression, Python value).
 HEADER_CONSTANTS = [
     ("NIC_MAX_QPS", nic.DEFAULT_MAX_QPS),
+    ("NIC_RQ_TAG_USED", nic.RQ_TAG_USED),
     ("NIC_MR_ELEMS", nic.DEFAULT_MR_ELEMS),
     ("NIC_MAX_REGIONS", nic.DEFAULT_MAX_REGIONS),
     ("NIC_MAX_HOSTS", nic.MAX_HOSTS),

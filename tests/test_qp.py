@@ -7,7 +7,7 @@ import errno
 
 import pytest
 
-from mrc_nic import hostmem
+from mrc_nic import hostmem, nic, transfer
 from mrc_nic.qp import Qp, QpError, QpState, Retry
 
 
@@ -93,7 +93,7 @@ def test_retry_exp_cnt_25_is_forever():
 
 def test_hosts_get_disjoint_memory_ids_and_qpns():
     mr_elems = 2 * 65536
-    a, b = (hostmem.HostResources(h, 2, mr_elems) for h in (0, 1))
+    a, b = (hostmem.HostResources(h, 2, mr_elems, nic.DEFAULT_MAX_QPS) for h in (0, 1))
     spans = [a.send_mem.alloc(100, "x"), a.recv_mem.alloc(100, "x"), b.send_mem.alloc(100, "x")]
     ranges = [range(s.first_elem, s.first_elem + s.n_elems) for s in spans]
     assert not set(ranges[0]) & set(ranges[1]) and not set(ranges[1]) & set(ranges[2])
@@ -103,8 +103,30 @@ def test_hosts_get_disjoint_memory_ids_and_qpns():
     assert a.rings.take() >= hostmem.RESERVED_RINGS  # ring 0 is mrc_nic.transfer's
 
 
+def test_no_two_qps_of_a_lab_share_a_receive_slot():
+    """A QP receives in slot QPN & (max_qps - 1) of nic_rx_qps: every QPN the
+    daemons of a lab can hand out has its own, above mrc_nic.transfer's."""
+    max_qps, hosts = 512, 8
+    res = [hostmem.HostResources(h, hosts, 8 * 1024, max_qps) for h in range(hosts)]
+    qpns = []
+    for r in res:
+        while True:
+            try:
+                qpns.append(r.new_qpn())
+            except QpError as e:
+                assert "no QP number left" in str(e)
+                break
+    slots = [q & (max_qps - 1) for q in qpns]
+    assert len(qpns) == (max_qps - hostmem.QP_INDEX_FIRST) // hosts * hosts == 256
+    assert len(set(slots)) == len(slots)
+    assert min(slots) >= hostmem.QP_INDEX_FIRST > transfer.qpn(7) & (max_qps - 1)
+    assert {q >> 16 for q in qpns} == set(range(hosts))
+    res[3].free_qpn(qpns[100])
+    assert res[3].new_qpn() == qpns[100]
+
+
 def test_memory_runs_out_with_enomem_and_comes_back():
-    res = hostmem.HostResources(0, 2, 2 * 1024)
+    res = hostmem.HostResources(0, 2, 2 * 1024, nic.DEFAULT_MAX_QPS)
     whole = res.send_mem.alloc(512, "a send buffer")
     with pytest.raises(QpError, match="no 1024 bytes free") as e:
         res.send_mem.alloc(1, "a send buffer")
@@ -127,11 +149,13 @@ def test_every_other_host_can_write_to_one_receiver_at_once():
     half = hostmem.half_elems(mr_elems, hosts) * hostmem.KIB
     chunk = hostmem.chunk_bytes(2**30, 1, half, peers=hosts - 1)
     assert chunk % hostmem.KIB == 0 and chunk >= 2 * 2**20
-    receiver = hostmem.HostResources(0, hosts, mr_elems)
+    receiver = hostmem.HostResources(0, hosts, mr_elems, nic.DEFAULT_MAX_QPS)
     for _ in range(hosts - 1):
         receiver.recv_mem.alloc(2 * chunk // hostmem.KIB, "a receive region")
         receiver.regions.take()
-    senders = [hostmem.HostResources(h, hosts, mr_elems) for h in range(1, hosts)]
+    senders = [
+        hostmem.HostResources(h, hosts, mr_elems, nic.DEFAULT_MAX_QPS) for h in range(1, hosts)
+    ]
     for s in senders:
         s.send_mem.alloc(2 * chunk // hostmem.KIB, "a send buffer")
         s.rings.take()
