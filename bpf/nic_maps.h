@@ -184,9 +184,16 @@ enum nic_qp_state {
  * space only) says whose each slot is: QPN | NIC_RQ_TAG_USED, or 0 for a
  * free slot. A packet whose QPN is not its slot's owner is dropped as for an
  * unknown QP. User space fills a slot of nic_rx_qps before it writes its
- * owner, and clears the owner before the slot, so the program never takes a
- * half-written QP for a live one; and a reader lists the receive QPs by
- * reading these 4 bytes per slot, not the slots themselves.
+ * owner, and clears the owner before the slot (also when it sets a live QP
+ * up again), so a packet that arrives after a write finds the value whole;
+ * and a reader lists the receive QPs by reading these 4 bytes per slot, not
+ * the slots themselves. A packet already past the owner check when the
+ * owner changes is dropped if the change came before it took the receive
+ * lock (the owner is read again under it), but its payload copy, made
+ * before the lock, may already have landed. So a slot and its region are
+ * reused safely only once the old QP's packets have stopped, which is what
+ * the daemons do (a QP is closed after its transfer) and what the old hash
+ * map's recycled elements needed as well.
  */
 #define NIC_RQ_TAG_USED 0x80000000u /* an owner in nic_rx_slots: QPN | this */
 
@@ -343,7 +350,7 @@ _Static_assert(sizeof(struct nic_rx_lock) == 64, "struct nic_rx_lock is 64 bytes
 /*
  * The sending side of one QP: the QP that SACKs, NACKs and PROBE_REPLYs
  * address (their BTH dest QP). A QP that both sends and receives has an entry
- * here and one in nic_rx_qps, under the same QPN.
+ * here under its QPN and one in nic_rx_qps, in slot QPN & (NIC_MAX_QPS - 1).
  *
  * Window: PSNs in [snd_una, snd_nxt) are in flight, and snd_nxt - snd_una <=
  * mpr * MRC_MPR_UNIT. The ring bitmaps are indexed like the receiver's, PSN p

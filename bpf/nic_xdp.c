@@ -388,13 +388,21 @@ static __always_inline int answer(struct xdp_md *ctx, struct mrc_pkt *p,
 	return XDP_TX;
 }
 
-/* The receive state of QP qpn, or NULL if its slot is free or another QP's. */
-static __always_inline struct nic_rq *rx_qp(__u32 qpn)
+/* Whether QP qpn owns its receive slot (nic_maps.h, nic_rx_slots). */
+static __always_inline int rx_qp_owns_slot(__u32 qpn)
 {
 	__u32 slot = qpn & (NIC_MAX_QPS - 1);
 	__u32 *owner = nic_rx_slots.lookup(&slot);
 
-	if (!owner || *owner != (qpn | NIC_RQ_TAG_USED))
+	return owner && *owner == (qpn | NIC_RQ_TAG_USED);
+}
+
+/* The receive state of QP qpn, or NULL if its slot is free or another QP's. */
+static __always_inline struct nic_rq *rx_qp(__u32 qpn)
+{
+	__u32 slot = qpn & (NIC_MAX_QPS - 1);
+
+	if (!rx_qp_owns_slot(qpn))
 		return NULL;
 	return nic_rx_qps.lookup(&slot);
 }
@@ -899,6 +907,10 @@ locked:
 	lock = rx_lock(qpn);
 	if (!lock)
 		return drop(NIC_CNT_DROP_RX_BUSY);
+	if (!rx_qp_owns_slot(qpn)) { /* deleted or set up again since rx_qp */
+		rx_unlock(lock);
+		return drop(NIC_CNT_DROP_UNKNOWN_QP);
+	}
 	if (nack != RX_NACK_NONE) {
 		if (nack == RX_NACK_TRIMMED) {
 			d = MRC_PSN_DIFF(psn, rq->cum_psn);

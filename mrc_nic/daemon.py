@@ -181,14 +181,17 @@ class Daemon(LineService):
 
     def _open_recv_qp(self, peer_host: int, peer_qpn: int, chunk: int, mpr: int) -> RecvQp:
         qp = Qp(self.res.new_qpn(), self.index)
+        span = None
         try:
             qp.modify(QpState.INIT, ev_profile_id=0, cc_profile_id=0)
             qp.modify(QpState.RTR, mpr=mpr, dest_host=peer_host, dest_qpn=peer_qpn)
             span = self.res.recv_mem.alloc(2 * chunk // hostmem.KIB, "a receive region")
+            region = self.res.regions.take()
         except BaseException:
+            if span is not None:
+                self.res.recv_mem.release(span)
             self.res.free_qpn(qp.qpn)
             raise
-        region = self.res.regions.take()
         rkey = (qp.qpn * 2654435761) & 0xFFFFFFFF or 1  # unguessable enough for a lab
         rq = RecvQp(qp, region, rkey, span)
         self.recv_qps[qp.qpn] = rq

@@ -9,11 +9,13 @@ them by host index, with no talk between them:
   QP numbers come from per-host ranges. A QP number is host << 16 | index,
   and the index ranges of the hosts do not overlap either: a QP receives in
   slot QPN & (max_qps - 1) of nic_rx_qps (bpf/nic_maps.h), which is then its
-  index, so no two QPs of the lab want one slot.
+  index (max_qps is at most 1 << 16), so no two QPs of the lab want one slot.
+  The range counts send and receive QPs together (a QP number serves both).
 The fixed ids of mrc_nic.transfer (the daemon-less WRITE of the tests and
 benchmarks: ring 0, regions 1 and 2, QP index 1, memory from element 0)
 are kept out of every range but memory: do not run it on a lab whose
-daemons are writing.
+daemons are writing. Every host's transfer QP receives in slot 1, which
+transfer.write frees of an earlier transfer's.
 """
 
 from __future__ import annotations
@@ -106,7 +108,12 @@ class HostResources:
         regions = (nic.DEFAULT_MAX_REGIONS - RESERVED_REGIONS) // hosts
         self.rings = IdPool(RESERVED_RINGS + host * rings, rings, "send ring (nic_tx_ring)")
         self.regions = IdPool(RESERVED_REGIONS + host * regions, regions, "memory region id")
-        qps = max(0, max_qps - QP_INDEX_FIRST) // hosts
+        qps = (min(max_qps, nic.QPN_INDEX_SPAN) - QP_INDEX_FIRST) // hosts
+        if qps < 1:
+            raise ValueError(
+                f"a lab of {hosts} hosts needs max_qps above {QP_INDEX_FIRST + hosts - 1} "
+                f"(QP indices from {QP_INDEX_FIRST:#x}, a range per host), not {max_qps}"
+            )
         self.qp_index = IdPool(QP_INDEX_FIRST + host * qps, qps, "QP number")
 
     def new_qpn(self) -> int:

@@ -3,10 +3,10 @@
 bpf/nic_xdp.c runs at XDP on every host port of a lab (docs/fastpath.md). It
 is compiled once per lab (NicProgram.load) and the same program fd is attached
 to every port (NicProgram.attach); all of its state is in lab-wide maps keyed
-by QPN, region id and host id, pinned under ``pin_dir(lab)`` with names that
-start with ``nic_`` so that short-lived processes can set QPs up, read their
-receive state and counters and reach memory regions with NicMaps, which needs
-neither bcc nor a compile.
+by QPN (receive QPs: by its low bits), region id and host id, pinned under
+``pin_dir(lab)`` with names that start with ``nic_`` so that short-lived
+processes can set QPs up, read their receive state and counters and reach
+memory regions with NicMaps, which needs neither bcc nor a compile.
 
 The ctypes structures below mirror the structs of bpf/nic_maps.h; a test
 compares them field by field with the layout bcc compiles, and checks the
@@ -168,6 +168,7 @@ ALL_PLANES = (1 << 16) - 1  # a port bitmap with every plane up (MAX_PLANES = 16
 # Tunables: the header's defaults (NicProgram.load passes its own with -D).
 DEFAULT_MAX_QPS = 4096  # a power of two: QP q receives in slot q & (max_qps - 1)
 RQ_TAG_USED = 0x80000000  # NIC_RQ_TAG_USED: a slot's owner in nic_rx_slots is QPN | this
+QPN_INDEX_SPAN = 1 << 16  # a QPN is host << 16 | index (mrc_nic.hostmem)
 DEFAULT_MR_ELEMS = 65536  # 64 MiB
 DEFAULT_MAX_REGIONS = 256
 MAX_HOSTS = 256
@@ -832,10 +833,11 @@ class NicConfig:
             value = getattr(self, name)
             if not (isinstance(value, int) and 1 <= value <= pins.U32_MAX // MR_ELEM_SIZE):
                 raise ValueError(f"{name} must be a positive integer, not {value!r}")
-        if self.max_qps & (self.max_qps - 1):
+        if self.max_qps & (self.max_qps - 1) or not 2 <= self.max_qps <= QPN_INDEX_SPAN:
             raise ValueError(
-                f"max_qps must be a power of two (QPN & (max_qps - 1) picks a QP's "
-                f"receive slot), not {self.max_qps}"
+                f"max_qps must be a power of two from 2 to {QPN_INDEX_SPAN} (QPN & "
+                f"(max_qps - 1) picks a QP's receive slot, within the QPN's index "
+                f"bits), not {self.max_qps}"
             )
         pages = self.event_pages
         if not (isinstance(pages, int) and pages >= 1 and pages & (pages - 1) == 0):
@@ -1146,7 +1148,7 @@ class NicMaps:
                 f"QP {qpn:#x} cannot receive: its receive slot {self.rx_slot(qpn)} "
                 f"(QPN & {self.max_qps - 1:#x}) is QP {owner & wire.QPN_MASK:#x}'s. "
                 f"Use a QPN that differs from it in the low {self.max_qps.bit_length() - 1} "
-                "bits, or delete that QP's receive state first",
+                f"bits, or free the slot first (NicMaps.delete_rq({owner & wire.QPN_MASK:#x}))",
             )
         value = RqState(
             state=QpState(state),
@@ -1158,7 +1160,12 @@ class NicMaps:
             cum_psn=psn,
             msn=msn,
         )
-        # The slot first, then its owner: the program never sees a half-written QP.
+        # The slot first, then its owner (and a QP set up again loses its owner
+        # meanwhile): a packet that arrives after the write finds the new value
+        # whole. One that passed the owner check before it may still finish
+        # on the old or a mixed value (bpf/nic_maps.h, nic_rx_slots).
+        if owner:
+            bpfsys.map_update(self._fds[RX_SLOTS_MAP], self._rx_key(qpn), _u32(0))
         bpfsys.map_update(self._fds[RX_QPS_MAP], self._rx_key(qpn), bytes(value))
         bpfsys.map_update(self._fds[RX_SLOTS_MAP], self._rx_key(qpn), _u32(qpn | RQ_TAG_USED))
 
@@ -1175,13 +1182,17 @@ class NicMaps:
         return int.from_bytes(raw, sys.byteorder)
 
     def _check_rx_owner(self, qpn: int) -> None:
-        if self._rx_slot_owner(qpn) != qpn | RQ_TAG_USED:
+        """KeyError unless QP qpn owns its receive slot. One writer per slot is
+        assumed (the daemons' QPNs never share one): a check and the access
+        after it are two syscalls."""
+        if qpn & ~wire.QPN_MASK or self._rx_slot_owner(qpn) != qpn | RQ_TAG_USED:
             raise KeyError(f"no receive state for QP {qpn:#x}")
 
     def rq_raw(self, qpn: int) -> RqState:
         """The receive state of a QP as stored, read under its lock (KeyError if none)."""
         self._check_rx_owner(qpn)
         raw = _locked_lookup(self._fds[RX_QPS_MAP], self._rx_key(qpn), ctypes.sizeof(RqState))
+        self._check_rx_owner(qpn)  # not deleted (nor replaced) while we read
         return RqState.from_buffer_copy(raw)
 
     def rq(self, qpn: int) -> RqSnapshot:
@@ -1242,6 +1253,7 @@ class NicMaps:
         """
         value = self.rq_raw(qpn)
         value.state = QpState(state)
+        self._check_rx_owner(qpn)
         bpfsys.map_update(self._fds[RX_QPS_MAP], self._rx_key(qpn), bytes(value), flags=BPF_F_LOCK)
 
     def delete_rq(self, qpn: int) -> None:

@@ -13,6 +13,7 @@ one transfer at a time per lab.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from dataclasses import dataclass
@@ -84,6 +85,12 @@ def write(
         data = os.urandom(length) if data is None else data
         maps.write_region(SRC_REGION, 0, data)
         maps.write_region(DST_REGION, 0, bytes(length))
+        # Every host's transfer QP receives in the same slot of nic_rx_qps
+        # (QP index 1): free it of an earlier transfer to another host.
+        for host in range(topo.hosts):
+            if host != d_host:
+                with contextlib.suppress(KeyError):
+                    maps.delete_rq(qpn(host))
         maps.setup_rq(
             rx_qp, local_host=d_host, peer_host=s_host, peer_qpn=tx_qp, region=DST_REGION, mpr=mpr
         )

@@ -91,3 +91,13 @@ def test_64mib_write_is_byte_exact_and_sprayed_over_every_plane_and_spine(defaul
         f"{result.goodput_bps / 1e9:.2f} Gbit/s; per plane {result.per_plane_pkts}; "
         f"retransmitted {result.retransmits}; top-up kicks {result.top_up_kicks}"
     )
+
+
+def test_writes_in_both_directions_share_the_transfer_receive_slot(default_lab):
+    """Every host's transfer QP receives in slot 1 of nic_rx_qps: a WRITE the
+    other way frees it of the earlier one's, and each arrives byte-exact."""
+    for src, dst in (("h0", "h1"), ("h1", "h0"), ("h0", "h1")):
+        result = transfer.write(default_lab, src, dst, MIB, mpr=2)
+        assert result.complete and result.byte_exact, (src, dst, result.counters)
+    with nic.NicMaps.open(default_lab.lab) as maps:
+        assert transfer.qpn(1) in maps.rx_qpns() and transfer.qpn(0) not in maps.rx_qpns()

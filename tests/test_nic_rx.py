@@ -956,6 +956,13 @@ def test_a_qp_receives_in_the_slot_its_number_picks(program, maps, qp):
     assert maps.rx_slot(rival) == maps.rx_slot(QP_RX) == QP_RX % MAX_QPS
     with pytest.raises(FileExistsError, match=rf"slot 5 \(QPN & 0x3f\) is QP {QP_RX:#x}'s"):
         maps.setup_rq(rival, **args)
+    # The rival reaches nothing of QP_RX's through the shared slot.
+    for touch in (maps.rq, maps.delete_rq, lambda q: maps.set_rq_state(q, nic.QpState.ERR)):
+        with pytest.raises(KeyError):
+            touch(rival)
+    with pytest.raises(KeyError):
+        maps.delete_rq(QP_RX | 1 << 31)  # the owner word's tag bit is no QPN bit
+    assert maps.rq(QP_RX).state == nic.QpState.RTR
     assert run(program, data(START)).retval == XDP_TX
     assert maps.rx_qpns() == [QP_RX]
     maps.delete_rq(QP_RX)
@@ -1061,8 +1068,9 @@ def test_load_checks_its_arguments():
         nic.NicProgram.load("zx", host_net="198.18.0.0/24")
     with pytest.raises(ValueError, match="event_pages"):
         nic.NicProgram.load("zx", event_pages=3)
-    with pytest.raises(ValueError, match="max_qps must be a power of two"):
-        nic.NicProgram.load("zx", max_qps=48)
+    for max_qps in (48, 1, 1 << 17):
+        with pytest.raises(ValueError, match="max_qps must be a power of two from 2 to 65536"):
+            nic.NicProgram.load("zx", max_qps=max_qps)
     with pytest.raises(ValueError, match="lab name"):
         nic.NicProgram.load("Bad-Name")
 

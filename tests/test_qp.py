@@ -125,6 +125,14 @@ def test_no_two_qps_of_a_lab_share_a_receive_slot():
     assert res[3].new_qpn() == qpns[100]
 
 
+def test_a_lab_with_no_qp_numbers_per_host_is_refused():
+    with pytest.raises(ValueError, match="a lab of 8 hosts needs max_qps above 263"):
+        hostmem.HostResources(0, 8, 8 * 1024, 256)
+    # The index bits end at 1 << 16, whatever max_qps says: host 1 of 2 gets
+    # indices 0x8080..0xFFFF (without the cap, 0x10080.. would spill into the host bits).
+    assert hostmem.HostResources(1, 2, 8 * 1024, 1 << 17).new_qpn() == 1 << 16 | 0x8080
+
+
 def test_memory_runs_out_with_enomem_and_comes_back():
     res = hostmem.HostResources(0, 2, 2 * 1024, nic.DEFAULT_MAX_QPS)
     whole = res.send_mem.alloc(512, "a send buffer")
