@@ -1143,12 +1143,13 @@ class NicMaps:
         pins.check_range("msn", msn, wire.MSN_MASK)
         owner = self._rx_slot_owner(qpn)
         if owner not in (0, qpn | RQ_TAG_USED):
+            holder = owner & wire.QPN_MASK
             raise FileExistsError(
                 errno.EEXIST,
                 f"QP {qpn:#x} cannot receive: its receive slot {self.rx_slot(qpn)} "
-                f"(QPN & {self.max_qps - 1:#x}) is QP {owner & wire.QPN_MASK:#x}'s. "
+                f"(QPN & {self.max_qps - 1:#x}) is QP {holder:#x}'s. "
                 f"Use a QPN that differs from it in the low {self.max_qps.bit_length() - 1} "
-                f"bits, or free the slot first (NicMaps.delete_rq({owner & wire.QPN_MASK:#x}))",
+                f"bits, or free the slot first (NicMaps.delete_rq({holder:#x}))",
             )
         value = RqState(
             state=QpState(state),
