@@ -8,9 +8,9 @@ rounds, the peers interleaved and their order turned every round, since the
 machine is shared and absolute figures drift (DESIGN.md section 3).
 
 1. goodput: the aggregate of 4 planes of 1 Gbit/s. mrc-nic WRITE (one QP,
-   through the host daemons: mrc_nic.rdma_write, what `mrc-nic write` does)
+   through the host daemons: mrc_nic.workloads.rdma_write, what `mrc-nic write` does)
    vs MPTCP with 4 subflows, one per plane, vs single-path TCP on plane 0
-   (mrc_nic.peers: kernel sockets, the receiver counts delivered bytes).
+   (mrc_nic.workloads.peers: kernel sockets, the receiver counts delivered bytes).
 2. loss: goodput under random loss on every plane (0, 0.1%, 1%, 5%) and 20%
    on one plane, applied as `mrc-nic fail h0.ethP --mode loss --rate R
    --seed S` does: on each of h0's host links, both directions, one seed per
@@ -59,7 +59,10 @@ from bench_all import (  # noqa: E402
     verdict,
 )
 
-from mrc_nic import cpustat, ctl, faults, peers, rdma_write, topology  # noqa: E402
+from mrc_nic.fabric import faults
+from mrc_nic.kernel import cpustat  # noqa: E402
+from mrc_nic.lab import ctl, topology
+from mrc_nic.workloads import peers, rdma_write
 
 PID = os.getpid()
 MIB = 2**20

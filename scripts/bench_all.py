@@ -226,18 +226,18 @@ def own_lab(topo) -> Iterator[float]:
     down by that exact name when the block ends, also on an error, Ctrl-C or
     SIGTERM (exit_on_sigterm). Yields the bring-up time in seconds. A lab of
     that name already there is someone else's: refused, never taken down."""
-    from mrc_nic import lab
+    from mrc_nic.fabric import testbed
 
-    if topo.lab in lab.labs_present():
+    if topo.lab in testbed.labs_present():
         raise SystemExit(f"lab {topo.lab} already exists here: not touched")
     t0 = time.monotonic()
     print(f"lab {topo.lab}: bringing up {rel(Path(topo.path))} ...", file=sys.stderr, flush=True)
-    lab.up(topo)  # on an error, up removes what it made before raising
+    testbed.up(topo)  # on an error, up removes what it made before raising
     try:
         yield round(time.monotonic() - t0, 2)
     finally:
         try:
-            lab.down(topo.lab)
+            testbed.down(topo.lab)
             print(f"lab {topo.lab} down", file=sys.stderr, flush=True)
         except Exception as e:  # said, and the first error (if any) still propagates
             hint = f"lab {topo.lab}: down failed ({e}); run: mrc-nic down -l {topo.lab}"
@@ -409,9 +409,9 @@ def write_table(results: list[tuple[Bench, dict[str, Any]]], out: Path, readme: 
 
 # ---- running the scripts -----------------------------------------------------------
 def labs_present() -> set[str]:
-    from mrc_nic import lab
+    from mrc_nic.fabric import testbed
 
-    return set(lab.labs_present())
+    return set(testbed.labs_present())
 
 
 def _copy_output(stream, log) -> None:
@@ -439,12 +439,12 @@ def _take_down_orphans(before: set[str], pid: int) -> list[str]:
     """After a SIGKILL: the labs that appeared during the run and carry the killed
     script's pid in their name (bn<pid>, bfo<pid>, bm<pid>, bcol<pid>: its own)
     are taken down by that exact name. Any other new lab is someone else's: only reported."""
-    from mrc_nic import lab
+    from mrc_nic.fabric import testbed
 
     notes = []
     for name in sorted(labs_present() - before):
         if name.endswith(str(pid)):
-            lab.down(name)
+            testbed.down(name)
             notes.append(f"lab {name} (left by the killed script) taken down")
         else:
             notes.append(f"lab {name} appeared meanwhile; not ours by name, not touched")

@@ -4,7 +4,7 @@
 One lab (netns/clos-8.toml: 8 hosts, 8 planes of 4 T0s and 2 spines, 1 Gbit/s
 links), named bcol<pid>, for everything. The job: a ring all-reduce of
 --size bytes (default 256 MiB, --quick 64 MiB) among the 8 hosts in the order
-h0 -> h1 -> ... -> h7 -> h0 (mrc_nic.collective: 14 steps, reduce-scatter
+h0 -> h1 -> ... -> h7 -> h0 (mrc_nic.workloads.collective: 14 steps, reduce-scatter
 then all-gather, each moving S/8 bytes over every ring edge at once, a
 barrier after each step). What is modelled and what is not is said in
 mrc_nic/collective.py: the bytes and the step dependency, not the adds.
@@ -17,7 +17,7 @@ mrc_nic/collective.py: the bytes and the step dependency, not the adds.
 - TCP: a process per host, one connection per ring edge on plane --plane's
   addresses (a single path: what a TCP collective gets), the same steps and
   barrier. MPTCP: the same with one subflow per plane (the next host announces
-  its 8 addresses; mrc_nic.peers.mptcp_setup).
+  its 8 addresses; mrc_nic.workloads.peers.mptcp_setup).
 
 After one unmeasured warm-up job of each transport (S/8; --no-warmup skips
 it), each round runs every transport's job healthy, then every transport's
@@ -75,8 +75,13 @@ from bench_all import (  # noqa: E402
     table_row,
 )
 
-from mrc_nic import collective, cpustat, faults, rdma_write, topology  # noqa: E402
-from mrc_nic import lab as lab_mod  # noqa: E402
+from mrc_nic.fabric import (
+    faults,
+    testbed,  # noqa: E402
+)
+from mrc_nic.kernel import cpustat
+from mrc_nic.lab import topology
+from mrc_nic.workloads import collective, rdma_write  # noqa: E402
 
 MIB = 2**20
 NAMES = {"mrc": "mrc-nic", "tcp": "TCP", "mptcp": "MPTCP"}
@@ -439,7 +444,7 @@ def main(argv: list[str] | None = None) -> int:
     name = f"bcol{os.getpid()}"[:12]
     topo = topology.load(args.topology, lab=name)
     faults.resolve_target(topo, tuple(args.fault.split()))  # a wrong target fails now
-    if name in lab_mod.labs_present():  # never take down a lab this run did not make
+    if name in testbed.labs_present():  # never take down a lab this run did not make
         print(f"bench_collective: lab {name} already exists here: not touched", file=sys.stderr)
         return 2
     out = Path(args.out)
@@ -464,7 +469,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     try:
         t0 = time.monotonic()
-        lab_mod.up(topo)
+        testbed.up(topo)
         result["lab_up_seconds"] = round(time.monotonic() - t0, 1)
         log(
             f"lab {name} up in {result['lab_up_seconds']} s "
@@ -497,7 +502,7 @@ def main(argv: list[str] | None = None) -> int:
                 log(f"  failure round {r + 1}/{args.rounds} {job_line(t, run)}")
     finally:
         try:
-            lab_mod.down(name)
+            testbed.down(name)
             log(f"lab {name} down")
         except Exception as e:  # said; the first error (if any) still propagates
             log(f"lab {name}: down failed ({e}); run: mrc-nic down -l {name}")

@@ -2,7 +2,7 @@
 """Congestion: a 7:1 incast with a bystander, and a permutation, with NSCC and
 with a fixed window (issue 5).
 
-Both scenarios are mrc_nic.scenario's (`mrc-nic scenario incast|permutation`)
+Both scenarios are mrc_nic.workloads.scenario's (`mrc-nic scenario incast|permutation`)
 on clos-8 (8 hosts, 8 planes, 4 T0 and 2 T1 per plane) with every link
 slowed down (--rate, --perm-rate), so that the links, not this 2-core
 machine, are the bottleneck: at 1 Gbit/s the fabric would carry 64 Gbit/s,
@@ -42,7 +42,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from mrc_nic import nscc, scenario  # noqa: E402
+from mrc_nic.transport import nscc  # noqa: E402
+from mrc_nic.workloads import scenario
 
 PID = os.getpid() % 10**5
 TARGET = 0.9

@@ -30,7 +30,7 @@ the QP's gap log, struct nic_gap_bin, which keeps the longest gap of 0.1 ms
 or more that ended in each 67 ms, so that the longest gap after the fault is
 exact), its goodput per ~1 ms bin the NIC's receive timeline (2^20 ns bins,
 nic.NicMaps.rx_timeline). MPTCP: 4 subflows, one per plane
-(mrc_nic.peers.run_stream); its gap from the receiving application's own
+(mrc_nic.workloads.peers.run_stream); its gap from the receiving application's own
 timestamps (in-order bytes, as an application sees them), its goodput in
 1 ms bins, drawn in 10 ms bins. Full rate is the rate over the 0.5 s before
 the fault, capped at what the surviving planes carry (3 x 1 Gbit/s); back to
@@ -82,7 +82,10 @@ from bench_all import (  # noqa: E402
     verdict,
 )
 
-from mrc_nic import ctl, faults, nic, peers, rdma_write, topology  # noqa: E402
+from mrc_nic import nic  # noqa: E402
+from mrc_nic.fabric import faults
+from mrc_nic.lab import ctl, topology
+from mrc_nic.workloads import peers, rdma_write
 
 GAP_TARGET_S = 1e-3  # issue 4: under 1 ms
 GAP_TARGET_RATIO = 1000  # issue 7: three orders of magnitude below MPTCP's

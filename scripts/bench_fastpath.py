@@ -11,7 +11,7 @@ interleaved, and reports medians.
    receive QP that places and SACKs the data (XDP_TX), and a minimal reflector
    (swap MACs, IPs and UDP ports, XDP_TX) compiled here with bcc. On a: a
    counter that counts and drops what comes back. Traffic: one MRC data frame
-   (mrc_nic.wire.data_packet; 64 B, 1 KiB and 3 KiB payloads, the program
+   (mrc_nic.nic.wire.data_packet; 64 B, 1 KiB and 3 KiB payloads, the program
    and the veth at MTU 3200) injected at a by an XDP program run with
    BPF_PROG_RUN on live frames
    (BPF_F_TEST_XDP_LIVE_FRAMES): it writes the template, stamps the PSN and
@@ -26,7 +26,7 @@ interleaved, and reports medians.
      - duplicate PSNs: PSNs below cum_psn, SACKed (DUP flag) but not placed:
        the same path minus the copy.
 2. Single-QP WRITE goodput on the default lab's shape with uncapped links
-   (netns/uncapped.toml, lab bfp<pid>) through mrc_nic.transfer.write (4
+   (netns/uncapped.toml, lab bfp<pid>) through mrc_nic.transport.transfer.write (4
    planes, 128 EVs, byte-exact check), vs `iperf3 -u -b 0 -l SEG` (the same
    payload per packet, SEG = nic.seg_size of the lab's MTU) on one plane
    between the same two hosts. Stretch peer:
@@ -69,7 +69,10 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from mrc_nic import bpfsys, cpustat, netns, nic, transfer, wire, xdp  # noqa: E402
+from mrc_nic import nic  # noqa: E402
+from mrc_nic.kernel import bpfsys, cpustat, netns, xdp
+from mrc_nic.nic import wire
+from mrc_nic.transport import transfer
 
 PID = os.getpid()
 MIB = 2**20
@@ -766,7 +769,8 @@ def mptcp_tooling() -> str:
 
 
 def part_write(args: argparse.Namespace, log) -> dict[str, Any]:
-    from mrc_nic import lab, topology
+    from mrc_nic.fabric import testbed
+    from mrc_nic.lab import topology
 
     name = f"bfp{PID}"
     topo = topology.load(ROOT / "netns" / "uncapped.toml", lab=name)
@@ -787,11 +791,11 @@ def part_write(args: argparse.Namespace, log) -> dict[str, Any]:
     udp_runs: list[dict[str, Any]] = []
     mp_runs: list[dict[str, Any]] = []
     mptcp_note = None
-    if name in lab.labs_present():  # never take down a lab this run did not make
+    if name in testbed.labs_present():  # never take down a lab this run did not make
         raise RuntimeError(f"lab {name} already exists on this machine: not touched")
     t0 = time.monotonic()
     try:
-        lab.up(topo)
+        testbed.up(topo)
         out["lab_up_seconds"] = round(time.monotonic() - t0, 2)
         log(f"  lab {name} up in {out['lab_up_seconds']} s")
         if not args.no_mptcp:
@@ -824,7 +828,7 @@ def part_write(args: argparse.Namespace, log) -> dict[str, Any]:
                 mp_runs.append(run)
                 log(f"  mptcp round {r + 1}/{args.rounds}: {fmt(run.get('gbps'))} Gbit/s")
     finally:
-        lab.down(name)
+        testbed.down(name)
     rows = []
     for mpr in mprs:
         mine = [x for x in mrc_runs if x["mpr"] == mpr]

@@ -10,7 +10,7 @@ on an error, Ctrl-C or SIGTERM. Sizes run in turn; for each, mrc-nic, TCP and
 MPTCP run one after the other (their order turned every size), each bounded
 in time (--seconds per figure; --quick shorter).
 
-mrc-nic (h0 -> h1, one QP, through the host daemons, mrc_nic.sendjob):
+mrc-nic (h0 -> h1, one QP, through the host daemons, mrc_nic.transport.sendjob):
 - latency: one message at a time (msgs_in_flight 1, like ib_write_lat), for
   --seconds. A message's latency is from the send kick that follows its post
   (the doorbell: time.monotonic_ns() in h0's daemon, right before the
@@ -101,8 +101,11 @@ from bench_all import (  # noqa: E402
     table_row,
 )
 
-from mrc_nic import ctl, eventlog, nic, peers, rdma_write, topology  # noqa: E402
-from mrc_nic import lab as lab_mod  # noqa: E402
+from mrc_nic import nic  # noqa: E402
+from mrc_nic.fabric import testbed  # noqa: E402
+from mrc_nic.lab import ctl, topology
+from mrc_nic.observe import eventlog
+from mrc_nic.workloads import peers, rdma_write
 
 KIB, MIB = 2**10, 2**20
 SIZES = [64, KIB, 4 * KIB, 64 * KIB, MIB, 16 * MIB, 64 * MIB]
@@ -203,7 +206,7 @@ def plan(size: int, room: int) -> dict[str, int]:
 
 def mrc_write(conn: rdma_write.Connection, msg: int, seconds: float, **opts) -> dict[str, Any]:
     """A write of `msg`-byte messages on the connection's QPs for `seconds`
-    (the message options of mrc_nic.sendjob: depth, msgs_in_flight, timing,
+    (the message options of mrc_nic.transport.sendjob: depth, msgs_in_flight, timing,
     fill; duration bounds it, size only needs to be large enough)."""
     count = max(1, min(10**7, rdma_write.SIZE_MAX // msg))
     wait = 60 + seconds + msg * 8 / 20e6  # a last message at 20 Mbit/s still ends
@@ -818,7 +821,7 @@ def main(argv: list[str] | None = None) -> int:
     exit_on_sigterm()
     name = f"bm{os.getpid()}"[:12]
     topo = topology.load(args.topology, lab=name)
-    if name in lab_mod.labs_present():  # never take down a lab this run did not make
+    if name in testbed.labs_present():  # never take down a lab this run did not make
         print(f"bench_msgsize: lab {name} already exists here: not touched", file=sys.stderr)
         return 2
     out = Path(args.out)
@@ -831,7 +834,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     peer_procs = None
     try:
-        lab_mod.up(topo)
+        testbed.up(topo)
         log(f"lab {name} up in {time.monotonic() - started:.1f} s")
         if "mptcp" in transports:
             peers.mptcp_setup(topo, "h0", "h1")
@@ -888,7 +891,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _down(name: str) -> None:
     try:
-        lab_mod.down(name)
+        testbed.down(name)
         log(f"lab {name} down")
     except Exception as e:  # said, and the first error (if any) still propagates
         log(f"lab {name}: down failed ({e}); run: mrc-nic down -l {name}")

@@ -49,8 +49,11 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from mrc_nic import faults, jsonenc, rates, stats, topology, traffic, transfer  # noqa: E402
-from mrc_nic import lab as lab_mod  # noqa: E402
+from mrc_nic.fabric import testbed  # noqa: E402
+from mrc_nic.lab import state, topology
+from mrc_nic.observe import jsonenc, rates, stats
+from mrc_nic.transport import transfer
+from mrc_nic.workloads import traffic
 
 INTERVAL = 0.1
 TICKS_PER_SECOND = os.sysconf("SC_CLK_TCK")
@@ -214,16 +217,16 @@ def background_traffic(topo: topology.Topology, seconds: float):
 @contextlib.contextmanager
 def lab_for(args: argparse.Namespace):
     if args.lab:
-        _, topo = faults.load_lab(args.lab)
+        _, topo = state.open_lab(args.lab)
         yield topo, False
         return
     name = f"bst{os.getpid() % 100000}"
     topo = topology.load(args.topology, lab=name)
-    lab_mod.up(topo)
+    testbed.up(topo)
     try:
         yield topo, True
     finally:
-        lab_mod.down(name)
+        testbed.down(name)
 
 
 def main() -> int:

@@ -44,8 +44,9 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from mrc_nic import bpfsys, wire  # noqa: E402
-from mrc_nic import switchport as sp  # noqa: E402
+from mrc_nic.fabric import switchport as sp  # noqa: E402
+from mrc_nic.kernel import bpfsys  # noqa: E402
+from mrc_nic.nic import wire
 
 KEY0 = (0).to_bytes(4, "little")
 

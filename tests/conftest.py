@@ -20,7 +20,7 @@ def _why_no_lab() -> str | None:
     if os.geteuid() != 0:
         return "needs root (network namespaces, BPF)"
     try:
-        from mrc_nic import preflight
+        from mrc_nic.fabric import preflight
 
         preflight.require_bpffs()
         preflight.require_bcc()
@@ -56,7 +56,7 @@ def compile_header_probe(header: str, include_dir, structs, constants):
     require_root_and_bcc()
     from bcc import BPF
 
-    from mrc_nic import bpfsys
+    from mrc_nic.kernel import bpfsys
 
     maps = "\n".join(f"BPF_ARRAY(l_{s}, struct {s}, 1);" for s in structs)
     stores = "\n".join(
@@ -202,8 +202,8 @@ def run_cli(*args: str, check: bool = True, timeout: float = 120, env: dict | No
 def make_lab():
     """make_lab(tag, topology_file) brings a lab up; every lab is taken down
     at teardown, whatever the test did."""
-    from mrc_nic import lab as lab_mod
-    from mrc_nic import topology
+    from mrc_nic.fabric import testbed
+    from mrc_nic.lab import topology
 
     made: list[str] = []
 
@@ -211,24 +211,24 @@ def make_lab():
         name = unique_lab(tag)
         made.append(name)
         topo = topology.load(NETNS_DIR / topo_file, lab=name)  # absolute paths pass through
-        lab_mod.up(topo)
+        testbed.up(topo)
         return topo
 
     yield _make
     for name in made:
-        lab_mod.down(name)
+        testbed.down(name)
 
 
 @pytest.fixture(scope="module")
 def default_lab():
     """One default-topology lab shared by a module's read-mostly tests."""
-    from mrc_nic import lab as lab_mod
-    from mrc_nic import topology
+    from mrc_nic.fabric import testbed
+    from mrc_nic.lab import topology
 
     name = unique_lab("m")
     topo = topology.load(NETNS_DIR / "default.toml", lab=name)
-    lab_mod.up(topo)
+    testbed.up(topo)
     try:
         yield topo
     finally:
-        lab_mod.down(name)
+        testbed.down(name)

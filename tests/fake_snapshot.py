@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mrc_nic import aggregate, topology
-from mrc_nic.port_table import FIELDS
+from mrc_nic.lab import topology
+from mrc_nic.observe import aggregate
+from mrc_nic.observe.port_table import FIELDS
 
 NETNS_DIR = Path(__file__).resolve().parents[1] / "netns"
 

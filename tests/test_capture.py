@@ -15,7 +15,8 @@ from scapy.all import Ether, rdpcap
 from scapy.contrib.roce import BTH
 from scapy.layers.inet import IP, UDP
 
-from mrc_nic import capture, transfer
+from mrc_nic.observe import capture
+from mrc_nic.transport import transfer
 
 
 @pytest.fixture(scope="module")

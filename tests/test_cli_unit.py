@@ -19,11 +19,12 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from mrc_nic import faults, topology
 from mrc_nic.cli import cli
 from mrc_nic.cli.common import DURATION, parse_duration
-from mrc_nic.faults import FaultError, FaultSpec, enforcement_points, resolve_target
-from mrc_nic.switchport import EGRESS, INGRESS
+from mrc_nic.fabric import faults
+from mrc_nic.fabric.faults import FaultError, FaultSpec, enforcement_points, resolve_target
+from mrc_nic.fabric.switchport import EGRESS, INGRESS
+from mrc_nic.lab import topology
 
 ROOT = Path(__file__).resolve().parents[1]
 NETNS_DIR = ROOT / "netns"
@@ -96,10 +97,28 @@ def test_invalid_fault_specs(spec, fragments):
     assert "\n" not in msg
 
 
-def test_fault_error_is_a_known_cli_error():
-    from mrc_nic.errors import KNOWN_ERRORS
+def test_every_user_error_shares_the_base_the_cli_prints_as_one_line():
+    import importlib
+    import pkgutil
 
-    assert issubclass(FaultError, KNOWN_ERRORS)
+    import mrc_nic
+    from mrc_nic.errors import MrcNicError
+
+    user_errors = {
+        "FaultError", "LabNotUp", "LabBusy", "BadLabName", "DaemonError", "RequestError",
+        "TopologyError", "QueueError", "FabricError", "LabError", "PreflightError",
+        "CaptureError", "TrafficError", "MapsMissing", "MapsMismatch", "QpError",
+    }  # fmt: skip
+    found = {}
+    for info in pkgutil.walk_packages(mrc_nic.__path__, "mrc_nic."):
+        if info.name.endswith("__main__"):
+            continue
+        module = importlib.import_module(info.name)
+        for name in user_errors & set(vars(module)):
+            found[name] = getattr(module, name)
+    assert set(found) == user_errors
+    for name, cls in found.items():
+        assert issubclass(cls, MrcNicError), name
 
 
 # ---- resolve_target ------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""The ring all-reduce (mrc_nic.collective): its schedule, and a small job in a real lab."""
+"""The ring all-reduce (workloads.collective): its schedule, and a small job in a real lab."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import time
 import pytest
 from conftest import needs_lab
 
-from mrc_nic import collective
-from mrc_nic.collective import PHASES, Send
+from mrc_nic.workloads import collective
+from mrc_nic.workloads.collective import PHASES, Send
 
 MIB = 2**20
 
@@ -184,7 +184,7 @@ def _check_complete(job: collective.JobResult, n: int, total: int) -> None:
 @pytest.mark.slow
 @needs_lab
 def test_small_all_reduce_is_byte_exact_on_mrc_and_tcp_and_survives_a_plane_blackhole(ring_lab):
-    from mrc_nic import faults
+    from mrc_nic.fabric import faults
 
     topo, hosts = ring_lab, ring_lab.host_names()
     n, total = len(hosts), 8 * MIB + 3 * 1024 + 1  # uneven chunks

@@ -16,7 +16,9 @@ from __future__ import annotations
 import pytest
 from conftest import needs_lab, unique_lab
 
-from mrc_nic import nic, nscc, scenario
+from mrc_nic import nic
+from mrc_nic.transport import nscc
+from mrc_nic.workloads import scenario
 
 pytestmark = [pytest.mark.root, pytest.mark.netns, pytest.mark.bpf, needs_lab]
 

@@ -19,7 +19,12 @@ import time
 import pytest
 from conftest import MRC, needs_lab, run_cli
 
-from mrc_nic import ctl, faults, lab, netns, nic, nscc, rdma_write
+from mrc_nic import nic
+from mrc_nic.fabric import faults, testbed
+from mrc_nic.kernel import netns
+from mrc_nic.lab import ctl, state
+from mrc_nic.transport import nscc
+from mrc_nic.workloads import rdma_write
 
 pytestmark = [pytest.mark.root, pytest.mark.netns, pytest.mark.bpf, needs_lab]
 
@@ -278,21 +283,21 @@ def test_daemon_killed_mid_transfer_is_reported_and_restarted(make_lab):
     topo = make_lab("dk")
     job = Background(topo.lab, 512 * MIB)
     send_qp(topo.lab)
-    os.kill(lab.daemon_pid(topo.lab, "h0"), signal.SIGKILL)
+    os.kill(testbed.daemon_pid(topo.lab, "h0"), signal.SIGKILL)
     with pytest.raises(ctl.DaemonError, match="did it die"):
         job.join()
-    assert lab.daemon_pid(topo.lab, "h0") is None
-    assert lab.start_daemons(topo) == ["h0"], "what up --reuse does"
-    assert ctl.call(topo.lab, "h0", {"op": "ping"})["pid"] == lab.daemon_pid(topo.lab, "h0")
-    lab.down(topo.lab)
-    assert lab.daemon_pid(topo.lab, "h1") is None
+    assert testbed.daemon_pid(topo.lab, "h0") is None
+    assert testbed.start_daemons(topo) == ["h0"], "what up --reuse does"
+    assert ctl.call(topo.lab, "h0", {"op": "ping"})["pid"] == testbed.daemon_pid(topo.lab, "h0")
+    testbed.down(topo.lab)
+    assert testbed.daemon_pid(topo.lab, "h1") is None
     assert not [n for n in netns.list_names() if n.startswith(f"mrc-{topo.lab}-")]
 
 
 def test_evs_of_a_blackholed_link_are_replaced_by_evs_around_it(default_lab):
     """One T0-T1 link of plane 1 blackholes and stays so, and ECMP keeps
     hashing into it: the EVs that hash there go ASSUMED_BAD and are replaced
-    by fresh EVs of plane 1 (mrc_nic.evreplace), about half of which hash
+    by fresh EVs of plane 1 (mrc_nic.transport.evreplace), about half of which hash
     around the link; within a few rounds plane 1 sprays over (nearly) all
     its EVs again, while the fault lasts."""
     name = default_lab.lab
@@ -305,7 +310,7 @@ def test_evs_of_a_blackholed_link_are_replaced_by_evs_around_it(default_lab):
     run_cli("fail", "p1.t1a-t0a", "--mode", "blackhole", "-l", name)
     wait_for(lambda: ev_states(name, qpn), lambda c: c[(1, "ASSUMED_BAD")] >= 4)
     healed = wait_for(lambda: ev_states(name, qpn), lambda c: c[(1, "GOOD")] >= 30, timeout=10)
-    assert faults.load_lab(name)[0].faults, "the fault is still in force"
+    assert state.open_lab(name)[0].faults, "the fault is still in force"
     with nic.NicMaps.open(name) as maps:
         now = maps.sq(qpn).evs
     assert len(now) == 128 and len(set(now) - profile) >= 4, healed
@@ -372,7 +377,7 @@ def test_events_tell_the_fault_the_ev_states_and_the_heal(default_lab):
 
 
 def sendjob_evs() -> dict[int, int]:
-    from mrc_nic import sendjob, transfer
+    from mrc_nic.transport import sendjob, transfer
 
     return transfer.ev_profile(4, sendjob.EV_COUNT // 4)
 
@@ -380,7 +385,7 @@ def sendjob_evs() -> dict[int, int]:
 def test_event_log_counts_exactly_what_a_reader_missed(default_lab):
     """The log's own reading code, with a 4-event log: a reader that asks for
     events the log no longer holds is told exactly how many."""
-    from mrc_nic import eventlog
+    from mrc_nic.observe import eventlog
 
     log = eventlog.EventLog(default_lab.lab)
     try:
@@ -410,7 +415,7 @@ def test_injected_bad_packets_change_no_state_and_are_counted(default_lab):
     counted by its reason (the out-of-window one is answered with a NACK)."""
     import socket
 
-    from mrc_nic import wire
+    from mrc_nic.nic import wire
 
     name, topo = default_lab.lab, default_lab
     peer_qpn = 0x1FF  # no send QP needed: the receive side is what is attacked

@@ -1,4 +1,4 @@
-"""The daemon's EV replacement policy (mrc_nic.evreplace), with no root.
+"""The daemon's EV replacement policy (mrc_nic.transport.evreplace), with no root.
 
 The swap itself is BPF's (NIC_KICK_EV_REPLACE, golden tests in
 test_nic_engine.py) and the whole thing runs in a lab in test_daemon.py;
@@ -12,9 +12,10 @@ import types
 
 import pytest
 
-from mrc_nic import evreplace, nic
-from mrc_nic.prober import EvScan
-from mrc_nic.sendjob import SendQp
+from mrc_nic import nic
+from mrc_nic.transport import evreplace
+from mrc_nic.transport.prober import EvScan
+from mrc_nic.transport.sendjob import SendQp
 
 GOOD, BAD, SKIP = nic.EvState.GOOD, nic.EvState.ASSUMED_BAD, nic.EvState.SKIP
 QPN = 0x107

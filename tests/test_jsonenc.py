@@ -12,8 +12,8 @@ from collections import OrderedDict
 import pytest
 from fake_snapshot import default_topology, recv_qp, send_qp, snapshot
 
-from mrc_nic import rates
-from mrc_nic.jsonenc import EMPTY_LIST, Encoder, Frozen, FrozenList
+from mrc_nic.observe import rates
+from mrc_nic.observe.jsonenc import EMPTY_LIST, Encoder, Frozen, FrozenList
 
 
 def dumps(obj) -> str:

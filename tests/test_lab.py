@@ -16,9 +16,12 @@ import time
 import pytest
 from conftest import MRC, NETNS_DIR, ROOT, needs_lab, run_cli, unique_lab
 
-from mrc_nic import faults, netns, state, stats, switchport, traffic, workers
-from mrc_nic import lab as lab_mod
-from mrc_nic.fabric import Fabric
+from mrc_nic.fabric import faults, switchport, testbed
+from mrc_nic.fabric.builder import Fabric
+from mrc_nic.kernel import netns
+from mrc_nic.lab import state, workers
+from mrc_nic.observe import stats
+from mrc_nic.workloads import traffic
 
 pytestmark = [pytest.mark.root, pytest.mark.netns, needs_lab]
 
@@ -28,11 +31,11 @@ def system_view(lab: str) -> tuple[list[str], list[str]]:
     in the root namespace (a lab never creates anything there)."""
     links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
     names = sorted(line.split(":")[1].strip() for line in links.splitlines())
-    return lab_mod.leftover_namespaces(lab), names
+    return testbed.leftover_namespaces(lab), names
 
 
 def lab_leftovers(name: str) -> list[str]:
-    found = lab_mod.leftover_namespaces(name)
+    found = testbed.leftover_namespaces(name)
     if switchport.pin_dir(name).exists():
         found.append(str(switchport.pin_dir(name)))
     if state.lab_dir(name).exists():
@@ -128,7 +131,7 @@ def test_down_leaves_the_system_as_before_up():
     name = unique_lab("d")
     before = system_view(name)
     run_cli("up", "-t", str(NETNS_DIR / "default.toml"), "--name", name)
-    assert len(lab_mod.leftover_namespaces(name)) == 18
+    assert len(testbed.leftover_namespaces(name)) == 18
     run_cli("down", "-l", name)
     assert system_view(name) == before
     assert lab_leftovers(name) == []
@@ -180,7 +183,7 @@ def test_kill_9_during_up_then_down_leaves_nothing(step):
         deadline = time.monotonic() + 60
         while not _hung_at(proc.pid) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert len(lab_mod.leftover_namespaces(name)) == 18, "up did not reach the step"
+        assert len(testbed.leftover_namespaces(name)) == 18, "up did not reach the step"
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
     finally:
@@ -489,7 +492,7 @@ def test_clos8_comes_up_and_reports_its_bringup_time(make_lab):
     topo = make_lab("c", "clos-8.toml")
     record = state.LabState.load(topo.lab)
     assert record.phase == "up" and record.bringup_seconds > 0
-    assert len(lab_mod.leftover_namespaces(topo.lab)) == 8 + 8 * 6
+    assert len(testbed.leftover_namespaces(topo.lab)) == 8 + 8 * 6
     assert traffic.ping(topo, "h0", "h7", 5, count=1)["received"] == 1
 
 
@@ -562,7 +565,7 @@ def _mrc_flood(src: str, dst: str, seconds: float) -> int:
     import errno
     import socket
 
-    from mrc_nic import wire
+    from mrc_nic.nic import wire
 
     payload = bytes(
         wire.data_packet(ev=4097, dqpn=0x20001, psn=1, va=0, rkey=1, payload=bytes(1000))[wire.BTH]

@@ -16,7 +16,9 @@ import time
 import pytest
 from conftest import needs_lab
 
-from mrc_nic import nic, stats, transfer
+from mrc_nic import nic
+from mrc_nic.observe import stats
+from mrc_nic.transport import transfer
 
 pytestmark = [pytest.mark.root, pytest.mark.netns, pytest.mark.bpf, needs_lab]
 

@@ -1,5 +1,5 @@
 """Message sizes without a lab: how a write is cut into messages and WRITEs
-(mrc_nic.sendjob), its options, and the figures of scripts/bench_msgsize.py
+(mrc_nic.transport.sendjob), its options, and the figures of scripts/bench_msgsize.py
 (percentiles, peak windows, matching NIC completions to kicks, the plan of
 buffers and depths, the README rows). The lab part is in test_daemon.py."""
 
@@ -12,8 +12,8 @@ import pytest
 from conftest import ROOT
 
 from mrc_nic import nic
-from mrc_nic.qp import QpError
-from mrc_nic.sendjob import JobOptions, Pieces
+from mrc_nic.transport.qp import QpError
+from mrc_nic.transport.sendjob import JobOptions, Pieces
 
 sys.path.insert(0, str(ROOT / "scripts"))
 import bench_msgsize as bm  # noqa: E402

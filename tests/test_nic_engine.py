@@ -3,7 +3,7 @@
 The program is compiled once for the module (lab ``zeng<pid>``, small maps,
 pins removed at teardown). The golden tests run it with plain
 BPF_PROG_TEST_RUN (not live: nothing is sent) on kick frames (struct nic_kick
-as XDP metadata, nic.run_kick) and on SACKs/NACKs built by mrc_nic.wire. Every
+as XDP metadata, nic.run_kick) and on SACKs/NACKs built by mrc_nic.nic.wire. Every
 expected data packet is built with wire.data_packet from explicit values;
 its tx_ts (the program's clock) is checked against bounds taken around the
 run with CLOCK_MONOTONIC, then copied into the expected packet before the
@@ -44,8 +44,9 @@ from scapy.layers.l2 import Ether
 from scapy.packet import Packet
 from test_nic_rx import delta, needs_bpf
 
-from mrc_nic import bpfsys, nic
-from mrc_nic import wire as w
+from mrc_nic import nic
+from mrc_nic.kernel import bpfsys
+from mrc_nic.nic import wire as w
 
 XDP_DROP, XDP_PASS, XDP_TX, XDP_REDIRECT = 1, 2, 3, 4
 LAB = f"zeng{os.getpid()}"
@@ -1170,7 +1171,7 @@ def live_pair(program):
     on all four ends. Yields {name: (namespace, ifindex, MAC)}."""
     from pyroute2 import IPRoute
 
-    from mrc_nic import netns
+    from mrc_nic.kernel import netns
 
     ns_a, ns_b = f"zeng-{os.getpid()}a", f"zeng-{os.getpid()}b"
     made = []

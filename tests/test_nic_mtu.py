@@ -39,7 +39,7 @@ from test_nic_engine import (
 from test_nic_rx import needs_bpf
 
 from mrc_nic import nic
-from mrc_nic import wire as w
+from mrc_nic.nic import wire as w
 
 LAB = f"zmtu{os.getpid()}"
 MTU = 3200

@@ -2,7 +2,7 @@
 
 The program is compiled once for the module (lab ``znic<pid>``, small maps,
 pins removed at teardown) and run with BPF_PROG_TEST_RUN on frames built by
-mrc_nic.wire. Every expected answer is built with wire.sack_packet or
+mrc_nic.nic.wire. Every expected answer is built with wire.sack_packet or
 wire.nack_packet from explicit values and compared byte for byte; there is no
 Python model of the receiver.
 
@@ -42,8 +42,9 @@ from scapy.layers.inet6 import IPv6
 from scapy.layers.l2 import ARP, Ether
 from scapy.packet import Packet, Raw
 
-from mrc_nic import bpfsys, nic
-from mrc_nic import wire as w
+from mrc_nic import nic
+from mrc_nic.kernel import bpfsys
+from mrc_nic.nic import wire as w
 
 
 def needs_bpf(test):
@@ -1169,7 +1170,7 @@ def test_attach_answers_on_a_veth(program, maps, qp):
 
     from pyroute2 import IPRoute
 
-    from mrc_nic import netns
+    from mrc_nic.kernel import netns
 
     ns = f"znic-{os.getpid()}"
     netns.create(ns)

@@ -2,7 +2,7 @@
 
 The program is compiled once for the module (lab ``ztx<pid>``, small maps,
 pins removed at teardown) and run with BPF_PROG_TEST_RUN on SACKs, NACKs,
-PROBEs and PROBE_REPLYs built by mrc_nic.wire from explicit values. What the
+PROBEs and PROBE_REPLYs built by mrc_nic.nic.wire from explicit values. What the
 program decides is read back from its maps (mrc_nic.nic's client) and its
 event ring; there is no Python model of the sender.
 
@@ -39,8 +39,9 @@ from scapy.layers.l2 import Ether
 from scapy.packet import Packet, Raw
 from test_nic_rx import HEADER, HEADER_CONSTANTS, delta, needs_bpf, patched
 
-from mrc_nic import bpfsys, nic
-from mrc_nic import wire as w
+from mrc_nic import nic
+from mrc_nic.kernel import bpfsys
+from mrc_nic.nic import wire as w
 
 XDP_DROP, XDP_PASS, XDP_TX = 1, 2, 3
 LAB = f"ztx{os.getpid()}"

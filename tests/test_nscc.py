@@ -14,8 +14,9 @@ import dataclasses
 
 import pytest
 
-from mrc_nic import nic, nscc
-from mrc_nic.nscc import MSS, Nscc, NsccConfig, QpCc, Signals
+from mrc_nic import nic
+from mrc_nic.transport import nscc
+from mrc_nic.transport.nscc import MSS, Nscc, NsccConfig, QpCc, Signals
 
 MS = 1_000_000
 BASE = 1 * MS  # base RTT: 1 ms
@@ -422,8 +423,8 @@ def test_seven_flows_share_a_bottleneck_without_collapsing():
 
 
 def test_a_write_request_names_a_profile_and_may_tune_it():
-    from mrc_nic.qp import QpError
-    from mrc_nic.sendjob import JobOptions
+    from mrc_nic.transport.qp import QpError
+    from mrc_nic.transport.sendjob import JobOptions
 
     base = {"size": 1024, "chunk": 1024}
     assert JobOptions.from_request(base).nscc_config() == NsccConfig()  # NSCC by default

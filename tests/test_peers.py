@@ -15,7 +15,9 @@ import threading
 import pytest
 from conftest import needs_lab
 
-from mrc_nic import faults, peers, stats
+from mrc_nic.fabric import faults
+from mrc_nic.observe import stats
+from mrc_nic.workloads import peers
 
 # ---- the analysis ----------------------------------------------------------------------
 

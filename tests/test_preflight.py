@@ -5,13 +5,14 @@ from __future__ import annotations
 import pytest
 from conftest import NETNS_DIR
 
-from mrc_nic import lab, preflight, topology
+from mrc_nic.fabric import preflight, testbed
+from mrc_nic.lab import topology
 
 
 def test_not_root_is_refused_before_anything_is_made(monkeypatch):
     monkeypatch.setattr(preflight.os, "geteuid", lambda: 1000)
     with pytest.raises(preflight.PreflightError, match="needs root.*sudo"):
-        lab.up(topology.load(NETNS_DIR / "default.toml", lab="znoroot"))
+        testbed.up(topology.load(NETNS_DIR / "default.toml", lab="znoroot"))
 
 
 def test_bpffs_missing_says_how_to_mount_it(monkeypatch, tmp_path):

@@ -1,5 +1,5 @@
 """The prober's cheap paths (no root): probe frames patched from a template are
-byte for byte what mrc_nic.wire builds, and the scan of nic_evs finds exactly
+byte for byte what mrc_nic.nic.wire builds, and the scan of nic_evs finds exactly
 our ASSUMED_BAD EVs in a batch read's raw buffers."""
 
 from __future__ import annotations
@@ -7,7 +7,9 @@ from __future__ import annotations
 import ctypes
 import types
 
-from mrc_nic import nic, prober, wire
+from mrc_nic import nic
+from mrc_nic.nic import wire
+from mrc_nic.transport import prober
 
 
 def test_probe_from_a_template_is_what_wire_builds():

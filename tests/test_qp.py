@@ -1,5 +1,5 @@
-"""QP states, attributes and the retry schedule (mrc_nic.qp), and the per-host
-resource split (mrc_nic.hostmem): pure Python, no root."""
+"""QP states, attributes and the retry schedule (mrc_nic.transport.qp), and the per-host
+resource split (mrc_nic.transport.hostmem): pure Python, no root."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ import errno
 
 import pytest
 
-from mrc_nic import hostmem, nic, transfer
-from mrc_nic.qp import Qp, QpError, QpState, Retry
+from mrc_nic import nic
+from mrc_nic.transport import hostmem, transfer
+from mrc_nic.transport.qp import Qp, QpError, QpState, Retry
 
 
 def ready(qp: Qp) -> Qp:
@@ -100,12 +101,12 @@ def test_hosts_get_disjoint_memory_ids_and_qpns():
     assert a.regions.take() != b.regions.take()
     assert a.rings.take() != b.rings.take()
     assert a.new_qpn() >> 16 == 0 and b.new_qpn() >> 16 == 1
-    assert a.rings.take() >= hostmem.RESERVED_RINGS  # ring 0 is mrc_nic.transfer's
+    assert a.rings.take() >= hostmem.RESERVED_RINGS  # ring 0 is mrc_nic.transport.transfer's
 
 
 def test_no_two_qps_of_a_lab_share_a_receive_slot():
     """A QP receives in slot QPN & (max_qps - 1) of nic_rx_qps: every QPN the
-    daemons of a lab can hand out has its own, above mrc_nic.transfer's."""
+    daemons of a lab can hand out has its own, above mrc_nic.transport.transfer's."""
     max_qps, hosts = 512, 8
     res = [hostmem.HostResources(h, hosts, 8 * 1024, max_qps) for h in range(hosts)]
     qpns = []

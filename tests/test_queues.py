@@ -1,7 +1,7 @@
 """Switch egress queues without a lab: settings from the topology, targets, changes.
 
-Tier 1 (no root): mrc_nic.queues derives each port's BPF queue twin from the
-topology and resolves `mrc-nic port` targets; mrc_nic.switchport checks and
+Tier 1 (no root): mrc_nic.fabric.queues derives each port's BPF queue twin from the
+topology and resolves `mrc-nic port` targets; mrc_nic.fabric.switchport checks and
 packs the settings. The BPF side is tests/test_switchport_bpf.py.
 """
 
@@ -12,10 +12,11 @@ import dataclasses
 import pytest
 from click.testing import CliRunner
 
-from mrc_nic import queues, topology
-from mrc_nic import switchport as sp
 from mrc_nic.cli import cli
-from mrc_nic.topology import Threshold
+from mrc_nic.fabric import queues
+from mrc_nic.fabric import switchport as sp
+from mrc_nic.lab import topology
+from mrc_nic.lab.topology import Threshold
 
 NETNS = topology.Path(__file__).resolve().parents[1] / "netns"
 

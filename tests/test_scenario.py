@@ -1,4 +1,4 @@
-"""mrc_nic.scenario without a lab: who sends to whom, fair shares, sizes,
+"""mrc_nic.workloads.scenario without a lab: who sends to whom, fair shares, sizes,
 windows of measurement, slowed-down topologies; and the QP timeouts that
 rdma_write derives from a lab's design RTT."""
 
@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from mrc_nic import nscc, rdma_write, scenario, sendjob, topology
-from mrc_nic.scenario import Flow
+from mrc_nic.lab import topology
+from mrc_nic.transport import nscc, sendjob
+from mrc_nic.workloads import rdma_write, scenario
+from mrc_nic.workloads.scenario import Flow
 
 CLOS8 = scenario.topology_file("clos-8")
 

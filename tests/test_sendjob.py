@@ -7,7 +7,8 @@ import types
 
 import pytest
 
-from mrc_nic import nic, sendjob
+from mrc_nic import nic
+from mrc_nic.transport import sendjob
 
 
 class KickRecorder:

@@ -12,8 +12,8 @@ from click.testing import CliRunner
 from fake_snapshot import default_topology, plane_fault, recv_qp, send_qp, snapshot
 from rich.console import Console
 
-from mrc_nic import live, prom, rates, sparkline, watch
 from mrc_nic.cli import cli
+from mrc_nic.observe import live, prom, rates, sparkline, watch
 
 PLANES = 4
 

@@ -16,7 +16,10 @@ import pytest
 from conftest import MRC, ROOT, needs_lab, run_cli
 from fake_snapshot import default_topology, plane_fault, recv_qp, send_qp, snapshot
 
-from mrc_nic import aggregate, nic, rates, stats, stats_filter, stream, traffic, transfer
+from mrc_nic import nic
+from mrc_nic.observe import aggregate, rates, stats, stats_filter, stream
+from mrc_nic.transport import transfer
+from mrc_nic.workloads import traffic
 
 
 @pytest.fixture(scope="module")
@@ -183,7 +186,7 @@ def test_paths_are_host_port_t0_t1_and_carry_their_t0_t1_link(topo):
 def test_single_plane_single_switch_paths_end_at_the_t0():
     from conftest import NETNS_DIR
 
-    from mrc_nic import topology
+    from mrc_nic.lab import topology
 
     topo = topology.load(NETNS_DIR / "single-plane.toml", lab="fake")
     assert [d.name for d in aggregate.path_defs(topo)] == ["h0.eth0>t0a", "h1.eth0>t0a"]

@@ -36,9 +36,10 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import ARP, Ether
 from scapy.packet import Raw
 
-from mrc_nic import bpfsys, wire
-from mrc_nic import switchport as sp
-from mrc_nic.port_table import PortCounterTable
+from mrc_nic.fabric import switchport as sp
+from mrc_nic.kernel import bpfsys
+from mrc_nic.nic import wire
+from mrc_nic.observe.port_table import PortCounterTable
 
 
 def needs_bpf(test):
@@ -301,7 +302,7 @@ def test_different_seeds_give_different_drops(program, maps):
 #
 # Each case configures key 0's queue, fills its twin to a backlog (set_backlog),
 # runs one packet and compares the packet that comes out, byte for byte, with
-# what mrc_nic.wire builds, and the counter deltas. The queue drains at 1 Mbit/s
+# what mrc_nic.nic.wire builds, and the counter deltas. The queue drains at 1 Mbit/s
 # (125 bytes a ms), so the backlog a case sets is what its packet sees.
 
 Q = sp.QueueSettings(rate_bps=10**6, buffer=200_000, kmin=20_000, kmax=80_000, trim=120_000)
@@ -648,7 +649,8 @@ def test_counters_add_up_under_faults_and_a_full_queue(program, maps):
 
 @needs_bpf
 def test_last_hop_from_the_topology_trims_as_last_hop_and_does_not_mark(program, maps):
-    from mrc_nic import queues, topology
+    from mrc_nic.fabric import queues
+    from mrc_nic.lab import topology
 
     topo = topology.load(NETNS_DIR / "default.toml", lab="zq")
     (last,) = queues.resolve_ports(topo, ("p0.t0a:h0",))

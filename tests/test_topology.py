@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from mrc_nic.topology import (
+from mrc_nic.lab.topology import (
     QueueParams,
     TopologyError,
     format_rate,
@@ -383,15 +383,15 @@ def test_lab_names_never_prefix_each_other():
 
 
 def test_leftover_namespaces_only_matches_its_lab(monkeypatch):
-    from mrc_nic import lab as lab_mod
-    from mrc_nic import netns
+    from mrc_nic.fabric import testbed
+    from mrc_nic.kernel import netns
 
     a = load(NETNS_DIR / "default.toml", lab="a")
     ab = load(NETNS_DIR / "default.toml", lab="ab")
     names = sorted(a.all_netns() + ab.all_netns() + ["mrc-a-b-h0", "other"])
     monkeypatch.setattr(netns, "list_names", lambda: names)
-    assert sorted(lab_mod.leftover_namespaces("a")) == sorted(a.all_netns())
-    assert sorted(lab_mod.leftover_namespaces("ab")) == sorted(ab.all_netns())
+    assert sorted(testbed.leftover_namespaces("a")) == sorted(a.all_netns())
+    assert sorted(testbed.leftover_namespaces("ab")) == sorted(ab.all_netns())
 
 
 GOOD_LAB_NAMES = ["a", "lab2", "abcdefghijkl", "0"]

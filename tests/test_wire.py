@@ -3,7 +3,7 @@
 (a) the compiled header: struct layouts (bcc's Leaf types) equal the scapy
     layers field by field, and every constant of the header equals its
     Python copy (root + bcc);
-(b) golden packets: each packet type built by mrc_nic.wire equals a
+(b) golden packets: each packet type built by mrc_nic.nic.wire equals a
     hand-checked hex string, and bytes -> scapy -> bytes is the identity;
 (c) tshark's InfiniBand dissector decodes opcode, dest QP and PSN (and RETH,
     ImmDt, AETH where present) of every packet type;
@@ -16,7 +16,6 @@ import ctypes
 import re
 import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
 from conftest import compile_header_probe, compiled_constants, require_root_and_bcc
@@ -26,9 +25,10 @@ from scapy.layers.l2 import Ether
 from scapy.packet import Packet, Raw
 from scapy.utils import wrpcap
 
-from mrc_nic import wire as w
+from mrc_nic import resources
+from mrc_nic.nic import wire as w
 
-BPF_DIR = Path(w.__file__).resolve().parent.parent / "bpf"
+BPF_DIR = resources.BPF_DIR
 HEADER = BPF_DIR / "mrc_wire.h"
 
 ENDS = w.Endpoints()  # 02:00:00:00:00:01 / 10.0.0.1 -> 02:00:00:00:00:02 / 10.0.0.2

@@ -64,7 +64,7 @@ _register()
 def main() -> None:
     """Entry point: known errors become one line on stderr and exit code 1."""
     from mrc_nic.cli.output import error
-    from mrc_nic.errors import KNOWN_ERRORS
+    from mrc_nic.errors import MrcNicError
 
     try:
         cli.main(standalone_mode=False)
@@ -74,7 +74,7 @@ def main() -> None:
     except click.ClickException as e:
         e.show()
         sys.exit(e.exit_code)
-    except KNOWN_ERRORS as e:
+    except MrcNicError as e:
         error(str(e))
         sys.exit(1)
     except KeyboardInterrupt:

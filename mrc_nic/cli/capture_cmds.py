@@ -6,6 +6,7 @@ import click
 
 from mrc_nic.cli import output
 from mrc_nic.cli.common import DURATION, format_option, lab_option, pick_lab
+from mrc_nic.lab import state
 
 DEFAULT_DURATION = 10.0
 
@@ -44,10 +45,9 @@ end does not (XDP sends them below the stack)."""
 @format_option
 def capture(link, path, count, duration, end, lab, fmt) -> None:
     """Capture the packets of one link (or host port) into a pcap file."""
-    from mrc_nic import capture as capture_mod
-    from mrc_nic import faults
+    from mrc_nic.observe import capture as capture_mod
 
-    _, topo = faults.load_lab(pick_lab(lab))
+    _, topo = state.open_lab(pick_lab(lab))
     spot = capture_mod.resolve(topo, link, end)
     capture_mod.check_bounds(count, duration)
     say = output.err_console.print if path == "-" else output.console.print

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import os
 import re
 
 import click
 
-from mrc_nic import state
+from mrc_nic.lab import state
 
 
 def parse_duration(text: str) -> float:
@@ -75,16 +74,17 @@ def pick_lab(lab: str | None) -> str:
 
 
 def default_topology_path() -> str:
-    """netns/default.toml of the checkout, wherever the command is run from."""
-    here = os.path.join(os.path.dirname(__file__), "..", "..", "netns", "default.toml")
-    return os.path.normpath(here)
+    """The shipped default topology, wherever the command is run from."""
+    from mrc_nic import resources
+
+    return str(resources.DEFAULT_TOPOLOGY)
 
 
 def snapshot_for(lab: str | None, fmt: str) -> dict | None:
     """The lab's counter snapshot; with --format json it is printed here and
     None is returned, so the caller renders tables only."""
-    from mrc_nic import stats
     from mrc_nic.cli import output
+    from mrc_nic.observe import stats
 
     snap = stats.snapshot(pick_lab(lab))
     if fmt == "json":

@@ -1,4 +1,4 @@
-"""events: what happened in a lab, from its event log (mrc_nic.eventlog)."""
+"""events: what happened in a lab, from its event log (mrc_nic.observe.eventlog)."""
 
 from __future__ import annotations
 
@@ -81,7 +81,7 @@ last 65536) before they were read; "lost in the NIC" ones never reached it
 @lab_option
 def events(follow, all_types, types, host, since, duration, fmt, lab):
     """EV state changes, faults applied and healed, QPs in error: with times."""
-    from mrc_nic import ctl
+    from mrc_nic.lab import ctl
 
     name = pick_lab(lab)
     wanted = _types(types, all_types)

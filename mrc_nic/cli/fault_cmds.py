@@ -57,7 +57,7 @@ def fail(
     fmt: str,
 ) -> None:
     """Inject a fault, live, on a link, switch, host port or plane."""
-    from mrc_nic import faults
+    from mrc_nic.fabric import faults
 
     spec = faults.FaultSpec(mode, direction, rate, seed, period, duration)
     fault = faults.apply(pick_lab(lab), target, spec)
@@ -84,7 +84,7 @@ Examples:
 @format_option
 def heal(what: tuple[str, ...], heal_all: bool, lab: str | None, fmt: str) -> None:
     """End faults: restore carrier, addresses and routes, clear BPF drops."""
-    from mrc_nic import faults
+    from mrc_nic.fabric import faults
 
     name = pick_lab(lab)
     if heal_all == bool(what):

@@ -37,13 +37,14 @@ kmin, kmax, trim, seed (docs/queues.md)."""
 @format_option
 def up(topology_file: str | None, name: str | None, reuse: bool, fmt: str) -> None:
     """Build a lab: namespaces, veth links, routes, queues and BPF port programs."""
-    from mrc_nic import lab, state, topology
+    from mrc_nic.fabric import testbed
+    from mrc_nic.lab import state, topology
 
     topo = topology.load(topology_file or default_topology_path(), lab=name)
     existing = state.LabState.load(topo.lab)
     if reuse and existing and existing.phase == "up" and existing.topology == topo.raw:
         output.info(f"lab {topo.lab} is already up (from {existing.topology_file}); reusing it")
-        restarted = lab.start_daemons(topo)  # the supervisor's part: dead daemons come back
+        restarted = testbed.start_daemons(topo)  # the supervisor's part: dead daemons come back
         if restarted:
             output.info(f"restarted the daemon of {', '.join(restarted)}")
         return
@@ -53,7 +54,7 @@ def up(topology_file: str | None, name: str | None, reuse: bool, fmt: str) -> No
             f"planes, {topo.tiers} tier(s), {len(topo.nodes)} namespaces, "
             f"{len(topo.links)} links"
         )
-    report = lab.up(topo)
+    report = testbed.up(topo)
     if fmt == "json":
         output.emit_json(report.__dict__)
     else:
@@ -69,15 +70,15 @@ def up(topology_file: str | None, name: str | None, reuse: bool, fmt: str) -> No
 @click.option("--all", "all_labs", is_flag=True, help="Take down every lab on this machine.")
 def down(lab: str | None, topology_file: str | None, all_labs: bool) -> None:
     """Remove exactly what `up` made (also after a crash). Safe to repeat."""
-    from mrc_nic import lab as lab_mod
-    from mrc_nic import topology
+    from mrc_nic.fabric import testbed
+    from mrc_nic.lab import topology
 
     if topology_file:
         lab = lab or topology.load(topology_file).lab
     if all_labs:
-        labs = lab_mod.labs_present()
+        labs = testbed.labs_present()
     else:
-        labs = [lab] if lab else lab_mod.labs_present()
+        labs = [lab] if lab else testbed.labs_present()
         if len(labs) > 1:
             raise click.UsageError(
                 f"several labs are up ({', '.join(labs)}); choose one with -l NAME or use --all"
@@ -86,7 +87,7 @@ def down(lab: str | None, topology_file: str | None, all_labs: bool) -> None:
         output.info("no lab to take down")
         return
     for name in labs:
-        removed = lab_mod.down(name)
+        removed = testbed.down(name)
         output.success(f"lab {name} is down ({len(removed)} namespaces removed)")
 
 

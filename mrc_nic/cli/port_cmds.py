@@ -15,8 +15,8 @@ Sizes: 20000, 20k, 20KB, 20KiB, 1m; or a fraction of the port's BDP
 
 
 def _threshold(ctx: click.Context, param: click.Parameter, value: str | None):
-    from mrc_nic.queues import OFF
-    from mrc_nic.topology import parse_threshold
+    from mrc_nic.fabric.queues import OFF
+    from mrc_nic.lab.topology import parse_threshold
 
     if value is None:
         return None
@@ -46,7 +46,7 @@ def port() -> None:
 @format_option
 def port_show(target: tuple[str, ...], lab: str | None, fmt: str) -> None:
     """Each port's queue: its settings, backlog now and what it marked, trimmed, dropped."""
-    from mrc_nic import queues
+    from mrc_nic.fabric import queues
 
     rows = queues.show_ports(pick_lab(lab), target)
     if fmt == "json":
@@ -106,7 +106,7 @@ Examples:
 @format_option
 def port_set(target, kmin, kmax, trim, buffer, ecn, seed, defaults, lab, fmt):
     """Change the queue of switch egress ports, live (all of them or none)."""
-    from mrc_nic import queues
+    from mrc_nic.fabric import queues
 
     change = queues.QueueChange(
         ecn=ecn, kmin=kmin, kmax=kmax, trim=trim, buffer=buffer, seed=seed, defaults=defaults
@@ -126,7 +126,7 @@ def _size(n: int | None) -> str:
 
 
 def _print_rows(rows: list[dict]) -> None:
-    from mrc_nic.topology import format_rate
+    from mrc_nic.lab.topology import format_rate
 
     table = []
     for r in rows:

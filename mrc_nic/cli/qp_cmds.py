@@ -9,7 +9,7 @@ from mrc_nic.cli.common import format_option, lab_option, pick_lab
 
 
 def _size(ctx, param, value):
-    from mrc_nic.rdma_write import parse_size
+    from mrc_nic.workloads.rdma_write import parse_size
 
     try:
         return parse_size(value)
@@ -98,7 +98,7 @@ def write(
     fmt,
 ):
     """RDMA WRITE SIZE bytes from SRC's memory to DST's, sprayed over every plane."""
-    from mrc_nic import rdma_write
+    from mrc_nic.workloads import rdma_write
 
     retry = {}
     if retry_linear is not None:
@@ -161,11 +161,11 @@ def qp() -> None:
 @format_option
 def qp_list(lab, fmt):
     """Every QP of every host: state, role, peer, attributes."""
-    from mrc_nic import ctl
-    from mrc_nic.faults import load_lab
+    from mrc_nic.lab import ctl
+    from mrc_nic.lab.state import open_lab
 
     name = pick_lab(lab)
-    _, topo = load_lab(name)
+    _, topo = open_lab(name)
     rows, qps = [], []
     for host in topo.host_names():
         for q in ctl.call(name, host, {"op": "qp_list"})["qps"]:
@@ -197,7 +197,9 @@ def qp_list(lab, fmt):
 def qp_show(qpn, lab, fmt):
     """One QP in full: its daemon's record (state, OCP attributes, error) and
     its NIC state (window, PSNs, counters, RTT, EVs by plane and state)."""
-    from mrc_nic import ctl, nic, qpstats
+    from mrc_nic import nic
+    from mrc_nic.lab import ctl
+    from mrc_nic.observe import qpstats
 
     name = pick_lab(lab)
     host = _host_of(qpn, name)
@@ -243,9 +245,9 @@ def _us(ns) -> str:
 
 def _host_of(qpn: int, lab_name: str) -> str:
     """The host a QP number belongs to (QPN = host index << 16 | index)."""
-    from mrc_nic.faults import load_lab
+    from mrc_nic.lab.state import open_lab
 
-    _, topo = load_lab(lab_name)
+    _, topo = open_lab(lab_name)
     host = next((h for h in topo.host_names() if topo.nodes[h].index == qpn >> 16), None)
     if host is None:
         raise click.UsageError(f"QP {qpn:#x} belongs to no host of lab {lab_name!r}")
@@ -263,7 +265,8 @@ def ev() -> None:
 @format_option
 def ev_list(qpn, lab, fmt):
     """State and counters of each EV of send QP QPN."""
-    from mrc_nic import nic, qpstats
+    from mrc_nic import nic
+    from mrc_nic.observe import qpstats
 
     name = pick_lab(lab)
     with nic.NicMaps.open(name) as maps:
@@ -310,7 +313,7 @@ def _ev_row(record: dict) -> dict:
 
 
 def _ev_set(qpn: int, value: int, state: str, lab: str | None) -> None:
-    from mrc_nic import ctl
+    from mrc_nic.lab import ctl
 
     name = pick_lab(lab)
     host = _host_of(qpn, name)

@@ -116,7 +116,7 @@ def incast(senders, receiver, bystander, no_bystander, **kw):
         by = (src, dst)
 
     def run(lab: str, **opts) -> dict:
-        from mrc_nic import scenario as sc
+        from mrc_nic.workloads import scenario as sc
 
         return sc.incast(lab, senders=senders, receiver=receiver, bystander=by, **opts)
 
@@ -133,7 +133,7 @@ def permutation(seed, **kw):
     against the link rate."""
 
     def run(lab: str, **opts) -> dict:
-        from mrc_nic import scenario as sc
+        from mrc_nic.workloads import scenario as sc
 
         return sc.permutation(lab, seed=seed, **opts)
 
@@ -155,8 +155,8 @@ def _run(
     lab,
     fmt,
 ):
-    from mrc_nic import scenario as sc
-    from mrc_nic.topology import TopologyError
+    from mrc_nic.lab.topology import TopologyError
+    from mrc_nic.workloads import scenario as sc
 
     if (rate or fabric_rate or base_rtt or mtu) and not topology_name:
         raise click.UsageError(

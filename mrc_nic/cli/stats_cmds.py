@@ -70,8 +70,8 @@ Schema of json/jsonl: docs/stats-schema.md."""
 )
 def stats(lab, fmt, watch, view, host, plane, interval, count, duration, listen) -> None:
     """Per-plane, per-path, per-link and per-QP counters and rates."""
-    from mrc_nic import stats as stats_mod
-    from mrc_nic import stats_filter, stream
+    from mrc_nic.observe import stats as stats_mod
+    from mrc_nic.observe import stats_filter, stream
 
     _check_options(fmt, watch, view, listen, interval, count, duration)
     if interval is None:
@@ -98,7 +98,7 @@ def stats(lab, fmt, watch, view, host, plane, interval, count, duration, listen)
             if watch:
                 _watch(frames, view, sampler)
             elif fmt == "jsonl":
-                from mrc_nic.jsonenc import Encoder
+                from mrc_nic.observe.jsonenc import Encoder
 
                 # json.dumps(snap, separators=(",", ":")), reusing the text of what
                 # did not change since the line before. Keys come in a fixed order
@@ -149,7 +149,7 @@ def _whole_line(line: str) -> None:
 
 
 def _watch(frames, view: str, sampler) -> None:
-    from mrc_nic import live
+    from mrc_nic.observe import live
 
     def on_view(new_view: str) -> None:
         sampler.ev_detail = new_view == "ev"
@@ -159,8 +159,8 @@ def _watch(frames, view: str, sampler) -> None:
 
 def _one_frame(frames, view: str, interval: float) -> None:
     """Two snapshots `interval` apart, so that the table shows rates."""
-    from mrc_nic import watch
-    from mrc_nic.sparkline import History
+    from mrc_nic.observe import watch
+    from mrc_nic.observe.sparkline import History
 
     history = History()
     for snap in frames():
@@ -171,7 +171,7 @@ def _one_frame(frames, view: str, interval: float) -> None:
 
 
 def _prom(take, listen: str | None, duration: float | None) -> None:
-    from mrc_nic import prom
+    from mrc_nic.observe import prom
 
     if listen is None:
         sys.stdout.write(prom.render(take()))

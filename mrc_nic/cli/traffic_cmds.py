@@ -6,12 +6,12 @@ import click
 
 from mrc_nic.cli import output
 from mrc_nic.cli.common import DURATION, format_option, lab_option, pick_lab
+from mrc_nic.lab import state
 
 
 def _lab_topology(lab: str | None):
-    from mrc_nic import faults
 
-    _, topo = faults.load_lab(pick_lab(lab))
+    _, topo = state.open_lab(pick_lab(lab))
     return topo
 
 
@@ -45,7 +45,7 @@ Examples:
 @format_option
 def traffic(src, dst, planes, source_ports, duration, size, pps, lab, fmt) -> None:
     """Send bounded UDP test traffic from SRC to DST across planes and source ports."""
-    from mrc_nic import traffic as traffic_mod
+    from mrc_nic.workloads import traffic as traffic_mod
 
     if duration > 600:
         raise click.BadParameter("at most 600s", param_hint="--duration")
@@ -99,7 +99,7 @@ def traffic(src, dst, planes, source_ports, duration, size, pps, lab, fmt) -> No
 @format_option
 def ping(src, dst, planes, count, lab, fmt) -> None:
     """ICMP echo from SRC to DST on each plane's addresses."""
-    from mrc_nic import traffic as traffic_mod
+    from mrc_nic.workloads import traffic as traffic_mod
 
     topo = _lab_topology(lab)
     results = [traffic_mod.ping(topo, src, dst, p, count) for p in (planes or range(topo.planes))]
