@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
-import enum
 import errno
 import os
 import time
@@ -26,11 +25,12 @@ from pathlib import Path
 from typing import Any
 
 from mrc_nic import resources
+from mrc_nic.abi import defs
 from mrc_nic.kernel import bpfsys, pins, xdp
 from mrc_nic.kernel.pins import PIN_ROOT, MapsMismatch, MapsMissing  # noqa: F401 (re-exported)
 
 INGRESS, EGRESS = 0, 1
-DIRECTIONS = 2
+DIRECTIONS = defs.SP_DIRECTIONS
 
 BPF_DIR = resources.BPF_DIR
 SOURCE = BPF_DIR / "switch_port.c"
@@ -43,15 +43,15 @@ QUEUES_MAP = "port_queues"
 PINNED_MAPS = (FAULTS_MAP, COUNTERS_MAP, QUEUES_MAP)
 
 # LOSS drops when the high 32 bits of the hash are below rate * 2^32.
-LOSS_SCALE_SHIFT = 32
+LOSS_SCALE_SHIFT = defs.SP_LOSS_SCALE_SHIFT
 LOSS_SCALE = 1 << LOSS_SCALE_SHIFT
 
 # Virtual output queue (struct sp_queue; switch_port.h explains the arithmetic).
-Q_RATE_SHIFT = 32  # drain_q: bytes per ns << 32
-Q_COST_SHIFT = 16  # cost_q: ns per byte << 16
-Q_BYTES_MAX = 1 << 30  # buffer, burst and thresholds
-MARK_SHIFT = 32
-Q_FLAGS_ALL = 0x0F
+Q_RATE_SHIFT = defs.SP_Q_RATE_SHIFT  # drain_q: bytes per ns << 32
+Q_COST_SHIFT = defs.SP_Q_COST_SHIFT  # cost_q: ns per byte << 16
+Q_BYTES_MAX = defs.SP_Q_BYTES_MAX  # buffer, burst and thresholds
+MARK_SHIFT = defs.SP_MARK_SHIFT
+Q_FLAGS_ALL = defs.SP_Q_FLAGS_ALL
 Q_RATE_MIN_BPS = 1000
 Q_RATE_MAX_BPS = 10**12
 # The counter that is a high-water mark: the largest per-CPU copy, not the sum.
@@ -61,75 +61,19 @@ MAX_COUNTERS = frozenset({"backlog_hwm"})
 _CLSACT_PARENT = {INGRESS: "ffff:fff2", EGRESS: "ffff:fff3"}
 
 
-class FaultMode(enum.IntEnum):
-    """enum sp_fault_mode."""
-
-    NONE = 0
-    BLACKHOLE = 1
-    LOSS = 2
+FaultMode = defs.FaultMode
 
 
-class FaultConfig(ctypes.Structure):
-    """struct sp_fault: the fault on one port key (map port_faults)."""
-
-    _pack_ = 1
-    _fields_ = [
-        ("mode", ctypes.c_uint32),
-        ("fault_id", ctypes.c_uint32),
-        ("loss_threshold", ctypes.c_uint64),
-        ("seed", ctypes.c_uint64),
-        ("until_ns", ctypes.c_uint64),
-        ("seq", ctypes.c_uint64),
-    ]
+FaultConfig = defs.SpFault
 
 
-class QueueFlag(enum.IntFlag):
-    """struct sp_queue.flags (SP_Q_*)."""
-
-    ENABLED = 0x01
-    ECN = 0x02
-    TRIM = 0x04
-    LASTHOP = 0x08
+QueueFlag = defs.QueueFlag
 
 
-class CountersLayout(ctypes.Structure):
-    """struct sp_counters: one CPU's counters for one port key (map port_counters)."""
-
-    _pack_ = 1
-    _fields_ = [
-        ("pkts", ctypes.c_uint64),
-        ("bytes", ctypes.c_uint64),
-        ("passed_pkts", ctypes.c_uint64),
-        ("passed_bytes", ctypes.c_uint64),
-        ("drop_blackhole", ctypes.c_uint64),
-        ("drop_loss", ctypes.c_uint64),
-        ("enqueued", ctypes.c_uint64),
-        ("ecn_marked", ctypes.c_uint64),
-        ("trimmed", ctypes.c_uint64),
-        ("drop_buffer", ctypes.c_uint64),
-        ("backlog_hwm", ctypes.c_uint64),
-    ]
+CountersLayout = defs.SpCounters
 
 
-class QueueLayout(ctypes.Structure):
-    """struct sp_queue: the virtual output queue of one port key (map port_queues)."""
-
-    _pack_ = 1
-    _fields_ = [
-        ("flags", ctypes.c_uint32),
-        ("reserved", ctypes.c_uint32),
-        ("rate_bps", ctypes.c_uint64),
-        ("drain_q", ctypes.c_uint64),
-        ("cost_q", ctypes.c_uint64),
-        ("burst", ctypes.c_uint64),
-        ("kmin", ctypes.c_uint64),
-        ("kmax", ctypes.c_uint64),
-        ("trim", ctypes.c_uint64),
-        ("buffer", ctypes.c_uint64),
-        ("seed", ctypes.c_uint64),
-        ("tail_ns", ctypes.c_uint64),
-        ("seq", ctypes.c_uint64),
-    ]
+QueueLayout = defs.SpQueue
 
 
 # ---- keys and pins ----------------------------------------------------------

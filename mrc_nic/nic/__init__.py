@@ -45,6 +45,7 @@ import sys
 from typing import Any
 
 from mrc_nic import resources
+from mrc_nic.abi import defs
 from mrc_nic.kernel import bpfsys, pins, xdp
 from mrc_nic.kernel.pins import MapsMissing, pin_dir  # noqa: F401 (re-exported)
 from mrc_nic.nic import wire
@@ -127,8 +128,8 @@ PINNED_MAPS = (*MAP_PINS, PROG_PIN)
 # ---- constants (mirror bpf/nic_maps.h) -------------------------------------------
 
 # Layout constants: not tunable.
-MR_ELEM_SIZE = 1024
-SEG_ELEMS_MAX = 3  # NIC_SEG_ELEMS_MAX: a data packet's payload fills at most 3 elements
+MR_ELEM_SIZE = defs.NIC_MR_ELEM_SIZE
+SEG_ELEMS_MAX = defs.NIC_SEG_ELEMS_MAX  # a data packet's payload fills at most 3 elements
 
 
 def seg_size(mtu: int = wire.MTU) -> int:
@@ -145,47 +146,47 @@ def seg_size(mtu: int = wire.MTU) -> int:
     return min(fit, SEG_ELEMS_MAX) * MR_ELEM_SIZE
 
 
-MPR_MAX = 8
+MPR_MAX = defs.NIC_MPR_MAX
 BITMAP_BITS = MPR_MAX * wire.MPR_UNIT
 BITMAP_WORDS = BITMAP_BITS // 64
-MSG_SLOTS = 32
-GAP_BINS = 64  # NIC_GAP_BINS: the receive QP's log of long delivery gaps
-GAP_MIN_NS = 100_000  # NIC_GAP_MIN_NS: shorter gaps are not logged
-GAP_BIN_SHIFT = 26  # NIC_GAP_BIN_SHIFT: a bin of the gap log is 2^26 ns (67 ms)
+MSG_SLOTS = defs.NIC_MSG_SLOTS
+GAP_BINS = defs.NIC_GAP_BINS  # the receive QP's log of long delivery gaps
+GAP_MIN_NS = defs.NIC_GAP_MIN_NS  # shorter gaps are not logged
+GAP_BIN_SHIFT = defs.NIC_GAP_BIN_SHIFT  # a bin of the gap log is 2^26 ns (67 ms)
 # The receive locks (nic_maps.h, nic_rx_locks): QP q's is entry q % RX_LOCKS.
-RX_LOCKS = 256  # NIC_RX_LOCKS
-RX_LOCK_TRIES = 1024  # NIC_RX_LOCK_TRIES: then the packet is dropped (DROP_RX_BUSY)
-RX_LOCK_SIZE = 64  # sizeof(struct nic_rx_lock): 64 bytes each
-MSG_F_VALID = 0x1
-MSG_F_IMM = 0x2
-MAX_QP_EVS = 256
-RETX_SLOTS = 256
-TX_F_PREV = 0x1
-TX_F_RETX = 0x2
+RX_LOCKS = defs.NIC_RX_LOCKS
+RX_LOCK_TRIES = defs.NIC_RX_LOCK_TRIES  # then the packet is dropped (DROP_RX_BUSY)
+RX_LOCK_SIZE = ctypes.sizeof(defs.NicRxLock)
+MSG_F_VALID = defs.NIC_MSG_F_VALID
+MSG_F_IMM = defs.NIC_MSG_F_IMM
+MAX_QP_EVS = defs.NIC_MAX_QP_EVS
+RETX_SLOTS = defs.NIC_RETX_SLOTS
+TX_F_PREV = defs.NIC_TX_F_PREV
+TX_F_RETX = defs.NIC_TX_F_RETX
 # A send QP's queue depth: NIC_MSG_SLOTS WQEs (nic_maps.h, "Send queue protocol").
 SQ_DEPTH = MSG_SLOTS
-ALL_PLANES = (1 << 16) - 1  # a port bitmap with every plane up (MAX_PLANES = 16)
+ALL_PLANES = (1 << defs.NIC_MAX_PLANES) - 1  # a port bitmap with every plane up
 
 # Tunables: the header's defaults (NicProgram.load passes its own with -D).
-DEFAULT_MAX_QPS = 4096  # a power of two: QP q receives in slot q & (max_qps - 1)
-RQ_TAG_USED = 0x80000000  # NIC_RQ_TAG_USED: a slot's owner in nic_rx_slots is QPN | this
+DEFAULT_MAX_QPS = defs.NIC_MAX_QPS  # a power of two: QP q receives in slot q & (max_qps - 1)
+RQ_TAG_USED = defs.NIC_RQ_TAG_USED  # a slot's owner in nic_rx_slots is QPN | this
 QPN_INDEX_SPAN = 1 << 16  # a QPN is host << 16 | index (mrc_nic.transport.hostmem)
-DEFAULT_MR_ELEMS = 65536  # 64 MiB
-DEFAULT_MAX_REGIONS = 256
-MAX_HOSTS = 256
-MAX_PLANES = 16
+DEFAULT_MR_ELEMS = defs.NIC_MR_ELEMS  # 64 MiB
+DEFAULT_MAX_REGIONS = defs.NIC_MAX_REGIONS
+MAX_HOSTS = defs.NIC_MAX_HOSTS
+MAX_PLANES = defs.NIC_MAX_PLANES
 DEFAULT_HOST_NET = "198.18.0.0/16"
-DEFAULT_EVENT_PAGES = 64
-DEFAULT_MAX_EVS = 16384
-DEFAULT_TX_RINGS = 256
-DEFAULT_SKIP_NS = 100_000  # NIC_SKIP_NS: see bpf/nic_maps.h for why
-LOSS_WALK_MAX = 16  # NIC_LOSS_WALK_MAX (the loader keeps the header's value)
-HEAD_SCAN = 8  # NIC_HEAD_SCAN: PSNs per pass of the head scan (two passes per SACK)
+DEFAULT_EVENT_PAGES = defs.NIC_EVENT_PAGES
+DEFAULT_MAX_EVS = defs.NIC_MAX_EVS
+DEFAULT_TX_RINGS = defs.NIC_TX_RINGS
+DEFAULT_SKIP_NS = defs.NIC_SKIP_NS  # see bpf/nic_maps.h for why
+LOSS_WALK_MAX = defs.NIC_LOSS_WALK_MAX  # (the loader keeps the header's value)
+HEAD_SCAN = defs.NIC_HEAD_SCAN  # PSNs per pass of the head scan (two passes per SACK)
 HEAD_LOST = 2 * HEAD_SCAN  # NIC_HEAD_LOST: losses one head scan can find
-RTT_RECENT_SHIFT = 6  # NIC_RTT_RECENT_SHIFT: the head scan's recent RTT forgets a peak
-RTT_RECENT_CAP = 4  # NIC_RTT_RECENT_CAP: a sample counts for at most 4 reorder windows
-TIMELINE_SHIFT = 20  # NIC_TIMELINE_SHIFT: a bin of the receive timeline is 2^20 ns
-TIMELINE_BINS = 8192  # NIC_TIMELINE_BINS
+RTT_RECENT_SHIFT = defs.NIC_RTT_RECENT_SHIFT  # the head scan's recent RTT forgets a peak
+RTT_RECENT_CAP = defs.NIC_RTT_RECENT_CAP  # a sample counts for at most 4 reorder windows
+TIMELINE_SHIFT = defs.NIC_TIMELINE_SHIFT  # a bin of the receive timeline is 2^20 ns
+TIMELINE_BINS = defs.NIC_TIMELINE_BINS
 
 # A kick's template frame (nic_maps.h, struct nic_kick): broadcast, EtherType 0x88B5
 # (IEEE 802 local experimental), zero padding to 64 bytes; the engine overwrites it.
@@ -201,183 +202,43 @@ BPF_F_MMAPABLE = 1 << 10
 BPF_MAP_TYPE_RINGBUF = 27
 
 
-class QpState(enum.IntEnum):
-    """enum nic_qp_state: verbs' enum ibv_qp_state. Only RTR and RTS accept data."""
-
-    RESET = 0
-    INIT = 1
-    RTR = 2
-    RTS = 3
-    SQD = 4
-    SQE = 5
-    ERR = 6
+QpState = defs.QpState
 
 
-class Counter(enum.IntEnum):
-    """enum nic_counter: indices of the per-CPU outcome counters (map nic_counters)."""
-
-    PASS_NOT_MRC = 0
-    PASS_OTHER_OPCODE = 1
-    SACK = 2
-    NACK_TRIMMED = 3
-    NACK_TRIMMED_LASTHOP = 4
-    NACK_OOR = 5
-    NACK_NO_RESOURCE = 6
-    NACK_REM_ACCESS = 7
-    DROP_TRUNCATED = 8
-    DROP_SHORT = 9
-    DROP_BAD_LEN = 10
-    DROP_TOO_LONG = 11
-    DROP_BAD_OPCODE = 12
-    DROP_IMM_NOT_LAST = 13
-    DROP_UNKNOWN_QP = 14
-    DROP_SPOOFED = 15
-    DROP_QP_STATE = 16
-    DROP_QP_CONFIG = 17
-    DROP_BAD_VA = 18
-    DROP_BAD_MSN = 19
-    DROP_XDP_ERR = 20
-    PLACED = 21
-    PLACED_BYTES = 22
-    DUP = 23
-    MSG_DONE = 24
-    EVENTS = 25
-    EVENTS_LOST = 26
-    PROBE_REPLY = 27
-    ACK_CONSUMED = 28
-    ACK_STALE = 29
-    PROBE_REPLY_CONSUMED = 30
-    DROP_BAD_ACK = 31
-    DROP_ACK_RANGE = 32
-    ACKED = 33
-    LOST = 34
-    RETX_QUEUED = 35
-    UNKNOWN_EV = 36
-    KICK_SENT = 37
-    KICK_IDLE = 38
-    TX_DATA = 39
-    TX_RETX = 40
-    TX_BYTES = 41
-    TX_CLOCKED = 42
-    TX_WINDOW_FULL = 43
-    TX_NO_EV = 44
-    TX_BAD_WQE = 45
-    TX_REDIRECT_ERR = 46
-    SEND_DONE = 47
-    TIMEOUT_KICKS = 48
-    TIMEOUT_QUEUED = 49
-    LOST_HEAD = 50
-    CWND_KICKS = 51
-    EV_REPLACED = 52
-    DROP_RX_BUSY = 53
+Counter = defs.Counter
 
 
-COUNTER_SLOTS = len(Counter)  # NIC_CNT_MAX
+COUNTER_SLOTS = defs.NIC_CNT_MAX
 
 
-class EventType(enum.IntEnum):
-    """enum nic_event_type."""
-
-    RECV_IMM = 1
-    EV_STATE = 2
-    LOSS = 3
-    QP_ERR = 4
-    SEND_DONE = 5
+EventType = defs.EventType
 
 
-class EvState(enum.IntEnum):
-    """NIC_EVS_*: the OCP API's enum mrc_ctl_ev_state values, plus SKIP (mrc-nic's)."""
-
-    GOOD = 0x1
-    ASSUMED_BAD = 0x2
-    DENIED = 0x4
-    SKIP = 0x10000
-    UNKNOWN = 0x80000000
+EvState = defs.EvState
 
 
-class EvCause(enum.IntEnum):
-    """enum nic_ev_cause: why an EV changed state (EvEvent.cause)."""
-
-    LOSS = 1
-    PROBE_REPLY = 2
-    TIMEOUT = 3
+EvCause = defs.EvCause
 
 
-class RetxCause(enum.IntEnum):
-    """enum nic_retx_cause: why a PSN is in the retransmit queue."""
-
-    NACK = 1
-    LOST = 2
-    TIMEOUT = 3
+RetxCause = defs.RetxCause
 
 
 # ---- ctypes views of the structs of bpf/nic_maps.h ---------------------------------
 
 
-class MsgSlot(ctypes.Structure):
-    """struct nic_msg_slot: a message whose LAST packet arrived, not complete yet."""
-
-    _fields_ = [
-        ("va", ctypes.c_uint64),
-        ("last_psn", ctypes.c_uint32),
-        ("len", ctypes.c_uint32),
-        ("imm", ctypes.c_uint32),
-        ("flags", ctypes.c_uint32),
-    ]
+MsgSlot = defs.NicMsgSlot
 
 
-class RqStats(ctypes.Structure):
-    """struct nic_rq_stats: per-QP counters, written by BPF."""
-
-    _fields_ = [
-        ("data_pkts", ctypes.c_uint64),
-        ("placed_pkts", ctypes.c_uint64),
-        ("placed_bytes", ctypes.c_uint64),
-        ("dup_pkts", ctypes.c_uint64),
-        ("trimmed_pkts", ctypes.c_uint64),
-        ("oor_pkts", ctypes.c_uint64),
-        ("sacks", ctypes.c_uint64),
-        ("nacks", ctypes.c_uint64),
-        ("msgs_done", ctypes.c_uint64),
-        ("imm_done", ctypes.c_uint64),
-        ("first_place_ns", ctypes.c_uint64),
-        ("last_place_ns", ctypes.c_uint64),
-        ("max_gap_ns", ctypes.c_uint64),
-        ("max_gap_end_ns", ctypes.c_uint64),
-    ]
+RqStats = defs.NicRqStats
 
 
-class GapBin(ctypes.Structure):
-    """struct nic_gap_bin: the longest delivery gap that ended in one bin of time."""
-
-    _fields_ = [("end_ns", ctypes.c_uint64), ("gap_ns", ctypes.c_uint64)]
+GapBin = defs.NicGapBin
 
 
-class SpinLock(ctypes.Structure):
-    """struct bpf_spin_lock: the kernel never copies it to or from user space (reads 0)."""
-
-    _fields_ = [("val", ctypes.c_uint32)]
+SpinLock = defs.BpfSpinLock
 
 
-class RqState(ctypes.Structure):
-    """struct nic_rq: the receiving side of one QP (map nic_rx_qps, slot rx_slot(qpn))."""
-
-    _fields_ = [
-        ("lock", SpinLock),
-        ("state", ctypes.c_uint32),
-        ("local_host", ctypes.c_uint32),
-        ("peer_host", ctypes.c_uint32),
-        ("peer_qpn", ctypes.c_uint32),
-        ("mpr", ctypes.c_uint32),
-        ("region", ctypes.c_uint32),
-        ("cum_psn", ctypes.c_uint32),
-        ("msn", ctypes.c_uint32),
-        ("reserved", ctypes.c_uint32),
-        ("bitmap", ctypes.c_uint64 * BITMAP_WORDS),
-        ("stats", RqStats),
-        ("msgs", MsgSlot * MSG_SLOTS),
-        ("gaps", GapBin * GAP_BINS),
-    ]
+RqState = defs.NicRq
 
 
 def rx_lock_slot(qpn: int) -> int:
@@ -387,328 +248,82 @@ def rx_lock_slot(qpn: int) -> int:
     return qpn % RX_LOCKS
 
 
-class RegionLayout(ctypes.Structure):
-    """struct nic_region: one region, a slice of nic_mr (map nic_regions)."""
-
-    _fields_ = [
-        ("base_va", ctypes.c_uint64),
-        ("first_elem", ctypes.c_uint32),
-        ("n_elems", ctypes.c_uint32),
-        ("rkey", ctypes.c_uint32),
-        ("reserved", ctypes.c_uint32),
-    ]
+RegionLayout = defs.NicRegion
 
 
-class Retx(ctypes.Structure):
-    """struct nic_retx: one entry of a send QP's retransmit queue."""
-
-    _fields_ = [
-        ("psn", ctypes.c_uint32),
-        ("ev", ctypes.c_uint16),
-        ("cause", ctypes.c_uint8),
-        ("nack_reason", ctypes.c_uint8),
-    ]
+Retx = defs.NicRetx
 
 
-class SqStats(ctypes.Structure):
-    """struct nic_sq_stats: per-send-QP counters, written by BPF."""
-
-    _fields_ = [
-        ("sacks", ctypes.c_uint64),
-        ("nacks", ctypes.c_uint64),
-        ("stale_acks", ctypes.c_uint64),
-        ("dup_acks", ctypes.c_uint64),
-        ("acked_pkts", ctypes.c_uint64),
-        ("lost_pkts", ctypes.c_uint64),
-        ("retx_queued", ctypes.c_uint64),
-        ("retx_overflow", ctypes.c_uint64),
-        ("fatal_nacks", ctypes.c_uint64),
-    ]
+SqStats = defs.NicSqStats
 
 
-class SqTxStats(ctypes.Structure):
-    """struct nic_sq_tx_stats: the send engine's per-QP counters."""
-
-    _fields_ = [
-        ("data_pkts", ctypes.c_uint64),
-        ("data_bytes", ctypes.c_uint64),
-        ("retx_pkts", ctypes.c_uint64),
-        ("retx_stale", ctypes.c_uint64),
-        ("window_full", ctypes.c_uint64),
-        ("wqes_done", ctypes.c_uint64),
-    ]
+SqTxStats = defs.NicSqTxStats
 
 
-class SqCc(ctypes.Structure):
-    """struct nic_sq_cc: a send QP's congestion signals (mrc-nic extension), written by
-    BPF per ACK: what NSCC (mrc_nic.transport.nscc) reads as differences between two reads."""
-
-    _fields_ = [
-        ("rtt_target_ns", ctypes.c_uint64),
-        ("acks", ctypes.c_uint64),
-        ("ecn_acks", ctypes.c_uint64),
-        ("pkts_lo", ctypes.c_uint64),
-        ("pkts_hi", ctypes.c_uint64),
-        ("pkts_ecn_lo", ctypes.c_uint64),
-        ("pkts_ecn_hi", ctypes.c_uint64),
-        ("headroom", ctypes.c_uint64),
-        ("rtt_samples", ctypes.c_uint64),
-        ("rtt_sum_ns", ctypes.c_uint64),
-        ("rtt_min_ns", ctypes.c_uint64),
-        ("trims", ctypes.c_uint64),
-        ("trims_lasthop", ctypes.c_uint64),
-        ("cwnd_sets", ctypes.c_uint64),
-    ]
+SqCc = defs.NicSqCc
 
 
-class SqState(ctypes.Structure):
-    """struct nic_sq: the sending side of one QP (map nic_tx_qps, key = QPN)."""
-
-    _fields_ = [
-        ("lock", SpinLock),
-        ("state", ctypes.c_uint32),
-        ("local_host", ctypes.c_uint32),
-        ("peer_host", ctypes.c_uint32),
-        ("peer_qpn", ctypes.c_uint32),
-        ("mpr", ctypes.c_uint32),
-        ("ring", ctypes.c_uint32),
-        ("n_evs", ctypes.c_uint32),
-        ("ev_min_active", ctypes.c_uint32),
-        ("snd_una", ctypes.c_uint32),
-        ("snd_nxt", ctypes.c_uint32),
-        ("retx_head", ctypes.c_uint32),
-        ("retx_tail", ctypes.c_uint32),
-        ("peer_ports", ctypes.c_uint32),
-        ("reo_wnd_ns", ctypes.c_uint32),
-        ("scan_psn", ctypes.c_uint32),
-        ("acked", ctypes.c_uint64 * BITMAP_WORDS),
-        ("echoed", ctypes.c_uint64 * BITMAP_WORDS),
-        ("retx", ctypes.c_uint64 * BITMAP_WORDS),
-        ("stats", SqStats),
-        ("retxq", Retx * RETX_SLOTS),
-        ("evs", ctypes.c_uint16 * MAX_QP_EVS),
-        ("engine", ctypes.c_uint32),
-        ("cwnd", ctypes.c_uint32),
-        ("snd_msn", ctypes.c_uint32),
-        ("wqe_sent", ctypes.c_uint32),
-        ("wqe_done", ctypes.c_uint32),
-        ("wqe_off", ctypes.c_uint32),
-        ("ev_next", ctypes.c_uint32),
-        ("rtt_recent_ns", ctypes.c_uint32),
-        ("wqe_last_psn", ctypes.c_uint32 * MSG_SLOTS),
-        ("tx_stats", SqTxStats),
-        ("cc", SqCc),
-    ]
+SqState = defs.NicSq
 
 
-class EvKey(ctypes.Structure):
-    """struct nic_ev_key: (send QPN, EV value), the key of nic_evs."""
-
-    _fields_ = [("qpn", ctypes.c_uint32), ("ev", ctypes.c_uint32)]
+EvKey = defs.NicEvKey
 
 
-class EvStats(ctypes.Structure):
-    """struct nic_ev_stats: per-EV counters (tx_* and retx_pkts: the send engine's)."""
-
-    _fields_ = [
-        ("tx_pkts", ctypes.c_uint64),
-        ("tx_bytes", ctypes.c_uint64),
-        ("retx_pkts", ctypes.c_uint64),
-        ("acks", ctypes.c_uint64),
-        ("nack_trimmed", ctypes.c_uint64),
-        ("nack_trimmed_lasthop", ctypes.c_uint64),
-        ("nack_oor", ctypes.c_uint64),
-        ("nack_no_resource", ctypes.c_uint64),
-        ("nack_fatal", ctypes.c_uint64),
-        ("ecn_marks", ctypes.c_uint64),
-        ("lost_pkts", ctypes.c_uint64),
-        ("retx_queued", ctypes.c_uint64),
-        ("skips", ctypes.c_uint64),
-        ("rtt_samples", ctypes.c_uint64),
-        ("probe_replies", ctypes.c_uint64),
-    ]
+EvStats = defs.NicEvStats
 
 
-class EvStateLayout(ctypes.Structure):
-    """struct nic_ev: one EV of one send QP (map nic_evs)."""
-
-    _fields_ = [
-        ("lock", SpinLock),
-        ("plane", ctypes.c_uint32),
-        ("state", ctypes.c_uint32),
-        ("reserved", ctypes.c_uint32),
-        ("skip_until", ctypes.c_uint64),
-        ("rtt_last", ctypes.c_uint64),
-        ("rtt_min", ctypes.c_uint64),
-        ("srtt", ctypes.c_uint64),
-        ("last_tx_psn", ctypes.c_uint32),
-        ("last_tx_cpu", ctypes.c_uint32),
-        ("last_tx_ts", ctypes.c_uint64),
-        ("stats", EvStats),
-    ]
+EvStateLayout = defs.NicEv
 
 
-class TxPkt(ctypes.Structure):
-    """struct nic_tx_pkt: one transmission in a send QP's PSN -> EV table (nic_tx_ring)."""
-
-    _fields_ = [
-        ("tx_ts", ctypes.c_uint64),
-        ("psn", ctypes.c_uint32),
-        ("prev_psn", ctypes.c_uint32),
-        ("ev", ctypes.c_uint16),
-        ("flags", ctypes.c_uint16),
-        ("len", ctypes.c_uint32),
-        ("wqe", ctypes.c_uint32),
-        ("msg_off", ctypes.c_uint32),
-    ]
+TxPkt = defs.NicTxPkt
 
 
-class TxRing(ctypes.Structure):
-    """struct nic_tx_ring: one send QP's table, entry psn % BITMAP_BITS."""
-
-    _fields_ = [("pkts", TxPkt * BITMAP_BITS)]
+TxRing = defs.NicTxRing
 
 
-class Wqe(ctypes.Structure):
-    """struct nic_wqe: one work request of a send queue."""
-
-    _fields_ = [
-        ("wr_id", ctypes.c_uint64),
-        ("remote_va", ctypes.c_uint64),
-        ("rkey", ctypes.c_uint32),
-        ("len", ctypes.c_uint32),
-        ("src_region", ctypes.c_uint32),
-        ("src_off", ctypes.c_uint32),
-        ("imm", ctypes.c_uint32),
-        ("opcode", ctypes.c_uint8),
-        ("reserved", ctypes.c_uint8 * 3),
-    ]
+Wqe = defs.NicWqe
 
 
-class Wq(ctypes.Structure):
-    """struct nic_wq: one send QP's queue (map nic_wq, key = the QP's ring)."""
-
-    _fields_ = [
-        ("posted", ctypes.c_uint32),
-        ("reserved", ctypes.c_uint32),
-        ("wqes", Wqe * SQ_DEPTH),
-    ]
+Wq = defs.NicWq
 
 
-class Kick(ctypes.Structure):
-    """struct nic_kick: the XDP metadata of a kick frame."""
-
-    _fields_ = [
-        ("qpn", ctypes.c_uint32),
-        ("op", ctypes.c_uint16),
-        ("arg", ctypes.c_uint16),
-        ("age_ns", ctypes.c_uint64),
-    ]
+Kick = defs.NicKick
 
 
-class KickOp(enum.IntEnum):
-    """enum nic_kick_op."""
-
-    SEND = 0
-    TIMEOUT = 1
-    CWND = 2  # mrc-nic extension: congestion control sets cwnd (nic_maps.h)
-    EV_REPLACE = 3  # a new EV in a profile slot (OCP: MRC_CTL_EV_OP_REPLACE_EV)
+KickOp = defs.KickOp
 
 
-TIMEOUT_MAX = 64  # NIC_TIMEOUT_MAX: PSNs one timeout kick queues, at most
+TIMEOUT_MAX = defs.NIC_TIMEOUT_MAX  # PSNs one timeout kick queues, at most
 
 
-class Port(ctypes.Structure):
-    """struct nic_port: a host port's MACs (map nic_ports, key = host * MAX_PLANES + plane)."""
-
-    _fields_ = [
-        ("mac", ctypes.c_uint8 * 6),
-        ("nh_mac", ctypes.c_uint8 * 6),
-        ("ifindex", ctypes.c_uint32),
-    ]
+Port = defs.NicPort
 
 
-class _Record(ctypes.Structure):
+class _Record:
     """A record of the ring buffer nic_events: 40 bytes, type and qpn first, ts last."""
 
     def as_dict(self) -> dict[str, int]:
         return {name: getattr(self, name) for name, *_ in self._fields_ if name != "reserved"}
 
 
-class Event(_Record):
+class Event(defs.NicEvent, _Record):
     """struct nic_event: one record of the ring buffer nic_events (NIC_EV_RECV_IMM)."""
 
-    _fields_ = [
-        ("type", ctypes.c_uint32),
-        ("qpn", ctypes.c_uint32),
-        ("msn", ctypes.c_uint32),
-        ("imm", ctypes.c_uint32),
-        ("va", ctypes.c_uint64),
-        ("len", ctypes.c_uint32),
-        ("reserved", ctypes.c_uint32),
-        ("ts", ctypes.c_uint64),
-    ]
 
-
-class EvEvent(_Record):
+class EvEvent(defs.NicEvEvent, _Record):
     """struct nic_ev_event: an EV changed state (NIC_EV_EV_STATE)."""
 
-    _fields_ = [
-        ("type", ctypes.c_uint32),
-        ("qpn", ctypes.c_uint32),
-        ("ev", ctypes.c_uint32),
-        ("old_state", ctypes.c_uint32),
-        ("new_state", ctypes.c_uint32),
-        ("cause", ctypes.c_uint32),
-        ("psn", ctypes.c_uint32),
-        ("reserved", ctypes.c_uint32),
-        ("ts", ctypes.c_uint64),
-    ]
 
-
-class LossEvent(_Record):
+class LossEvent(defs.NicLossEvent, _Record):
     """struct nic_loss_event: a PSN declared lost and queued (NIC_EV_LOSS)."""
 
-    _fields_ = [
-        ("type", ctypes.c_uint32),
-        ("qpn", ctypes.c_uint32),
-        ("psn", ctypes.c_uint32),
-        ("ev", ctypes.c_uint32),
-        ("tx_ts", ctypes.c_uint64),
-        ("ack_psn", ctypes.c_uint32),
-        ("reserved", ctypes.c_uint32),
-        ("ts", ctypes.c_uint64),
-    ]
 
-
-class QpErrEvent(_Record):
+class QpErrEvent(defs.NicQpErrEvent, _Record):
     """struct nic_qp_err_event: a send QP went to ERR on a fatal NACK (NIC_EV_QP_ERR)."""
 
-    _fields_ = [
-        ("type", ctypes.c_uint32),
-        ("qpn", ctypes.c_uint32),
-        ("psn", ctypes.c_uint32),
-        ("ev", ctypes.c_uint32),
-        ("syndrome", ctypes.c_uint32),
-        ("reason", ctypes.c_uint32),
-        ("reserved", ctypes.c_uint64),
-        ("ts", ctypes.c_uint64),
-    ]
 
-
-class SendEvent(_Record):
+class SendEvent(defs.NicSendEvent, _Record):
     """struct nic_send_event: a WQE completed, every packet acknowledged (NIC_EV_SEND_DONE)."""
-
-    _fields_ = [
-        ("type", ctypes.c_uint32),
-        ("qpn", ctypes.c_uint32),
-        ("msn", ctypes.c_uint32),
-        ("last_psn", ctypes.c_uint32),
-        ("wr_id", ctypes.c_uint64),
-        ("len", ctypes.c_uint32),
-        ("wqe", ctypes.c_uint32),
-        ("ts", ctypes.c_uint64),
-    ]
 
 
 AnyEvent = Event | EvEvent | LossEvent | QpErrEvent | SendEvent

@@ -23,8 +23,8 @@ first 16 payload bytes as an MRCData header.
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
-import enum
 
 from scapy.contrib.roce import AETH, BTH
 from scapy.fields import (
@@ -41,6 +41,8 @@ from scapy.fields import (
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 from scapy.packet import Packet, Raw, bind_bottom_up, bind_layers
+
+from mrc_nic.abi import defs
 
 __all__ = [
     "AETH",
@@ -69,70 +71,70 @@ __all__ = [
 
 # ---- constants (mirror bpf/mrc_wire.h) ---------------------------------------
 
-UDP_PORT = 4791
-EV_INVALID = 0
-EV_MAX = 0xFFFF
-PKEY_DEFAULT = 0xFFFF
+UDP_PORT = defs.MRC_UDP_PORT
+EV_INVALID = defs.MRC_EV_INVALID
+EV_MAX = defs.MRC_EV_MAX
+PKEY_DEFAULT = defs.MRC_PKEY_DEFAULT
 
-MTU = 1500  # MRC_MTU, the header's default
-TRIM_LEN = 52  # MRC_TRIM_LEN: UDP payload bytes a trimming switch keeps
-ICRC_UNUSED = 0
+MTU = defs.MRC_MTU  # , the header's default
+TRIM_LEN = defs.MRC_TRIM_LEN  # UDP payload bytes a trimming switch keeps
+ICRC_UNUSED = defs.MRC_ICRC_UNUSED
 
-PSN_BITS = 24
-PSN_MASK = 0x00FFFFFF
-MSN_MASK = 0x00FFFFFF
-QPN_MASK = 0x00FFFFFF
-SACK_BITS = 64
-MPR_UNIT = 128
+PSN_BITS = defs.MRC_PSN_BITS
+PSN_MASK = defs.MRC_PSN_MASK
+MSN_MASK = defs.MRC_DATA_MSN_MASK
+QPN_MASK = defs.MRC_BTH_QPN_MASK
+SACK_BITS = defs.MRC_SACK_BITS
+MPR_UNIT = defs.MRC_MPR_UNIT
 
 # BTH masks (flags byte; qpn and apsn words in host order)
-BTH_SE_MASK = 0x80
-BTH_MIG_MASK = 0x40
-BTH_PAD_MASK = 0x30
-BTH_PAD_SHIFT = 4
-BTH_TVER_MASK = 0x0F
-BTH_FECN_MASK = 0x80000000
-BTH_BECN_MASK = 0x40000000
-BTH_RESV6_MASK = 0x3F000000
-BTH_QPN_MASK = 0x00FFFFFF
-BTH_ACK_MASK = 0x80000000
-BTH_RESV7_MASK = 0x7F000000
-BTH_PSN_MASK = 0x00FFFFFF
+BTH_SE_MASK = defs.MRC_BTH_SE_MASK
+BTH_MIG_MASK = defs.MRC_BTH_MIG_MASK
+BTH_PAD_MASK = defs.MRC_BTH_PAD_MASK
+BTH_PAD_SHIFT = defs.MRC_BTH_PAD_SHIFT
+BTH_TVER_MASK = defs.MRC_BTH_TVER_MASK
+BTH_FECN_MASK = defs.MRC_BTH_FECN_MASK
+BTH_BECN_MASK = defs.MRC_BTH_BECN_MASK
+BTH_RESV6_MASK = defs.MRC_BTH_RESV6_MASK
+BTH_QPN_MASK = defs.MRC_BTH_QPN_MASK
+BTH_ACK_MASK = defs.MRC_BTH_ACK_MASK
+BTH_RESV7_MASK = defs.MRC_BTH_RESV7_MASK
+BTH_PSN_MASK = defs.MRC_BTH_PSN_MASK
 
 # AETH word
-AETH_SYN_MASK = 0xFF000000
-AETH_SYN_SHIFT = 24
-AETH_MSN_MASK = 0x00FFFFFF
-AETH_TYPE_MASK = 0x60
-AETH_TYPE_ACK = 0x00
-AETH_TYPE_NAK = 0x60
+AETH_SYN_MASK = defs.MRC_AETH_SYN_MASK
+AETH_SYN_SHIFT = defs.MRC_AETH_SYN_SHIFT
+AETH_MSN_MASK = defs.MRC_AETH_MSN_MASK
+AETH_TYPE_MASK = defs.MRC_AETH_TYPE_MASK
+AETH_TYPE_ACK = defs.MRC_AETH_TYPE_ACK
+AETH_TYPE_NAK = defs.MRC_AETH_TYPE_NAK
 
 # MRC_DATA flags_msn word
-DATA_F_LAST = 0x80000000
-DATA_FLAGS_MASK = 0xFF000000
-DATA_FLAGS_SHIFT = 24
-DATA_MSN_MASK = 0x00FFFFFF
+DATA_F_LAST = defs.MRC_DATA_F_LAST
+DATA_FLAGS_MASK = defs.MRC_DATA_FLAGS_MASK
+DATA_FLAGS_SHIFT = defs.MRC_DATA_FLAGS_SHIFT
+DATA_MSN_MASK = defs.MRC_DATA_MSN_MASK
 
 # MRC_ACK words
-ACK_MPR_MASK = 0xFF000000
-ACK_MPR_SHIFT = 24
-ACK_CUM_PSN_MASK = 0x00FFFFFF
-ACK_SACK_RESV_MASK = 0xFF000000
-ACK_SACK_PSN_MASK = 0x00FFFFFF
+ACK_MPR_MASK = defs.MRC_ACK_MPR_MASK
+ACK_MPR_SHIFT = defs.MRC_ACK_MPR_SHIFT
+ACK_CUM_PSN_MASK = defs.MRC_ACK_CUM_PSN_MASK
+ACK_SACK_RESV_MASK = defs.MRC_ACK_SACK_RESV_MASK
+ACK_SACK_PSN_MASK = defs.MRC_ACK_SACK_PSN_MASK
 
-ECN_MASK = 0x03
-DSCP_SHIFT = 2
+ECN_MASK = defs.MRC_ECN_MASK
+DSCP_SHIFT = defs.MRC_DSCP_SHIFT
 
 # Header sizes (bytes)
-BTH_LEN = 12
-RETH_LEN = 16
-IMMDT_LEN = 4
-AETH_LEN = 4
-DATA_EXT_LEN = 16
-ACK_EXT_LEN = 32
-PROBE_EXT_LEN = 16
-ICRC_LEN = 4
-IPV4_UDP_LEN = 28
+BTH_LEN = ctypes.sizeof(defs.MrcBth)
+RETH_LEN = ctypes.sizeof(defs.MrcReth)
+IMMDT_LEN = ctypes.sizeof(defs.MrcImmdt)
+AETH_LEN = ctypes.sizeof(defs.MrcAeth)
+DATA_EXT_LEN = ctypes.sizeof(defs.MrcDataExt)
+ACK_EXT_LEN = ctypes.sizeof(defs.MrcAckExt)
+PROBE_EXT_LEN = ctypes.sizeof(defs.MrcProbeExt)
+ICRC_LEN = defs.MRC_ICRC_LEN
+IPV4_UDP_LEN = defs.MRC_IPV4_UDP_LEN
 WRITE_HDRS_LEN = BTH_LEN + RETH_LEN + DATA_EXT_LEN  # 44
 WRITE_IMM_HDRS_LEN = BTH_LEN + RETH_LEN + IMMDT_LEN + DATA_EXT_LEN  # 48
 ACK_HDRS_LEN = BTH_LEN + AETH_LEN + ACK_EXT_LEN  # 48
@@ -141,77 +143,34 @@ WRITE_OVERHEAD = IPV4_UDP_LEN + WRITE_HDRS_LEN + ICRC_LEN  # 76
 WRITE_IMM_OVERHEAD = IPV4_UDP_LEN + WRITE_IMM_HDRS_LEN + ICRC_LEN  # 80
 
 
-class Opcode(enum.IntEnum):
-    """BTH opcodes MRC sends (MRC_OP_*)."""
-
-    WRITE = 0x0A  # RC RDMA WRITE Only
-    WRITE_IMM = 0x0B  # RC RDMA WRITE Only with Immediate (last packet of WRITE_WITH_IMM)
-    ACK = 0x11  # RC Acknowledge: SACK or NACK
-    PROBE = 0xD8  # manufacturer-specific
-    PROBE_REPLY = 0xD9  # manufacturer-specific
+Opcode = defs.Opcode
 
 
-OP_VENDOR_FIRST = 0xC0
+OP_VENDOR_FIRST = defs.MRC_OP_VENDOR_FIRST
 DATA_OPCODES = frozenset({Opcode.WRITE, Opcode.WRITE_IMM})
 
 
-class Syndrome(enum.IntEnum):
-    """AETH syndromes MRC sends (MRC_AETH_ACK, MRC_AETH_NAK_*)."""
-
-    ACK = 0x1F  # SACK: ACK, credit count 31 (no credit flow control)
-    NAK_PSN_SEQ = 0x60  # retryable NACK: resend BTH.psn
-    NAK_INV_REQ = 0x61  # fatal NACK: invalid request
-    NAK_REM_ACCESS = 0x62  # fatal NACK: remote access error
-    NAK_REM_OP = 0x63  # fatal NACK: remote operational error
+Syndrome = defs.Syndrome
 
 
-class NackReason(enum.IntEnum):
-    """MRC_ACK.nack_reason (MRC_NACK_*): the MRC papers' names, UET's NACK code values."""
-
-    NONE = 0x00
-    TRIMMED = 0x01
-    TRIMMED_LASTHOP = 0x02
-    NO_BITMAP = 0x06
-    NO_PKT_BUFFER = 0x07
-    NO_RESOURCE = 0x0A
-    PSN_OOR_WINDOW = 0x0B
-    UNEXP_EVENT = 0x19
+NackReason = defs.NackReason
 
 
 RETRYABLE_NACKS = frozenset(set(NackReason) - {NackReason.NONE, NackReason.UNEXP_EVENT})
 TRIM_NACKS = frozenset({NackReason.TRIMMED, NackReason.TRIMMED_LASTHOP})
 
 
-class AckFlag(enum.IntFlag):
-    """MRC_ACK.flags and MRC_PROBE.flags (MRC_ACK_F_*): what the triggering packet saw."""
-
-    ECN = 0x01
-    TRIMMED = 0x02
-    DUP = 0x04
+AckFlag = defs.AckFlag
 
 
-class Dscp(enum.IntEnum):
-    """mrc-nic's default DSCP codepoints (MRC_DSCP_*)."""
-
-    NO_TRIM = 24
-    TRIMMABLE = 26
-    TRIMMABLE_RETX = 28
-    TRIMMED = 40
-    TRIMMED_LASTHOP = 42
-    CONTROL = 48
+Dscp = defs.Dscp
 
 
 TRIMMABLE_DSCPS = frozenset({Dscp.TRIMMABLE, Dscp.TRIMMABLE_RETX})
 TRIMMED_DSCPS = frozenset({Dscp.TRIMMED, Dscp.TRIMMED_LASTHOP})
 
 
-class Ecn(enum.IntEnum):
-    """IPv4 ECN codepoints (MRC_ECN_*)."""
-
-    NOT_ECT = 0
-    ECT1 = 1
-    ECT0 = 2
-    CE = 3
+Ecn = defs.Ecn
 
 
 def psn_diff(a: int, b: int) -> int:

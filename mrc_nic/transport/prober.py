@@ -20,6 +20,7 @@ import time
 from typing import NamedTuple
 
 from mrc_nic import nic
+from mrc_nic.abi import defs
 from mrc_nic.kernel import bpfsys
 from mrc_nic.lab.topology import Topology
 from mrc_nic.nic import wire
@@ -32,9 +33,12 @@ SCAN_INTERVAL_S = 0.002  # how often EV states are read (one batch read)
 # nothing to probe, and the scan, a read of every EV of the lab (2048 on
 # clos-8), waits: it runs at least this often.
 IDLE_SCAN_S = 0.05
-_EV_KEY = struct.Struct("<II")  # struct nic_ev_key: qpn, ev
-_EV_HEAD = struct.Struct("<4xII")  # struct nic_ev: lock, plane, state
+_EV_KEY_SIZE = ctypes.sizeof(defs.NicEvKey)
+_EV_KEY_EV = defs.NicEvKey.ev.offset
+_EV_PLANE = defs.NicEv.plane.offset  # plane and state: consecutive u32s
+_EV_HEAD = struct.Struct("<II")
 _EV_U64 = struct.Struct("<Q")
+_U32 = struct.Struct("<I")
 _EV_ACKS_AT = nic.EvStateLayout.stats.offset + nic.EvStats.acks.offset
 _EV_LOST_AT = nic.EvStateLayout.stats.offset + nic.EvStats.lost_pkts.offset
 
@@ -146,20 +150,20 @@ class Prober:
                 bpfsys.map_info(fd).max_entries,
             )
         keys, values, count = self._reader.read()
-        keys = keys[: count * _EV_KEY.size]
+        keys = keys[: count * _EV_KEY_SIZE]
         size = ctypes.sizeof(nic.EvStateLayout)
         out = []
         for qpn in mine:  # find our keys by their first 4 bytes, at C speed
             needle = qpn.to_bytes(4, "little")
             at = keys.find(needle)
             while at >= 0:
-                if at % _EV_KEY.size == 0:
-                    i = at // _EV_KEY.size
-                    plane, state = _EV_HEAD.unpack_from(values, i * size)
+                if at % _EV_KEY_SIZE == 0:
+                    i = at // _EV_KEY_SIZE
+                    plane, state = _EV_HEAD.unpack_from(values, i * size + _EV_PLANE)
                     base = i * size
                     (acks,) = _EV_U64.unpack_from(values, base + _EV_ACKS_AT)
                     (lost,) = _EV_U64.unpack_from(values, base + _EV_LOST_AT)
-                    ev = _EV_KEY.unpack_from(keys, at)[1]
+                    (ev,) = _U32.unpack_from(keys, at + _EV_KEY_EV)
                     out.append(EvScan(qpn, ev, plane, state, acks, lost))
                 at = keys.find(needle, at + 1)
         return out
