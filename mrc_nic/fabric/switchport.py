@@ -26,7 +26,7 @@ from typing import Any
 
 from mrc_nic import resources
 from mrc_nic.abi import defs
-from mrc_nic.kernel import bpfsys, pins, xdp
+from mrc_nic.kernel import bpfsys, pins, program, xdp
 from mrc_nic.kernel.pins import PIN_ROOT, MapsMismatch, MapsMissing  # noqa: F401 (re-exported)
 
 INGRESS, EGRESS = 0, 1
@@ -255,7 +255,7 @@ class SwitchPortProgram:
         self.max_ports = max_ports
         self.bpf = bpf  # the bcc.BPF object: keeps the program and maps alive
         self.fd: int = func.fd
-        self.name: str = func.name.decode() if isinstance(func.name, bytes) else func.name
+        self.name: str = program.function_name(func)
         self.xdp_fd: int = xdp_func.fd  # the pass-only XDP program for host-facing ports
 
     @classmethod
@@ -264,35 +264,14 @@ class SwitchPortProgram:
 
         Refuses (FileExistsError) when the lab's maps are already pinned.
         """
-        directory = pin_dir(lab)
         if max_ports < 1:
             raise ValueError(f"max_ports must be >= 1, not {max_ports}")
-        for name in PINNED_MAPS:
-            if (directory / name).exists():
-                raise FileExistsError(
-                    errno.EEXIST,
-                    f"BPF maps of lab {lab!r} are already pinned (is the lab already up?)",
-                    str(directory / name),
-                )
-
-        from bcc import BPF  # imported here: the map client must not need bcc
-
         cflags = [f"-DMAX_PORT_KEYS={max_ports * DIRECTIONS}", f"-I{BPF_DIR}"]
-        bpf = BPF(src_file=str(SOURCE).encode(), cflags=cflags)
-        try:
-            func = bpf.load_func(FUNC_NAME.encode(), BPF.SCHED_CLS)
-            xdp_func = bpf.load_func(XDP_FUNC_NAME.encode(), BPF.XDP)
-            directory.mkdir(parents=True, exist_ok=True)
-            try:
-                for name in PINNED_MAPS:
-                    bpfsys.obj_pin(bpf[name.encode()].map_fd, directory / name)
-            except BaseException:
-                unpin(lab)
-                raise
-        except BaseException:
-            bpf.cleanup()
-            raise
-        return cls(lab, max_ports, bpf, func, xdp_func)
+        functions = {FUNC_NAME: "SCHED_CLS", XDP_FUNC_NAME: "XDP"}
+        bpf, funcs = program.compile_and_pin(
+            lab, SOURCE, cflags, functions, PINNED_MAPS, what="BPF maps"
+        )
+        return cls(lab, max_ports, bpf, funcs[FUNC_NAME], funcs[XDP_FUNC_NAME])
 
     def attach(self, ipr: Any, ifindex: int, port_id: int) -> None:
         """Attach the program to both clsact hooks of an interface as port port_id.
@@ -349,23 +328,14 @@ class SwitchPortMaps:
     @classmethod
     def open(cls, lab: str) -> SwitchPortMaps:
         """Open the pinned maps of a lab (FileNotFoundError if the lab is not up)."""
-        directory = pin_dir(lab)
-        fds: list[int] = []
-        try:
-            sizes = {
-                FAULTS_MAP: ctypes.sizeof(FaultConfig),
-                COUNTERS_MAP: ctypes.sizeof(CountersLayout),
-                QUEUES_MAP: ctypes.sizeof(QueueLayout),
-            }
-            for name in PINNED_MAPS:
-                fds.append(pins.open_pinned(lab, directory / name, "BPF maps", sizes[name]))
-            faults_fd, counters_fd, queues_fd = fds
-            max_keys = min(bpfsys.map_info(fd).max_entries for fd in fds)
-        except BaseException:
-            for fd in fds:
-                os.close(fd)
-            raise
-        return cls(lab, faults_fd, counters_fd, queues_fd, max_keys)
+        sizes = {
+            FAULTS_MAP: ctypes.sizeof(FaultConfig),
+            COUNTERS_MAP: ctypes.sizeof(CountersLayout),
+            QUEUES_MAP: ctypes.sizeof(QueueLayout),
+        }
+        fds = program.open_pinned_maps(lab, sizes, "BPF maps")
+        max_keys = min(bpfsys.map_info(fd).max_entries for fd in fds.values())
+        return cls(lab, fds[FAULTS_MAP], fds[COUNTERS_MAP], fds[QUEUES_MAP], max_keys)
 
     def __enter__(self) -> SwitchPortMaps:
         return self

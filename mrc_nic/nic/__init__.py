@@ -46,7 +46,7 @@ from typing import Any
 
 from mrc_nic import resources
 from mrc_nic.abi import defs
-from mrc_nic.kernel import bpfsys, pins, xdp
+from mrc_nic.kernel import bpfsys, pins, program, xdp
 from mrc_nic.kernel.pins import MapsMissing, pin_dir  # noqa: F401 (re-exported)
 from mrc_nic.nic import wire
 
@@ -472,7 +472,7 @@ class NicProgram:
         self.config = config
         self.bpf = bpf  # the bcc.BPF object: keeps the program and maps alive
         self.fd: int = func.fd
-        self.name: str = func.name.decode() if isinstance(func.name, bytes) else func.name
+        self.name: str = program.function_name(func)
 
     @classmethod
     def load(
@@ -512,32 +512,16 @@ class NicProgram:
             skip_ns=skip_ns,
         )
         config.check()
-        directory = pin_dir(lab)
-        for name in PINNED_MAPS:
-            if (directory / name).exists():
-                raise FileExistsError(
-                    errno.EEXIST,
-                    f"NIC maps of lab {lab!r} are already pinned (is the lab already up?)",
-                    str(directory / name),
-                )
-
-        from bcc import BPF  # imported here: the map client must not need bcc
-
-        bpf = BPF(src_file=str(SOURCE).encode(), cflags=config.cflags())
-        try:
-            func = bpf.load_func(FUNC_NAME.encode(), BPF.XDP)
-            directory.mkdir(parents=True, exist_ok=True)
-            try:
-                for name in MAP_PINS:
-                    bpfsys.obj_pin(bpf[name.encode()].map_fd, directory / name)
-                bpfsys.obj_pin(func.fd, directory / PROG_PIN)
-            except BaseException:
-                unpin(lab)
-                raise
-        except BaseException:
-            bpf.cleanup()
-            raise
-        return cls(lab, config, bpf, func)
+        bpf, funcs = program.compile_and_pin(
+            lab,
+            SOURCE,
+            config.cflags(),
+            {FUNC_NAME: "XDP"},
+            MAP_PINS,
+            {PROG_PIN: FUNC_NAME},
+            what="NIC maps",
+        )
+        return cls(lab, config, bpf, funcs[FUNC_NAME])
 
     def attach(self, ipr: Any, ifindex: int, *, mode: str = "native") -> None:
         """Attach the program at XDP of an interface (mode: native, generic or auto).
@@ -680,7 +664,6 @@ class NicMaps:
     @classmethod
     def open(cls, lab: str) -> NicMaps:
         """Open the pinned NIC maps of a lab (MapsMissing if the lab is not up)."""
-        directory = pin_dir(lab)
         expected = {
             RX_QPS_MAP: ctypes.sizeof(RqState),
             RX_SLOTS_MAP: 4,
@@ -695,14 +678,12 @@ class NicMaps:
             PORTS_MAP: ctypes.sizeof(Port),
             TX_PORTS_MAP: 4,
         }
-        fds: dict[str, int] = {}
+        sizes = {name: expected.get(name) for name in MAP_PINS}
+        fds = program.open_pinned_maps(lab, sizes, "NIC maps")
         try:
-            for name in MAP_PINS:
-                fds[name] = pins.open_pinned(lab, directory / name, "NIC maps", expected.get(name))
             return cls(lab, fds)
         except BaseException:
-            for fd in fds.values():
-                os.close(fd)
+            program.close_fds(fds)
             raise
 
     def __enter__(self) -> NicMaps:
@@ -716,9 +697,7 @@ class NicMaps:
             if view is not None:
                 view.close()
         self._mr = self._ring = self._wq = None
-        for fd in self._fds.values():
-            os.close(fd)
-        self._fds = {}
+        program.close_fds(self._fds)
         if self._prog_fd is not None:
             os.close(self._prog_fd)
             self._prog_fd = None
