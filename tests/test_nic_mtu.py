@@ -39,6 +39,7 @@ from test_nic_engine import (
 from test_nic_rx import needs_bpf
 
 from mrc_nic import nic
+from mrc_nic.kernel import bpfsys
 from mrc_nic.nic import wire as w
 
 LAB = f"zmtu{os.getpid()}"
@@ -138,7 +139,7 @@ def rq(maps):
 @needs_bpf
 def test_receiver_places_a_3k_payload_over_three_elements(program, maps, rq):
     payload = os.urandom(SEG)
-    r = nic.bpfsys.prog_test_run(program.fd, bytes(_rx_packet(START, 3, payload)))
+    r = bpfsys.prog_test_run(program.fd, bytes(_rx_packet(START, 3, payload)))
     assert r.retval == 3  # XDP_TX: the SACK
     assert maps.read_region(RX_REGION, 3 * CE, SEG) == payload
     assert maps.read_region(RX_REGION, 0, 3 * CE) == bytes(3 * CE), "nothing before it"
@@ -148,7 +149,7 @@ def test_receiver_places_a_3k_payload_over_three_elements(program, maps, rq):
 
 @needs_bpf
 def test_receiver_refuses_a_payload_that_ends_beyond_the_region(program, maps, rq):
-    r = nic.bpfsys.prog_test_run(program.fd, bytes(_rx_packet(START, 4, os.urandom(SEG))))
+    r = bpfsys.prog_test_run(program.fd, bytes(_rx_packet(START, 4, os.urandom(SEG))))
     answer = Ether(r.data_out)
     assert answer[w.MRCAck].nack_reason == w.NackReason.UNEXP_EVENT  # remote access: fatal
     assert maps.read_region(RX_REGION, 0, RX_ELEMS * CE) == bytes(RX_ELEMS * CE)

@@ -141,35 +141,17 @@ ACK_HDRS_LEN = BTH_LEN + AETH_LEN + ACK_EXT_LEN  # 48
 PROBE_HDRS_LEN = BTH_LEN + PROBE_EXT_LEN  # 28
 WRITE_OVERHEAD = IPV4_UDP_LEN + WRITE_HDRS_LEN + ICRC_LEN  # 76
 WRITE_IMM_OVERHEAD = IPV4_UDP_LEN + WRITE_IMM_HDRS_LEN + ICRC_LEN  # 80
-
-
 Opcode = defs.Opcode
-
-
 OP_VENDOR_FIRST = defs.MRC_OP_VENDOR_FIRST
 DATA_OPCODES = frozenset({Opcode.WRITE, Opcode.WRITE_IMM})
-
-
 Syndrome = defs.Syndrome
-
-
 NackReason = defs.NackReason
-
-
 RETRYABLE_NACKS = frozenset(set(NackReason) - {NackReason.NONE, NackReason.UNEXP_EVENT})
 TRIM_NACKS = frozenset({NackReason.TRIMMED, NackReason.TRIMMED_LASTHOP})
-
-
 AckFlag = defs.AckFlag
-
-
 Dscp = defs.Dscp
-
-
 TRIMMABLE_DSCPS = frozenset({Dscp.TRIMMABLE, Dscp.TRIMMABLE_RETX})
 TRIMMED_DSCPS = frozenset({Dscp.TRIMMED, Dscp.TRIMMED_LASTHOP})
-
-
 Ecn = defs.Ecn
 
 
@@ -281,8 +263,6 @@ for _syndrome in (s for s in Syndrome if s != Syndrome.ACK):
     bind_bottom_up(AETH, MRCAck, syndrome=_syndrome)
 bind_layers(BTH, MRCProbe, opcode=Opcode.PROBE)
 bind_bottom_up(BTH, MRCProbe, opcode=Opcode.PROBE_REPLY)
-
-
 # ---- builders ---------------------------------------------------------------------
 
 
