@@ -36,33 +36,30 @@ import argparse
 import json
 import os
 import platform
-import statistics
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from bench_all import (  # noqa: E402
+from mrc_nic import resources
+from mrc_nic.fabric import faults
+from mrc_nic.kernel import cpustat
+from mrc_nic.lab import ctl, topology
+from mrc_nic.workloads import peers, rdma_write
+from mrc_nic.workloads.benchkit import (
     add_common_args,
     begin,
     load_avg,
     log,
+    median,
     own_lab,
     print_table,
     pyplot,
+    ratio,
     save_png,
     table_row,
     verdict,
 )
-
-from mrc_nic.fabric import faults
-from mrc_nic.kernel import cpustat  # noqa: E402
-from mrc_nic.lab import ctl, topology
-from mrc_nic.workloads import peers, rdma_write
 
 PID = os.getpid()
 MIB = 2**20
@@ -84,10 +81,6 @@ PEER_LABEL = {
 
 def fmt(value: float | None, spec: str = ".3f") -> str:
     return "-" if value is None else format(value, spec)
-
-
-def ratio(a: float | None, b: float | None) -> float | None:
-    return round(a / b, 3) if a is not None and b else None
 
 
 # ---- one run of each peer ----------------------------------------------------------
@@ -170,11 +163,6 @@ def summarize(runs: list[dict[str, Any]], msg_bytes: int) -> dict[str, Any]:
         "runs_ok": f"{len(ok)}/{len(runs)}",
         "machine_busy_cpus": median([r.get("machine_busy_cpus") for r in runs]),
     }
-
-
-def median(values: list[float | None]) -> float | None:
-    got = [v for v in values if v is not None]
-    return statistics.median(got) if got else None
 
 
 def msg_bytes_of(peer: str, write_size: int) -> int:
@@ -458,7 +446,7 @@ def plots(result: dict[str, Any], out: Path) -> list[str]:
 # ---- main --------------------------------------------------------------------------
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    add_common_args(p, quick_help="one round, shorter runs (~1 minute)")
+    add_common_args(p, __file__, quick_help="one round, shorter runs (~1 minute)")
     p.add_argument("--only", choices=("goodput", "loss"), help="run one part only")
     p.add_argument("--rounds", type=int, help="rounds per case (default 5, quick 1)")
     p.add_argument("--seconds", type=float, help="each stream (default 3, quick 2)")
@@ -469,7 +457,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--mpr", type=int, default=8, help="mrc-nic WRITE's MPR (default 8, as mrc-nic write)"
     )
     p.add_argument("--bin-ms", type=float, default=10.0, help="peers' time bins (default 10)")
-    p.add_argument("--topology", default=str(ROOT / "netns" / "default.toml"))
+    p.add_argument("--topology", default=str(resources.DEFAULT_TOPOLOGY))
     args = p.parse_args(argv)
     args.rounds = args.rounds or (1 if args.quick else 5)
     args.seconds = args.seconds or (2.0 if args.quick else 3.0)
@@ -500,6 +488,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     texts = []
     with own_lab(topo) as up_seconds:
+        up_seconds = round(up_seconds, 2)
         result["lab_up_seconds"] = up_seconds
         log(f"lab {name} up in {up_seconds} s")
         result["mptcp_setup"] = peers.mptcp_setup(topo, "h0", "h1")

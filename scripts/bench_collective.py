@@ -60,28 +60,22 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-for _p in (ROOT, ROOT / "scripts"):
-    if str(_p) not in sys.path:
-        sys.path.insert(0, str(_p))
-
-from bench_all import (  # noqa: E402
-    exit_on_sigterm,
+from mrc_nic import resources
+from mrc_nic.fabric import faults
+from mrc_nic.kernel import cpustat
+from mrc_nic.lab import topology
+from mrc_nic.workloads import collective, rdma_write
+from mrc_nic.workloads.benchkit import (
+    add_common_args,
+    begin,
     load_avg,
     log,
+    own_lab,
     print_table,
-    run_header,
+    pyplot,
     save_png,
     table_row,
 )
-
-from mrc_nic.fabric import (
-    faults,
-    testbed,  # noqa: E402
-)
-from mrc_nic.kernel import cpustat
-from mrc_nic.lab import topology
-from mrc_nic.workloads import collective, rdma_write  # noqa: E402
 
 MIB = 2**20
 NAMES = {"mrc": "mrc-nic", "tcp": "TCP", "mptcp": "MPTCP"}
@@ -331,13 +325,8 @@ def report_lines(summary: dict[str, dict[str, Any]], args: argparse.Namespace) -
 
 # ---- the plot -------------------------------------------------------------------------------
 def plot(result: dict[str, Any], out: Path) -> str | None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        log("matplotlib is not installed (scripts/setup installs it): no plot")
+    plt = pyplot("plot")
+    if plt is None:
         return None
     runs = result["runs"]
     n = len(result["schedule"]["hosts"])
@@ -389,8 +378,7 @@ def plot(result: dict[str, Any], out: Path) -> str | None:
 # ---- main ---------------------------------------------------------------------------------
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true", help="64 MiB, one round (2-3.5 minutes)")
-    p.add_argument("--out", default=str(ROOT / "out" / "bench"), help="JSON and PNG go here")
+    add_common_args(p, __file__, quick_help="64 MiB, one round (2-3.5 minutes)")
     p.add_argument("--size", help="the all-reduce's size (default 256M, quick 64M)")
     p.add_argument("--rounds", type=int, help="jobs per transport and case (default 2, quick 1)")
     p.add_argument("--peers", default="tcp,mptcp", help="kernel peers: tcp, mptcp or both")
@@ -416,7 +404,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--healthy-limit", type=float, help="seconds per healthy job (default 0.5 s per MiB, >= 60)"
     )
-    p.add_argument("--topology", default=str(ROOT / "netns" / "clos-8.toml"))
+    p.add_argument("--topology", default=str(resources.TOPOLOGY_DIR / "clos-8.toml"))
     args = p.parse_args(argv)
     args.size = rdma_write.parse_size(args.size or ("64M" if args.quick else "256M"))
     args.rounds = args.rounds or (1 if args.quick else 2)
@@ -436,17 +424,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
-    if os.geteuid() != 0:
-        print("bench_collective: needs root (namespaces, BPF)", file=sys.stderr)
-        return 2
-    exit_on_sigterm()
-    result: dict[str, Any] = run_header(__file__, argv)
+    result: dict[str, Any] = begin(__file__, argv)
     name = f"bcol{os.getpid()}"[:12]
     topo = topology.load(args.topology, lab=name)
     faults.resolve_target(topo, tuple(args.fault.split()))  # a wrong target fails now
-    if name in testbed.labs_present():  # never take down a lab this run did not make
-        print(f"bench_collective: lab {name} already exists here: not touched", file=sys.stderr)
-        return 2
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     transports = ["mrc", *args.peers]
@@ -467,10 +448,8 @@ def main(argv: list[str] | None = None) -> int:
         warmup=[],
     )
     started = time.monotonic()
-    try:
-        t0 = time.monotonic()
-        testbed.up(topo)
-        result["lab_up_seconds"] = round(time.monotonic() - t0, 1)
+    with own_lab(topo) as up_seconds:  # never takes down a lab this run did not make
+        result["lab_up_seconds"] = round(up_seconds, 1)
         log(
             f"lab {name} up in {result['lab_up_seconds']} s "
             f"({topo.hosts} hosts, {topo.planes} planes)"
@@ -500,12 +479,6 @@ def main(argv: list[str] | None = None) -> int:
                 run["round"] = r
                 runs[t]["fault"].append(run)
                 log(f"  failure round {r + 1}/{args.rounds} {job_line(t, run)}")
-    finally:
-        try:
-            testbed.down(name)
-            log(f"lab {name} down")
-        except Exception as e:  # said; the first error (if any) still propagates
-            log(f"lab {name}: down failed ({e}); run: mrc-nic down -l {name}")
     result["seconds"] = round(time.monotonic() - started, 1)
     result["summary"] = summary = summarize(runs)
     result["table"] = table_rows(summary, args, topo)

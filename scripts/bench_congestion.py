@@ -38,11 +38,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from mrc_nic.transport import nscc  # noqa: E402
+from mrc_nic.transport import nscc
 from mrc_nic.workloads import scenario
 
 PID = os.getpid() % 10**5

@@ -65,11 +65,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from bench_all import (  # noqa: E402
+from mrc_nic import nic, resources
+from mrc_nic.fabric import faults
+from mrc_nic.lab import ctl, topology
+from mrc_nic.workloads import peers, rdma_write
+from mrc_nic.workloads.benchkit import (
     add_common_args,
     begin,
     load_avg,
@@ -81,11 +81,6 @@ from bench_all import (  # noqa: E402
     table_row,
     verdict,
 )
-
-from mrc_nic import nic  # noqa: E402
-from mrc_nic.fabric import faults
-from mrc_nic.lab import ctl, topology
-from mrc_nic.workloads import peers, rdma_write
 
 GAP_TARGET_S = 1e-3  # issue 4: under 1 ms
 GAP_TARGET_RATIO = 1000  # issue 7: three orders of magnitude below MPTCP's
@@ -641,7 +636,7 @@ def plot(report: dict[str, Any], path: Path) -> str | None:
 # ---- main --------------------------------------------------------------------------
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    add_common_args(p, quick_help="shorter transfers (about 1 minute)")
+    add_common_args(p, __file__, quick_help="shorter transfers (about 1 minute)")
     p.add_argument("--size", help="bytes per WRITE (default 1536M, quick 768M)")
     p.add_argument(
         "--seconds", type=float, help="MPTCP stream length (default --fault-at + 3, quick + 2)"
@@ -685,7 +680,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     report = begin(__file__, argv)
     name = f"bfo{os.getpid()}"
-    topo = topology.load(ROOT / "netns" / "default.toml", lab=name)
+    topo = topology.load(resources.DEFAULT_TOPOLOGY, lab=name)
     if not 0 <= args.plane < topo.planes:
         print(f"bench_failover: no plane {args.plane} (0..{topo.planes - 1})", file=sys.stderr)
         return 2

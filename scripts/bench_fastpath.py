@@ -58,21 +58,24 @@ import platform
 import shutil
 import signal
 import socket
-import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from mrc_nic import nic  # noqa: E402
+from mrc_nic import nic, resources
 from mrc_nic.kernel import bpfsys, cpustat, netns, xdp
 from mrc_nic.nic import wire
 from mrc_nic.transport import transfer
+from mrc_nic.workloads.benchkit import (
+    exit_on_sigterm,
+    log,
+    median,
+    own_lab,
+    ratio,
+    require_root,
+)
 
 PID = os.getpid()
 MIB = 2**20
@@ -247,15 +250,6 @@ CASE_LABEL = {
 
 
 # ---- small tools ------------------------------------------------------------------
-
-
-def median(values: list[float | None]) -> float | None:
-    got = [v for v in values if v is not None]
-    return statistics.median(got) if got else None
-
-
-def ratio(a: float | None, b: float | None) -> float | None:
-    return round(a / b, 3) if a is not None and b else None
 
 
 def fmt(value: float | None, spec: str = ".2f", none: str = "-") -> str:
@@ -769,11 +763,10 @@ def mptcp_tooling() -> str:
 
 
 def part_write(args: argparse.Namespace, log) -> dict[str, Any]:
-    from mrc_nic.fabric import testbed
     from mrc_nic.lab import topology
 
     name = f"bfp{PID}"
-    topo = topology.load(ROOT / "netns" / "uncapped.toml", lab=name)
+    topo = topology.load(resources.TOPOLOGY_DIR / "uncapped.toml", lab=name)
     mprs = [m for m in args.mprs if m <= nic.MPR_MAX]
     why = f"above MPR_MAX = {nic.MPR_MAX} (mrc_nic/nic.py: a {nic.BITMAP_BITS}-PSN bitmap)"
     skipped = [{"mpr": m, "reason": why} for m in args.mprs if m > nic.MPR_MAX]
@@ -791,12 +784,8 @@ def part_write(args: argparse.Namespace, log) -> dict[str, Any]:
     udp_runs: list[dict[str, Any]] = []
     mp_runs: list[dict[str, Any]] = []
     mptcp_note = None
-    if name in testbed.labs_present():  # never take down a lab this run did not make
-        raise RuntimeError(f"lab {name} already exists on this machine: not touched")
-    t0 = time.monotonic()
-    try:
-        testbed.up(topo)
-        out["lab_up_seconds"] = round(time.monotonic() - t0, 2)
+    with own_lab(topo) as up_seconds:  # never takes down a lab this run did not make
+        out["lab_up_seconds"] = round(up_seconds, 2)
         log(f"  lab {name} up in {out['lab_up_seconds']} s")
         if not args.no_mptcp:
             try:
@@ -827,8 +816,6 @@ def part_write(args: argparse.Namespace, log) -> dict[str, Any]:
                 run["round"] = r
                 mp_runs.append(run)
                 log(f"  mptcp round {r + 1}/{args.rounds}: {fmt(run.get('gbps'))} Gbit/s")
-    finally:
-        testbed.down(name)
     rows = []
     for mpr in mprs:
         mine = [x for x in mrc_runs if x["mpr"] == mpr]
@@ -928,49 +915,31 @@ def report_sack(res: dict[str, Any]) -> str:
     return "\n".join([head, body, foot])
 
 
+def peer_cells(label: str, r: dict[str, Any], extra: str, runs: str) -> list[str]:
+    """One line of part 2's table: rate, packet rate (if measured), CPUs, rate per CPU."""
+    mpps = fmt(r["mpps"], ".3f") if "mpps" in r else "-"
+    per_cpu = fmt(ratio(r["gbps"], r["cpu_cores"]))
+    return [label, fmt(r["gbps"]), mpps, fmt(r["cpu_cores"]), per_cpu, extra, runs]
+
+
 def report_write(res: dict[str, Any]) -> str:
     rows = []
     for row in res["mrc"]:
         mpr = row["peer"].removeprefix("mrc_mpr")
-        rows.append(
-            [
-                f"MRC WRITE, 1 QP, mpr {mpr} (4 planes)",
-                fmt(row["gbps"]),
-                fmt(row["mpps"], ".3f"),
-                fmt(row["cpu_cores"]),
-                fmt(ratio(row["gbps"], row["cpu_cores"])),
-                f"retx {fmt(row['retransmits'], '.0f')}",
-                f"{row['complete']} complete+exact",
-            ]
-        )
+        label = f"MRC WRITE, 1 QP, mpr {mpr} (4 planes)"
+        retx = f"retx {fmt(row['retransmits'], '.0f')}"
+        rows.append(peer_cells(label, row, retx, f"{row['complete']} complete+exact"))
     u = res["iperf3_udp"]
-    rows.append(
-        [
-            f"iperf3 -u -b 0 -l {res['seg']} (plane 0)",
-            fmt(u["gbps"]),
-            fmt(u["mpps"], ".3f"),
-            fmt(u["cpu_cores"]),
-            fmt(ratio(u["gbps"], u["cpu_cores"])),
-            f"loss {fmt(u['lost_percent'])}%",
-            f"{u['complete']} runs",
-        ]
-    )
+    label = f"iperf3 -u -b 0 -l {res['seg']} (plane 0)"
+    rows.append(peer_cells(label, u, f"loss {fmt(u['lost_percent'])}%", f"{u['complete']} runs"))
     m = res["mptcp"]
     note = res.get("mptcp_setup") or {}
     if "skipped" in note:
         rows.append(["MPTCP, 4 subflows", "-", "-", "-", "-", "-", f"skipped: {note['skipped']}"])
     else:
-        rows.append(
-            [
-                "MPTCP, 4 subflows (python sockets)",
-                fmt(m["gbps"]),
-                "-",
-                fmt(m["cpu_cores"]),
-                fmt(ratio(m["gbps"], m["cpu_cores"])),
-                f"subflows {fmt(m['subflows'], '.0f')}",
-                f"{m['complete']} runs",
-            ]
-        )
+        label = "MPTCP, 4 subflows (python sockets)"
+        subflows = f"subflows {fmt(m['subflows'], '.0f')}"
+        rows.append(peer_cells(label, m, subflows, f"{m['complete']} runs"))
     head = (
         f"2. Single-QP WRITE goodput vs peers: lab {res['lab']} ({res['topology']}), "
         f"{res['size_bytes'] // MIB} MiB per WRITE, peers {res['iperf3_seconds']} s, "
@@ -1031,24 +1000,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def _sigterm(*_: object) -> None:
-    if os.getpid() != PID:
-        # A forked child (pyroute2's namespace helpers are forks of this
-        # process, and pyroute2 ends them with SIGTERM): die as by default,
-        # never unwind this process's stack and its cleanup in a copy.
-        os._exit(128 + signal.SIGTERM)
-    raise SystemExit("terminated")  # unwinds through every finally: cleanup runs
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    if os.geteuid() != 0:
-        print("bench_fastpath: needs root (namespaces, BPF)", file=sys.stderr)
-        return 2
-    signal.signal(signal.SIGTERM, _sigterm)
-
-    def log(msg: str) -> None:
-        print(msg, file=sys.stderr, flush=True)
+    require_root(__file__)
+    exit_on_sigterm()  # unwinds through every finally: cleanup runs
 
     started = time.monotonic()
     result: dict[str, Any] = {

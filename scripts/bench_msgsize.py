@@ -87,25 +87,20 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from bench_all import (  # noqa: E402
-    exit_on_sigterm,
-    log,
-    print_table,
-    pyplot,
-    run_header,
-    save_png,
-    table_row,
-)
-
-from mrc_nic import nic  # noqa: E402
-from mrc_nic.fabric import testbed  # noqa: E402
+from mrc_nic import nic, resources
 from mrc_nic.lab import ctl, topology
 from mrc_nic.observe import eventlog
 from mrc_nic.workloads import peers, rdma_write
+from mrc_nic.workloads.benchkit import (
+    add_common_args,
+    begin,
+    log,
+    own_lab,
+    print_table,
+    pyplot,
+    save_png,
+    table_row,
+)
 
 KIB, MIB = 2**10, 2**20
 SIZES = [64, KIB, 4 * KIB, 64 * KIB, MIB, 16 * MIB, 64 * MIB]
@@ -526,6 +521,7 @@ class Peers:
         cmd = [sys.executable, str(Path(__file__).resolve()), "--role", role, json.dumps(args)]
         proc = subprocess.Popen(
             ["ip", "netns", "exec", self.topo.netns(host), *cmd],
+            env=resources.python_path_env(),  # this same mrc_nic in the namespace
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -798,14 +794,13 @@ def plots(sizes: list[dict], samples: dict, out: Path) -> list[str]:
 # ---- main --------------------------------------------------------------------------
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true", help="shorter runs (the whole in ~2 minutes)")
+    add_common_args(p, __file__, quick_help="shorter runs (the whole in ~2 minutes)")
     p.add_argument("--seconds", type=float, help="each figure's run (default 2, quick 0.6)")
     p.add_argument("--warmup", type=float, help="mrc-nic's warm-up write (default 0.3, quick 0.1)")
     p.add_argument("--sizes", help="message sizes, e.g. 64,1K,64K,16M (default: 64 B .. 64 MiB)")
     p.add_argument("--no-mptcp", action="store_true", help="TCP only as the peer")
     p.add_argument("--mpr", type=int, default=8, help="mrc-nic QP's MPR (default 8)")
-    p.add_argument("--out", default=str(ROOT / "out" / "bench"), help="JSON and PNG go here")
-    p.add_argument("--topology", default=str(ROOT / "netns" / "default.toml"))
+    p.add_argument("--topology", default=str(resources.DEFAULT_TOPOLOGY))
     args = p.parse_args(argv)
     args.seconds = args.seconds or (0.6 if args.quick else 2.0)
     args.warmup = args.warmup if args.warmup is not None else (0.1 if args.quick else 0.3)
@@ -813,61 +808,61 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    if os.geteuid() != 0:
-        print("bench_msgsize: needs root (namespaces, BPF)", file=sys.stderr)
-        return 2
-    exit_on_sigterm()
-    name = f"bm{os.getpid()}"[:12]
-    topo = topology.load(args.topology, lab=name)
-    if name in testbed.labs_present():  # never take down a lab this run did not make
-        print(f"bench_msgsize: lab {name} already exists here: not touched", file=sys.stderr)
-        return 2
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    result: dict[str, Any] = run_header(__file__, sys.argv[1:] if argv is None else argv)
-    result.update(lab=name, topology=args.topology, seconds_per_figure=args.seconds)
-    transports = ["mrc", "tcp"] + ([] if args.no_mptcp else ["mptcp"])
+def measure(
+    name: str, args: argparse.Namespace, transports: list[str], peer_procs: Peers, room: int
+) -> tuple[list[dict], dict[str, dict[str, list[int]]]]:
+    """Every size in turn, each transport on it (their order turned every size):
+    the figures per size and the latency samples."""
     sizes: list[dict] = []
     samples: dict[str, dict[str, list[int]]] = {}
+    for i, size in enumerate(args.sizes):
+        entry: dict[str, Any] = {"size": size}
+        got: dict[str, list[int]] = {}
+        order = transports[i % len(transports) :] + transports[: i % len(transports)]
+        for t in order:
+            if t == "mrc":
+                try:
+                    entry["mrc"], mrc_samples = run_mrc(name, size, args, room)
+                    got["mrc"], got["mrc_one_way"] = mrc_samples["rtt"], mrc_samples["one_way"]
+                except (RuntimeError, ctl.DaemonError) as e:
+                    entry["mrc"] = {"error": str(e)}
+            else:
+                entry[t], got[t] = run_peer(peer_procs, t, size, args)
+            log(
+                f"  {size_name(size):>7} {t:6} p50 "
+                f"{fmt(get(entry, t, 'lat', 't_typical'), '.1f')} us, "
+                f"{fmt(get(entry, t, 'bw', 'bw_average_gbps'), '.3f')} Gbit/s"
+                + (f"  ({entry[t]['error']})" if "error" in entry[t] else "")
+            )
+        sizes.append(entry)
+        samples[str(size)] = got
+    return sizes, samples
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse_args(argv)
+    result: dict[str, Any] = begin(__file__, argv)
+    name = f"bm{os.getpid()}"[:12]
+    topo = topology.load(args.topology, lab=name)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    result.update(lab=name, topology=args.topology, seconds_per_figure=args.seconds)
+    transports = ["mrc", "tcp"] + ([] if args.no_mptcp else ["mptcp"])
     started = time.monotonic()
     peer_procs = None
-    try:
-        testbed.up(topo)
-        log(f"lab {name} up in {time.monotonic() - started:.1f} s")
-        if "mptcp" in transports:
-            peers.mptcp_setup(topo, "h0", "h1")
-        room = chunk_room(topo)
-        peer_procs = Peers(topo)
-        peer_procs.start(120 + len(args.sizes) * (args.seconds * 8 + 30))
-        for i, size in enumerate(args.sizes):
-            entry: dict[str, Any] = {"size": size}
-            got: dict[str, list[int]] = {}
-            order = transports[i % len(transports) :] + transports[: i % len(transports)]
-            for t in order:
-                if t == "mrc":
-                    try:
-                        entry["mrc"], mrc_samples = run_mrc(name, size, args, room)
-                        got["mrc"], got["mrc_one_way"] = mrc_samples["rtt"], mrc_samples["one_way"]
-                    except (RuntimeError, ctl.DaemonError) as e:
-                        entry["mrc"] = {"error": str(e)}
-                else:
-                    entry[t], got[t] = run_peer(peer_procs, t, size, args)
-                log(
-                    f"  {size_name(size):>7} {t:6} p50 "
-                    f"{fmt(get(entry, t, 'lat', 't_typical'), '.1f')} us, "
-                    f"{fmt(get(entry, t, 'bw', 'bw_average_gbps'), '.3f')} Gbit/s"
-                    + (f"  ({entry[t]['error']})" if "error" in entry[t] else "")
-                )
-            sizes.append(entry)
-            samples[str(size)] = got
-    finally:
+    with own_lab(topo) as up_seconds:  # never takes down a lab this run did not make
+        log(f"lab {name} up in {up_seconds:.1f} s")
         try:
+            if "mptcp" in transports:
+                peers.mptcp_setup(topo, "h0", "h1")
+            room = chunk_room(topo)
+            peer_procs = Peers(topo)
+            peer_procs.start(120 + len(args.sizes) * (args.seconds * 8 + 30))
+            sizes, samples = measure(name, args, transports, peer_procs, room)
+        finally:
             if peer_procs is not None:
                 result["peer_processes"] = peer_procs.close()
-        finally:
-            _down(name)
     result["seconds"] = round(time.monotonic() - started, 1)
     result["sizes"] = sizes
     result["table"] = table(sizes)
@@ -887,14 +882,6 @@ def main(argv: list[str] | None = None) -> int:
     path.write_text(json.dumps(result) + "\n")
     print(f"\nJSON: {path}" + "".join(f"\nPNG: {p}" for p in result["plots"]))
     return 0
-
-
-def _down(name: str) -> None:
-    try:
-        testbed.down(name)
-        log(f"lab {name} down")
-    except Exception as e:  # said, and the first error (if any) still propagates
-        log(f"lab {name}: down failed ({e}); run: mrc-nic down -l {name}")
 
 
 def role_main(argv: list[str]) -> int:

@@ -45,15 +45,12 @@ import threading
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from mrc_nic.fabric import testbed  # noqa: E402
+from mrc_nic import resources
 from mrc_nic.lab import state, topology
 from mrc_nic.observe import jsonenc, rates, stats
 from mrc_nic.transport import transfer
 from mrc_nic.workloads import traffic
+from mrc_nic.workloads.benchkit import own_lab, require_root
 
 INTERVAL = 0.1
 TICKS_PER_SECOND = os.sysconf("SC_CLK_TCK")
@@ -74,7 +71,7 @@ def measure_reader(lab: str, seconds: float) -> dict:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        cwd=ROOT,
+        env=resources.python_path_env(),  # this same mrc_nic
         # Ctrl-C ends the stream, also when this runs in the background of a
         # shell script, which starts it with SIGINT ignored.
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
@@ -222,33 +219,28 @@ def lab_for(args: argparse.Namespace):
         return
     name = f"bst{os.getpid() % 100000}"
     topo = topology.load(args.topology, lab=name)
-    testbed.up(topo)
-    try:
+    with own_lab(topo):  # down by its exact name at the end; never someone else's
         yield topo, True
-    finally:
-        testbed.down(name)
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("-l", "--lab", help="an existing lab (default: bring one up)")
     parser.add_argument(
         "-t",
         "--topology",
         type=Path,
-        default=ROOT / "netns" / "default.toml",
+        default=resources.DEFAULT_TOPOLOGY,
         help="topology of the lab it brings up (default: netns/default.toml)",
     )
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--peer-seconds", type=float, default=3.0)
     parser.add_argument("--no-traffic", action="store_true")
     parser.add_argument("--json", metavar="FILE", help="also write the figures here")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.lab and args.topology != parser.get_default("topology"):
         parser.error("-t brings up a lab of that topology; -l uses an existing one: not both")
-    if os.geteuid() != 0:
-        print("bench_stats.py needs root (namespaces, BPF maps)", file=sys.stderr)
-        return 2
+    require_root(__file__)
     with lab_for(args) as (topo, own):
         if own and not args.no_traffic:
             transfer.write(topo, "h0", "h1", 8 * 2**20)  # QPs and EVs in the NIC maps

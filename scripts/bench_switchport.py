@@ -37,15 +37,11 @@ import argparse
 import json
 import platform
 import statistics
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from mrc_nic.fabric import switchport as sp  # noqa: E402
-from mrc_nic.kernel import bpfsys  # noqa: E402
+from mrc_nic import resources
+from mrc_nic.fabric import switchport as sp
+from mrc_nic.kernel import bpfsys
 from mrc_nic.nic import wire
 
 KEY0 = (0).to_bytes(4, "little")
@@ -62,7 +58,7 @@ def compile_program(bpf_dir: Path):
 
     bpf = BPF(
         src_file=str(bpf_dir / "switch_port.c").encode(),
-        cflags=["-DMAX_PORT_KEYS=8", f"-I{bpf_dir}", f"-I{sp.BPF_DIR}"],
+        cflags=["-DMAX_PORT_KEYS=8", f"-I{bpf_dir}", f"-I{resources.BPF_DIR}"],
     )
     return bpf, bpf.load_func(b"switch_port", BPF.SCHED_CLS).fd
 
@@ -113,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", metavar="FILE")
     args = p.parse_args(argv)
 
-    bpf, fd = compile_program(sp.BPF_DIR)
+    bpf, fd = compile_program(resources.BPF_DIR)
     queue = Queue(bpf)
     old = compile_program(args.before) if args.before else None
     ect, not_ect = frame(), frame(wire.Ecn.NOT_ECT)
