@@ -1,0 +1,149 @@
+"""events: what happened in a lab, from its event log (mrc_nic.observe.eventlog)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+import click
+
+from mrc_nic.cli.common import DURATION, lab_option, pick_lab
+
+# What `events` shows unless told otherwise: state changes, not the per-packet
+# and per-message records (loss, send_done, recv_imm), which --all adds.
+STATE_TYPES = ("ev_state", "ev_replaced", "qp_err", "qp_error", "fault", "heal")
+ALL_TYPES = (*STATE_TYPES, "loss", "send_done", "recv_imm")
+POLL_WAIT_S = 1.0
+
+
+def describe(e: dict) -> str:
+    """One event as one line of text (after its time and type)."""
+    qp = f"QP {e['qpn']:#x}" if "qpn" in e else ""
+    kind = e["type"]
+    if kind == "ev_state":
+        change = f"{e['old_state']} -> {e['new_state']}"
+        return f"{qp} EV {e['ev']}: {change} ({e['cause']}, PSN {e['psn']})"
+    if kind == "ev_replaced":
+        return f"{qp} EV {e['old_ev']} replaced by EV {e['new_ev']} (plane {e['plane']})"
+    if kind == "loss":
+        return f"{qp} PSN {e['psn']} lost on EV {e['ev']} (seen from the SACK of {e['ack_psn']})"
+    if kind == "qp_err":
+        return f"{qp} ERR: fatal NACK, syndrome {e['syndrome']}, reason {e['reason']}"
+    if kind == "qp_error":
+        qps = ", ".join(f"{q:#x}" for q in e.get("qpns", []))
+        return f"QP {qps} in ERR: {e.get('message')}"
+    if kind == "fault":
+        extra = "".join(
+            f" {k} {e[k]}" for k in ("direction", "rate", "period", "duration") if k in e
+        )
+        return f"fault {e['id']} on {e['target']}: {e['mode']}{extra}"
+    if kind == "heal":
+        return f"fault {e['id']} on {e['target']} ({e['mode']}) healed"
+    if kind in ("send_done", "recv_imm"):
+        return f"{qp} message MSN {e['msn']}, {e['len']} bytes"
+    return json.dumps(e)
+
+
+def _line(e: dict) -> str:
+    clock = time.strftime("%H:%M:%S", time.localtime(e["time"]))
+    ms = int(e["time"] * 1000) % 1000
+    host = e.get("host") or "-"
+    return f"{clock}.{ms:03d}  {e['seq']:>6}  {e['type']:<9} {host:<4} {describe(e)}"
+
+
+@click.command(
+    epilog="""\b
+Examples:
+  mrc-nic events                          # the state changes so far
+  mrc-nic events --follow                 # and new ones as they come (Ctrl-C ends)
+  mrc-nic events --all --host h0          # every record of h0's QPs, losses included
+  mrc-nic events --type fault,heal --format jsonl
+\b
+Missed events are counted exactly: "evicted" ones left the log (it keeps the
+last 65536) before they were read; "lost in the NIC" ones never reached it
+(the ring buffer was full)."""
+)
+@click.option("--follow", "-f", is_flag=True, help="Keep printing new events.")
+@click.option("--all", "all_types", is_flag=True, help="Losses and completions too.")
+@click.option("--type", "types", default=None, help=f"Comma list of: {', '.join(ALL_TYPES)}.")
+@click.option("--host", default=None, help="Only events of this host's QPs (and lab-wide ones).")
+@click.option("--since", type=click.IntRange(0), default=0, help="After this sequence number.")
+@click.option("--duration", type=DURATION, default=None, help="With --follow: stop after this.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "json", "jsonl"]),
+    default="table",
+    show_default=True,
+    help="json: one array; jsonl: one object per line (with --follow too).",
+)
+@lab_option
+def events(follow, all_types, types, host, since, duration, fmt, lab):
+    """EV state changes, faults applied and healed, QPs in error: with times."""
+    from mrc_nic.lab import ctl
+
+    name = pick_lab(lab)
+    wanted = _types(types, all_types)
+    collected: list[dict] = []
+    next_seq, evicted, lost = since, 0, 0
+    deadline = None if duration is None else time.monotonic() + duration
+    try:
+        while True:
+            wait = POLL_WAIT_S if follow else 0
+            if deadline is not None:
+                wait = max(0.0, min(wait, deadline - time.monotonic()))
+            request = {"op": "read", "since": next_seq, "types": list(wanted), "wait": wait}
+            try:
+                reply = ctl.call(name, ctl.EVENTS_SERVICE, request, timeout=wait + 10)
+            except ctl.DaemonError as e:
+                raise click.ClickException(
+                    f"the event log of lab {name} is not running ({e}); "
+                    f"`mrc-nic up --reuse -l {name}` restarts it"
+                ) from None
+            batch = [e for e in reply["events"] if host is None or e.get("host") in (None, host)]
+            _missed(reply["evicted"], "evicted from the log before they were read", fmt)
+            _missed(reply["nic_lost"] - lost, "lost in the NIC (its ring buffer was full)", fmt)
+            evicted += reply["evicted"]
+            lost = reply["nic_lost"]
+            next_seq = reply["next"]
+            if fmt == "json":
+                collected += batch
+            else:
+                for e in batch:
+                    click.echo(json.dumps(e) if fmt == "jsonl" else _line(e))
+                sys.stdout.flush()
+            if deadline is not None and time.monotonic() >= deadline:
+                break
+            if not follow and not reply["events"]:  # without --follow: until all is read
+                break
+    except KeyboardInterrupt:
+        pass
+    if fmt == "json":
+        click.echo(
+            json.dumps(
+                {"events": collected, "next": next_seq, "evicted": evicted, "nic_lost": lost},
+                indent=1,
+            )
+        )
+
+
+def _types(types: str | None, all_types: bool) -> tuple[str, ...]:
+    if types is None:
+        return ALL_TYPES if all_types else STATE_TYPES
+    chosen = tuple(t.strip() for t in types.split(",") if t.strip())
+    unknown = [t for t in chosen if t not in ALL_TYPES]
+    if unknown:
+        raise click.BadParameter(
+            f"unknown event type {unknown[0]!r}; choose from {', '.join(ALL_TYPES)}",
+            param_hint="--type",
+        )
+    return chosen
+
+
+def _missed(n: int, what: str, fmt: str) -> None:
+    if n > 0 and fmt != "json":
+        click.echo(f"[{n} events {what}]", err=True)
+
+
+COMMANDS = [events]

@@ -1,0 +1,176 @@
+"""up, down, status."""
+
+from __future__ import annotations
+
+import click
+from rich.markup import escape
+
+from mrc_nic.cli import output
+from mrc_nic.cli.common import default_topology_path, format_option, lab_option, snapshot_for
+
+
+def topology_option(help_text: str):
+    return click.option(
+        "-t", "--topology", "topology_file", default=None, metavar="FILE", help=help_text
+    )
+
+
+@click.command(
+    epilog="""\b
+Examples:
+  mrc-nic up
+  mrc-nic up -t netns/clos-8.toml
+  mrc-nic up -t netns/default.toml --name lab2   # a second lab beside the first
+
+Topology sections: [lab], [fabric], [links], [addressing] (README, "Topology
+files") and [queues]: switch egress queues, base_rtt, ecn, ecn_last_hop,
+kmin, kmax, trim, seed (docs/queues.md)."""
+)
+@topology_option("Topology TOML (default: netns/default.toml).")
+@click.option("--name", default=None, help="Lab name, overriding [lab].name of the file.")
+@click.option(
+    "--reuse",
+    is_flag=True,
+    help="If the lab is already up from the same topology, keep it (restarting any "
+    "host daemon that died) and exit 0.",
+)
+@format_option
+def up(topology_file: str | None, name: str | None, reuse: bool, fmt: str) -> None:
+    """Build a lab: namespaces, veth links, routes, queues and BPF port programs."""
+    from mrc_nic.fabric import testbed
+    from mrc_nic.lab import state, topology
+
+    topo = topology.load(topology_file or default_topology_path(), lab=name)
+    existing = state.LabState.load(topo.lab)
+    if reuse and existing and existing.phase == "up" and existing.topology == topo.raw:
+        output.info(f"lab {topo.lab} is already up (from {existing.topology_file}); reusing it")
+        restarted = testbed.start_daemons(topo)  # the supervisor's part: dead daemons come back
+        if restarted:
+            output.info(f"restarted the daemon of {', '.join(restarted)}")
+        return
+    if fmt == "table":
+        output.info(
+            f"bringing up lab [bold]{topo.lab}[/]: {topo.hosts} hosts, {topo.planes} "
+            f"planes, {topo.tiers} tier(s), {len(topo.nodes)} namespaces, "
+            f"{len(topo.links)} links"
+        )
+    report = testbed.up(topo)
+    if fmt == "json":
+        output.emit_json(report.__dict__)
+    else:
+        output.success(
+            f"lab {report.lab} is up in {report.seconds:.2f}s "
+            f"({report.namespaces} namespaces, {report.links} links)"
+        )
+
+
+@click.command()
+@lab_option
+@topology_option("Take down the lab this topology file names.")
+@click.option("--all", "all_labs", is_flag=True, help="Take down every lab on this machine.")
+def down(lab: str | None, topology_file: str | None, all_labs: bool) -> None:
+    """Remove exactly what `up` made (also after a crash). Safe to repeat."""
+    from mrc_nic.fabric import testbed
+    from mrc_nic.lab import topology
+
+    if topology_file:
+        lab = lab or topology.load(topology_file).lab
+    if all_labs:
+        labs = testbed.labs_present()
+    else:
+        labs = [lab] if lab else testbed.labs_present()
+        if len(labs) > 1:
+            raise click.UsageError(
+                f"several labs are up ({', '.join(labs)}); choose one with -l NAME or use --all"
+            )
+    if not labs:
+        output.info("no lab to take down")
+        return
+    for name in labs:
+        removed = testbed.down(name)
+        output.success(f"lab {name} is down ({len(removed)} namespaces removed)")
+
+
+@click.command()
+@lab_option
+@format_option
+def status(lab: str | None, fmt: str) -> None:
+    """What is up: hosts, planes, switches, links, their state, faults and counters."""
+    snap = snapshot_for(lab, fmt)
+    if snap is not None:
+        render_status(snap)
+
+
+def render_status(snap: dict) -> None:
+    t = snap["topology"]
+    output.info(
+        f"lab [bold]{snap['lab']}[/] ({escape(t['file'])}): {t['hosts']} hosts, "
+        f"{t['planes']} planes, "
+        f"{t['tiers']} tier(s), rate {t['rate']}, mtu {t['mtu']}, up in {snap['bringup_seconds']}s"
+    )
+    rows = []
+    for h in snap["hosts"]:
+        for p in h["ports"]:
+            k = p["kernel"] or {}
+            rows.append(
+                [
+                    h["name"],
+                    p["ifname"],
+                    p["plane"],
+                    p["address"],
+                    "up" if k.get("carrier") else "down",
+                    output.human_count(k.get("tx_packets", 0)),
+                    output.human_count(k.get("rx_packets", 0)),
+                ]
+            )
+    output.table(
+        "hosts", ["host", "port", "plane", "address", "state", "#tx pkts", "#rx pkts"], rows
+    )
+    rows = []
+    for lk in snap["links"]:
+        state = lk["state"]
+        style = "green" if state == "up" else "red"
+        rows.append(
+            [
+                lk["name"],
+                lk["plane"],
+                f"[{style}]{state}[/]",
+                "" if lk["fault"] is None else f"#{lk['fault']}",
+                *output.counter_cells(lk["up"], lk["down"]),
+            ]
+        )
+    output.table(
+        "links (pkts/bytes counted by the BPF port program)",
+        [
+            "link",
+            "plane",
+            "state",
+            "fault",
+            "#up pkts",
+            "#up bytes",
+            "#down pkts",
+            "#down bytes",
+            "#drops",
+        ],
+        rows,
+    )
+    if snap["faults"]:
+        rows = [
+            [
+                f"#{f['id']}",
+                f["target"],
+                f["text"],
+                len(f["links"]),
+                "" if f["drops"] is None else output.human_count(f["drops"]),
+                {True: "running", False: "dead", None: ""}[f["worker_alive"]],
+            ]
+            for f in snap["faults"]
+        ]
+        output.table(
+            "faults in force", ["id", "target", "fault", "#links", "#drops", "worker"], rows
+        )
+    else:
+        output.info("no faults in force")
+
+
+COMMANDS = [up, down, status]

@@ -1,0 +1,180 @@
+"""port show|set: the switch egress queues (ECN marking, trimming, buffer), live."""
+
+from __future__ import annotations
+
+import click
+
+from mrc_nic.cli import output
+from mrc_nic.cli.common import format_option, lab_option, pick_lab
+
+TARGETS = """\b
+Targets: a switch port (p0.t1a:t0a: switch p0.t1a, its port towards t0a),
+a link (p0.t1a-t0a: the switch ends), a switch (p0.t0a), 'plane N', or all.
+Sizes: 20000, 20k, 20KB, 20KiB, 1m; or a fraction of the port's BDP
+(link rate x [queues].base_rtt): 0.2bdp."""
+
+
+def _threshold(ctx: click.Context, param: click.Parameter, value: str | None):
+    from mrc_nic.fabric.queues import OFF
+    from mrc_nic.lab.topology import parse_threshold
+
+    if value is None:
+        return None
+    allow_off = param.name == "trim"
+    try:
+        parsed = parse_threshold(value.strip(), allow_off=allow_off)
+    except ValueError as e:
+        raise click.BadParameter(str(e)) from None
+    return OFF if parsed is None else parsed
+
+
+@click.group(
+    epilog="""\b
+Examples:
+  mrc-nic port show p0.t0a                  # every port of a switch
+  mrc-nic port set p0.t1a:t0a --kmin 20k --kmax 80k --trim 120k --buffer 200k
+  mrc-nic port set p1.t0a:h0 --ecn          # mark at a last hop too (MRC: off)
+  mrc-nic port set all --defaults           # back to the topology's settings"""
+)
+def port() -> None:
+    """Switch egress queues: ECN thresholds, trimming, buffer, backlog, counters."""
+
+
+@port.command("show", epilog=TARGETS)
+@click.argument("target", nargs=-1)
+@lab_option
+@format_option
+def port_show(target: tuple[str, ...], lab: str | None, fmt: str) -> None:
+    """Each port's queue: its settings, backlog now and what it marked, trimmed, dropped."""
+    from mrc_nic.fabric import queues
+
+    rows = queues.show_ports(pick_lab(lab), target)
+    if fmt == "json":
+        output.emit_json({"ports": rows})
+    else:
+        _print_rows(rows)
+
+
+@port.command(
+    "set",
+    epilog=TARGETS
+    + """
+\b
+A change empties the queue's twin and restarts its marking draws; a new
+buffer also resizes the port's real queue (its TBF).
+\b
+Examples:
+  mrc-nic port set p0.t1a:t0a --kmin 20k --kmax 80k --trim 120k --buffer 200k
+  mrc-nic port set p0.t0a-h0 --trim off
+  mrc-nic port set p2.t0b --no-ecn
+  mrc-nic port set all --kmin 0.1bdp --kmax 0.5bdp""",
+)
+@click.argument("target", nargs=-1, required=True)
+@click.option(
+    "--kmin",
+    "--ecn-kmin",
+    "kmin",
+    metavar="SIZE",
+    callback=_threshold,
+    help="Marking starts here.",
+)
+@click.option(
+    "--kmax",
+    "--ecn-kmax",
+    "kmax",
+    metavar="SIZE",
+    callback=_threshold,
+    help="Every ECT packet marked here.",
+)
+@click.option(
+    "--trim",
+    metavar="SIZE|off",
+    callback=_threshold,
+    help="Trim MRC data above this backlog; 'off' stops trimming.",
+)
+@click.option("--buffer", metavar="SIZE", callback=_threshold, help="What does not fit is dropped.")
+@click.option(
+    "--ecn/--no-ecn",
+    "ecn",
+    default=None,
+    help="Mark CE on ECT packets, or stop. On a last-hop port (T0 -> host) --ecn turns on "
+    "what MRC leaves off.",
+)
+@click.option("--seed", type=click.IntRange(0, 2**64 - 1), default=None, help="Marking draws.")
+@click.option("--defaults", is_flag=True, help="Start from the topology's settings.")
+@lab_option
+@format_option
+def port_set(target, kmin, kmax, trim, buffer, ecn, seed, defaults, lab, fmt):
+    """Change the queue of switch egress ports, live (all of them or none)."""
+    from mrc_nic.fabric import queues
+
+    change = queues.QueueChange(
+        ecn=ecn, kmin=kmin, kmax=kmax, trim=trim, buffer=buffer, seed=seed, defaults=defaults
+    )
+    if change.is_empty():
+        raise click.UsageError(queues.NOTHING_TO_CHANGE)
+    rows = queues.set_ports(pick_lab(lab), target, change)
+    if fmt == "json":
+        output.emit_json({"ports": rows})
+        return
+    output.success(f"{len(rows)} port queue(s) set")
+    _print_rows(rows)
+
+
+def _size(n: int | None) -> str:
+    return "off" if n is None else output.human_bytes(n)
+
+
+def _print_rows(rows: list[dict]) -> None:
+    from mrc_nic.lab.topology import format_rate
+
+    table = []
+    for r in rows:
+        q, c = r["queue"], r["counters"]
+        if q is None:
+            settings = ["none", "", "", "", "", "", "", ""]
+        else:
+            settings = [
+                format_rate(q["rate_bps"]),
+                "on" if q["ecn"] else "off",
+                _size(q["kmin"]),
+                _size(q["kmax"]),
+                _size(q["trim"]),
+                _size(q["buffer"]),
+                _size(q["bdp"]),
+                _size(q["backlog"]),
+            ]
+        table.append(
+            [
+                r["port"],
+                r["link"] + (" (last hop)" if r["lasthop"] else ""),
+                *settings,
+                output.human_count(c["ecn_marked"]),
+                output.human_count(c["trimmed"]),
+                output.human_count(c["drop_buffer"]),
+                output.human_bytes(c["backlog_hwm"]),
+            ]
+        )
+    output.table(
+        "switch egress queues",
+        [
+            "port",
+            "link",
+            "rate",
+            "ecn",
+            "#kmin",
+            "#kmax",
+            "#trim",
+            "#buffer",
+            "#bdp",
+            "#backlog",
+            "#marked",
+            "#trimmed",
+            "#dropped",
+            "#hwm",
+        ],
+        table,
+    )
+
+
+COMMANDS = [port]

@@ -1,0 +1,262 @@
+"""scenario incast|permutation: traffic patterns through the host daemons (issue 5)."""
+
+from __future__ import annotations
+
+import os
+
+import click
+
+from mrc_nic.cli import output
+from mrc_nic.cli.common import DURATION, format_option, lab_option, pick_lab
+
+EPILOG = """\b
+Without --topology it runs on the lab that is up (-l NAME). With --topology
+(a file, or a name in netns/: clos-8) it brings up a lab of its own, named
+scn<pid>, runs, and takes that lab down, also on error; --rate then sets
+every link's rate, so that the links, not this machine's CPUs, are the
+bottleneck (10mbit on clos-8 here; see docs/congestion.md)."""
+
+
+def _common(f):
+    for option in reversed(
+        [
+            click.option(
+                "--topology",
+                "topology_name",
+                default=None,
+                metavar="FILE|NAME",
+                help="Bring up a lab of its own from this topology (clos-8, or a file).",
+            ),
+            click.option(
+                "--rate", default=None, help="With --topology: every link's rate (10mbit)."
+            ),
+            click.option(
+                "--fabric-rate",
+                default=None,
+                help="With --topology: the T0-T1 links' rate (default: --rate).",
+            ),
+            click.option(
+                "--mtu",
+                type=int,
+                default=None,
+                help="With --topology: every link's IP MTU (1104..3506; 3152 or more: "
+                "3 KiB per packet).",
+            ),
+            click.option(
+                "--base-rtt",
+                default=None,
+                help="With --topology: [queues] base_rtt (default: the file's, at least 4 "
+                "MTUs' time on a link).",
+            ),
+            click.option(
+                "--duration",
+                type=DURATION,
+                default="4s",
+                show_default=True,
+                help="Each flow lasts about this long at its fair share.",
+            ),
+            click.option(
+                "--no-cc", is_flag=True, help="A fixed window (CC profile 0: NSCC disabled)."
+            ),
+            click.option(
+                "--cc-profile",
+                type=int,
+                default=None,
+                help="The QPs' CC profile (0 fixed, 1 NSCC: the default, 2 NSCC without QA).",
+            ),
+            click.option(
+                "--cwnd",
+                type=click.IntRange(0, 1024),
+                default=None,
+                help="The fixed window in packets (profile 0; default 128).",
+            ),
+            lab_option,
+            format_option,
+        ]
+    ):
+        f = option(f)
+    return f
+
+
+@click.group(
+    epilog="""\b
+Examples:
+  mrc-nic scenario incast --senders 7 --topology clos-8 --rate 10mbit
+  mrc-nic scenario incast --senders 7 --topology clos-8 --rate 10mbit --no-cc
+  mrc-nic scenario permutation --topology clos-8 --rate 10mbit --format json
+  mrc-nic scenario incast --senders 3 -l mylab      # on a lab that is up"""
+)
+def scenario() -> None:
+    """Traffic scenarios through the daemons: N:1 incast with a bystander, permutation."""
+
+
+@scenario.command(epilog=EPILOG)
+@click.option("--senders", type=click.IntRange(1, 252), default=7, show_default=True)
+@click.option("--receiver", default=None, help="The incast's receiver (default: the first host).")
+@click.option(
+    "--bystander",
+    default=None,
+    metavar="SRC:DST",
+    help="The bystander flow (default: to the receiver's T0 neighbour, from another T0).",
+)
+@click.option("--no-bystander", is_flag=True, help="Only the incast.")
+@_common
+def incast(senders, receiver, bystander, no_bystander, **kw):
+    """SENDERS hosts WRITE to one receiver at once, beside a bystander flow
+    that shares the spines' downlinks but not the receiver: per-flow goodput,
+    the bystander's against its fair share, QPs in ERR, what the switches
+    marked and trimmed."""
+    by: tuple[str, str] | bool = not no_bystander
+    if bystander:
+        if no_bystander:
+            raise click.UsageError("--bystander and --no-bystander exclude each other")
+        src, sep, dst = bystander.partition(":")
+        if not sep or not src or not dst:
+            raise click.BadParameter("use SRC:DST, e.g. h2:h1", param_hint="--bystander")
+        by = (src, dst)
+
+    def run(lab: str, **opts) -> dict:
+        from mrc_nic.workloads import scenario as sc
+
+        return sc.incast(lab, senders=senders, receiver=receiver, bystander=by, **opts)
+
+    _run(run, **kw)
+
+
+@scenario.command(epilog=EPILOG)
+@click.option(
+    "--seed", type=int, default=None, help="A random derangement (default: host i to i + a T0)."
+)
+@_common
+def permutation(seed, **kw):
+    """Every host WRITEs to another at once (a derangement): per-flow goodput
+    against the link rate."""
+
+    def run(lab: str, **opts) -> dict:
+        from mrc_nic.workloads import scenario as sc
+
+        return sc.permutation(lab, seed=seed, **opts)
+
+    _run(run, **kw)
+
+
+def _run(
+    run,
+    *,
+    topology_name,
+    rate,
+    fabric_rate,
+    mtu,
+    base_rtt,
+    duration,
+    no_cc,
+    cc_profile,
+    cwnd,
+    lab,
+    fmt,
+):
+    from mrc_nic.lab.topology import TopologyError
+    from mrc_nic.workloads import scenario as sc
+
+    if (rate or fabric_rate or base_rtt or mtu) and not topology_name:
+        raise click.UsageError(
+            "--rate, --fabric-rate, --mtu and --base-rtt need --topology (a lab of its own)"
+        )
+    if no_cc and cc_profile not in (None, 0):
+        raise click.UsageError("--no-cc is CC profile 0")
+    opts = dict(duration=duration, no_cc=no_cc, cc_profile=cc_profile, cwnd=cwnd)
+    try:
+        if topology_name:
+            topo = sc.scenario_topology(
+                topology_name,
+                lab or sc.unique_lab_name(),
+                rate=rate,
+                base_rtt=base_rtt,
+                fabric_rate=fabric_rate,
+                mtu=mtu,
+            )
+            if fmt == "table":
+                output.info(
+                    f"bringing up lab [bold]{topo.lab}[/] from {topo.path.name}: "
+                    f"{topo.hosts} hosts, {topo.planes} planes, links "
+                    f"{_mbit(topo.rate_bps)}, MTU {topo.mtu}, "
+                    f"base RTT {topo.queues.base_rtt_ns / 1e3:g} us"
+                )
+            with sc.with_lab(topo):
+                report = run(topo.lab, **opts)
+        else:
+            report = run(pick_lab(lab), **opts)
+    except (ValueError, TopologyError) as e:
+        raise click.UsageError(str(e)) from None
+    if fmt == "json":
+        output.emit_json(report)
+    else:
+        _print(report)
+    if report.get("qps_in_err") or any(f.get("error") for f in report["flows"]):
+        raise SystemExit(1)
+
+
+def _mbit(bps) -> str:
+    return "uncapped" if not bps else f"{bps / 1e6:.1f} Mbit/s"
+
+
+def _print(r: dict) -> None:
+    rows = [
+        [
+            f["name"],
+            f["role"],
+            _mbit(f["goodput_bps"]) if f["goodput_bps"] is not None else "-",
+            _mbit(f["fair_bps"]),
+            f"{f['ratio']:.2f}" if f["ratio"] is not None else "-",
+            f["retransmits"],
+            f["timeouts"],
+            f["cwnd_mean"] if f["cwnd_mean"] is not None else "-",
+            f["error"] or ",".join(sorted(set(f["qp_states"]))) or "-",
+        ]
+        for f in r["flows"]
+    ]
+    against = "fair" if r["scenario"] == "incast" else "link"
+    output.table(
+        f"{r['scenario']} on {r['lab']}, CC profile {r['cc_profile']} ({r['cc']}), "
+        f"window {r['window_s'][0]:.2f}-{r['window_s'][1]:.2f} s",
+        ["flow", "role", "#goodput", f"#{against}", "#ratio", "#retx", "#timeouts", "#cwnd", "qp"],
+        rows,
+    )
+    if r["scenario"] == "incast":
+        i = r["incast"]
+        output.info(
+            f"incast {i['senders']}:1 to {i['receiver']}: {_mbit(i['aggregate_bps'])} of "
+            f"{_mbit(i['receiver_link_bps'])} ({i['utilization']:.0%}; payload fills at most "
+            f"{i['ceiling']:.0%}), Jain fairness {i['jain_fairness']}"
+        )
+        b = r.get("bystander")
+        if b:
+            ratio = "-" if b["ratio"] is None else f"{b['ratio']:.0%}"
+            output.info(
+                f"bystander {b['name']}: {_mbit(b['goodput_bps'])}, {ratio} of its fair "
+                f"share {_mbit(b['fair_bps'])}, during the incast "
+                f"({b['window_s'][0]:.2f}-{b['window_s'][1]:.2f} s, senders running "
+                f"{b['senders_running'][0]} then {b['senders_running'][1]})"
+            )
+    else:
+        output.info(
+            f"per flow: min {r['min_ratio']}, mean {r['mean_ratio']} of the link rate "
+            f"{_mbit(r['link_bps'])}; payload fills at most {r['ceiling']} of a link that "
+            f"also carries SACKs (min {r['min_of_ceiling']} of that); "
+            f"Jain fairness {r['jain_fairness']}"
+        )
+    s = r["switch"]
+    output.info(
+        "switches: "
+        + "; ".join(
+            f"{tier} marked {s[tier]['ecn_marked']}, trimmed {s[tier]['trimmed']}, "
+            f"dropped {s[tier]['drop_buffer']}"
+            for tier in ("up", "down", "lasthop")
+        )
+    )
+    output.info(
+        f"QPs in ERR: {r['qps_in_err']}; CPUs busy: {r['cpu_busy_cores']} of {os.cpu_count()}"
+    )
+
+
+COMMANDS = [scenario]

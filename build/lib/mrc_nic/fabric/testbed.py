@@ -1,0 +1,199 @@
+"""Bring a lab up and take it down.
+
+`up` is all-or-nothing: it checks the machine, compiles the switch port
+program, writes the state (listing every namespace it will make) and only
+then creates namespaces, links, addresses, routes, queues and BPF hooks. If
+anything fails, or the process is interrupted, it removes what it made
+before the error is reported. `down` removes exactly the lab's namespaces,
+BPF pins, workers and state, by exact name, also after a kill -9 of `up`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from mrc_nic import nic
+from mrc_nic.errors import MrcNicError
+from mrc_nic.fabric import preflight, queues, switchport
+from mrc_nic.fabric.builder import Fabric
+from mrc_nic.kernel import netns
+from mrc_nic.lab import ctl, state, workers
+from mrc_nic.lab.topology import NS_PREFIX, Topology
+
+
+class LabError(MrcNicError, RuntimeError):
+    """A lab operation cannot be done; the message says why and what to do."""
+
+
+@dataclass
+class UpReport:
+    lab: str
+    seconds: float
+    namespaces: int
+    links: int
+
+
+# ---- up ----------------------------------------------------------------------
+def up(topo: Topology) -> UpReport:
+    preflight.require_all()
+    with state.locked(topo.lab, wait=0.5):
+        _refuse_if_present(topo.lab)
+        record = state.LabState(
+            lab=topo.lab,
+            topology_file=str(topo.path.resolve()),
+            topology=topo.raw,
+            namespaces=topo.all_netns(),
+        )
+        record.save()  # before anything exists: a crash from here on is recoverable
+        started = time.monotonic()
+        try:
+            program = switchport.SwitchPortProgram.load(topo.lab, len(topo.switch_ports()))
+            nic_program = nic.NicProgram.load(
+                topo.lab,
+                host_net=str(topo.host_net),
+                mr_elems=nic_memory_elems(topo),
+                skip_ns=nic_skip_ns(topo),
+                mtu=topo.mtu,  # the payload per packet follows it (nic.seg_size)
+            )
+            with Fabric(topo) as fabric:
+                fabric.build(program, nic_program)
+            # The BPF twin of every capped egress queue: ECN, trimming, buffer.
+            queues.configure(topo)
+            record.phase = "up"  # the daemons read the lab from its state
+            record.save()
+            start_daemons(topo)
+        except BaseException:
+            _remove_everything(topo.lab, record)
+            state.lock_path(topo.lab).unlink(missing_ok=True)
+            raise
+        record.bringup_seconds = round(time.monotonic() - started, 3)
+        record.save()
+    return UpReport(topo.lab, record.bringup_seconds, len(topo.nodes), len(topo.links))
+
+
+DAEMON_START_S = 10.0  # a daemon imports pyroute2 and opens the maps: well under 1 s
+
+
+def start_daemons(topo: Topology, hosts: list[str] | None = None) -> list[str]:
+    """Start what runs in the background of a lab and is not running: the
+    transport daemon of each host (mrc_nic.transport.daemon) and the lab's event log
+    (mrc_nic.observe.eventlog, named ctl.EVENTS_SERVICE), and wait until each answers
+    on its control socket. Returns the names started. One that does not come
+    up is a LabError."""
+    names = hosts or [ctl.EVENTS_SERVICE, *topo.host_names()]
+    started = []
+    for name in names:
+        if daemon_pid(topo.lab, name) is None:
+            workers.spawn_service(topo.lab, name)
+            started.append(name)
+    deadline = time.monotonic() + DAEMON_START_S
+    for name in started:
+        while True:
+            try:
+                ctl.call(topo.lab, name, {"op": "ping"}, timeout=1.0)
+                break
+            except ctl.DaemonError:
+                if time.monotonic() > deadline or daemon_pid(topo.lab, name) is None:
+                    raise LabError(
+                        f"the {name} daemon did not start "
+                        f"(python -m {workers.service_module(name)} "
+                        f"{topo.lab} {name} shows why)"
+                    ) from None
+                time.sleep(0.02)
+    return started
+
+
+def daemon_pid(lab: str, name: str) -> int | None:
+    """The pid of a host's running daemon, or of the event log (name
+    ctl.EVENTS_SERVICE), found by its command line."""
+    return next((pid for pid in workers.find(lab) if workers.is_service(pid, lab, name)), None)
+
+
+# Registered memory of the lab's NICs: 64 MiB per host (an emulated NIC's
+# host memory), at most 1 GiB for the lab, in the kernel as one mmapable map.
+NIC_MEMORY_PER_HOST = 64 * 2**20
+NIC_MEMORY_MAX = 2**30
+
+
+def nic_skip_ns(topo: Topology) -> int:
+    """How long an EV stays in SKIP (NIC_SKIP_NS): the NIC's default (100 us,
+    about two RTTs of the default lab), or the lab's design RTT ([queues]
+    base_rtt) when that is longer: on slow links a queue takes that long to
+    drain, and a SKIP shorter than an RTT ends before any reaction could."""
+    return max(nic.DEFAULT_SKIP_NS, topo.queues.base_rtt_ns)
+
+
+def nic_memory_elems(topo: Topology) -> int:
+    total = min(NIC_MEMORY_PER_HOST * topo.hosts, NIC_MEMORY_MAX)
+    return total // nic.MR_ELEM_SIZE
+
+
+def _refuse_if_present(lab: str) -> None:
+    record = state.LabState.load(lab)
+    if record is not None and record.phase == "up":
+        raise LabError(
+            f"lab {lab!r} is already up ({len(record.namespaces)} namespaces, from "
+            f"{record.topology_file}); take it down first with: mrc-nic down -l {lab}"
+        )
+    leftovers = leftover_namespaces(lab)
+    if record is not None or leftovers:
+        raise LabError(
+            f"lab {lab!r} has leftovers of an interrupted run ({len(leftovers)} namespaces); "
+            f"clean them with: mrc-nic down -l {lab}"
+        )
+    if switchport.pin_dir(lab).exists():
+        raise LabError(
+            f"lab {lab!r} has leftover BPF pins in {switchport.pin_dir(lab)}; "
+            f"clean them with: mrc-nic down -l {lab}"
+        )
+
+
+# ---- down --------------------------------------------------------------------
+def leftover_namespaces(lab: str) -> list[str]:
+    """Namespaces named like this lab's: mrc-<lab>-<node>, node without a dash.
+
+    Neither lab names ([a-z0-9]) nor node names (h0, p1.t0a: see topology's
+    naming) contain a dash, so the first dash after the prefix ends the lab
+    name: lab "a" never matches lab "ab"'s mrc-ab-h0, nor "a-b" anything.
+    """
+    prefix = f"{NS_PREFIX}{lab}-"
+    return [n for n in netns.list_names() if n.startswith(prefix) and "-" not in n[len(prefix) :]]
+
+
+def down(lab: str) -> list[str]:
+    """Remove the lab; return the namespaces removed. Safe to repeat."""
+    preflight.require_root()
+    with state.locked(lab):
+        record = state.LabState.load(lab)
+        removed = _remove_everything(lab, record)
+        # Unlinked while held: a waiter on this file sees the path gone and
+        # retries on a new file (state.locked), so no two holders at once.
+        state.lock_path(lab).unlink(missing_ok=True)
+    return removed
+
+
+def labs_present() -> list[str]:
+    """Every lab with state, pins or namespaces on this machine."""
+    labs = set(state.labs_on_disk()) | set(_pinned_labs())
+    for name in netns.list_names():
+        if name.startswith(NS_PREFIX):
+            rest = name[len(NS_PREFIX) :]
+            if rest.count("-") == 1:
+                labs.add(rest.split("-")[0])
+    return sorted(labs)
+
+
+def _pinned_labs() -> list[str]:
+    root = switchport.PIN_ROOT
+    return sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+
+
+def _remove_everything(lab: str, record: state.LabState | None) -> list[str]:
+    workers.stop_all(lab)  # found by command line: also those no record names
+    names = set(record.namespaces if record else []) | set(leftover_namespaces(lab))
+    removed = [n for n in sorted(names) if netns.remove(n)]
+    switchport.unpin(lab)
+    nic.unpin(lab)
+    state.forget(lab)
+    return removed

@@ -1,0 +1,122 @@
+"""The daemons' control socket: where it is, how a message looks, the client.
+
+One unix stream socket per host daemon, /run/mrc-nic/<lab>/<host>.sock,
+mode 0600 (root only). Messages are JSON objects, one per line (UTF-8, '\\n'
+terminated), request then reply, any number per connection:
+
+    request:  {"op": "<name>", ...arguments}
+    reply:    {"ok": true, ...results}
+              {"ok": false, "errno": "EINVAL", "message": "what is wrong and what to do"}
+
+A reply may come long after its request (a `write` replies when the
+transfer ends). The operations are listed in docs/daemon.md.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import socket
+import time
+from pathlib import Path
+
+from mrc_nic.errors import MrcNicError
+from mrc_nic.lab import state
+
+MAX_LINE = 1 << 20
+EVENTS_SERVICE = "events"  # the lab's event log (mrc_nic.observe.eventlog): events.sock
+
+
+class RequestError(MrcNicError):
+    """A service refuses a request: errno (errno.EINVAL, ...) and a message."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.errno = code
+
+    @property
+    def name(self) -> str:
+        return errno.errorcode.get(self.errno, str(self.errno))
+
+    def as_dict(self) -> dict:
+        return {"errno": self.name, "message": str(self)}
+
+
+class DaemonError(MrcNicError, RuntimeError):
+    """A daemon cannot be reached, or refused a request (errno, message)."""
+
+    def __init__(self, message: str, errno_name: str | None = None) -> None:
+        super().__init__(message)
+        self.errno_name = errno_name
+
+
+def socket_path(lab: str, host: str) -> Path:
+    return state.lab_dir(lab) / f"{host}.sock"
+
+
+def encode(message: dict) -> bytes:
+    return json.dumps(message, separators=(",", ":")).encode() + b"\n"
+
+
+def decode(line: bytes) -> dict:
+    value = json.loads(line)
+    if not isinstance(value, dict):
+        raise ValueError("a message must be a JSON object")
+    return value
+
+
+def call(lab: str, host: str, request: dict, *, timeout: float = 10.0) -> dict:
+    """Send one request to a host's daemon and return its reply's results.
+    Raises DaemonError when the daemon is not there or refuses."""
+    path = socket_path(lab, host)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(timeout)
+    try:
+        try:
+            sock.connect(str(path))
+        except (FileNotFoundError, ConnectionRefusedError):
+            raise DaemonError(
+                f"the daemon of {host} in lab {lab!r} is not running ({path} does not "
+                f"answer); `mrc-nic status -l {lab}` shows the daemons, and "
+                f"`mrc-nic down -l {lab}` then `mrc-nic up` restarts the lab"
+            ) from None
+        sock.sendall(encode(request))
+        reply = _read_line(sock, host, request.get("op"), timeout)
+    finally:
+        sock.close()
+    if not reply.get("ok"):
+        raise DaemonError(
+            f"{host}: {reply.get('message', 'refused')}", errno_name=reply.get("errno")
+        )
+    return reply
+
+
+def _read_line(sock: socket.socket, host: str, op, timeout: float) -> dict:
+    buf = b""
+    deadline = time.monotonic() + timeout
+    while b"\n" not in buf:
+        try:
+            chunk = sock.recv(65536)
+        except TimeoutError:
+            raise DaemonError(
+                f"the daemon of {host} did not answer {op!r} in {timeout:g} s"
+            ) from None
+        if not chunk:
+            raise DaemonError(
+                f"the daemon of {host} closed the connection during {op!r} "
+                "(did it die? `mrc-nic status` shows the daemons)"
+            )
+        buf += chunk
+        if len(buf) > MAX_LINE or time.monotonic() > deadline:
+            raise DaemonError(f"the daemon of {host} sent a reply too long or too late")
+    return decode(buf.split(b"\n", 1)[0])
+
+
+def post_event(lab: str, event: dict, source: str = "cli") -> None:
+    """Record an event (a fault put in force, a QP in ERR) in the lab's event
+    log. Best effort: without a running log the event is lost, and
+    `mrc-nic events` says the log is not running."""
+    request = {"op": "post", "event": event, "source": source}
+    with contextlib.suppress(DaemonError, OSError):
+        call(lab, EVENTS_SERVICE, request, timeout=2.0)

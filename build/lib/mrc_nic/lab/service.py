@@ -1,0 +1,144 @@
+"""A single-threaded control-socket server: the loop the lab's services share.
+
+The host daemons (mrc_nic.transport.daemon) and the lab's event log (mrc_nic.observe.eventlog)
+each serve one unix socket (mode 0600) with the line protocol of
+mrc_nic.lab.ctl, from one selector loop that also wakes every `tick_s` for the
+service's own work. A subclass writes `op_<name>(request, conn)` methods:
+each returns the reply's results (a dict), or None to answer later with
+`reply(conn, ...)`; it refuses with ctl.RequestError (an errno and a
+message). Other file descriptors join the loop with `watch(fd, callback)`.
+"""
+
+from __future__ import annotations
+
+import errno
+import functools
+import os
+import selectors
+import signal
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mrc_nic.lab import ctl
+
+
+@dataclass(eq=False)
+class Conn:
+    sock: socket.socket
+    buf: bytes = b""
+
+
+class LineService:
+    tick_s = 0.001
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.sel = selectors.DefaultSelector()
+        self.running = True
+
+    # ---- to override ---------------------------------------------------------------
+    def tick(self, now: float) -> None:
+        """The service's own work, at least every tick_s."""
+
+    def on_drop(self, conn: Conn) -> None:
+        """A client went away (a later reply to it goes nowhere)."""
+
+    def close(self) -> None:
+        """Release what the service holds; the loop has ended."""
+
+    # ---- the loop ------------------------------------------------------------------
+    def watch(self, fileobj: Any, callback: Callable[[], None]) -> None:
+        self.sel.register(fileobj, selectors.EVENT_READ, callback)
+
+    def serve_until_signalled(self) -> None:
+        """serve() until SIGTERM or SIGINT (mrc-nic down, Ctrl-C)."""
+
+        def stop(*_: object) -> None:
+            self.running = False
+
+        signal.signal(signal.SIGTERM, stop)
+        signal.signal(signal.SIGINT, stop)
+        self.serve()
+
+    def serve(self) -> None:
+        self.path.unlink(missing_ok=True)
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old = os.umask(0o177)  # the socket is root's alone (0600)
+        try:
+            listener.bind(str(self.path))
+        finally:
+            os.umask(old)
+        listener.listen(16)
+        listener.setblocking(False)
+        self.watch(listener, functools.partial(self._accept, listener))
+        try:
+            while self.running:
+                for key, _ in self.sel.select(self.tick_s):
+                    key.data()
+                self.tick(time.monotonic())
+        finally:
+            self.path.unlink(missing_ok=True)
+            listener.close()
+            self.close()
+
+    def _accept(self, listener: socket.socket) -> None:
+        sock, _ = listener.accept()
+        sock.setblocking(False)
+        conn = Conn(sock)
+        self.watch(sock, functools.partial(self._read, conn))
+
+    def _read(self, conn: Conn) -> None:
+        try:
+            chunk = conn.sock.recv(65536)
+        except OSError:
+            chunk = b""
+        if not chunk:
+            self._drop(conn)
+            return
+        conn.buf += chunk
+        while b"\n" in conn.buf:
+            line, conn.buf = conn.buf.split(b"\n", 1)
+            reply = self.handle_line(line, conn)
+            if reply is not None:
+                self.reply(conn, reply)
+        if len(conn.buf) > ctl.MAX_LINE:
+            self._drop(conn)
+
+    def _drop(self, conn: Conn) -> None:
+        self.on_drop(conn)
+        self.sel.unregister(conn.sock)
+        conn.sock.close()
+
+    def reply(self, conn: Conn | None, message: dict) -> None:
+        if conn is None or conn.sock.fileno() < 0:
+            return
+        conn.sock.setblocking(True)
+        try:
+            conn.sock.sendall(ctl.encode(message))
+        except OSError:
+            pass
+        finally:
+            conn.sock.setblocking(False)
+
+    # ---- requests --------------------------------------------------------------------
+    def handle_line(self, line: bytes, conn: Conn) -> dict | None:
+        try:
+            request = ctl.decode(line)
+            op = request.get("op")
+            handler = getattr(self, f"op_{op}", None) if isinstance(op, str) else None
+            if handler is None:
+                raise ctl.RequestError(
+                    errno.EOPNOTSUPP, f"unknown operation {op!r} (see docs/daemon.md)"
+                )
+            result = handler(request, conn)
+        except ctl.RequestError as e:
+            return {"ok": False, **e.as_dict()}
+        except (ValueError, KeyError, TypeError) as e:
+            return {"ok": False, "errno": "EINVAL", "message": f"bad request: {e}"}
+        if result is None:
+            return None  # answered later
+        return {"ok": True, **result}

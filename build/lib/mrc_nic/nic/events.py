@@ -1,0 +1,129 @@
+"""The event ring buffer nic_events read without bcc, and its record layouts."""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+import os
+import select
+
+from mrc_nic.abi import defs
+from mrc_nic.kernel import bpfsys
+from mrc_nic.nic.layout import BPF_MAP_TYPE_RINGBUF, EventType
+
+
+class _Record:
+    """A record of the ring buffer nic_events: 40 bytes, type and qpn first, ts last."""
+
+    def as_dict(self) -> dict[str, int]:
+        return {name: getattr(self, name) for name, *_ in self._fields_ if name != "reserved"}
+
+
+class Event(defs.NicEvent, _Record):
+    """struct nic_event: one record of the ring buffer nic_events (NIC_EV_RECV_IMM)."""
+
+
+class EvEvent(defs.NicEvEvent, _Record):
+    """struct nic_ev_event: an EV changed state (NIC_EV_EV_STATE)."""
+
+
+class LossEvent(defs.NicLossEvent, _Record):
+    """struct nic_loss_event: a PSN declared lost and queued (NIC_EV_LOSS)."""
+
+
+class QpErrEvent(defs.NicQpErrEvent, _Record):
+    """struct nic_qp_err_event: a send QP went to ERR on a fatal NACK (NIC_EV_QP_ERR)."""
+
+
+class SendEvent(defs.NicSendEvent, _Record):
+    """struct nic_send_event: a WQE completed, every packet acknowledged (NIC_EV_SEND_DONE)."""
+
+
+AnyEvent = Event | EvEvent | LossEvent | QpErrEvent | SendEvent
+# Event type -> record layout; every record is ctypes.sizeof(Event) bytes.
+EVENT_LAYOUTS: dict[int, type[ctypes.Structure]] = {
+    EventType.RECV_IMM: Event,
+    EventType.EV_STATE: EvEvent,
+    EventType.LOSS: LossEvent,
+    EventType.QP_ERR: QpErrEvent,
+    EventType.SEND_DONE: SendEvent,
+}
+
+
+_RINGBUF_BUSY = 1 << 31
+_RINGBUF_DISCARD = 1 << 30
+_RINGBUF_HDR = 8
+
+
+class EventReader:
+    """Consumer of the ring buffer nic_events, by mmap (as libbpf's ring_buffer does).
+
+    Layout (kernel/bpf/ringbuf.c): page 0 holds the consumer position (the
+    reader writes it), page 1 the producer position, and the data pages
+    follow, mapped twice in a row so that a record never wraps. Each record
+    has an 8-byte header: length | BUSY | DISCARD bits, then the page offset.
+    """
+
+    def __init__(self, map_fd: int) -> None:
+        info = bpfsys.map_info(map_fd)
+        if info.type != BPF_MAP_TYPE_RINGBUF:
+            raise ValueError(f"map fd {map_fd} is not a ring buffer (type {info.type})")
+        self._fd = os.dup(map_fd)
+        self._size = info.max_entries
+        page = mmap.PAGESIZE
+        self._page = page
+        self._cons = mmap.mmap(
+            self._fd, page, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE
+        )
+        self._prod = mmap.mmap(
+            self._fd,
+            page + 2 * self._size,
+            flags=mmap.MAP_SHARED,
+            prot=mmap.PROT_READ,
+            offset=page,
+        )
+
+    def close(self) -> None:
+        self._cons.close()
+        self._prod.close()
+        os.close(self._fd)
+
+    def __enter__(self) -> EventReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def fileno(self) -> int:
+        """The ring buffer's fd: readable (poll, select) when records are there."""
+        return self._fd
+
+    def wait(self, timeout: float) -> bool:
+        """Wait up to timeout seconds for data; True if some is there."""
+        poller = select.poll()
+        poller.register(self._fd, select.POLLIN)
+        return bool(poller.poll(int(timeout * 1000)))
+
+    def read(self) -> list[AnyEvent]:
+        """Every complete record available now, oldest first; consumes them.
+
+        Each record is decoded by its type (EVENT_LAYOUTS): Event for a
+        completion, EvEvent, LossEvent, QpErrEvent; an unknown type as Event.
+        """
+        events: list[AnyEvent] = []
+        cons = int.from_bytes(self._cons[0:8], "little")
+        prod = int.from_bytes(self._prod[0:8], "little")
+        while cons < prod:
+            at = self._page + (cons & (self._size - 1))
+            header = int.from_bytes(self._prod[at : at + 4], "little")
+            if header & _RINGBUF_BUSY:
+                break  # being written
+            length = header & ~(_RINGBUF_BUSY | _RINGBUF_DISCARD)
+            if not header & _RINGBUF_DISCARD and length >= ctypes.sizeof(Event):
+                start = at + _RINGBUF_HDR
+                record = self._prod[start : start + length]
+                layout = EVENT_LAYOUTS.get(int.from_bytes(record[:4], "little"), Event)
+                events.append(layout.from_buffer_copy(record))
+            cons += (length + _RINGBUF_HDR + 7) & ~7
+            self._cons[0:8] = cons.to_bytes(8, "little")
+        return events

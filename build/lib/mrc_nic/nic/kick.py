@@ -1,0 +1,79 @@
+"""Kicks: the send engine run from user space with BPF_PROG_RUN."""
+
+from __future__ import annotations
+
+import ctypes
+
+from mrc_nic.kernel import bpfsys, pins
+from mrc_nic.nic import wire
+from mrc_nic.nic.layout import Kick, KickOp
+
+# A kick's template frame (nic_maps.h, struct nic_kick): broadcast, EtherType 0x88B5
+# (IEEE 802 local experimental), zero padding to 64 bytes; the engine overwrites it.
+KICK_ETHERTYPE = 0x88B5
+KICK_TEMPLATE = bytes.fromhex("ffffffffffff000000000000") + KICK_ETHERTYPE.to_bytes(2, "big")
+
+
+KICK_TEMPLATE += bytes(64 - len(KICK_TEMPLATE))
+# Room for the frame a non-live kick run returns (metadata + the largest data packet).
+_KICK_OUT = 4096
+
+
+def kick_frame(qpn: int, op: KickOp = KickOp.SEND, arg: int = 0, age_ns: int = 0) -> bytes:
+    """BPF_PROG_RUN's data_in for a kick of QP qpn: the metadata, then the template."""
+    pins.check_range("qpn", qpn, wire.QPN_MASK)
+    pins.check_range("arg", arg, 0xFFFF)
+    pins.check_range("age_ns", age_ns, pins.U64_MAX)
+    return bytes(Kick(qpn=qpn, op=op, arg=arg, age_ns=age_ns)) + KICK_TEMPLATE
+
+
+LIVE_BATCH_MAX = 256  # frames per batch of a live-frames BPF_PROG_RUN, at most
+
+
+def run_kick(
+    prog_fd: int,
+    qpn: int,
+    packets: int,
+    *,
+    live: bool = True,
+    batch_size: int = 0,
+    op: KickOp = KickOp.SEND,
+    arg: int = 0,
+    age_ns: int = 0,
+) -> bpfsys.TestRunResult:
+    """Run the send engine `packets` times for QP qpn; each run sends at most one packet.
+
+    live: with BPF_F_TEST_XDP_LIVE_FRAMES, every packet really leaves through
+    the devmap nic_tx_ports (batch_size frames per batch; 0: the kernel's 64),
+    and nothing comes back but the mean run time (duration, ns). Not live:
+    the runs reuse one buffer, and data_out is the last run's frame (the
+    metadata stripped); nothing is sent. The counters say what the runs did
+    (kick_sent, kick_idle and the tx_* extras). op and arg: struct nic_kick's
+    (every run of a TIMEOUT kick queues; NicMaps.timeout_kick runs one).
+    """
+    if not (isinstance(packets, int) and 1 <= packets <= pins.U32_MAX):
+        raise ValueError(f"packets must be a positive integer, not {packets!r}")
+    data = kick_frame(qpn, op, arg, age_ns)
+    meta = ctypes.sizeof(Kick)
+    ctx = bytes(bpfsys.XdpMd(data=meta, data_end=len(data)))
+    if live:
+        return bpfsys.prog_test_run(
+            prog_fd,
+            data,
+            repeat=packets,
+            data_size_out=0,
+            ctx_in=ctx,
+            flags=bpfsys.BPF_F_TEST_XDP_LIVE_FRAMES,
+            # The kernel refuses larger batches (TEST_XDP_MAX_BATCH) with E2BIG.
+            batch_size=min(batch_size, LIVE_BATCH_MAX),
+        )
+    result = bpfsys.prog_test_run(
+        prog_fd,
+        data,
+        repeat=packets,
+        data_size_out=_KICK_OUT,
+        ctx_in=ctx,
+        ctx_size_out=ctypes.sizeof(bpfsys.XdpMd),
+    )
+    start = bpfsys.XdpMd.from_buffer_copy(result.ctx_out).data
+    return result._replace(data_out=result.data_out[start:])

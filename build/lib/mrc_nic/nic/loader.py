@@ -1,0 +1,170 @@
+"""The NIC XDP program's loader: compile bpf/nic_xdp.c once per lab (bcc), pin, attach."""
+
+from __future__ import annotations
+
+import dataclasses
+import ipaddress
+from typing import Any
+
+from mrc_nic.kernel import bpfsys, pins, program, xdp
+from mrc_nic.nic import wire
+from mrc_nic.nic.kick import run_kick
+from mrc_nic.nic.layout import (
+    BPF_DIR,
+    DEFAULT_EVENT_PAGES,
+    DEFAULT_HOST_NET,
+    DEFAULT_MAX_EVS,
+    DEFAULT_MAX_QPS,
+    DEFAULT_MAX_REGIONS,
+    DEFAULT_MR_ELEMS,
+    DEFAULT_SKIP_NS,
+    DEFAULT_TX_RINGS,
+    FUNC_NAME,
+    MAP_PINS,
+    MR_ELEM_SIZE,
+    PINNED_MAPS,
+    PROG_PIN,
+    QPN_INDEX_SPAN,
+    SOURCE,
+)
+
+
+def unpin(lab: str) -> None:
+    """Remove the pins this module made for a lab (only nic_*), then its directory if empty."""
+    pins.unpin(lab, PINNED_MAPS)
+
+
+@dataclasses.dataclass(frozen=True)
+class NicConfig:
+    """What NicProgram.load compiled the program with (its -D tunables)."""
+
+    host_net: ipaddress.IPv4Network = ipaddress.IPv4Network(DEFAULT_HOST_NET)
+    max_qps: int = DEFAULT_MAX_QPS
+    mr_elems: int = DEFAULT_MR_ELEMS
+    max_regions: int = DEFAULT_MAX_REGIONS
+    event_pages: int = DEFAULT_EVENT_PAGES
+    mtu: int = wire.MTU
+    max_evs: int = DEFAULT_MAX_EVS
+    tx_rings: int = DEFAULT_TX_RINGS
+    skip_ns: int = DEFAULT_SKIP_NS
+
+    def cflags(self) -> list[str]:
+        return [
+            f"-I{BPF_DIR}",
+            f"-DNIC_HOST_NET={int(self.host_net.network_address):#010x}U",
+            f"-DNIC_MAX_QPS={self.max_qps}",
+            f"-DNIC_MR_ELEMS={self.mr_elems}",
+            f"-DNIC_MAX_REGIONS={self.max_regions}",
+            f"-DNIC_EVENT_PAGES={self.event_pages}",
+            f"-DMRC_MTU={self.mtu}",
+            f"-DNIC_MAX_EVS={self.max_evs}",
+            f"-DNIC_TX_RINGS={self.tx_rings}",
+            f"-DNIC_SKIP_NS={self.skip_ns}ULL",
+        ]
+
+    def check(self) -> None:
+        if self.host_net.prefixlen > 16:
+            raise ValueError(
+                f"host_net must be a /16 or larger (one /24 per plane): {self.host_net}"
+            )
+        for name in ("max_qps", "mr_elems", "max_regions", "max_evs", "tx_rings"):
+            value = getattr(self, name)
+            if not (isinstance(value, int) and 1 <= value <= pins.U32_MAX // MR_ELEM_SIZE):
+                raise ValueError(f"{name} must be a positive integer, not {value!r}")
+        if self.max_qps & (self.max_qps - 1) or not 2 <= self.max_qps <= QPN_INDEX_SPAN:
+            raise ValueError(
+                f"max_qps must be a power of two from 2 to {QPN_INDEX_SPAN} (QPN & "
+                f"(max_qps - 1) picks a QP's receive slot, within the QPN's index "
+                f"bits), not {self.max_qps}"
+            )
+        pages = self.event_pages
+        if not (isinstance(pages, int) and pages >= 1 and pages & (pages - 1) == 0):
+            raise ValueError(f"event_pages must be a power of two, not {pages!r}")
+        if wire.payload_max(self.mtu) <= 0:
+            raise ValueError(f"mtu {self.mtu} is too small for a data packet")
+        if not (isinstance(self.skip_ns, int) and 0 <= self.skip_ns < 1 << 63):
+            raise ValueError(f"skip_ns must be a non-negative integer, not {self.skip_ns!r}")
+
+
+class NicProgram:
+    """The compiled XDP program of one lab, its fd, and its pinned maps."""
+
+    def __init__(self, lab: str, config: NicConfig, bpf: Any, func: Any) -> None:
+        self.lab = lab
+        self.config = config
+        self.bpf = bpf  # the bcc.BPF object: keeps the program and maps alive
+        self.fd: int = func.fd
+        self.name: str = program.function_name(func)
+
+    @classmethod
+    def load(
+        cls,
+        lab: str,
+        *,
+        host_net: str = DEFAULT_HOST_NET,
+        max_qps: int = DEFAULT_MAX_QPS,
+        mr_elems: int = DEFAULT_MR_ELEMS,
+        max_regions: int = DEFAULT_MAX_REGIONS,
+        event_pages: int = DEFAULT_EVENT_PAGES,
+        mtu: int = wire.MTU,
+        max_evs: int = DEFAULT_MAX_EVS,
+        tx_rings: int = DEFAULT_TX_RINGS,
+        skip_ns: int = DEFAULT_SKIP_NS,
+    ) -> NicProgram:
+        """Compile bpf/nic_xdp.c for a lab and pin its maps under pin_dir(lab).
+
+        host_net is the lab's host network (topology's ``hosts``): the program
+        checks that data comes from the QP's peer and goes to its local host
+        on one plane of it. mr_elems sizes the memory of every region of the
+        lab together, in MR_ELEM_SIZE-byte elements. max_evs is the number
+        of (send QP, EV) entries of the lab, tx_rings the number of send QPs
+        with a PSN -> EV table, skip_ns how long an EV stays in SKIP after an
+        ECN mark or a fabric trim (NIC_SKIP_NS). Refuses (FileExistsError)
+        when the lab's NIC maps are already pinned.
+        """
+        config = NicConfig(
+            host_net=ipaddress.IPv4Network(host_net),
+            max_qps=max_qps,
+            mr_elems=mr_elems,
+            max_regions=max_regions,
+            event_pages=event_pages,
+            mtu=mtu,
+            max_evs=max_evs,
+            tx_rings=tx_rings,
+            skip_ns=skip_ns,
+        )
+        config.check()
+        bpf, funcs = program.compile_and_pin(
+            lab,
+            SOURCE,
+            config.cflags(),
+            {FUNC_NAME: "XDP"},
+            MAP_PINS,
+            {PROG_PIN: FUNC_NAME},
+            what="NIC maps",
+        )
+        return cls(lab, config, bpf, funcs[FUNC_NAME])
+
+    def attach(self, ipr: Any, ifindex: int, *, mode: str = "native") -> None:
+        """Attach the program at XDP of an interface (mode: native, generic or auto).
+
+        ipr is a pyroute2 IPRoute, possibly IPRoute(netns=...) for a host
+        namespace: the program fd is passed by netlink, so the caller stays in
+        its own namespace. Replaces a program already attached in that mode.
+        """
+        xdp.attach(ipr, ifindex, self.fd, mode)
+
+    @staticmethod
+    def detach(ipr: Any, ifindex: int, *, mode: str = "native") -> None:
+        """Remove whatever XDP program is attached to an interface in that mode."""
+        xdp.detach(ipr, ifindex, mode)
+
+    def kick(
+        self, qpn: int, packets: int, *, live: bool = True, batch_size: int = 0
+    ) -> bpfsys.TestRunResult:
+        """Run the send engine for a QP, `packets` times (see run_kick)."""
+        return run_kick(self.fd, qpn, packets, live=live, batch_size=batch_size)
+
+    def close(self) -> None:
+        """Drop this process's references; attached ports and pins keep the rest."""
+        self.bpf.cleanup()

@@ -1,0 +1,129 @@
+"""What every part of NicMaps shares: the pinned maps' fds, mmaps, the program fd."""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import mmap
+import os
+from typing import TYPE_CHECKING
+
+from mrc_nic.kernel import bpfsys, program
+from mrc_nic.kernel.pins import MapsMissing, pin_dir
+from mrc_nic.nic.layout import (
+    BPF_F_LOCK,
+    COUNTERS_MAP,
+    EVS_MAP,
+    MAP_PINS,
+    MR_ELEM_SIZE,
+    MR_MAP,
+    PORT_UP_MAP,
+    PORTS_MAP,
+    PROG_PIN,
+    REGIONS_MAP,
+    RX_QPS_MAP,
+    RX_SLOTS_MAP,
+    TX_PORTS_MAP,
+    TX_QPS_MAP,
+    TX_RING_MAP,
+    WQ_MAP,
+    EvStateLayout,
+    Port,
+    RegionLayout,
+    RqState,
+    SqState,
+    TxRing,
+    Wq,
+)
+
+if TYPE_CHECKING:
+    from mrc_nic.nic.maps import NicMaps
+
+
+def _u32(value: int) -> bytes:
+    return int(value).to_bytes(4, "little")
+
+
+def _mac_bytes(mac: str) -> ctypes.Array:
+    raw = bytes.fromhex(mac.replace(":", "").replace("-", ""))
+    if len(raw) != 6:
+        raise ValueError(f"not a MAC address: {mac!r}")
+    return (ctypes.c_uint8 * 6)(*raw)
+
+
+def _locked_lookup(map_fd: int, key: bytes, value_size: int) -> bytes:
+    """The value copied under its bpf_spin_lock (BPF_F_LOCK)."""
+    return bpfsys.map_lookup(map_fd, key, value_size, flags=BPF_F_LOCK)
+
+
+class MapsBase:
+    """The pinned maps' fds, the mmaps, the pinned program: what every part of NicMaps uses."""
+
+    def __init__(self, lab: str, fds: dict[str, int]) -> None:
+        self.lab = lab
+        self._fds = fds
+        self.max_regions = bpfsys.map_info(fds[REGIONS_MAP]).max_entries
+        self.max_qps = bpfsys.map_info(fds[RX_QPS_MAP]).max_entries
+        self.mr_elems = bpfsys.map_info(fds[MR_MAP]).max_entries
+        self.tx_rings = bpfsys.map_info(fds[TX_RING_MAP]).max_entries
+        self._mr: mmap.mmap | None = None
+        self._ring: mmap.mmap | None = None
+        self._wq: mmap.mmap | None = None
+        self._prog_fd: int | None = None
+
+    @classmethod
+    def open(cls, lab: str) -> NicMaps:
+        """Open the pinned NIC maps of a lab (MapsMissing if the lab is not up)."""
+        expected = {
+            RX_QPS_MAP: ctypes.sizeof(RqState),
+            RX_SLOTS_MAP: 4,
+            MR_MAP: MR_ELEM_SIZE,
+            REGIONS_MAP: ctypes.sizeof(RegionLayout),
+            PORT_UP_MAP: 4,
+            COUNTERS_MAP: 8,
+            TX_QPS_MAP: ctypes.sizeof(SqState),
+            EVS_MAP: ctypes.sizeof(EvStateLayout),
+            TX_RING_MAP: ctypes.sizeof(TxRing),
+            WQ_MAP: ctypes.sizeof(Wq),
+            PORTS_MAP: ctypes.sizeof(Port),
+            TX_PORTS_MAP: 4,
+        }
+        sizes = {name: expected.get(name) for name in MAP_PINS}
+        fds = program.open_pinned_maps(lab, sizes, "NIC maps")
+        try:
+            return cls(lab, fds)
+        except BaseException:
+            program.close_fds(fds)
+            raise
+
+    def __enter__(self) -> NicMaps:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        for view in (self._mr, self._ring, self._wq):
+            if view is not None:
+                view.close()
+        self._mr = self._ring = self._wq = None
+        program.close_fds(self._fds)
+        if self._prog_fd is not None:
+            os.close(self._prog_fd)
+            self._prog_fd = None
+
+    def fd(self, name: str) -> int:
+        """The fd of one of the pinned maps (owned by this object)."""
+        return self._fds[name]
+
+    def program_fd(self) -> int:
+        """The fd of the lab's pinned NIC program (owned by this object)."""
+        if self._prog_fd is None:
+            path = pin_dir(self.lab) / PROG_PIN
+            try:
+                self._prog_fd = bpfsys.obj_get(path)
+            except FileNotFoundError:
+                raise MapsMissing(
+                    errno.ENOENT, f"the NIC program of lab {self.lab!r} is not pinned", str(path)
+                ) from None
+        return self._prog_fd

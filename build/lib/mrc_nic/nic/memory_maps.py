@@ -1,0 +1,71 @@
+"""Registered memory: the mmapable array nic_mr and the region table nic_regions."""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+
+from mrc_nic.kernel import bpfsys, pins
+from mrc_nic.nic.layout import MR_ELEM_SIZE, MR_MAP, REGIONS_MAP, RegionLayout
+from mrc_nic.nic.maps_base import _u32
+
+
+class MemoryMaps:
+    """NicMaps' part for registered memory: the mmapable array nic_mr, the region table."""
+
+    def set_region(
+        self, region: int, *, first_elem: int, n_elems: int, rkey: int, base_va: int = 0
+    ) -> None:
+        """Define region `region` as n_elems elements of nic_mr from first_elem."""
+        pins.check_range("region", region, self.max_regions - 1)
+        pins.check_range("rkey", rkey, pins.U32_MAX)
+        pins.check_range("base_va", base_va, pins.U64_MAX)
+        if base_va % MR_ELEM_SIZE:
+            raise ValueError(f"base_va must be a multiple of {MR_ELEM_SIZE}, not {base_va:#x}")
+        if not (first_elem >= 0 and n_elems >= 1 and first_elem + n_elems <= self.mr_elems):
+            raise ValueError(
+                f"elements [{first_elem}, {first_elem + n_elems}) do not fit nic_mr "
+                f"({self.mr_elems} elements)"
+            )
+        value = RegionLayout(base_va=base_va, first_elem=first_elem, n_elems=n_elems, rkey=rkey)
+        bpfsys.map_update(self._fds[REGIONS_MAP], _u32(region), bytes(value))
+
+    def clear_region(self, region: int) -> None:
+        """Remove a region: data for QPs that use it is NACKed (remote access error)."""
+        pins.check_range("region", region, self.max_regions - 1)
+        bpfsys.map_update(self._fds[REGIONS_MAP], _u32(region), bytes(RegionLayout()))
+
+    def region(self, region: int) -> RegionLayout:
+        pins.check_range("region", region, self.max_regions - 1)
+        raw = bpfsys.map_lookup(self._fds[REGIONS_MAP], _u32(region), ctypes.sizeof(RegionLayout))
+        return RegionLayout.from_buffer_copy(raw)
+
+    def memory(self) -> mmap.mmap:
+        """nic_mr mapped into this process: every region of the lab, shared with BPF."""
+        if self._mr is None:
+            self._mr = mmap.mmap(
+                self._fds[MR_MAP],
+                self.mr_elems * MR_ELEM_SIZE,
+                flags=mmap.MAP_SHARED,
+                prot=mmap.PROT_READ | mmap.PROT_WRITE,
+            )
+        return self._mr
+
+    def _span(self, region: int, offset: int, length: int) -> int:
+        layout = self.region(region)
+        size = layout.n_elems * MR_ELEM_SIZE
+        if layout.n_elems == 0:
+            raise KeyError(f"region {region} is not defined")
+        if not (offset >= 0 and length >= 0 and offset + length <= size):
+            raise ValueError(f"bytes [{offset}, {offset + length}) are outside region {region}")
+        return layout.first_elem * MR_ELEM_SIZE + offset
+
+    def read_region(self, region: int, offset: int, length: int) -> bytes:
+        """length bytes of a region from byte offset (offset 0 = its base_va)."""
+        start = self._span(region, offset, length)
+        return self.memory()[start : start + length]
+
+    def write_region(self, region: int, offset: int, data: bytes) -> None:
+        """Write bytes into a region at byte offset (offset 0 = its base_va)."""
+        start = self._span(region, offset, len(data))
+        self.memory()[start : start + len(data)] = data

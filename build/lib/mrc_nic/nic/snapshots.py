@@ -1,0 +1,129 @@
+"""Decoded views of a QP's or an EV's map entry, for the daemon, stats and tests."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from typing import Any
+
+from mrc_nic.kernel import pins
+from mrc_nic.nic import wire
+from mrc_nic.nic.layout import RETX_SLOTS, EvState, QpState, RetxCause, SqState
+
+
+@dataclasses.dataclass
+class RqSnapshot:
+    """The receive state of one QP, read under its lock."""
+
+    qpn: int
+    state: QpState | int
+    local_host: int
+    peer_host: int
+    peer_qpn: int
+    mpr: int
+    region: int
+    cum_psn: int
+    msn: int
+    received: list[int]  # PSNs at or after cum_psn that have arrived, in window order
+    pending_msgs: list[dict[str, int]]  # LAST packets seen, messages not complete yet
+    stats: dict[str, int]
+    # Delivery gaps of at least GAP_MIN_NS, (end_ns, gap_ns) by end, the longest
+    # of each 67 ms bin of the last 4.3 s (struct nic_gap_bin)
+    long_gaps: list[tuple[int, int]] = dataclasses.field(default_factory=list)
+
+    @property
+    def window(self) -> int:
+        return self.mpr * wire.MPR_UNIT
+
+
+@dataclasses.dataclass
+class SqSnapshot:
+    """The send state of one QP, read under its lock."""
+
+    qpn: int
+    state: QpState | int
+    local_host: int
+    peer_host: int
+    peer_qpn: int
+    mpr: int
+    ring: int
+    evs: list[int]  # the EV profile, in order
+    ev_min_active: int
+    snd_una: int
+    snd_nxt: int
+    peer_ports: int
+    reo_wnd_ns: int  # the head scan's reorder window (0: off)
+    acked: list[int]  # PSNs in [snd_una, snd_nxt) acknowledged (out of order)
+    retx_pending: list[int]  # PSNs in [snd_una, snd_nxt) queued and not resent yet
+    retx_queue: list[dict[str, int]]  # the queue, oldest first (see NicMaps.retx_queue)
+    stats: dict[str, int]
+    # the send engine
+    engine: bool = False
+    cwnd: int = 0  # 0: the window
+    snd_msn: int = 0  # MSN of WQE wqe_sent
+    wqe_sent: int = 0  # WQEs whose every packet has been sent once
+    wqe_done: int = 0  # WQEs completed
+    wqe_off: int = 0  # bytes of WQE wqe_sent sent
+    ev_next: int = 0  # the EV round robin's cursor
+    tx_stats: dict[str, int] = dataclasses.field(default_factory=dict)
+    cc: dict[str, int] = dataclasses.field(default_factory=dict)  # struct nic_sq_cc
+    rtt_recent_ns: int = 0  # the head scan's largest recent RTT (BPF's, nic_maps.h)
+
+    @property
+    def window(self) -> int:
+        return self.mpr * wire.MPR_UNIT
+
+    @property
+    def in_flight(self) -> int:
+        return (self.snd_nxt - self.snd_una) & wire.PSN_MASK
+
+    @property
+    def window_free(self) -> int:
+        """PSNs the engine may still send: window - in flight."""
+        return self.window - self.in_flight
+
+    @property
+    def in_network(self) -> int:
+        """Packets that may still draw a SACK: in flight, neither acknowledged
+        nor queued for retransmission (lost ones not found yet count too)."""
+        return self.in_flight - len(self.acked) - len(self.retx_pending)
+
+
+@dataclasses.dataclass
+class EvSnapshot:
+    """One EV of a send QP, read under its lock."""
+
+    qpn: int
+    ev: int
+    plane: int
+    state: EvState | int
+    skip_until: int  # bpf_ktime_get_ns() (CLOCK_MONOTONIC) at which a SKIP ends
+    rtt_last: int  # ns; 0: no sample yet
+    rtt_min: int
+    srtt: int
+    last_tx_psn: int
+    last_tx_ts: int
+    stats: dict[str, int]
+
+
+def _enum_or_int(kind: type[enum.IntEnum], value: int) -> Any:
+    try:
+        return kind(value)
+    except ValueError:
+        return value
+
+
+def _retx_entries(raw: SqState) -> list[dict[str, int]]:
+    count = (raw.retx_tail - raw.retx_head) & pins.U32_MAX
+    out = []
+    for i in range(min(count, RETX_SLOTS)):
+        entry = raw.retxq[(raw.retx_head + i) % RETX_SLOTS]
+        out.append(
+            {
+                "psn": entry.psn,
+                "ev": entry.ev,
+                "cause": _enum_or_int(RetxCause, entry.cause),
+                "nack_reason": entry.nack_reason,
+            }
+        )
+    return out

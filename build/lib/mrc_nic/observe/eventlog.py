@@ -1,0 +1,188 @@
+"""The lab's event log (python -m mrc_nic.observe.eventlog LAB events).
+
+`mrc-nic up` starts one per lab, next to the host daemons; `down` ends it.
+It is the one consumer of the NIC's event ring buffer (nic_events, shared by
+every host of the lab: a ring buffer has one consumer position), and the
+place where the CLI and the daemons post what BPF cannot see: faults put in
+force and healed, QPs put in ERR by a daemon. `mrc-nic events [--follow]`
+reads it.
+
+Each event gets a sequence number (1, 2, ...) and a wall-clock time. The log
+keeps the last QUEUE_MAX events; a reader asks for those after the last
+sequence number it saw, and is told exactly how many it missed:
+- `evicted`: events it asked for that the log no longer holds (the gap
+  between its `since` and the oldest event kept);
+- `nic_lost`: records the NIC could not write because the ring buffer was
+  full (the NIC's EVENTS_LOST counter, since the log started).
+Completions (NIC_EV_RECV_IMM, NIC_EV_SEND_DONE) and per-PSN losses are kept
+as well; `types` filters them out for a reader that wants state changes only.
+
+Control socket: /run/mrc-nic/<lab>/events.sock (mrc_nic.lab.ctl's protocol):
+  {"op": "read", "since": N, "types": [...], "max": M, "wait": S}
+      -> {"events": [...], "next": N', "evicted": E, "nic_lost": L}
+      wait > 0: answer when an event arrives or after S seconds (a long poll)
+  {"op": "post", "event": {"type": "fault", ...}} -> {"seq": N}
+  {"op": "ping"} -> {"pid": ..., "seq": N}
+ctl.post_event is the posting client.
+"""
+
+from __future__ import annotations
+
+import collections
+import errno
+import itertools
+import os
+import sys
+import time
+from dataclasses import dataclass
+
+from mrc_nic import nic
+from mrc_nic.lab import ctl, state
+from mrc_nic.lab.service import Conn, LineService
+
+SERVICE = ctl.EVENTS_SERVICE  # its socket: ctl.socket_path(lab, SERVICE)
+QUEUE_MAX = 65536
+READ_MAX = 10_000  # events one reply carries, at most
+WAIT_MAX_S = 30.0
+
+NIC_TYPES = {
+    nic.EventType.RECV_IMM: "recv_imm",
+    nic.EventType.EV_STATE: "ev_state",
+    nic.EventType.LOSS: "loss",
+    nic.EventType.QP_ERR: "qp_err",
+    nic.EventType.SEND_DONE: "send_done",
+}
+POSTED_TYPES = ("fault", "heal", "qp_error", "ev_replaced", "note")
+
+
+@dataclass(eq=False)
+class Waiter:
+    conn: Conn
+    since: int
+    types: set[str] | None
+    limit: int
+    until: float
+
+
+class EventLog(LineService):
+    tick_s = 0.01  # the ring buffer's fd wakes the loop; the tick answers long polls
+
+    def __init__(self, lab: str) -> None:
+        super().__init__(ctl.socket_path(lab, SERVICE))
+        _, self.topo = state.open_lab(lab)
+        self.hosts = {
+            node.index: name for name, node in self.topo.nodes.items() if not node.is_switch
+        }
+        self.maps = nic.NicMaps.open(lab)
+        self.reader = self.maps.events()
+        self.log: collections.deque[dict] = collections.deque(maxlen=QUEUE_MAX)
+        self.seq = 0
+        self.lost_at_start = self.maps.counter(nic.Counter.EVENTS_LOST)
+        # bpf_ktime_get_ns() is CLOCK_MONOTONIC: this turns it into wall-clock time.
+        self.wall_minus_mono = time.time() - time.monotonic()
+        self.waiters: list[Waiter] = []
+        self.watch(self.reader, self.drain)
+
+    def close(self) -> None:
+        self.reader.close()
+        self.maps.close()
+
+    # ---- events in ---------------------------------------------------------------
+    def drain(self) -> None:
+        for record in self.reader.read():
+            self.add(self.from_nic(record))
+
+    def from_nic(self, record: nic.AnyEvent) -> dict:
+        fields = record.as_dict()
+        kind = NIC_TYPES.get(fields.pop("type"), "unknown")
+        ts = fields.pop("ts")
+        event = {"type": kind, "time": ts / 1e9 + self.wall_minus_mono, "source": "nic"}
+        qpn = fields.get("qpn", 0)
+        event["host"] = self.hosts.get(qpn >> 16)
+        for key in ("old_state", "new_state"):
+            if key in fields:
+                fields[key] = _name(nic.EvState, fields[key])
+        if "cause" in fields:
+            fields["cause"] = _name(nic.EvCause, fields["cause"])
+        return event | fields
+
+    def add(self, event: dict) -> int:
+        self.seq += 1
+        event["seq"] = self.seq
+        self.log.append(event)
+        return self.seq
+
+    # ---- the loop ------------------------------------------------------------------
+    def tick(self, now: float) -> None:
+        if not self.waiters:
+            return
+        self.drain()
+        for w in list(self.waiters):
+            reply = self.read(w.since, w.types, w.limit)
+            if reply["events"] or now >= w.until:
+                self.waiters.remove(w)
+                self.reply(w.conn, {"ok": True, **reply})
+
+    def on_drop(self, conn: Conn) -> None:
+        self.waiters = [w for w in self.waiters if w.conn is not conn]
+
+    # ---- requests ----------------------------------------------------------------
+    def read(self, since: int, types: set[str] | None, limit: int) -> dict:
+        """Events after `since` (of these types), at most `limit`; `next` is the
+        sequence number to ask from next time."""
+        oldest = self.log[0]["seq"] if self.log else self.seq + 1
+        evicted = max(0, oldest - since - 1)
+        out, last = [], self.seq
+        # Sequence numbers are contiguous in the log: skip to the first one wanted.
+        for event in itertools.islice(self.log, max(0, since + 1 - oldest), None):
+            if types is None or event["type"] in types:
+                out.append(event)
+                if len(out) >= limit:
+                    last = event["seq"]
+                    break
+        lost = self.maps.counter(nic.Counter.EVENTS_LOST) - self.lost_at_start
+        return {"events": out, "next": last, "evicted": evicted, "nic_lost": lost}
+
+    def op_read(self, req: dict, conn: Conn) -> dict | None:
+        since = int(req.get("since", 0))
+        types = req.get("types")
+        types = set(types) if types else None
+        limit = max(1, min(int(req.get("max", READ_MAX)), READ_MAX))
+        wait = min(float(req.get("wait", 0)), WAIT_MAX_S)
+        self.drain()
+        reply = self.read(since, types, limit)
+        if reply["events"] or wait <= 0:
+            return reply
+        self.waiters.append(Waiter(conn, reply["next"], types, limit, time.monotonic() + wait))
+        return None
+
+    def op_post(self, req: dict, conn: Conn) -> dict:
+        event = req.get("event")
+        if not isinstance(event, dict) or event.get("type") not in POSTED_TYPES:
+            raise ctl.RequestError(
+                errno.EINVAL, f"event must be an object with type one of {', '.join(POSTED_TYPES)}"
+            )
+        event = dict(event, source=str(req.get("source", "cli")))
+        event.setdefault("time", time.time())
+        return {"seq": self.add(event)}
+
+    def op_ping(self, req: dict, conn: Conn) -> dict:
+        return {"pid": os.getpid(), "seq": self.seq}
+
+
+def _name(kind: type, value: int) -> str | int:
+    try:
+        return kind(value).name
+    except ValueError:
+        return value
+
+
+def main(argv: list[str]) -> int:
+    lab = argv[0]
+    log = EventLog(lab)
+    log.serve_until_signalled()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

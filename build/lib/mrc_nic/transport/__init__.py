@@ -1,0 +1,4 @@
+"""The MRC transport's control plane.
+
+The host daemon: QPs, send jobs, NSCC, probes, EV replacement.
+"""

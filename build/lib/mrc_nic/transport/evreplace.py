@@ -1,0 +1,182 @@
+"""Replacing failed EVs by fresh ones of the same plane (run by the host daemon).
+
+An EV goes ASSUMED_BAD in BPF the moment a packet sent on it is lost, and
+comes back only when a probe on it is answered (mrc_nic.transport.prober). When its
+path stays broken, e.g. a T0-T1 link that blackholes while the kernel's ECMP
+keeps hashing into it, the QP sprays over fewer of that plane's EVs for as
+long as the fault lasts, and the plane carries less than its share. MRC
+replaces such an EV by a fresh one from the same plane (OCP API:
+MRC_CTL_EV_OP_REPLACE_EV): a new UDP source port is a new ECMP hash, most
+likely a path around the fault.
+
+The policy (mrc-nic's; the OCP API leaves it to the implementation):
+- An EV ASSUMED_BAD for REPLACE_AFTER_S (about ten of its probes
+  unanswered) is replaced if its plane still works for this QP: some EV of
+  the plane had a packet acknowledged EVIDENCE_AFTER_S or more after this
+  one went bad (the last SACKs of a plane that has just died, late on a
+  loaded machine, must not count for it). A plane
+  that failed as a whole (down, blackholed) gets no replacements: fresh EVs
+  would fail the same way, each costing a lost packet (and a fresh EV, GOOD
+  but untried, is no evidence that a plane works). Its probes bring its EVs
+  back when it heals. Nor does a plane whose port is down at either end
+  (the engine does not use it; a fresh EV there would sit untried).
+- The floor, ev_min_active (OCP EV profile attribute): while fewer of a QP's
+  EVs are active, its longest-bad EVs are replaced whatever their plane,
+  until the floor is met (each still after REPLACE_AFTER_S, so a dead fabric
+  costs at most one packet per EV per REPLACE_AFTER_S).
+- A fresh EV takes the old one's slot in the profile (the round robin's
+  order stays) and starts GOOD with zero counters. Values are drawn from a
+  per-QP counter above the profile's, so a value just retired (whose hash
+  led into the fault) does not come back soon.
+
+The swap is a NIC_KICK_EV_REPLACE kick (nic.NicMaps.replace_ev): under the
+QP's lock in BPF, safe while packets flow. The old EV's state is deleted
+RETIRE_AFTER_S later, when no program run can still hold it (nic_evs reuses
+freed elements at once), and its packets are then counted for its plane.
+Each replacement is posted to the lab's event log (type ev_replaced). The
+daemon calls forget() when it closes a QP.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+
+from mrc_nic import nic
+from mrc_nic.lab import ctl
+from mrc_nic.nic import wire
+from mrc_nic.transport.prober import EvScan
+from mrc_nic.transport.transfer import EV_BASE
+
+REPLACE_AFTER_S = 0.02  # ASSUMED_BAD this long: ~10 probes (prober.PROBE_INTERVAL_S) unanswered
+# A plane works, for an EV that went bad at t, if one of its EVs had a packet
+# acknowledged at t + EVIDENCE_AFTER_S or later.
+EVIDENCE_AFTER_S = REPLACE_AFTER_S / 2
+RETIRE_AFTER_S = 0.005  # a replaced EV's state is deleted this much later
+ACTIVE = (nic.EvState.GOOD, nic.EvState.SKIP)
+
+
+def _next(value: int) -> int:
+    """The EV value after `value`, within EV_BASE .. wire.EV_MAX."""
+    return value + 1 if EV_BASE <= value < wire.EV_MAX else EV_BASE
+
+
+@dataclasses.dataclass
+class _Track:
+    """What the replacer remembers of one send QP."""
+
+    next_value: int  # the next EV value to try
+    # EV -> when a scan first saw its current failure
+    bad_since: dict[int, float] = dataclasses.field(default_factory=dict)
+    # EV -> its acks and losses at the last scan
+    acks: dict[int, int] = dataclasses.field(default_factory=dict)
+    lost: dict[int, int] = dataclasses.field(default_factory=dict)
+    # plane -> the last scan that saw a packet of it acknowledged
+    plane_acked: dict[int, float] = dataclasses.field(default_factory=dict)
+    # replaced EVs whose state is still to be deleted: (when replaced, EV, plane)
+    retired: list[tuple[float, int, int]] = dataclasses.field(default_factory=list)
+
+
+class Replacer:
+    def __init__(self, lab: str, host: str, host_index: int, maps: nic.NicMaps) -> None:
+        self.lab, self.host, self.host_index, self.maps = lab, host, host_index, maps
+        self._tracks: dict[int, _Track] = {}
+        self.replaced = 0
+
+    def step(self, now: float, mine: dict, states: list[EvScan]) -> None:
+        """mine: {qpn: SendQp} of the QPs sending; states: every EV of
+        theirs, from one scan of nic_evs (the prober's)."""
+        by_qp: dict[int, list[EvScan]] = {}
+        for e in states:
+            if e.ev in mine[e.qpn].evs:  # not a replaced EV still to be deleted
+                by_qp.setdefault(e.qpn, []).append(e)
+        for qpn, evs in by_qp.items():
+            self._step_qp(now, mine[qpn], evs)
+
+    def forget(self, sq) -> None:
+        """A send QP closes: delete the state of its EVs replaced lately (its
+        profile's go with the QP, NicMaps.delete_sq) and what was kept of it."""
+        track = self._tracks.pop(sq.qp.qpn, None)
+        for _, ev, _ in track.retired if track else ():
+            self.maps.delete_ev(sq.qp.qpn, ev)
+
+    def _step_qp(self, now: float, sq, evs: list[EvScan]) -> None:
+        track = self._tracks.get(sq.qp.qpn)
+        if track is None:
+            track = self._tracks[sq.qp.qpn] = _Track(next_value=_next(max(sq.evs)))
+        self._delete_retired(now, sq, track)
+        bad = {}
+        for e in evs:
+            if e.acks > track.acks.get(e.ev, e.acks):
+                track.plane_acked[e.plane] = now
+            # A loss since the last scan starts a new failure: the EV may
+            # have come back and failed again between two scans.
+            new_loss = e.lost > track.lost.get(e.ev, e.lost)
+            track.acks[e.ev], track.lost[e.ev] = e.acks, e.lost
+            if e.state == nic.EvState.ASSUMED_BAD:
+                bad[e.ev] = e.plane
+                if new_loss:
+                    track.bad_since.pop(e.ev, None)
+        track.bad_since = {ev: track.bad_since.get(ev, now) for ev in bad}
+        active = sum(e.state in ACTIVE for e in evs)
+        due = sorted(
+            (since, ev) for ev, since in track.bad_since.items() if now - since >= REPLACE_AFTER_S
+        )
+        up = self._planes_up(sq.qp.qpn) if due else 0  # only these planes get fresh EVs
+        for since, ev in due:
+            plane = bad[ev]
+            if not (up >> plane) & 1:
+                continue
+            works = track.plane_acked.get(plane, -1.0) >= since + EVIDENCE_AFTER_S
+            if (works or active < sq.ev_min_active) and self._replace(now, sq, track, ev, plane):
+                active += 1
+
+    def _planes_up(self, qpn: int) -> int:
+        """Bitmap of the planes whose port is up here and at the peer (as its
+        last ACK said)."""
+        try:
+            return self.maps.port_bitmap(self.host_index) & self.maps.sq_raw(qpn).peer_ports
+        except KeyError:
+            return 0
+
+    def _fresh_value(self, sq, track: _Track) -> int:
+        """An EV value in no slot of the profile and not retired lately,
+        from the QP's counter."""
+        retired = {ev for _, ev, _ in track.retired}
+        while True:
+            value, track.next_value = track.next_value, _next(track.next_value)
+            if value not in sq.evs and value not in retired:
+                return value
+
+    def _delete_retired(self, now: float, sq, track: _Track) -> None:
+        """Delete replaced EVs' state once no program run can hold it; their
+        packets go on counting for their plane (sq.retired_tx_pkts)."""
+        while track.retired and now - track.retired[0][0] >= RETIRE_AFTER_S:
+            _, ev, plane = track.retired.pop(0)
+            try:
+                sent = self.maps.ev_raw(sq.qp.qpn, ev).stats.tx_pkts
+            except KeyError:
+                continue
+            self.maps.delete_ev(sq.qp.qpn, ev)
+            sq.retired_tx_pkts[plane] = sq.retired_tx_pkts.get(plane, 0) + sent
+
+    def _replace(self, now: float, sq, track: _Track, old: int, plane: int) -> bool:
+        qpn = sq.qp.qpn
+        slot = list(sq.evs).index(old)
+        new = self._fresh_value(sq, track)
+        try:
+            if not self.maps.replace_ev(qpn, slot, old, new):
+                return False
+        except KeyError:
+            return False  # the QP closed meanwhile
+        except OSError as e:  # nic_evs full (E2BIG): the EV stays, its probes go on
+            print(f"evreplace: QP {qpn:#x}: EV {old} not replaced: {e}", file=sys.stderr)
+            return False
+        sq.evs = {new if ev == old else ev: p for ev, p in sq.evs.items()}
+        track.retired.append((now, old, plane))
+        track.acks.pop(old, None)
+        track.lost.pop(old, None)
+        self.replaced += 1
+        event = {"type": "ev_replaced", "host": self.host, "qpn": qpn, "plane": plane}
+        ctl.post_event(self.lab, {**event, "old_ev": old, "new_ev": new, "slot": slot})
+        return True

@@ -1,0 +1,182 @@
+"""Queue pairs as the daemon keeps them: states, attributes, checks, retry schedule.
+
+Names follow the OCP MRC API (mrc.h / mrc_ctl.h): a QP goes RESET -> INIT ->
+RTR -> RTS and to ERR from anywhere; its attributes are the EV profile and
+CC profile ids, `mpr` (max PSN range in flight, in units of 128 packets),
+`max_wimm` (WRITE_WITH_IMM messages outstanding), `timeout` (the
+retransmission timeout is 1.024 us * 2^timeout) and the retry budget
+`retry.linear_cnt` (<= 7 timeouts at the base value) then `retry.exp_cnt`
+(<= 25 timeouts, each twice the one before; 25 means retry forever).
+
+Errors are errno-style (QpError.errno: EINVAL, EBUSY, ENOENT, ...) with a
+message that says what is wrong and what is allowed. Pure Python: no maps,
+no root; the daemon applies a QP to the NIC maps once a transition is
+accepted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import errno
+
+from mrc_nic import nic
+from mrc_nic.lab.ctl import RequestError
+
+TIMEOUT_UNIT_S = 1.024e-6
+TIMEOUT_MAX = 31  # 1.024 us * 2^31 = 36.6 min, the largest the API's 5-bit field holds
+LINEAR_CNT_MAX = 7
+EXP_CNT_MAX = 25
+EXP_CNT_INFINITE = 25
+MAX_WIMM_MAX = nic.SQ_DEPTH  # messages the receiver can hold incomplete
+
+
+class QpState(enum.IntEnum):
+    RESET = int(nic.QpState.RESET)
+    INIT = int(nic.QpState.INIT)
+    RTR = int(nic.QpState.RTR)
+    RTS = int(nic.QpState.RTS)
+    ERR = int(nic.QpState.ERR)
+
+
+# Allowed transitions; RESET and ERR are reachable from every state.
+NEXT = {
+    QpState.RESET: {QpState.INIT},
+    QpState.INIT: {QpState.INIT, QpState.RTR},
+    QpState.RTR: {QpState.RTS},
+    QpState.RTS: {QpState.RTS},
+    QpState.ERR: set(),
+}
+
+
+class QpError(RequestError):
+    """A refused QP operation: errno (errno.EINVAL, ...) and a message."""
+
+
+@dataclasses.dataclass
+class Retry:
+    linear_cnt: int = 7
+    exp_cnt: int = 7
+
+    def check(self) -> None:
+        _int_range("retry.linear_cnt", self.linear_cnt, 0, LINEAR_CNT_MAX)
+        _int_range("retry.exp_cnt", self.exp_cnt, 0, EXP_CNT_MAX)
+
+    @property
+    def infinite(self) -> bool:
+        return self.exp_cnt == EXP_CNT_INFINITE
+
+    def delay(self, attempt: int, base: float) -> float | None:
+        """Seconds to wait before timeout number `attempt` (0-based) fires;
+        None when the budget is spent (the QP goes to ERR)."""
+        if attempt < self.linear_cnt:
+            return base
+        k = attempt - self.linear_cnt
+        if self.infinite or k < self.exp_cnt:
+            return base * 2 ** min(k + 1, 20)  # capped: "forever" must not overflow
+        return None
+
+
+@dataclasses.dataclass
+class QpAttrs:
+    """What modify_qp sets; each transition needs its part (REQUIRED)."""
+
+    ev_profile_id: int | None = None
+    cc_profile_id: int | None = None
+    mpr: int | None = None
+    max_wimm: int = MAX_WIMM_MAX
+    timeout: int | None = None
+    retry: Retry = dataclasses.field(default_factory=Retry)
+    dest_host: int | None = None
+    dest_qpn: int | None = None
+
+    @property
+    def timeout_s(self) -> float:
+        return TIMEOUT_UNIT_S * 2 ** (self.timeout or 0)
+
+
+REQUIRED = {
+    QpState.INIT: ("ev_profile_id", "cc_profile_id"),
+    QpState.RTR: ("mpr", "dest_host", "dest_qpn"),
+    QpState.RTS: ("timeout",),
+}
+
+
+@dataclasses.dataclass
+class Qp:
+    qpn: int
+    host: int
+    state: QpState = QpState.RESET
+    attrs: QpAttrs = dataclasses.field(default_factory=QpAttrs)
+    err_reason: str | None = None
+
+    def modify(self, target: QpState, **changes) -> None:
+        """One transition with the attributes it sets (checked first: a
+        refused call changes nothing)."""
+        if target == QpState.ERR:
+            self.to_err(changes.get("reason") or "moved to ERR by request")
+            return
+        if target == QpState.RESET:
+            self.state, self.attrs, self.err_reason = QpState.RESET, QpAttrs(), None
+            return
+        if target not in NEXT[self.state]:
+            raise QpError(
+                errno.EINVAL,
+                f"QP {self.qpn:#x}: {self.state.name} -> {target.name} is not a transition "
+                f"(allowed: {', '.join(s.name for s in sorted(NEXT[self.state])) or 'RESET'}"
+                f"{', ERR' if self.state != QpState.ERR else ''})",
+            )
+        new = dataclasses.replace(self.attrs)
+        for name, value in changes.items():
+            if name == "retry":
+                value = Retry(**value) if isinstance(value, dict) else value
+            if not hasattr(new, name):
+                raise QpError(errno.EINVAL, f"QP attribute {name!r} does not exist")
+            setattr(new, name, value)
+        check_attrs(new)
+        missing = [n for n in REQUIRED.get(target, ()) if getattr(new, n) is None]
+        if missing:
+            raise QpError(
+                errno.EINVAL,
+                f"QP {self.qpn:#x}: {self.state.name} -> {target.name} needs {', '.join(missing)}",
+            )
+        self.state, self.attrs = target, new
+
+    def to_err(self, reason: str) -> None:
+        self.state, self.err_reason = QpState.ERR, reason
+
+    def as_dict(self) -> dict:
+        a = self.attrs
+        return {
+            "qpn": self.qpn,
+            "host": self.host,
+            "state": self.state.name,
+            "err_reason": self.err_reason,
+            "ev_profile_id": a.ev_profile_id,
+            "cc_profile_id": a.cc_profile_id,
+            "mpr": a.mpr,
+            "max_wimm": a.max_wimm,
+            "timeout": a.timeout,
+            "timeout_us": round(a.timeout_s * 1e6, 3) if a.timeout is not None else None,
+            "retry": dataclasses.asdict(a.retry),
+            "dest_host": a.dest_host,
+            "dest_qpn": a.dest_qpn,
+        }
+
+
+def check_attrs(a: QpAttrs) -> None:
+    if a.mpr is not None:
+        _int_range("mpr", a.mpr, 1, nic.MPR_MAX)
+    if a.timeout is not None:
+        _int_range("timeout", a.timeout, 0, TIMEOUT_MAX)
+    _int_range("max_wimm", a.max_wimm, 1, MAX_WIMM_MAX)
+    for name in ("ev_profile_id", "cc_profile_id", "dest_host", "dest_qpn"):
+        value = getattr(a, name)
+        if value is not None:
+            _int_range(name, value, 0, 0xFFFFFF)
+    a.retry.check()
+
+
+def _int_range(name: str, value, lo: int, hi: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or not lo <= value <= hi:
+        raise QpError(errno.EINVAL, f"{name} must be an integer in {lo}..{hi}, not {value!r}")

@@ -1,0 +1,705 @@
+"""A WRITE transfer run by the sender's daemon: chunks, timeouts, verification.
+
+A transfer of `size` bytes over N send QPs gives each QP an equal share,
+cut into chunks that each go as one WRITE (the last with the immediate when
+asked). Host memory is 64 MiB, transfers reach 1 GiB, so every QP writes
+from a double buffer (2 chunks of its source region) into a double buffer
+at the receiver: chunk k goes from and to half k % 2, and chunk k + 2 is
+posted only once chunk k has completed and, with verify, been compared with
+what was sent. Chunk k's bytes are random, from a seed and k, so every chunk
+differs and a misplaced or stale byte shows.
+
+Messages (perftest style, scripts/bench_msgsize.py): with `msg`, a QP's
+share is a series of messages of `msg` bytes, each one WRITE (or, above the
+chunk, several WRITEs of at most a chunk). The buffer at each end is then
+cut into slots of the largest WRITE rounded up to 1 KiB, and WRITE k goes
+from and to slot k % slots; `depth` WRITEs (up to the NIC's SQ_DEPTH and
+the slots) are posted at once instead of 2, so that many small messages are
+in flight, and WRITE k + slots is posted only once WRITE k has completed
+(and been verified): the byte-exact guarantee is the double buffer's.
+`msgs_in_flight` 1 posts a message only once the one before has completed
+(ib_write_lat's one message at a time); `duration` stops starting messages
+after that many seconds (perftest -D), and the result counts those
+completed. With `timing`, the result has, per QP, the time
+(time.monotonic_ns(), CLOCK_MONOTONIC as the NIC's bpf_ktime_get_ns) of
+the send kick that followed each WRITE's post, and its WQE index, which the
+NIC's NIC_EV_SEND_DONE event of that WRITE reports (field `wqe`).
+
+Reliability per QP, each tick (1 ms):
+- progress is snd_una moving; the retransmission timeout is the QP's
+  timeout attribute (1.024 us * 2^t) for the first retry.linear_cnt timeouts,
+  then doubling for retry.exp_cnt more; each timeout is a timeout kick (BPF
+  queues the oldest unacked PSNs, struct nic_kick) and a send kick;
+- a QP with nothing in flight and work posted (its ACK clock stopped, e.g.
+  every EV was ASSUMED_BAD until probes brought some back) is kicked;
+- when the budget is spent, the QP goes to ERR with the reason, and the
+  transfer fails; the daemon goes on serving its other QPs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import errno
+import functools
+import hashlib
+import random
+import time
+from typing import Any
+
+from mrc_nic import nic
+from mrc_nic.lab.topology import Topology
+from mrc_nic.transport import hostmem, nscc, transfer
+from mrc_nic.transport.qp import Qp, QpError, QpState, Retry
+
+DEFAULT_TIMEOUT = 12  # 1.024 us * 2^12 = 4.2 ms: above this lab's worst queueing delay
+DEFAULT_MPR = 8
+TOPUP_KICK_S = 0.001  # at most one top-up kick a tick
+REORDER_KICKS = 2  # reorder timer kicks per stall of the ACK clock (SendJob._reorder_timer)
+# The head scan's reorder window (mrc-nic extension; nic_maps.h, "Loss detection"):
+# a packet still unacknowledged when one sent this much later has been
+# acknowledged is lost (or, at the head scan, when the QP's largest recent
+# round trip is longer: queues). Short enough that a path which dies is
+# found before its losses hold the whole window (a few round trips of the
+# default lab, whose RTT is 0.1-0.25 ms), long enough for the scheduling
+# hiccups of a 2-core machine: scripts/bench_failover.py --reorder-window
+# found a blackholed plane with a gap under 0.5 ms in 3 of 3 runs with 250 us,
+# 2.3-3.3 ms (a stall) with 1 ms; healthy runs resent 27-91 packets per
+# 768 MiB, 26-80 with 1 ms.
+DEFAULT_REORDER_NS = 250_000
+# Most packets in the network (struct nic_sq.cwnd; mrc-nic extension): a fixed
+# window until congestion control (NSCC) sets it. The MPR range stays larger
+# (DEFAULT_MPR), so a hole at snd_una does not stop the sender while the loss
+# is found and repaired; and a small window keeps this CPU-bound lab's
+# standing queues, hence its RTT and loss detection time, short. Measured with
+# scripts/bench_failover.py: 128 keeps goodput within noise of the MPR window.
+DEFAULT_CWND = 128
+REORDER_NS_MAX = 2**32 - 1
+EV_COUNT = 128  # EVs per send QP (the OCP API's ev_count default), equal per plane
+
+
+@dataclasses.dataclass
+class JobOptions:
+    size: int
+    chunk: int
+    mpr: int = DEFAULT_MPR
+    timeout: int = DEFAULT_TIMEOUT
+    retry: Retry = dataclasses.field(default_factory=Retry)
+    imm: bool = False
+    verify: bool = False
+    seed: int = 1
+    reorder_ns: int = DEFAULT_REORDER_NS
+    cwnd: int = DEFAULT_CWND
+    # The QPs' CC profile (nscc.PROFILES, the OCP API's cc_profile_id): NSCC sets
+    # the window each tick; profile 0 keeps `cwnd` fixed. cc: NSCC fields to
+    # override for this transfer (struct mrc_ctl_cc_nscc_cfg names).
+    cc_profile: int = nscc.DEFAULT_NSCC
+    cc: dict | None = None
+    # Leave the send QPs open (in RTS) when the transfer ends, for the next
+    # write on them; sq_close closes them. (By default a write closes its QPs.)
+    keep_open: bool = False
+    # The EV profile (OCP: ev_count, ev_min_active): EVs per QP, equal per
+    # plane; the floor of active EVs below which failed EVs are replaced
+    # whatever their plane (mrc_nic.transport.evreplace; None: a quarter of ev_count).
+    ev_count: int = EV_COUNT
+    ev_min_active: int | None = None
+    # Messages (see the module's docstring): 0 = the whole share is one message.
+    msg: int = 0
+    depth: int = 2  # WRITEs posted at once per QP (1..nic.SQ_DEPTH, at most the slots)
+    msgs_in_flight: int = 0  # 0: as many as depth allows; 1: one message at a time
+    duration: float = 0.0  # seconds after which no message is started; 0: none
+    timing: bool = False  # the result carries each WRITE's kick time
+    # Write each WRITE's bytes (random, from seed and k) into the source buffer
+    # before posting it; False sends the buffer as it is, as perftest does
+    # (no generation cost: 16 MiB take 50 ms of Python), refused with verify.
+    fill: bool = True
+
+    @classmethod
+    def from_request(cls, req: dict) -> JobOptions:
+        retry = req.get("retry") or {}
+        opts = cls(
+            size=int(req["size"]),
+            chunk=int(req["chunk"]),
+            mpr=int(req.get("mpr", DEFAULT_MPR)),
+            timeout=int(req.get("timeout", DEFAULT_TIMEOUT)),
+            retry=Retry(**retry),
+            imm=bool(req.get("imm", False)),
+            verify=bool(req.get("verify", False)),
+            seed=int(req.get("seed", 1)),
+            reorder_ns=int(req.get("reorder_ns", DEFAULT_REORDER_NS)),
+            cwnd=int(req.get("cwnd", DEFAULT_CWND)),
+            cc_profile=int(req.get("cc_profile", nscc.DEFAULT_NSCC)),
+            cc=req.get("cc") or None,
+            keep_open=bool(req.get("keep_open", False)),
+            ev_count=int(req.get("ev_count", EV_COUNT)),
+            ev_min_active=None if req.get("ev_min_active") is None else int(req["ev_min_active"]),
+            msg=int(req.get("msg", 0)),
+            depth=int(req.get("depth", 2)),
+            msgs_in_flight=int(req.get("msgs_in_flight", 0)),
+            duration=float(req.get("duration", 0.0)),
+            timing=bool(req.get("timing", False)),
+            fill=bool(req.get("fill", True)),
+        )
+        if opts.cc is not None and not isinstance(opts.cc, dict):
+            raise QpError(22, "cc must be an object of NSCC fields")
+        try:
+            opts.nscc_config()
+        except ValueError as e:
+            raise QpError(22, str(e)) from None
+        if not 0 <= opts.reorder_ns <= REORDER_NS_MAX:
+            raise QpError(
+                22, f"reorder_ns must be 0 (off) .. {REORDER_NS_MAX}, not {opts.reorder_ns}"
+            )
+        if not 0 <= opts.cwnd <= nic.BITMAP_BITS:
+            raise QpError(
+                22, f"cwnd must be 0 (the MPR range) .. {nic.BITMAP_BITS}, not {opts.cwnd}"
+            )
+        if not 1 <= opts.ev_count <= nic.MAX_QP_EVS:
+            raise QpError(22, f"ev_count must be 1..{nic.MAX_QP_EVS}, not {opts.ev_count}")
+        if opts.ev_min_active is not None and not 0 <= opts.ev_min_active <= opts.ev_count:
+            raise QpError(
+                22, f"ev_min_active must be 0..ev_count ({opts.ev_count}), not {opts.ev_min_active}"
+            )
+        if opts.size < 1:
+            raise QpError(22, f"size must be at least 1 byte, not {opts.size}")
+        if opts.chunk < hostmem.KIB or opts.chunk % hostmem.KIB:
+            raise QpError(22, f"chunk must be a positive multiple of 1 KiB, not {opts.chunk}")
+        if not 0 <= opts.msg <= opts.size:
+            raise QpError(22, f"msg must be 0 (one message) .. size ({opts.size}), not {opts.msg}")
+        if not 1 <= opts.depth <= nic.SQ_DEPTH:
+            raise QpError(22, f"depth must be 1..{nic.SQ_DEPTH} (the send queue), not {opts.depth}")
+        if opts.msgs_in_flight < 0:
+            raise QpError(
+                22, f"msgs_in_flight must be 0 (no limit) or more, not {opts.msgs_in_flight}"
+            )
+        if not 0 <= opts.duration <= 86400:
+            raise QpError(22, f"duration must be 0 (none) .. 86400 s, not {opts.duration}")
+        if opts.verify and not opts.fill:
+            raise QpError(22, "verify needs fill: unfilled buffers have nothing to compare")
+        return opts
+
+    @property
+    def write_max(self) -> int:
+        """The largest WRITE of this transfer: a chunk, or a smaller message."""
+        return min(self.chunk, self.msg) if self.msg else self.chunk
+
+    def ev_min_active_for(self) -> int:
+        """The floor of active EVs: as asked, or a quarter of the profile."""
+        return self.ev_count // 4 if self.ev_min_active is None else self.ev_min_active
+
+    def nscc_config(self) -> nscc.NsccConfig | None:
+        """The NSCC tunables of this transfer's CC profile (None: a fixed window)."""
+        config = nscc.profile(self.cc_profile).nscc
+        if config is None:
+            if self.cc:
+                raise ValueError(f"CC profile {self.cc_profile} has no NSCC to tune")
+            return None
+        return config.with_overrides(self.cc)
+
+
+# Source data: rotations of one random pool, generated once per daemon. Why
+# not random bytes per chunk: random.Random.randbytes makes 16 MiB in 50 ms
+# of CPU holding the GIL, and the daemon's loop (timeouts, top-up kicks,
+# port bitmaps, probes) stood still that long under every chunk (measured in
+# flap runs: 5-30 ms delivery gaps while it ran). A rotation is one copy.
+POOL_BYTES = 4 << 20
+
+
+@functools.cache
+def _pool() -> bytes:
+    raw = random.Random("mrc-nic source pool").randbytes(POOL_BYTES)
+    return raw + raw  # every rotation is one slice
+
+
+def chunk_data(seed: int, qp_index: int, k: int, length: int) -> bytes:
+    """The source bytes of WRITE k of QP qp_index: each POOL_BYTES block a
+    rotation of the pool by an offset hashed from (seed, qp_index, k, block),
+    so that blocks differ from one another at every position (a packet placed
+    in the wrong place does not go unseen) and the same seed gives the same
+    bytes."""
+    pool = memoryview(_pool())
+    parts = []
+    for block, at in enumerate(range(0, length, POOL_BYTES)):
+        key = f"{seed}/{qp_index}/{k}/{block}".encode()
+        off = int.from_bytes(hashlib.blake2b(key, digest_size=8).digest()) % POOL_BYTES
+        parts.append(pool[off : off + min(POOL_BYTES, length - at)])
+    return b"".join(parts)
+
+
+@dataclasses.dataclass(frozen=True)
+class Pieces:
+    """The WRITEs of one QP's share of a transfer, bytes [start, end): messages
+    of `msg` bytes (the last one may be shorter), each cut into WRITEs of at
+    most `chunk` bytes. Computed, not listed: a run of small messages has
+    hundreds of thousands. An empty share is one WRITE of 0 bytes."""
+
+    start: int
+    end: int
+    msg: int  # > 0
+    chunk: int
+
+    @property
+    def per_msg(self) -> int:
+        """WRITEs of a whole message."""
+        return -(-self.msg // self.chunk)
+
+    def __len__(self) -> int:
+        whole, rest = divmod(self.end - self.start, self.msg)
+        return whole * self.per_msg + -(-rest // self.chunk) or 1
+
+    def __getitem__(self, k: int) -> tuple[int, int]:
+        """(offset in the transfer, length) of WRITE k."""
+        if not 0 <= k < len(self):
+            raise IndexError(k)
+        m, j = divmod(k, self.per_msg)
+        base = self.start + m * self.msg
+        length = min(self.msg, self.end - base) - j * self.chunk
+        return base + j * self.chunk, max(0, min(self.chunk, length))
+
+    def msg_of(self, k: int) -> int:
+        """The message WRITE k belongs to (a shorter last message has fewer WRITEs)."""
+        return k // self.per_msg
+
+    def starts_msg(self, k: int) -> bool:
+        return k % self.per_msg == 0
+
+    def msgs_within(self, n: int) -> int:
+        """Whole messages among the first n WRITEs."""
+        return -(-len(self) // self.per_msg) if n >= len(self) else n // self.per_msg
+
+
+@dataclasses.dataclass
+class SendQp:
+    """A send QP of this host: its QP record and resources, and its part of a transfer."""
+
+    qp: Qp
+    ring: int
+    region: int
+    span: hostmem.Span
+    chunk: int
+    evs: dict[int, int] = dataclasses.field(default_factory=dict)
+    remote: dict = dataclasses.field(default_factory=dict)
+    # the transfer
+    index: int = 0
+    wqe_base: int = 0  # the NIC's wqe_done when this transfer began (it is free-running)
+    pieces: Pieces | None = None  # this QP's WRITEs
+    limit: int = 0  # WRITEs to complete (fewer than the pieces when `duration` ends it)
+    slot: int = 0  # bytes of a slot of the buffers: WRITE k goes from and to slot k % slots
+    slots: int = 2
+    posted: int = 0
+    verified: int = 0
+    done_bytes: int = 0
+    kick_ns: list[int] = dataclasses.field(default_factory=list)  # timing: per WRITE
+    in_buffer: dict[int, bytes] = dataclasses.field(default_factory=dict)
+    last_una: int | None = None
+    last_progress: float = 0.0
+    last_kick: float = 0.0
+    attempt: int = 0
+    timeouts: int = 0
+    # the reorder timer (_reorder_timer): SACKs and NACKs at the last tick, the
+    # RTT (cc.rtt_sum_ns, cc.rtt_samples) then and over the last tick with samples
+    last_acks: int = 0
+    last_rtt: tuple[int, int] = (0, 0)
+    rtt_ns: int = 0
+    reorder_left: int = 0  # reorder kicks left in this stall
+    last_reorder_kick: float = 0.0
+    reorder_kicks: int = 0
+    error: str | None = None
+    cc: nscc.QpCc | None = None  # NSCC (None: the fixed window of JobOptions.cwnd)
+    ev_min_active: int = 0  # the EV profile's floor of active EVs (evreplace)
+    seg: int = nic.MR_ELEM_SIZE  # payload of a full packet on this lab (nic.seg_size)
+    # Packets sent per plane on EVs replaced since (evreplace): their counters went with them.
+    retired_tx_pkts: dict[int, int] = dataclasses.field(default_factory=dict)
+
+    def begin(self, maps: nic.NicMaps, topo: Topology, dst: int, remote: dict, opts) -> None:
+        """Ready this QP for a new transfer: connect a fresh QP (INIT), or reuse
+        one a previous transfer left in RTS (write with keep_open) towards the
+        same remote QP. A reused QP keeps its NIC state: PSNs, MSNs, EV states
+        and its congestion window go on from where the last transfer left them,
+        as a verbs QP's do between work requests."""
+        if opts.chunk > self.chunk:
+            raise QpError(
+                errno.EINVAL,
+                f"QP {self.qp.qpn:#x}: chunk {opts.chunk} exceeds the {self.chunk} "
+                "its buffers were opened with (sq_open)",
+            )
+        slot = -(-opts.write_max // hostmem.KIB) * hostmem.KIB
+        slots = 2 * self.chunk // slot
+        if opts.depth > slots:
+            raise QpError(
+                errno.EINVAL,
+                f"QP {self.qp.qpn:#x}: depth {opts.depth} needs {opts.depth} slots of {slot} "
+                f"bytes; its buffers (2 x {self.chunk} bytes, sq_open) hold {slots}",
+            )
+        wanted = {k: int(remote[k]) for k in ("qpn", "rkey", "region")}
+        if self.qp.state == QpState.INIT:
+            self.connect(maps, topo, dst, wanted, opts)
+        elif self.qp.state != QpState.RTS:
+            raise QpError(
+                errno.EINVAL,
+                f"QP {self.qp.qpn:#x} is in {self.qp.state.name}"
+                + (f" ({self.qp.err_reason})" if self.qp.err_reason else "")
+                + ": close it (sq_close) and open a new one",
+            )
+        elif wanted != self.remote or dst != self.qp.attrs.dest_host:
+            raise QpError(
+                errno.EINVAL,
+                f"QP {self.qp.qpn:#x} is connected to QP {self.remote['qpn']:#x} of host "
+                f"{self.qp.attrs.dest_host}: open a new QP for another destination",
+            )
+        self.index, self.posted, self.verified, self.done_bytes = 0, 0, 0, 0
+        self.slot, self.slots = slot, slots
+        self.kick_ns = []
+        self.in_buffer.clear()
+        self.last_una, self.attempt, self.timeouts, self.error = None, 0, 0, None
+        self.reorder_kicks = 0
+        self.wqe_base = maps.sq(self.qp.qpn).wqe_done
+
+    def connect(self, maps: nic.NicMaps, topo: Topology, dst: int, remote: dict, opts) -> None:
+        """INIT -> RTR -> RTS with the peer's QP, and the send state in the maps."""
+        if opts.ev_count % topo.planes:
+            raise QpError(
+                errno.EINVAL,
+                f"ev_count must be a multiple of the lab's {topo.planes} planes "
+                f"(EVs are equal per plane), not {opts.ev_count}",
+            )
+        self.remote = dict(remote)
+        self.qp.modify(
+            QpState.RTR,
+            mpr=opts.mpr,
+            dest_host=dst,
+            dest_qpn=self.remote["qpn"],
+            cc_profile_id=opts.cc_profile,
+        )
+        self.qp.modify(QpState.RTS, timeout=opts.timeout, retry=opts.retry)
+        self.evs = transfer.ev_profile(topo.planes, opts.ev_count // topo.planes)
+        self.ev_min_active = opts.ev_min_active_for()
+        self.seg = nic.seg_size(topo.mtu)
+        cwnd, rtt_target = opts.cwnd, 0
+        config = opts.nscc_config()
+        self.cc = None
+        if config is not None:
+            self.cc = nscc.QpCc(
+                nscc.Nscc(
+                    config,
+                    link_bps=topo.rate_bps * topo.planes if topo.rate_bps else None,
+                    window_pkts=opts.mpr * nic.wire.MPR_UNIT,
+                    lab_rtt_ns=topo.queues.base_rtt_ns,
+                    mss=self.seg,
+                )
+            )
+            cwnd, rtt_target = self.cc.initial()
+        maps.setup_sq(
+            self.qp.qpn,
+            local_host=self.qp.host,
+            peer_host=dst,
+            peer_qpn=self.remote["qpn"],
+            ring=self.ring,
+            evs=self.evs,
+            mpr=opts.mpr,
+            engine=True,
+            reo_wnd_ns=opts.reorder_ns,
+            cwnd=cwnd,
+            cc_rtt_target_ns=rtt_target,
+            ev_min_active=self.ev_min_active,
+        )
+
+    @property
+    def done(self) -> bool:
+        return self.error is not None or self.verified >= self.limit
+
+    def offset(self, k: int) -> int:
+        """Where WRITE k lives in the source and the destination buffers."""
+        return (k % self.slots) * self.slot
+
+
+class Job:
+    """One transfer over one or more send QPs; `conn` waits for its result."""
+
+    def __init__(self, maps: nic.NicMaps, qps: list[SendQp], opts: JobOptions, conn: Any) -> None:
+        self.maps, self.qps, self.opts, self.conn = maps, qps, opts, conn
+        share = -(-opts.size // len(qps))
+        for i, sq in enumerate(qps):
+            sq.index = i
+            start, end = min(opts.size, i * share), min(opts.size, (i + 1) * share)
+            sq.pieces = Pieces(start, end, opts.msg or max(1, end - start), opts.chunk)
+            sq.limit = len(sq.pieces)
+        self.started = self.ended = 0.0
+        self.deadline: float | None = None  # duration: no message starts after it
+        self.stopped = False  # the duration ended the transfer
+        self.mismatch: list[dict] = []
+        # The NIC's counters are the QPs' lifetime's: a QP reused from an
+        # earlier transfer (keep_open) has counted that one's packets already.
+        self._counted_before = self._tx_counts()
+
+    def _tx_counts(self) -> tuple[dict[int, int], int]:
+        """(data packets sent per plane, retransmissions) of this job's QPs so far."""
+        per_plane: dict[int, int] = {}
+        retx = 0
+        evs = self.maps.evs_raw()  # every EV of the lab in one batch read
+        for sq in self.qps:
+            for plane, n in sq.retired_tx_pkts.items():
+                per_plane[plane] = per_plane.get(plane, 0) + n
+            with contextlib.suppress(KeyError):
+                retx += self.maps.sq(sq.qp.qpn).tx_stats.get("retx_pkts", 0)
+            for ev, plane in sq.evs.items():
+                state = evs.get((sq.qp.qpn, ev))
+                if state is not None:
+                    per_plane[plane] = per_plane.get(plane, 0) + state.stats.tx_pkts
+        return per_plane, retx
+
+    # ---- running ------------------------------------------------------------------
+    def start(self, now: float) -> None:
+        self.started = now
+        if self.opts.duration:
+            self.deadline = now + self.opts.duration
+        for sq in self.qps:
+            sq.last_progress = sq.last_kick = now
+            new = self._fill(sq, now)
+            self._kick(sq, new, sq.qp.attrs.mpr * nic.wire.MPR_UNIT, now)
+
+    def _fill(self, sq: SendQp, now: float) -> int:
+        """Post WRITEs while the send queue's depth, the slots and the messages
+        in flight allow; returns how many packets they make."""
+        packets = 0
+        while sq.posted < sq.limit and sq.posted - sq.verified < self.opts.depth:
+            k = sq.posted
+            if k and sq.pieces.starts_msg(k):  # a new message
+                if self.deadline is not None and now >= self.deadline:
+                    sq.limit, self.stopped = k, True
+                    break
+                n = self.opts.msgs_in_flight
+                if (
+                    n
+                    and sq.verified < k
+                    and sq.pieces.msg_of(k) - sq.pieces.msg_of(sq.verified) >= n
+                ):
+                    break
+            packets += self._post(sq, k)
+        return packets
+
+    def _post(self, sq: SendQp, k: int) -> int:
+        """Post WRITE k (its bytes in its slot first, when filling); its packets."""
+        _, length = sq.pieces[k]
+        at = sq.offset(k)
+        data = b""
+        if self.opts.fill:
+            data = chunk_data(self.opts.seed, sq.index, k, length)
+            if length:
+                self.maps.write_region(sq.region, at, data)
+        self.maps.post_write(
+            sq.qp.qpn,
+            length=length,
+            src_region=sq.region,
+            src_offset=at,
+            remote_va=at,
+            rkey=sq.remote["rkey"],
+            imm=k if self.opts.imm else None,  # the receiver completes them in order
+            wr_id=k,
+        )
+        sq.in_buffer[k] = data
+        sq.posted += 1
+        return max(1, -(-length // sq.seg))
+
+    def _kick(self, sq: SendQp, new: int, room: int, now: float) -> None:
+        """A send kick after posting `new` packets' worth of WRITEs: as many
+        engine runs as they need (or, when they fill it, the room in the
+        window); the engine sends queued retransmissions and the oldest data
+        first. With timing, the WRITEs posted since the last kick get this
+        kick's time: the doorbell, after the data was written and posted."""
+        if self.opts.timing:
+            t = time.monotonic_ns()
+            sq.kick_ns.extend([t] * (sq.posted - len(sq.kick_ns)))
+        packets = room if not new or new >= room else new
+        self.maps.kick(sq.qp.qpn, max(1, packets), batch_size=256)
+        sq.last_kick = now
+
+    def step(self, now: float) -> None:
+        for sq in self.qps:
+            if not sq.done:
+                self._step_qp(sq, now)
+        if self.finished and not self.ended:
+            self.ended = time.monotonic()
+
+    def _step_qp(self, sq: SendQp, now: float) -> None:
+        try:
+            s = self.maps.sq(sq.qp.qpn)
+        except KeyError:
+            self._fail(sq, "its send state vanished from the NIC maps")
+            return
+        if s.state == nic.QpState.ERR:
+            self._fail(sq, "the NIC put it in ERR (a fatal NACK: remote access error)")
+            return
+        # completions, in order: verify, then reuse the slot
+        done = (s.wqe_done - sq.wqe_base) & 0xFFFFFFFF  # this transfer's WQEs completed
+        completed = 0
+        while sq.verified < done and sq.verified < sq.posted and sq.error is None:
+            k = sq.verified
+            if self.opts.verify:
+                self._verify(sq, k)
+            sq.in_buffer.pop(k, None)
+            sq.done_bytes += sq.pieces[k][1]
+            sq.verified += 1
+            completed += 1
+        if completed and sq.error is None:
+            self._kick(sq, self._fill(sq, now), max(1, s.window_free), now)
+        if sq.done:
+            return
+        if sq.cc is not None:  # NSCC: the window from this tick's signals, set in BPF
+            live = s.in_flight - len(s.acked)
+            change = sq.cc.step(s.cc, s.stats["acked_pkts"], live, now)
+            if change is not None:
+                cwnd, rtt_target = change
+                grew = cwnd - s.cwnd if s.cwnd else 0
+                self.maps.cwnd_kick(sq.qp.qpn, cwnd, rtt_target_ns=rtt_target, packets=max(1, grew))
+                if grew > 0:
+                    sq.last_kick = now
+        self._top_up(sq, s, now)
+        self._reorder_timer(sq, s, now)
+        if s.snd_una != sq.last_una:
+            sq.last_una, sq.last_progress, sq.attempt = s.snd_una, now, 0
+            return
+        if s.in_flight == 0:
+            return
+        wait = sq.qp.attrs.retry.delay(sq.attempt, sq.qp.attrs.timeout_s)
+        if wait is None:
+            self._fail(
+                sq,
+                f"retry budget spent: no acknowledgement for PSN {s.snd_una} after "
+                f"{sq.timeouts} timeouts (timeout {sq.qp.attrs.timeout_s * 1e3:.3g} ms, "
+                f"retry.linear_cnt {sq.qp.attrs.retry.linear_cnt}, "
+                f"retry.exp_cnt {sq.qp.attrs.retry.exp_cnt})",
+            )
+            return
+        if now - sq.last_progress > wait:
+            # Only PSNs older than the timeout are lost: the others may be on their way.
+            self.maps.timeout_kick(
+                sq.qp.qpn,
+                max(1, min(s.in_flight, 256)),
+                age_ns=int(sq.qp.attrs.timeout_s * 1e9),
+            )
+            sq.timeouts += 1
+            sq.attempt += 1
+            sq.last_progress = sq.last_kick = now
+
+    def _reorder_timer(self, sq: SendQp, s: nic.SqSnapshot, now: float) -> None:
+        """RACK's reorder timer (RFC 8985, 6.2), run at the tick. The head
+        scan runs on SACKs; when a path dies under a window of fewer packets
+        than a reorder window's worth, its undetected losses soon are all
+        that is in the network, no SACK comes to run the scan, and only the
+        timeout would be left. So a tick that saw no SACK or NACK while
+        packets are out applies the scan's rule itself: a timeout kick for
+        the PSNs last sent a reorder window ago or more, or twice the RTT, or
+        the largest recent RTT (the head scan's, nic_maps.h) plus the RTT,
+        whichever is longest: queues, and a path slower than the others must
+        not be condemned for it. Not a timeout: it spends no retry budget. At
+        most REORDER_KICKS per stall, a reorder window apart (the first may
+        come before the oldest packets are old enough), as RACK arms its
+        timer only on SACKs: when nothing at all comes back (the peer is
+        unreachable), the timeout's backoff rules."""
+        acks = s.stats["sacks"] + s.stats["nacks"]
+        rtt = s.cc["rtt_sum_ns"], s.cc["rtt_samples"]
+        if rtt[1] > sq.last_rtt[1]:
+            sq.rtt_ns = (rtt[0] - sq.last_rtt[0]) // (rtt[1] - sq.last_rtt[1])
+        sq.last_rtt = rtt
+        if acks != sq.last_acks:
+            sq.last_acks, sq.reorder_left = acks, REORDER_KICKS
+            return
+        outstanding = s.in_network
+        if not (s.reo_wnd_ns and sq.reorder_left and outstanding > 0):
+            return
+        age_ns = max(s.reo_wnd_ns, 2 * sq.rtt_ns, s.rtt_recent_ns + sq.rtt_ns)
+        if now - sq.last_reorder_kick < age_ns / 1e9:
+            return
+        self.maps.timeout_kick(
+            sq.qp.qpn, outstanding, max_psns=min(outstanding, nic.TIMEOUT_MAX), age_ns=age_ns
+        )
+        sq.reorder_left -= 1
+        sq.last_reorder_kick = sq.last_kick = now
+        sq.reorder_kicks += 1
+
+    def _top_up(self, sq: SendQp, s: nic.SqSnapshot, now: float) -> None:
+        """Restart a starving ACK clock. Each SACK clocks out one packet (XDP
+        turns one frame into one frame), so every packet or SACK lost, and
+        every retransmission, takes a packet out of the window for good.
+        When fewer than half a window are left in the network and there is
+        something to send, a kick sends the rest."""
+        live = s.in_network
+        target = min(s.cwnd, s.window) if s.cwnd else s.window
+        work = s.retx_queue or (s.wqe_sent - sq.wqe_base) & 0xFFFFFFFF < sq.posted
+        # max(1, ...): a window of 1 (NSCC at its floor) must restart too
+        if live < max(1, target // 2) and work and now - sq.last_kick >= TOPUP_KICK_S:
+            self.maps.kick(sq.qp.qpn, target - max(0, live), batch_size=256)
+            sq.last_kick = now
+
+    def _verify(self, sq: SendQp, k: int) -> None:
+        _, length = sq.pieces[k]
+        got = self.maps.read_region(sq.remote["region"], sq.offset(k), length)
+        want = sq.in_buffer[k]
+        if got != want:
+            first = next(i for i in range(length) if got[i] != want[i])
+            self.mismatch.append({"qpn": sq.qp.qpn, "chunk": k, "first_bad_byte": first})
+            self._fail(sq, f"chunk {k} arrived different from what was sent (byte {first})")
+
+    def cancel(self, reason: str) -> None:
+        """End the transfer now: every QP of it still sending goes to ERR
+        (verbs: a QP moved to ERR flushes its work requests) with the reason."""
+        for sq in self.qps:
+            if not sq.done:
+                self._fail(sq, reason)
+
+    def _fail(self, sq: SendQp, reason: str) -> None:
+        sq.error = reason
+        sq.qp.to_err(reason)
+        with contextlib.suppress(KeyError):
+            self.maps.set_sq_state(sq.qp.qpn, nic.QpState.ERR)
+
+    @property
+    def finished(self) -> bool:
+        return all(sq.done for sq in self.qps)
+
+    # ---- the result -----------------------------------------------------------------
+    def result(self) -> dict:
+        seconds = (self.ended or time.monotonic()) - self.started
+        errors = {f"{sq.qp.qpn:#x}": sq.error for sq in self.qps if sq.error}
+        timeouts = sum(sq.timeouts for sq in self.qps)
+        (plane_now, retx_now), (plane_before, retx_before) = self._tx_counts(), self._counted_before
+        per_plane = {p: n - plane_before.get(p, 0) for p, n in plane_now.items()}
+        retx = retx_now - retx_before
+        total = sum(per_plane.values()) or 1
+        sent = sum(sq.done_bytes for sq in self.qps)
+        result = {
+            "ok": True,  # the request was served; whether the transfer was is below
+            "completed": not errors,
+            "error": "; ".join(f"QP {q} in ERR: {e}" for q, e in errors.items()) or None,
+            "bytes": sent,
+            "size": self.opts.size,
+            "seconds": round(seconds, 6),
+            "goodput_bps": sent * 8 / seconds if seconds > 0 else 0.0,
+            "qps": [sq.qp.as_dict() for sq in self.qps],
+            "chunks": sum(sq.limit for sq in self.qps),
+            "wqes_done": sum(sq.verified for sq in self.qps),
+            "messages": sum(sq.pieces.msgs_within(sq.verified) for sq in self.qps),
+            "msg": self.opts.msg or None,
+            "stopped": self.stopped,  # `duration` ended it: fewer bytes than size
+            "retransmits": retx,
+            "timeouts": timeouts,
+            "reorder_kicks": sum(sq.reorder_kicks for sq in self.qps),
+            "per_plane_share": {str(p): n / total for p, n in sorted(per_plane.items())},
+            "verified": self.opts.verify and not errors,
+            "mismatch": self.mismatch,
+        }
+        if self.opts.timing:
+            # Per QP: WRITE k is the NIC's WQE wqe_base + k (mod 2^32, the `wqe` of
+            # its NIC_EV_SEND_DONE), kicked at kick_ns[k]; message m is WRITEs
+            # [m * per_msg, (m + 1) * per_msg).
+            result["timing"] = [
+                {
+                    "qpn": sq.qp.qpn,
+                    "wqe_base": sq.wqe_base,
+                    "per_msg": sq.pieces.per_msg,
+                    "kick_ns": sq.kick_ns[: sq.verified],
+                }
+                for sq in self.qps
+            ]
+        return result

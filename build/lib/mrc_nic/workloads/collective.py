@@ -1,0 +1,877 @@
+"""Ring all-reduce among a lab's hosts: mrc-nic WRITE_WITH_IMM, or kernel TCP/MPTCP.
+
+The ring all-reduce of S bytes on N hosts (as NCCL's ring algorithm): the
+buffer is cut into N chunks; in reduce-scatter step s (s = 0 .. N-2) host r
+sends chunk (r - s) mod N to host r+1, which adds it into its own copy;
+after N-1 steps host r holds chunk (r + 1) mod N fully reduced. In
+all-gather step s host r sends chunk (r + 1 - s) mod N, fully reduced, to
+host r+1, which keeps it. 2(N-1) steps, each moving one chunk (S/N bytes)
+over every edge of the ring at once; a step's sends depend on the previous
+step's receives, so every step here ends when all N transfers have been
+delivered (a barrier per step, which is a ring's dependency made strict).
+`ring_schedule` is the schedule, `simulate` checks it by tracking which
+hosts' contributions every copy of every chunk holds.
+
+What is modelled: the schedule, the bytes on the wire and the dependency
+between steps. What is not: the reduction arithmetic and the accelerator
+memory (the emulator moves bytes; the adds take no time), and the overlap
+of one step's tail with the next step's head that pipelined collectives
+get. mrc-nic: every step is, on each ring edge, one transfer of the chunk
+through the sender's daemon (mrc_nic.workloads.rdma_write.Connection, opened once per
+edge and kept for every step, as a collective's QPs are): WRITEs through
+the NIC's 64 MiB host memory, as large as it allows when each host receives
+from one other (MrcRing: up to 16 MiB), the last with an immediate
+(WRITE_WITH_IMM: the receiver's completion of the step), each step's bytes
+random from its own seed so that `verify` compares every byte placed. The
+peer: one process per host in its namespace with kernel sockets, the same
+schedule and barrier, a TCP connection per ring edge on one plane (what a
+TCP collective gets), or MPTCP with one subflow per plane.
+
+Both runners take events, fn() called at t seconds into the job or into a
+given step (a fault put in force mid-job), and a time limit: a job that has
+not ended by then is stopped and reported as not finished, with the steps it
+completed (and, for mrc-nic, the NIC state of the transfers still running).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import select
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import wait as wait_futures
+from typing import Any
+
+from mrc_nic import resources
+
+PHASES = ("reduce-scatter", "all-gather")
+
+
+# ---- the schedule (pure) ------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Send:
+    """One transfer of a step: rank `src` sends chunk `chunk` (`size` bytes) to `dst`."""
+
+    step: int
+    phase: str
+    src: int
+    dst: int
+    chunk: int
+    size: int
+
+
+def chunk_sizes(total: int, n: int) -> list[int]:
+    """The N chunks of a buffer of `total` bytes: as equal as can be, the first
+    ones a byte larger when N does not divide it."""
+    if n < 2:
+        raise ValueError(f"a ring needs at least 2 hosts, not {n}")
+    if total < n:
+        raise ValueError(f"an all-reduce of {total} bytes cannot be cut into {n} chunks")
+    base, extra = divmod(total, n)
+    return [base + (1 if c < extra else 0) for c in range(n)]
+
+
+def ring_schedule(n: int, total: int) -> list[list[Send]]:
+    """The 2(N-1) steps of a ring all-reduce of `total` bytes among ranks
+    0..N-1 (rank r sends to r+1 mod N); each step is N sends, one per rank."""
+    sizes = chunk_sizes(total, n)
+    steps: list[list[Send]] = []
+    for phase, first in ((PHASES[0], 0), (PHASES[1], 1)):
+        for s in range(n - 1):
+            step = len(steps)
+            steps.append(
+                [
+                    Send(step, phase, r, (r + 1) % n, c, sizes[c])
+                    for r in range(n)
+                    for c in [(r + first - s) % n]
+                ]
+            )
+    return steps
+
+
+def simulate(n: int, schedule: Sequence[Sequence[Send]]) -> list[list[frozenset[int]]]:
+    """Run a schedule on contributions: held[r][c] is the set of ranks whose
+    part of chunk c rank r's copy holds (at first {r}). A reduce-scatter
+    send adds the sender's set into the receiver's (a rank counted twice is
+    an error: its data would be added twice); an all-gather send must carry
+    a complete chunk, which replaces the receiver's. All sends of a step
+    read the state before the step. Returns the final state; raises
+    ValueError on a schedule that double counts or gathers a partial chunk."""
+    held = [[frozenset([r]) for _ in range(n)] for r in range(n)]
+    everyone = frozenset(range(n))
+    for step in schedule:
+        before = [row[:] for row in held]
+        for t in step:
+            got = before[t.src][t.chunk]
+            if t.phase == PHASES[0]:
+                mine = held[t.dst][t.chunk]
+                if got & mine:
+                    raise ValueError(
+                        f"step {t.step}: rank {t.dst} would count ranks {sorted(got & mine)} "
+                        f"of chunk {t.chunk} twice"
+                    )
+                held[t.dst][t.chunk] = mine | got
+            else:
+                if got != everyone:
+                    raise ValueError(
+                        f"step {t.step}: rank {t.src} gathers chunk {t.chunk} holding only "
+                        f"ranks {sorted(got)}"
+                    )
+                held[t.dst][t.chunk] = got
+    return held
+
+
+def bytes_sent(n: int, total: int) -> list[int]:
+    """What each rank sends in the whole all-reduce (and its successor
+    receives): about 2(N-1)/N x S."""
+    out = [0] * n
+    for step in ring_schedule(n, total):
+        for t in step:
+            out[t.src] += t.size
+    return out
+
+
+def ring_edges(hosts: Sequence[str]) -> list[tuple[str, str]]:
+    """(sender, receiver) of each edge of the ring over `hosts` in that order."""
+    if len(set(hosts)) != len(hosts):
+        raise ValueError(f"a host appears twice in the ring: {', '.join(hosts)}")
+    return [(hosts[i], hosts[(i + 1) % len(hosts)]) for i in range(len(hosts))]
+
+
+# ---- results (shared by both runners) ------------------------------------------------------
+@dataclasses.dataclass
+class StepResult:
+    step: int
+    phase: str
+    start_s: float  # from the job's start
+    end_s: float  # when the last of its transfers had been delivered
+    bytes: int  # all hosts together
+    edges: list[dict] = dataclasses.field(default_factory=list)
+
+    @property
+    def seconds(self) -> float:
+        return self.end_s - self.start_s
+
+
+@dataclasses.dataclass
+class JobResult:
+    transport: str  # "mrc", "tcp", "mptcp"
+    hosts: list[str]
+    total_bytes: int  # the all-reduce's size S
+    steps_planned: int
+    limit_s: float
+    completed: bool = False
+    job_s: float | None = None  # from the first step's start to the last step's end
+    steps: list[StepResult] = dataclasses.field(default_factory=list)
+    events: list[dict] = dataclasses.field(default_factory=list)
+    error: str | None = None
+    detail: dict = dataclasses.field(default_factory=dict)
+
+    @property
+    def bytes_moved(self) -> int:
+        return sum(s.bytes for s in self.steps)
+
+    @property
+    def algbw_bps(self) -> float | None:
+        """NCCL's algorithm bandwidth: S / job time."""
+        return self.total_bytes * 8 / self.job_s if self.completed and self.job_s else None
+
+    @property
+    def busbw_bps(self) -> float | None:
+        """NCCL's bus bandwidth: algbw x 2(N-1)/N, what each host's link carried."""
+        n = len(self.hosts)
+        algbw = self.algbw_bps
+        return algbw * 2 * (n - 1) / n if algbw is not None else None
+
+    def progress(self) -> list[tuple[float, int]]:
+        """(seconds from the start, bytes delivered so far) at each step's end."""
+        out, done = [(0.0, 0)], 0
+        for s in self.steps:
+            done += s.bytes
+            out.append((s.end_s, done))
+        return out
+
+    def summary(self) -> str:
+        n = len(self.steps)
+        if self.completed:
+            head = f"{self.job_s:.3f} s"
+        else:
+            head = f"did not finish within {self.limit_s:g} s ({n}/{self.steps_planned} steps)"
+        bw = self.busbw_bps
+        tail = f", bus bandwidth {bw / 1e9:.3f} Gbit/s" if bw else ""
+        return f"{self.transport}: {head}{tail}" + (f"; {self.error}" if self.error else "")
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        for d, s in zip(out["steps"], self.steps, strict=True):
+            d["seconds"] = round(s.seconds, 6)
+        out["bytes_moved"] = self.bytes_moved
+        out["algbw_gbps"] = _gbps(self.algbw_bps)
+        out["busbw_gbps"] = _gbps(self.busbw_bps)
+        return out
+
+
+def _gbps(bps: float | None) -> float | None:
+    return round(bps / 1e9, 4) if bps is not None else None
+
+
+Event = tuple[float, Callable[[], Any]]  # (t, fn): fn() at t s into the job
+StepEvent = tuple[int, float, Callable[[], Any]]  # (step, t, fn): t s into that step
+
+
+class _Events:
+    """Calls each event's fn at its time, in a thread, until stopped: (t, fn)
+    at t seconds after the job's start, (step, t, fn) at t seconds after that
+    step's start (the same point of the job's progress, however fast the
+    steps before it went). Each call's times (from the job's start) and
+    result, or error, are kept; the events not reached are said."""
+
+    def __init__(self, events: Iterable[Event] = (), step_events: Iterable[StepEvent] = ()):
+        self.plan: list[tuple[int | None, float, Callable[[], Any]]] = [
+            (None, t, fn) for t, fn in events
+        ] + list(step_events)
+        self.log: list[dict] = []
+        self._anchors: dict[int | None, float] = {}
+        self._cv = threading.Condition()
+        self._stopped = False
+        self._pending = list(self.plan)  # what the thread has not called yet
+        self._thread: threading.Thread | None = None
+        self.t0 = 0.0
+
+    def start(self, t0: float) -> None:
+        self.t0 = t0
+        self.anchor(None, t0)
+        if self.plan:
+            self._thread = threading.Thread(target=self._run, daemon=True)
+            self._thread.start()
+
+    def anchor(self, step: int | None, at: float) -> None:
+        """The job (None) or a step started at `at` (time.monotonic())."""
+        with self._cv:
+            self._anchors[step] = at
+            self._cv.notify_all()
+
+    def _run(self) -> None:
+        pending = self._pending
+        while pending:
+            with self._cv:
+                if self._stopped:
+                    return
+                due = [
+                    (self._anchors[k] + t, i)
+                    for i, (k, t, _) in enumerate(pending)
+                    if k in self._anchors
+                ]
+                wait = min(due)[0] - time.monotonic() if due else None
+                if wait is None or wait > 0:
+                    self._cv.wait(wait)
+                    continue
+                step, t, fn = pending.pop(min(due)[1])
+            entry: dict[str, Any] = {"t": t, "name": getattr(fn, "__name__", repr(fn))}
+            if step is not None:
+                entry["step"] = step
+            entry["called_s"] = round(time.monotonic() - self.t0, 6)
+            try:
+                entry["result"] = fn()
+            except Exception as e:  # kept; the job goes on
+                entry["error"] = f"{type(e).__name__}: {e}"
+            entry["done_s"] = round(time.monotonic() - self.t0, 6)
+            self.log.append(entry)
+
+    def stop(self) -> list[dict]:
+        """Stop calling; the log of every event (a second call returns it again)."""
+        with self._cv:
+            if self._stopped:
+                return self.log
+            self._stopped = True
+            self._cv.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+        for step, t, fn in list(self._pending):
+            entry = {"t": t, "name": getattr(fn, "__name__", repr(fn)), "not_reached": True}
+            if step is not None:
+                entry["step"] = step
+            self.log.append(entry)
+        return self.log
+
+
+class StepFailed(Exception):
+    """A step of a job did not complete; the message says why."""
+
+
+def _run_steps(
+    job: JobResult,
+    schedule: Sequence[Sequence[Send]],
+    timer: _Events,
+    run_step: Callable[[list[Send], float, float], tuple[list[dict], float]],
+    on_step: Callable[[StepResult], None] | None,
+) -> None:
+    """Run the steps one after the other (a barrier between them) until the
+    last, a step that fails, or the job's time limit; fill `job` and keep the
+    events' log in it. run_step(sends, start, deadline) returns the step's
+    edges and when its last transfer was delivered (time.monotonic()), or
+    raises StepFailed."""
+    t0 = time.monotonic()
+    deadline = t0 + job.limit_s
+    timer.start(t0)
+    try:
+        for step in schedule:
+            start = time.monotonic()
+            if start >= deadline:
+                job.error = f"time limit reached before step {step[0].step}"
+                break
+            timer.anchor(step[0].step, start)
+            try:
+                edges, end = run_step(list(step), start, deadline)
+            except StepFailed as e:
+                job.error = f"step {step[0].step}: {e}"
+                break
+            moved = sum(e["bytes"] for e in edges)
+            result = StepResult(step[0].step, step[0].phase, start - t0, end - t0, moved, edges)
+            job.steps.append(result)
+            if on_step is not None:
+                on_step(result)
+        else:
+            job.completed = True
+            job.job_s = job.steps[-1].end_s if job.steps else 0.0
+    finally:
+        job.events = timer.stop()
+
+
+# ---- mrc-nic ---------------------------------------------------------------------------------
+class MrcRing:
+    """A ring of mrc-nic connections, one per edge (hosts[i] -> hosts[i+1]),
+    opened once and used by every step of every job run on it.
+
+    chunk: each WRITE's size; by default what host memory allows
+    (rdma_write.default_chunk) with one transfer landing at a host at once:
+    in a ring each host receives from one other (peers=1: up to 16 MiB
+    WRITEs on a 64 MiB host); rdma_write.Connection's default assumes
+    every other host (peers = hosts - 1)."""
+
+    def __init__(
+        self,
+        lab_name: str,
+        hosts: Sequence[str],
+        total: int,
+        *,
+        qps: int = 1,
+        chunk: int | None = None,
+    ) -> None:
+        from mrc_nic.lab.state import open_lab
+        from mrc_nic.workloads import rdma_write
+
+        self.lab, self.hosts, self.total = lab_name, list(hosts), total
+        self.schedule = ring_schedule(len(self.hosts), total)
+        if chunk is None:
+            _, topo = open_lab(lab_name)
+            step_max = max(chunk_sizes(total, len(self.hosts)))
+            chunk = rdma_write.default_chunk(topo, step_max, qps, peers=1)
+        self.chunk, self.qps = chunk, qps
+        self.conns: list = []
+        try:
+            for src, dst in ring_edges(self.hosts):
+                self.conns.append(rdma_write.Connection(lab_name, src, dst, qps=qps, chunk=chunk))
+        except BaseException:
+            self.close()
+            raise
+
+    def run(
+        self,
+        *,
+        limit_s: float = 600.0,
+        verify: bool = False,
+        events: Iterable[Event] = (),
+        step_events: Iterable[StepEvent] = (),
+        seed: int = 1,
+        cc_profile: int | None = None,
+        on_step: Callable[[StepResult], None] | None = None,
+    ) -> JobResult:
+        """One all-reduce; events and step_events as _Events; cc_profile: the
+        send QPs' (mrc_nic.transport.nscc.PROFILES; default the daemons', NSCC). A step
+        whose transfers have not all ended by `limit_s` ends the job as not
+        finished (the writes still running are left to end in the daemons:
+        close() ends them), with the NIC state of the stuck ones in
+        detail["stuck"]."""
+        n = len(self.hosts)
+        job = JobResult("mrc", self.hosts, self.total, len(self.schedule), limit_s)
+        job.detail = {"chunk": self.chunk, "qps": self.qps, "verify": verify}
+        job.detail["cc_profile"] = cc_profile
+        pool = ThreadPoolExecutor(max_workers=n, thread_name_prefix="ring")
+
+        def run_step(step: list[Send], start: float, deadline: float) -> tuple[list[dict], float]:
+            left = deadline - start
+            futures = [
+                pool.submit(
+                    self.conns[t.src].write,
+                    t.size,
+                    imm=True,
+                    verify=verify,
+                    seed=seed * 1000 + t.step,
+                    wait=left + 5,
+                    cc_profile=cc_profile,
+                )
+                for t in step
+            ]
+            _, pending = wait_futures(futures, timeout=left)
+            end = time.monotonic()
+            if pending:
+                job.detail["stuck"] = self.diagnose(
+                    [t for t, f in zip(step, futures, strict=True) if f in pending]
+                )
+                raise StepFailed(f"{len(pending)} transfer(s) still running")
+            edges = [_mrc_edge(t, f) for t, f in zip(step, futures, strict=True)]
+            failed = [e for e in edges if not e["completed"]]
+            if failed:
+                raise StepFailed("; ".join(f"{e['src']}->{e['dst']}: {e['error']}" for e in failed))
+            return edges, end
+
+        try:
+            _run_steps(job, self.schedule, _Events(events, step_events), run_step, on_step)
+        finally:
+            pool.shutdown(wait=False, cancel_futures=True)
+        job.detail["retransmits"] = sum(
+            e.get("retransmits") or 0 for s in job.steps for e in s.edges
+        )
+        job.detail["timeouts"] = sum(e.get("timeouts") or 0 for s in job.steps for e in s.edges)
+        return job
+
+    def diagnose(self, sends: Iterable[Send]) -> list[dict]:
+        """The NIC state of the QPs of transfers that did not end in time: where
+        each stands (PSNs, WQEs, window, retransmissions queued), for a report."""
+        from mrc_nic import nic
+        from mrc_nic.lab import ctl
+
+        out = []
+        with nic.NicMaps.open(self.lab) as maps:
+            for t in sends:
+                conn = self.conns[t.src]
+                entry: dict[str, Any] = {"src": conn.src, "dst": conn.dst, "step": t.step}
+                with contextlib.suppress(ctl.DaemonError, OSError):
+                    qps = ctl.call(self.lab, conn.src, {"op": "qp_list"})["qps"]
+                    entry["daemon"] = [q for q in qps if q["qpn"] in conn.qpns]
+                for qpn in conn.qpns:
+                    try:
+                        sq = maps.sq(qpn)
+                    except (KeyError, OSError) as e:
+                        entry[f"{qpn:#x}"] = f"no send state: {e}"
+                        continue
+                    entry[f"{qpn:#x}"] = {
+                        "state": str(sq.state),
+                        "snd_una": sq.snd_una,
+                        "snd_nxt": sq.snd_nxt,
+                        "wqe_sent": sq.wqe_sent,
+                        "wqe_done": sq.wqe_done,
+                        "wqe_off": sq.wqe_off,
+                        "cwnd": sq.cwnd,
+                        "retx_pending": len(sq.retx_pending),
+                        "acked_out_of_order": len(sq.acked),
+                        "engine": sq.engine,
+                        "stats": sq.stats,
+                    }
+                for q in conn.remote:
+                    with contextlib.suppress(KeyError, OSError):
+                        entry[f"recv {int(q['qpn']):#x}"] = maps.rq(int(q["qpn"])).stats
+                out.append(entry)
+        return out
+
+    def close(self, settle_s: float = 10.0) -> list[dict]:
+        """Close every connection (receive QPs, then send QPs), whatever happened.
+        A send QP still writing (a job stopped by its time limit) cannot be
+        closed at once: without its receive QP its write runs out of retries
+        and ends; it is closed then, waiting up to `settle_s`, so that its
+        buffers are free for the next ring."""
+        from mrc_nic.lab import ctl
+
+        stats = []
+        for conn in self.conns:
+            with contextlib.suppress(Exception):
+                stats.append(conn.close())
+        deadline = time.monotonic() + settle_s
+        for conn in self.conns:
+            while True:
+                try:
+                    ctl.call(self.lab, conn.src, {"op": "sq_close", "qpns": conn.qpns})
+                except ctl.DaemonError as e:
+                    if e.errno_name == "EBUSY" and time.monotonic() < deadline:
+                        time.sleep(0.1)
+                        continue
+                break
+        self.conns = []
+        return stats
+
+    def __enter__(self) -> MrcRing:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _mrc_edge(t: Send, future) -> dict:
+    """One transfer's outcome, from the sender daemon's result (or the error)."""
+    edge: dict[str, Any] = {"src": t.src, "dst": t.dst, "chunk": t.chunk, "size": t.size}
+    try:
+        r = future.result()
+    except Exception as e:  # a daemon that refused or did not answer
+        return {**edge, "completed": False, "bytes": 0, "error": f"{type(e).__name__}: {e}"}
+    edge.update(
+        completed=bool(r.get("completed")) and r.get("bytes") == t.size,
+        error=r.get("error"),
+        bytes=int(r.get("bytes") or 0),
+        seconds=r.get("seconds"),
+        retransmits=r.get("retransmits"),
+        timeouts=r.get("timeouts"),
+        verified=r.get("verified"),
+        per_plane_share=r.get("per_plane_share"),
+    )
+    if not edge["completed"] and not edge["error"]:
+        edge["error"] = f"{edge['bytes']} of {t.size} bytes"
+    return edge
+
+
+# ---- the kernel peer: one process per host -----------------------------------------------------
+PROTOS = ("tcp", "mptcp")
+IO_BUF = 1 << 20
+IO_TIMEOUT_S = 0.1  # socket calls wake up this often to check the deadline
+START_TIMEOUT_S = 20.0  # every host process listening and connected
+
+
+def socket_ring(
+    lab_or_topo,
+    hosts: Sequence[str],
+    total: int,
+    *,
+    proto: str = "tcp",
+    plane: int = 0,
+    limit_s: float = 600.0,
+    events: Iterable[Event] = (),
+    step_events: Iterable[StepEvent] = (),
+    on_step: Callable[[StepResult], None] | None = None,
+) -> JobResult:
+    """The same all-reduce over kernel sockets: a process per host in its
+    namespace (`python -m mrc_nic.workloads.collective host ARGS`), connected to the
+    next host on `plane`'s addresses (MPTCP: the first subflow there, one more
+    per plane the next host announces; mrc_nic.workloads.peers.mptcp_setup), driven
+    step by step by this process through its stdin, each step ending when
+    every host has received its chunk. Every host process is ended, by pid,
+    when the job ends or its time limit passes."""
+    from mrc_nic.workloads import peers
+
+    if proto not in PROTOS:
+        raise ValueError(f"proto must be one of {', '.join(PROTOS)}, not {proto!r}")
+    topo = peers.resolve(lab_or_topo)
+    hosts = list(hosts)
+    n = len(hosts)
+    if not 0 <= plane < topo.planes:
+        raise ValueError(f"no plane {plane}: the lab has planes 0..{topo.planes - 1}")
+    if proto == "mptcp":
+        for src, dst in ring_edges(hosts):
+            peers.mptcp_setup(topo, src, dst)
+    schedule = ring_schedule(n, total)
+    addr = [str(topo.host_address(topo.nodes[h].index, plane)) for h in hosts]
+    job = JobResult(proto, hosts, total, len(schedule), limit_s)
+    job.detail = {"plane": plane}
+    procs: list[_HostProc] = []
+    timer = _Events(events, step_events)
+    try:
+        port = peers.PORT_BASE + (os.getpid() * 31) % peers.PORT_SPAN
+        for i, h in enumerate(hosts):
+            sends = [step[i].size for step in schedule]
+            recvs = [step[(i - 1) % n].size for step in schedule]
+            args = {
+                "proto": proto,
+                "addr": addr[i],
+                "next": addr[(i + 1) % n],
+                "port": port,
+                "sends": sends,
+                "recvs": recvs,
+            }
+            procs.append(_HostProc(topo.netns(h), args))
+        setup_deadline = time.monotonic() + START_TIMEOUT_S
+        ready = _gather(procs, "ready", setup_deadline)
+        for i, p in enumerate(procs):
+            p.tell({"next_port": ready[(i + 1) % n]["ready"]})
+        _gather(procs, "connected", setup_deadline)
+
+        def run_step(step: list[Send], start: float, deadline: float) -> tuple[list[dict], float]:
+            for p in procs:
+                p.tell({"go": step[0].step, "deadline_ns": int(deadline * 1e9)})
+            try:
+                lines = _gather(procs, "step", deadline)
+            except (TimeoutError, RuntimeError) as e:  # the limit, or a host that gave up
+                raise StepFailed(str(e)) from None
+            edges = [
+                {
+                    "src": t.src,
+                    "dst": t.dst,
+                    "chunk": t.chunk,
+                    "size": t.size,
+                    "bytes": lines[t.dst]["received"],
+                    "seconds": round((lines[t.dst]["recv_done_ns"] / 1e9) - start, 6),
+                }
+                for t in step
+            ]
+            return edges, max(ln["recv_done_ns"] for ln in lines) / 1e9
+
+        _run_steps(job, schedule, timer, run_step, on_step)
+        if job.completed:
+            for p in procs:
+                p.tell({"end": True})
+            try:
+                ends = _gather(procs, "done", time.monotonic() + 10)
+                job.detail["retransmits"] = sum(e.get("retrans") or 0 for e in ends)
+                job.detail["subflows"] = [e.get("subflows") for e in ends]
+                for p in procs:
+                    p.tell({"close": True})
+            except (TimeoutError, RuntimeError) as e:  # the job's figures stand
+                job.detail["end_error"] = str(e)
+    except (TimeoutError, RuntimeError) as e:
+        job.error = job.error or str(e)
+    finally:
+        job.events = timer.stop()
+        for p in procs:
+            p.end()
+    job.detail["stderr"] = {hosts[i]: p.stderr_tail for i, p in enumerate(procs) if p.stderr_tail}
+    return job
+
+
+class _HostProc:
+    """One host's process of the socket ring, started here and ended here, by pid."""
+
+    def __init__(self, netns: str, args: dict) -> None:
+        env = resources.python_path_env()
+        self.netns = netns
+        self.proc = subprocess.Popen(
+            [
+                "ip",
+                "netns",
+                "exec",
+                netns,
+                sys.executable,
+                "-m",
+                "mrc_nic.workloads.collective",
+                "host",
+                json.dumps(args),
+            ],  # fmt: skip
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+        )
+        self.buf = b""
+        self.lines: list[dict] = []
+        self.stderr_tail = ""
+
+    def tell(self, message: dict) -> None:
+        try:
+            self.proc.stdin.write(json.dumps(message).encode() + b"\n")
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError) as e:
+            raise RuntimeError(f"{self.netns}: the host process is gone ({e})") from None
+
+    def feed(self) -> bool:
+        """Read what is there; False at end of file."""
+        chunk = os.read(self.proc.stdout.fileno(), 65536)
+        if not chunk:
+            return False
+        self.buf += chunk
+        while b"\n" in self.buf:
+            line, self.buf = self.buf.split(b"\n", 1)
+            if line.startswith(b"{"):
+                self.lines.append(json.loads(line))
+        return True
+
+    def end(self) -> None:
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=5)
+        with contextlib.suppress(OSError, ValueError):
+            err = self.proc.stderr.read() if self.proc.poll() is not None else b""
+            self.stderr_tail = err.decode(errors="replace").strip()[-500:]
+        for f in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            with contextlib.suppress(OSError):
+                f.close()
+
+
+def _gather(procs: list[_HostProc], key: str, deadline: float) -> list[dict]:
+    """The next line with `key` from every process (in order), by `deadline`
+    (TimeoutError), or RuntimeError when one reports an error or ends."""
+    got: dict[int, dict] = {}
+    while len(got) < len(procs):
+        for i, p in enumerate(procs):
+            if i in got:
+                continue
+            while p.lines:
+                line = p.lines.pop(0)
+                if "error" in line:
+                    raise RuntimeError(f"{p.netns}: {line['error']}")
+                if key in line:
+                    got[i] = line
+                    break
+        if len(got) == len(procs):
+            break
+        left = deadline - time.monotonic()
+        if left <= 0:
+            missing = [procs[i].netns for i in range(len(procs)) if i not in got]
+            raise TimeoutError(f"no {key!r} from {len(missing)} host(s) in time")
+        fds = {procs[i].proc.stdout.fileno(): procs[i] for i in range(len(procs)) if i not in got}
+        ready, _, _ = select.select(list(fds), [], [], min(left, 1.0))
+        for fd in ready:
+            if not fds[fd].feed() and not fds[fd].lines:
+                raise RuntimeError(f"{fds[fd].netns}: the host process ended")
+    return [got[i] for i in range(len(procs))]
+
+
+# ---- the host process (runs inside a host's namespace) -------------------------------------------
+def _say(message: dict) -> None:
+    sys.stdout.write(json.dumps(message) + "\n")
+    sys.stdout.flush()
+
+
+def _hear() -> dict:
+    line = sys.stdin.readline()
+    if not line:
+        raise EOFError("the parent closed stdin")
+    return json.loads(line)
+
+
+class _Deadline(Exception):
+    pass
+
+
+def _send_n(sock: socket.socket, n: int, deadline_ns: int, out: dict) -> None:
+    view = memoryview(bytes(min(IO_BUF, max(1, n))))
+    left = n
+    try:
+        while left:
+            if time.monotonic_ns() > deadline_ns:
+                raise _Deadline
+            try:
+                left -= sock.send(view[: min(left, len(view))])
+            except TimeoutError:
+                continue
+    except BaseException as e:
+        out["error"] = f"send: {type(e).__name__}: {e}"
+    out["sent"] = n - left
+    out["send_done_ns"] = time.monotonic_ns()
+
+
+def _recv_n(sock: socket.socket, n: int, deadline_ns: int, buf: bytearray) -> int:
+    got = 0
+    while got < n:
+        if time.monotonic_ns() > deadline_ns:
+            raise _Deadline
+        try:
+            k = sock.recv_into(buf, min(len(buf), n - got))
+        except TimeoutError:
+            continue
+        if not k:
+            raise ConnectionError(f"end of stream after {got} of {n} bytes")
+        got += k
+    return got
+
+
+def _tcp_retrans(sock: socket.socket, proto: str) -> int | None:
+    from mrc_nic.workloads import peers
+
+    with contextlib.suppress(OSError):
+        if proto == "mptcp":
+            return sum(f.get("total_retrans", 0) for f in peers.subflow_info(sock))
+        info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, peers.TCPI_SIZE)
+        off, fmt = peers.TCPI["total_retrans"]
+        return struct.unpack_from("=" + fmt, info, off)[0]
+    return None
+
+
+def host_main(args: dict) -> None:
+    """One host of the socket ring: listen, connect to the next host, accept the
+    previous one, then for each step told on stdin send its bytes to the next
+    host while receiving the previous one's, and say when both are done."""
+    from mrc_nic.workloads import peers
+
+    proto = args["proto"]
+    lst = peers.stream_socket(proto)
+    lst.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    port = args["port"]
+    for attempt in range(50):
+        try:
+            lst.bind(("0.0.0.0" if proto == "mptcp" else args["addr"], port))
+            break
+        except OSError:
+            if attempt == 49:
+                raise
+            port += 1
+    lst.listen(1)
+    _say({"ready": port})
+    nxt = peers.stream_socket(proto)
+    nxt.bind((args["addr"], 0))
+    nxt.settimeout(START_TIMEOUT_S)
+    nxt.connect((args["next"], _hear()["next_port"]))
+    lst.settimeout(START_TIMEOUT_S)
+    prev, _ = lst.accept()  # MPTCP: the listener stays open for the joins
+    for s in (nxt, prev):
+        s.settimeout(IO_TIMEOUT_S)
+    _say({"connected": True})
+    buf = bytearray(IO_BUF)
+    try:
+        for sends, recvs in zip(args["sends"], args["recvs"], strict=True):
+            go = _hear()
+            deadline_ns = go["deadline_ns"]
+            start = time.monotonic_ns()
+            out: dict = {}
+            sender = threading.Thread(target=_send_n, args=(nxt, sends, deadline_ns, out))
+            sender.start()
+            try:
+                received = _recv_n(prev, recvs, deadline_ns, buf)
+                recv_done = time.monotonic_ns()
+            finally:
+                sender.join()
+            if "error" in out:
+                raise RuntimeError(out["error"])
+            _say(
+                {
+                    "step": go["go"],
+                    "start_ns": start,
+                    "recv_done_ns": recv_done,
+                    "send_done_ns": out["send_done_ns"],
+                    "received": received,
+                    "sent": out["sent"],
+                }
+            )
+        _hear()  # {"end": true}
+        retrans = _tcp_retrans(nxt, proto)
+        subflows = len(peers.subflow_info(nxt)) if proto == "mptcp" else 1
+        _say({"done": True, "retrans": retrans, "subflows": subflows})
+        with contextlib.suppress(EOFError):
+            _hear()  # every host has said done: the connections may go
+    finally:
+        for s in (nxt, prev, lst):
+            peers.abort(s)
+
+
+def _main(argv: list[str]) -> int:
+    if len(argv) != 2 or argv[0] != "host":
+        print("usage: python -m mrc_nic.workloads.collective host JSON (started by socket_ring)")
+        return 2
+    try:
+        host_main(json.loads(argv[1]))
+    except _Deadline:
+        _say({"error": "time limit"})
+    except BaseException as e:  # one line for the parent
+        _say({"error": f"{type(e).__name__}: {e}"})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv[1:]))
