@@ -6,7 +6,7 @@ MRC     := $(VENV)/bin/mrc-nic
 TOPO    ?= netns/default.toml
 DURATION ?= 10
 
-.PHONY: setup up down test test-unit lint fmt clean bench
+.PHONY: setup up down test test-unit lint fmt clean bench docs
 
 setup:
 	@scripts/setup
@@ -31,6 +31,10 @@ test-unit: setup
 ## results table: out/bench/RESULTS.md and README.md's results section.
 bench: setup
 	$(PY) scripts/bench_all.py
+
+## docs/daemon.md's lists of operations, from their declarations.
+docs: setup
+	$(PY) -m mrc_nic.transport.protocol
 
 lint: setup
 	$(VENV)/bin/ruff check mrc_nic tests scripts

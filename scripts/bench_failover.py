@@ -85,6 +85,7 @@ from bench_all import (  # noqa: E402
 from mrc_nic import nic  # noqa: E402
 from mrc_nic.fabric import faults
 from mrc_nic.lab import ctl, topology
+from mrc_nic.transport import protocol as ops
 from mrc_nic.workloads import peers, rdma_write
 
 GAP_TARGET_S = 1e-3  # issue 4: under 1 ms
@@ -297,7 +298,7 @@ def _wait_for_receive_qp(lab: str, worker: threading.Thread, timeout: float) -> 
     time before the fault; or until the transfer ended (it failed)."""
     deadline = time.monotonic() + timeout
     while worker.is_alive() and time.monotonic() < deadline:
-        qps = ctl.call(lab, "h1", {"op": "qp_list"})["qps"]
+        qps = ctl.call(lab, "h1", ops.QpList()).qps
         if any(q.get("role") == "recv" for q in qps):
             return
         time.sleep(0.01)
