@@ -24,9 +24,7 @@ from pathlib import Path
 
 from mrc_nic.errors import MrcNicError
 from mrc_nic.lab import eventops, protocol, state
-from mrc_nic.lab.protocol import R, Request, RequestError
-
-__all__ = ["DaemonError", "RequestError", "call", "post_event", "socket_path"]
+from mrc_nic.lab.protocol import R, Request, RequestError  # RequestError: callers' too
 
 MAX_LINE = 1 << 20
 EVENTS_SERVICE = "events"  # the lab's event log (mrc_nic.observe.eventlog): events.sock

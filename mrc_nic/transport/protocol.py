@@ -113,7 +113,9 @@ class WriteReply(Reply):
 @op("write")
 class Write(Request[WriteReply], JobOptions):
     """A transfer on send QPs of sq_open to the receive QPs of rq_open;
-    replies when it ends. Its options are sendjob.JobOptions's fields."""
+    replies when it ends."""
+
+    # Its options are sendjob.JobOptions's fields, declared there once.
 
     dst: str = arg("the receiving host")
     qpns: list[int] = arg("send QPs (sq_open), none writing")
