@@ -6,7 +6,7 @@ MRC     := $(VENV)/bin/mrc-nic
 TOPO    ?= netns/default.toml
 DURATION ?= 10
 
-.PHONY: setup up down test test-unit lint fmt clean bench abi
+.PHONY: setup up down test test-unit lint fmt clean bench abi docs
 
 setup:
 	@scripts/setup
@@ -35,6 +35,10 @@ bench: setup
 ## Regenerate mrc_nic/abi/defs.py (layouts, constants, enums) from bpf/*.h.
 abi: setup
 	$(PY) -m mrc_nic.abi.generate
+
+## docs/daemon.md's lists of operations, from their declarations.
+docs: setup
+	$(PY) -m mrc_nic.transport.protocol
 
 lint: setup
 	$(VENV)/bin/ruff check mrc_nic tests scripts

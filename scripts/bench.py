@@ -45,6 +45,7 @@ from mrc_nic import resources
 from mrc_nic.fabric import faults
 from mrc_nic.kernel import cpustat
 from mrc_nic.lab import ctl, topology
+from mrc_nic.transport import protocol as ops
 from mrc_nic.workloads import peers, rdma_write
 from mrc_nic.workloads.benchkit import (
     add_common_args,
@@ -113,7 +114,7 @@ def settle(name: str, limit: float = 60.0) -> str:
     deadline = time.monotonic() + limit
     while time.monotonic() < deadline:
         try:
-            qps = ctl.call(name, "h0", {"op": "qp_list"})["qps"]
+            qps = ctl.call(name, "h0", ops.QpList()).qps
         except ctl.DaemonError as e:
             return f"qp_list: {e}"
         if not any(q["state"] == "RTS" for q in qps):

@@ -68,6 +68,7 @@ from typing import Any
 from mrc_nic import nic, resources
 from mrc_nic.fabric import faults
 from mrc_nic.lab import ctl, topology
+from mrc_nic.transport import protocol as ops
 from mrc_nic.workloads import peers, rdma_write
 from mrc_nic.workloads.benchkit import (
     add_common_args,
@@ -292,7 +293,7 @@ def _wait_for_receive_qp(lab: str, worker: threading.Thread, timeout: float) -> 
     time before the fault; or until the transfer ended (it failed)."""
     deadline = time.monotonic() + timeout
     while worker.is_alive() and time.monotonic() < deadline:
-        qps = ctl.call(lab, "h1", {"op": "qp_list"})["qps"]
+        qps = ctl.call(lab, "h1", ops.QpList()).qps
         if any(q.get("role") == "recv" for q in qps):
             return
         time.sleep(0.01)

@@ -88,8 +88,7 @@ from pathlib import Path
 from typing import Any
 
 from mrc_nic import nic, resources
-from mrc_nic.lab import ctl, topology
-from mrc_nic.observe import eventlog
+from mrc_nic.lab import ctl, eventops, topology
 from mrc_nic.workloads import peers, rdma_write
 from mrc_nic.workloads.benchkit import (
     add_common_args,
@@ -217,17 +216,14 @@ def read_events(labname: str, since: int, types: list[str]) -> dict[str, Any]:
     events: list[dict] = []
     evicted = lost = 0
     while True:
-        reply = ctl.call(
-            labname,
-            ctl.EVENTS_SERVICE,
-            {"op": "read", "since": since, "types": types, "max": eventlog.READ_MAX},
-        )
-        events += reply["events"]
-        evicted += reply["evicted"]
-        lost = reply["nic_lost"]
-        if len(reply["events"]) < eventlog.READ_MAX:
+        read = eventops.Read(since=since, types=types, max=eventops.READ_MAX)
+        reply = ctl.call(labname, ctl.EVENTS_SERVICE, read)
+        events += reply.events
+        evicted += reply.evicted
+        lost = reply.nic_lost
+        if len(reply.events) < eventops.READ_MAX:
             return {"events": events, "evicted": evicted, "nic_lost": lost}
-        since = reply["next"]
+        since = reply.next
 
 
 def wall_minus_mono_ns() -> int:
@@ -301,7 +297,7 @@ def run_mrc(
         (rq_qpn,) = [q["qpn"] for q in conn.remote]
         # A warm-up (the QP's window and congestion state), latency, then goodput.
         mrc_write(conn, size, args.warmup, depth=p["bw_depth"], fill=False)
-        since = ctl.call(name, ctl.EVENTS_SERVICE, {"op": "ping"})["seq"]
+        since = ctl.call(name, ctl.EVENTS_SERVICE, eventops.Ping()).seq
         lat_opts = {"depth": p["lat_depth"], "msgs_in_flight": 1, "timing": True, "imm": True}
         lat = mrc_write(conn, size, args.seconds, fill=False, **lat_opts)
         for attempt in range(2):  # the log may not have drained the NIC's ring yet

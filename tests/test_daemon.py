@@ -22,8 +22,9 @@ from conftest import MRC, needs_lab, run_cli
 from mrc_nic import nic
 from mrc_nic.fabric import faults, testbed
 from mrc_nic.kernel import netns
-from mrc_nic.lab import ctl, state
+from mrc_nic.lab import ctl, eventops, protocol, state
 from mrc_nic.transport import nscc
+from mrc_nic.transport import protocol as ops
 from mrc_nic.workloads import rdma_write
 
 pytestmark = [pytest.mark.root, pytest.mark.netns, pytest.mark.bpf, needs_lab]
@@ -64,7 +65,7 @@ class Background:
 def send_qp(labname: str) -> int:
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
-        qps = ctl.call(labname, "h0", {"op": "qp_list"})["qps"]
+        qps = ctl.call(labname, "h0", ops.QpList()).qps
         live = [q["qpn"] for q in qps if q["role"] == "send" and q["state"] == "RTS"]
         if live:
             return live[0]
@@ -204,16 +205,16 @@ def test_a_connection_carries_several_writes_on_the_same_qps(default_lab):
         assert maps.sq(qpn).snd_una == psn_after_first + 2 * packets(MIB) + packets(5)
 
         def write(**changes) -> None:
-            request = {"op": "write", "dst": "h1", "qpns": [qpn], "remote": conn.remote}
-            ctl.call(name, "h0", {**request, "size": 1024, "chunk": MIB, **changes})
+            request = {"dst": "h1", "qpns": [qpn], "remote": conn.remote, "size": 1024}
+            ctl.call(name, "h0", ops.Write(**(request | {"chunk": MIB} | changes)))
 
         with pytest.raises(ctl.DaemonError, match="connected to QP") as e:
             write(remote=[dict(conn.remote[0], qpn=conn.remote[0]["qpn"] + 1)])
         assert e.value.errno_name == "EINVAL"
         with pytest.raises(ctl.DaemonError, match="exceeds"):
             write(chunk=2 * MIB)
-    assert ctl.call(name, "h0", {"op": "qp_list"})["qps"] == [], "sq_close closed them"
-    assert ctl.call(name, "h1", {"op": "qp_list"})["qps"] == []
+    assert ctl.call(name, "h0", ops.QpList()).qps == [], "sq_close closed them"
+    assert ctl.call(name, "h1", ops.QpList()).qps == []
 
 
 def test_sq_close_refuses_a_qp_that_is_writing(default_lab):
@@ -221,10 +222,10 @@ def test_sq_close_refuses_a_qp_that_is_writing(default_lab):
     job = Background(name, 256 * MIB)
     qpn = send_qp(name)
     with pytest.raises(ctl.DaemonError, match="is writing") as e:
-        ctl.call(name, "h0", {"op": "sq_close", "qpns": [qpn]})
+        ctl.call(name, "h0", ops.SqClose(qpns=[qpn]))
     assert e.value.errno_name == "EBUSY"
     with pytest.raises(ctl.DaemonError, match="no send QP"):
-        ctl.call(name, "h0", {"op": "sq_close", "qpns": [qpn + 1000]})
+        ctl.call(name, "h0", ops.SqClose(qpns=[qpn + 1000]))
     assert job.join()["completed"]
 
 
@@ -232,14 +233,14 @@ def test_cancel_ends_a_running_write_and_the_daemon_goes_on(default_lab):
     name = default_lab.lab
     job = Background(name, 1024 * MIB)
     qpn = send_qp(name)
-    reply = ctl.call(name, "h0", {"op": "cancel", "qpns": [qpn], "reason": "test says stop"})
-    assert reply["cancelled"] == [qpn]
+    reply = ctl.call(name, "h0", ops.Cancel(qpns=[qpn], reason="test says stop"))
+    assert reply.cancelled == [qpn]
     r = job.join(timeout=30)
     assert not r["completed"] and "test says stop" in r["error"], r
     assert r["bytes"] < 1024 * MIB and [q["state"] for q in r["qps"]] == ["ERR"]
-    assert ctl.call(name, "h0", {"op": "qp_list"})["qps"] == [], "its QPs were closed"
+    assert ctl.call(name, "h0", ops.QpList()).qps == [], "its QPs were closed"
     with pytest.raises(ctl.DaemonError, match="no send QP"):
-        ctl.call(name, "h0", {"op": "cancel", "qpns": [qpn]})
+        ctl.call(name, "h0", ops.Cancel(qpns=[qpn]))
     again = rdma_write.write(name, "h0", "h1", 4 * MIB, verify=True)
     assert again["completed"] and again["verified"]
 
@@ -259,16 +260,19 @@ def test_ctrl_c_on_write_cancels_the_transfer(default_lab):
         if cli.poll() is None:
             cli.kill()
     assert cli.returncode == 130 and "write cancelled" in err, err
-    wait_for(lambda: ctl.call(name, "h0", {"op": "qp_list"})["qps"], lambda qps: qps == [])
+    wait_for(lambda: ctl.call(name, "h0", ops.QpList()).qps, lambda qps: qps == [])
 
 
 def test_bad_requests_get_errno_and_a_message(default_lab):
     name = default_lab.lab
     with pytest.raises(ctl.DaemonError, match="unknown operation") as e:
-        ctl.call(name, "h0", {"op": "nonsense"})
+        ctl.call(name, "h0", eventops.Post(event={"type": "note"}))  # the event log's op
     assert e.value.errno_name == errno.errorcode[errno.EOPNOTSUPP]
     with pytest.raises(ctl.DaemonError, match="qps must be 1..64"):
-        ctl.call(name, "h0", {"op": "sq_open", "count": 0, "chunk": 1024})
+        ctl.call(name, "h0", ops.SqOpen(count=0, chunk=1024))
+    with pytest.raises(ctl.DaemonError, match="field 'count' must be an integer") as e:
+        ctl.call(name, "h0", ops.SqOpen(count="2", chunk=1024))  # type: ignore[arg-type]
+    assert e.value.errno_name == "EINVAL"
     p = run_cli("write", "h0", "h9", "--size", "1M", "-l", name, check=False)
     assert p.returncode != 0 and "no host 'h9'" in p.stderr
     p = run_cli("write", "h0", "h1", "--size", "12Q", "-l", name, check=False)
@@ -276,7 +280,7 @@ def test_bad_requests_get_errno_and_a_message(default_lab):
     # Refused by the daemon after the QPs were opened: they are closed again.
     p = run_cli("write", "h0", "h1", "--size", "1M", "--evs", "6", "-l", name, check=False)
     assert p.returncode != 0 and "multiple of the lab's 4 planes" in p.stderr, p.stderr
-    assert ctl.call(name, "h0", {"op": "qp_list"})["qps"] == [], "nothing left behind"
+    assert ctl.call(name, "h0", ops.QpList()).qps == [], "nothing left behind"
 
 
 def test_daemon_killed_mid_transfer_is_reported_and_restarted(make_lab):
@@ -288,7 +292,7 @@ def test_daemon_killed_mid_transfer_is_reported_and_restarted(make_lab):
         job.join()
     assert testbed.daemon_pid(topo.lab, "h0") is None
     assert testbed.start_daemons(topo) == ["h0"], "what up --reuse does"
-    assert ctl.call(topo.lab, "h0", {"op": "ping"})["pid"] == testbed.daemon_pid(topo.lab, "h0")
+    assert ctl.call(topo.lab, "h0", ops.Ping()).pid == testbed.daemon_pid(topo.lab, "h0")
     testbed.down(topo.lab)
     assert testbed.daemon_pid(topo.lab, "h1") is None
     assert not [n for n in netns.list_names() if n.startswith(f"mrc-{topo.lab}-")]
@@ -301,7 +305,7 @@ def test_evs_of_a_blackholed_link_are_replaced_by_evs_around_it(default_lab):
     around the link; within a few rounds plane 1 sprays over (nearly) all
     its EVs again, while the fault lasts."""
     name = default_lab.lab
-    since = ctl.call(name, ctl.EVENTS_SERVICE, {"op": "ping"})["seq"]
+    since = ctl.call(name, ctl.EVENTS_SERVICE, eventops.Ping()).seq
     job = Background(name, 1024 * MIB, verify=True)
     qpn = send_qp(name)
     time.sleep(0.3)
@@ -314,8 +318,8 @@ def test_evs_of_a_blackholed_link_are_replaced_by_evs_around_it(default_lab):
     with nic.NicMaps.open(name) as maps:
         now = maps.sq(qpn).evs
     assert len(now) == 128 and len(set(now) - profile) >= 4, healed
-    read = {"op": "read", "since": since, "types": ["ev_replaced"], "max": 10000}
-    replaced = ctl.call(name, ctl.EVENTS_SERVICE, read)["events"]
+    read = eventops.Read(since=since, types=["ev_replaced"], max=10000)
+    replaced = ctl.call(name, ctl.EVENTS_SERVICE, read).events
     # Mostly plane 1's. An EV of another plane can be blamed for a loss too
     # (the SACKs of any plane may return through plane 1, or come late on a
     # loaded machine) and be replaced if its probes do not clear it in time.
@@ -332,7 +336,7 @@ def test_events_tell_the_fault_the_ev_states_and_the_heal(default_lab):
     """`mrc-nic events`: the fault, the failed plane's EVs going ASSUMED_BAD
     (from the NIC's ring buffer, with the QP's host), their return, the heal."""
     name = default_lab.lab
-    since = ctl.call(name, ctl.EVENTS_SERVICE, {"op": "ping"})["seq"]
+    since = ctl.call(name, ctl.EVENTS_SERVICE, eventops.Ping()).seq
     job = Background(name, 1024 * MIB)
     send_qp(name)
     time.sleep(0.3)
@@ -392,17 +396,17 @@ def test_event_log_counts_exactly_what_a_reader_missed(default_lab):
         log.log = collections.deque(maxlen=4)
         base = log.seq
         for i in range(10):
-            log.op_post({"event": {"type": "note", "i": i}}, None)
+            log.op_post(eventops.Post(event={"type": "note", "i": i}), None)
         reply = log.read(base, None, 100)
-        assert reply["evicted"] == 6
-        assert [e["i"] for e in reply["events"]] == [6, 7, 8, 9]
-        assert reply["next"] == base + 10
+        assert reply.evicted == 6
+        assert [e["i"] for e in reply.events] == [6, 7, 8, 9]
+        assert reply.next == base + 10
         reply = log.read(base + 8, None, 100)
-        assert (reply["evicted"], [e["i"] for e in reply["events"]]) == (0, [8, 9])
+        assert (reply.evicted, [e["i"] for e in reply.events]) == (0, [8, 9])
         reply = log.read(base + 7, {"note"}, 1)
-        assert [e["i"] for e in reply["events"]] == [7] and reply["next"] == base + 8
+        assert [e["i"] for e in reply.events] == [7] and reply.next == base + 8
         with pytest.raises(ctl.RequestError, match="type one of"):
-            log.op_post({"event": {"type": "nonsense"}}, None)
+            log.op_post(eventops.Post(event={"type": "nonsense"}), None)
     finally:
         log.close()
 
@@ -419,9 +423,7 @@ def test_injected_bad_packets_change_no_state_and_are_counted(default_lab):
 
     name, topo = default_lab.lab, default_lab
     peer_qpn = 0x1FF  # no send QP needed: the receive side is what is attacked
-    remote = ctl.call(
-        name, "h1", {"op": "rq_open", "peer": "h0", "peer_qpns": [peer_qpn], "chunk": MIB}
-    )["qps"][0]
+    remote = ctl.call(name, "h1", ops.RqOpen(peer="h0", peer_qpns=[peer_qpn], chunk=MIB)).qps[0]
     qpn, rkey = remote["qpn"], remote["rkey"]
     link = topo.host_port_link("h1", "eth0")
     with netns.iproute(topo.netns("h1")) as ipr:
@@ -457,7 +459,7 @@ def test_injected_bad_packets_change_no_state_and_are_counted(default_lab):
         after = maps.rq(qpn)
         got = {k: v - counters[k] for k, v in maps.counters().items() if v != counters[k]}
         region = maps.read_region(remote["region"], 0, 1024)
-    ctl.call(name, "h1", {"op": "rq_close", "qpns": [qpn]})
+    ctl.call(name, "h1", ops.RqClose(qpns=[qpn]))
     # The NACK went back to h0, where no send QP 0x1ff exists: h0's NIC drops
     # it as an unknown QP too (the counters are the lab's).
     cases["drop_unknown_qp"] = [cases["drop_unknown_qp"], cases["nack_oor"]]
@@ -485,11 +487,16 @@ def test_messages_one_at_a_time_are_timed_and_many_in_flight_are_byte_exact(defa
     name, n = default_lab.lab, 40
     with rdma_write.Connection(name, "h0", "h1", chunk=16 * 1024) as conn:
         (qpn,), rq_qpn = conn.qpns, conn.remote[0]["qpn"]
-        base = {"op": "write", "dst": "h1", "qpns": conn.qpns, "remote": conn.remote}
+        base = {"dst": "h1", "qpns": conn.qpns, "remote": conn.remote}
         base |= {"chunk": conn.chunk, "keep_open": True, "msg": 100}
-        since = ctl.call(name, ctl.EVENTS_SERVICE, {"op": "ping"})["seq"]
+
+        def write(**fields) -> dict:
+            reply = ctl.call(name, "h0", ops.Write(**(base | fields)))
+            return protocol.encode_reply(reply)
+
+        since = ctl.call(name, ctl.EVENTS_SERVICE, eventops.Ping()).seq
         one = {"depth": 1, "msgs_in_flight": 1, "timing": True, "imm": True, "verify": True}
-        r = ctl.call(name, "h0", {**base, "size": 100 * n, **one})
+        r = write(size=100 * n, **one)
         assert r["completed"] and r["verified"], r
         assert (r["messages"], r["wqes_done"], r["bytes"]) == (n, n, 100 * n)
         events = bm.read_events(name, since, ["send_done", "recv_imm"])["events"]
@@ -508,17 +515,16 @@ def test_messages_one_at_a_time_are_timed_and_many_in_flight_are_byte_exact(defa
         kicks = timing["kick_ns"]
         assert all(kicks[i + 1] > done_ns[i] for i in range(n - 1))
 
-        many = ctl.call(name, "h0", {**base, "size": 100 * 300 + 37, "depth": 32, "verify": True})
+        many = write(size=100 * 300 + 37, depth=32, verify=True)
         assert many["completed"] and many["verified"], many
         assert (many["messages"], many["bytes"], many["chunks"]) == (301, 30037, 301)
 
-        timed = {"size": 100 * 10**6, "depth": 32, "duration": 0.2, "fill": False}
-        r = ctl.call(name, "h0", {**base, **timed})
+        r = write(size=100 * 10**6, depth=32, duration=0.2, fill=False)
         assert r["completed"] and r["stopped"] and 0 < r["messages"] < 10**6, r
         assert r["bytes"] == 100 * r["messages"] and 0.2 <= r["seconds"] < 10
 
         with pytest.raises(ctl.DaemonError, match="needs 32 slots of 16384 bytes") as e:
-            ctl.call(name, "h0", {**base, "size": 10**6, "msg": 16384, "depth": 32})
+            write(size=10**6, msg=16384, depth=32)
         assert e.value.errno_name == "EINVAL"
         with pytest.raises(ctl.DaemonError, match="verify needs fill"):
-            ctl.call(name, "h0", {**base, "size": 1000, "verify": True, "fill": False})
+            write(size=1000, verify=True, fill=False)

@@ -56,10 +56,10 @@ def test_pieces_are_the_messages_cut_in_chunks(start, end, msg, chunk):
 
 def test_write_options_of_messages_are_checked():
     base = {"size": 10_000, "chunk": 16 * KIB}
-    opts = JobOptions.from_request(base | {"msg": 100, "depth": 32, "duration": 1.5})
+    opts = JobOptions(**base, msg=100, depth=32, duration=1.5).check()
     assert (opts.msg, opts.depth, opts.duration, opts.write_max) == (100, 32, 1.5, 100)
-    assert JobOptions.from_request(base).write_max == 16 * KIB  # one message: chunks
-    assert JobOptions.from_request(base | {"msg": 9000, "chunk": KIB}).write_max == KIB
+    assert JobOptions(**base).check().write_max == 16 * KIB  # one message: chunks
+    assert JobOptions(**(base | {"msg": 9000, "chunk": KIB})).check().write_max == KIB
     for bad, match in (
         ({"msg": 10_001}, "msg must be"),
         ({"msg": -1}, "msg must be"),
@@ -70,7 +70,7 @@ def test_write_options_of_messages_are_checked():
         ({"verify": True, "fill": False}, "verify needs fill"),
     ):
         with pytest.raises(QpError, match=match):
-            JobOptions.from_request(base | bad)
+            JobOptions(**(base | bad)).check()
 
 
 def test_latency_figures_are_perftests():

@@ -427,9 +427,9 @@ def test_a_write_request_names_a_profile_and_may_tune_it():
     from mrc_nic.transport.sendjob import JobOptions
 
     base = {"size": 1024, "chunk": 1024}
-    assert JobOptions.from_request(base).nscc_config() == NsccConfig()  # NSCC by default
-    assert JobOptions.from_request(base | {"cc_profile": 0}).nscc_config() is None
-    tuned = JobOptions.from_request(base | {"cc": {"gamma": 0.5, "target_delay": 50_000}})
+    assert JobOptions(**base).check().nscc_config() == NsccConfig()  # NSCC by default
+    assert JobOptions(**base, cc_profile=0).check().nscc_config() is None
+    tuned = JobOptions(**base, cc={"gamma": 0.5, "target_delay": 50_000}).check()
     assert (tuned.nscc_config().gamma, tuned.nscc_config().target_delay) == (0.5, 50_000)
     for bad, message in (
         ({"cc_profile": 9}, "no CC profile 9"),
@@ -438,5 +438,5 @@ def test_a_write_request_names_a_profile_and_may_tune_it():
         ({"cc_profile": 0, "cc": {"gamma": 0.5}}, "has no NSCC to tune"),
     ):
         with pytest.raises(QpError, match=message) as e:
-            JobOptions.from_request(base | bad)
+            JobOptions(**(base | bad)).check()
         assert e.value.errno == 22

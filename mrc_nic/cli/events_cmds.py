@@ -81,7 +81,7 @@ last 65536) before they were read; "lost in the NIC" ones never reached it
 @lab_option
 def events(follow, all_types, types, host, since, duration, fmt, lab):
     """EV state changes, faults applied and healed, QPs in error: with times."""
-    from mrc_nic.lab import ctl
+    from mrc_nic.lab import ctl, eventops
 
     name = pick_lab(lab)
     wanted = _types(types, all_types)
@@ -93,7 +93,7 @@ def events(follow, all_types, types, host, since, duration, fmt, lab):
             wait = POLL_WAIT_S if follow else 0
             if deadline is not None:
                 wait = max(0.0, min(wait, deadline - time.monotonic()))
-            request = {"op": "read", "since": next_seq, "types": list(wanted), "wait": wait}
+            request = eventops.Read(since=next_seq, types=list(wanted), wait=wait)
             try:
                 reply = ctl.call(name, ctl.EVENTS_SERVICE, request, timeout=wait + 10)
             except ctl.DaemonError as e:
@@ -101,12 +101,12 @@ def events(follow, all_types, types, host, since, duration, fmt, lab):
                     f"the event log of lab {name} is not running ({e}); "
                     f"`mrc-nic up --reuse -l {name}` restarts it"
                 ) from None
-            batch = [e for e in reply["events"] if host is None or e.get("host") in (None, host)]
-            _missed(reply["evicted"], "evicted from the log before they were read", fmt)
-            _missed(reply["nic_lost"] - lost, "lost in the NIC (its ring buffer was full)", fmt)
-            evicted += reply["evicted"]
-            lost = reply["nic_lost"]
-            next_seq = reply["next"]
+            batch = [e for e in reply.events if host is None or e.get("host") in (None, host)]
+            _missed(reply.evicted, "evicted from the log before they were read", fmt)
+            _missed(reply.nic_lost - lost, "lost in the NIC (its ring buffer was full)", fmt)
+            evicted += reply.evicted
+            lost = reply.nic_lost
+            next_seq = reply.next
             if fmt == "json":
                 collected += batch
             else:
@@ -115,7 +115,7 @@ def events(follow, all_types, types, host, since, duration, fmt, lab):
                 sys.stdout.flush()
             if deadline is not None and time.monotonic() >= deadline:
                 break
-            if not follow and not reply["events"]:  # without --follow: until all is read
+            if not follow and not reply.events:  # without --follow: until all is read
                 break
     except KeyboardInterrupt:
         pass

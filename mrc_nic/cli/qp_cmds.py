@@ -163,12 +163,13 @@ def qp_list(lab, fmt):
     """Every QP of every host: state, role, peer, attributes."""
     from mrc_nic.lab import ctl
     from mrc_nic.lab.state import open_lab
+    from mrc_nic.transport import protocol as ops
 
     name = pick_lab(lab)
     _, topo = open_lab(name)
     rows, qps = [], []
     for host in topo.host_names():
-        for q in ctl.call(name, host, {"op": "qp_list"})["qps"]:
+        for q in ctl.call(name, host, ops.QpList()).qps:
             qps.append(q)
             rows.append(
                 [
@@ -200,12 +201,11 @@ def qp_show(qpn, lab, fmt):
     from mrc_nic import nic
     from mrc_nic.lab import ctl
     from mrc_nic.observe import qpstats
+    from mrc_nic.transport import protocol as ops
 
     name = pick_lab(lab)
     host = _host_of(qpn, name)
-    record = next(
-        (q for q in ctl.call(name, host, {"op": "qp_list"})["qps"] if q["qpn"] == qpn), None
-    )
+    record = next((q for q in ctl.call(name, host, ops.QpList()).qps if q["qpn"] == qpn), None)
     with nic.NicMaps.open(name) as maps:
         state = next((r for r in qpstats.read(maps) if r["qpn"] == qpn), None)
     if record is None and state is None:
@@ -314,10 +314,11 @@ def _ev_row(record: dict) -> dict:
 
 def _ev_set(qpn: int, value: int, state: str, lab: str | None) -> None:
     from mrc_nic.lab import ctl
+    from mrc_nic.transport import protocol as ops
 
     name = pick_lab(lab)
     host = _host_of(qpn, name)
-    ctl.call(name, host, {"op": "ev_set", "qpn": qpn, "ev": value, "state": state})
+    ctl.call(name, host, ops.EvSet(qpn=qpn, ev=value, state=state))
     output.success(f"EV {value} of QP {qpn:#x}: {state}")
 
 

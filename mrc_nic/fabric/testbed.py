@@ -18,7 +18,7 @@ from mrc_nic.errors import MrcNicError
 from mrc_nic.fabric import preflight, queues, switchport
 from mrc_nic.fabric.builder import Fabric
 from mrc_nic.kernel import netns
-from mrc_nic.lab import ctl, state, workers
+from mrc_nic.lab import ctl, protocol, state, workers
 from mrc_nic.lab.topology import NS_PREFIX, Topology
 
 
@@ -91,7 +91,7 @@ def start_daemons(topo: Topology, hosts: list[str] | None = None) -> list[str]:
     for name in started:
         while True:
             try:
-                ctl.call(topo.lab, name, {"op": "ping"}, timeout=1.0)
+                ctl.call(topo.lab, name, protocol.Ping(), timeout=1.0)
                 break
             except ctl.DaemonError:
                 if time.monotonic() > deadline or daemon_pid(topo.lab, name) is None:

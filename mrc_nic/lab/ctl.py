@@ -9,38 +9,25 @@ terminated), request then reply, any number per connection:
               {"ok": false, "errno": "EINVAL", "message": "what is wrong and what to do"}
 
 A reply may come long after its request (a `write` replies when the
-transfer ends). The operations are listed in docs/daemon.md.
+transfer ends). Each operation is declared once, as a typed request and
+reply (mrc_nic.lab.protocol): the host daemons' in mrc_nic.transport.protocol,
+the event log's in mrc_nic.lab.eventops; docs/daemon.md lists them.
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
 import json
 import socket
 import time
 from pathlib import Path
 
 from mrc_nic.errors import MrcNicError
-from mrc_nic.lab import state
+from mrc_nic.lab import eventops, protocol, state
+from mrc_nic.lab.protocol import R, Request, RequestError  # RequestError: callers' too
 
 MAX_LINE = 1 << 20
 EVENTS_SERVICE = "events"  # the lab's event log (mrc_nic.observe.eventlog): events.sock
-
-
-class RequestError(MrcNicError):
-    """A service refuses a request: errno (errno.EINVAL, ...) and a message."""
-
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(message)
-        self.errno = code
-
-    @property
-    def name(self) -> str:
-        return errno.errorcode.get(self.errno, str(self.errno))
-
-    def as_dict(self) -> dict:
-        return {"errno": self.name, "message": str(self)}
 
 
 class DaemonError(MrcNicError, RuntimeError):
@@ -66,9 +53,10 @@ def decode(line: bytes) -> dict:
     return value
 
 
-def call(lab: str, host: str, request: dict, *, timeout: float = 10.0) -> dict:
-    """Send one request to a host's daemon and return its reply's results.
-    Raises DaemonError when the daemon is not there or refuses."""
+def call(lab: str, host: str, request: Request[R], *, timeout: float = 10.0) -> R:
+    """Send one request to a host's daemon (or the event log, host
+    EVENTS_SERVICE) and return its typed reply. Raises DaemonError when the
+    daemon is not there or refuses."""
     path = socket_path(lab, host)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.settimeout(timeout)
@@ -81,15 +69,20 @@ def call(lab: str, host: str, request: dict, *, timeout: float = 10.0) -> dict:
                 f"answer); `mrc-nic status -l {lab}` shows the daemons, and "
                 f"`mrc-nic down -l {lab}` then `mrc-nic up` restarts the lab"
             ) from None
-        sock.sendall(encode(request))
-        reply = _read_line(sock, host, request.get("op"), timeout)
+        sock.sendall(encode(protocol.encode_request(request)))
+        reply = _read_line(sock, host, request.OP, timeout)
     finally:
         sock.close()
     if not reply.get("ok"):
         raise DaemonError(
             f"{host}: {reply.get('message', 'refused')}", errno_name=reply.get("errno")
         )
-    return reply
+    try:
+        return protocol.decode_reply(type(request).Reply, reply, request.OP)  # type: ignore
+    except RequestError as e:
+        raise DaemonError(
+            f"{host} sent a reply that is not {request.OP}'s: {e}", "EPROTO"
+        ) from None
 
 
 def _read_line(sock: socket.socket, host: str, op, timeout: float) -> dict:
@@ -117,6 +110,6 @@ def post_event(lab: str, event: dict, source: str = "cli") -> None:
     """Record an event (a fault put in force, a QP in ERR) in the lab's event
     log. Best effort: without a running log the event is lost, and
     `mrc-nic events` says the log is not running."""
-    request = {"op": "post", "event": event, "source": source}
+    request = eventops.Post(event=event, source=source)
     with contextlib.suppress(DaemonError, OSError):
         call(lab, EVENTS_SERVICE, request, timeout=2.0)

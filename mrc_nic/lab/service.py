@@ -3,15 +3,16 @@
 The host daemons (mrc_nic.transport.daemon) and the lab's event log (mrc_nic.observe.eventlog)
 each serve one unix socket (mode 0600) with the line protocol of
 mrc_nic.lab.ctl, from one selector loop that also wakes every `tick_s` for the
-service's own work. A subclass writes `op_<name>(request, conn)` methods:
-each returns the reply's results (a dict), or None to answer later with
-`reply(conn, ...)`; it refuses with ctl.RequestError (an errno and a
-message). Other file descriptors join the loop with `watch(fd, callback)`.
+service's own work. A subclass names its operations (`operations`, declared in
+mrc_nic.lab.protocol's way) and writes one `op_<name>(request, conn)` method
+per operation: it gets the typed request, already validated, and returns the
+typed reply, or None to answer later with `reply(conn, ...)`; it refuses with
+protocol.RequestError (an errno and a message). Other file descriptors join
+the loop with `watch(fd, callback)`.
 """
 
 from __future__ import annotations
 
-import errno
 import functools
 import os
 import selectors
@@ -21,9 +22,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
-from mrc_nic.lab import ctl
+from mrc_nic.lab import ctl, protocol
 
 
 @dataclass(eq=False)
@@ -34,6 +35,18 @@ class Conn:
 
 class LineService:
     tick_s = 0.001
+    operations: ClassVar[protocol.Ops]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """One handler per declared operation, and no handler undeclared."""
+        super().__init_subclass__(**kwargs)
+        handlers = {name[3:] for name in dir(cls) if name.startswith("op_")}
+        declared = set(cls.operations.by_name)
+        if handlers != declared:
+            raise TypeError(
+                f"{cls.__name__}: operations without a handler: {sorted(declared - handlers)}; "
+                f"handlers of no declared operation: {sorted(handlers - declared)}"
+            )
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -102,9 +115,9 @@ class LineService:
         conn.buf += chunk
         while b"\n" in conn.buf:
             line, conn.buf = conn.buf.split(b"\n", 1)
-            reply = self.handle_line(line, conn)
-            if reply is not None:
-                self.reply(conn, reply)
+            message = self.handle_line(line, conn)
+            if message is not None:
+                self._send(conn, message)
         if len(conn.buf) > ctl.MAX_LINE:
             self._drop(conn)
 
@@ -113,7 +126,11 @@ class LineService:
         self.sel.unregister(conn.sock)
         conn.sock.close()
 
-    def reply(self, conn: Conn | None, message: dict) -> None:
+    def reply(self, conn: Conn | None, result: protocol.Reply) -> None:
+        """Answer a request whose handler returned None (a client gone: nowhere)."""
+        self._send(conn, {"ok": True, **protocol.encode_reply(result)})
+
+    def _send(self, conn: Conn | None, message: dict) -> None:
         if conn is None or conn.sock.fileno() < 0:
             return
         conn.sock.setblocking(True)
@@ -127,18 +144,12 @@ class LineService:
     # ---- requests --------------------------------------------------------------------
     def handle_line(self, line: bytes, conn: Conn) -> dict | None:
         try:
-            request = ctl.decode(line)
-            op = request.get("op")
-            handler = getattr(self, f"op_{op}", None) if isinstance(op, str) else None
-            if handler is None:
-                raise ctl.RequestError(
-                    errno.EOPNOTSUPP, f"unknown operation {op!r} (see docs/daemon.md)"
-                )
-            result = handler(request, conn)
-        except ctl.RequestError as e:
+            request = self.operations.decode_request(ctl.decode(line))
+            result = getattr(self, f"op_{request.OP}")(request, conn)
+        except protocol.RequestError as e:
             return {"ok": False, **e.as_dict()}
         except (ValueError, KeyError, TypeError) as e:
             return {"ok": False, "errno": "EINVAL", "message": f"bad request: {e}"}
         if result is None:
             return None  # answered later
-        return {"ok": True, **result}
+        return {"ok": True, **protocol.encode_reply(result)}

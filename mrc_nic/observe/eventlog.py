@@ -17,13 +17,10 @@ sequence number it saw, and is told exactly how many it missed:
 Completions (NIC_EV_RECV_IMM, NIC_EV_SEND_DONE) and per-PSN losses are kept
 as well; `types` filters them out for a reader that wants state changes only.
 
-Control socket: /run/mrc-nic/<lab>/events.sock (mrc_nic.lab.ctl's protocol):
-  {"op": "read", "since": N, "types": [...], "max": M, "wait": S}
-      -> {"events": [...], "next": N', "evicted": E, "nic_lost": L}
-      wait > 0: answer when an event arrives or after S seconds (a long poll)
-  {"op": "post", "event": {"type": "fault", ...}} -> {"seq": N}
-  {"op": "ping"} -> {"pid": ..., "seq": N}
-ctl.post_event is the posting client.
+Control socket: /run/mrc-nic/<lab>/events.sock (mrc_nic.lab.ctl's protocol),
+its operations declared in mrc_nic.lab.eventops: `read` (wait > 0: answer
+when an event arrives or after that many seconds, a long poll), `post`,
+`ping`. ctl.post_event is the posting client.
 """
 
 from __future__ import annotations
@@ -37,12 +34,12 @@ import time
 from dataclasses import dataclass
 
 from mrc_nic import nic
-from mrc_nic.lab import ctl, state
+from mrc_nic.lab import ctl, eventops, state
+from mrc_nic.lab.eventops import POSTED_TYPES, READ_MAX
 from mrc_nic.lab.service import Conn, LineService
 
 SERVICE = ctl.EVENTS_SERVICE  # its socket: ctl.socket_path(lab, SERVICE)
 QUEUE_MAX = 65536
-READ_MAX = 10_000  # events one reply carries, at most
 WAIT_MAX_S = 30.0
 
 NIC_TYPES = {
@@ -52,7 +49,6 @@ NIC_TYPES = {
     nic.EventType.QP_ERR: "qp_err",
     nic.EventType.SEND_DONE: "send_done",
 }
-POSTED_TYPES = ("fault", "heal", "qp_error", "ev_replaced", "note")
 
 
 @dataclass(eq=False)
@@ -65,6 +61,7 @@ class Waiter:
 
 
 class EventLog(LineService):
+    operations = eventops.OPS
     tick_s = 0.01  # the ring buffer's fd wakes the loop; the tick answers long polls
 
     def __init__(self, lab: str) -> None:
@@ -119,15 +116,15 @@ class EventLog(LineService):
         self.drain()
         for w in list(self.waiters):
             reply = self.read(w.since, w.types, w.limit)
-            if reply["events"] or now >= w.until:
+            if reply.events or now >= w.until:
                 self.waiters.remove(w)
-                self.reply(w.conn, {"ok": True, **reply})
+                self.reply(w.conn, reply)
 
     def on_drop(self, conn: Conn) -> None:
         self.waiters = [w for w in self.waiters if w.conn is not conn]
 
     # ---- requests ----------------------------------------------------------------
-    def read(self, since: int, types: set[str] | None, limit: int) -> dict:
+    def read(self, since: int, types: set[str] | None, limit: int) -> eventops.ReadReply:
         """Events after `since` (of these types), at most `limit`; `next` is the
         sequence number to ask from next time."""
         oldest = self.log[0]["seq"] if self.log else self.seq + 1
@@ -141,33 +138,30 @@ class EventLog(LineService):
                     last = event["seq"]
                     break
         lost = self.maps.counter(nic.Counter.EVENTS_LOST) - self.lost_at_start
-        return {"events": out, "next": last, "evicted": evicted, "nic_lost": lost}
+        return eventops.ReadReply(events=out, next=last, evicted=evicted, nic_lost=lost)
 
-    def op_read(self, req: dict, conn: Conn) -> dict | None:
-        since = int(req.get("since", 0))
-        types = req.get("types")
-        types = set(types) if types else None
-        limit = max(1, min(int(req.get("max", READ_MAX)), READ_MAX))
-        wait = min(float(req.get("wait", 0)), WAIT_MAX_S)
+    def op_read(self, req: eventops.Read, conn: Conn) -> eventops.ReadReply | None:
+        types = set(req.types) if req.types else None
+        limit = max(1, min(req.max, READ_MAX))
+        wait = min(req.wait, WAIT_MAX_S)
         self.drain()
-        reply = self.read(since, types, limit)
-        if reply["events"] or wait <= 0:
+        reply = self.read(req.since, types, limit)
+        if reply.events or wait <= 0:
             return reply
-        self.waiters.append(Waiter(conn, reply["next"], types, limit, time.monotonic() + wait))
+        self.waiters.append(Waiter(conn, reply.next, types, limit, time.monotonic() + wait))
         return None
 
-    def op_post(self, req: dict, conn: Conn) -> dict:
-        event = req.get("event")
-        if not isinstance(event, dict) or event.get("type") not in POSTED_TYPES:
+    def op_post(self, req: eventops.Post, conn: Conn) -> eventops.PostReply:
+        if req.event.get("type") not in POSTED_TYPES:
             raise ctl.RequestError(
                 errno.EINVAL, f"event must be an object with type one of {', '.join(POSTED_TYPES)}"
             )
-        event = dict(event, source=str(req.get("source", "cli")))
+        event = dict(req.event, source=req.source)
         event.setdefault("time", time.time())
-        return {"seq": self.add(event)}
+        return eventops.PostReply(seq=self.add(event))
 
-    def op_ping(self, req: dict, conn: Conn) -> dict:
-        return {"pid": os.getpid(), "seq": self.seq}
+    def op_ping(self, req: eventops.Ping, conn: Conn) -> eventops.PingReply:
+        return eventops.PingReply(pid=os.getpid(), seq=self.seq)
 
 
 def _name(kind: type, value: int) -> str | int:

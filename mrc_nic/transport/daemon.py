@@ -37,6 +37,7 @@ from mrc_nic.lab import ctl, state
 from mrc_nic.lab.service import Conn, LineService
 from mrc_nic.lab.topology import Topology
 from mrc_nic.transport import evreplace, hostmem, prober, sendjob
+from mrc_nic.transport import protocol as ops
 from mrc_nic.transport.qp import Qp, QpError, QpState
 
 
@@ -51,6 +52,8 @@ class RecvQp:
 
 
 class Daemon(LineService):
+    operations = ops.OPS
+
     def __init__(self, topo: Topology, host: str) -> None:
         super().__init__(ctl.socket_path(topo.lab, host))
         self.topo, self.host = topo, host
@@ -86,10 +89,10 @@ class Daemon(LineService):
         for job in list(self.jobs):
             job.step(now)
             if job.finished:
-                result = job.result()  # before the QPs' counters go with them
-                if result["error"]:
-                    event = {"type": "qp_error", "host": self.host, "message": result["error"]}
-                    event["qpns"] = [q["qpn"] for q in result["qps"] if q["state"] == "ERR"]
+                result = ops.WriteReply(**job.result())  # before the QPs' counters go
+                if result.error:
+                    event = {"type": "qp_error", "host": self.host, "message": result.error}
+                    event["qpns"] = [q["qpn"] for q in result.qps if q["state"] == "ERR"]
                     ctl.post_event(self.topo.lab, event, source=self.host)
                 self.jobs.remove(job)
                 # Kept open only for a caller still there to use them (or close).
@@ -159,28 +162,29 @@ class Daemon(LineService):
                         self.maps.set_ev_state(sq.qp.qpn, ev, nic.EvState.ASSUMED_BAD)
 
     # ---- requests ----------------------------------------------------------------
-    def op_ping(self, req: dict, conn: Conn) -> dict:
-        return {"host": self.host, "index": self.index, "pid": os.getpid()}
+    def op_ping(self, req: ops.Ping, conn: Conn) -> ops.PingReply:
+        return ops.PingReply(host=self.host, index=self.index, pid=os.getpid())
 
-    def op_qp_list(self, req: dict, conn: Conn) -> dict:
+    def op_qp_list(self, req: ops.QpList, conn: Conn) -> ops.QpListReply:
         qps = [dict(sq.qp.as_dict(), role="send") for sq in self.send_qps.values()]
         qps += [dict(rq.qp.as_dict(), role="recv") for rq in self.recv_qps.values()]
-        return {"host": self.host, "qps": sorted(qps, key=lambda q: q["qpn"])}
+        return ops.QpListReply(host=self.host, qps=sorted(qps, key=lambda q: q["qpn"]))
 
-    def op_rq_open(self, req: dict, conn: Conn) -> dict:
+    def op_rq_open(self, req: ops.RqOpen, conn: Conn) -> ops.RqOpenReply:
         """Receive QPs for a transfer: one per peer QP, each with a region of
         2 chunks, in RTR (created, INIT, RTR: the receive side needs no RTS)."""
-        peer_host = _host_index(self.topo, req["peer"])
-        peer_qpns, chunk, mpr = req["peer_qpns"], int(req["chunk"]), int(req.get("mpr", 2))
+        peer_host = _host_index(self.topo, req.peer)
         opened: list[RecvQp] = []
         try:
-            for peer_qpn in peer_qpns:
-                opened.append(self._open_recv_qp(peer_host, int(peer_qpn), chunk, mpr))
+            for peer_qpn in req.peer_qpns:
+                opened.append(self._open_recv_qp(peer_host, peer_qpn, req.chunk, req.mpr))
         except BaseException:
             for rq in opened:
                 self._close_recv_qp(rq.qp.qpn)
             raise
-        return {"qps": [{"qpn": rq.qp.qpn, "rkey": rq.rkey, "region": rq.region} for rq in opened]}
+        return ops.RqOpenReply(
+            qps=[{"qpn": rq.qp.qpn, "rkey": rq.rkey, "region": rq.region} for rq in opened]
+        )
 
     def _open_recv_qp(self, peer_host: int, peer_qpn: int, chunk: int, mpr: int) -> RecvQp:
         qp = Qp(self.res.new_qpn(), self.index)
@@ -216,14 +220,14 @@ class Daemon(LineService):
             raise
         return rq
 
-    def op_rq_close(self, req: dict, conn: Conn) -> dict:
-        closed = [q for q in req["qpns"] if int(q) in self.recv_qps]
+    def op_rq_close(self, req: ops.RqClose, conn: Conn) -> ops.RqCloseReply:
+        closed = [q for q in req.qpns if q in self.recv_qps]
         stats = {}
         for qpn in closed:
-            rq = self.maps.rq(int(qpn))
+            rq = self.maps.rq(qpn)
             stats[str(qpn)] = {**rq.stats, "long_gaps": rq.long_gaps}
-            self._close_recv_qp(int(qpn))
-        return {"closed": closed, "stats": stats}
+            self._close_recv_qp(qpn)
+        return ops.RqCloseReply(closed=closed, stats=stats)
 
     def _close_recv_qp(self, qpn: int) -> None:
         rq = self.recv_qps.pop(qpn)
@@ -234,20 +238,19 @@ class Daemon(LineService):
         self.res.recv_mem.release(rq.span)
         self.res.free_qpn(qpn)
 
-    def op_sq_open(self, req: dict, conn: Conn) -> dict:
+    def op_sq_open(self, req: ops.SqOpen, conn: Conn) -> ops.SqOpenReply:
         """Send QPs in INIT, with their source buffers (2 chunks each)."""
-        count, chunk = int(req["count"]), int(req["chunk"])
-        if not 1 <= count <= 64:
-            raise QpError(errno.EINVAL, f"qps must be 1..64, not {count}")
+        if not 1 <= req.count <= ops.QPS_MAX:
+            raise QpError(errno.EINVAL, f"qps must be 1..{ops.QPS_MAX}, not {req.count}")
         opened: list[sendjob.SendQp] = []
         try:
-            for _ in range(count):
-                opened.append(self._open_send_qp(chunk))
+            for _ in range(req.count):
+                opened.append(self._open_send_qp(req.chunk))
         except BaseException:
             for sq in opened:
                 self._close_send_qp(sq.qp.qpn)
             raise
-        return {"qpns": [sq.qp.qpn for sq in opened]}
+        return ops.SqOpenReply(qpns=[sq.qp.qpn for sq in opened])
 
     def _open_send_qp(self, chunk: int) -> sendjob.SendQp:
         qp = Qp(self.res.new_qpn(), self.index)
@@ -269,33 +272,31 @@ class Daemon(LineService):
         self.send_qps[qp.qpn] = sq
         return sq
 
-    def op_sq_close(self, req: dict, conn: Conn) -> dict:
+    def op_sq_close(self, req: ops.SqClose, conn: Conn) -> ops.SqCloseReply:
         """Close send QPs that a write left open (keep_open), or that sq_open
         opened and no write used."""
-        qpns = [int(q) for q in req["qpns"]]
-        for qpn in qpns:
+        for qpn in req.qpns:
             if qpn not in self.send_qps:
                 raise QpError(errno.ENOENT, f"no send QP {qpn:#x} on {self.host}")
             if self._job_of(qpn) is not None:
                 raise QpError(errno.EBUSY, f"QP {qpn:#x} is writing: wait for the write to end")
-        for qpn in qpns:
+        for qpn in req.qpns:
             self._close_send_qp(qpn)
-        return {"closed": qpns}
+        return ops.SqCloseReply(closed=req.qpns)
 
-    def op_cancel(self, req: dict, conn: Conn) -> dict:
+    def op_cancel(self, req: ops.Cancel, conn: Conn) -> ops.CancelReply:
         """End the writes running on these send QPs: their QPs go to ERR
         (reason: cancelled), and each write's caller gets its result."""
-        qpns = [int(q) for q in req["qpns"]]
         jobs = []
-        for qpn in qpns:
+        for qpn in req.qpns:
             if qpn not in self.send_qps:
                 raise QpError(errno.ENOENT, f"no send QP {qpn:#x} on {self.host}")
             job = self._job_of(qpn)
             if job is not None and job not in jobs:
                 jobs.append(job)
         for job in jobs:
-            job.cancel(str(req.get("reason") or "cancelled by the user"))
-        return {"cancelled": [sq.qp.qpn for job in jobs for sq in job.qps]}
+            job.cancel(req.reason or ops.CANCEL_REASON)
+        return ops.CancelReply(cancelled=[sq.qp.qpn for job in jobs for sq in job.qps])
 
     def _job_of(self, qpn: int) -> sendjob.Job | None:
         return next((job for job in self.jobs if any(sq.qp.qpn == qpn for sq in job.qps)), None)
@@ -313,16 +314,15 @@ class Daemon(LineService):
         self.res.send_mem.release(sq.span)
         self.res.free_qpn(qpn)
 
-    def op_write(self, req: dict, conn: Conn) -> dict | None:
+    def op_write(self, req: ops.Write, conn: Conn) -> None:
         """Run a transfer on send QPs from sq_open to the receive QPs of
         rq_open; replies when it ends."""
-        dst = _host_index(self.topo, req["dst"])
-        qpns = [int(q) for q in req["qpns"]]
-        remote = req["remote"]  # [{qpn, rkey, region}] in the order of qpns
-        if len(remote) != len(qpns):
+        dst = _host_index(self.topo, req.dst)
+        remote = req.remote  # [{qpn, rkey, region}] in the order of qpns
+        if len(remote) != len(req.qpns):
             raise QpError(errno.EINVAL, "one remote QP per send QP")
         sqs = []
-        for qpn in qpns:
+        for qpn in req.qpns:
             sq = self.send_qps.get(qpn)
             if sq is None:
                 raise QpError(errno.ENOENT, f"no send QP {qpn:#x} on {self.host} (sq_open first)")
@@ -337,9 +337,9 @@ class Daemon(LineService):
         job.start(time.monotonic())
         return None
 
-    def op_ev_set(self, req: dict, conn: Conn) -> dict:
+    def op_ev_set(self, req: ops.EvSet, conn: Conn) -> ops.EvSetReply:
         """The operator's word on an EV: deny (DENIED) or allow (GOOD)."""
-        qpn, ev, state = int(req["qpn"]), int(req["ev"]), str(req["state"]).upper()
+        qpn, ev, state = req.qpn, req.ev, req.state.upper()
         if qpn not in self.send_qps:
             raise QpError(errno.ENOENT, f"no send QP {qpn:#x} on {self.host}")
         states = {"DENIED": nic.EvState.DENIED, "GOOD": nic.EvState.GOOD}
@@ -349,10 +349,10 @@ class Daemon(LineService):
             self.maps.set_ev_state(qpn, ev, states[state])
         except KeyError:
             raise QpError(errno.ENOENT, f"QP {qpn:#x} has no EV {ev}") from None
-        return {"qpn": qpn, "ev": ev, "state": state}
+        return ops.EvSetReply(qpn=qpn, ev=ev, state=state)
 
 
-def _host_index(topo: Topology, name) -> int:
+def _host_index(topo: Topology, name: str) -> int:
     node = topo.nodes.get(str(name))
     if node is None or node.kind != "host":
         raise QpError(

@@ -21,7 +21,7 @@ import enum
 import errno
 
 from mrc_nic import nic
-from mrc_nic.lab.ctl import RequestError
+from mrc_nic.lab.protocol import RequestError
 
 TIMEOUT_UNIT_S = 1.024e-6
 TIMEOUT_MAX = 31  # 1.024 us * 2^31 = 36.6 min, the largest the API's 5-bit field holds

@@ -48,6 +48,7 @@ import time
 from typing import Any
 
 from mrc_nic import nic
+from mrc_nic.lab.protocol import arg
 from mrc_nic.lab.topology import Topology
 from mrc_nic.transport import hostmem, nscc, transfer
 from mrc_nic.transport.qp import Qp, QpError, QpState, Retry
@@ -78,68 +79,57 @@ REORDER_NS_MAX = 2**32 - 1
 EV_COUNT = 128  # EVs per send QP (the OCP API's ev_count default), equal per plane
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(kw_only=True)
 class JobOptions:
-    size: int
-    chunk: int
-    mpr: int = DEFAULT_MPR
-    timeout: int = DEFAULT_TIMEOUT
-    retry: Retry = dataclasses.field(default_factory=Retry)
-    imm: bool = False
-    verify: bool = False
-    seed: int = 1
-    reorder_ns: int = DEFAULT_REORDER_NS
-    cwnd: int = DEFAULT_CWND
-    # The QPs' CC profile (nscc.PROFILES, the OCP API's cc_profile_id): NSCC sets
-    # the window each tick; profile 0 keeps `cwnd` fixed. cc: NSCC fields to
-    # override for this transfer (struct mrc_ctl_cc_nscc_cfg names).
-    cc_profile: int = nscc.DEFAULT_NSCC
-    cc: dict | None = None
-    # Leave the send QPs open (in RTS) when the transfer ends, for the next
-    # write on them; sq_close closes them. (By default a write closes its QPs.)
-    keep_open: bool = False
-    # The EV profile (OCP: ev_count, ev_min_active): EVs per QP, equal per
-    # plane; the floor of active EVs below which failed EVs are replaced
-    # whatever their plane (mrc_nic.transport.evreplace; None: a quarter of ev_count).
-    ev_count: int = EV_COUNT
-    ev_min_active: int | None = None
-    # Messages (see the module's docstring): 0 = the whole share is one message.
-    msg: int = 0
-    depth: int = 2  # WRITEs posted at once per QP (1..nic.SQ_DEPTH, at most the slots)
-    msgs_in_flight: int = 0  # 0: as many as depth allows; 1: one message at a time
-    duration: float = 0.0  # seconds after which no message is started; 0: none
-    timing: bool = False  # the result carries each WRITE's kick time
-    # Write each WRITE's bytes (random, from seed and k) into the source buffer
-    # before posting it; False sends the buffer as it is, as perftest does
-    # (no generation cost: 16 MiB take 50 ms of Python), refused with verify.
-    fill: bool = True
+    """A transfer's options: the fields of the daemon's `write` request
+    (mrc_nic.transport.protocol.Write adds where to), declared here once."""
+
+    size: int = arg("bytes to write, shared equally by the QPs")
+    chunk: int = arg("bytes per WRITE, a multiple of 1 KiB, at most sq_open's")
+    mpr: int = arg("the MPR range, in 128-PSN units", DEFAULT_MPR)
+    timeout: int = arg("retransmission timeout, 1.024 us * 2^timeout", DEFAULT_TIMEOUT)
+    retry: Retry = arg("timeouts at the base value, then doubling (7 = forever)", factory=Retry)
+    imm: bool = arg("the last WRITE carries an immediate", False)
+    verify: bool = arg("compare each chunk's bytes at the receiver", False)
+    seed: int = arg("of the bytes written", 1)
+    reorder_ns: int = arg("the reorder window, ns (0: off)", DEFAULT_REORDER_NS)
+    cwnd: int = arg("the fixed window, packets (0: the MPR range)", DEFAULT_CWND)
+    # NSCC sets the window each tick; profile 0 keeps `cwnd` fixed.
+    cc_profile: int = arg(
+        "CC profile (OCP cc_profile_id): 0 fixed window, 1 NSCC, 2 NSCC without QA",
+        nscc.DEFAULT_NSCC,
+    )
+    cc: dict | None = arg("NSCC fields to override (struct mrc_ctl_cc_nscc_cfg names)", None)
+    keep_open: bool = arg(
+        "leave the send QPs open in RTS for another write to the same receive QPs "
+        "(sq_close closes them); by default a write closes them",
+        False,
+    )
+    # The EV profile (OCP: ev_count, ev_min_active): failed EVs are replaced
+    # whatever their plane below the floor (mrc_nic.transport.evreplace).
+    ev_count: int = arg("EVs per QP (1..256, a multiple of the planes)", EV_COUNT)
+    ev_min_active: int | None = arg("the floor of active EVs (null: a quarter of ev_count)", None)
+    # Messages (see the module's docstring).
+    msg: int = arg("message size (0: the whole share is one message)", 0)
+    depth: int = arg("WRITEs posted at once per QP (1..32, at most the slots)", 2)
+    msgs_in_flight: int = arg("0: as many as depth allows; 1: one message at a time", 0)
+    duration: float = arg("seconds after which no message is started (0: none)", 0.0)
+    timing: bool = arg("the result carries each WRITE's kick time", False)
+    # False sends the buffer as it is, as perftest does (no generation cost:
+    # 16 MiB take 50 ms of Python).
+    fill: bool = arg(
+        "write each WRITE's bytes (from seed) into the source buffer first; not false with verify",
+        True,
+    )
 
     @classmethod
-    def from_request(cls, req: dict) -> JobOptions:
-        retry = req.get("retry") or {}
-        opts = cls(
-            size=int(req["size"]),
-            chunk=int(req["chunk"]),
-            mpr=int(req.get("mpr", DEFAULT_MPR)),
-            timeout=int(req.get("timeout", DEFAULT_TIMEOUT)),
-            retry=Retry(**retry),
-            imm=bool(req.get("imm", False)),
-            verify=bool(req.get("verify", False)),
-            seed=int(req.get("seed", 1)),
-            reorder_ns=int(req.get("reorder_ns", DEFAULT_REORDER_NS)),
-            cwnd=int(req.get("cwnd", DEFAULT_CWND)),
-            cc_profile=int(req.get("cc_profile", nscc.DEFAULT_NSCC)),
-            cc=req.get("cc") or None,
-            keep_open=bool(req.get("keep_open", False)),
-            ev_count=int(req.get("ev_count", EV_COUNT)),
-            ev_min_active=None if req.get("ev_min_active") is None else int(req["ev_min_active"]),
-            msg=int(req.get("msg", 0)),
-            depth=int(req.get("depth", 2)),
-            msgs_in_flight=int(req.get("msgs_in_flight", 0)),
-            duration=float(req.get("duration", 0.0)),
-            timing=bool(req.get("timing", False)),
-            fill=bool(req.get("fill", True)),
-        )
+    def from_request(cls, req: JobOptions) -> JobOptions:
+        """The options of a write request (a JobOptions with more fields), checked."""
+        return cls(**{f.name: getattr(req, f.name) for f in dataclasses.fields(cls)}).check()
+
+    def check(self) -> JobOptions:
+        """Refuse options out of range (QpError, EINVAL); self otherwise."""
+        opts = self
         if opts.cc is not None and not isinstance(opts.cc, dict):
             raise QpError(22, "cc must be an object of NSCC fields")
         try:
@@ -660,6 +650,7 @@ class Job:
 
     # ---- the result -----------------------------------------------------------------
     def result(self) -> dict:
+        """The fields of the write's reply (mrc_nic.transport.protocol.WriteReply)."""
         seconds = (self.ended or time.monotonic()) - self.started
         errors = {f"{sq.qp.qpn:#x}": sq.error for sq in self.qps if sq.error}
         timeouts = sum(sq.timeouts for sq in self.qps)
@@ -669,7 +660,6 @@ class Job:
         total = sum(per_plane.values()) or 1
         sent = sum(sq.done_bytes for sq in self.qps)
         result = {
-            "ok": True,  # the request was served; whether the transfer was is below
             "completed": not errors,
             "error": "; ".join(f"QP {q} in ERR: {e}" for q, e in errors.items()) or None,
             "bytes": sent,

@@ -450,6 +450,7 @@ class MrcRing:
         each stands (PSNs, WQEs, window, retransmissions queued), for a report."""
         from mrc_nic import nic
         from mrc_nic.lab import ctl
+        from mrc_nic.transport import protocol as ops
 
         out = []
         with nic.NicMaps.open(self.lab) as maps:
@@ -457,7 +458,7 @@ class MrcRing:
                 conn = self.conns[t.src]
                 entry: dict[str, Any] = {"src": conn.src, "dst": conn.dst, "step": t.step}
                 with contextlib.suppress(ctl.DaemonError, OSError):
-                    qps = ctl.call(self.lab, conn.src, {"op": "qp_list"})["qps"]
+                    qps = ctl.call(self.lab, conn.src, ops.QpList()).qps
                     entry["daemon"] = [q for q in qps if q["qpn"] in conn.qpns]
                 for qpn in conn.qpns:
                     try:
@@ -491,6 +492,7 @@ class MrcRing:
         and ends; it is closed then, waiting up to `settle_s`, so that its
         buffers are free for the next ring."""
         from mrc_nic.lab import ctl
+        from mrc_nic.transport import protocol as ops
 
         stats = []
         for conn in self.conns:
@@ -500,7 +502,7 @@ class MrcRing:
         for conn in self.conns:
             while True:
                 try:
-                    ctl.call(self.lab, conn.src, {"op": "sq_close", "qpns": conn.qpns})
+                    ctl.call(self.lab, conn.src, ops.SqClose(qpns=conn.qpns))
                 except ctl.DaemonError as e:
                     if e.errno_name == "EBUSY" and time.monotonic() < deadline:
                         time.sleep(0.1)

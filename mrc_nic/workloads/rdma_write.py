@@ -15,8 +15,11 @@ import contextlib
 
 from mrc_nic.fabric import testbed
 from mrc_nic.lab import ctl, topology
+from mrc_nic.lab.protocol import encode_reply
 from mrc_nic.lab.state import open_lab
 from mrc_nic.transport import hostmem, nscc
+from mrc_nic.transport import protocol as ops
+from mrc_nic.transport.qp import Retry
 
 # Transfer sizes: binary units, as RDMA tools count (perftest, ib_write_bw).
 WRITE_SIZE_UNITS = {
@@ -116,15 +119,13 @@ class Connection:
             chunk = default_chunk(topo, size_hint, qps)
         self.lab, self.src, self.dst, self.topo = lab_name, src, dst, topo
         self.chunk, self.mpr = chunk, mpr
-        self.qpns = ctl.call(lab_name, src, {"op": "sq_open", "count": qps, "chunk": chunk})["qpns"]
+        self.qpns = ctl.call(lab_name, src, ops.SqOpen(count=qps, chunk=chunk)).qpns
         self._send_open = True
         self.remote: list[dict] = []
         try:
             self.remote = ctl.call(
-                lab_name,
-                dst,
-                {"op": "rq_open", "peer": src, "peer_qpns": self.qpns, "chunk": chunk, "mpr": mpr},
-            )["qps"]
+                lab_name, dst, ops.RqOpen(peer=src, peer_qpns=self.qpns, chunk=chunk, mpr=mpr)
+            ).qps
             if on_open is not None:
                 on_open(self.remote)
         except BaseException:
@@ -154,46 +155,45 @@ class Connection:
         daemon's result (see sendjob.Job.result). keep_open=False lets the
         daemon close the send QPs when it ends (the last write). ev_count,
         ev_min_active: the EV profile of QPs not connected yet (the first
-        write). fields: more fields of the write request (docs/daemon.md)."""
+        write). retry: {linear_cnt, exp_cnt}. fields: more fields of the write
+        request (protocol.Write)."""
         if not self._send_open:
             raise RuntimeError("this connection's send QPs are closed")
         scaled_timeout, scaled_reorder = lab_defaults(self.topo, cc_profile)
-        request = {
-            "op": "write",
-            "dst": self.dst,
-            "qpns": self.qpns,
-            "remote": self.remote,
-            "size": size,
-            "chunk": self.chunk,
-            "mpr": self.mpr,
-            "imm": imm,
-            "verify": verify,
-            "seed": seed,
-            "timeout": scaled_timeout if timeout is None else timeout,
-            "reorder_ns": scaled_reorder if reorder_ns is None else reorder_ns,
-            "keep_open": keep_open,
-        }
+        # Options left as None take the request's defaults.
         optional = {
             "cwnd": cwnd,
             "cc_profile": cc_profile,
             "cc": cc,
             "ev_count": ev_count,
             "ev_min_active": ev_min_active,
+            "retry": Retry(**retry) if retry else None,
             **fields,
         }
-        for key, value in optional.items():
-            if value is not None:
-                request[key] = value
-        if retry:
-            request["retry"] = retry
+        request = ops.Write(
+            dst=self.dst,
+            qpns=self.qpns,
+            remote=self.remote,
+            size=size,
+            chunk=self.chunk,
+            mpr=self.mpr,
+            imm=imm,
+            verify=verify,
+            seed=seed,
+            timeout=scaled_timeout if timeout is None else timeout,
+            reorder_ns=scaled_reorder if reorder_ns is None else reorder_ns,
+            keep_open=keep_open,
+            **{key: value for key, value in optional.items() if value is not None},
+        )
         try:
-            result = ctl.call(self.lab, self.src, request, timeout=wait)
+            reply = ctl.call(self.lab, self.src, request, timeout=wait)
         except KeyboardInterrupt:
             self.cancel("cancelled by the user (Ctrl-C)")
             raise
         # The daemon closed them unless asked not to (a refused write closes
         # nothing: close() does).
         self._send_open = keep_open
+        result = {"ok": True, **encode_reply(reply)}  # the reply as it came, as a dict
         result["chunk"] = self.chunk
         result["src"], result["dst"] = self.src, self.dst
         return result
@@ -201,9 +201,8 @@ class Connection:
     def cancel(self, reason: str = "cancelled by the user") -> None:
         """End a write running on this connection (from another thread, or
         after a KeyboardInterrupt): its QPs go to ERR. Best effort."""
-        request = {"op": "cancel", "qpns": self.qpns, "reason": reason}
         with contextlib.suppress(ctl.DaemonError, OSError):
-            ctl.call(self.lab, self.src, request)
+            ctl.call(self.lab, self.src, ops.Cancel(qpns=self.qpns, reason=reason))
 
     def close(self) -> dict:
         """Close the receive QPs (their stats are returned) and the send QPs
@@ -214,9 +213,9 @@ class Connection:
         try:
             if self.remote:
                 closed = ctl.call(
-                    self.lab, self.dst, {"op": "rq_close", "qpns": [q["qpn"] for q in self.remote]}
+                    self.lab, self.dst, ops.RqClose(qpns=[q["qpn"] for q in self.remote])
                 )
-                stats = closed.get("stats", {})
+                stats = closed.stats
                 self.remote = []
         finally:
             if self._send_open:
@@ -225,7 +224,7 @@ class Connection:
                 # EBUSY: the cancelled write ends at the daemon's next tick and
                 # closes them; ENOENT: gone already
                 with contextlib.suppress(ctl.DaemonError, OSError):
-                    ctl.call(self.lab, self.src, {"op": "sq_close", "qpns": self.qpns})
+                    ctl.call(self.lab, self.src, ops.SqClose(qpns=self.qpns))
         return stats
 
     def __enter__(self) -> Connection:

@@ -1,0 +1,281 @@
+"""The typed control protocol (mrc_nic.lab.protocol, mrc_nic.transport.protocol,
+mrc_nic.lab.eventops): every declared op round-trips through JSON, requests
+are validated from the declarations, the services handle exactly the
+declared ops, and docs/daemon.md lists exactly them.
+
+Tier 1: pure Python, no root, no lab.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import json
+import re
+import types
+import typing
+from pathlib import Path
+
+import pytest
+
+from mrc_nic.lab import ctl, eventops, protocol
+from mrc_nic.lab.service import LineService
+from mrc_nic.transport import protocol as ops
+from mrc_nic.transport.qp import Retry
+from mrc_nic.transport.sendjob import JobOptions
+
+ALL_OPS = [*ops.OPS, *eventops.OPS]
+
+
+def sample(kind):
+    """A value of a declared type that differs from any default."""
+    origin, args = typing.get_origin(kind), typing.get_args(kind)
+    if origin in (types.UnionType, typing.Union):
+        return sample(next(a for a in args if a is not type(None)))
+    if origin is list:
+        return [sample(args[0]), sample(args[0])]
+    if origin is dict:
+        return {"1": sample(args[1])}
+    if dataclasses.is_dataclass(kind):
+        return kind(**{f.name: sample(hint) for f, hint in _fields(kind)})
+    return {bool: True, int: 3, float: 1.5, str: "x", dict: {"k": [1, "v"]}}[kind]
+
+
+def _fields(cls):
+    hints = typing.get_type_hints(cls)
+    return [(f, hints[f.name]) for f in dataclasses.fields(cls)]
+
+
+def full(cls):
+    """An instance of a request or reply with every field set."""
+    return cls(**{f.name: sample(hint) for f, hint in _fields(cls)})
+
+
+def wire(message: dict) -> dict:
+    return ctl.decode(ctl.encode(message))
+
+
+@pytest.mark.parametrize("cls", ALL_OPS, ids=lambda c: c.OP)
+def test_every_op_round_trips_through_the_wire(cls):
+    service = ops.OPS if cls in ops.OPS else eventops.OPS
+    request = full(cls)
+    message = wire(protocol.encode_request(request))
+    assert message["op"] == cls.OP
+    assert service.decode_request(message) == request
+    result = full(cls.Reply)
+    assert protocol.decode_reply(cls.Reply, wire(protocol.encode_reply(result)), cls.OP) == result
+
+
+@pytest.mark.parametrize("cls", ALL_OPS, ids=lambda c: c.OP)
+def test_defaults_fill_what_a_request_leaves_out(cls):
+    required = {
+        f.name: sample(hint)
+        for f, hint in _fields(cls)
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    }
+    service = ops.OPS if cls in ops.OPS else eventops.OPS
+    assert service.decode_request({"op": cls.OP, **wire(required)}) == cls(**required)
+
+
+def test_a_field_whose_default_is_none_is_left_out_while_none():
+    request = ops.Write(dst="h1", qpns=[1], remote=[], size=1, chunk=1024)
+    message = protocol.encode_request(request)
+    assert "cc" not in message and "ev_min_active" not in message
+    assert message["retry"] == {"linear_cnt": 7, "exp_cnt": 7}
+    reply = dataclasses.replace(full(ops.WriteReply), timing=None, error=None)
+    out = protocol.encode_reply(reply)
+    assert "timing" not in out and out["error"] is None, "error has no default: always sent"
+
+
+@pytest.mark.parametrize(
+    ("message", "match"),
+    [
+        ({"op": "sq_open", "chunk": 1024}, "sq_open: missing field 'count' (an integer)"),
+        (
+            {"op": "sq_open", "count": 1, "chunk": 1024, "cuont": 2},
+            "sq_open: unknown field 'cuont' (fields: count, chunk)",
+        ),
+        (
+            {"op": "sq_open", "count": "1", "chunk": 1024},
+            "sq_open: field 'count' must be an integer, not '1' (str)",
+        ),
+        (
+            {"op": "sq_open", "count": True, "chunk": 1024},
+            "field 'count' must be an integer, not True (bool)",
+        ),
+        (
+            {"op": "sq_open", "count": 1.0, "chunk": 1024},
+            "field 'count' must be an integer, not 1.0 (float)",
+        ),
+        (
+            {"op": "rq_close", "qpns": [1, "2"]},
+            "rq_close: field 'qpns'[1] must be an integer",
+        ),
+        ({"op": "rq_close", "qpns": 5}, "field 'qpns' must be a list of integers, not 5"),
+        ({"op": "ev_set", "qpn": 1, "ev": 2, "state": None}, "field 'state' must be a string"),
+        (
+            {"op": "write", "dst": "h1", "qpns": [], "remote": [], "size": 1, "chunk": 1024,
+             "retry": {"linear": 1}},
+            "write: field 'retry': unknown field 'linear' (fields: linear_cnt, exp_cnt)",
+        ),
+        (
+            {"op": "write", "dst": "h1", "qpns": [], "remote": [], "size": 1, "chunk": 1024,
+             "cc": [1]},
+            "field 'cc' must be an object or null",
+        ),
+        (
+            {"op": "write", "dst": "h1", "qpns": [], "remote": [], "size": 1, "chunk": 1024,
+             "verify": 1},
+            "field 'verify' must be true or false, not 1 (int)",
+        ),
+    ],
+)  # fmt: skip
+def test_a_bad_request_is_einval_naming_the_field(message, match):
+    with pytest.raises(protocol.RequestError) as e:
+        ops.OPS.decode_request(message)
+    assert match in str(e.value) and e.value.errno == errno.EINVAL
+    assert "\n" not in str(e.value)
+
+
+def test_types_accept_what_json_gives():
+    read = eventops.OPS.decode_request({"op": "read", "wait": 2, "types": None})
+    assert read.wait == 2.0 and isinstance(read.wait, float) and read.types is None
+    write = ops.OPS.decode_request(
+        {"op": "write", "dst": "h1", "qpns": [], "remote": [], "size": 1, "chunk": 1024,
+         "retry": {"exp_cnt": 25}, "ev_min_active": None, "cc": {"gamma": 0.5}}
+    )  # fmt: skip
+    assert write.retry == Retry(exp_cnt=25) and write.ev_min_active is None
+
+
+@pytest.mark.parametrize("name", ["nonsense", None, 3, "post"])
+def test_an_unknown_op_is_eopnotsupp(name):
+    message = {} if name is None else {"op": name}
+    with pytest.raises(protocol.RequestError, match="unknown operation") as e:
+        ops.OPS.decode_request(message)  # "post" is the event log's, not the daemon's
+    assert e.value.errno == errno.EOPNOTSUPP
+
+
+def test_a_reply_ignores_fields_it_does_not_declare_and_needs_those_it_does():
+    reply = protocol.decode_reply(ops.SqOpenReply, {"ok": True, "qpns": [1], "new": 2}, "sq_open")
+    assert reply == ops.SqOpenReply(qpns=[1])
+    with pytest.raises(protocol.RequestError, match="sq_open reply: missing field 'qpns'"):
+        protocol.decode_reply(ops.SqOpenReply, {"ok": True}, "sq_open")
+    # The generic ping (testbed) reads any service's ping reply.
+    daemon = protocol.encode_reply(ops.PingReply(pid=7, host="h0", index=0))
+    assert protocol.decode_reply(protocol.PingReply, daemon, "ping") == protocol.PingReply(pid=7)
+
+
+def test_each_op_has_its_reply_and_a_name_once():
+    for cls in ALL_OPS:
+        assert issubclass(cls.Reply, protocol.Reply), cls
+        assert cls.__doc__, f"{cls.OP} has no doc"
+        for f in [*dataclasses.fields(cls), *dataclasses.fields(cls.Reply)]:
+            assert f.metadata.get("doc"), f"{cls.OP}: field {f.name} has no doc"
+    with pytest.raises(ValueError, match="declared twice"):
+        protocol.Ops("x", [ops.Ping, eventops.Ping])
+
+
+def test_a_write_request_is_the_transfer_options_and_where_to():
+    options = {f.name for f in dataclasses.fields(JobOptions)}
+    assert {f.name for f in dataclasses.fields(ops.Write)} == options | {"dst", "qpns", "remote"}
+    request = ops.Write(dst="h1", qpns=[1], remote=[{}], size=5000, chunk=2048, cc={"gamma": 0.5})
+    opts = JobOptions.from_request(request)
+    assert type(opts) is JobOptions
+    assert dataclasses.asdict(opts) == {k: getattr(request, k) for k in options} | {
+        "retry": {"linear_cnt": 7, "exp_cnt": 7}
+    }
+
+
+def test_the_services_handle_exactly_the_declared_ops():
+    from mrc_nic.observe.eventlog import EventLog
+    from mrc_nic.transport.daemon import Daemon
+
+    for service, declared in ((Daemon, ops.OPS), (EventLog, eventops.OPS)):
+        assert service.operations is declared
+        handlers = {n[3:] for n in dir(service) if n.startswith("op_")}
+        assert handlers == set(declared.by_name)
+    with pytest.raises(TypeError, match=r"without a handler: \['ping'\]"):
+
+        class Deaf(LineService):
+            operations = protocol.Ops("deaf", [protocol.Ping])
+
+
+class Echo(LineService):
+    operations = protocol.Ops("echo", [ops.SqOpen, ops.Write])
+
+    def op_sq_open(self, req: ops.SqOpen, conn) -> ops.SqOpenReply:
+        if req.count > 64:
+            raise protocol.RequestError(errno.EINVAL, "too many")
+        return ops.SqOpenReply(qpns=[req.count, req.chunk])
+
+    def op_write(self, req: ops.Write, conn) -> None:
+        return None  # answered later
+
+
+def test_a_service_dispatches_typed_requests_and_answers_on_the_wire(tmp_path):
+    echo = Echo(tmp_path / "echo.sock")
+    line = ctl.encode(protocol.encode_request(ops.SqOpen(count=2, chunk=1024))).strip()
+    assert echo.handle_line(line, None) == {"ok": True, "qpns": [2, 1024]}
+    refused = echo.handle_line(b'{"op": "sq_open", "count": 65, "chunk": 1}', None)
+    assert refused == {"ok": False, "errno": "EINVAL", "message": "too many"}
+    bad = echo.handle_line(b'{"op": "sq_open", "count": 1}', None)
+    assert bad["errno"] == "EINVAL" and "missing field 'chunk'" in bad["message"]
+    unknown = echo.handle_line(b'{"op": "ping"}', None)
+    assert unknown["errno"] == errno.errorcode[errno.EOPNOTSUPP]
+    assert echo.handle_line(b"[1]", None)["errno"] == "EINVAL"
+    later = ops.Write(dst="h1", qpns=[], remote=[], size=1, chunk=1024)
+    assert echo.handle_line(ctl.encode(protocol.encode_request(later)), None) is None
+
+
+def test_docs_list_exactly_the_declared_ops():
+    text = ops.DOCS.read_text()
+    assert ops.docs_text(text) == text, "docs/daemon.md is out of date: run `make docs`"
+    for name, service in ops.TABLES.items():
+        begin, end = (re.escape(m) for m in ops._marks(name))
+        section = re.search(begin + "(.*?)" + end, text, re.S).group(1)
+        documented = re.findall(r"^- \*\*`(\w+)`\*\*", section, re.M)
+        assert documented == list(service.by_name), name
+
+
+def test_the_docs_tool_checks_and_writes(tmp_path, monkeypatch):
+    doc = tmp_path / "daemon.md"
+    doc.write_text(ops.DOCS.read_text().replace("`sq_open`", "`sq_open_old`", 1))
+    monkeypatch.setattr(ops, "DOCS", doc)
+    assert ops.main(["--check"]) == 1
+    assert ops.main([]) == 0 and ops.main(["--check"]) == 0
+    assert (
+        doc.read_text()
+        == Path(ops.__file__).resolve().parents[2].joinpath("docs/daemon.md").read_text()
+    )
+    with pytest.raises(ValueError, match="no <!-- ops:daemon"):
+        ops.docs_text("no marks")
+
+
+def test_the_client_sends_the_declaration_and_returns_the_typed_reply(monkeypatch):
+    sent = []
+
+    class FakeSock:
+        def __init__(self, *a):
+            self.replies = [b'{"ok": true, "qpns": [65537], "extra": 1}\n']
+
+        def settimeout(self, t):
+            pass
+
+        def connect(self, path):
+            pass
+
+        def sendall(self, data):
+            sent.append(json.loads(data))
+
+        def recv(self, n):
+            return self.replies.pop(0) if self.replies else b""
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(ctl.socket, "socket", FakeSock)
+    reply = ctl.call("lab", "h0", ops.SqOpen(count=1, chunk=2048))
+    assert sent == [{"op": "sq_open", "count": 1, "chunk": 2048}]
+    assert reply == ops.SqOpenReply(qpns=[65537])
+    with pytest.raises(ctl.DaemonError, match="not qp_list's: qp_list reply: missing field"):
+        ctl.call("lab", "h0", ops.QpList())
