@@ -200,20 +200,19 @@ static __always_inline void cc_account(struct nic_sq *sq, int kind, __u32 reason
 	}
 }
 
-static __always_inline int rx_ack(struct xdp_md *ctx, struct mrc_pkt *p, struct engine_req *req)
+/* An ACK's fields, host order. */
+struct ack_pkt {
+	__u64 bits;    /* MRC_ACK.sack_bitmap */
+	__u64 echo_ts; /* the echoed transmission's tx_ts */
+	__u32 qpn, psn, cum, base, syndrome, reason, flags, echo_ev, ports;
+	int kind; /* enum ack_kind */
+};
+
+/* Parse AETH MRC_ACK (exact length) and check that syndrome and reason agree. */
+static __always_inline int ack_parse(struct mrc_pkt *p, struct ack_pkt *a)
 {
-	struct nic_ack_scratch *sc;
 	struct mrc_ack_ext *ack;
 	struct mrc_aeth *aeth;
-	struct nic_tx_ring *ring;
-	struct nic_sq *sq;
-	struct nic_ev *ev;
-	struct nic_ev_key key = {};
-	__u32 qpn, psn, cum, base, syndrome, reason, flags, echo_ev, ports, ring_id, zero = 0;
-	__u32 old = 0, st = 0, i, n;
-	__u64 bits, echo_ts, now;
-	__s32 inflight;
-	int kind, skip = 0;
 
 	if (p->udp_payload < MRC_ACK_HDRS_LEN + MRC_ICRC_LEN)
 		return drop(NIC_CNT_DROP_SHORT);
@@ -222,28 +221,181 @@ static __always_inline int rx_ack(struct xdp_md *ctx, struct mrc_pkt *p, struct 
 	if (parse_aeth(&p->c, p->end, &aeth) || parse_ack_ext(&p->c, p->end, &ack))
 		return drop(NIC_CNT_DROP_TRUNCATED);
 
-	syndrome = bpf_ntohl(aeth->smsn) >> MRC_AETH_SYN_SHIFT;
-	reason = ack->nack_reason;
-	kind = ack_kind(syndrome, reason);
-	if (!kind)
+	a->syndrome = bpf_ntohl(aeth->smsn) >> MRC_AETH_SYN_SHIFT;
+	a->reason = ack->nack_reason;
+	a->kind = ack_kind(a->syndrome, a->reason);
+	if (!a->kind)
 		return drop(NIC_CNT_DROP_BAD_ACK);
-	qpn = bpf_ntohl(p->bth->qpn) & MRC_BTH_QPN_MASK;
-	psn = bpf_ntohl(p->bth->apsn) & MRC_BTH_PSN_MASK;
-	cum = bpf_ntohl(ack->mpr_cum) & MRC_ACK_CUM_PSN_MASK;
-	base = bpf_ntohl(ack->sack_base) & MRC_ACK_SACK_PSN_MASK;
-	bits = bpf_ntohll(ack->sack_bitmap);
-	echo_ts = bpf_ntohll(ack->echo_ts);
-	echo_ev = bpf_ntohs(ack->echo_ev);
-	flags = ack->flags;
-	ports = bpf_ntohl(ack->port_bitmap);
+	a->qpn = bpf_ntohl(p->bth->qpn) & MRC_BTH_QPN_MASK;
+	a->psn = bpf_ntohl(p->bth->apsn) & MRC_BTH_PSN_MASK;
+	a->cum = bpf_ntohl(ack->mpr_cum) & MRC_ACK_CUM_PSN_MASK;
+	a->base = bpf_ntohl(ack->sack_base) & MRC_ACK_SACK_PSN_MASK;
+	a->bits = bpf_ntohll(ack->sack_bitmap);
+	a->echo_ts = bpf_ntohll(ack->echo_ts);
+	a->echo_ev = bpf_ntohs(ack->echo_ev);
+	a->flags = ack->flags;
+	a->ports = bpf_ntohl(ack->port_bitmap);
+	return PKT_GO;
+}
 
-	sq = nic_tx_qps_lookup(&qpn);
-	if (!sq)
-		return drop(NIC_CNT_DROP_UNKNOWN_QP);
-	if (!addrs_match(sq->local_host, sq->peer_host, p->ip->saddr, p->ip->daddr))
-		return drop(NIC_CNT_DROP_SPOOFED);
-	if (sq->state != NIC_QPS_RTS && sq->state != NIC_QPS_SQD)
-		return drop(NIC_CNT_DROP_QP_STATE);
+/* Under sq->lock: the window checks, the acknowledgements, the congestion
+ * signals, then a NACK's retransmission or QP error, or the loss detection
+ * a fresh SACK starts. What it decided goes to sc. */
+static __always_inline void ack_locked(struct nic_sq *sq, struct nic_tx_ring *ring,
+				       struct nic_ack_scratch *sc, const struct ack_pkt *a,
+				       __u64 now)
+{
+	__s32 inflight = MRC_PSN_DIFF(sq->snd_nxt, sq->snd_una);
+	__u32 n;
+
+	if (inflight < 0 || inflight > (__s32)(sq->mpr * MRC_MPR_UNIT)) {
+		sc->verdict = ACK_CONFIG;
+		return;
+	}
+	if (MRC_PSN_DIFF(a->psn, sq->snd_nxt) >= 0 || MRC_PSN_DIFF(a->cum, sq->snd_nxt) > 0) {
+		sc->verdict = ACK_RANGE;
+		return;
+	}
+	if (a->kind == ACK_SACK)
+		sq->stats.sacks++;
+	else
+		sq->stats.nacks++;
+
+	/* Feedback: once per transmission of BTH.psn (the echoed bit). */
+	if (MRC_PSN_DIFF(a->psn, sq->snd_una) < 0) {
+		sq->stats.stale_acks++;
+	} else if (BM_TEST(sq->echoed, a->psn)) {
+		sq->stats.dup_acks++;
+	} else {
+		BM_SET(sq->echoed, a->psn);
+		sc->fb = 1;
+		sq->peer_ports = a->ports;
+	}
+
+	/* Acknowledgements: the cumulative PSN, the bitmap, a SACK's own PSN. */
+	n = sq_cum_ack(sq, a->cum);
+	n += sq_sack_bits(sq, a->base, a->bits);
+	if (a->kind == ACK_SACK && MRC_PSN_DIFF(a->psn, sq->snd_una) >= 0 &&
+	    !BM_TEST(sq->acked, a->psn)) {
+		BM_SET(sq->acked, a->psn);
+		n++;
+	}
+	sq_advance(sq);
+	sq->stats.acked_pkts += n;
+	sc->newly = n;
+	if (sc->fb)
+		cc_account(sq, a->kind, a->reason, a->flags, n, a->echo_ts, now);
+
+	if (a->kind == ACK_RETRY) {
+		/* Resend it, unless it has been acknowledged or queued meanwhile. */
+		if (MRC_PSN_DIFF(a->psn, sq->snd_una) >= 0 && !BM_TEST(sq->acked, a->psn) &&
+		    !BM_TEST(sq->retx, a->psn))
+			sc->queued = sq_queue(sq, a->psn, a->echo_ev, NIC_RETX_NACK, a->reason);
+	} else if (a->kind == ACK_FATAL) {
+		sq->state = NIC_QPS_ERR;
+		sq->stats.fatal_nacks++;
+		sc->fatal = 1;
+	} else if (sc->fb) {
+		loss_walk(sq, ring, sc, a->psn, a->echo_ev, a->echo_ts);
+		head_scan(sq, ring, sc, a->echo_ts, now);
+	}
+}
+
+/* The echoed EV's feedback, under its lock: counters, an RTT sample, SKIP on
+ * a fabric trim or ECN, ASSUMED_BAD after the walk's n losses. Its state
+ * before and after go to *old and *st. */
+static __always_inline void ack_ev_feedback(struct nic_ev *ev, const struct ack_pkt *a,
+					    __u32 queued, __u32 n, __u64 now, __u32 *old,
+					    __u32 *st)
+{
+	int skip = 0;
+
+	bpf_spin_lock(&ev->lock);
+	*old = ev->state;
+	*st = ev_state_now(ev, now);
+	switch (a->reason) {
+	case MRC_NACK_NONE:
+		ev->stats.acks++;
+		ev_rtt(ev, now, a->echo_ts);
+		break;
+	case MRC_NACK_TRIMMED:
+		ev->stats.nack_trimmed++;
+		skip = 1;
+		break;
+	case MRC_NACK_TRIMMED_LASTHOP:
+		ev->stats.nack_trimmed_lasthop++;
+		break;
+	case MRC_NACK_PSN_OOR_WINDOW:
+		ev->stats.nack_oor++;
+		break;
+	case MRC_NACK_UNEXP_EVENT:
+		ev->stats.nack_fatal++;
+		break;
+	default:
+		ev->stats.nack_no_resource++;
+		break;
+	}
+	if (a->flags & MRC_ACK_F_ECN) {
+		ev->stats.ecn_marks++;
+		skip = 1;
+	}
+	if (skip)
+		*st = ev_skip(ev, *st, now);
+	ev->stats.retx_queued += queued + n;
+	if (n) {
+		ev->stats.lost_pkts += n;
+		if (*st != NIC_EVS_DENIED)
+			*st = NIC_EVS_ASSUMED_BAD;
+	}
+	ev->state = *st;
+	bpf_spin_unlock(&ev->lock);
+}
+
+/* After the locks: the ACK's events (QP error, EV state, losses) and counters. */
+static __always_inline void ack_report(const struct ack_pkt *a, struct nic_ack_scratch *sc,
+				       __u32 n, __u32 old, __u32 st, __u64 now)
+{
+	__u32 i;
+
+	/* n <= NIC_LOSS_WALK_MAX (the caller's clamp): hidden from clang, so
+	 * that it keeps the loop's own bound, which the verifier needs. */
+	asm volatile("" : "+r"(n));
+	if (sc->fatal)
+		emit_qp_err(a->qpn, a->psn, a->echo_ev, a->syndrome, a->reason, now);
+	if (n && old != st && st == NIC_EVS_ASSUMED_BAD)
+		emit_ev_state(a->qpn, a->echo_ev, old, st, NIC_EVC_LOSS, sc->lost[0].psn, now);
+	for (i = 0; i < NIC_LOSS_WALK_MAX; i++) {
+		if (i >= n)
+			break;
+		emit_loss(a->qpn, sc->lost[i].psn, a->echo_ev, sc->lost[i].tx_ts, a->psn, now);
+	}
+	if (sc->n_head)
+		head_losses(a->qpn, a->psn, sc, now);
+
+	count(NIC_CNT_ACKED, sc->newly);
+	count(NIC_CNT_LOST, n + sc->n_head);
+	count(NIC_CNT_LOST_HEAD, sc->n_head);
+	count(NIC_CNT_RETX_QUEUED, sc->queued + n + sc->n_head);
+}
+
+/* Sender role: a SACK or NACK for one of our send QPs. */
+static __always_inline int rx_ack(struct xdp_md *ctx, struct mrc_pkt *p, struct engine_req *req)
+{
+	struct ack_pkt a = {};
+	struct nic_ack_scratch *sc;
+	struct nic_tx_ring *ring;
+	struct nic_ev_key key = {};
+	struct nic_sq *sq;
+	struct nic_ev *ev;
+	__u32 ring_id, zero = 0, old = 0, st = 0, n;
+	__u64 now;
+	int verdict = ack_parse(p, &a);
+
+	if (verdict != PKT_GO)
+		return verdict;
+	verdict = tx_qp_check(p, a.qpn, &sq);
+	if (verdict != PKT_GO)
+		return verdict;
 	if (sq->mpr == 0 || sq->mpr > NIC_MPR_MAX)
 		return drop(NIC_CNT_DROP_QP_CONFIG);
 	ring_id = sq->ring;
@@ -253,8 +405,8 @@ static __always_inline int rx_ack(struct xdp_md *ctx, struct mrc_pkt *p, struct 
 	sc = nic_ack_scratch_lookup(&zero);
 	if (!sc)
 		return drop(NIC_CNT_DROP_XDP_ERR); /* cannot happen: a 1-entry array */
-	key.qpn = qpn;
-	key.ev = echo_ev;
+	key.qpn = a.qpn;
+	key.ev = a.echo_ev;
 	ev = nic_evs_lookup(&key);
 	now = bpf_ktime_get_ns();
 	sc->verdict = ACK_DONE;
@@ -266,59 +418,7 @@ static __always_inline int rx_ack(struct xdp_md *ctx, struct mrc_pkt *p, struct 
 	sc->n_head = 0;
 
 	bpf_spin_lock(&sq->lock);
-	inflight = MRC_PSN_DIFF(sq->snd_nxt, sq->snd_una);
-	if (inflight < 0 || inflight > (__s32)(sq->mpr * MRC_MPR_UNIT)) {
-		sc->verdict = ACK_CONFIG;
-		goto unlock;
-	}
-	if (MRC_PSN_DIFF(psn, sq->snd_nxt) >= 0 || MRC_PSN_DIFF(cum, sq->snd_nxt) > 0) {
-		sc->verdict = ACK_RANGE;
-		goto unlock;
-	}
-	if (kind == ACK_SACK)
-		sq->stats.sacks++;
-	else
-		sq->stats.nacks++;
-
-	/* Feedback: once per transmission of BTH.psn (the echoed bit). */
-	if (MRC_PSN_DIFF(psn, sq->snd_una) < 0) {
-		sq->stats.stale_acks++;
-	} else if (BM_TEST(sq->echoed, psn)) {
-		sq->stats.dup_acks++;
-	} else {
-		BM_SET(sq->echoed, psn);
-		sc->fb = 1;
-		sq->peer_ports = ports;
-	}
-
-	/* Acknowledgements: the cumulative PSN, the bitmap, a SACK's own PSN. */
-	n = sq_cum_ack(sq, cum);
-	n += sq_sack_bits(sq, base, bits);
-	if (kind == ACK_SACK && MRC_PSN_DIFF(psn, sq->snd_una) >= 0 &&
-	    !BM_TEST(sq->acked, psn)) {
-		BM_SET(sq->acked, psn);
-		n++;
-	}
-	sq_advance(sq);
-	sq->stats.acked_pkts += n;
-	sc->newly = n;
-	if (sc->fb)
-		cc_account(sq, kind, reason, flags, n, echo_ts, now);
-
-	if (kind == ACK_RETRY) {
-		/* Resend it, unless it has been acknowledged or queued meanwhile. */
-		if (MRC_PSN_DIFF(psn, sq->snd_una) >= 0 && !BM_TEST(sq->acked, psn) &&
-		    !BM_TEST(sq->retx, psn))
-			sc->queued = sq_queue(sq, psn, echo_ev, NIC_RETX_NACK, reason);
-	} else if (kind == ACK_FATAL) {
-		sq->state = NIC_QPS_ERR;
-		sq->stats.fatal_nacks++;
-		sc->fatal = 1;
-	} else if (sc->fb) {
-		loss_walk(sq, ring, sc, psn, echo_ev, echo_ts);
-		head_scan(sq, ring, sc, echo_ts, now);
-	}
-unlock:
+	ack_locked(sq, ring, sc, &a, now);
 	bpf_spin_unlock(&sq->lock);
 
 	if (sc->verdict == ACK_CONFIG)
@@ -328,88 +428,12 @@ unlock:
 	n = sc->n_lost;
 	if (n > NIC_LOSS_WALK_MAX)
 		n = NIC_LOSS_WALK_MAX;
-
-	/* The echoed EV's feedback. */
-	if (sc->fb && ev) {
-		bpf_spin_lock(&ev->lock);
-		old = ev->state;
-		st = ev_state_now(ev, now);
-		switch (reason) {
-		case MRC_NACK_NONE:
-			ev->stats.acks++;
-			ev_rtt(ev, now, echo_ts);
-			break;
-		case MRC_NACK_TRIMMED:
-			ev->stats.nack_trimmed++;
-			skip = 1;
-			break;
-		case MRC_NACK_TRIMMED_LASTHOP:
-			ev->stats.nack_trimmed_lasthop++;
-			break;
-		case MRC_NACK_PSN_OOR_WINDOW:
-			ev->stats.nack_oor++;
-			break;
-		case MRC_NACK_UNEXP_EVENT:
-			ev->stats.nack_fatal++;
-			break;
-		default:
-			ev->stats.nack_no_resource++;
-			break;
-		}
-		if (flags & MRC_ACK_F_ECN) {
-			ev->stats.ecn_marks++;
-			skip = 1;
-		}
-		if (skip)
-			st = ev_skip(ev, st, now);
-		ev->stats.retx_queued += sc->queued + n;
-		if (n) {
-			ev->stats.lost_pkts += n;
-			if (st != NIC_EVS_DENIED)
-				st = NIC_EVS_ASSUMED_BAD;
-		}
-		ev->state = st;
-		bpf_spin_unlock(&ev->lock);
-	} else if (sc->fb) {
+	if (sc->fb && ev)
+		ack_ev_feedback(ev, &a, sc->queued, n, now, &old, &st);
+	else if (sc->fb)
 		count(NIC_CNT_UNKNOWN_EV, 1);
-	}
-
-	/* Events, after the locks. */
-	if (sc->fatal) {
-		struct nic_qp_err_event e = {
-			.type = NIC_EV_QP_ERR,
-			.qpn = qpn,
-			.psn = psn,
-			.ev = echo_ev,
-			.syndrome = syndrome,
-			.reason = reason,
-			.ts = now,
-		};
-
-		emit(&e);
-	}
-	if (n && old != st && st == NIC_EVS_ASSUMED_BAD)
-		emit_ev_state(qpn, echo_ev, old, st, NIC_EVC_LOSS, sc->lost[0].psn, now);
-	for (i = 0; i < NIC_LOSS_WALK_MAX; i++) {
-		struct nic_loss_event e = {.type = NIC_EV_LOSS, .qpn = qpn, .ev = echo_ev};
-
-		if (i >= n)
-			break;
-		e.psn = sc->lost[i].psn;
-		e.tx_ts = sc->lost[i].tx_ts;
-		e.ack_psn = psn;
-		e.ts = now;
-		emit(&e);
-	}
-
-	if (sc->n_head)
-		head_losses(qpn, psn, sc, now);
-
-	count(NIC_CNT_ACKED, sc->newly);
-	count(NIC_CNT_LOST, n + sc->n_head);
-	count(NIC_CNT_LOST_HEAD, sc->n_head);
-	count(NIC_CNT_RETX_QUEUED, sc->queued + n + sc->n_head);
-	return ack_done(p, req, qpn, sq->engine, sc->fb | sc->newly | sc->queued | sc->fatal);
+	ack_report(&a, sc, n, old, st, now);
+	return ack_done(p, req, a.qpn, sq->engine, sc->fb | sc->newly | sc->queued | sc->fatal);
 }
 
 /* ---- Sender role: PROBE_REPLY --------------------------------------------- */
@@ -430,18 +454,14 @@ static __always_inline int rx_probe_reply(struct xdp_md *ctx, struct mrc_pkt *p)
 	__u64 now, tx_ts;
 	int verdict = probe_len_ok(p);
 
-	if (verdict >= 0)
+	if (verdict != PKT_GO)
 		return verdict;
 	if (parse_probe_ext(&p->c, p->end, &pe))
 		return drop(NIC_CNT_DROP_TRUNCATED);
 	qpn = bpf_ntohl(p->bth->qpn) & MRC_BTH_QPN_MASK;
-	sq = nic_tx_qps_lookup(&qpn);
-	if (!sq)
-		return drop(NIC_CNT_DROP_UNKNOWN_QP);
-	if (!addrs_match(sq->local_host, sq->peer_host, p->ip->saddr, p->ip->daddr))
-		return drop(NIC_CNT_DROP_SPOOFED);
-	if (sq->state != NIC_QPS_RTS && sq->state != NIC_QPS_SQD)
-		return drop(NIC_CNT_DROP_QP_STATE);
+	verdict = tx_qp_check(p, qpn, &sq);
+	if (verdict != PKT_GO)
+		return verdict;
 	key.qpn = qpn;
 	key.ev = bpf_ntohs(pe->ev);
 	ev = nic_evs_lookup(&key);

@@ -163,7 +163,7 @@ static __always_inline int probe_len_ok(struct mrc_pkt *p)
 		return drop(NIC_CNT_DROP_SHORT);
 	if (p->udp_payload > MRC_PROBE_HDRS_LEN + MRC_ICRC_LEN)
 		return drop(NIC_CNT_DROP_BAD_LEN);
-	return -1;
+	return PKT_GO;
 }
 
 /*
@@ -178,28 +178,21 @@ static __always_inline int rx_probe(struct xdp_md *ctx, struct mrc_pkt *p)
 	struct probe_frame *f;
 	struct mrc_probe_ext *pe;
 	struct nic_rq *rq;
-	__u32 qpn, host, *ports, port_bitmap;
+	__u32 port_bitmap;
 	__be32 apsn;
 	__be64 tx_ts;
 	__be16 ev;
 	__u8 flags = 0;
 	int verdict = probe_len_ok(p);
 
-	if (verdict >= 0)
+	if (verdict != PKT_GO)
 		return verdict;
 	if (parse_probe_ext(&p->c, p->end, &pe))
 		return drop(NIC_CNT_DROP_TRUNCATED);
-	qpn = bpf_ntohl(p->bth->qpn) & MRC_BTH_QPN_MASK;
-	rq = rx_qp(qpn);
-	if (!rq)
-		return drop(NIC_CNT_DROP_UNKNOWN_QP);
-	if (!addrs_match(rq->local_host, rq->peer_host, p->ip->saddr, p->ip->daddr))
-		return drop(NIC_CNT_DROP_SPOOFED);
-	if (rq->state != NIC_QPS_RTR && rq->state != NIC_QPS_RTS)
-		return drop(NIC_CNT_DROP_QP_STATE);
-	host = rq->local_host;
-	ports = nic_port_up_lookup(&host);
-	port_bitmap = ports ? *ports : 0;
+	verdict = rx_qp_check(p, bpf_ntohl(p->bth->qpn) & MRC_BTH_QPN_MASK, &rq);
+	if (verdict != PKT_GO)
+		return verdict;
+	port_bitmap = host_ports(rq->local_host);
 	/* What the reply echoes, before turn_around overwrites it. */
 	apsn = p->bth->apsn & bpf_htonl(MRC_BTH_PSN_MASK); /* A = 0 */
 	tx_ts = pe->tx_ts;

@@ -32,6 +32,9 @@ static __always_inline int drop(__u32 reason)
 	return XDP_DROP;
 }
 
+/* A packet step's "go on": any other value it returns is the packet's verdict. */
+#define PKT_GO (-1)
+
 /* An MRC packet after the framing checks: headers up to and including BTH. */
 struct mrc_pkt {
 	struct hdr_cursor c; /* just after the BTH */
@@ -80,6 +83,46 @@ static __always_inline int addrs_match(__u32 local_host, __u32 peer_host, __be32
 	if ((d & 0xff) != local_host + 1)
 		return 0;
 	return s == ((plane << 8) | (peer_host + 1));
+}
+
+/* The receive QP a data packet or PROBE addresses, into *rq, if it takes
+ * it: known, from its peer to its host, in RTR or RTS. PKT_GO or a drop. */
+static __always_inline int rx_qp_check(const struct mrc_pkt *p, __u32 qpn, struct nic_rq **rq)
+{
+	struct nic_rq *q = rx_qp(qpn);
+
+	if (!q)
+		return drop(NIC_CNT_DROP_UNKNOWN_QP);
+	if (!addrs_match(q->local_host, q->peer_host, p->ip->saddr, p->ip->daddr))
+		return drop(NIC_CNT_DROP_SPOOFED);
+	if (q->state != NIC_QPS_RTR && q->state != NIC_QPS_RTS)
+		return drop(NIC_CNT_DROP_QP_STATE);
+	*rq = q;
+	return PKT_GO;
+}
+
+/* The send QP an ACK or PROBE_REPLY addresses, into *sq, if it takes it:
+ * known, from its peer to its host, in RTS or SQD. PKT_GO or a drop. */
+static __always_inline int tx_qp_check(const struct mrc_pkt *p, __u32 qpn, struct nic_sq **sq)
+{
+	struct nic_sq *q = nic_tx_qps_lookup(&qpn);
+
+	if (!q)
+		return drop(NIC_CNT_DROP_UNKNOWN_QP);
+	if (!addrs_match(q->local_host, q->peer_host, p->ip->saddr, p->ip->daddr))
+		return drop(NIC_CNT_DROP_SPOOFED);
+	if (q->state != NIC_QPS_RTS && q->state != NIC_QPS_SQD)
+		return drop(NIC_CNT_DROP_QP_STATE);
+	*sq = q;
+	return PKT_GO;
+}
+
+/* Host host's port bitmap (nic_port_up): bit p, plane p is up. */
+static __always_inline __u32 host_ports(__u32 host)
+{
+	__u32 *ports = nic_port_up_lookup(&host);
+
+	return ports ? *ports : 0;
 }
 
 /* ---- The PSN rings: bit p % NIC_BITMAP_BITS is PSN p's ------------------ */

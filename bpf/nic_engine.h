@@ -319,17 +319,10 @@ static __always_inline void engine_plan(struct nic_sq *sq, const struct nic_wq *
 static __always_inline int engine_bad_wqe(const struct engine_req *req, struct nic_sq *sq,
 					  __u32 psn, __u64 now)
 {
-	struct nic_qp_err_event e = {
-		.type = NIC_EV_QP_ERR,
-		.qpn = req->qpn,
-		.psn = psn,
-		.ts = now,
-	};
-
 	bpf_spin_lock(&sq->lock);
 	sq->state = NIC_QPS_ERR;
 	bpf_spin_unlock(&sq->lock);
-	emit(&e);
+	emit_qp_err(req->qpn, psn, 0, 0, 0, now);
 	count(NIC_CNT_TX_BAD_WQE, 1);
 	return engine_idle(req, NIC_CNT_KICK_IDLE);
 }
@@ -466,26 +459,238 @@ static __always_inline int engine_ev_replace(const struct engine_req *req, __u32
 	return XDP_DROP;
 }
 
+/* ---- engine_run, step by step ------------------------------------------- */
+
+/* The packet one engine run sends. */
+struct tx_pkt {
+	__u64 tx_ts;    /* MRC_DATA.tx_ts, recorded before the packet leaves */
+	__u32 psn, wqe, off, seg, last, retx, ev, plane;
+	__u32 src_elem; /* the first element of its payload in nic_mr */
+	__u32 hdrs;     /* frame bytes before the payload: DATA_HDRS_LEN or DATA_IMM_HDRS_LEN */
+};
+
+/*
+ * A first look without the lock: is there anything to send? Only then are
+ * EVs looked for (a retransmission wants p2 in case p1 is on the plane that
+ * lost it, *avoid) and the frame grown to the common size, a full WRITE, so
+ * that a frame that cannot grow changes no state. Returns the EVs found.
+ */
+static __always_inline __u32 engine_look(struct xdp_md *ctx, struct nic_sq *sq,
+					 const struct nic_wq *wq, __u32 qpn, __u32 planes,
+					 __u64 now, struct ev_pick *p1, struct ev_pick *p2,
+					 __u32 *avoid)
+{
+	__u32 found = 0, want;
+	int work, delta;
+
+	work = sq->retx_head != sq->retx_tail ||
+	       (sq->state == NIC_QPS_RTS && *(volatile __u32 *)&wq->posted != sq->wqe_sent);
+	if (work) {
+		want = sq->retx_head != sq->retx_tail ? 2 : 1;
+		if (want == 2)
+			*avoid = retx_plane(sq, qpn);
+		found = pick_evs(sq, qpn, want, planes, *avoid, now, p1, p2);
+		if (!found)
+			count(NIC_CNT_TX_NO_EV, 1);
+	}
+	if (found) {
+		delta = (int)DATA_FRAME_FULL - (int)bpf_xdp_get_buff_len(ctx);
+		if (delta && bpf_xdp_adjust_tail(ctx, delta)) {
+			count(NIC_CNT_DROP_XDP_ERR, 1);
+			found = 0;
+		}
+	}
+	return found;
+}
+
+/* Under sq->lock: completions, then what to send and on which EV. The EV is
+ * the first found, unless a retransmission was lost on it or on its plane
+ * (p2: on another plane if one is usable). The round robin goes on after the
+ * EV used, or stays on the first found when it was passed over. */
+static __always_inline void engine_locked(struct nic_sq *sq, const struct nic_wq *wq,
+					  const struct nic_tx_ring *ring,
+					  struct nic_tx_scratch *sc, __u32 qpn, __u32 found,
+					  const struct ev_pick *p1, const struct ev_pick *p2,
+					  __u32 avoid)
+{
+	engine_complete(sq, wq, sc, qpn);
+	if (!found)
+		return;
+	engine_plan(sq, wq, ring, sc);
+	if (sc->what == TX_RETX && found > 1 &&
+	    (p1->ev == sc->lost_ev || (p1->e->plane == avoid && p2->e->plane != avoid)))
+		sc->second = 1;
+	if (sc->what != TX_NONE)
+		sq->ev_next = sc->second ? p1->idx : p1->idx + 1;
+}
+
+/* The segment's source: from the WQE (immutable until it completes, which
+ * needs this PSN acknowledged) and its region. PKT_GO or the QP's error. */
+static __always_inline int engine_source(const struct engine_req *req, struct nic_sq *sq,
+					 const struct nic_wqe *w, struct tx_pkt *t, __u64 now)
+{
+	struct nic_region *rg;
+	__u32 rid;
+	__u64 elem;
+
+	if (!t->seg)
+		return PKT_GO;
+	rid = w->src_region;
+	rg = nic_regions_lookup(&rid);
+	if (!rg || !rg->n_elems || (w->src_off & (NIC_MR_ELEM_SIZE - 1)))
+		return engine_bad_wqe(req, sq, t->psn, now);
+	elem = ((__u64)w->src_off + t->off) / NIC_MR_ELEM_SIZE;
+	if (elem + (t->seg - 1) / NIC_MR_ELEM_SIZE >= rg->n_elems)
+		return engine_bad_wqe(req, sq, t->psn, now);
+	t->src_elem = rg->first_elem + (__u32)elem;
+	return PKT_GO;
+}
+
+/* Record the transmission before the packet leaves (the loss walk reads it):
+ * the EV's last packet, under its lock, and the PSN's ring entry. */
+static __always_inline void engine_record(struct nic_ev *e, struct nic_tx_ring *ring,
+					  struct tx_pkt *t)
+{
+	struct nic_tx_pkt *r;
+	__u32 cpu, prev, has_prev;
+
+	t->tx_ts = bpf_ktime_get_ns();
+	cpu = bpf_get_smp_processor_id();
+	bpf_spin_lock(&e->lock);
+	has_prev = e->stats.tx_pkts != 0;
+	prev = e->last_tx_psn;
+	e->last_tx_psn = t->psn;
+	e->last_tx_cpu = cpu;
+	e->last_tx_ts = t->tx_ts;
+	e->stats.tx_pkts++;
+	e->stats.tx_bytes += t->seg;
+	e->stats.retx_pkts += t->retx;
+	bpf_spin_unlock(&e->lock);
+	r = &ring->pkts[RING_POS(t->psn)];
+	r->tx_ts = t->tx_ts;
+	r->psn = t->psn;
+	r->prev_psn = has_prev ? prev : 0;
+	r->ev = t->ev;
+	r->flags = (has_prev ? NIC_TX_F_PREV : 0) | (t->retx ? NIC_TX_F_RETX : 0);
+	r->len = t->seg;
+	r->wqe = t->wqe;
+	r->msg_off = t->off;
+}
+
+/* The data packet's headers, as wire.data_packet lays them out. */
+static __always_inline void engine_headers(struct data_hdrs *f, const struct nic_port *port,
+					   const struct nic_sq *sq, const struct nic_wqe *w,
+					   const struct tx_pkt *t, __u32 host, __u32 msn,
+					   __u32 total)
+{
+	if (port) {
+		__builtin_memcpy(f->eth.h_source, port->mac, ETH_ALEN);
+		__builtin_memcpy(f->eth.h_dest, port->nh_mac, ETH_ALEN);
+	}
+	f->eth.h_proto = bpf_htons(ETH_P_IP);
+	f->ip.version = 4;
+	f->ip.ihl = 5;
+	f->ip.tos = ((t->retx ? MRC_DSCP_TRIMMABLE_RETX : MRC_DSCP_TRIMMABLE) << MRC_DSCP_SHIFT) |
+		    MRC_ECN_ECT0;
+	f->ip.tot_len = bpf_htons(total - ETH_HLEN);
+	f->ip.frag_off = bpf_htons(0x4000); /* DF */
+	f->ip.ttl = 64;
+	f->ip.protocol = IPPROTO_UDP;
+	f->ip.saddr = bpf_htonl(NIC_HOST_NET + (t->plane << 8) + host + 1);
+	f->ip.daddr = bpf_htonl(NIC_HOST_NET + (t->plane << 8) + sq->peer_host + 1);
+	f->ip.check = ipv4_csum(&f->ip);
+	f->udp.source = bpf_htons(t->ev);
+	f->udp.dest = bpf_htons(MRC_UDP_PORT);
+	f->udp.len = bpf_htons(total - ETH_HLEN - sizeof(struct iphdr));
+	f->bth.opcode = t->hdrs == DATA_IMM_HDRS_LEN ? MRC_OP_WRITE_IMM : MRC_OP_WRITE;
+	f->bth.pkey = bpf_htons(MRC_PKEY_DEFAULT);
+	f->bth.qpn = bpf_htonl(sq->peer_qpn & MRC_BTH_QPN_MASK);
+	f->bth.apsn = bpf_htonl(MRC_BTH_ACK_MASK | t->psn);
+	f->reth.va = bpf_htonll(w->remote_va + t->off);
+	f->reth.rkey = bpf_htonl(w->rkey);
+	f->reth.dmalen = bpf_htonl(t->seg);
+	f->immdt.imm = bpf_htonl(w->imm);
+	f->dext.flags_msn = bpf_htonl((t->last ? MRC_DATA_F_LAST : 0) | msn);
+	f->dext.msg_off = bpf_htonl(t->off);
+	f->dext.tx_ts = bpf_htonll(t->tx_ts);
+}
+
+/* Write the frame: size it, store the headers (BTH .. ImmDt, then MRC_DATA
+ * where it goes: over the ImmDt slot of a WRITE), the ICRC slot, and the
+ * payload element by element from the source region. */
+static __always_inline int engine_write(struct xdp_md *ctx, const struct engine_req *req,
+					struct nic_sq *sq, struct data_hdrs *f,
+					const struct tx_pkt *t, __u64 now)
+{
+	__u32 total = t->hdrs + t->seg + MRC_ICRC_LEN, icrc = MRC_ICRC_UNUSED, i;
+	struct nic_mr_elem *src;
+	int delta = (int)total - (int)bpf_xdp_get_buff_len(ctx);
+
+	if (delta && bpf_xdp_adjust_tail(ctx, delta))
+		return engine_idle(req, NIC_CNT_DROP_XDP_ERR); /* lost: loss detection resends it */
+	if (bpf_xdp_store_bytes(ctx, 0, f, DATA_HDRS_LEN - 16 + sizeof(f->immdt)) ||
+	    bpf_xdp_store_bytes(ctx, t->hdrs - sizeof(f->dext), &f->dext, sizeof(f->dext)) ||
+	    bpf_xdp_store_bytes(ctx, t->hdrs + t->seg, &icrc, MRC_ICRC_LEN))
+		return engine_idle(req, NIC_CNT_DROP_XDP_ERR);
+	for (i = 0; i < NIC_SEG_ELEMS; i++) {
+		__u32 at = i * NIC_MR_ELEM_SIZE, src_k = t->src_elem + i;
+		__u64 n_bytes;
+
+		if (at >= t->seg)
+			break;
+		src = nic_mr_lookup(&src_k);
+		if (!src)
+			return engine_bad_wqe(req, sq, t->psn, now);
+		n_bytes = elem_bytes(t->seg, at);
+		if (n_bytes < 1)
+			return engine_idle(req, NIC_CNT_DROP_XDP_ERR);
+		if (bpf_xdp_store_bytes(ctx, t->hdrs + at, src, n_bytes))
+			return engine_idle(req, NIC_CNT_DROP_XDP_ERR);
+	}
+	return PKT_GO;
+}
+
+/* Send it: XDP_TX when it leaves from the port the ACK came in on (the ACK
+ * clock), else through the devmap nic_tx_ports (kicks always). */
+static __always_inline int engine_send(const struct engine_req *req, const struct tx_pkt *t,
+				       __u32 key)
+{
+	int verdict;
+
+	count(t->retx ? NIC_CNT_TX_RETX : NIC_CNT_TX_DATA, 1);
+	count(NIC_CNT_TX_BYTES, t->seg);
+	if (!req->kick && t->plane == req->plane) {
+		count(NIC_CNT_TX_CLOCKED, 1);
+		return XDP_TX;
+	}
+	verdict = nic_tx_ports_redirect(key, XDP_DROP);
+	if (verdict != XDP_REDIRECT) {
+		count(NIC_CNT_TX_REDIRECT_ERR, 1);
+		return engine_idle(req, NIC_CNT_KICK_IDLE);
+	}
+	count(req->kick ? NIC_CNT_KICK_SENT : NIC_CNT_TX_CLOCKED, 1);
+	return XDP_REDIRECT;
+}
+
+/*
+ * The send engine: at most one data packet of QP req->qpn, built in this
+ * frame. Returns XDP_TX or XDP_REDIRECT with the packet, else XDP_DROP.
+ */
 static __always_inline int engine_run(struct xdp_md *ctx, const struct engine_req *req)
 {
 	struct nic_tx_scratch *sc;
 	struct nic_sq *sq;
 	struct nic_wq *wq;
 	struct nic_tx_ring *ring;
-	struct nic_tx_pkt *t;
-	struct nic_port *port;
-	struct nic_region *rg;
-	struct nic_mr_elem *src;
 	const struct nic_wqe *w;
 	struct ev_pick p1 = {}, p2 = {};
 	struct data_hdrs f = {};
+	struct tx_pkt t = {};
 	struct nic_ev *e;
-	__u32 qpn = req->qpn, zero = 0, ring_id, host, planes, found = 0, want, work, i, n;
-	__u32 psn, wqe, off, len, seg, last, retx, ev, plane, prev, has_prev, hdrs, total, rid;
-	__u32 key, cpu, icrc = MRC_ICRC_UNUSED, *up, avoid = NIC_MAX_PLANES;
-	__u64 now, tx_ts, elem;
-	__u32 src_elem = 0;
-	int verdict, delta;
+	__u32 qpn = req->qpn, zero = 0, ring_id, host, planes, found, n, key;
+	__u32 avoid = NIC_MAX_PLANES;
+	__u64 now;
+	int verdict;
 
 	sq = nic_tx_qps_lookup(&qpn);
 	if (!sq)
@@ -501,196 +706,55 @@ static __always_inline int engine_run(struct xdp_md *ctx, const struct engine_re
 	if (!ring || !wq || !sc)
 		return engine_idle(req, NIC_CNT_DROP_QP_CONFIG);
 	host = sq->local_host;
-	up = nic_port_up_lookup(&host);
-	planes = (up ? *up : 0) & sq->peer_ports;
+	planes = host_ports(host) & sq->peer_ports;
 	now = bpf_ktime_get_ns();
-
-	/* A first look without the lock: is there anything to send? Only then
-	 * are EVs looked for and the frame grown (to the common size: a full
-	 * WRITE), so that a frame that cannot grow changes no state. */
-	work = sq->retx_head != sq->retx_tail ||
-	       (sq->state == NIC_QPS_RTS && *(volatile __u32 *)&wq->posted != sq->wqe_sent);
-	if (work) {
-		/* A retransmission first: p2 in case p1 is on the plane that lost it. */
-		want = sq->retx_head != sq->retx_tail ? 2 : 1;
-		if (want == 2)
-			avoid = retx_plane(sq, qpn);
-		found = pick_evs(sq, qpn, want, planes, avoid, now, &p1, &p2);
-		if (!found)
-			count(NIC_CNT_TX_NO_EV, 1);
-	}
-	if (found) {
-		delta = (int)DATA_FRAME_FULL - (int)bpf_xdp_get_buff_len(ctx);
-		if (delta && bpf_xdp_adjust_tail(ctx, delta)) {
-			count(NIC_CNT_DROP_XDP_ERR, 1);
-			found = 0;
-		}
-	}
+	found = engine_look(ctx, sq, wq, qpn, planes, now, &p1, &p2, &avoid);
 
 	sc->what = TX_NONE;
 	sc->full = 0;
 	sc->second = 0;
 	sc->n_done = 0;
 	bpf_spin_lock(&sq->lock);
-	engine_complete(sq, wq, sc, qpn);
-	if (found) {
-		engine_plan(sq, wq, ring, sc);
-		/* The EV: the first one found, unless a retransmission was lost on
-		 * it or on its plane (p2: on another plane if one is usable). The
-		 * round robin goes on after the EV used, or stays on the first one
-		 * found when it was passed over. */
-		if (sc->what == TX_RETX && found > 1 &&
-		    (p1.ev == sc->lost_ev || (p1.e->plane == avoid && p2.e->plane != avoid)))
-			sc->second = 1;
-		if (sc->what != TX_NONE)
-			sq->ev_next = sc->second ? p1.idx : p1.idx + 1;
-	}
+	engine_locked(sq, wq, ring, sc, qpn, found, &p1, &p2, avoid);
 	bpf_spin_unlock(&sq->lock);
 
 	n = sc->n_done;
 	if (n > NIC_MSG_SLOTS)
 		n = NIC_MSG_SLOTS;
-	for (i = 0; i < NIC_MSG_SLOTS; i++) {
-		if (i >= n)
-			break;
-		sc->done[i].ts = now;
-		emit(&sc->done[i]);
-	}
+	emit_send_done(sc, n, now);
 	count(NIC_CNT_SEND_DONE, n);
 	if (sc->full)
 		count(NIC_CNT_TX_WINDOW_FULL, 1);
 	if (sc->what == TX_NONE)
 		return engine_idle(req, NIC_CNT_KICK_IDLE);
 
-	retx = sc->what == TX_RETX;
-	e = p1.e;
-	ev = p1.ev;
-	if (sc->second) {
-		e = p2.e;
-		ev = p2.ev;
-	}
+	t.retx = sc->what == TX_RETX;
+	e = sc->second ? p2.e : p1.e;
+	t.ev = sc->second ? p2.ev : p1.ev;
 	if (!e)
 		return engine_idle(req, NIC_CNT_KICK_IDLE); /* cannot happen: found >= 1 */
-	plane = e->plane;
-	if (plane >= NIC_MAX_PLANES)
+	t.plane = e->plane;
+	if (t.plane >= NIC_MAX_PLANES)
 		return engine_idle(req, NIC_CNT_KICK_IDLE); /* cannot happen: ev_usable checked it */
-	psn = sc->psn;
-	wqe = sc->wqe;
-	off = sc->off;
+	t.psn = sc->psn;
+	t.wqe = sc->wqe;
+	t.off = sc->off;
+	w = &wq->wqes[t.wqe & (NIC_MSG_SLOTS - 1)];
+	t.seg = segment_len(w->len, t.off);
+	t.last = t.off + t.seg >= w->len;
+	verdict = engine_source(req, sq, w, &t, now);
+	if (verdict != PKT_GO)
+		return verdict;
+	engine_record(e, ring, &t);
 
-	/* The segment: from the WQE (immutable until it completes, which needs
-	 * this PSN acknowledged) and its source region element. */
-	w = &wq->wqes[wqe & (NIC_MSG_SLOTS - 1)];
-	len = w->len;
-	seg = segment_len(len, off);
-	last = off + seg >= len;
-	if (seg) {
-		rid = w->src_region;
-		rg = nic_regions_lookup(&rid);
-		if (!rg || !rg->n_elems || (w->src_off & (NIC_MR_ELEM_SIZE - 1)))
-			return engine_bad_wqe(req, sq, psn, now);
-		elem = ((__u64)w->src_off + off) / NIC_MR_ELEM_SIZE;
-		if (elem + (seg - 1) / NIC_MR_ELEM_SIZE >= rg->n_elems)
-			return engine_bad_wqe(req, sq, psn, now);
-		src_elem = rg->first_elem + (__u32)elem;
-	}
-
-	/* Record the transmission before the packet leaves (nic_maps.h). */
-	tx_ts = bpf_ktime_get_ns();
-	cpu = bpf_get_smp_processor_id();
-	bpf_spin_lock(&e->lock);
-	has_prev = e->stats.tx_pkts != 0;
-	prev = e->last_tx_psn;
-	e->last_tx_psn = psn;
-	e->last_tx_cpu = cpu;
-	e->last_tx_ts = tx_ts;
-	e->stats.tx_pkts++;
-	e->stats.tx_bytes += seg;
-	e->stats.retx_pkts += retx;
-	bpf_spin_unlock(&e->lock);
-	t = &ring->pkts[RING_POS(psn)];
-	t->tx_ts = tx_ts;
-	t->psn = psn;
-	t->prev_psn = has_prev ? prev : 0;
-	t->ev = ev;
-	t->flags = (has_prev ? NIC_TX_F_PREV : 0) | (retx ? NIC_TX_F_RETX : 0);
-	t->len = seg;
-	t->wqe = wqe;
-	t->msg_off = off;
-
-	/* The frame. */
-	key = host * NIC_MAX_PLANES + plane;
-	port = nic_ports_lookup(&key);
-	if (port) {
-		__builtin_memcpy(f.eth.h_source, port->mac, ETH_ALEN);
-		__builtin_memcpy(f.eth.h_dest, port->nh_mac, ETH_ALEN);
-	}
-	hdrs = (w->opcode == MRC_OP_WRITE_IMM && last) ? DATA_IMM_HDRS_LEN : DATA_HDRS_LEN;
-	total = hdrs + seg + MRC_ICRC_LEN;
-	f.eth.h_proto = bpf_htons(ETH_P_IP);
-	f.ip.version = 4;
-	f.ip.ihl = 5;
-	f.ip.tos = ((retx ? MRC_DSCP_TRIMMABLE_RETX : MRC_DSCP_TRIMMABLE) << MRC_DSCP_SHIFT) |
-		   MRC_ECN_ECT0;
-	f.ip.tot_len = bpf_htons(total - ETH_HLEN);
-	f.ip.frag_off = bpf_htons(0x4000); /* DF */
-	f.ip.ttl = 64;
-	f.ip.protocol = IPPROTO_UDP;
-	f.ip.saddr = bpf_htonl(NIC_HOST_NET + (plane << 8) + host + 1);
-	f.ip.daddr = bpf_htonl(NIC_HOST_NET + (plane << 8) + sq->peer_host + 1);
-	f.ip.check = ipv4_csum(&f.ip);
-	f.udp.source = bpf_htons(ev);
-	f.udp.dest = bpf_htons(MRC_UDP_PORT);
-	f.udp.len = bpf_htons(total - ETH_HLEN - sizeof(struct iphdr));
-	f.bth.opcode = hdrs == DATA_IMM_HDRS_LEN ? MRC_OP_WRITE_IMM : MRC_OP_WRITE;
-	f.bth.pkey = bpf_htons(MRC_PKEY_DEFAULT);
-	f.bth.qpn = bpf_htonl(sq->peer_qpn & MRC_BTH_QPN_MASK);
-	f.bth.apsn = bpf_htonl(MRC_BTH_ACK_MASK | psn);
-	f.reth.va = bpf_htonll(w->remote_va + off);
-	f.reth.rkey = bpf_htonl(w->rkey);
-	f.reth.dmalen = bpf_htonl(seg);
-	f.immdt.imm = bpf_htonl(w->imm);
-	f.dext.flags_msn = bpf_htonl((last ? MRC_DATA_F_LAST : 0) | sc->msn);
-	f.dext.msg_off = bpf_htonl(off);
-	f.dext.tx_ts = bpf_htonll(tx_ts);
-
-	delta = (int)total - (int)bpf_xdp_get_buff_len(ctx);
-	if (delta && bpf_xdp_adjust_tail(ctx, delta))
-		return engine_idle(req, NIC_CNT_DROP_XDP_ERR); /* lost: loss detection resends it */
-	/* BTH .. ImmDt, then MRC_DATA where it goes (over the ImmDt slot of a WRITE). */
-	if (bpf_xdp_store_bytes(ctx, 0, &f, DATA_HDRS_LEN - 16 + sizeof(f.immdt)) ||
-	    bpf_xdp_store_bytes(ctx, hdrs - sizeof(f.dext), &f.dext, sizeof(f.dext)) ||
-	    bpf_xdp_store_bytes(ctx, hdrs + seg, &icrc, MRC_ICRC_LEN))
-		return engine_idle(req, NIC_CNT_DROP_XDP_ERR);
-	for (i = 0; i < NIC_SEG_ELEMS; i++) { /* the payload, element by element */
-		__u32 at = i * NIC_MR_ELEM_SIZE, src_k = src_elem + i;
-		__u64 n_bytes;
-
-		if (at >= seg)
-			break;
-		src = nic_mr_lookup(&src_k);
-		if (!src)
-			return engine_bad_wqe(req, sq, psn, now);
-		n_bytes = elem_bytes(seg, at);
-		if (n_bytes < 1)
-			return engine_idle(req, NIC_CNT_DROP_XDP_ERR);
-		if (bpf_xdp_store_bytes(ctx, hdrs + at, src, n_bytes))
-			return engine_idle(req, NIC_CNT_DROP_XDP_ERR);
-	}
-
-	count(retx ? NIC_CNT_TX_RETX : NIC_CNT_TX_DATA, 1);
-	count(NIC_CNT_TX_BYTES, seg);
-	if (!req->kick && plane == req->plane) {
-		count(NIC_CNT_TX_CLOCKED, 1);
-		return XDP_TX;
-	}
-	verdict = nic_tx_ports_redirect(key, XDP_DROP);
-	if (verdict != XDP_REDIRECT) {
-		count(NIC_CNT_TX_REDIRECT_ERR, 1);
-		return engine_idle(req, NIC_CNT_KICK_IDLE);
-	}
-	count(req->kick ? NIC_CNT_KICK_SENT : NIC_CNT_TX_CLOCKED, 1);
-	return XDP_REDIRECT;
+	key = host * NIC_MAX_PLANES + t.plane;
+	t.hdrs = (w->opcode == MRC_OP_WRITE_IMM && t.last) ? DATA_IMM_HDRS_LEN : DATA_HDRS_LEN;
+	engine_headers(&f, nic_ports_lookup(&key), sq, w, &t, host, sc->msn,
+		       t.hdrs + t.seg + MRC_ICRC_LEN);
+	verdict = engine_write(ctx, req, sq, &f, &t, now);
+	if (verdict != PKT_GO)
+		return verdict;
+	return engine_send(req, &t, key);
 }
 
 #endif /* MRC_NIC_ENGINE_H */

@@ -37,6 +37,56 @@ static __always_inline void emit_ev_state(__u32 qpn, __u32 ev, __u32 old, __u32 
 	emit(&e);
 }
 
+/* NIC_EV_LOSS: PSN psn, sent on ev at tx_ts, was declared lost when the
+ * SACK of ack_psn came back. */
+static __always_inline void emit_loss(__u32 qpn, __u32 psn, __u32 ev, __u64 tx_ts, __u32 ack_psn,
+				      __u64 now)
+{
+	struct nic_loss_event e = {
+		.type = NIC_EV_LOSS,
+		.qpn = qpn,
+		.psn = psn,
+		.ev = ev,
+		.tx_ts = tx_ts,
+		.ack_psn = ack_psn,
+		.ts = now,
+	};
+
+	emit(&e);
+}
+
+/* NIC_EV_QP_ERR: a fatal NACK of psn on ev, or (ev, syndrome, reason 0) a
+ * WQE the engine could not read when about to send psn. */
+static __always_inline void emit_qp_err(__u32 qpn, __u32 psn, __u32 ev, __u32 syndrome,
+					__u32 reason, __u64 now)
+{
+	struct nic_qp_err_event e = {
+		.type = NIC_EV_QP_ERR,
+		.qpn = qpn,
+		.psn = psn,
+		.ev = ev,
+		.syndrome = syndrome,
+		.reason = reason,
+		.ts = now,
+	};
+
+	emit(&e);
+}
+
+/* NIC_EV_SEND_DONE: the completions engine_complete gathered under the QP's
+ * lock, n of them, stamped now. */
+static __always_inline void emit_send_done(struct nic_tx_scratch *sc, __u32 n, __u64 now)
+{
+	__u32 i;
+
+	for (i = 0; i < NIC_MSG_SLOTS; i++) {
+		if (i >= n)
+			break;
+		sc->done[i].ts = now;
+		emit(&sc->done[i]);
+	}
+}
+
 /* NIC_EV_RECV_IMM: the completions gathered in batch under the receive lock.
  * One count for the batch, not one per record: it runs per placed packet. */
 static __always_inline void emit_completions(__u32 qpn, struct nic_cqe_batch *batch)

@@ -171,17 +171,11 @@ static __always_inline void head_losses(__u32 qpn, __u32 ack_psn, struct nic_ack
 
 	for (i = 0; i < NIC_HEAD_LOST; i++) {
 		struct nic_lost *l = &sc->head[i];
-		struct nic_loss_event e = {.type = NIC_EV_LOSS, .qpn = qpn};
 
 		if (i >= sc->n_head)
 			break;
 		ev_lost_silently(qpn, l->ev, NIC_EVC_LOSS, l->psn, 1, now);
-		e.psn = l->psn;
-		e.ev = l->ev;
-		e.tx_ts = l->tx_ts;
-		e.ack_psn = ack_psn;
-		e.ts = now;
-		emit(&e);
+		emit_loss(qpn, l->psn, l->ev, l->tx_ts, ack_psn, now);
 	}
 }
 

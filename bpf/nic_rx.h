@@ -262,221 +262,244 @@ static __always_inline void timeline_add(__u64 now, __u32 bytes)
 	b->bytes += bytes;
 }
 
-static __always_inline int rx_data(struct xdp_md *ctx, struct mrc_pkt *p)
+/* ---- rx_data, step by step ---------------------------------------------- */
+
+/* A step's "fatal NACK" (remote access), besides PKT_GO or a verdict. */
+#define RX_REMOTE_ACCESS (-2)
+
+/* A data packet's fields, host order. */
+struct rx_pkt {
+	struct mrc_data_ext *dext; /* the answer echoes its tx_ts */
+	__u64 va;
+	__u32 qpn, psn, dmalen, rkey, flags_msn, msg_off, imm;
+	__u32 payload_len, payload_off, dscp;
+	int has_imm, last, trimmed;
+};
+
+/* What rx_data decided before the lock, for the locked section. */
+struct rx_plan {
+	struct nic_cqe_batch *batch; /* completions of a placement, sent after the lock */
+	__u64 now;                   /* a fresh PSN: when it was placed (the delivery clock) */
+	__u32 elem;                  /* the payload's first region element */
+	int fresh;                   /* the PSN looked new: its payload was copied */
+	enum rx_nack nack;
+};
+
+/* Parse RETH (ImmDt) MRC_DATA and check the lengths. */
+static __always_inline int rx_parse(struct mrc_pkt *p, struct rx_pkt *d)
 {
-	int has_imm = p->bth->opcode == MRC_OP_WRITE_IMM;
-	__u32 hdrs = has_imm ? MRC_WRITE_IMM_HDRS_LEN : MRC_WRITE_HDRS_LEN;
-	struct mrc_data_ext *dext;
+	__u32 hdrs = d->has_imm ? MRC_WRITE_IMM_HDRS_LEN : MRC_WRITE_HDRS_LEN;
 	struct mrc_reth *reth;
-	struct nic_cqe_batch *batch = NULL;
-	struct nic_region *rg;
-	struct nic_rq *rq;
-	struct ack_info ai = {};
-	enum rx_verdict verdict = RX_PLACED;
-	enum rx_nack nack = RX_NACK_NONE;
-	__u64 *lock;
-	__u32 qpn, psn, dmalen, rkey, flags_msn, msg_off, payload_len, payload_off;
-	__u32 imm = 0, elem = 0, zero = 0, dscp, host;
-	__u64 va, off, now = 0;
-	__s32 window, d;
-	int trimmed, last, fresh = 0;
-	__u32 *ports;
 
 	if (p->udp_payload < hdrs + MRC_ICRC_LEN)
 		return drop(NIC_CNT_DROP_SHORT);
 	if (parse_reth(&p->c, p->end, &reth))
 		return drop(NIC_CNT_DROP_TRUNCATED);
-	if (has_imm) {
+	if (d->has_imm) {
 		struct mrc_immdt *immdt;
 
 		if (parse_immdt(&p->c, p->end, &immdt))
 			return drop(NIC_CNT_DROP_TRUNCATED);
-		imm = bpf_ntohl(immdt->imm);
+		d->imm = bpf_ntohl(immdt->imm);
 	}
-	if (parse_data_ext(&p->c, p->end, &dext))
+	if (parse_data_ext(&p->c, p->end, &d->dext))
 		return drop(NIC_CNT_DROP_TRUNCATED);
 
-	qpn = bpf_ntohl(p->bth->qpn) & MRC_BTH_QPN_MASK;
-	psn = bpf_ntohl(p->bth->apsn) & MRC_BTH_PSN_MASK;
-	va = bpf_ntohll(reth->va);
-	rkey = bpf_ntohl(reth->rkey);
-	dmalen = bpf_ntohl(reth->dmalen);
-	flags_msn = bpf_ntohl(dext->flags_msn);
-	msg_off = bpf_ntohl(dext->msg_off);
-	last = !!(flags_msn & MRC_DATA_F_LAST);
-	dscp = p->ip->tos >> MRC_DSCP_SHIFT;
-	trimmed = dscp == MRC_DSCP_TRIMMED || dscp == MRC_DSCP_TRIMMED_LASTHOP;
-	payload_len = p->udp_payload - hdrs - MRC_ICRC_LEN;
-	payload_off = p->bth_off + hdrs;
+	d->qpn = bpf_ntohl(p->bth->qpn) & MRC_BTH_QPN_MASK;
+	d->psn = bpf_ntohl(p->bth->apsn) & MRC_BTH_PSN_MASK;
+	d->va = bpf_ntohll(reth->va);
+	d->rkey = bpf_ntohl(reth->rkey);
+	d->dmalen = bpf_ntohl(reth->dmalen);
+	d->flags_msn = bpf_ntohl(d->dext->flags_msn);
+	d->msg_off = bpf_ntohl(d->dext->msg_off);
+	d->last = !!(d->flags_msn & MRC_DATA_F_LAST);
+	d->dscp = p->ip->tos >> MRC_DSCP_SHIFT;
+	d->trimmed = d->dscp == MRC_DSCP_TRIMMED || d->dscp == MRC_DSCP_TRIMMED_LASTHOP;
+	d->payload_len = p->udp_payload - hdrs - MRC_ICRC_LEN;
+	d->payload_off = p->bth_off + hdrs;
 
-	if (has_imm && !last)
+	if (d->has_imm && !d->last)
 		return drop(NIC_CNT_DROP_IMM_NOT_LAST);
 	/* A trimmed packet lost its payload; RETH.dmalen is the length before. */
-	if (!trimmed) {
-		if (dmalen != payload_len)
+	if (!d->trimmed) {
+		if (d->dmalen != d->payload_len)
 			return drop(NIC_CNT_DROP_BAD_LEN);
-		if (payload_len > MRC_PAYLOAD_MAX(MRC_MTU) || payload_len > NIC_SEG_SIZE)
+		if (d->payload_len > MRC_PAYLOAD_MAX(MRC_MTU) || d->payload_len > NIC_SEG_SIZE)
 			return drop(NIC_CNT_DROP_TOO_LONG);
 	}
+	return PKT_GO;
+}
 
-	rq = rx_qp(qpn);
-	if (!rq)
-		return drop(NIC_CNT_DROP_UNKNOWN_QP);
-	if (!addrs_match(rq->local_host, rq->peer_host, p->ip->saddr, p->ip->daddr))
-		return drop(NIC_CNT_DROP_SPOOFED);
-	if (rq->state != NIC_QPS_RTR && rq->state != NIC_QPS_RTS)
-		return drop(NIC_CNT_DROP_QP_STATE);
-	if (rq->mpr == 0 || rq->mpr > NIC_MPR_MAX)
-		return drop(NIC_CNT_DROP_QP_CONFIG);
-	window = rq->mpr * MRC_MPR_UNIT;
+/* The region element the payload starts at, into *elem. A zero-length WRITE
+ * places nothing, and its va and rkey are not checked (as in IBTA). */
+static __always_inline int rx_region(const struct nic_rq *rq, const struct rx_pkt *d, __u32 *elem)
+{
+	__u32 rid = rq->region;
+	struct nic_region *rg;
+	__u64 off;
 
-	host = rq->local_host;
-	ports = nic_port_up_lookup(&host);
-	ai.port_bitmap = ports ? *ports : 0;
-	ai.peer_qpn = rq->peer_qpn;
-	ai.mpr = rq->mpr;
-	ai.syndrome = MRC_AETH_NAK_PSN_SEQ;
-	if ((p->ip->tos & MRC_ECN_MASK) == MRC_ECN_CE)
-		ai.flags |= MRC_ACK_F_ECN;
+	if (!d->payload_len)
+		return PKT_GO;
+	rg = nic_regions_lookup(&rid);
+	if (!rg || !rg->n_elems || rg->rkey != d->rkey || d->va < rg->base_va)
+		return RX_REMOTE_ACCESS;
+	off = d->va - rg->base_va;
+	if (off & (NIC_MR_ELEM_SIZE - 1))
+		return drop(NIC_CNT_DROP_BAD_VA);
+	off /= NIC_MR_ELEM_SIZE;
+	if (off + (d->payload_len - 1) / NIC_MR_ELEM_SIZE >= rg->n_elems)
+		return RX_REMOTE_ACCESS; /* its last element is beyond the region */
+	*elem = rg->first_elem + (__u32)off;
+	return PKT_GO;
+}
 
-	/* Trimmed: nothing to place; ask for the PSN again. */
-	if (trimmed) {
-		int lasthop = dscp == MRC_DSCP_TRIMMED_LASTHOP;
+/* Copy the payload into its region, element by element (a payload of
+ * NIC_SEG_SIZE fills several). Outside the lock. */
+static __always_inline int rx_copy(struct xdp_md *ctx, const struct rx_pkt *d, __u32 elem)
+{
+	int k;
 
-		ai.reason = lasthop ? MRC_NACK_TRIMMED_LASTHOP : MRC_NACK_TRIMMED;
-		ai.counter = lasthop ? NIC_CNT_NACK_TRIMMED_LASTHOP : NIC_CNT_NACK_TRIMMED;
-		ai.flags |= MRC_ACK_F_TRIMMED;
-		nack = RX_NACK_TRIMMED;
-		goto locked;
+	for (k = 0; k < NIC_SEG_ELEMS; k++) {
+		__u32 at = k * NIC_MR_ELEM_SIZE, elem_k = elem + k;
+		struct nic_mr_elem *dst;
+		__u64 len;
+
+		if (at >= d->payload_len)
+			break;
+		dst = nic_mr_lookup(&elem_k);
+		if (!dst)
+			return RX_REMOTE_ACCESS; /* region reaches past nic_mr: misconfigured */
+		len = elem_bytes(d->payload_len, at);
+		if (len < 1)
+			return drop(NIC_CNT_DROP_BAD_LEN);
+		if (bpf_xdp_load_bytes(ctx, d->payload_off + at, dst, len))
+			return drop(NIC_CNT_DROP_TRUNCATED);
 	}
+	return PKT_GO;
+}
 
-	/* Where the payload goes. A zero-length WRITE places nothing, and its
-	 * va and rkey are not checked (as in IBTA). */
-	if (payload_len) {
-		__u32 rid = rq->region;
+/* An answer that is a NACK: its reason and the counter it adds to. */
+static __always_inline void rx_nack(struct ack_info *ai, struct rx_plan *plan, enum rx_nack nack,
+				    __u8 reason, __u8 counter)
+{
+	ai->reason = reason;
+	ai->counter = counter;
+	plan->nack = nack;
+}
 
-		rg = nic_regions_lookup(&rid);
-		if (!rg || !rg->n_elems || rg->rkey != rkey || va < rg->base_va)
-			goto remote_access;
-		off = va - rg->base_va;
-		if (off & (NIC_MR_ELEM_SIZE - 1))
-			return drop(NIC_CNT_DROP_BAD_VA);
-		off /= NIC_MR_ELEM_SIZE;
-		if (off + (payload_len - 1) / NIC_MR_ELEM_SIZE >= rg->n_elems)
-			goto remote_access; /* its last element is beyond the region */
-		elem = rg->first_elem + (__u32)off;
+/*
+ * Everything before the lock: a NACK without placement (trimmed, remote
+ * access, beyond the window, no message slot), else the payload copy of a
+ * PSN that looks new. A first look without the lock is enough to decide
+ * whether to copy: a PSN below cum_psn or with its bit set stays a duplicate
+ * (cum_psn only grows); a PSN beyond the window is NACKed, and the sender
+ * resends; a fresh-looking PSN placed meanwhile by another CPU is a
+ * duplicate under the lock, and both copies hold the same bytes.
+ */
+static __always_inline int rx_prepare(struct xdp_md *ctx, const struct rx_pkt *d,
+				      const struct nic_rq *rq, __s32 window, struct ack_info *ai,
+				      struct rx_plan *plan)
+{
+	enum rx_verdict verdict;
+	__u32 zero = 0;
+	__s32 dist;
+	int ret;
+
+	if (d->trimmed) { /* nothing to place: ask for the PSN again */
+		int lasthop = d->dscp == MRC_DSCP_TRIMMED_LASTHOP;
+
+		ai->flags |= MRC_ACK_F_TRIMMED;
+		rx_nack(ai, plan, RX_NACK_TRIMMED,
+			lasthop ? MRC_NACK_TRIMMED_LASTHOP : MRC_NACK_TRIMMED,
+			lasthop ? NIC_CNT_NACK_TRIMMED_LASTHOP : NIC_CNT_NACK_TRIMMED);
+		return PKT_GO;
 	}
-
-	/*
-	 * A first look without the lock decides whether to copy the payload, so
-	 * the copy stays outside the lock. A PSN seen below cum_psn or with its
-	 * bit set is a duplicate for good (cum_psn only grows, a bit is only
-	 * cleared when cum_psn passes it). A PSN seen beyond the window may have
-	 * come inside it meanwhile: it is NACKed anyway, the sender resends. A
-	 * PSN seen fresh may turn out a duplicate under the lock if another CPU
-	 * placed it meanwhile: both copies hold the same bytes.
-	 */
-	d = MRC_PSN_DIFF(psn, rq->cum_psn);
-	if (d >= window) {
-		ai.reason = MRC_NACK_PSN_OOR_WINDOW;
-		ai.counter = NIC_CNT_NACK_OOR;
-		nack = RX_NACK_OOR;
-		goto locked;
+	ret = rx_region(rq, d, &plan->elem);
+	if (ret != PKT_GO)
+		goto failed;
+	dist = MRC_PSN_DIFF(d->psn, rq->cum_psn);
+	if (dist >= window) {
+		rx_nack(ai, plan, RX_NACK_OOR, MRC_NACK_PSN_OOR_WINDOW, NIC_CNT_NACK_OOR);
+		return PKT_GO;
 	}
-	fresh = d >= 0 && !ring_test(rq, psn);
-	if (fresh && last) {
-		verdict = msg_check(rq, flags_msn & MRC_DATA_MSN_MASK);
+	plan->fresh = dist >= 0 && !ring_test(rq, d->psn);
+	if (plan->fresh && d->last) {
+		verdict = msg_check(rq, d->flags_msn & MRC_DATA_MSN_MASK);
 		if (verdict == RX_BAD_MSN)
 			return drop(NIC_CNT_DROP_BAD_MSN);
-		if (verdict == RX_NO_SLOT) {
-			/* As PSN_OOR_WINDOW: the sender resends once messages complete. */
-			ai.reason = MRC_NACK_NO_RESOURCE;
-			ai.counter = NIC_CNT_NACK_NO_RESOURCE;
-			nack = RX_NACK_OTHER;
-			goto locked;
+		if (verdict == RX_NO_SLOT) { /* as PSN_OOR_WINDOW: resent once messages complete */
+			rx_nack(ai, plan, RX_NACK_OTHER, MRC_NACK_NO_RESOURCE,
+				NIC_CNT_NACK_NO_RESOURCE);
+			return PKT_GO;
 		}
 	}
-
-	if (fresh && payload_len) {
-		int k;
-
-		/* Element by element: a payload of NIC_SEG_SIZE fills several. */
-		for (k = 0; k < NIC_SEG_ELEMS; k++) {
-			__u32 at = k * NIC_MR_ELEM_SIZE, elem_k = elem + k;
-			struct nic_mr_elem *dst;
-			__u64 len;
-
-			if (at >= payload_len)
-				break;
-			dst = nic_mr_lookup(&elem_k);
-			if (!dst)
-				goto remote_access; /* region reaches past nic_mr: misconfigured */
-			len = elem_bytes(payload_len, at);
-			if (len < 1)
-				return drop(NIC_CNT_DROP_BAD_LEN);
-			if (bpf_xdp_load_bytes(ctx, payload_off + at, dst, len))
-				return drop(NIC_CNT_DROP_TRUNCATED);
-		}
+	if (plan->fresh && d->payload_len) {
+		ret = rx_copy(ctx, d, plan->elem);
+		if (ret != PKT_GO)
+			goto failed;
 	}
-
-	batch = nic_cqe_scratch_lookup(&zero);
-	if (!batch)
+	plan->batch = nic_cqe_scratch_lookup(&zero);
+	if (!plan->batch)
 		return drop(NIC_CNT_DROP_XDP_ERR); /* cannot happen: a 1-entry array */
-	batch->n = 0;
-	batch->done = 0;
-	if (fresh) /* only new data moves the delivery clock: a duplicate is no progress */
-		now = bpf_ktime_get_ns();
-	goto locked;
+	plan->batch->n = 0;
+	plan->batch->done = 0;
+	if (plan->fresh) /* only new data moves the delivery clock: a duplicate is no progress */
+		plan->now = bpf_ktime_get_ns();
+	return PKT_GO;
 
-remote_access:
-	/* Fatal for the QP (docs/wire-format.md 6): the daemon moves it to ERR
-	 * when it sees the counter or the NACK's sender completes with an error. */
-	ai.syndrome = MRC_AETH_NAK_REM_ACCESS;
-	ai.reason = MRC_NACK_UNEXP_EVENT;
-	ai.counter = NIC_CNT_NACK_REM_ACCESS;
-	nack = RX_NACK_OTHER;
+failed:
+	if (ret != RX_REMOTE_ACCESS)
+		return ret;
+	/* Fatal for the QP (docs/wire-format.md 6): the daemon moves it to ERR. */
+	ai->syndrome = MRC_AETH_NAK_REM_ACCESS;
+	rx_nack(ai, plan, RX_NACK_OTHER, MRC_NACK_UNEXP_EVENT, NIC_CNT_NACK_REM_ACCESS);
+	return PKT_GO;
+}
 
-locked:
-	/* The one place that takes the receive lock: its spin is a loop the
-	 * verifier walks once per place (nic_maps.h, NIC_RX_LOCK_TRIES). */
-	lock = rx_lock(qpn);
-	if (!lock)
-		return drop(NIC_CNT_DROP_RX_BUSY);
-	if (!rx_qp_owns_slot(qpn)) { /* deleted or set up again since rx_qp */
-		rx_unlock(lock);
-		return drop(NIC_CNT_DROP_UNKNOWN_QP);
+/* Under the lock, a NACK decided before it: its counters and SACK view. */
+static __always_inline void rx_locked_nack(struct nic_rq *rq, const struct rx_pkt *d,
+					   __s32 window, struct ack_info *ai, enum rx_nack nack)
+{
+	__s32 dist;
+
+	if (nack == RX_NACK_TRIMMED) {
+		dist = MRC_PSN_DIFF(d->psn, rq->cum_psn);
+		if (dist < 0 || (dist < window && ring_test(rq, d->psn)))
+			ai->flags |= MRC_ACK_F_DUP; /* a retransmission of a PSN we have */
+		rq->stats.trimmed_pkts++;
 	}
-	if (nack != RX_NACK_NONE) {
-		if (nack == RX_NACK_TRIMMED) {
-			d = MRC_PSN_DIFF(psn, rq->cum_psn);
-			if (d < 0 || (d < window && ring_test(rq, psn)))
-				ai.flags |= MRC_ACK_F_DUP; /* a retransmission of a PSN we have */
-			rq->stats.trimmed_pkts++;
-		}
-		if (nack == RX_NACK_OOR)
-			rq->stats.oor_pkts++;
-		sack_view(rq, psn, window, &ai);
-		rq->stats.data_pkts++;
-		rq->stats.nacks++;
-		rx_unlock(lock);
-		return answer(ctx, p, dext, psn, &ai);
-	}
-	d = MRC_PSN_DIFF(psn, rq->cum_psn);
-	if (!fresh || d < 0 || ring_test(rq, psn)) {
+	if (nack == RX_NACK_OOR)
+		rq->stats.oor_pkts++;
+	sack_view(rq, d->psn, window, ai);
+	rq->stats.data_pkts++;
+	rq->stats.nacks++;
+}
+
+/* Under the lock, the rest: a duplicate, or the placement (bit, cum_psn,
+ * message, completions, counters, delivery clock). */
+static __always_inline enum rx_verdict rx_locked_place(struct nic_rq *rq, const struct rx_pkt *d,
+						       __s32 window, struct ack_info *ai,
+						       struct rx_plan *plan)
+{
+	__s32 dist = MRC_PSN_DIFF(d->psn, rq->cum_psn);
+	enum rx_verdict verdict;
+
+	if (!plan->fresh || dist < 0 || ring_test(rq, d->psn)) {
 		verdict = RX_DUP;
 	} else {
 		verdict = RX_PLACED;
-		if (last)
-			verdict = record_msg(rq, flags_msn & MRC_DATA_MSN_MASK, psn,
-					     va - msg_off, msg_off + dmalen, imm, has_imm);
+		if (d->last)
+			verdict = record_msg(rq, d->flags_msn & MRC_DATA_MSN_MASK, d->psn,
+					     d->va - d->msg_off, d->msg_off + d->dmalen, d->imm,
+					     d->has_imm);
 		if (verdict == RX_PLACED) {
-			ring_set(rq, psn);
-			if (d == 0)
+			ring_set(rq, d->psn);
+			if (dist == 0)
 				ring_advance(rq);
-			complete_msgs(rq, batch);
+			complete_msgs(rq, plan->batch);
 			rq->stats.placed_pkts++;
-			rq->stats.placed_bytes += payload_len;
-			note_delivery(rq, now);
+			rq->stats.placed_bytes += d->payload_len;
+			note_delivery(rq, plan->now);
 		}
 	}
 	if (verdict != RX_BAD_MSN) {
@@ -487,36 +510,92 @@ locked:
 			rq->stats.sacks++;
 		if (verdict == RX_DUP)
 			rq->stats.dup_pkts++;
-		sack_view(rq, psn, window, &ai);
+		sack_view(rq, d->psn, window, ai);
 	}
-	rx_unlock(lock);
+	return verdict;
+}
 
+/* After the lock: the verdict's counters and events, then the answer. */
+static __always_inline int rx_finish(struct xdp_md *ctx, struct mrc_pkt *p, const struct rx_pkt *d,
+				     struct ack_info *ai, struct rx_plan *plan,
+				     enum rx_verdict verdict)
+{
 	switch (verdict) {
 	case RX_BAD_MSN:
 		return drop(NIC_CNT_DROP_BAD_MSN);
 	case RX_NO_SLOT:
-		ai.reason = MRC_NACK_NO_RESOURCE;
-		ai.counter = NIC_CNT_NACK_NO_RESOURCE;
-		return answer(ctx, p, dext, psn, &ai);
+		ai->reason = MRC_NACK_NO_RESOURCE;
+		ai->counter = NIC_CNT_NACK_NO_RESOURCE;
+		return answer(ctx, p, d->dext, d->psn, ai);
 	case RX_DUP:
-		ai.flags |= MRC_ACK_F_DUP;
+		ai->flags |= MRC_ACK_F_DUP;
 		count(NIC_CNT_DUP, 1);
 		break;
 	default:
 		count(NIC_CNT_PLACED, 1);
-		count(NIC_CNT_PLACED_BYTES, payload_len);
-		timeline_add(now, payload_len);
-		if (batch->done) {
-			count(NIC_CNT_MSG_DONE, batch->done);
-			if (batch->n)
-				emit_completions(qpn, batch);
+		count(NIC_CNT_PLACED_BYTES, d->payload_len);
+		timeline_add(plan->now, d->payload_len);
+		if (plan->batch->done) {
+			count(NIC_CNT_MSG_DONE, plan->batch->done);
+			if (plan->batch->n)
+				emit_completions(d->qpn, plan->batch);
 		}
 		break;
 	}
-	ai.syndrome = MRC_AETH_ACK;
-	ai.reason = MRC_NACK_NONE;
-	ai.counter = NIC_CNT_SACK;
-	return answer(ctx, p, dext, psn, &ai);
+	ai->syndrome = MRC_AETH_ACK;
+	ai->reason = MRC_NACK_NONE;
+	ai->counter = NIC_CNT_SACK;
+	return answer(ctx, p, d->dext, d->psn, ai);
+}
+
+/* Receiver role: a WRITE or WRITE_IMM packet. */
+static __always_inline int rx_data(struct xdp_md *ctx, struct mrc_pkt *p)
+{
+	struct rx_pkt d = {.has_imm = p->bth->opcode == MRC_OP_WRITE_IMM};
+	struct rx_plan plan = {.nack = RX_NACK_NONE};
+	struct ack_info ai = {};
+	enum rx_verdict verdict;
+	struct nic_rq *rq;
+	__s32 window;
+	__u64 *lock;
+	int ret;
+
+	ret = rx_parse(p, &d);
+	if (ret != PKT_GO)
+		return ret;
+	ret = rx_qp_check(p, d.qpn, &rq);
+	if (ret != PKT_GO)
+		return ret;
+	if (rq->mpr == 0 || rq->mpr > NIC_MPR_MAX)
+		return drop(NIC_CNT_DROP_QP_CONFIG);
+	window = rq->mpr * MRC_MPR_UNIT;
+	ai.port_bitmap = host_ports(rq->local_host);
+	ai.peer_qpn = rq->peer_qpn;
+	ai.mpr = rq->mpr;
+	ai.syndrome = MRC_AETH_NAK_PSN_SEQ;
+	if ((p->ip->tos & MRC_ECN_MASK) == MRC_ECN_CE)
+		ai.flags |= MRC_ACK_F_ECN;
+	ret = rx_prepare(ctx, &d, rq, window, &ai, &plan);
+	if (ret != PKT_GO)
+		return ret;
+
+	/* The one place that takes the receive lock: the verifier walks its
+	 * spin loop once per place (NIC_RX_LOCK_TRIES). */
+	lock = rx_lock(d.qpn);
+	if (!lock)
+		return drop(NIC_CNT_DROP_RX_BUSY);
+	if (!rx_qp_owns_slot(d.qpn)) { /* deleted or set up again since rx_qp */
+		rx_unlock(lock);
+		return drop(NIC_CNT_DROP_UNKNOWN_QP);
+	}
+	if (plan.nack != RX_NACK_NONE) {
+		rx_locked_nack(rq, &d, window, &ai, plan.nack);
+		rx_unlock(lock);
+		return answer(ctx, p, d.dext, d.psn, &ai);
+	}
+	verdict = rx_locked_place(rq, &d, window, &ai, &plan);
+	rx_unlock(lock);
+	return rx_finish(ctx, p, &d, &ai, &plan, verdict);
 }
 
 #endif /* MRC_NIC_RX_H */
