@@ -41,7 +41,6 @@ struct ack_info {
 	__u8 counter;      /* enum nic_counter to add 1 to when it is sent */
 };
 
-
 /*
  * Turn a received frame around, in place, into an answer of `size` bytes
  * (Ethernet, IPv4 with IHL 5, UDP, then whatever the caller writes after
@@ -50,9 +49,8 @@ struct ack_info {
  * NULL when it cannot be resized (counted). The addresses and the EV are
  * read into registers first: resizing invalidates packet pointers, and the
  * new headers overwrite the old ones (IPv4 options of the received packet
- * are not kept). Answering in place instead of building the answer on the
- * stack and storing it with bpf_xdp_store_bytes saves about 60 ns a packet
- * (zeroing, a helper call and a copy: scripts/bench_fastpath.py, part 1).
+ * are not kept). In place, not built on the stack and stored: cheaper
+ * (docs/nic-program.md, "Answers").
  */
 static __always_inline void *turn_around(struct xdp_md *ctx, struct mrc_pkt *p, __u32 size)
 {

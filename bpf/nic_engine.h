@@ -240,7 +240,7 @@ static __always_inline void engine_complete(struct nic_sq *sq, const struct nic_
 
 /*
  * What to send (sq->lock held), into sc: a queued retransmission first (the
- * protocol of nic_maps.h: skip it if acknowledged or out of [snd_una,
+ * protocol of docs/nic-program.md, "Send QPs": skip it if acknowledged or out of [snd_una,
  * snd_nxt), else clear its retx and echoed bits), else, for a QP in RTS, the
  * next segment of WQE wqe_sent if the window and cwnd have room: PSN snd_nxt,
  * and the WQE is done with when this is its last segment.
@@ -327,10 +327,6 @@ static __always_inline int engine_bad_wqe(const struct engine_req *req, struct n
 	return engine_idle(req, NIC_CNT_KICK_IDLE);
 }
 
-/*
- * The send engine: at most one data packet of QP req->qpn, built in this
- * frame. Returns XDP_TX or XDP_REDIRECT with the packet, else XDP_DROP.
- */
 /*
  * A timeout kick (struct nic_kick, NIC_KICK_TIMEOUT): queue up to max of the
  * oldest PSNs in flight that are neither acknowledged nor queued and were

@@ -32,7 +32,7 @@ static __always_inline int sq_queue(struct nic_sq *sq, __u32 psn, __u32 ev, __u8
 }
 
 /*
- * The loss walk (nic_maps.h, "Loss detection"): the SACK of psn, sent on ev
+ * The loss walk (docs/nic-program.md, "Loss detection"): the SACK of psn, sent on ev
  * at tx_ts, has arrived; every earlier packet on ev that is still
  * unacknowledged is lost. Follows prev_psn from psn's entry, which must be the
  * transmission the SACK echoes. Lost PSNs are queued and listed in sc.
@@ -118,7 +118,7 @@ static __always_inline int head_pass(struct nic_sq *sq, struct nic_tx_ring *ring
 }
 
 /*
- * The head scan (nic_maps.h, "Loss detection"): a SACK echoes a transmission
+ * The head scan (docs/nic-program.md, "Loss detection"): a SACK echoes a transmission
  * sent at echo_ts; the PSNs of the window last sent more than reo_wnd_ns
  * before it, and neither acknowledged nor queued, are lost. A first pass
  * looks at the head (snd_una on); when all of it is examined, a second one

@@ -10,7 +10,7 @@
 #include "nic_answers.h"
 #include "nic_events.h"
 
-/* ---- The receive lock (nic_maps.h, nic_rx_locks) ------------------------ */
+/* ---- The receive lock (nic_rx_locks; docs/nic-program.md, "Receive lock") */
 
 /* Take QP qpn's receive lock: its word, or NULL when it stayed taken for
  * NIC_RX_LOCK_TRIES tries (counted by the caller's drop). The cmpxchg is a
@@ -54,7 +54,7 @@ static __always_inline void ring_set(struct nic_rq *rq, __u32 psn)
 }
 
 /* Move cum_psn over the run of received PSNs that starts at it, clearing
- * their bits (the bitmap invariant of nic_maps.h). One word per step: the
+ * their bits (the bitmap invariant of struct nic_rq). One word per step: the
  * run is at most a window long, so NIC_BITMAP_WORDS + 1 steps suffice.
  * Branch-free inside a step, which keeps the verifier's work linear. */
 static __always_inline void ring_advance(struct nic_rq *rq)

@@ -169,7 +169,7 @@ static __always_inline int nic_rx(struct xdp_md *ctx, struct engine_req *req)
 }
 
 /*
- * The program. A kick (nic_maps.h, struct nic_kick) runs the send engine
+ * The program. A kick (struct nic_kick) runs the send engine
  * directly; a received packet goes through nic_rx, whose ACK path may ask
  * for the engine too. The engine is inlined in this one place.
  */

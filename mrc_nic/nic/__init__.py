@@ -1,6 +1,6 @@
 """The NIC XDP program: loader (bcc) and map client (raw bpf syscalls, mmap).
 
-bpf/nic_xdp.c runs at XDP on every host port of a lab (docs/fastpath.md). It
+bpf/nic_xdp.c (with its role headers) runs at XDP on every host port of a lab (docs/fastpath.md). It
 is compiled once per lab (NicProgram.load) and the same program fd is attached
 to every port (NicProgram.attach); all of its state is in lab-wide maps keyed
 by QPN (receive QPs: by its low bits), region id and host id, pinned under
@@ -8,7 +8,7 @@ by QPN (receive QPs: by its low bits), region id and host id, pinned under
 processes can set QPs up, read their receive state and counters and reach
 memory regions with NicMaps, which needs neither bcc nor a compile.
 
-The ctypes structures below mirror the structs of bpf/nic_maps.h; a test
+The ctypes structures below mirror the structs of bpf/nic_structs.h; a test
 compares them field by field with the layout bcc compiles, and checks the
 constants against the header.
 
@@ -124,7 +124,7 @@ PROG_PIN = "nic_xdp_prog"
 # Every pin NicProgram.load makes (the name is historical: the program is one of them).
 PINNED_MAPS = (*MAP_PINS, PROG_PIN)
 
-# ---- constants (mirror bpf/nic_maps.h) -------------------------------------------
+# ---- constants (mirror bpf/nic_consts.h) -----------------------------------------
 
 # Layout constants: not tunable.
 MR_ELEM_SIZE = 1024
@@ -152,7 +152,7 @@ MSG_SLOTS = 32
 GAP_BINS = 64  # NIC_GAP_BINS: the receive QP's log of long delivery gaps
 GAP_MIN_NS = 100_000  # NIC_GAP_MIN_NS: shorter gaps are not logged
 GAP_BIN_SHIFT = 26  # NIC_GAP_BIN_SHIFT: a bin of the gap log is 2^26 ns (67 ms)
-# The receive locks (nic_maps.h, nic_rx_locks): QP q's is entry q % RX_LOCKS.
+# The receive locks (docs/nic-program.md, "Receive lock"): QP q's is entry q % RX_LOCKS.
 RX_LOCKS = 256  # NIC_RX_LOCKS
 RX_LOCK_TRIES = 1024  # NIC_RX_LOCK_TRIES: then the packet is dropped (DROP_RX_BUSY)
 RX_LOCK_SIZE = 64  # sizeof(struct nic_rx_lock): 64 bytes each
@@ -162,7 +162,7 @@ MAX_QP_EVS = 256
 RETX_SLOTS = 256
 TX_F_PREV = 0x1
 TX_F_RETX = 0x2
-# A send QP's queue depth: NIC_MSG_SLOTS WQEs (nic_maps.h, "Send queue protocol").
+# A send QP's queue depth: NIC_MSG_SLOTS WQEs (docs/nic-program.md, "The send engine").
 SQ_DEPTH = MSG_SLOTS
 ALL_PLANES = (1 << 16) - 1  # a port bitmap with every plane up (MAX_PLANES = 16)
 
@@ -178,7 +178,7 @@ DEFAULT_HOST_NET = "198.18.0.0/16"
 DEFAULT_EVENT_PAGES = 64
 DEFAULT_MAX_EVS = 16384
 DEFAULT_TX_RINGS = 256
-DEFAULT_SKIP_NS = 100_000  # NIC_SKIP_NS: see bpf/nic_maps.h for why
+DEFAULT_SKIP_NS = 100_000  # NIC_SKIP_NS: see docs/nic-program.md, "EV states", for why
 LOSS_WALK_MAX = 16  # NIC_LOSS_WALK_MAX (the loader keeps the header's value)
 HEAD_SCAN = 8  # NIC_HEAD_SCAN: PSNs per pass of the head scan (two passes per SACK)
 HEAD_LOST = 2 * HEAD_SCAN  # NIC_HEAD_LOST: losses one head scan can find
@@ -187,7 +187,7 @@ RTT_RECENT_CAP = 4  # NIC_RTT_RECENT_CAP: a sample counts for at most 4 reorder 
 TIMELINE_SHIFT = 20  # NIC_TIMELINE_SHIFT: a bin of the receive timeline is 2^20 ns
 TIMELINE_BINS = 8192  # NIC_TIMELINE_BINS
 
-# A kick's template frame (nic_maps.h, struct nic_kick): broadcast, EtherType 0x88B5
+# A kick's template frame (bpf/nic_structs.h, struct nic_kick): broadcast, EtherType 0x88B5
 # (IEEE 802 local experimental), zero padding to 64 bytes; the engine overwrites it.
 KICK_ETHERTYPE = 0x88B5
 KICK_TEMPLATE = bytes.fromhex("ffffffffffff000000000000") + KICK_ETHERTYPE.to_bytes(2, "big")
@@ -311,7 +311,7 @@ class RetxCause(enum.IntEnum):
     TIMEOUT = 3
 
 
-# ---- ctypes views of the structs of bpf/nic_maps.h ---------------------------------
+# ---- ctypes views of the structs of bpf/nic_structs.h ------------------------------
 
 
 class MsgSlot(ctypes.Structure):
@@ -611,7 +611,7 @@ class KickOp(enum.IntEnum):
 
     SEND = 0
     TIMEOUT = 1
-    CWND = 2  # mrc-nic extension: congestion control sets cwnd (nic_maps.h)
+    CWND = 2  # mrc-nic extension: congestion control sets cwnd (docs/nic-program.md, "Kicks")
     EV_REPLACE = 3  # a new EV in a profile slot (OCP: MRC_CTL_EV_OP_REPLACE_EV)
 
 
@@ -1008,7 +1008,7 @@ class SqSnapshot:
     ev_next: int = 0  # the EV round robin's cursor
     tx_stats: dict[str, int] = dataclasses.field(default_factory=dict)
     cc: dict[str, int] = dataclasses.field(default_factory=dict)  # struct nic_sq_cc
-    rtt_recent_ns: int = 0  # the head scan's largest recent RTT (BPF's, nic_maps.h)
+    rtt_recent_ns: int = 0  # the head scan's largest recent RTT (BPF's; docs/nic-program.md)
 
     @property
     def window(self) -> int:
@@ -1165,7 +1165,7 @@ class NicMaps:
         # The slot first, then its owner (and a QP set up again loses its owner
         # meanwhile): a packet that arrives after the write finds the new value
         # whole. One that passed the owner check before it may still finish
-        # on the old or a mixed value (bpf/nic_maps.h, nic_rx_slots).
+        # on the old or a mixed value (docs/nic-program.md, "Receive QPs").
         if owner:
             bpfsys.map_update(self._fds[RX_SLOTS_MAP], self._rx_key(qpn), _u32(0))
         bpfsys.map_update(self._fds[RX_QPS_MAP], self._rx_key(qpn), bytes(value))
@@ -1413,7 +1413,7 @@ class NicMaps:
         the QP (post_write, kick, the ACK clock); cwnd: most packets in flight
         (0: the window); msn: the MSN of the first WQE; peer_ports: the
         peer's port bitmap until its first ACK says otherwise; reo_wnd_ns:
-        the head scan's reorder window (0: off; nic_maps.h, "Loss detection");
+        the head scan's reorder window (0: off; docs/nic-program.md, "Loss detection");
         cc_rtt_target_ns: the RTT that splits its congestion signals (struct
         nic_sq_cc; later changes go with the window, cwnd_kick).
         The whole values are written: do it before packets flow for this QP.
