@@ -24,6 +24,8 @@
 #include <uapi/linux/pkt_cls.h>
 #include <uapi/linux/udp.h>
 
+#include "mrc_csum.h"
+#include "mrc_parse.h"
 #include "mrc_wire.h"
 #include "switch_port.h"
 
@@ -42,8 +44,8 @@ enum sp_verdict {
 	SP_DROP_BUFFER,
 };
 
-/* Frame offsets of what the queue stage reads and writes (IPv4 without
- * options: the only packets it trims; marking works with any IHL). */
+/* Frame offsets of what the queue stage writes (IPv4 without options: the
+ * only packets it trims). */
 #define SP_IP_OFF ETH_HLEN
 #define SP_IP_CSUM_OFF (SP_IP_OFF + offsetof(struct iphdr, check))
 #define SP_UDP_OFF (SP_IP_OFF + sizeof(struct iphdr))
@@ -135,6 +137,22 @@ static __always_inline int ecn_draw(struct sp_queue *q, __u64 b)
 	return draw32(q->seed, __sync_fetch_and_add(&q->seq, 1)) < p;
 }
 
+/* An MRC data packet in one piece, which a switch may trim (mrc_wire.h,
+ * "Trimming"): IPv4 without options or fragments, UDP to 4791, longer than
+ * what trimming keeps, not a GSO aggregate. cur is just after the IPv4 header. */
+static __always_inline int trimmable(struct __sk_buff *skb, struct hdr_cursor *cur,
+				     void *data_end, struct iphdr *ip)
+{
+	struct udphdr *udp;
+
+	if (ip->ihl != 5 || ip->protocol != IPPROTO_UDP || (ip->frag_off & bpf_htons(0x3FFF)))
+		return 0;
+	if (parse_udphdr(cur, data_end, &udp) || (void *)udp + SP_TRIM_UDP_LEN > data_end)
+		return 0; /* it keeps SP_TRIM_UDP_LEN bytes: they must be there */
+	return udp->dest == bpf_htons(MRC_UDP_PORT) && bpf_ntohs(udp->len) > SP_TRIM_UDP_LEN &&
+	       bpf_ntohs(ip->tot_len) > SP_TRIM_IP_LEN && !skb->gso_size;
+}
+
 /*
  * Decide what a congested queue does to the packet: mark, trim or neither
  * (*c stays zero for anything but IPv4). Reads the headers directly, pulling
@@ -145,9 +163,9 @@ static __always_inline void classify(struct __sk_buff *skb, struct sp_queue *q, 
 {
 	void *data = (void *)(long)skb->data;
 	void *data_end = (void *)(long)skb->data_end;
-	struct ethhdr *eth = data;
+	struct hdr_cursor cur;
+	struct ethhdr *eth;
 	struct iphdr *ip;
-	struct udphdr *udp;
 	__u32 want = len < SP_TRIM_FRAME_LEN ? len : SP_TRIM_FRAME_LEN;
 	__u8 tos, dscp;
 
@@ -156,10 +174,10 @@ static __always_inline void classify(struct __sk_buff *skb, struct sp_queue *q, 
 			return;
 		data = (void *)(long)skb->data;
 		data_end = (void *)(long)skb->data_end;
-		eth = data;
 	}
-	ip = data + SP_IP_OFF;
-	if ((void *)(ip + 1) > data_end || eth->h_proto != bpf_htons(ETH_P_IP))
+	cur.pos = data;
+	if (parse_ethhdr(&cur, data_end, &eth) || eth->h_proto != bpf_htons(ETH_P_IP) ||
+	    parse_iphdr(&cur, data_end, &ip))
 		return;
 	c->old = c->ip0.word = *(__u32 *)ip;
 	tos = ip->tos;
@@ -168,16 +186,10 @@ static __always_inline void classify(struct __sk_buff *skb, struct sp_queue *q, 
 	    (tos & MRC_ECN_MASK) != MRC_ECN_CE)
 		c->mark = ecn_draw(q, b);
 
-	/* Trimmable: an MRC data packet (mrc_wire.h, "Trimming") in one piece. */
 	dscp = tos >> MRC_DSCP_SHIFT;
-	udp = (void *)(ip + 1);
 	if ((q->flags & SP_Q_TRIM) && (b >= q->trim || b + len > q->buffer) &&
 	    (dscp == MRC_DSCP_TRIMMABLE || dscp == MRC_DSCP_TRIMMABLE_RETX) &&
-	    (void *)udp + SP_TRIM_UDP_LEN <= data_end && ip->ihl == 5 &&
-	    ip->protocol == IPPROTO_UDP && !(ip->frag_off & bpf_htons(0x3FFF)) &&
-	    udp->dest == bpf_htons(MRC_UDP_PORT) &&
-	    bpf_ntohs(udp->len) > SP_TRIM_UDP_LEN && bpf_ntohs(ip->tot_len) > SP_TRIM_IP_LEN &&
-	    !skb->gso_size) {
+	    trimmable(skb, &cur, data_end, ip)) {
 		c->trim = 1;
 		dscp = (q->flags & SP_Q_LASTHOP) ? MRC_DSCP_TRIMMED_LASTHOP : MRC_DSCP_TRIMMED;
 		tos = (dscp << MRC_DSCP_SHIFT) | (tos & MRC_ECN_MASK);
@@ -189,16 +201,6 @@ static __always_inline void classify(struct __sk_buff *skb, struct sp_queue *q, 
 	c->ip0.b[1] = tos;
 }
 
-static __always_inline __u16 csum_fold(__s64 sum)
-{
-	__u64 s = (__u64)sum;
-
-	s = (s & 0xFFFF) + (s >> 16);
-	s = (s & 0xFFFF) + (s >> 16);
-	s = (s & 0xFFFF) + (s >> 16);
-	return ~s & 0xFFFF;
-}
-
 /* Cut a trimmable packet to its headers: new UDP length, and a new UDP
  * checksum when it had one (MRC sends 0, which stays 0). */
 static __always_inline int trim_tail(struct __sk_buff *skb)
@@ -208,18 +210,19 @@ static __always_inline int trim_tail(struct __sk_buff *skb)
 		__sum16 check;
 	} tail_fields;
 	__be32 pseudo[3];
-	void *data, *data_end;
+	struct hdr_cursor cur;
+	void *data_end;
+	struct ethhdr *eth;
 	struct iphdr *ip;
 	struct udphdr *udp, hdr;
 	__s64 sum;
 
 	if (bpf_skb_change_tail(skb, SP_TRIM_FRAME_LEN, 0))
 		return -1;
-	data = (void *)(long)skb->data;
+	cur.pos = (void *)(long)skb->data;
 	data_end = (void *)(long)skb->data_end;
-	ip = data + SP_IP_OFF;
-	udp = (void *)(ip + 1);
-	if ((void *)udp + SP_TRIM_UDP_LEN > data_end)
+	if (parse_ethhdr(&cur, data_end, &eth) || parse_iphdr(&cur, data_end, &ip) ||
+	    parse_udphdr(&cur, data_end, &udp) || (void *)udp + SP_TRIM_UDP_LEN > data_end)
 		return -1;
 	tail_fields.len = bpf_htons(SP_TRIM_UDP_LEN);
 	tail_fields.check = 0;

@@ -96,12 +96,12 @@ def compiled_constants(probe, constants) -> dict:
 
 @contextlib.contextmanager
 def nic_header_probe(views, constants):
-    """bpf/nic_maps.h compiled by bcc with its defaults (compile_header_probe):
+    """bpf/nic_structs.h compiled by bcc with its defaults (compile_header_probe):
     one array map per struct (for its Leaf type) and an array of every
     constant, filled by one run; cleaned up after."""
     from mrc_nic import nic
 
-    bpf = compile_header_probe("nic_maps.h", nic.BPF_DIR, views, constants)
+    bpf = compile_header_probe("nic_structs.h", nic.BPF_DIR, views, constants)
     try:
         yield bpf
     finally:

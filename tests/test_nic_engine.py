@@ -197,7 +197,7 @@ def nack(maps, psn: int, reason: w.NackReason, cum: int, **kw):
 @pytest.fixture(scope="module", autouse=True)
 def one_cpu():
     """Every run of this module on one CPU. The engine keeps an EV with the CPU that
-    last sent on it for ENGINE_EV_HOLD_NS (200 us; see nic_xdp.c): golden runs from
+    last sent on it for ENGINE_EV_HOLD_NS (200 us; see nic_consts.h): golden runs from
     a process that moved to another CPU in between would see held EVs skipped."""
     cpus = os.sched_getaffinity(0)
     os.sched_setaffinity(0, {min(cpus)})

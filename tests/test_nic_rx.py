@@ -54,7 +54,8 @@ def needs_bpf(test):
 
 XDP_DROP, XDP_PASS, XDP_TX = 1, 2, 3
 LAB = f"znic{os.getpid()}"
-HEADER = nic.BPF_DIR / "nic_maps.h"
+# The headers user space mirrors: constants and enums, then layouts.
+HEADERS = (nic.BPF_DIR / "nic_consts.h", nic.BPF_DIR / "nic_structs.h")
 
 # The program's sizes in this module (small: the tests read whole maps).
 MR_ELEMS = 64

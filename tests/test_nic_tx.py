@@ -37,7 +37,7 @@ from conftest import (
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 from scapy.packet import Packet, Raw
-from test_nic_rx import HEADER, HEADER_CONSTANTS, delta, needs_bpf, patched
+from test_nic_rx import HEADER_CONSTANTS, HEADERS, delta, needs_bpf, patched
 
 from mrc_nic import nic
 from mrc_nic.kernel import bpfsys
@@ -1368,8 +1368,8 @@ TX_HEADER_CONSTANTS = [
 
 
 def _header_names() -> set[str]:
-    """Every object-like NIC_* macro and enumerator of the header."""
-    text = HEADER.read_text()
+    """Every object-like NIC_* macro and enumerator of the headers."""
+    text = "\n".join(h.read_text() for h in HEADERS)
     macros = re.findall(r"^#define (NIC_\w+)(?=[ \t])", text, flags=re.M)
     enumerators = re.findall(r"^\t(NIC_\w+)(?: = [^,]+)?,", text, flags=re.M)
     return set(macros + enumerators)

@@ -376,9 +376,13 @@ def _struct(header: str, name: str, body: str, attrs: str, macros: _Macros) -> S
     return Struct(name, header, fields, packed, align)
 
 
-def read_all(bpf_dir: Path) -> list[Header]:
-    """Every header of bpf/, each after the headers it includes."""
+def read_all(bpf_dir: Path, names: tuple[str, ...]) -> list[Header]:
+    """The headers `names` of bpf/ (and what they include), each after the
+    headers it includes."""
     paths = {p.name: p for p in sorted(bpf_dir.glob("*.h"))}
+    missing = [n for n in names if n not in paths]
+    if missing:
+        raise HeaderError(f"no {', '.join(missing)} in {bpf_dir}")
     done: dict[str, Header] = {}
     order: list[Header] = []
     macros = _Macros()
@@ -394,6 +398,6 @@ def read_all(bpf_dir: Path) -> list[Header]:
         done[name] = header
         order.append(header)
 
-    for name in paths:
+    for name in names:
         visit(name, ())
     return order

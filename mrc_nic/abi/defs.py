@@ -196,7 +196,7 @@ class MrcProbeExt(ctypes.Structure):
         ("port_bitmap", ctypes.c_uint32),
     ]
 
-# ---- bpf/nic_maps.h ------------------------------------------------------------
+# ---- bpf/nic_consts.h ----------------------------------------------------------
 
 NIC_MAX_QPS = 4096  # tunable: the loader may override it
 NIC_MR_ELEMS = 0x10000  # tunable: the loader may override it
@@ -209,6 +209,12 @@ NIC_MAX_EVS = 16384  # tunable: the loader may override it
 NIC_TX_RINGS = 256  # tunable: the loader may override it
 NIC_SKIP_NS = 0x186a0  # tunable: the loader may override it
 NIC_LOSS_WALK_MAX = 16  # tunable: the loader may override it
+NIC_TIMELINE_SHIFT = 20  # tunable: the loader may override it
+NIC_TIMELINE_BINS = 8192  # tunable: the loader may override it
+NIC_GAP_MIN_NS = 0x186a0  # tunable: the loader may override it
+NIC_HEAD_SCAN = 8  # tunable: the loader may override it
+NIC_TIMEOUT_MAX = 64  # tunable: the loader may override it
+ENGINE_EV_HOLD_NS = 0x30d40  # tunable: the loader may override it
 NIC_MR_ELEM_SIZE = 1024
 NIC_SEG_ELEMS_MAX = 3
 NIC_SEG_ELEMS_FIT = 1
@@ -223,9 +229,6 @@ NIC_RETX_SLOTS = 256
 NIC_RQ_TAG_USED = 0x80000000
 NIC_MSG_F_VALID = 0x1
 NIC_MSG_F_IMM = 0x2
-NIC_TIMELINE_SHIFT = 20  # tunable: the loader may override it
-NIC_TIMELINE_BINS = 8192  # tunable: the loader may override it
-NIC_GAP_MIN_NS = 0x186a0  # tunable: the loader may override it
 NIC_GAP_BIN_SHIFT = 26
 NIC_GAP_BINS = 64
 NIC_RX_LOCKS = 256
@@ -235,17 +238,15 @@ NIC_EVS_ASSUMED_BAD = 2
 NIC_EVS_DENIED = 4
 NIC_EVS_SKIP = 0x10000
 NIC_EVS_UNKNOWN = 0x80000000
-NIC_HEAD_SCAN = 8  # tunable: the loader may override it
 NIC_RTT_RECENT_SHIFT = 6
 NIC_RTT_RECENT_CAP = 4
 NIC_HEAD_LOST = 16
 NIC_TX_F_PREV = 0x1
 NIC_TX_F_RETX = 0x2
-NIC_TIMEOUT_MAX = 64  # tunable: the loader may override it
 
 
 class QpState(enum.IntEnum):
-    """enum nic_qp_state (bpf/nic_maps.h)."""
+    """enum nic_qp_state (bpf/nic_consts.h)."""
 
     RESET = 0
     INIT = 1
@@ -257,7 +258,7 @@ class QpState(enum.IntEnum):
 
 
 class RetxCause(enum.IntEnum):
-    """enum nic_retx_cause (bpf/nic_maps.h)."""
+    """enum nic_retx_cause (bpf/nic_consts.h)."""
 
     NACK = 1
     LOST = 2
@@ -265,7 +266,7 @@ class RetxCause(enum.IntEnum):
 
 
 class KickOp(enum.IntEnum):
-    """enum nic_kick_op (bpf/nic_maps.h)."""
+    """enum nic_kick_op (bpf/nic_consts.h)."""
 
     SEND = 0
     TIMEOUT = 1
@@ -274,7 +275,7 @@ class KickOp(enum.IntEnum):
 
 
 class EventType(enum.IntEnum):
-    """enum nic_event_type (bpf/nic_maps.h)."""
+    """enum nic_event_type (bpf/nic_consts.h)."""
 
     RECV_IMM = 1
     EV_STATE = 2
@@ -284,7 +285,7 @@ class EventType(enum.IntEnum):
 
 
 class EvCause(enum.IntEnum):
-    """enum nic_ev_cause (bpf/nic_maps.h)."""
+    """enum nic_ev_cause (bpf/nic_consts.h)."""
 
     LOSS = 1
     PROBE_REPLY = 2
@@ -292,7 +293,7 @@ class EvCause(enum.IntEnum):
 
 
 class Counter(enum.IntEnum):
-    """enum nic_counter (bpf/nic_maps.h)."""
+    """enum nic_counter (bpf/nic_consts.h)."""
 
     PASS_NOT_MRC = 0
     PASS_OTHER_OPCODE = 1
@@ -352,9 +353,12 @@ class Counter(enum.IntEnum):
 
 NIC_CNT_MAX = 54
 
+# ---- bpf/nic_structs.h ---------------------------------------------------------
+
+
 
 class NicMsgSlot(ctypes.Structure):
-    """struct nic_msg_slot (bpf/nic_maps.h)."""
+    """struct nic_msg_slot (bpf/nic_structs.h)."""
 
     _fields_ = [
         ("va", ctypes.c_uint64),
@@ -366,7 +370,7 @@ class NicMsgSlot(ctypes.Structure):
 
 
 class NicRqStats(ctypes.Structure):
-    """struct nic_rq_stats (bpf/nic_maps.h)."""
+    """struct nic_rq_stats (bpf/nic_structs.h)."""
 
     _fields_ = [
         ("data_pkts", ctypes.c_uint64),
@@ -387,7 +391,7 @@ class NicRqStats(ctypes.Structure):
 
 
 class NicTimelineBin(ctypes.Structure):
-    """struct nic_timeline_bin (bpf/nic_maps.h)."""
+    """struct nic_timeline_bin (bpf/nic_structs.h)."""
 
     _fields_ = [
         ("bin", ctypes.c_uint64),
@@ -396,7 +400,7 @@ class NicTimelineBin(ctypes.Structure):
 
 
 class NicGapBin(ctypes.Structure):
-    """struct nic_gap_bin (bpf/nic_maps.h)."""
+    """struct nic_gap_bin (bpf/nic_structs.h)."""
 
     _fields_ = [
         ("end_ns", ctypes.c_uint64),
@@ -405,7 +409,7 @@ class NicGapBin(ctypes.Structure):
 
 
 class NicRq(ctypes.Structure):
-    """struct nic_rq (bpf/nic_maps.h)."""
+    """struct nic_rq (bpf/nic_structs.h)."""
 
     _fields_ = [
         ("lock", BpfSpinLock),
@@ -426,7 +430,7 @@ class NicRq(ctypes.Structure):
 
 
 class NicRxLock(ctypes.Structure):
-    """struct nic_rx_lock (bpf/nic_maps.h)."""
+    """struct nic_rx_lock (bpf/nic_structs.h)."""
 
     _fields_ = [
         ("word", ctypes.c_uint64),
@@ -435,7 +439,7 @@ class NicRxLock(ctypes.Structure):
 
 
 class NicRetx(ctypes.Structure):
-    """struct nic_retx (bpf/nic_maps.h)."""
+    """struct nic_retx (bpf/nic_structs.h)."""
 
     _fields_ = [
         ("psn", ctypes.c_uint32),
@@ -446,7 +450,7 @@ class NicRetx(ctypes.Structure):
 
 
 class NicSqTxStats(ctypes.Structure):
-    """struct nic_sq_tx_stats (bpf/nic_maps.h)."""
+    """struct nic_sq_tx_stats (bpf/nic_structs.h)."""
 
     _fields_ = [
         ("data_pkts", ctypes.c_uint64),
@@ -459,7 +463,7 @@ class NicSqTxStats(ctypes.Structure):
 
 
 class NicSqStats(ctypes.Structure):
-    """struct nic_sq_stats (bpf/nic_maps.h)."""
+    """struct nic_sq_stats (bpf/nic_structs.h)."""
 
     _fields_ = [
         ("sacks", ctypes.c_uint64),
@@ -475,7 +479,7 @@ class NicSqStats(ctypes.Structure):
 
 
 class NicSqCc(ctypes.Structure):
-    """struct nic_sq_cc (bpf/nic_maps.h)."""
+    """struct nic_sq_cc (bpf/nic_structs.h)."""
 
     _fields_ = [
         ("rtt_target_ns", ctypes.c_uint64),
@@ -496,7 +500,7 @@ class NicSqCc(ctypes.Structure):
 
 
 class NicSq(ctypes.Structure):
-    """struct nic_sq (bpf/nic_maps.h)."""
+    """struct nic_sq (bpf/nic_structs.h)."""
 
     _fields_ = [
         ("lock", BpfSpinLock),
@@ -536,7 +540,7 @@ class NicSq(ctypes.Structure):
 
 
 class NicEvKey(ctypes.Structure):
-    """struct nic_ev_key (bpf/nic_maps.h)."""
+    """struct nic_ev_key (bpf/nic_structs.h)."""
 
     _fields_ = [
         ("qpn", ctypes.c_uint32),
@@ -545,7 +549,7 @@ class NicEvKey(ctypes.Structure):
 
 
 class NicEvStats(ctypes.Structure):
-    """struct nic_ev_stats (bpf/nic_maps.h)."""
+    """struct nic_ev_stats (bpf/nic_structs.h)."""
 
     _fields_ = [
         ("tx_pkts", ctypes.c_uint64),
@@ -567,7 +571,7 @@ class NicEvStats(ctypes.Structure):
 
 
 class NicEv(ctypes.Structure):
-    """struct nic_ev (bpf/nic_maps.h)."""
+    """struct nic_ev (bpf/nic_structs.h)."""
 
     _fields_ = [
         ("lock", BpfSpinLock),
@@ -586,7 +590,7 @@ class NicEv(ctypes.Structure):
 
 
 class NicTxPkt(ctypes.Structure):
-    """struct nic_tx_pkt (bpf/nic_maps.h)."""
+    """struct nic_tx_pkt (bpf/nic_structs.h)."""
 
     _fields_ = [
         ("tx_ts", ctypes.c_uint64),
@@ -601,7 +605,7 @@ class NicTxPkt(ctypes.Structure):
 
 
 class NicTxRing(ctypes.Structure):
-    """struct nic_tx_ring (bpf/nic_maps.h)."""
+    """struct nic_tx_ring (bpf/nic_structs.h)."""
 
     _fields_ = [
         ("pkts", NicTxPkt * 1024),
@@ -609,7 +613,7 @@ class NicTxRing(ctypes.Structure):
 
 
 class NicMrElem(ctypes.Structure):
-    """struct nic_mr_elem (bpf/nic_maps.h)."""
+    """struct nic_mr_elem (bpf/nic_structs.h)."""
 
     _fields_ = [
         ("bytes", ctypes.c_uint8 * 1024),
@@ -617,7 +621,7 @@ class NicMrElem(ctypes.Structure):
 
 
 class NicRegion(ctypes.Structure):
-    """struct nic_region (bpf/nic_maps.h)."""
+    """struct nic_region (bpf/nic_structs.h)."""
 
     _fields_ = [
         ("base_va", ctypes.c_uint64),
@@ -629,7 +633,7 @@ class NicRegion(ctypes.Structure):
 
 
 class NicWqe(ctypes.Structure):
-    """struct nic_wqe (bpf/nic_maps.h)."""
+    """struct nic_wqe (bpf/nic_structs.h)."""
 
     _fields_ = [
         ("wr_id", ctypes.c_uint64),
@@ -645,7 +649,7 @@ class NicWqe(ctypes.Structure):
 
 
 class NicWq(ctypes.Structure):
-    """struct nic_wq (bpf/nic_maps.h)."""
+    """struct nic_wq (bpf/nic_structs.h)."""
 
     _fields_ = [
         ("posted", ctypes.c_uint32),
@@ -655,7 +659,7 @@ class NicWq(ctypes.Structure):
 
 
 class NicKick(ctypes.Structure):
-    """struct nic_kick (bpf/nic_maps.h)."""
+    """struct nic_kick (bpf/nic_structs.h)."""
 
     _fields_ = [
         ("qpn", ctypes.c_uint32),
@@ -666,7 +670,7 @@ class NicKick(ctypes.Structure):
 
 
 class NicPort(ctypes.Structure):
-    """struct nic_port (bpf/nic_maps.h)."""
+    """struct nic_port (bpf/nic_structs.h)."""
 
     _fields_ = [
         ("mac", ctypes.c_uint8 * 6),
@@ -676,7 +680,7 @@ class NicPort(ctypes.Structure):
 
 
 class NicEvent(ctypes.Structure):
-    """struct nic_event (bpf/nic_maps.h)."""
+    """struct nic_event (bpf/nic_structs.h)."""
 
     _fields_ = [
         ("type", ctypes.c_uint32),
@@ -691,7 +695,7 @@ class NicEvent(ctypes.Structure):
 
 
 class NicEvEvent(ctypes.Structure):
-    """struct nic_ev_event (bpf/nic_maps.h)."""
+    """struct nic_ev_event (bpf/nic_structs.h)."""
 
     _fields_ = [
         ("type", ctypes.c_uint32),
@@ -707,7 +711,7 @@ class NicEvEvent(ctypes.Structure):
 
 
 class NicLossEvent(ctypes.Structure):
-    """struct nic_loss_event (bpf/nic_maps.h)."""
+    """struct nic_loss_event (bpf/nic_structs.h)."""
 
     _fields_ = [
         ("type", ctypes.c_uint32),
@@ -722,7 +726,7 @@ class NicLossEvent(ctypes.Structure):
 
 
 class NicQpErrEvent(ctypes.Structure):
-    """struct nic_qp_err_event (bpf/nic_maps.h)."""
+    """struct nic_qp_err_event (bpf/nic_structs.h)."""
 
     _fields_ = [
         ("type", ctypes.c_uint32),
@@ -737,7 +741,7 @@ class NicQpErrEvent(ctypes.Structure):
 
 
 class NicSendEvent(ctypes.Structure):
-    """struct nic_send_event (bpf/nic_maps.h)."""
+    """struct nic_send_event (bpf/nic_structs.h)."""
 
     _fields_ = [
         ("type", ctypes.c_uint32),
@@ -752,7 +756,7 @@ class NicSendEvent(ctypes.Structure):
 
 
 class NicCqe(ctypes.Structure):
-    """struct nic_cqe (bpf/nic_maps.h)."""
+    """struct nic_cqe (bpf/nic_structs.h)."""
 
     _fields_ = [
         ("va", ctypes.c_uint64),
@@ -764,12 +768,65 @@ class NicCqe(ctypes.Structure):
 
 
 class NicCqeBatch(ctypes.Structure):
-    """struct nic_cqe_batch (bpf/nic_maps.h)."""
+    """struct nic_cqe_batch (bpf/nic_structs.h)."""
 
     _fields_ = [
         ("n", ctypes.c_uint32),
         ("done", ctypes.c_uint32),
         ("cqes", NicCqe * 32),
+    ]
+
+
+class NicLost(ctypes.Structure):
+    """struct nic_lost (bpf/nic_structs.h)."""
+
+    _fields_ = [
+        ("psn", ctypes.c_uint32),
+        ("ev", ctypes.c_uint32),
+        ("tx_ts", ctypes.c_uint64),
+    ]
+
+
+class NicAckScratch(ctypes.Structure):
+    """struct nic_ack_scratch (bpf/nic_structs.h)."""
+
+    _fields_ = [
+        ("verdict", ctypes.c_uint32),
+        ("newly", ctypes.c_uint32),
+        ("fb", ctypes.c_uint32),
+        ("queued", ctypes.c_uint32),
+        ("fatal", ctypes.c_uint32),
+        ("n_lost", ctypes.c_uint32),
+        ("n_head", ctypes.c_uint32),
+        ("reserved", ctypes.c_uint32),
+        ("lost", NicLost * 16),
+        ("head", NicLost * 16),
+    ]
+
+
+class NicTxScratch(ctypes.Structure):
+    """struct nic_tx_scratch (bpf/nic_structs.h)."""
+
+    _fields_ = [
+        ("what", ctypes.c_uint32),
+        ("full", ctypes.c_uint32),
+        ("psn", ctypes.c_uint32),
+        ("wqe", ctypes.c_uint32),
+        ("off", ctypes.c_uint32),
+        ("msn", ctypes.c_uint32),
+        ("lost_ev", ctypes.c_uint32),
+        ("second", ctypes.c_uint32),
+        ("n_done", ctypes.c_uint32),
+        ("done", NicSendEvent * 32),
+    ]
+
+
+class NicTimeoutScratch(ctypes.Structure):
+    """struct nic_timeout_scratch (bpf/nic_structs.h)."""
+
+    _fields_ = [
+        ("psn", ctypes.c_uint32 * 64),
+        ("ev", ctypes.c_uint32 * 64),
     ]
 
 # ---- bpf/switch_port.h ---------------------------------------------------------
@@ -939,6 +996,7 @@ class QueueFlag(enum.IntFlag):
 
 TUNABLES = frozenset(
     {
+        "ENGINE_EV_HOLD_NS",
         "MAX_PORT_KEYS",
         "MRC_DSCP_CONTROL",
         "MRC_DSCP_NO_TRIM",

@@ -1,4 +1,6 @@
-"""Write mrc_nic/abi/defs.py from bpf/*.h: `python -m mrc_nic.abi.generate` (make abi).
+"""Write mrc_nic/abi/defs.py from the ABI headers of bpf/ (make abi).
+
+Run as `python -m mrc_nic.abi.generate`.
 
 `--check` exits 1 when the committed file differs from what the headers give
 today (the unit tier runs the same comparison). Names: constants keep their C
@@ -19,6 +21,9 @@ from mrc_nic import resources
 from mrc_nic.abi import cheader
 
 OUTPUT = Path(__file__).resolve().parent / "defs.py"
+# The headers that hold what user space shares with the programs (the others
+# hold code: parse helpers, the receiver, the engine, ...).
+ABI_HEADERS = ("mrc_wire.h", "nic_consts.h", "nic_structs.h", "switch_port.h")
 
 # Python enums made of #define groups: (class, base, prefix, only these names or None for all,
 # names to leave out)
@@ -165,7 +170,7 @@ def _kernel_structs() -> list[str]:
 
 
 def generate(bpf_dir: Path = resources.BPF_DIR) -> str:
-    text = render(cheader.read_all(bpf_dir))
+    text = render(cheader.read_all(bpf_dir, ABI_HEADERS))
     # Kernel structs go first: our structs embed them.
     head, sep, rest = text.partition("import enum\n")
     return head + sep + "\n".join(_kernel_structs()) + "\n" + rest

@@ -1,6 +1,6 @@
 """The NIC XDP program: loader (bcc) and map client (raw bpf syscalls, mmap).
 
-bpf/nic_xdp.c runs at XDP on every host port of a lab (docs/fastpath.md). It
+bpf/nic_xdp.c (with its role headers) runs at XDP on every host port of a lab (docs/fastpath.md). It
 is compiled once per lab (NicProgram.load) and the same program fd is attached
 to every port (NicProgram.attach); all of its state is in lab-wide maps keyed
 by QPN (receive QPs: by its low bits), region id and host id, pinned under
@@ -8,7 +8,7 @@ by QPN (receive QPs: by its low bits), region id and host id, pinned under
 processes can set QPs up, read their receive state and counters and reach
 memory regions with NicMaps, which needs neither bcc nor a compile.
 
-The ctypes structures below mirror the structs of bpf/nic_maps.h; a test
+The ctypes structures below mirror the structs of bpf/nic_structs.h; a test
 compares them field by field with the layout bcc compiles, and checks the
 constants against the header.
 

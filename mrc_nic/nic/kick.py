@@ -8,7 +8,7 @@ from mrc_nic.kernel import bpfsys, pins
 from mrc_nic.nic import wire
 from mrc_nic.nic.layout import Kick, KickOp
 
-# A kick's template frame (nic_maps.h, struct nic_kick): broadcast, EtherType 0x88B5
+# A kick's template frame (bpf/nic_structs.h, struct nic_kick): broadcast, EtherType 0x88B5
 # (IEEE 802 local experimental), zero padding to 64 bytes; the engine overwrites it.
 KICK_ETHERTYPE = 0x88B5
 KICK_TEMPLATE = bytes.fromhex("ffffffffffff000000000000") + KICK_ETHERTYPE.to_bytes(2, "big")

@@ -77,7 +77,7 @@ MSG_SLOTS = defs.NIC_MSG_SLOTS
 GAP_BINS = defs.NIC_GAP_BINS  # the receive QP's log of long delivery gaps
 GAP_MIN_NS = defs.NIC_GAP_MIN_NS  # shorter gaps are not logged
 GAP_BIN_SHIFT = defs.NIC_GAP_BIN_SHIFT  # a bin of the gap log is 2^26 ns (67 ms)
-# The receive locks (nic_maps.h, nic_rx_locks): QP q's is entry q % RX_LOCKS.
+# The receive locks (docs/nic-program.md, "Receive lock"): QP q's is entry q % RX_LOCKS.
 RX_LOCKS = defs.NIC_RX_LOCKS
 RX_LOCK_TRIES = defs.NIC_RX_LOCK_TRIES  # then the packet is dropped (DROP_RX_BUSY)
 RX_LOCK_SIZE = ctypes.sizeof(defs.NicRxLock)
@@ -87,7 +87,7 @@ MAX_QP_EVS = defs.NIC_MAX_QP_EVS
 RETX_SLOTS = defs.NIC_RETX_SLOTS
 TX_F_PREV = defs.NIC_TX_F_PREV
 TX_F_RETX = defs.NIC_TX_F_RETX
-# A send QP's queue depth: NIC_MSG_SLOTS WQEs (nic_maps.h, "Send queue protocol").
+# A send QP's queue depth: NIC_MSG_SLOTS WQEs (docs/nic-program.md, "The send engine").
 SQ_DEPTH = MSG_SLOTS
 ALL_PLANES = (1 << defs.NIC_MAX_PLANES) - 1  # a port bitmap with every plane up
 # Tunables: the header's defaults (NicProgram.load passes its own with -D).
@@ -102,7 +102,7 @@ DEFAULT_HOST_NET = "198.18.0.0/16"
 DEFAULT_EVENT_PAGES = defs.NIC_EVENT_PAGES
 DEFAULT_MAX_EVS = defs.NIC_MAX_EVS
 DEFAULT_TX_RINGS = defs.NIC_TX_RINGS
-DEFAULT_SKIP_NS = defs.NIC_SKIP_NS  # see bpf/nic_maps.h for why
+DEFAULT_SKIP_NS = defs.NIC_SKIP_NS  # see docs/nic-program.md, "EV states", for why
 LOSS_WALK_MAX = defs.NIC_LOSS_WALK_MAX  # (the loader keeps the header's value)
 HEAD_SCAN = defs.NIC_HEAD_SCAN  # PSNs per pass of the head scan (two passes per SACK)
 HEAD_LOST = 2 * HEAD_SCAN  # NIC_HEAD_LOST: losses one head scan can find

@@ -86,7 +86,7 @@ class RxQpMaps:
         # The slot first, then its owner (and a QP set up again loses its owner
         # meanwhile): a packet that arrives after the write finds the new value
         # whole. One that passed the owner check before it may still finish
-        # on the old or a mixed value (bpf/nic_maps.h, nic_rx_slots).
+        # on the old or a mixed value (docs/nic-program.md, "Receive QPs").
         if owner:
             bpfsys.map_update(self._fds[RX_SLOTS_MAP], self._rx_key(qpn), _u32(0))
         bpfsys.map_update(self._fds[RX_QPS_MAP], self._rx_key(qpn), bytes(value))

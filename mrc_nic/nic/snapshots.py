@@ -67,7 +67,7 @@ class SqSnapshot:
     ev_next: int = 0  # the EV round robin's cursor
     tx_stats: dict[str, int] = dataclasses.field(default_factory=dict)
     cc: dict[str, int] = dataclasses.field(default_factory=dict)  # struct nic_sq_cc
-    rtt_recent_ns: int = 0  # the head scan's largest recent RTT (BPF's, nic_maps.h)
+    rtt_recent_ns: int = 0  # the head scan's largest recent RTT (BPF's; docs/nic-program.md)
 
     @property
     def window(self) -> int:

@@ -78,7 +78,7 @@ class SendQpMaps:
         the QP (post_write, kick, the ACK clock); cwnd: most packets in flight
         (0: the window); msn: the MSN of the first WQE; peer_ports: the
         peer's port bitmap until its first ACK says otherwise; reo_wnd_ns:
-        the head scan's reorder window (0: off; nic_maps.h, "Loss detection");
+        the head scan's reorder window (0: off; docs/nic-program.md, "Loss detection");
         cc_rtt_target_ns: the RTT that splits its congestion signals (struct
         nic_sq_cc; later changes go with the window, cwnd_kick).
         The whole values are written: do it before packets flow for this QP.

@@ -6,7 +6,7 @@ receive side (nic_rx_qps), whichever exist. EVs are read for all QPs at
 once in a batch (NicMaps.evs_raw); per-EV records are built only when asked
 (`--by ev`), since a QP has up to 256 of them.
 
-Counter dicts mirror the structs of bpf/nic_maps.h field by field (through
+Counter dicts mirror the structs of bpf/nic_structs.h field by field (through
 nic.py's ctypes views), so a field the fast path adds shows up here too.
 """
 

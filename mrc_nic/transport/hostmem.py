@@ -8,7 +8,7 @@ them by host index, with no talk between them:
 - memory region ids (nic_regions), send-ring ids (nic_tx_ring / nic_wq) and
   QP numbers come from per-host ranges. A QP number is host << 16 | index,
   and the index ranges of the hosts do not overlap either: a QP receives in
-  slot QPN & (max_qps - 1) of nic_rx_qps (bpf/nic_maps.h), which is then its
+  slot QPN & (max_qps - 1) of nic_rx_qps (bpf/nic_structs.h), which is then its
   index (max_qps is at most 1 << 16), so no two QPs of the lab want one slot.
   The range counts send and receive QPs together (a QP number serves both).
 The fixed ids of mrc_nic.transport.transfer (the daemon-less WRITE of the tests and

@@ -57,7 +57,7 @@ DEFAULT_TIMEOUT = 12  # 1.024 us * 2^12 = 4.2 ms: above this lab's worst queuein
 DEFAULT_MPR = 8
 TOPUP_KICK_S = 0.001  # at most one top-up kick a tick
 REORDER_KICKS = 2  # reorder timer kicks per stall of the ACK clock (SendJob._reorder_timer)
-# The head scan's reorder window (mrc-nic extension; nic_maps.h, "Loss detection"):
+# The head scan's reorder window (mrc-nic extension; docs/nic-program.md, "Loss detection"):
 # a packet still unacknowledged when one sent this much later has been
 # acknowledged is lost (or, at the head scan, when the QP's largest recent
 # round trip is longer: queues). Short enough that a path which dies is
@@ -580,7 +580,7 @@ class Job:
         timeout would be left. So a tick that saw no SACK or NACK while
         packets are out applies the scan's rule itself: a timeout kick for
         the PSNs last sent a reorder window ago or more, or twice the RTT, or
-        the largest recent RTT (the head scan's, nic_maps.h) plus the RTT,
+        the largest recent RTT (the head scan's, docs/nic-program.md) plus the RTT,
         whichever is longest: queues, and a path slower than the others must
         not be condemned for it. Not a timeout: it spends no retry budget. At
         most REORDER_KICKS per stall, a reorder window apart (the first may

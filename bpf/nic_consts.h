@@ -1,0 +1,296 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * nic_consts.h: the NIC program's constants and enums, shared with user
+ * space (mrc_nic/nic mirrors them; a test compares). Tunables are
+ * `#ifndef NAME / #define NAME default`: the loader overrides them with -D.
+ * Why each value is what it is: docs/nic-program.md.
+ */
+#ifndef MRC_NIC_CONSTS_H
+#define MRC_NIC_CONSTS_H
+
+#include <linux/types.h>
+
+#include "mrc_wire.h"
+
+/* ---- Tunables (override with -DNAME=value; the loader does) ------------- */
+
+/* Slots of nic_rx_qps (QP q in slot q & (NIC_MAX_QPS - 1)) and entries of
+ * nic_tx_qps. A power of two. */
+#ifndef NIC_MAX_QPS
+#define NIC_MAX_QPS 4096
+#endif
+_Static_assert(NIC_MAX_QPS > 0 && (NIC_MAX_QPS & (NIC_MAX_QPS - 1)) == 0,
+	       "NIC_MAX_QPS must be a power of two");
+
+/* Elements of NIC_MR_ELEM_SIZE bytes in nic_mr, every region of the lab (64 MiB). */
+#ifndef NIC_MR_ELEMS
+#define NIC_MR_ELEMS 65536
+#endif
+
+/* Entries of the region table nic_regions (region ids 0 .. NIC_MAX_REGIONS-1). */
+#ifndef NIC_MAX_REGIONS
+#define NIC_MAX_REGIONS 256
+#endif
+
+/* Host ids 0 .. NIC_MAX_HOSTS-1 (host h is .h+1 in its plane's /24). */
+#ifndef NIC_MAX_HOSTS
+#define NIC_MAX_HOSTS 256
+#endif
+
+/* Planes: the third octet of a host address, relative to NIC_HOST_NET. */
+#ifndef NIC_MAX_PLANES
+#define NIC_MAX_PLANES 16
+#endif
+
+/* The lab's host network, host order (198.18.0.0): plane p is its p-th /24. */
+#ifndef NIC_HOST_NET
+#define NIC_HOST_NET 0xC6120000U
+#endif
+
+/* Size of the event ring buffer nic_events, in pages (a power of 2). */
+#ifndef NIC_EVENT_PAGES
+#define NIC_EVENT_PAGES 64
+#endif
+
+/* Entries of nic_evs (all QPs of the lab together). */
+#ifndef NIC_MAX_EVS
+#define NIC_MAX_EVS 16384
+#endif
+
+/* Entries of nic_tx_ring and nic_wq: one per send QP (struct nic_sq.ring). */
+#ifndef NIC_TX_RINGS
+#define NIC_TX_RINGS 256
+#endif
+
+/* How long an EV stays in SKIP after an ECN mark or a NACK(TRIMMED), ns:
+ * about two of the lab's RTTs (docs/nic-program.md, "EV states"). */
+#ifndef NIC_SKIP_NS
+#define NIC_SKIP_NS 100000
+#endif
+
+/* Most PSNs one SACK's loss walk may declare lost; the rest are the timeout's. */
+#ifndef NIC_LOSS_WALK_MAX
+#define NIC_LOSS_WALK_MAX 16
+#endif
+
+/* Payload bytes placed per bin of nic_rx_timeline: bins of 2^SHIFT ns
+ * (1.05 ms), the last NIC_TIMELINE_BINS of them (8.6 s). */
+#ifndef NIC_TIMELINE_SHIFT
+#define NIC_TIMELINE_SHIFT 20
+#endif
+#ifndef NIC_TIMELINE_BINS
+#define NIC_TIMELINE_BINS 8192
+#endif
+
+/* Delivery gaps at least this long (ns) go to the QP's gap log (struct nic_rq.gaps). */
+#ifndef NIC_GAP_MIN_NS
+#define NIC_GAP_MIN_NS 100000
+#endif
+
+/* PSNs one head-scan pass looks at (docs/nic-program.md, "Loss detection"). */
+#ifndef NIC_HEAD_SCAN
+#define NIC_HEAD_SCAN 8
+#endif
+
+/* Most PSNs one timeout kick queues (struct nic_kick, NIC_KICK_TIMEOUT). */
+#ifndef NIC_TIMEOUT_MAX
+#define NIC_TIMEOUT_MAX 64
+#endif
+
+/* How long an EV stays with the CPU that last sent on it, ns: per-CPU bulk
+ * queues would reorder its packets (docs/nic-program.md, "EV hold"). */
+#ifndef ENGINE_EV_HOLD_NS
+#define ENGINE_EV_HOLD_NS 200000
+#endif
+
+/* ---- Layout constants (NOT tunable: user space mirrors them) ------------ */
+
+/* Region element: RoCE's path MTU on 1500-byte Ethernet, the unit of placement. */
+#define NIC_MR_ELEM_SIZE 1024
+
+/* A full data packet's payload: the most whole elements that fit MRC_MTU, at
+ * most NIC_SEG_ELEMS_MAX (veth's non-frags XDP stops near a 3.5 KB MTU). */
+#define NIC_SEG_ELEMS_MAX 3
+#define NIC_SEG_ELEMS_FIT (MRC_PAYLOAD_MAX(MRC_MTU) / NIC_MR_ELEM_SIZE)
+#define NIC_SEG_ELEMS (NIC_SEG_ELEMS_FIT < NIC_SEG_ELEMS_MAX ? NIC_SEG_ELEMS_FIT : NIC_SEG_ELEMS_MAX)
+#define NIC_SEG_SIZE (NIC_SEG_ELEMS * NIC_MR_ELEM_SIZE)
+_Static_assert(NIC_SEG_ELEMS >= 1, "MRC_MTU too small for a 1024-byte payload");
+
+/* Largest MPR (units of MRC_MPR_UNIT PSNs). PSN p lives at bit
+ * p % NIC_BITMAP_BITS of the rings: a power of two dividing 2^24, so a ring
+ * position does not jump when the PSN wraps. */
+#define NIC_MPR_MAX 8
+#define NIC_BITMAP_BITS (NIC_MPR_MAX * MRC_MPR_UNIT) /* 1024 */
+#define NIC_BITMAP_WORDS (NIC_BITMAP_BITS / 64)      /* 16 */
+
+/* Messages per receive QP whose LAST packet has arrived but that are not
+ * complete yet (a LAST of MSN m fits when 0 <= m - msn < NIC_MSG_SLOTS, else
+ * NACK(NO_RESOURCE)); also a send queue's depth. A power of two. */
+#define NIC_MSG_SLOTS 32
+
+/* EVs in one send QP's EV profile (struct nic_sq.evs): the OCP API's ev_count. */
+#define NIC_MAX_QP_EVS 256
+
+/* Entries of a send QP's retransmit queue (struct nic_sq.retxq). A power of two. */
+#define NIC_RETX_SLOTS 256
+
+_Static_assert((NIC_BITMAP_BITS & (NIC_BITMAP_BITS - 1)) == 0 && NIC_BITMAP_BITS >= 64,
+	       "NIC_BITMAP_BITS must be a power of two >= 64");
+_Static_assert((NIC_MSG_SLOTS & (NIC_MSG_SLOTS - 1)) == 0, "NIC_MSG_SLOTS must be a power of two");
+_Static_assert((NIC_RETX_SLOTS & (NIC_RETX_SLOTS - 1)) == 0, "NIC_RETX_SLOTS must be a power of two");
+_Static_assert(NIC_LOSS_WALK_MAX >= 1 && NIC_LOSS_WALK_MAX <= 64, "NIC_LOSS_WALK_MAX out of range");
+
+/* ---- QP states ---------------------------------------------------------- */
+
+/* verbs' enum ibv_qp_state. RTR and RTS take data and PROBEs; RTS and SQD
+ * take SACKs, NACKs and PROBE_REPLYs. */
+enum nic_qp_state {
+	NIC_QPS_RESET = 0,
+	NIC_QPS_INIT = 1,
+	NIC_QPS_RTR = 2,
+	NIC_QPS_RTS = 3,
+	NIC_QPS_SQD = 4,
+	NIC_QPS_SQE = 5,
+	NIC_QPS_ERR = 6,
+};
+
+/* ---- Receive side ------------------------------------------------------- */
+
+#define NIC_RQ_TAG_USED 0x80000000u /* an owner in nic_rx_slots: QPN | this */
+
+#define NIC_MSG_F_VALID 0x1 /* the slot holds a message */
+#define NIC_MSG_F_IMM 0x2   /* WRITE_WITH_IMM: raise a completion event */
+
+/* The gap log: bins of 2^NIC_GAP_BIN_SHIFT ns (67 ms), the last NIC_GAP_BINS. */
+#define NIC_GAP_BIN_SHIFT 26
+#define NIC_GAP_BINS 64
+_Static_assert((NIC_GAP_BINS & (NIC_GAP_BINS - 1)) == 0, "NIC_GAP_BINS must be a power of two");
+
+/* Receive locks (nic_rx_locks): QP q's is entry q % NIC_RX_LOCKS; a taker
+ * gives up after NIC_RX_LOCK_TRIES (the verifier walks every try). */
+#define NIC_RX_LOCKS 256
+#define NIC_RX_LOCK_TRIES 1024
+
+/* ---- Send side ---------------------------------------------------------- */
+
+enum nic_retx_cause {
+	NIC_RETX_NACK = 1, /* a retryable NACK asked for it (trimmed, window, resources) */
+	NIC_RETX_LOST = 2, /* declared lost from a SACK hole (loss walk) */
+	NIC_RETX_TIMEOUT = 3, /* no acknowledgement within the QP's timeout (a timeout kick) */
+};
+
+/* EV states: the OCP API's enum mrc_ctl_ev_state values, plus SKIP (mrc-nic
+ * extension). Who moves an EV where: docs/nic-program.md, "EV states". */
+#define NIC_EVS_GOOD 0x1U         /* MRC_CTL_EV_GOOD */
+#define NIC_EVS_ASSUMED_BAD 0x2U  /* MRC_CTL_EV_ASSUMED_BAD */
+#define NIC_EVS_DENIED 0x4U       /* MRC_CTL_EV_DENIED */
+#define NIC_EVS_SKIP 0x10000U     /* mrc-nic extension: skipped until skip_until */
+#define NIC_EVS_UNKNOWN 0x80000000U /* MRC_CTL_EV_UNKNOWN */
+
+/* The head scan's reorder window follows the largest recent RTT. */
+#define NIC_RTT_RECENT_SHIFT 6 /* rtt_recent_ns forgets a peak over about 64 samples */
+#define NIC_RTT_RECENT_CAP 4   /* a sample counts for at most 4 reorder windows */
+_Static_assert((NIC_HEAD_SCAN & (NIC_HEAD_SCAN - 1)) == 0, "NIC_HEAD_SCAN must be a power of two");
+#define NIC_HEAD_LOST (2 * NIC_HEAD_SCAN) /* losses one head scan can find: two passes */
+
+#define NIC_TX_F_PREV 0x1 /* prev_psn is valid: an earlier packet went on this EV */
+#define NIC_TX_F_RETX 0x2 /* this transmission is a retransmission */
+
+/* What a kick asks (struct nic_kick.op); docs/nic-program.md, "Kicks". */
+enum nic_kick_op {
+	NIC_KICK_SEND = 0,    /* send what there is: retransmissions first, then new data */
+	NIC_KICK_TIMEOUT = 1, /* queue the oldest unacknowledged PSNs, then send */
+	NIC_KICK_CWND = 2,    /* set cwnd and cc.rtt_target_ns, then send (mrc-nic extension) */
+	NIC_KICK_EV_REPLACE = 3, /* put a new EV in a profile slot (OCP: MRC_CTL_EV_OP_REPLACE_EV) */
+};
+
+/* ---- Events: ring buffer nic_events ------------------------------------- */
+
+/* Every record is 40 bytes and starts with type and qpn; ts is its last field. */
+enum nic_event_type {
+	NIC_EV_RECV_IMM = 1, /* a WRITE_WITH_IMM message completed, in message order */
+	NIC_EV_EV_STATE = 2, /* an EV changed state (struct nic_ev_event) */
+	NIC_EV_LOSS = 3,     /* a PSN was declared lost (struct nic_loss_event) */
+	NIC_EV_QP_ERR = 4,   /* a send QP went to ERR (struct nic_qp_err_event) */
+	NIC_EV_SEND_DONE = 5, /* a WQE completed: snd_una passed its last PSN (struct nic_send_event) */
+};
+
+/* Why an EV changed state (struct nic_ev_event.cause). SKIP comes and goes
+ * without events, as in the OCP API, which reports ASSUMED_BAD and GOOD. */
+enum nic_ev_cause {
+	NIC_EVC_LOSS = 1,        /* a PSN sent on it was declared lost: -> ASSUMED_BAD */
+	NIC_EVC_PROBE_REPLY = 2, /* a PROBE_REPLY came back: ASSUMED_BAD -> GOOD */
+	NIC_EVC_TIMEOUT = 3,     /* a PSN sent on it timed out (a timeout kick): -> ASSUMED_BAD */
+};
+
+/* ---- Counters: map nic_counters ----------------------------------------- */
+
+/* One index per outcome. Every packet adds 1 to exactly one of PASS_*,
+ * DROP_*, SACK, NACK_*, PROBE_REPLY, ACK_CONSUMED, ACK_STALE and
+ * PROBE_REPLY_CONSUMED, every kick to one of KICK_SENT, KICK_IDLE and DROP_*;
+ * the others are extra. An ACK turned into a data packet is ACK_CONSUMED (or
+ * ACK_STALE) and TX_CLOCKED. */
+enum nic_counter {
+	NIC_CNT_PASS_NOT_MRC = 0,    /* not IPv4 / UDP / dport 4791 (or cut before UDP): XDP_PASS */
+	NIC_CNT_PASS_OTHER_OPCODE,   /* a RoCE opcode outside MRC's ranges (UC, UD, CNP...): XDP_PASS */
+	NIC_CNT_SACK,                /* data answered with a SACK (XDP_TX) */
+	NIC_CNT_NACK_TRIMMED,        /* NACK(TRIMMED) sent */
+	NIC_CNT_NACK_TRIMMED_LASTHOP, /* NACK(TRIMMED_LASTHOP) sent */
+	NIC_CNT_NACK_OOR,            /* NACK(PSN_OOR_WINDOW) sent */
+	NIC_CNT_NACK_NO_RESOURCE,    /* NACK(NO_RESOURCE): no message slot */
+	NIC_CNT_NACK_REM_ACCESS,     /* NACK(UNEXP_EVENT), remote access: rkey or va outside region */
+	NIC_CNT_DROP_TRUNCATED,      /* frame shorter than its IPv4 total length */
+	NIC_CNT_DROP_SHORT,          /* UDP payload shorter than the opcode's headers + ICRC */
+	NIC_CNT_DROP_BAD_LEN,        /* IPv4/UDP lengths disagree, or RETH.dmalen != payload */
+	NIC_CNT_DROP_TOO_LONG,       /* payload > MRC_PAYLOAD_MAX(MRC_MTU) or > NIC_MR_ELEM_SIZE */
+	NIC_CNT_DROP_BAD_OPCODE,     /* unknown opcode in MRC's ranges (RC 0x00-0x1F, 0xC0-0xFF) */
+	NIC_CNT_DROP_IMM_NOT_LAST,   /* WRITE_IMM without MRC_DATA_F_LAST */
+	NIC_CNT_DROP_UNKNOWN_QP,     /* no state for BTH.qpn: receive QP (data, PROBE), send QP (ACKs) */
+	NIC_CNT_DROP_SPOOFED,        /* IPv4 source/destination are not the QP's peer/local host */
+	NIC_CNT_DROP_QP_STATE,       /* QP not in RTR/RTS (data, PROBE) or RTS/SQD (ACKs) */
+	NIC_CNT_DROP_QP_CONFIG,      /* mpr out of 1..NIC_MPR_MAX, no ring, more in flight than mpr;
+				      * a kick for a QP without the engine */
+	NIC_CNT_DROP_BAD_VA,         /* va - base_va not a multiple of NIC_MR_ELEM_SIZE */
+	NIC_CNT_DROP_BAD_MSN,        /* LAST packet of an MSN already completed, or conflicting */
+	NIC_CNT_DROP_XDP_ERR,        /* resizing the frame for the answer or data packet failed */
+	NIC_CNT_PLACED,              /* payloads placed in memory */
+	NIC_CNT_PLACED_BYTES,        /* their bytes */
+	NIC_CNT_DUP,                 /* duplicates (SACKed with MRC_ACK_F_DUP) */
+	NIC_CNT_MSG_DONE,            /* messages completed in order */
+	NIC_CNT_EVENTS,              /* events written to nic_events */
+	NIC_CNT_EVENTS_LOST,         /* events lost: ring buffer full */
+	/* PROBE (receiver role) */
+	NIC_CNT_PROBE_REPLY,          /* PROBE answered with a PROBE_REPLY (XDP_TX) */
+	/* SACK, NACK, PROBE_REPLY (sender role): consumed, XDP_DROP */
+	NIC_CNT_ACK_CONSUMED,         /* SACK/NACK processed */
+	NIC_CNT_ACK_STALE,            /* SACK/NACK that changed nothing: stale or duplicate */
+	NIC_CNT_PROBE_REPLY_CONSUMED, /* PROBE_REPLY processed */
+	NIC_CNT_DROP_BAD_ACK,         /* AETH syndrome and nack_reason unknown or disagreeing */
+	NIC_CNT_DROP_ACK_RANGE,       /* acknowledges PSNs at or beyond snd_nxt (never sent) */
+	NIC_CNT_ACKED,                /* PSNs newly acknowledged */
+	NIC_CNT_LOST,                 /* PSNs declared lost from SACK holes */
+	NIC_CNT_RETX_QUEUED,          /* PSNs queued for retransmission */
+	NIC_CNT_UNKNOWN_EV,           /* SACK/NACK/PROBE_REPLY for an EV without nic_evs state */
+	/* The send engine */
+	NIC_CNT_KICK_SENT,       /* kick that sent a data packet (XDP_REDIRECT) */
+	NIC_CNT_KICK_IDLE,       /* kick that sent nothing (no work, no room, no EV, error) */
+	NIC_CNT_TX_DATA,         /* new data packets built */
+	NIC_CNT_TX_RETX,         /* retransmissions built */
+	NIC_CNT_TX_BYTES,        /* their payload bytes */
+	NIC_CNT_TX_CLOCKED,      /* data packets (new or resent) built from an ACK: the ACK clock */
+	NIC_CNT_TX_WINDOW_FULL,  /* engine runs with data to send but no room (window, cwnd) */
+	NIC_CNT_TX_NO_EV,        /* engine runs with something to send but no usable EV
+				  * (states, ports down, or all held by other CPUs) */
+	NIC_CNT_TX_BAD_WQE,      /* a WQE's source outside its region: the QP went to ERR */
+	NIC_CNT_TX_REDIRECT_ERR, /* no device in nic_tx_ports for the plane: packet dropped */
+	NIC_CNT_SEND_DONE,       /* send completions (NIC_EV_SEND_DONE) */
+	NIC_CNT_TIMEOUT_KICKS,   /* timeout kicks (NIC_KICK_TIMEOUT) taken */
+	NIC_CNT_TIMEOUT_QUEUED,  /* PSNs they queued for retransmission */
+	NIC_CNT_LOST_HEAD,       /* PSNs the head scan declared lost (also in LOST) */
+	NIC_CNT_CWND_KICKS,      /* NIC_KICK_CWND runs that set a QP's window (then a send kick) */
+	NIC_CNT_EV_REPLACED,     /* NIC_KICK_EV_REPLACE runs that put a new EV in a profile slot */
+	NIC_CNT_DROP_RX_BUSY,    /* data packet dropped: its QP's receive lock stayed taken */
+	NIC_CNT_MAX,
+};
+
+#endif /* MRC_NIC_CONSTS_H */

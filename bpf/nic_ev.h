@@ -1,0 +1,74 @@
+/* SPDX-License-Identifier: Apache-2.0 */
+/*
+ * nic_ev.h: the EV state machine's BPF half (docs/nic-program.md, "EV
+ * states"): RTT samples, SKIP, and ASSUMED_BAD after a silent loss.
+ */
+#ifndef MRC_NIC_EV_H
+#define MRC_NIC_EV_H
+
+#include "nic_events.h"
+
+/* ---- Sender role: EV feedback (callers hold ev->lock) -------------------- */
+
+static __always_inline void ev_rtt(struct nic_ev *ev, __u64 now, __u64 tx_ts)
+{
+	__u64 sample;
+
+	if (!tx_ts || tx_ts > now)
+		return; /* no timestamp, or not ours */
+	sample = now - tx_ts;
+	ev->rtt_last = sample;
+	if (!ev->rtt_min || sample < ev->rtt_min)
+		ev->rtt_min = sample;
+	ev->srtt = ev->srtt ? (7 * ev->srtt + sample) / 8 : sample;
+	ev->stats.rtt_samples++;
+}
+
+/* The state after an expired SKIP is GOOD (it expires lazily). */
+static __always_inline __u32 ev_state_now(const struct nic_ev *ev, __u64 now)
+{
+	if (ev->state == NIC_EVS_SKIP && now >= ev->skip_until)
+		return NIC_EVS_GOOD;
+	return ev->state;
+}
+
+/* Skip a GOOD (or SKIP) EV for NIC_SKIP_NS; worse states stay. */
+static __always_inline __u32 ev_skip(struct nic_ev *ev, __u32 state, __u64 now)
+{
+	if (state != NIC_EVS_GOOD && state != NIC_EVS_SKIP)
+		return state;
+	ev->skip_until = now + NIC_SKIP_NS;
+	ev->stats.skips++;
+	return NIC_EVS_SKIP;
+}
+
+
+/*
+ * A PSN sent on EV `value` of QP qpn was lost silently (the head scan, a
+ * timeout): the EV becomes ASSUMED_BAD (a DENIED one stays so), with an event
+ * when its state changes. Called after the QP's lock; takes the EV's.
+ */
+static __always_inline void ev_lost_silently(__u32 qpn, __u32 value, __u32 cause, __u32 psn,
+					     __u32 queued, __u64 now)
+{
+	struct nic_ev_key key = {.qpn = qpn, .ev = value};
+	struct nic_ev *ev = value ? nic_evs_lookup(&key) : NULL;
+	__u32 old, st;
+
+	if (!ev)
+		return;
+	bpf_spin_lock(&ev->lock);
+	old = ev->state;
+	st = ev_state_now(ev, now);
+	ev->stats.lost_pkts++;
+	ev->stats.retx_queued += queued;
+	if (st != NIC_EVS_DENIED)
+		st = NIC_EVS_ASSUMED_BAD;
+	ev->state = st;
+	bpf_spin_unlock(&ev->lock);
+	if (old != st)
+		emit_ev_state(qpn, value, old, st, cause, psn, now);
+}
+
+
+#endif /* MRC_NIC_EV_H */
