@@ -6,7 +6,7 @@ MRC     := $(VENV)/bin/mrc-nic
 TOPO    ?= netns/default.toml
 DURATION ?= 10
 
-.PHONY: setup up down test test-unit lint fmt clean bench abi docs
+.PHONY: setup up down test test-unit test-bpf test-lab lint fmt clean bench abi docs
 
 setup:
 	@scripts/setup
@@ -21,11 +21,21 @@ up: setup
 down: setup
 	$(MRC) down -t $(TOPO)
 
+## Every tier (tests/unit, tests/bpf, tests/lab); what this machine cannot run is skipped with the reason.
 test: setup
 	$(PY) -m pytest -q
 
+## Tier 1, pure Python, no root.
 test-unit: setup
-	$(PY) -m pytest -q -m "not root"
+	$(PY) -m pytest -q -m "not root" tests/unit
+
+## Tier 2, the BPF programs through BPF_PROG_TEST_RUN (root, bcc).
+test-bpf: setup
+	$(PY) -m pytest -q tests/bpf
+
+## Tier 3, real labs in namespaces (root; slow).
+test-lab: setup
+	$(PY) -m pytest -q tests/lab
 
 ## Every benchmark against its real peer (--quick, under 15 minutes), then the
 ## results table: out/bench/RESULTS.md and README.md's results section.

@@ -1,0 +1,75 @@
+"""The generated ABI (mrc_nic.abi.defs) against what bcc compiles from the same headers.
+
+The unit tier proves defs.py is what the headers say by reading them
+(tests/unit/test_abi.py); this tier proves the reading is right: every
+struct's size and field offsets, and every constant's value, as the
+compiler sees them.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import pytest
+
+from mrc_nic import resources
+from mrc_nic.abi import cheader, defs, generate
+from mrc_nic.kernel import bpfsys
+from tests.helpers.env import require_root_and_bcc
+from tests.helpers.header_probe import struct_layout
+
+HEADERS = cheader.read_all(resources.BPF_DIR, generate.ABI_HEADERS)
+STRUCTS = [s for h in HEADERS for s in h.structs]
+CONSTANTS = [c for h in HEADERS for c in h.constants]
+
+
+@pytest.fixture(scope="module")
+def compiled():
+    """Every ABI header compiled in one program: an array map per struct (its
+    Leaf is the compiled layout) and an array of every constant, filled by one
+    test run."""
+    require_root_and_bcc()
+    from bcc import BPF
+
+    includes = "\n".join(f'#include "{h}"' for h in generate.ABI_HEADERS)
+    maps = "\n".join(f"BPF_ARRAY(l_{s.name}, struct {s.name}, 1);" for s in STRUCTS)
+    stores = "\n".join(
+        f"    i = {i}; v = (s64)({c.name}); consts.update(&i, &v);" for i, c in enumerate(CONSTANTS)
+    )
+    touch = "\n".join(f"    if (l_{s.name}.lookup(&i)) n++;" for s in STRUCTS)
+    source = f"""
+{includes}
+{maps}
+BPF_ARRAY(consts, s64, {len(CONSTANTS)});
+int probe(struct __sk_buff *skb) {{
+    u32 i; s64 v; int n = 0;
+{stores}
+    i = 0;
+{touch}
+    return n;
+}}
+"""
+    bpf = BPF(text=source.encode(), cflags=[f"-I{resources.BPF_DIR}"])
+    try:
+        fn = bpf.load_func(b"probe", BPF.SCHED_CLS)
+        assert bpfsys.prog_test_run(fn.fd, bytes(14)).retval == len(STRUCTS)
+        yield bpf
+    finally:
+        bpf.cleanup()
+
+
+@pytest.mark.parametrize("struct", STRUCTS, ids=[s.name for s in STRUCTS])
+def test_generated_layout_is_the_compiled_one(compiled, struct):
+    leaf = compiled[f"l_{struct.name}".encode()].Leaf
+    view = getattr(defs, generate.camel(struct.name))
+    assert ctypes.sizeof(view) == ctypes.sizeof(leaf)
+    assert struct_layout(view) == struct_layout(leaf)
+
+
+@pytest.mark.parametrize("header", generate.ABI_HEADERS)
+def test_generated_constants_are_the_compiled_ones(compiled, header):
+    table = compiled[b"consts"]
+    mine = [(i, c) for i, c in enumerate(CONSTANTS) if c.header == header]
+    assert mine, f"{header} has no constants"
+    got = {c.name: table[ctypes.c_uint32(i)].value for i, c in mine}
+    assert got == {c.name: getattr(defs, c.name) for _, c in mine}

@@ -1,0 +1,9 @@
+"""Helpers the test files share; none of them is a test file.
+
+env: paths, the CLI runner, lab names and why a tier cannot run here.
+header_probe: a C header compiled by bcc, for the layout and constant tests.
+nicprog: the NIC program loaded for a test module, and small helpers of its tests.
+wire_tables: which scapy fields make up each wire struct; the function-like macros.
+engine: the send engine's test setup (tests/bpf/test_nic_engine.py, test_nic_mtu.py).
+fake_snapshot: stats snapshots without a lab.
+"""

@@ -1,0 +1,52 @@
+"""Tier 3: real labs in network namespaces, real traffic, real faults (root,
+bcc, iproute2, ping). Every lab a test brings up is taken down after it,
+whatever the test did."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.env import NETNS_DIR, mark_tier, unique_lab, why_no_lab
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    mark_tier(items, Path(__file__).parent, ("root", "bpf", "netns"), why_no_lab())
+
+
+@pytest.fixture
+def make_lab():
+    """make_lab(tag, topology_file) brings a lab up; every lab is taken down
+    at teardown, whatever the test did."""
+    from mrc_nic.fabric import testbed
+    from mrc_nic.lab import topology
+
+    made: list[str] = []
+
+    def _make(tag: str, topo_file: str = "default.toml"):
+        name = unique_lab(tag)
+        made.append(name)
+        topo = topology.load(NETNS_DIR / topo_file, lab=name)  # absolute paths pass through
+        testbed.up(topo)
+        return topo
+
+    yield _make
+    for name in made:
+        testbed.down(name)
+
+
+@pytest.fixture(scope="module")
+def default_lab():
+    """One default-topology lab shared by a module's read-mostly tests."""
+    from mrc_nic.fabric import testbed
+    from mrc_nic.lab import topology
+
+    name = unique_lab("m")
+    topo = topology.load(NETNS_DIR / "default.toml", lab=name)
+    testbed.up(topo)
+    try:
+        yield topo
+    finally:
+        testbed.down(name)

@@ -1,0 +1,523 @@
+"""The transport daemons in a lab: `mrc-nic write` through them, surviving
+faults started mid-transfer, giving up with a reason, and dying cleanly.
+
+One default lab for the module (2 hosts, 4 planes of 1 Gbit/s links); each
+test heals what it broke. Transfers are sized to last a few seconds here.
+"""
+
+from __future__ import annotations
+
+import collections
+import errno
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+
+import pytest
+
+from mrc_nic import nic
+from mrc_nic.fabric import faults, testbed
+from mrc_nic.kernel import netns
+from mrc_nic.lab import ctl, eventops, protocol, state
+from mrc_nic.transport import nscc
+from mrc_nic.transport import protocol as ops
+from mrc_nic.workloads import rdma_write
+from tests.helpers.env import MRC, run_cli
+
+MIB = 2**20
+
+
+@pytest.fixture(autouse=True)
+def healed(default_lab):
+    yield
+    faults.heal(default_lab.lab, None)
+
+
+class Background:
+    """A write in a thread: its result or its exception."""
+
+    def __init__(self, labname: str, size: int, **kw) -> None:
+        self.result: dict | None = None
+        self.error: BaseException | None = None
+
+        def go() -> None:
+            try:
+                self.result = rdma_write.write(labname, "h0", "h1", size, **kw)
+            except BaseException as e:  # noqa: BLE001 (handed to the test)
+                self.error = e
+
+        self.thread = threading.Thread(target=go, daemon=True)
+        self.thread.start()
+
+    def join(self, timeout: float = 120.0) -> dict:
+        self.thread.join(timeout)
+        assert not self.thread.is_alive(), "the write did not end"
+        if self.error:
+            raise self.error
+        return self.result
+
+
+def send_qp(labname: str) -> int:
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        qps = ctl.call(labname, "h0", ops.QpList()).qps
+        live = [q["qpn"] for q in qps if q["role"] == "send" and q["state"] == "RTS"]
+        if live:
+            return live[0]
+        time.sleep(0.01)
+    raise AssertionError("no send QP in RTS")
+
+
+def ev_states(labname: str, qpn: int) -> collections.Counter:
+    with nic.NicMaps.open(labname) as maps:
+        return collections.Counter(
+            (s.plane, nic.EvState(s.state).name) for (q, _), s in maps.evs_raw().items() if q == qpn
+        )
+
+
+def wait_for(what, predicate, timeout: float = 5.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = what()
+        if predicate(value):
+            return value
+        time.sleep(0.02)
+    raise AssertionError(f"not reached in {timeout} s: last {value}")
+
+
+def test_write_is_byte_exact_and_sprayed_over_every_plane(default_lab):
+    size = 40 * MIB + 100  # several chunks and a short last packet
+    r = rdma_write.write(default_lab.lab, "h0", "h1", size, verify=True, imm=True)
+    assert r["completed"] and r["verified"], r
+    assert r["bytes"] == size and r["chunks"] >= 3
+    assert all(share > 0.15 for share in r["per_plane_share"].values()), r["per_plane_share"]
+    assert len(r["per_plane_share"]) == 4
+    (recv,) = r["receiver"].values()
+    assert recv["imm_done"] == r["chunks"], "every WRITE_WITH_IMM completed, in order"
+
+
+def test_write_cli_prints_goodput_and_planes(default_lab):
+    p = run_cli("write", "h0", "h1", "--size", "8M", "--verify", "-l", default_lab.lab)
+    assert "byte-exact (verified)" in p.stdout + p.stderr
+    assert "p3:" in p.stdout + p.stderr
+
+
+@pytest.mark.parametrize(
+    ("target", "args"),
+    [
+        (("plane", "2"), ("--mode", "blackhole")),
+        (("p1.t1a-t0a",), ("--mode", "blackhole")),
+        (("plane", "3"), ("--mode", "down")),
+        (("p0.t0a-h0",), ("--mode", "loss", "--rate", "0.2", "--seed", "3")),
+        (("p2.t1b-t0a",), ("--mode", "flap", "--period", "100ms")),
+    ],
+    ids=["plane-blackhole", "t0-t1-blackhole", "plane-down", "loss-20pct", "flap-100ms"],
+)
+def test_write_survives_a_fault_started_mid_transfer(default_lab, target, args):
+    name = default_lab.lab
+    # Large enough to still be running when the heal lands (each CLI call
+    # takes 1-2 s on a loaded machine): the probes run only during transfers.
+    job = Background(name, 1024 * MIB, verify=True)
+    qpn = send_qp(name)
+    time.sleep(0.5)
+    run_cli("fail", *target, *args, "-l", name)
+    plane = int(target[1]) if target[0] == "plane" else int(target[0][1])
+    if args[1] == "down":
+        # The port-down signal keeps the engine off the plane at both ends.
+        with nic.NicMaps.open(name) as maps:
+            wait_for(lambda: maps.port_bitmap(0) >> plane & 1, lambda up: not up)
+            wait_for(lambda: maps.sq(qpn).peer_ports >> plane & 1, lambda up: not up)
+    bad = wait_for(
+        lambda: ev_states(name, qpn),
+        lambda c: (
+            c[(plane, "ASSUMED_BAD")]
+            >= (32 if args[1] == "blackhole" and target[0] == "plane" else 1)
+        ),
+    )
+    # The fault stays local: most EVs of the other planes stay GOOD (a few may
+    # be blamed wrongly for a moment when scheduling delays one path's packets
+    # beyond the reorder window; probes give them back).
+    assert sum(n for (p, s), n in bad.items() if p != plane and s == "GOOD") >= 80, bad
+    time.sleep(0.3)
+    run_cli("heal", "--all", "-l", name)
+    if "loss" not in args:  # under 20% loss some EVs may go bad again at any time
+        wait_for(
+            lambda: ev_states(name, qpn),
+            lambda c: c[(plane, "GOOD")] >= 28,
+            timeout=3.0,
+        )
+    r = job.join()
+    assert r["completed"] and r["verified"], r
+    assert all(q["state"] == "RTS" for q in r["qps"])
+
+
+def test_a_plane_that_dies_under_a_small_window_needs_no_timeout(default_lab):
+    """A fixed window of 8 packets: when a plane is blackholed, its undetected
+    losses soon are all that is in the network and no SACK comes to run the
+    head scan. The daemon's reorder timer finds them a reorder window later;
+    the timeout (268 ms here) is never needed."""
+    name = default_lab.lab
+    kw = dict(verify=True, cwnd=8, cc_profile=nscc.FIXED, timeout=18, reorder_ns=1_000_000)
+    job = Background(name, 512 * MIB, **kw)
+    send_qp(name)
+    time.sleep(0.3)
+    faults.apply(name, ("plane", "1"), faults.FaultSpec(mode="blackhole"))  # what `fail` does
+    r = job.join()
+    assert r["completed"] and r["verified"], r
+    assert r["timeouts"] == 0 and r["reorder_kicks"] >= 1, r
+
+
+def test_spent_retry_budget_puts_the_qp_in_err_and_the_daemon_goes_on(default_lab):
+    name = default_lab.lab
+    run_cli("fail", "h1", "--mode", "blackhole", "-l", name)
+    r = rdma_write.write(
+        name, "h0", "h1", 4 * MIB, timeout=8, retry={"linear_cnt": 1, "exp_cnt": 2}
+    )
+    assert not r["completed"]
+    assert "retry budget spent" in r["error"]
+    assert [q["state"] for q in r["qps"]] == ["ERR"]
+    run_cli("heal", "--all", "-l", name)
+    again = rdma_write.write(name, "h0", "h1", 4 * MIB, verify=True)
+    assert again["completed"] and again["verified"]
+
+
+def test_a_connection_carries_several_writes_on_the_same_qps(default_lab):
+    """keep_open: the QPs stay in RTS and the next write goes on from their
+    NIC state (PSNs, MSNs); a write to another QP or with bigger chunks than
+    the QP was opened with is refused."""
+    name = default_lab.lab
+    with rdma_write.Connection(name, "h0", "h1", chunk=MIB) as conn, nic.NicMaps.open(name) as maps:
+        (qpn,) = conn.qpns
+        first = conn.write(3 * MIB, verify=True, imm=True, seed=1)
+        psn_after_first = maps.sq(qpn).snd_una
+        second = conn.write(2 * MIB + 5, verify=True, imm=True, seed=2)
+        assert first["completed"] and first["verified"], first
+        assert second["completed"] and second["verified"], second
+        assert [q["qpn"] for q in second["qps"]] == [qpn]
+        assert second["bytes"] == 2 * MIB + 5 and second["chunks"] == 3
+        packets = lambda size: -(-size // nic.seg_size(default_lab.mtu))  # noqa: E731
+        assert psn_after_first == packets(MIB) * 3
+        assert maps.sq(qpn).snd_una == psn_after_first + 2 * packets(MIB) + packets(5)
+
+        def write(**changes) -> None:
+            request = {"dst": "h1", "qpns": [qpn], "remote": conn.remote, "size": 1024}
+            ctl.call(name, "h0", ops.Write(**(request | {"chunk": MIB} | changes)))
+
+        with pytest.raises(ctl.DaemonError, match="connected to QP") as e:
+            write(remote=[dict(conn.remote[0], qpn=conn.remote[0]["qpn"] + 1)])
+        assert e.value.errno_name == "EINVAL"
+        with pytest.raises(ctl.DaemonError, match="exceeds"):
+            write(chunk=2 * MIB)
+    assert ctl.call(name, "h0", ops.QpList()).qps == [], "sq_close closed them"
+    assert ctl.call(name, "h1", ops.QpList()).qps == []
+
+
+def test_sq_close_refuses_a_qp_that_is_writing(default_lab):
+    name = default_lab.lab
+    job = Background(name, 256 * MIB)
+    qpn = send_qp(name)
+    with pytest.raises(ctl.DaemonError, match="is writing") as e:
+        ctl.call(name, "h0", ops.SqClose(qpns=[qpn]))
+    assert e.value.errno_name == "EBUSY"
+    with pytest.raises(ctl.DaemonError, match="no send QP"):
+        ctl.call(name, "h0", ops.SqClose(qpns=[qpn + 1000]))
+    assert job.join()["completed"]
+
+
+def test_cancel_ends_a_running_write_and_the_daemon_goes_on(default_lab):
+    name = default_lab.lab
+    job = Background(name, 1024 * MIB)
+    qpn = send_qp(name)
+    reply = ctl.call(name, "h0", ops.Cancel(qpns=[qpn], reason="test says stop"))
+    assert reply.cancelled == [qpn]
+    r = job.join(timeout=30)
+    assert not r["completed"] and "test says stop" in r["error"], r
+    assert r["bytes"] < 1024 * MIB and [q["state"] for q in r["qps"]] == ["ERR"]
+    assert ctl.call(name, "h0", ops.QpList()).qps == [], "its QPs were closed"
+    with pytest.raises(ctl.DaemonError, match="no send QP"):
+        ctl.call(name, "h0", ops.Cancel(qpns=[qpn]))
+    again = rdma_write.write(name, "h0", "h1", 4 * MIB, verify=True)
+    assert again["completed"] and again["verified"]
+
+
+def test_ctrl_c_on_write_cancels_the_transfer(default_lab):
+    name = default_lab.lab
+    cli = subprocess.Popen(
+        [*MRC, "write", "h0", "h1", "--size", "1G", "-l", name],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        send_qp(name)
+        cli.send_signal(signal.SIGINT)
+        _, err = cli.communicate(timeout=30)
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+    assert cli.returncode == 130 and "write cancelled" in err, err
+    wait_for(lambda: ctl.call(name, "h0", ops.QpList()).qps, lambda qps: qps == [])
+
+
+def test_bad_requests_get_errno_and_a_message(default_lab):
+    name = default_lab.lab
+    with pytest.raises(ctl.DaemonError, match="unknown operation") as e:
+        ctl.call(name, "h0", eventops.Post(event={"type": "note"}))  # the event log's op
+    assert e.value.errno_name == errno.errorcode[errno.EOPNOTSUPP]
+    with pytest.raises(ctl.DaemonError, match="qps must be 1..64"):
+        ctl.call(name, "h0", ops.SqOpen(count=0, chunk=1024))
+    with pytest.raises(ctl.DaemonError, match="field 'count' must be an integer") as e:
+        ctl.call(name, "h0", ops.SqOpen(count="2", chunk=1024))  # type: ignore[arg-type]
+    assert e.value.errno_name == "EINVAL"
+    p = run_cli("write", "h0", "h9", "--size", "1M", "-l", name, check=False)
+    assert p.returncode != 0 and "no host 'h9'" in p.stderr
+    p = run_cli("write", "h0", "h1", "--size", "12Q", "-l", name, check=False)
+    assert p.returncode == 2 and "bad size" in p.stderr
+    # Refused by the daemon after the QPs were opened: they are closed again.
+    p = run_cli("write", "h0", "h1", "--size", "1M", "--evs", "6", "-l", name, check=False)
+    assert p.returncode != 0 and "multiple of the lab's 4 planes" in p.stderr, p.stderr
+    assert ctl.call(name, "h0", ops.QpList()).qps == [], "nothing left behind"
+
+
+def test_daemon_killed_mid_transfer_is_reported_and_restarted(make_lab):
+    topo = make_lab("dk")
+    job = Background(topo.lab, 512 * MIB)
+    send_qp(topo.lab)
+    os.kill(testbed.daemon_pid(topo.lab, "h0"), signal.SIGKILL)
+    with pytest.raises(ctl.DaemonError, match="did it die"):
+        job.join()
+    assert testbed.daemon_pid(topo.lab, "h0") is None
+    assert testbed.start_daemons(topo) == ["h0"], "what up --reuse does"
+    assert ctl.call(topo.lab, "h0", ops.Ping()).pid == testbed.daemon_pid(topo.lab, "h0")
+    testbed.down(topo.lab)
+    assert testbed.daemon_pid(topo.lab, "h1") is None
+    assert not [n for n in netns.list_names() if n.startswith(f"mrc-{topo.lab}-")]
+
+
+def test_evs_of_a_blackholed_link_are_replaced_by_evs_around_it(default_lab):
+    """One T0-T1 link of plane 1 blackholes and stays so, and ECMP keeps
+    hashing into it: the EVs that hash there go ASSUMED_BAD and are replaced
+    by fresh EVs of plane 1 (mrc_nic.transport.evreplace), about half of which hash
+    around the link; within a few rounds plane 1 sprays over (nearly) all
+    its EVs again, while the fault lasts."""
+    name = default_lab.lab
+    since = ctl.call(name, ctl.EVENTS_SERVICE, eventops.Ping()).seq
+    job = Background(name, 1024 * MIB, verify=True)
+    qpn = send_qp(name)
+    time.sleep(0.3)
+    with nic.NicMaps.open(name) as maps:
+        profile = set(maps.sq(qpn).evs)
+    run_cli("fail", "p1.t1a-t0a", "--mode", "blackhole", "-l", name)
+    wait_for(lambda: ev_states(name, qpn), lambda c: c[(1, "ASSUMED_BAD")] >= 4)
+    healed = wait_for(lambda: ev_states(name, qpn), lambda c: c[(1, "GOOD")] >= 30, timeout=10)
+    assert state.open_lab(name)[0].faults, "the fault is still in force"
+    with nic.NicMaps.open(name) as maps:
+        now = maps.sq(qpn).evs
+    assert len(now) == 128 and len(set(now) - profile) >= 4, healed
+    read = eventops.Read(since=since, types=["ev_replaced"], max=10000)
+    replaced = ctl.call(name, ctl.EVENTS_SERVICE, read).events
+    # Mostly plane 1's. An EV of another plane can be blamed for a loss too
+    # (the SACKs of any plane may return through plane 1, or come late on a
+    # loaded machine) and be replaced if its probes do not clear it in time.
+    on_plane1 = [e for e in replaced if e["plane"] == 1]
+    assert len(on_plane1) >= 4 and len(on_plane1) > len(replaced) / 2, replaced
+    assert {e["new_ev"] for e in replaced} >= set(now) - profile
+    run_cli("heal", "--all", "-l", name)
+    r = job.join()
+    assert r["completed"] and r["verified"], r
+    assert 0.15 < r["per_plane_share"]["1"] < 0.35, r["per_plane_share"]
+
+
+def test_events_tell_the_fault_the_ev_states_and_the_heal(default_lab):
+    """`mrc-nic events`: the fault, the failed plane's EVs going ASSUMED_BAD
+    (from the NIC's ring buffer, with the QP's host), their return, the heal."""
+    name = default_lab.lab
+    since = ctl.call(name, ctl.EVENTS_SERVICE, eventops.Ping()).seq
+    job = Background(name, 1024 * MIB)
+    send_qp(name)
+    time.sleep(0.3)
+    run_cli("fail", "plane", "3", "--mode", "blackhole", "-l", name)
+    time.sleep(0.3)
+    run_cli("heal", "--all", "-l", name)
+    assert job.join()["completed"]
+    p = run_cli("events", "--since", str(since), "--format", "jsonl", "-l", name)
+    events = [json.loads(line) for line in p.stdout.splitlines()]
+    kinds = [e["type"] for e in events]
+    assert "fault" in kinds and "heal" in kinds
+    fault = events[kinds.index("fault")]
+    assert (fault["target"], fault["mode"]) == ("plane 3", "blackhole")
+    assert [e["seq"] for e in events] == sorted(e["seq"] for e in events)
+    # The CLI posts a fault once it is in force, so the NIC's first reports of
+    # it may come before it in the log: compare times (the fault's is taken
+    # before it is enforced), not sequence numbers.
+    changes = [e for e in events if e["type"] == "ev_state" and e["time"] >= fault["time"]]
+    plane3 = {ev for ev, plane in sendjob_evs().items() if plane == 3}
+    went_bad = {e["ev"] for e in changes if e["new_state"] == "ASSUMED_BAD"} & plane3
+    assert len(went_bad) >= 16, "the blackholed plane's EVs were reported"
+    back = {e["ev"] for e in changes if e["new_state"] == "GOOD"} & went_bad
+    assert back, "probes brought them back after the heal (none can pass a blackhole)"
+    assert all(e["host"] == "h0" for e in events if e["type"] == "ev_state")
+    assert "loss" not in kinds, "per-PSN records only with --all"
+    # While plane 3 is blackholed whole, none of its EVs is replaced: fresh
+    # ones would fail the same way. (Before and after, an EV blamed wrongly on
+    # a loaded machine may be.)
+    heal = events[kinds.index("heal")]
+    replaced = [
+        e
+        for e in events
+        if e["type"] == "ev_replaced"
+        and e["plane"] == 3
+        and fault["time"] <= e["time"] <= heal["time"]
+    ]
+    assert not replaced, replaced
+    # The table form: one line per event, with the plane's fault in words.
+    table = run_cli("events", "--since", str(since), "--type", "fault,heal", "-l", name).stdout
+    assert any("plane 3" in line and "blackhole" in line for line in table.splitlines())
+    assert sum("plane 3" in line for line in table.splitlines()) == 2
+
+
+def sendjob_evs() -> dict[int, int]:
+    from mrc_nic.transport import sendjob, transfer
+
+    return transfer.ev_profile(4, sendjob.EV_COUNT // 4)
+
+
+def test_event_log_counts_exactly_what_a_reader_missed(default_lab):
+    """The log's own reading code, with a 4-event log: a reader that asks for
+    events the log no longer holds is told exactly how many."""
+    from mrc_nic.observe import eventlog
+
+    log = eventlog.EventLog(default_lab.lab)
+    try:
+        log.log = collections.deque(maxlen=4)
+        base = log.seq
+        for i in range(10):
+            log.op_post(eventops.Post(event={"type": "note", "i": i}), None)
+        reply = log.read(base, None, 100)
+        assert reply.evicted == 6
+        assert [e["i"] for e in reply.events] == [6, 7, 8, 9]
+        assert reply.next == base + 10
+        reply = log.read(base + 8, None, 100)
+        assert (reply.evicted, [e["i"] for e in reply.events]) == (0, [8, 9])
+        reply = log.read(base + 7, {"note"}, 1)
+        assert [e["i"] for e in reply.events] == [7] and reply.next == base + 8
+        with pytest.raises(ctl.RequestError, match="type one of"):
+            log.op_post(eventops.Post(event={"type": "nonsense"}), None)
+    finally:
+        log.close()
+
+
+def test_injected_bad_packets_change_no_state_and_are_counted(default_lab):
+    """Packets built with scapy and injected into h1's live port (from the
+    T0's end of the link, as the fabric would deliver them) at a receive QP
+    that h1's daemon opened: wrong QP, spoofed source, truncated, bad
+    length, beyond the window. None is placed or moves the QP; each is
+    counted by its reason (the out-of-window one is answered with a NACK)."""
+    import socket
+
+    from mrc_nic.nic import wire
+
+    name, topo = default_lab.lab, default_lab
+    peer_qpn = 0x1FF  # no send QP needed: the receive side is what is attacked
+    remote = ctl.call(name, "h1", ops.RqOpen(peer="h0", peer_qpns=[peer_qpn], chunk=MIB)).qps[0]
+    qpn, rkey = remote["qpn"], remote["rkey"]
+    link = topo.host_port_link("h1", "eth0")
+    with netns.iproute(topo.netns("h1")) as ipr:
+        host_mac = ipr.get_links(ifname="eth0")[0].get_attr("IFLA_ADDRESS")
+    with netns.iproute(topo.netns(link.upper.node)) as ipr:
+        t0_mac = ipr.get_links(ifname=link.upper.ifname)[0].get_attr("IFLA_ADDRESS")
+    ends = wire.Endpoints(t0_mac, host_mac, "198.18.0.1", "198.18.0.2")
+
+    def data(**kw) -> bytes:
+        args = dict(ev=0xC123, dqpn=qpn, psn=0, va=0, rkey=rkey, payload=bytes(range(256)) * 4)
+        return bytes(wire.data_packet(kw.pop("ends", ends), **(args | kw)))
+
+    cases = {
+        "drop_unknown_qp": data(dqpn=qpn + 77),
+        "drop_spoofed": data(ends=wire.Endpoints(t0_mac, host_mac, "198.18.0.9", "198.18.0.2")),
+        "drop_truncated": data()[:70],
+        "drop_bad_len": data(dmalen=512),
+        "nack_oor": data(psn=8 * wire.MPR_UNIT + 5),
+    }
+    with nic.NicMaps.open(name) as maps:
+        before = maps.rq(qpn)
+        counters = maps.counters()
+        region_before = maps.read_region(remote["region"], 0, 1024)  # earlier tests' bytes
+        with netns.entered(topo.netns(link.upper.node)):
+            sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
+        try:
+            sock.bind((link.upper.ifname, 0))
+            for frame in cases.values():
+                sock.send(frame)
+        finally:
+            sock.close()
+        time.sleep(0.2)
+        after = maps.rq(qpn)
+        got = {k: v - counters[k] for k, v in maps.counters().items() if v != counters[k]}
+        region = maps.read_region(remote["region"], 0, 1024)
+    ctl.call(name, "h1", ops.RqClose(qpns=[qpn]))
+    # The NACK went back to h0, where no send QP 0x1ff exists: h0's NIC drops
+    # it as an unknown QP too (the counters are the lab's).
+    cases["drop_unknown_qp"] = [cases["drop_unknown_qp"], cases["nack_oor"]]
+    for reason, sent in cases.items():
+        assert got.get(reason) == (len(sent) if isinstance(sent, list) else 1), (reason, got)
+    assert got.get("placed", 0) == 0 and region == region_before, "nothing was placed"
+    assert (after.cum_psn, after.msn, after.received) == (before.cum_psn, before.msn, [])
+    changed = {k for k in after.stats if after.stats[k] != before.stats[k]}
+    assert changed <= {"data_pkts", "oor_pkts", "nacks"}, changed
+    assert after.stats["oor_pkts"] == before.stats["oor_pkts"] + 1
+
+
+def test_messages_one_at_a_time_are_timed_and_many_in_flight_are_byte_exact(default_lab):
+    """The message options of a write (sendjob; scripts/bench_msgsize.py):
+    100 B messages one at a time with timing, each WQE's NIC_EV_SEND_DONE
+    matched to its kick; then 32 in flight, verified in their 1 KiB slots
+    with a short last message; then a duration that stops the run."""
+    from mrc_nic.workloads import msgfigures as bm
+
+    name, n = default_lab.lab, 40
+    with rdma_write.Connection(name, "h0", "h1", chunk=16 * 1024) as conn:
+        (qpn,), rq_qpn = conn.qpns, conn.remote[0]["qpn"]
+        base = {"dst": "h1", "qpns": conn.qpns, "remote": conn.remote}
+        base |= {"chunk": conn.chunk, "keep_open": True, "msg": 100}
+
+        def write(**fields) -> dict:
+            reply = ctl.call(name, "h0", ops.Write(**(base | fields)))
+            return protocol.encode_reply(reply)
+
+        since = ctl.call(name, ctl.EVENTS_SERVICE, eventops.Ping()).seq
+        one = {"depth": 1, "msgs_in_flight": 1, "timing": True, "imm": True, "verify": True}
+        r = write(size=100 * n, **one)
+        assert r["completed"] and r["verified"], r
+        assert (r["messages"], r["wqes_done"], r["bytes"]) == (n, n, 100 * n)
+        events = bm.read_events(name, since, ["send_done", "recv_imm"])["events"]
+        (timing,) = r["timing"]
+        done = [e for e in events if e["type"] == "send_done" and e["qpn"] == qpn]
+        assert [(e["wqe"] - timing["wqe_base"]) & 0xFFFFFFFF for e in done] == list(range(n))
+        assert [e["wr_id"] for e in done] == list(range(n)) and {e["len"] for e in done} == {100}
+        wall_minus_mono = bm.wall_minus_mono_ns()
+        m = bm.match_latencies(r, events, rq_qpn, wall_minus_mono)
+        assert (m["messages_missing"], len(m["rtt_ns"]), len(m["one_way_ns"])) == (0, n, n)
+        assert all(0 < ow < rtt for ow, rtt in zip(m["one_way_ns"], m["rtt_ns"], strict=True))
+        s = bm.lat_stats(m["rtt_ns"])
+        assert 0 < s["t_min"] <= s["t_typical"] <= s["p99"] <= s["t_max"] < 1e6, s
+        # One at a time: message i + 1 was kicked after message i completed.
+        done_ns = [round(e["time"] * 1e9) - wall_minus_mono for e in done]
+        kicks = timing["kick_ns"]
+        assert all(kicks[i + 1] > done_ns[i] for i in range(n - 1))
+
+        many = write(size=100 * 300 + 37, depth=32, verify=True)
+        assert many["completed"] and many["verified"], many
+        assert (many["messages"], many["bytes"], many["chunks"]) == (301, 30037, 301)
+
+        r = write(size=100 * 10**6, depth=32, duration=0.2, fill=False)
+        assert r["completed"] and r["stopped"] and 0 < r["messages"] < 10**6, r
+        assert r["bytes"] == 100 * r["messages"] and 0.2 <= r["seconds"] < 10
+
+        with pytest.raises(ctl.DaemonError, match="needs 32 slots of 16384 bytes") as e:
+            write(size=10**6, msg=16384, depth=32)
+        assert e.value.errno_name == "EINVAL"
+        with pytest.raises(ctl.DaemonError, match="verify needs fill"):
+            write(size=1000, verify=True, fill=False)
