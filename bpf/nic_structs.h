@@ -483,6 +483,7 @@ struct nic_tx_scratch {
 	__u32 lost_ev; /* a retransmission: the EV that lost it */
 	__u32 second;  /* send on the second EV found (the first lost this PSN) */
 	__u32 n_done;  /* completions in done */
+	__u32 reserved; /* no hidden padding: done is 8-byte aligned */
 	struct nic_send_event done[NIC_MSG_SLOTS];
 };
 

@@ -817,6 +817,7 @@ class NicTxScratch(ctypes.Structure):
         ("lost_ev", ctypes.c_uint32),
         ("second", ctypes.c_uint32),
         ("n_done", ctypes.c_uint32),
+        ("reserved", ctypes.c_uint32),
         ("done", NicSendEvent * 32),
     ]
 

@@ -121,3 +121,27 @@ def test_generated_layouts_keep_the_sizes_the_headers_pin():
         assert ctypes.sizeof(layout) == size, layout.__name__
     assert defs.NicSq.snd_una.offset == 36 and defs.NicSq.acked.offset == 64
     assert defs.NicRq.cum_psn.offset == 28 and defs.NicRq.bitmap.offset == 40
+
+
+def _holes(layout: type[ctypes.Structure]) -> list[str]:
+    """Padding the compiler would add silently: between fields and at the end."""
+    holes, at = [], 0
+    for name, _ in layout._fields_:
+        field = getattr(layout, name)
+        if field.offset != at:
+            holes.append(f"{at}..{field.offset} before {name}")
+        at = field.offset + field.size
+    if at != ctypes.sizeof(layout):
+        holes.append(f"{at}..{ctypes.sizeof(layout)} at the end")
+    return holes
+
+
+@pytest.mark.parametrize(
+    "layout",
+    [v for v in vars(defs).values() if isinstance(v, type) and issubclass(v, ctypes.Structure)],
+    ids=lambda v: v.__name__,
+)
+def test_every_shared_struct_names_its_padding(layout):
+    # The headers' rule: every hole is an explicit reserved field, so that C,
+    # Python and bcc cannot disagree about where a field is.
+    assert _holes(layout) == []
