@@ -64,7 +64,7 @@ from mrc_nic import resources
 from mrc_nic.fabric import faults
 from mrc_nic.kernel import cpustat
 from mrc_nic.lab import topology
-from mrc_nic.workloads import collective, rdma_write
+from mrc_nic.workloads import collective, collective_sockets, rdma_write
 from mrc_nic.workloads.benchkit import (
     add_common_args,
     begin,
@@ -145,7 +145,7 @@ def _run(name, topo, transport, args, size, limit_s, step_events) -> collective.
                 step_events=step_events,
                 cc_profile=args.cc_profile,
             )
-    return collective.socket_ring(
+    return collective_sockets.socket_ring(
         topo, hosts, size, proto=transport, plane=args.plane, limit_s=limit_s,
         step_events=step_events,
     )  # fmt: skip
@@ -414,8 +414,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.healthy_limit = args.healthy_limit or max(60.0, 0.5 * args.size / MIB)
     args.peers = [x for x in args.peers.split(",") if x]
     for x in args.peers:
-        if x not in collective.PROTOS:
-            p.error(f"--peers: {x!r} is not one of {', '.join(collective.PROTOS)}")
+        if x not in collective_sockets.PROTOS:
+            p.error(f"--peers: {x!r} is not one of {', '.join(collective_sockets.PROTOS)}")
     if not 0 < args.fault_at < 1:
         p.error("--fault-at is a fraction of the job's steps, 0 < f < 1")
     return args

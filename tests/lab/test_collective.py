@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from mrc_nic.workloads import collective
+from mrc_nic.workloads import collective, collective_sockets
 
 MIB = 2**20
 
@@ -63,7 +63,7 @@ def test_small_all_reduce_is_byte_exact_on_mrc_and_tcp_and_survives_a_plane_blac
         for e in step.edges:
             assert e["completed"] and e["verified"] is True, e  # compared byte for byte
 
-    tcp = collective.socket_ring(topo, hosts, total, proto="tcp", limit_s=120)
+    tcp = collective_sockets.socket_ring(topo, hosts, total, proto="tcp", limit_s=120)
     _check_complete(tcp, n, total)
 
     # Plane 0 blackholed from step 2 on, until the job ends: mrc-nic sprays over
@@ -87,7 +87,7 @@ def test_small_all_reduce_is_byte_exact_on_mrc_and_tcp_and_survives_a_plane_blac
 
     applied.clear()
     try:
-        tcp = collective.socket_ring(
+        tcp = collective_sockets.socket_ring(
             topo, hosts, total, proto="tcp", limit_s=6, step_events=[(2, 0.0, fail)]
         )
     finally:

@@ -105,7 +105,7 @@ def test_events_fire_at_their_time_or_step_and_the_rest_are_said():
 
         return fn
 
-    ev = collective._Events(
+    ev = collective.EventTimer(
         [(0.05, mark("t0.05"))],
         [(1, 0.02, mark("step1+0.02")), (5, 0.0, mark("step5"))],
     )
