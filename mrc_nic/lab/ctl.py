@@ -57,53 +57,77 @@ def call(lab: str, host: str, request: Request[R], *, timeout: float = 10.0) -> 
     """Send one request to a host's daemon (or the event log, host
     EVENTS_SERVICE) and return its typed reply. Raises DaemonError when the
     daemon is not there or refuses."""
-    path = socket_path(lab, host)
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.settimeout(timeout)
-    try:
+    with Session(lab, host, timeout=timeout) as session:
+        return session.call(request)
+
+
+class Session:
+    """One connection to a service, kept open for many requests.
+
+    The daemon ties what a session creates (an application's memory
+    registrations, CQs and QPs) to its connection and releases it when the
+    connection closes, also when the process dies."""
+
+    def __init__(self, lab: str, host: str, *, timeout: float = 10.0) -> None:
+        self.lab, self.host, self.timeout = lab, host, timeout
+        path = socket_path(lab, host)
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(timeout)
+        self._buf = b""
         try:
-            sock.connect(str(path))
+            self.sock.connect(str(path))
         except (FileNotFoundError, ConnectionRefusedError):
+            self.sock.close()
             raise DaemonError(
                 f"the daemon of {host} in lab {lab!r} is not running ({path} does not "
                 f"answer); `mrc-nic status -l {lab}` shows the daemons, and "
                 f"`mrc-nic down -l {lab}` then `mrc-nic up` restarts the lab"
             ) from None
-        sock.sendall(encode(protocol.encode_request(request)))
-        reply = _read_line(sock, host, request.OP, timeout)
-    finally:
-        sock.close()
-    if not reply.get("ok"):
-        raise DaemonError(
-            f"{host}: {reply.get('message', 'refused')}", errno_name=reply.get("errno")
-        )
-    try:
-        return protocol.decode_reply(type(request).Reply, reply, request.OP)  # type: ignore
-    except RequestError as e:
-        raise DaemonError(
-            f"{host} sent a reply that is not {request.OP}'s: {e}", "EPROTO"
-        ) from None
 
+    def __enter__(self) -> Session:
+        return self
 
-def _read_line(sock: socket.socket, host: str, op, timeout: float) -> dict:
-    buf = b""
-    deadline = time.monotonic() + timeout
-    while b"\n" not in buf:
-        try:
-            chunk = sock.recv(65536)
-        except TimeoutError:
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def call(self, request: Request[R], *, timeout: float | None = None) -> R:
+        """Send a request and return its typed reply (DaemonError when refused)."""
+        self.sock.settimeout(timeout or self.timeout)
+        self.sock.sendall(encode(protocol.encode_request(request)))
+        reply = self._read_line(request.OP, timeout or self.timeout)
+        if not reply.get("ok"):
             raise DaemonError(
-                f"the daemon of {host} did not answer {op!r} in {timeout:g} s"
-            ) from None
-        if not chunk:
-            raise DaemonError(
-                f"the daemon of {host} closed the connection during {op!r} "
-                "(did it die? `mrc-nic status` shows the daemons)"
+                f"{self.host}: {reply.get('message', 'refused')}", errno_name=reply.get("errno")
             )
-        buf += chunk
-        if len(buf) > MAX_LINE or time.monotonic() > deadline:
-            raise DaemonError(f"the daemon of {host} sent a reply too long or too late")
-    return decode(buf.split(b"\n", 1)[0])
+        try:
+            return protocol.decode_reply(type(request).Reply, reply, request.OP)  # type: ignore
+        except RequestError as e:
+            raise DaemonError(
+                f"{self.host} sent a reply that is not {request.OP}'s: {e}", "EPROTO"
+            ) from None
+
+    def _read_line(self, op, timeout: float) -> dict:
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self._buf:
+            try:
+                chunk = self.sock.recv(65536)
+            except TimeoutError:
+                raise DaemonError(
+                    f"the daemon of {self.host} did not answer {op!r} in {timeout:g} s"
+                ) from None
+            if not chunk:
+                raise DaemonError(
+                    f"the daemon of {self.host} closed the connection during {op!r} "
+                    "(did it die? `mrc-nic status` shows the daemons)"
+                )
+            self._buf += chunk
+            if len(self._buf) > MAX_LINE or time.monotonic() > deadline:
+                raise DaemonError(f"the daemon of {self.host} sent a reply too long or too late")
+        line, self._buf = self._buf.split(b"\n", 1)
+        return decode(line)
 
 
 def post_event(lab: str, event: dict, source: str = "cli") -> None:

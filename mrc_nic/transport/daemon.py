@@ -36,7 +36,7 @@ from mrc_nic.kernel import netns
 from mrc_nic.lab import ctl, state
 from mrc_nic.lab.service import Conn, LineService
 from mrc_nic.lab.topology import Topology
-from mrc_nic.transport import evreplace, hostmem, prober, sendjob
+from mrc_nic.transport import appops, appsession, evreplace, hostmem, prober, sendjob
 from mrc_nic.transport import protocol as ops
 from mrc_nic.transport.qp import Qp, QpError, QpState
 
@@ -67,6 +67,7 @@ class Daemon(LineService):
         self.jobs: list[sendjob.Job] = []
         self.prober = prober.Prober(self.topo, self.index, self.maps)
         self.replacer = evreplace.Replacer(topo.lab, host, self.index, self.maps)
+        self.apps = appsession.AppSessions(self)  # applications' sessions (mrc_nic.verbs)
         self._port_bits: int | None = None
         self._links = None  # netlink socket subscribed to this namespace's link changes
 
@@ -81,6 +82,7 @@ class Daemon(LineService):
             self._links.close()
 
     def on_drop(self, conn: Conn) -> None:
+        self.apps.drop(conn)  # an application's connection: everything it created goes
         for job in self.jobs:
             if job.conn is conn:
                 job.conn = None  # the job goes on; nobody waits for its reply
@@ -100,8 +102,11 @@ class Daemon(LineService):
                     for sq in job.qps:
                         self._close_send_qp(sq.qp.qpn)
                 self.reply(job.conn, result)
-        if self.jobs:
+        self.apps.tick(now)
+        apps = self.apps.sending()
+        if self.jobs or apps:
             mine = {sq.qp.qpn: sq for job in self.jobs for sq in job.qps if sq.remote}
+            mine.update(apps)
             states = self.prober.step(now, mine)
             if states is not None:
                 try:
@@ -168,6 +173,7 @@ class Daemon(LineService):
     def op_qp_list(self, req: ops.QpList, conn: Conn) -> ops.QpListReply:
         qps = [dict(sq.qp.as_dict(), role="send") for sq in self.send_qps.values()]
         qps += [dict(rq.qp.as_dict(), role="recv") for rq in self.recv_qps.values()]
+        qps += [self.apps.describe(aq) for aq in self.apps.qps()]
         return ops.QpListReply(host=self.host, qps=sorted(qps, key=lambda q: q["qpn"]))
 
     def op_rq_open(self, req: ops.RqOpen, conn: Conn) -> ops.RqOpenReply:
@@ -350,6 +356,34 @@ class Daemon(LineService):
         except KeyError:
             raise QpError(errno.ENOENT, f"QP {qpn:#x} has no EV {ev}") from None
         return ops.EvSetReply(qpn=qpn, ev=ev, state=state)
+
+    # ---- applications (mrc_nic.verbs): setup only, see transport.appsession ----------
+    def op_app_hello(self, req: appops.Hello, conn: Conn) -> appops.HelloReply:
+        return self.apps.hello(req, conn)
+
+    def op_reg_mr(self, req: appops.RegMr, conn: Conn) -> appops.RegMrReply:
+        return self.apps.reg_mr(req, conn)
+
+    def op_dereg_mr(self, req: appops.DeregMr, conn: Conn) -> appops.Done:
+        return self.apps.dereg_mr(req, conn)
+
+    def op_create_cq(self, req: appops.CreateCq, conn: Conn) -> appops.CreateCqReply:
+        return self.apps.create_cq(req, conn)
+
+    def op_destroy_cq(self, req: appops.DestroyCq, conn: Conn) -> appops.Done:
+        return self.apps.destroy_cq(req, conn)
+
+    def op_create_qp(self, req: appops.CreateQp, conn: Conn) -> appops.CreateQpReply:
+        return self.apps.create_qp(req, conn)
+
+    def op_modify_qp(self, req: appops.ModifyQp, conn: Conn) -> appops.ModifyQpReply:
+        return self.apps.modify_qp(req, conn)
+
+    def op_query_qp(self, req: appops.QueryQp, conn: Conn) -> appops.ModifyQpReply:
+        return self.apps.query_qp(req, conn)
+
+    def op_destroy_qp(self, req: appops.DestroyQp, conn: Conn) -> appops.Done:
+        return self.apps.destroy_qp(req, conn)
 
 
 def _host_index(topo: Topology, name: str) -> int:

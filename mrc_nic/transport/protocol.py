@@ -16,6 +16,7 @@ from pathlib import Path
 from mrc_nic.lab import eventops
 from mrc_nic.lab import protocol as lp
 from mrc_nic.lab.protocol import Reply, Request, arg, op, reply
+from mrc_nic.transport import appops
 from mrc_nic.transport.sendjob import JobOptions
 
 __all__ = [
@@ -177,7 +178,10 @@ class EvSet(Request[EvSetReply]):
     state: str = arg("DENIED or GOOD")
 
 
-OPS = lp.Ops("daemon", [Ping, QpList, SqOpen, RqOpen, Write, RqClose, SqClose, Cancel, EvSet])
+OPS = lp.Ops(
+    "daemon",
+    [Ping, QpList, SqOpen, RqOpen, Write, RqClose, SqClose, Cancel, EvSet, *appops.APP_OPS],
+)
 
 # ---- docs/daemon.md -------------------------------------------------------------------------
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "daemon.md"

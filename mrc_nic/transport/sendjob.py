@@ -50,13 +50,11 @@ from typing import Any
 from mrc_nic import nic
 from mrc_nic.lab.protocol import arg
 from mrc_nic.lab.topology import Topology
-from mrc_nic.transport import hostmem, nscc, transfer
-from mrc_nic.transport.qp import Qp, QpError, QpState, Retry
+from mrc_nic.transport import hostmem, nscc, supervisor, transfer
+from mrc_nic.transport.qp import QpError, QpState, Retry
 
 DEFAULT_TIMEOUT = 12  # 1.024 us * 2^12 = 4.2 ms: above this lab's worst queueing delay
 DEFAULT_MPR = 8
-TOPUP_KICK_S = 0.001  # at most one top-up kick a tick
-REORDER_KICKS = 2  # reorder timer kicks per stall of the ACK clock (SendJob._reorder_timer)
 # The head scan's reorder window (mrc-nic extension; docs/nic-program.md, "Loss detection"):
 # a packet still unacknowledged when one sent this much later has been
 # acknowledged is lost (or, at the head scan, when the QP's largest recent
@@ -258,11 +256,10 @@ class Pieces:
         return -(-len(self) // self.per_msg) if n >= len(self) else n // self.per_msg
 
 
-@dataclasses.dataclass
-class SendQp:
+@dataclasses.dataclass(kw_only=True)
+class SendQp(supervisor.Supervised):
     """A send QP of this host: its QP record and resources, and its part of a transfer."""
 
-    qp: Qp
     ring: int
     region: int
     span: hostmem.Span
@@ -281,21 +278,7 @@ class SendQp:
     done_bytes: int = 0
     kick_ns: list[int] = dataclasses.field(default_factory=list)  # timing: per WRITE
     in_buffer: dict[int, bytes] = dataclasses.field(default_factory=dict)
-    last_una: int | None = None
-    last_progress: float = 0.0
-    last_kick: float = 0.0
-    attempt: int = 0
-    timeouts: int = 0
-    # the reorder timer (_reorder_timer): SACKs and NACKs at the last tick, the
-    # RTT (cc.rtt_sum_ns, cc.rtt_samples) then and over the last tick with samples
-    last_acks: int = 0
-    last_rtt: tuple[int, int] = (0, 0)
-    rtt_ns: int = 0
-    reorder_left: int = 0  # reorder kicks left in this stall
-    last_reorder_kick: float = 0.0
-    reorder_kicks: int = 0
     error: str | None = None
-    cc: nscc.QpCc | None = None  # NSCC (None: the fixed window of JobOptions.cwnd)
     ev_min_active: int = 0  # the EV profile's floor of active EVs (evreplace)
     seg: int = nic.MR_ELEM_SIZE  # payload of a full packet on this lab (nic.seg_size)
     # Packets sent per plane on EVs replaced since (evreplace): their counters went with them.
@@ -535,92 +518,10 @@ class Job:
             self._kick(sq, self._fill(sq, now), max(1, s.window_free), now)
         if sq.done:
             return
-        if sq.cc is not None:  # NSCC: the window from this tick's signals, set in BPF
-            live = s.in_flight - len(s.acked)
-            change = sq.cc.step(s.cc, s.stats["acked_pkts"], live, now)
-            if change is not None:
-                cwnd, rtt_target = change
-                grew = cwnd - s.cwnd if s.cwnd else 0
-                self.maps.cwnd_kick(sq.qp.qpn, cwnd, rtt_target_ns=rtt_target, packets=max(1, grew))
-                if grew > 0:
-                    sq.last_kick = now
-        self._top_up(sq, s, now)
-        self._reorder_timer(sq, s, now)
-        if s.snd_una != sq.last_una:
-            sq.last_una, sq.last_progress, sq.attempt = s.snd_una, now, 0
-            return
-        if s.in_flight == 0:
-            return
-        wait = sq.qp.attrs.retry.delay(sq.attempt, sq.qp.attrs.timeout_s)
-        if wait is None:
-            self._fail(
-                sq,
-                f"retry budget spent: no acknowledgement for PSN {s.snd_una} after "
-                f"{sq.timeouts} timeouts (timeout {sq.qp.attrs.timeout_s * 1e3:.3g} ms, "
-                f"retry.linear_cnt {sq.qp.attrs.retry.linear_cnt}, "
-                f"retry.exp_cnt {sq.qp.attrs.retry.exp_cnt})",
-            )
-            return
-        if now - sq.last_progress > wait:
-            # Only PSNs older than the timeout are lost: the others may be on their way.
-            self.maps.timeout_kick(
-                sq.qp.qpn,
-                max(1, min(s.in_flight, 256)),
-                age_ns=int(sq.qp.attrs.timeout_s * 1e9),
-            )
-            sq.timeouts += 1
-            sq.attempt += 1
-            sq.last_progress = sq.last_kick = now
-
-    def _reorder_timer(self, sq: SendQp, s: nic.SqSnapshot, now: float) -> None:
-        """RACK's reorder timer (RFC 8985, 6.2), run at the tick. The head
-        scan runs on SACKs; when a path dies under a window of fewer packets
-        than a reorder window's worth, its undetected losses soon are all
-        that is in the network, no SACK comes to run the scan, and only the
-        timeout would be left. So a tick that saw no SACK or NACK while
-        packets are out applies the scan's rule itself: a timeout kick for
-        the PSNs last sent a reorder window ago or more, or twice the RTT, or
-        the largest recent RTT (the head scan's, docs/nic-program.md) plus the RTT,
-        whichever is longest: queues, and a path slower than the others must
-        not be condemned for it. Not a timeout: it spends no retry budget. At
-        most REORDER_KICKS per stall, a reorder window apart (the first may
-        come before the oldest packets are old enough), as RACK arms its
-        timer only on SACKs: when nothing at all comes back (the peer is
-        unreachable), the timeout's backoff rules."""
-        acks = s.stats["sacks"] + s.stats["nacks"]
-        rtt = s.cc["rtt_sum_ns"], s.cc["rtt_samples"]
-        if rtt[1] > sq.last_rtt[1]:
-            sq.rtt_ns = (rtt[0] - sq.last_rtt[0]) // (rtt[1] - sq.last_rtt[1])
-        sq.last_rtt = rtt
-        if acks != sq.last_acks:
-            sq.last_acks, sq.reorder_left = acks, REORDER_KICKS
-            return
-        outstanding = s.in_network
-        if not (s.reo_wnd_ns and sq.reorder_left and outstanding > 0):
-            return
-        age_ns = max(s.reo_wnd_ns, 2 * sq.rtt_ns, s.rtt_recent_ns + sq.rtt_ns)
-        if now - sq.last_reorder_kick < age_ns / 1e9:
-            return
-        self.maps.timeout_kick(
-            sq.qp.qpn, outstanding, max_psns=min(outstanding, nic.TIMEOUT_MAX), age_ns=age_ns
-        )
-        sq.reorder_left -= 1
-        sq.last_reorder_kick = sq.last_kick = now
-        sq.reorder_kicks += 1
-
-    def _top_up(self, sq: SendQp, s: nic.SqSnapshot, now: float) -> None:
-        """Restart a starving ACK clock. Each SACK clocks out one packet (XDP
-        turns one frame into one frame), so every packet or SACK lost, and
-        every retransmission, takes a packet out of the window for good.
-        When fewer than half a window are left in the network and there is
-        something to send, a kick sends the rest."""
-        live = s.in_network
-        target = min(s.cwnd, s.window) if s.cwnd else s.window
-        work = s.retx_queue or (s.wqe_sent - sq.wqe_base) & 0xFFFFFFFF < sq.posted
-        # max(1, ...): a window of 1 (NSCC at its floor) must restart too
-        if live < max(1, target // 2) and work and now - sq.last_kick >= TOPUP_KICK_S:
-            self.maps.kick(sq.qp.qpn, target - max(0, live), batch_size=256)
-            sq.last_kick = now
+        work = (s.wqe_sent - sq.wqe_base) & 0xFFFFFFFF < sq.posted
+        reason = supervisor.step(self.maps, sq, s, now, work)
+        if reason is not None:
+            self._fail(sq, reason)
 
     def _verify(self, sq: SendQp, k: int) -> None:
         _, length = sq.pieces[k]

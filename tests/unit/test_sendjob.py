@@ -1,5 +1,6 @@
-"""sendjob's decisions that need no lab: when a stalled ACK clock is restarted, and
-when the reorder timer declares what is left in the network lost."""
+"""Send QP supervision without a lab (transport.supervisor, as sendjob runs it): when a
+stalled ACK clock is restarted, and when the reorder timer declares what is left in
+the network lost; and sendjob's source data."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import types
 import pytest
 
 from mrc_nic import nic
-from mrc_nic.transport import sendjob
+from mrc_nic.transport import sendjob, supervisor
 
 
 class KickRecorder:
@@ -32,9 +33,14 @@ def fake_sq(**fields) -> types.SimpleNamespace:
 
 
 def snapshot(**kw):
-    """The nic.SqSnapshot fields _top_up reads: an idle QP by default."""
+    """The nic.SqSnapshot fields the top-up reads: an idle QP by default."""
     base = dict(in_flight=0, acked=[], retx_pending=[], cwnd=1, window=1024, retx_queue=0)
     return fake_sq(**(base | {"wqe_sent": 0} | kw))
+
+
+def top_up(maps, sq, snap, now: float) -> None:
+    """The top-up as a transfer runs it: work is a WRITE posted and not sent."""
+    supervisor.top_up(maps, sq, snap, now, work=(snap.wqe_sent - sq.wqe_base) < sq.posted)
 
 
 def job_and_qp() -> tuple[sendjob.Job, KickRecorder, types.SimpleNamespace]:
@@ -52,16 +58,16 @@ def test_a_qp_with_nothing_in_flight_and_work_posted_is_kicked_whatever_its_wind
     """An ACK clock that stopped (nothing in flight, work posted) restarts,
     also at NSCC's floor of one packet, where half a window rounds to 0."""
     job, maps, sq = job_and_qp()
-    job._top_up(sq, snapshot(cwnd=cwnd), now=1.0)
+    top_up(maps, sq, snapshot(cwnd=cwnd), now=1.0)
     assert maps.kicks == [(0x105, cwnd)]
     assert sq.last_kick == 1.0
 
 
 def test_a_full_window_or_no_work_is_not_kicked():
     job, maps, sq = job_and_qp()
-    job._top_up(sq, snapshot(cwnd=4, in_flight=3), now=1.0)  # 3 of 4 live: the clock runs
+    top_up(maps, sq, snapshot(cwnd=4, in_flight=3), now=1.0)  # 3 of 4 live: the clock runs
     sq.posted = 0
-    job._top_up(sq, snapshot(cwnd=4), now=1.0)  # nothing to send
+    top_up(maps, sq, snapshot(cwnd=4), now=1.0)  # nothing to send
     assert maps.kicks == []
 
 
@@ -89,7 +95,7 @@ REO_WND_NS = 1_000_000
 def acks_state(
     sacks: int, *, out: int = 20, rtt: tuple[int, int] = (0, 0), reo=REO_WND_NS, recent=0
 ):
-    """The fields _reorder_timer reads: `out` PSNs in the network, none acked."""
+    """The fields the reorder timer reads: `out` PSNs in the network, none acked."""
     return fake_sq(
         stats={"sacks": sacks, "nacks": 0},
         cc={"rtt_sum_ns": rtt[0], "rtt_samples": rtt[1]},
@@ -107,38 +113,42 @@ def test_reorder_timer_declares_what_is_left_lost_when_the_ack_clock_stops():
     later; then the timeout alone (the peer may be gone), until SACKs again."""
     job, maps, sq = job_and_qp()
     for tick, sacks in enumerate((5, 9, 14)):
-        job._reorder_timer(sq, acks_state(sacks), now=1.0 + tick * 1e-3)
+        supervisor.reorder_timer(maps, sq, acks_state(sacks), now=1.0 + tick * 1e-3)
     assert maps.timeout_kicks == []
-    job._reorder_timer(sq, acks_state(14), now=1.003)  # the clock stopped
+    supervisor.reorder_timer(maps, sq, acks_state(14), now=1.003)  # the clock stopped
     assert maps.timeout_kicks == [dict(qpn=0x105, packets=20, max_psns=20, age_ns=REO_WND_NS)]
-    job._reorder_timer(sq, acks_state(14), now=1.0035)  # within a reorder window of it
+    supervisor.reorder_timer(maps, sq, acks_state(14), now=1.0035)  # within a reorder window of it
     assert len(maps.timeout_kicks) == 1
     for now in (1.004, 1.005, 1.006, 1.5):
-        job._reorder_timer(sq, acks_state(14), now=now)
+        supervisor.reorder_timer(maps, sq, acks_state(14), now=now)
     assert len(maps.timeout_kicks) == 2, "at most two per stall"
     assert sq.reorder_kicks == 2 and sq.timeouts == 0 and sq.attempt == 0
-    job._reorder_timer(sq, acks_state(15), now=1.6)  # a SACK: armed again
-    job._reorder_timer(sq, acks_state(15), now=1.601)
+    supervisor.reorder_timer(maps, sq, acks_state(15), now=1.6)  # a SACK: armed again
+    supervisor.reorder_timer(maps, sq, acks_state(15), now=1.601)
     assert len(maps.timeout_kicks) == 3
 
 
 def test_reorder_timer_waits_for_queues_and_stays_off_without_a_window():
     job, maps, sq = job_and_qp()
     # SACKs took 800 us each over the last tick: packets wait twice that.
-    job._reorder_timer(sq, acks_state(5, rtt=(1_000_000, 10)), now=1.0)
-    job._reorder_timer(sq, acks_state(9, rtt=(5_000_000, 15)), now=1.001)
-    job._reorder_timer(sq, acks_state(9, rtt=(5_000_000, 15)), now=1.002)
+    supervisor.reorder_timer(maps, sq, acks_state(5, rtt=(1_000_000, 10)), now=1.0)
+    supervisor.reorder_timer(maps, sq, acks_state(9, rtt=(5_000_000, 15)), now=1.001)
+    supervisor.reorder_timer(maps, sq, acks_state(9, rtt=(5_000_000, 15)), now=1.002)
     assert [k["age_ns"] for k in maps.timeout_kicks] == [1_600_000]
     # A recent round trip of 3 ms (a slower path's queue): its packets may be
     # out that long plus a round trip before they are late.
     job, maps, sq = job_and_qp()
-    job._reorder_timer(sq, acks_state(5, rtt=(1_000_000, 10)), now=1.0)
-    job._reorder_timer(sq, acks_state(9, rtt=(5_000_000, 15), recent=3_000_000), now=1.001)
-    job._reorder_timer(sq, acks_state(9, rtt=(5_000_000, 15), recent=3_000_000), now=1.002)
+    supervisor.reorder_timer(maps, sq, acks_state(5, rtt=(1_000_000, 10)), now=1.0)
+    supervisor.reorder_timer(
+        maps, sq, acks_state(9, rtt=(5_000_000, 15), recent=3_000_000), now=1.001
+    )
+    supervisor.reorder_timer(
+        maps, sq, acks_state(9, rtt=(5_000_000, 15), recent=3_000_000), now=1.002
+    )
     assert [k["age_ns"] for k in maps.timeout_kicks] == [3_800_000]
     job, maps, sq = job_and_qp()
     for now, sacks in ((1.0, 5), (1.001, 5), (1.01, 5)):
-        job._reorder_timer(sq, acks_state(sacks, reo=0), now=now)
-    job._reorder_timer(sq, acks_state(6, out=0), now=1.02)
-    job._reorder_timer(sq, acks_state(6, out=0), now=1.03)  # nothing in the network
+        supervisor.reorder_timer(maps, sq, acks_state(sacks, reo=0), now=now)
+    supervisor.reorder_timer(maps, sq, acks_state(6, out=0), now=1.02)
+    supervisor.reorder_timer(maps, sq, acks_state(6, out=0), now=1.03)  # nothing in the network
     assert maps.timeout_kicks == []

@@ -1,0 +1,137 @@
+"""The daemon operations behind the verbs API (mrc_nic.verbs): setup only.
+
+An application keeps one connection to its host's daemon (ctl.Session) and
+creates memory registrations, CQs and QPs through it; everything a session
+creates is released when its connection closes, also when the process dies.
+Posting and completions never come here: the application writes WQEs into
+the NIC's mapped work queue and reads completions from its CQ's ring
+buffer. Names follow the OCP API (mrc.h) and verbs (ibv_*).
+"""
+
+from __future__ import annotations
+
+from mrc_nic.lab.protocol import Reply, Request, arg, op, reply
+
+
+@reply
+class HelloReply(Reply):
+    host: str = arg("the daemon's host")
+    index: int = arg("the host's index in the lab (the host part of its QPNs)")
+    planes: int = arg("the lab's planes: one port each")
+    seg_size: int = arg("payload bytes of a full data packet on this lab")
+    mr_align: int = arg("SGE and remote addresses are multiples of it (the NIC's memory element)")
+    max_mr_bytes: int = arg("the most bytes one registration can have now")
+    sq_depth: int = arg("WQEs the NIC holds per send queue")
+    max_mpr: int = arg("the largest MPR, in 128-PSN units (OCP mpr_attr.max_mpr)")
+    max_wimm: int = arg("WRITE_WITH_IMMs in flight per QP, at most (OCP wimm_attr.max_wimm)")
+    cq_ring_bytes: int = arg("the size of a CQ's ring buffer")
+    host_addrs: list[str] = arg("the host's address on each plane: its GIDs")
+
+
+@op("app_hello")
+class Hello(Request[HelloReply]):
+    """An application opens its session: what this NIC offers (mrc_query_device)."""
+
+    pid: int = arg("the application's process id (shown by qp list)")
+
+
+@reply
+class RegMrReply(Reply):
+    region: int = arg("the NIC's region id (the MR's lkey)")
+    rkey: int = arg("the remote key a peer names in its WRITEs")
+    addr: int = arg("the MR's first byte in the NIC's address space (RETH.va)")
+    first_elem: int = arg("where its bytes start in the NIC memory map nic_mr, in elements")
+    length: int = arg("bytes registered: the request rounded up to whole elements")
+
+
+@op("reg_mr")
+class RegMr(Request[RegMrReply]):
+    """Register NIC memory for this session (ibv_reg_mr): zeroed, mapped by the caller."""
+
+    length: int = arg("bytes, at least 1")
+    access: int = arg("ibv_access_flags (LOCAL_WRITE 1, REMOTE_WRITE 2)")
+
+
+@reply
+class Done(Reply):
+    pass
+
+
+@op("dereg_mr")
+class DeregMr(Request[Done]):
+    """Deregister an MR of this session (EBUSY while a QP of it can still write there)."""
+
+    region: int = arg("reg_mr's region")
+
+
+@reply
+class CreateCqReply(Reply):
+    cq: int = arg("the CQ's index in nic_cq_rings: the caller puts its ring buffer there")
+
+
+@op("create_cq")
+class CreateCq(Request[CreateCqReply]):
+    """A completion queue for this session (mrc_create_cq)."""
+
+    cqe: int = arg("completions it must hold at least")
+
+
+@op("destroy_cq")
+class DestroyCq(Request[Done]):
+    """Destroy a CQ of this session (EBUSY while a QP uses it)."""
+
+    cq: int = arg("create_cq's cq")
+
+
+@reply
+class CreateQpReply(Reply):
+    qpn: int = arg("the QP number")
+    sq_depth: int = arg("WQEs the NIC holds for it; the library queues the rest")
+    ring: int = arg("its send queue's index in the NIC's mapped work queues (nic_wq)")
+
+
+@op("create_qp")
+class CreateQp(Request[CreateQpReply]):
+    """A QP in RESET (mrc_create_qp)."""
+
+    send_cq: int = arg("the CQ of its send completions")
+    recv_cq: int = arg("the CQ of its receive completions (WRITE_WITH_IMM)")
+    max_send_wr: int = arg("send work requests outstanding, at most")
+    max_recv_wr: int = arg("receive work requests outstanding, at most")
+    max_send_sge: int = arg("SGEs per send work request")
+    max_recv_sge: int = arg("SGEs per receive work request")
+
+
+@reply
+class ModifyQpReply(Reply):
+    qp: dict = arg("the QP as query_qp shows it")
+
+
+@op("modify_qp")
+class ModifyQp(Request[ModifyQpReply]):
+    """One transition with its attributes (mrc_modify_qp); a refused call changes nothing."""
+
+    qpn: int = arg("a QP of this session")
+    state: str = arg("INIT, RTR, RTS or ERR")
+    attrs: dict = arg(
+        "what the transition sets: dest_qp_num, dest_gid, rq_psn, sq_psn, path_mtu, "
+        "qp_access_flags, timeout, retry_linear_cnt, retry_exp_cnt, mpr, mpr_dest, "
+        "max_wimm, max_wimm_dest, ev_profile_id, cc_profile_id"
+    )
+
+
+@op("query_qp")
+class QueryQp(Request[ModifyQpReply]):
+    """A QP's state and attributes (mrc_query_qp)."""
+
+    qpn: int = arg("a QP of this host")
+
+
+@op("destroy_qp")
+class DestroyQp(Request[Done]):
+    """Destroy a QP of this session (mrc_destroy_qp)."""
+
+    qpn: int = arg("a QP of this session")
+
+
+APP_OPS = [Hello, RegMr, DeregMr, CreateCq, DestroyCq, CreateQp, ModifyQp, QueryQp, DestroyQp]

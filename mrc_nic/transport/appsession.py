@@ -1,0 +1,438 @@
+"""Applications' sessions with the host daemon: what each owns, and its cleanup.
+
+The verbs API (mrc_nic.verbs) sets up through a session (transport.appops)
+and then posts and polls without the daemon. The daemon keeps the control
+plane: it hands out QP numbers, NIC memory, region ids and CQ slots, puts a
+QP's receive and send state in the NIC maps at RTR and RTS, and supervises
+every send QP in RTS (transport.supervisor: NSCC, top-up, reorder timer,
+timeouts and the retry budget), with probes and EV replacement as for its
+own transfers. A session's connection closing (the process ended, however)
+releases everything it created; other sessions are untouched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import errno
+import ipaddress
+import secrets
+from typing import Any
+
+from mrc_nic import nic
+from mrc_nic.lab import ctl
+from mrc_nic.lab.service import Conn
+from mrc_nic.transport import appops, hostmem, nscc, sendjob, supervisor, transfer
+from mrc_nic.transport.qp import Qp, QpError, QpState, Retry
+
+ACCESS_LOCAL_WRITE, ACCESS_REMOTE_WRITE = 1, 2
+ACCESS_KNOWN = ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE
+MAX_WR = 4096  # work requests outstanding per queue: the NIC's SQ_DEPTH, the rest in the library
+MAX_SGE = 16
+# A region's address space: region r's bytes start at r << 40, so an address
+# names its region and a stale one misses (RETH.va).
+REGION_VA_SHIFT = 40
+PATH_MTUS = (256, 512, 1024, 2048, 4096)
+
+
+def _einval(message: str) -> QpError:
+    return QpError(errno.EINVAL, message)
+
+
+@dataclasses.dataclass
+class AppMr:
+    region: int
+    rkey: int
+    addr: int
+    length: int
+    access: int
+    span: hostmem.Span
+    pool: hostmem.ElemAllocator
+
+
+@dataclasses.dataclass(kw_only=True)
+class AppQp(supervisor.Supervised):
+    """A QP an application owns (send and receive side)."""
+
+    session: AppSession
+    ring: int
+    send_cq: int
+    recv_cq: int
+    caps: dict[str, int]
+    access: int = 0
+    evs: dict[int, int] = dataclasses.field(default_factory=dict)
+    ev_min_active: int = 0
+    retired_tx_pkts: dict[int, int] = dataclasses.field(default_factory=dict)
+    remote: dict = dataclasses.field(default_factory=dict)  # the prober's: {"qpn": ...}
+    rq_set: bool = False
+    sq_set: bool = False
+
+
+@dataclasses.dataclass
+class AppSession:
+    conn: Conn
+    pid: int = 0
+    mrs: dict[int, AppMr] = dataclasses.field(default_factory=dict)
+    cqs: set[int] = dataclasses.field(default_factory=set)
+    qps: dict[int, AppQp] = dataclasses.field(default_factory=dict)
+
+
+class AppSessions:
+    """Every application session of one host daemon."""
+
+    def __init__(self, daemon: Any) -> None:
+        self.daemon = daemon
+        self.maps: nic.NicMaps = daemon.maps
+        self.res: hostmem.HostResources = daemon.res
+        self.topo, self.index, self.host = daemon.topo, daemon.index, daemon.host
+        self.sessions: dict[int, AppSession] = {}
+        hosts = self.topo.hosts
+        per_host = max(1, self.maps.max_cqs // hosts)
+        self.cq_slots = hostmem.IdPool(self.index * per_host, per_host, "completion queue")
+
+    # ---- sessions ------------------------------------------------------------------
+    def session(self, conn: Conn, *, create: bool = False) -> AppSession:
+        found = self.sessions.get(id(conn))
+        if found is None:
+            if not create:
+                raise QpError(errno.EPERM, "open a session first (app_hello): verbs.Context does")
+            found = self.sessions[id(conn)] = AppSession(conn)
+        return found
+
+    def hello(self, req: appops.Hello, conn: Conn) -> appops.HelloReply:
+        self.session(conn, create=True).pid = req.pid
+        topo = self.topo
+        return appops.HelloReply(
+            host=self.host,
+            index=self.index,
+            planes=topo.planes,
+            seg_size=nic.seg_size(topo.mtu),
+            mr_align=nic.MR_ELEM_SIZE,
+            max_mr_bytes=max(self.res.recv_mem.free_elems, self.res.send_mem.free_elems)
+            * nic.MR_ELEM_SIZE,
+            sq_depth=nic.SQ_DEPTH,
+            max_mpr=nic.MPR_MAX,
+            max_wimm=nic.SQ_DEPTH,
+            cq_ring_bytes=self.maps.cq_ring_bytes,
+            host_addrs=[str(topo.host_address(self.index, p)) for p in range(topo.planes)],
+        )
+
+    def drop(self, conn: Conn) -> None:
+        """The session's connection closed: release all it created, QPs first."""
+        session = self.sessions.pop(id(conn), None)
+        if session is None:
+            return
+        for qpn in list(session.qps):
+            self._destroy_qp(session, qpn)
+        for cq in list(session.cqs):
+            self._destroy_cq(session, cq)
+        for region in list(session.mrs):
+            self._dereg(session, region)
+
+    def qps(self) -> list[AppQp]:
+        return [aq for s in self.sessions.values() for aq in s.qps.values()]
+
+    # ---- memory ----------------------------------------------------------------------
+    def reg_mr(self, req: appops.RegMr, conn: Conn) -> appops.RegMrReply:
+        session = self.session(conn)
+        if not isinstance(req.length, int) or req.length < 1:
+            raise _einval(f"length must be at least 1 byte, not {req.length}")
+        if req.access & ~ACCESS_KNOWN:
+            raise _einval(
+                f"access {req.access:#x} has flags this NIC does not know: use "
+                "LOCAL_WRITE (1) and REMOTE_WRITE (2)"
+            )
+        n_elems = -(-req.length // nic.MR_ELEM_SIZE)
+        pool = max((self.res.recv_mem, self.res.send_mem), key=lambda p: p.free_elems)
+        span = pool.alloc(n_elems, f"a memory registration of {req.length} bytes")
+        try:
+            region = self.res.regions.take()
+        except BaseException:
+            pool.release(span)
+            raise
+        bits = max(1, (self.maps.max_regions - 1).bit_length())
+        rkey = (secrets.randbits(32 - bits) << bits | region) & 0xFFFFFFFF
+        addr = region << REGION_VA_SHIFT
+        self.maps.zero_region_elems(span.first_elem, span.n_elems)
+        mr = AppMr(region, rkey, addr, n_elems * nic.MR_ELEM_SIZE, req.access, span, pool)
+        self.maps.set_region(
+            region, first_elem=span.first_elem, n_elems=span.n_elems, rkey=rkey, base_va=addr
+        )
+        session.mrs[region] = mr
+        return appops.RegMrReply(
+            region=region, rkey=rkey, addr=addr, first_elem=span.first_elem, length=mr.length
+        )
+
+    def dereg_mr(self, req: appops.DeregMr, conn: Conn) -> appops.Done:
+        session = self.session(conn)
+        if req.region not in session.mrs:
+            raise QpError(errno.ENOENT, f"no MR with region {req.region} in this session")
+        self._dereg(session, req.region)
+        return appops.Done()
+
+    def _dereg(self, session: AppSession, region: int) -> None:
+        mr = session.mrs.pop(region)
+        self.maps.clear_region(region)  # a WRITE to it from now on: remote access error
+        self.res.regions.give(region)
+        mr.pool.release(mr.span)
+
+    # ---- completion queues -------------------------------------------------------------
+    def create_cq(self, req: appops.CreateCq, conn: Conn) -> appops.CreateCqReply:
+        session = self.session(conn)
+        most = self.maps.cq_ring_bytes // nic.CQ_RECORD_BYTES
+        if not isinstance(req.cqe, int) or not 1 <= req.cqe <= most:
+            raise _einval(f"cqe must be 1..{most} (a CQ ring holds {most} completions)")
+        cq = self.cq_slots.take()
+        session.cqs.add(cq)
+        return appops.CreateCqReply(cq=cq)
+
+    def destroy_cq(self, req: appops.DestroyCq, conn: Conn) -> appops.Done:
+        session = self.session(conn)
+        if req.cq not in session.cqs:
+            raise QpError(errno.ENOENT, f"no CQ {req.cq} in this session")
+        users = [f"{q:#x}" for q, aq in session.qps.items() if req.cq in (aq.send_cq, aq.recv_cq)]
+        if users:
+            raise QpError(
+                errno.EBUSY, f"CQ {req.cq} is used by QP {', '.join(users)}: destroy it first"
+            )
+        self._destroy_cq(session, req.cq)
+        return appops.Done()
+
+    def _destroy_cq(self, session: AppSession, cq: int) -> None:
+        session.cqs.discard(cq)
+        with contextlib.suppress(OSError):
+            self.maps.clear_cq_ring(cq)
+        self.cq_slots.give(cq)
+
+    # ---- queue pairs -----------------------------------------------------------------------
+    def create_qp(self, req: appops.CreateQp, conn: Conn) -> appops.CreateQpReply:
+        session = self.session(conn)
+        for name in ("send_cq", "recv_cq"):
+            if getattr(req, name) not in session.cqs:
+                raise QpError(
+                    errno.ENOENT, f"{name} {getattr(req, name)} is not a CQ of this session"
+                )
+        limits = {
+            "max_send_wr": (1, MAX_WR),
+            "max_recv_wr": (0, MAX_WR),
+            "max_send_sge": (1, MAX_SGE),
+            "max_recv_sge": (0, MAX_SGE),
+        }
+        for name, (lo, hi) in limits.items():
+            value = getattr(req, name)
+            if not isinstance(value, int) or not lo <= value <= hi:
+                raise _einval(f"cap.{name} must be {lo}..{hi}, not {value!r}")
+        qpn = self.res.new_qpn()
+        try:
+            ring = self.res.rings.take()
+        except BaseException:
+            self.res.free_qpn(qpn)
+            raise
+        aq = AppQp(
+            qp=Qp(qpn, self.index),
+            session=session,
+            ring=ring,
+            send_cq=req.send_cq,
+            recv_cq=req.recv_cq,
+            caps={name: getattr(req, name) for name in limits},
+        )
+        session.qps[qpn] = aq
+        return appops.CreateQpReply(qpn=qpn, sq_depth=nic.SQ_DEPTH, ring=ring)
+
+    def query_qp(self, req: appops.QueryQp, conn: Conn) -> appops.ModifyQpReply:
+        aq = next((aq for aq in self.qps() if aq.qp.qpn == req.qpn), None)
+        if aq is None:
+            raise QpError(errno.ENOENT, f"no application QP {req.qpn:#x} on {self.host}")
+        return appops.ModifyQpReply(qp=self.describe(aq))
+
+    def describe(self, aq: AppQp) -> dict:
+        return {
+            **aq.qp.as_dict(),
+            "role": "app",
+            "pid": aq.session.pid,
+            "send_cq": aq.send_cq,
+            "recv_cq": aq.recv_cq,
+            "cap": dict(aq.caps),
+            "access": aq.access,
+        }
+
+    def destroy_qp(self, req: appops.DestroyQp, conn: Conn) -> appops.Done:
+        session = self.session(conn)
+        if req.qpn not in session.qps:
+            raise QpError(errno.ENOENT, f"no QP {req.qpn:#x} in this session")
+        self._destroy_qp(session, req.qpn)
+        return appops.Done()
+
+    def _destroy_qp(self, session: AppSession, qpn: int) -> None:
+        aq = session.qps.pop(qpn)
+        self.daemon.replacer.forget(aq)
+        with contextlib.suppress(KeyError):
+            self.maps.delete_sq(qpn)
+        with contextlib.suppress(KeyError):
+            self.maps.delete_rq(qpn)
+        self.res.rings.give(aq.ring)
+        self.res.free_qpn(qpn)
+
+    # ---- modify_qp --------------------------------------------------------------------------
+    def modify_qp(self, req: appops.ModifyQp, conn: Conn) -> appops.ModifyQpReply:
+        session = self.session(conn)
+        aq = session.qps.get(req.qpn)
+        if aq is None:
+            raise QpError(errno.ENOENT, f"no QP {req.qpn:#x} in this session")
+        try:
+            target = QpState[req.state]
+        except KeyError:
+            raise _einval(f"state must be INIT, RTR, RTS or ERR, not {req.state!r}") from None
+        attrs = dict(req.attrs)
+        step = {
+            QpState.INIT: self._to_init,
+            QpState.RTR: self._to_rtr,
+            QpState.RTS: self._to_rts,
+            QpState.ERR: self._to_err,
+        }.get(target)
+        if step is None:
+            raise _einval(f"modify_qp to {target.name} is not supported: destroy the QP instead")
+        step(aq, attrs)
+        if attrs:
+            raise _einval(
+                f"{target.name} does not take {', '.join(sorted(attrs))} "
+                "(see docs/api.md, 'QP attributes per transition')"
+            )
+        return appops.ModifyQpReply(qp=self.describe(aq))
+
+    def _to_init(self, aq: AppQp, attrs: dict) -> None:
+        access = attrs.pop("qp_access_flags", ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE)
+        if not isinstance(access, int) or access & ~ACCESS_KNOWN:
+            raise _einval(
+                f"qp_access_flags must be a mask of LOCAL_WRITE/REMOTE_WRITE, not {access!r}"
+            )
+        aq.qp.modify(
+            QpState.INIT,
+            ev_profile_id=attrs.pop("ev_profile_id", 0),
+            cc_profile_id=attrs.pop("cc_profile_id", nscc.DEFAULT_NSCC),
+        )
+        aq.access = access
+
+    def _dest_host(self, gid: Any) -> int:
+        """A peer host from its GID: an address of it on any plane, or its name."""
+        if isinstance(gid, str) and gid in self.topo.nodes and self.topo.nodes[gid].kind == "host":
+            return self.topo.nodes[gid].index
+        try:
+            addr = ipaddress.ip_address(gid)
+        except (TypeError, ValueError):
+            raise _einval(f"dest_gid must be a host's address or name, not {gid!r}") from None
+        for name in self.topo.host_names():
+            index = self.topo.nodes[name].index
+            if any(self.topo.host_address(index, p) == addr for p in range(self.topo.planes)):
+                return self.topo.nodes[name].index
+        raise _einval(f"dest_gid {gid} is no host's address in lab {self.topo.lab!r}")
+
+    def _to_rtr(self, aq: AppQp, attrs: dict) -> None:
+        for name in ("dest_qp_num", "dest_gid"):
+            if name not in attrs:
+                raise _einval(f"RTR needs {name} (the peer's QP number and its GID)")
+        dest_host = self._dest_host(attrs.pop("dest_gid"))
+        dest_qpn = attrs.pop("dest_qp_num")
+        mtu = attrs.pop("path_mtu", 4096)
+        if mtu not in PATH_MTUS:
+            raise _einval(f"path_mtu must be one of {PATH_MTUS}, not {mtu!r}")
+        mpr = attrs.pop("mpr_dest", sendjob.DEFAULT_MPR)
+        rq_psn = attrs.pop("rq_psn", 0)
+        attrs.pop("max_wimm_dest", None)  # the receiver holds NIC_MSG_SLOTS messages
+        aq.qp.modify(QpState.RTR, mpr=mpr, dest_host=dest_host, dest_qpn=dest_qpn)
+        self.maps.setup_rq(
+            aq.qp.qpn,
+            local_host=self.index,
+            peer_host=dest_host,
+            peer_qpn=dest_qpn,
+            region=nic.REGION_BY_RKEY,
+            mpr=mpr,
+            psn=rq_psn,
+            cq=aq.recv_cq + 1,
+        )
+        aq.rq_set, aq.remote = True, {"qpn": dest_qpn}
+
+    def _to_rts(self, aq: AppQp, attrs: dict) -> None:
+        timeout = attrs.pop("timeout", sendjob.DEFAULT_TIMEOUT)
+        retry = Retry(
+            linear_cnt=attrs.pop("retry_linear_cnt", Retry.linear_cnt),
+            exp_cnt=attrs.pop("retry_exp_cnt", Retry.exp_cnt),
+        )
+        mpr = attrs.pop("mpr", aq.qp.attrs.mpr)
+        sq_psn = attrs.pop("sq_psn", 0)
+        attrs.pop("max_wimm", None)
+        aq.qp.modify(QpState.RTS, timeout=timeout, retry=retry, mpr=mpr)
+        planes = self.topo.planes
+        aq.evs = transfer.ev_profile(planes, sendjob.EV_COUNT // planes)
+        aq.ev_min_active = sendjob.EV_COUNT // 4
+        config = nscc.profile(aq.qp.attrs.cc_profile_id).nscc
+        cwnd, rtt_target, aq.cc = sendjob.DEFAULT_CWND, 0, None
+        seg = nic.seg_size(self.topo.mtu)
+        if config is not None:
+            aq.cc = nscc.QpCc(
+                nscc.Nscc(
+                    config,
+                    link_bps=self.topo.rate_bps * planes if self.topo.rate_bps else None,
+                    window_pkts=mpr * nic.wire.MPR_UNIT,
+                    lab_rtt_ns=self.topo.queues.base_rtt_ns,
+                    mss=seg,
+                )
+            )
+            cwnd, rtt_target = aq.cc.initial()
+        self.maps.setup_sq(
+            aq.qp.qpn,
+            local_host=self.index,
+            peer_host=aq.qp.attrs.dest_host,
+            peer_qpn=aq.qp.attrs.dest_qpn,
+            ring=aq.ring,
+            evs=aq.evs,
+            mpr=mpr,
+            psn=sq_psn,
+            engine=True,
+            reo_wnd_ns=sendjob.DEFAULT_REORDER_NS,
+            cwnd=cwnd,
+            cc_rtt_target_ns=rtt_target,
+            ev_min_active=aq.ev_min_active,
+            cq=aq.send_cq + 1,
+        )
+        aq.sq_set = True
+
+    def _to_err(self, aq: AppQp, attrs: dict) -> None:
+        aq.qp.to_err(attrs.pop("reason", "moved to ERR by the application"))
+        if aq.sq_set:
+            with contextlib.suppress(KeyError):
+                self.maps.set_sq_state(aq.qp.qpn, nic.QpState.ERR)
+        if aq.rq_set:
+            with contextlib.suppress(KeyError):
+                self.maps.set_rq_state(aq.qp.qpn, nic.QpState.ERR)
+
+    # ---- supervision --------------------------------------------------------------------
+    def sending(self) -> dict[int, AppQp]:
+        """Send QPs in RTS: the prober's and EV replacer's too."""
+        return {aq.qp.qpn: aq for aq in self.qps() if aq.sq_set and aq.qp.state == QpState.RTS}
+
+    def tick(self, now: float) -> None:
+        for aq in self.sending().values():
+            try:
+                s = self.maps.sq(aq.qp.qpn)
+            except KeyError:
+                continue
+            if s.state == nic.QpState.ERR:  # a fatal NACK: the NIC told the application
+                aq.qp.to_err("the NIC put it in ERR (a fatal NACK: remote access error)")
+                self._report_error(aq)
+                continue
+            if not aq.last_progress:
+                aq.last_progress = aq.last_kick = now
+            work = self.maps.wq_posted(aq.qp.qpn) != s.wqe_sent
+            reason = supervisor.step(self.maps, aq, s, now, work)
+            if reason is not None:
+                aq.qp.to_err(reason)
+                self.maps.fail_qp(
+                    aq.qp.qpn, nic.ERR_RETRY_EXCEEDED
+                )  # the application's CQ hears it
+                self._report_error(aq)
+
+    def _report_error(self, aq: AppQp) -> None:
+        event = {"type": "qp_error", "host": self.host, "qpns": [aq.qp.qpn]}
+        event["message"] = f"QP {aq.qp.qpn:#x} of pid {aq.session.pid}: {aq.qp.err_reason}"
+        ctl.post_event(self.topo.lab, event, source=self.host)

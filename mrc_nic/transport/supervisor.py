@@ -1,0 +1,137 @@
+"""What the daemon does for every send QP in RTS, whoever posts its work.
+
+The NIC sends, retransmits what SACKs and NACKs report, and completes WQEs
+on its own. The daemon adds what needs a clock or a policy, once per tick
+(1 ms), from a snapshot of the QP's send state:
+- NSCC: the window from this tick's congestion signals, set in BPF;
+- the top-up kick: a starving ACK clock (packets or SACKs lost) restarted;
+- RACK's reorder timer: a tick without any SACK while packets are out;
+- the retransmission timeout and its retry budget (OCP `timeout`,
+  `retry.linear_cnt`, `retry.exp_cnt`); a spent budget fails the QP.
+
+A WRITE transfer of the daemon (sendjob) and a QP an application posts to
+directly (mrc_nic.verbs, through transport.appsession) share it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from mrc_nic import nic
+from mrc_nic.transport import nscc
+
+TOPUP_KICK_S = 0.001  # at most one top-up kick a tick
+REORDER_KICKS = 2  # reorder timer kicks per stall of the ACK clock
+
+
+@dataclasses.dataclass(kw_only=True)
+class Supervised:
+    """A send QP's supervision state (a dataclass base: sendjob.SendQp and
+    appsession.AppQp extend it). `qp` is its transport.qp.Qp."""
+
+    qp: Any
+    cc: nscc.QpCc | None = None  # NSCC (None: a fixed window)
+    last_una: int | None = None
+    last_progress: float = 0.0
+    last_kick: float = 0.0
+    attempt: int = 0
+    timeouts: int = 0
+    # the reorder timer: SACKs and NACKs at the last tick, the RTT
+    # (cc.rtt_sum_ns, cc.rtt_samples) then and over the last tick with samples
+    last_acks: int = 0
+    last_rtt: tuple[int, int] = (0, 0)
+    rtt_ns: int = 0
+    reorder_left: int = 0  # reorder kicks left in this stall
+    last_reorder_kick: float = 0.0
+    reorder_kicks: int = 0
+
+
+def step(
+    maps: nic.NicMaps, sq: Supervised, s: nic.SqSnapshot, now: float, work: bool
+) -> str | None:
+    """One tick for a send QP in RTS; `work`: something is posted and not
+    sent yet. Returns why the QP must fail (its retry budget is spent), or None."""
+    if sq.cc is not None:  # NSCC: the window from this tick's signals, set in BPF
+        live = s.in_flight - len(s.acked)
+        change = sq.cc.step(s.cc, s.stats["acked_pkts"], live, now)
+        if change is not None:
+            cwnd, rtt_target = change
+            grew = cwnd - s.cwnd if s.cwnd else 0
+            maps.cwnd_kick(sq.qp.qpn, cwnd, rtt_target_ns=rtt_target, packets=max(1, grew))
+            if grew > 0:
+                sq.last_kick = now
+    top_up(maps, sq, s, now, work)
+    reorder_timer(maps, sq, s, now)
+    if s.snd_una != sq.last_una:
+        sq.last_una, sq.last_progress, sq.attempt = s.snd_una, now, 0
+        return None
+    if s.in_flight == 0:
+        return None
+    attrs = sq.qp.attrs
+    wait = attrs.retry.delay(sq.attempt, attrs.timeout_s)
+    if wait is None:
+        return (
+            f"retry budget spent: no acknowledgement for PSN {s.snd_una} after "
+            f"{sq.timeouts} timeouts (timeout {attrs.timeout_s * 1e3:.3g} ms, "
+            f"retry.linear_cnt {attrs.retry.linear_cnt}, retry.exp_cnt {attrs.retry.exp_cnt})"
+        )
+    if now - sq.last_progress > wait:
+        # Only PSNs older than the timeout are lost: the others may be on their way.
+        maps.timeout_kick(
+            sq.qp.qpn, max(1, min(s.in_flight, 256)), age_ns=int(attrs.timeout_s * 1e9)
+        )
+        sq.timeouts += 1
+        sq.attempt += 1
+        sq.last_progress = sq.last_kick = now
+    return None
+
+
+def reorder_timer(maps: nic.NicMaps, sq: Supervised, s: nic.SqSnapshot, now: float) -> None:
+    """RACK's reorder timer (RFC 8985, 6.2), run at the tick. The head
+    scan runs on SACKs; when a path dies under a window of fewer packets
+    than a reorder window's worth, its undetected losses soon are all that
+    is in the network, no SACK comes to run the scan, and only the timeout
+    would be left. So a tick that saw no SACK or NACK while packets are out
+    applies the scan's rule itself: a timeout kick for the PSNs last sent a
+    reorder window ago or more, or twice the RTT, or the largest recent RTT
+    (the head scan's, docs/nic-program.md) plus the RTT, whichever is
+    longest: queues, and a path slower than the others must not be
+    condemned for it. Not a timeout: it spends no retry budget. At most
+    REORDER_KICKS per stall, a reorder window apart, as RACK arms its timer
+    only on SACKs: when nothing at all comes back, the timeout's backoff rules."""
+    acks = s.stats["sacks"] + s.stats["nacks"]
+    rtt = s.cc["rtt_sum_ns"], s.cc["rtt_samples"]
+    if rtt[1] > sq.last_rtt[1]:
+        sq.rtt_ns = (rtt[0] - sq.last_rtt[0]) // (rtt[1] - sq.last_rtt[1])
+    sq.last_rtt = rtt
+    if acks != sq.last_acks:
+        sq.last_acks, sq.reorder_left = acks, REORDER_KICKS
+        return
+    outstanding = s.in_network
+    if not (s.reo_wnd_ns and sq.reorder_left and outstanding > 0):
+        return
+    age_ns = max(s.reo_wnd_ns, 2 * sq.rtt_ns, s.rtt_recent_ns + sq.rtt_ns)
+    if now - sq.last_reorder_kick < age_ns / 1e9:
+        return
+    maps.timeout_kick(
+        sq.qp.qpn, outstanding, max_psns=min(outstanding, nic.TIMEOUT_MAX), age_ns=age_ns
+    )
+    sq.reorder_left -= 1
+    sq.last_reorder_kick = sq.last_kick = now
+    sq.reorder_kicks += 1
+
+
+def top_up(maps: nic.NicMaps, sq: Supervised, s: nic.SqSnapshot, now: float, work: bool) -> None:
+    """Restart a starving ACK clock. Each SACK clocks out one packet (XDP
+    turns one frame into one frame), so every packet or SACK lost, and
+    every retransmission, takes a packet out of the window for good. When
+    fewer than half a window are left in the network and there is something
+    to send, a kick sends the rest."""
+    live = s.in_network
+    target = min(s.cwnd, s.window) if s.cwnd else s.window
+    work = bool(s.retx_queue) or work
+    # max(1, ...): a window of 1 (NSCC at its floor) must restart too
+    if live < max(1, target // 2) and work and now - sq.last_kick >= TOPUP_KICK_S:
+        maps.kick(sq.qp.qpn, target - max(0, live), batch_size=256)
+        sq.last_kick = now

@@ -1,0 +1,167 @@
+"""Opening an emulated host's NIC: the device context (ibv_open_device + mrc_create_context).
+
+A Context finds its lab and host (arguments, then MRC_NIC_LAB / MRC_NIC_HOST,
+which `mrc-nic exec` sets, then the network namespace the process runs in),
+opens the lab's pinned NIC maps (the NIC's memory, work queues and program),
+and keeps one session with the host's daemon for setup. Posting and polling
+never use that session.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import os
+from pathlib import Path
+
+from mrc_nic import nic
+from mrc_nic.kernel import pins
+from mrc_nic.lab import ctl, state
+from mrc_nic.lab.topology import NS_PREFIX
+from mrc_nic.transport import appops
+from mrc_nic.verbs.errors import VerbsError
+
+ENV_LAB, ENV_HOST = "MRC_NIC_LAB", "MRC_NIC_HOST"
+NETNS_DIR = Path("/run/netns")
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceAttr:
+    """What the NIC offers (ibv_query_device + mrc_query_device)."""
+
+    host: str
+    host_index: int
+    planes: int  # ports, one per plane
+    seg_size: int  # payload of a full data packet
+    mr_align: int  # SGE and remote addresses are multiples of it
+    max_mr_bytes: int
+    sq_depth: int  # WQEs in the NIC per send queue
+    max_qp_wr: int  # work requests per queue the library accepts
+    max_mpr: int
+    max_wimm: int
+    cq_ring_bytes: int
+    gids: tuple[str, ...]  # the host's address on each plane
+
+
+def locate(lab: str | None = None, host: str | None = None) -> tuple[str, str]:
+    """(lab, host) of the NIC to open: as given, else from the environment,
+    else from the network namespace this process runs in."""
+    lab = lab or os.environ.get(ENV_LAB)
+    host = host or os.environ.get(ENV_HOST)
+    if lab and host:
+        return lab, host
+    here = _netns_inode()
+    for path in sorted(NETNS_DIR.glob(f"{NS_PREFIX}*")) if NETNS_DIR.is_dir() else []:
+        name = path.name[len(NS_PREFIX) :]
+        ns_lab, _, node = name.partition("-")
+        mine = here is not None and _inode(path) == here
+        if mine and lab in (None, ns_lab) and host in (None, node):
+            return ns_lab, node
+    if lab is None:
+        up = [name for name in state.labs_on_disk() if _is_up(name)]
+        if len(up) == 1:
+            lab = up[0]
+    if not (lab and host):
+        raise VerbsError(
+            "open_device",
+            errno.ENODEV,
+            "no NIC to open: run inside a host with `mrc-nic exec HOST -- CMD`, or name it "
+            f"(Context(lab=..., host=...), or {ENV_LAB} and {ENV_HOST})",
+        )
+    return lab, host
+
+
+def _netns_inode() -> int | None:
+    try:
+        return os.stat("/proc/self/ns/net").st_ino
+    except OSError:
+        return None
+
+
+def _inode(path: Path) -> int | None:
+    try:
+        return path.stat().st_ino
+    except OSError:
+        return None
+
+
+def _is_up(lab: str) -> bool:
+    try:
+        record = state.LabState.load(lab)
+    except (OSError, ValueError):
+        return False
+    return record is not None and record.phase == "up"
+
+
+class Context:
+    """An open NIC of one host. Close it (or use `with`) to release everything
+    made through it; a process that dies releases the same, through the daemon."""
+
+    def __init__(self, lab: str | None = None, host: str | None = None) -> None:
+        self.lab, self.host = locate(lab, host)
+        if os.geteuid() != 0:
+            raise VerbsError(
+                "open_device", errno.EPERM, "the emulated NIC needs root (its maps are BPF maps)"
+            )
+        try:
+            self.maps = nic.NicMaps.open(self.lab)
+        except pins.MapsMissing:
+            raise VerbsError(
+                "open_device", errno.ENODEV, f"lab {self.lab!r} is not up: mrc-nic up"
+            ) from None
+        try:
+            self.session = ctl.Session(self.lab, self.host)
+            hello = self.session.call(appops.Hello(pid=os.getpid()))
+        except ctl.DaemonError as e:
+            self.maps.close()
+            raise VerbsError("open_device", errno.ENODEV, str(e)) from None
+        self.attr = DeviceAttr(
+            host=hello.host,
+            host_index=hello.index,
+            planes=hello.planes,
+            seg_size=hello.seg_size,
+            mr_align=hello.mr_align,
+            max_mr_bytes=hello.max_mr_bytes,
+            sq_depth=hello.sq_depth,
+            max_qp_wr=4096,
+            max_mpr=hello.max_mpr,
+            max_wimm=hello.max_wimm,
+            cq_ring_bytes=hello.cq_ring_bytes,
+            gids=tuple(hello.host_addrs),
+        )
+        self.prog_fd = self.maps.program_fd()
+        self.memory = self.maps.memory()  # nic_mr: every MR is a window of it
+        self.wq_memory = self.maps.wq_memory()
+        self._closed = False
+
+    def query_device(self) -> DeviceAttr:
+        return self.attr
+
+    def gid(self, plane: int = 0) -> str:
+        """The host's address on a plane: what a peer names as dest_gid."""
+        return self.attr.gids[plane]
+
+    def call(self, verb: str, request):
+        """A setup request to the daemon; its refusal as a VerbsError."""
+        if self._closed:
+            raise VerbsError(verb, errno.EBADF, "the context is closed")
+        try:
+            return self.session.call(request)
+        except ctl.DaemonError as e:
+            code = getattr(errno, e.errno_name or "", errno.EIO)
+            raise VerbsError(verb, code, str(e).split(": ", 1)[-1]) from None
+
+    def close(self) -> None:
+        """Release every MR, CQ and QP of this context (the daemon does, as
+        the session ends) and this process's maps."""
+        if self._closed:
+            return
+        self._closed = True
+        self.session.close()
+        self.maps.close()
+
+    def __enter__(self) -> Context:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,163 @@
+"""Completion queues (mrc_create_cq, mrc_poll_cq): the NIC's ring buffer, read here.
+
+Each CQ is a BPF ring buffer this process creates and owns; the daemon gives
+it a slot of the lab's array of rings (nic_cq_rings), where the NIC posts
+the completions of the QPs that use the CQ. poll() reads the ring through
+shared memory (no syscall); fileno() is the ring's fd, readable when
+completions wait, for select/epoll/asyncio.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import errno
+import mmap
+import os
+import select
+import struct
+from typing import TYPE_CHECKING, Any
+
+from mrc_nic import nic
+from mrc_nic.transport import appops
+from mrc_nic.verbs.enums import WcOpcode, WcStatus
+from mrc_nic.verbs.errors import VerbsError
+
+if TYPE_CHECKING:
+    from mrc_nic.verbs.context import Context
+
+# Every NIC record is 40 bytes: type and qpn, then per type (bpf/nic_structs.h)
+# SEND_DONE: msn, last_psn, wr_id, len, wqe, ts; RECV_IMM: msn, imm, va, len, -, ts;
+# QP_ERR: psn, ev, syndrome, reason, -, ts.
+RECORD = struct.Struct("<IIIIQIIQ")
+_BUSY, _DISCARD, _HDR = 1 << 31, 1 << 30, 8
+WC_WITH_IMM = 2  # ibv_wc_flags
+
+
+@dataclasses.dataclass(slots=True)
+class WC:
+    """A work completion (struct ibv_wc's fields that MRC fills)."""
+
+    wr_id: int
+    status: WcStatus
+    opcode: WcOpcode
+    qp_num: int
+    byte_len: int = 0
+    imm_data: int = 0
+    wc_flags: int = 0
+    vendor_err: int = 0
+
+
+class CQ:
+    """A completion queue of `cqe` entries at least."""
+
+    def __init__(self, ctx: Context, cqe: int = 256, cq_context: Any = None) -> None:
+        self.ctx, self.cq_context = ctx, cq_context
+        self.index = ctx.call("create_cq", appops.CreateCq(cqe=cqe)).cq
+        self.cqe = cqe
+        size = ctx.attr.cq_ring_bytes
+        try:
+            self._fd = nic.create_cq_ring(size)
+            ctx.maps.set_cq_ring(self.index, self._fd)
+        except OSError as e:
+            ctx.call("destroy_cq", appops.DestroyCq(cq=self.index))
+            raise VerbsError("create_cq", e.errno or errno.EIO, f"its ring buffer: {e}") from None
+        page = mmap.PAGESIZE
+        self._size, self._page = size, page
+        self._cons = mmap.mmap(self._fd, page, flags=mmap.MAP_SHARED)
+        # The data pages are mapped twice in a row by the kernel: a record never wraps.
+        self._data = mmap.mmap(
+            self._fd, page + 2 * size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ, offset=page
+        )
+        self._ready: collections.deque[WC] = collections.deque()
+        self.qps: dict[int, Any] = {}  # qpn -> verbs.QP whose completions come here
+        self._closed = False
+
+    # ---- polling --------------------------------------------------------------------
+    def poll(self, num_entries: int = 1) -> list[WC]:
+        """Up to num_entries completions, oldest first ([] if none)."""
+        if len(self._ready) < num_entries:
+            self._drain()
+        out = []
+        ready = self._ready
+        while ready and len(out) < num_entries:
+            out.append(ready.popleft())
+        return out
+
+    def _drain(self) -> None:
+        """Every record in the ring to its QP, which turns it into WCs here."""
+        cons = int.from_bytes(self._cons[0:8], "little")
+        prod = int.from_bytes(self._data[0:8], "little")
+        if cons == prod:
+            for qp in self.qps.values():  # queued WRs waiting for NIC slots
+                qp._push()
+            return
+        mask, page, data, qps = self._size - 1, self._page, self._data, self.qps
+        touched = set()
+        while cons < prod:
+            at = page + (cons & mask)
+            header = int.from_bytes(data[at : at + 4], "little")
+            if header & _BUSY:
+                break
+            length = header & ~(_BUSY | _DISCARD)
+            if not header & _DISCARD and length >= RECORD.size:
+                fields = RECORD.unpack_from(data, at + _HDR)
+                qp = qps.get(fields[1])
+                if qp is not None:
+                    qp._on_record(fields)
+                    touched.add(qp)
+            cons += (length + _HDR + 7) & ~7
+        self._cons[0:8] = cons.to_bytes(8, "little")
+        for qp in touched:
+            qp._push()
+
+    def deliver(self, wc: WC) -> None:
+        """A completion the library makes (a flush, a matched receive)."""
+        self._ready.append(wc)
+
+    # ---- waiting ------------------------------------------------------------------
+    def fileno(self) -> int:
+        """The ring's fd: readable when the NIC has posted completions."""
+        return self._fd
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until a completion is there (True) or timeout seconds pass."""
+        if self._ready:
+            return True
+        poller = select.poll()
+        poller.register(self._fd, select.POLLIN)
+        return bool(poller.poll(None if timeout is None else int(timeout * 1000)))
+
+    def close(self) -> None:
+        """Destroy the CQ (its QPs first: EBUSY otherwise)."""
+        if self._closed:
+            return
+        if self.qps:
+            raise VerbsError(
+                "destroy_cq",
+                errno.EBUSY,
+                f"QPs {', '.join(f'{q:#x}' for q in self.qps)} use it: destroy them first",
+            )
+        self._closed = True
+        if not self.ctx._closed:
+            self.ctx.call("destroy_cq", appops.DestroyCq(cq=self.index))
+        self._cons.close()
+        self._data.close()
+        os.close(self._fd)
+
+    def __enter__(self) -> CQ:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def status_of_error(syndrome: int, reason: int) -> WcStatus:
+    """The WC status of a QP_ERR record: the NAK's syndrome, or the daemon's reason."""
+    if reason == nic.ERR_RETRY_EXCEEDED:
+        return WcStatus.RETRY_EXC_ERR
+    return {
+        nic.wire.Syndrome.NAK_REM_ACCESS: WcStatus.REM_ACCESS_ERR,
+        nic.wire.Syndrome.NAK_INV_REQ: WcStatus.REM_INV_REQ_ERR,
+        nic.wire.Syndrome.NAK_REM_OP: WcStatus.REM_OP_ERR,
+    }.get(syndrome, WcStatus.GENERAL_ERR)

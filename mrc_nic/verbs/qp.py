@@ -1,0 +1,559 @@
+"""Queue pairs (mrc_create_qp, mrc_modify_qp, mrc_post_send, mrc_post_recv).
+
+post_send writes WQEs straight into the QP's send queue in the NIC's mapped
+memory (struct nic_wq) and rings the doorbell: one BPF_PROG_RUN of the send
+engine per post_send call, however many WRs it carries. The NIC holds
+`sq_depth` WQEs per QP; WRs beyond them wait here, in order, and go in as
+the NIC completes WQEs (each post_send and poll_cq moves them). Completions
+come from the CQs (verbs.cq); only signaled WRs produce one, as in verbs.
+
+A WR's SGEs become one WQE each, to consecutive remote addresses; SGE and
+remote addresses are multiples of the NIC's memory element (mr_align,
+1 KiB): the NIC copies whole elements. Receives (post_recv) match the
+WRITE_WITH_IMM messages that complete, in message order.
+"""
+
+from __future__ import annotations
+
+import collections
+import ctypes
+import dataclasses
+import errno
+import struct
+from typing import TYPE_CHECKING, Any
+
+from mrc_nic import nic
+from mrc_nic.kernel import bpfsys
+from mrc_nic.transport import appops
+from mrc_nic.verbs.cq import CQ, WC, WC_WITH_IMM, status_of_error
+from mrc_nic.verbs.enums import (
+    MrcAttrMask,
+    Mtu,
+    QpAttrMask,
+    QpState,
+    SendFlags,
+    WcOpcode,
+    WcStatus,
+    WrOpcode,
+)
+from mrc_nic.verbs.errors import VerbsError
+
+if TYPE_CHECKING:
+    from mrc_nic.verbs.memory import PD
+
+U32 = 0xFFFFFFFF
+WQE = struct.Struct("<QQIIIIIBB2x")  # struct nic_wqe (bpf/nic_structs.h)
+WQ_HEAD = struct.Struct("<II")  # struct nic_wq: posted, done
+WQE_SIGNALED = 0x1  # NIC_WQE_F_SIGNALED
+OP_WRITE, OP_WRITE_IMM = int(nic.wire.Opcode.WRITE), int(nic.wire.Opcode.WRITE_IMM)
+EV_SEND_DONE, EV_RECV_IMM, EV_QP_ERR = (
+    int(nic.EventType.SEND_DONE),
+    int(nic.EventType.RECV_IMM),
+    int(nic.EventType.QP_ERR),
+)
+
+
+@dataclasses.dataclass(slots=True)
+class SGE:
+    """struct ibv_sge: `length` bytes at `addr` of the MR whose lkey is `lkey`."""
+
+    addr: int
+    length: int
+    lkey: int
+
+
+@dataclasses.dataclass(slots=True)
+class SendWR:
+    """struct ibv_send_wr for RDMA_WRITE and RDMA_WRITE_WITH_IMM."""
+
+    wr_id: int = 0
+    opcode: WrOpcode = WrOpcode.RDMA_WRITE
+    sg_list: list[SGE] = dataclasses.field(default_factory=list)
+    remote_addr: int = 0
+    rkey: int = 0
+    send_flags: int = 0
+    imm_data: int = 0
+
+
+@dataclasses.dataclass(slots=True)
+class RecvWR:
+    """struct ibv_recv_wr: a WRITE_WITH_IMM's completion takes one, in order."""
+
+    wr_id: int = 0
+    sg_list: list[SGE] = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass
+class QPCap:
+    max_send_wr: int = 128
+    max_recv_wr: int = 16
+    max_send_sge: int = 1
+    max_recv_sge: int = 1
+
+
+@dataclasses.dataclass
+class QPInitAttr:
+    """struct mrc_qp_init_attr."""
+
+    send_cq: CQ
+    recv_cq: CQ
+    cap: QPCap = dataclasses.field(default_factory=QPCap)
+    sq_sig_all: bool = False
+    qp_context: Any = None
+
+
+@dataclasses.dataclass
+class AHAttr:
+    """The address vector: the peer's GID (an address of its host, or its name)."""
+
+    dgid: str = ""
+    port_num: int = 1
+    sgid_index: int = 0
+    is_global: int = 1
+
+
+@dataclasses.dataclass
+class QPAttr:
+    """struct ibv_qp_attr (what MRC uses of it)."""
+
+    qp_state: QpState = QpState.RESET
+    cur_qp_state: QpState = QpState.RESET
+    qp_access_flags: int = 0
+    pkey_index: int = 0
+    port_num: int = 1
+    path_mtu: Mtu = Mtu.MTU_4096
+    dest_qp_num: int = 0
+    rq_psn: int = 0
+    sq_psn: int = 0
+    timeout: int = 0
+    retry_cnt: int = 0
+    rnr_retry: int = 0
+    ah_attr: AHAttr = dataclasses.field(default_factory=AHAttr)
+
+
+@dataclasses.dataclass
+class MrcQPAttr:
+    """struct mrc_qp_attr."""
+
+    mpr: int = 0
+    mpr_dest: int = 0
+    dynamic_mpr_dest: int = 0
+    max_wimm: int = 0
+    max_wimm_dest: int = 0
+    timeout: int = 0
+    ev_profile_id: int = 0
+    cc_profile_id: int = 0
+    retry_linear_cnt: int = 7
+    retry_exp_cnt: int = 7
+
+
+# What each ibv mask bit carries into the daemon's modify_qp, and the bits MRC refuses.
+_IBV_IGNORED = QpAttrMask.STATE | QpAttrMask.CUR_STATE | QpAttrMask.PKEY_INDEX | QpAttrMask.PORT
+_IBV_REFUSED = (
+    QpAttrMask.QKEY
+    | QpAttrMask.MAX_QP_RD_ATOMIC
+    | QpAttrMask.MAX_DEST_RD_ATOMIC
+    | QpAttrMask.ALT_PATH
+    | QpAttrMask.MIN_RNR_TIMER
+    | QpAttrMask.PATH_MIG_STATE
+    | QpAttrMask.EN_SQD_ASYNC_NOTIFY
+    | QpAttrMask.CAP
+)
+
+
+@dataclasses.dataclass(slots=True)
+class _Wr:
+    """A posted send WR: until its NIC WQEs complete (or the QP fails)."""
+
+    wr_id: int
+    signaled: bool
+    length: int
+    imm: bool
+    wqes: int  # WQEs it makes
+    last_wqe: int | None = None  # the NIC index of its last WQE, once in the NIC
+    completed: bool = False
+
+
+class QP:
+    """A reliable MRC queue pair; modify it INIT -> RTR -> RTS, then post."""
+
+    def __init__(self, pd: PD, init_attr: QPInitAttr) -> None:
+        self.pd, self.ctx = pd, pd.ctx
+        cap = init_attr.cap
+        reply = self.ctx.call(
+            "create_qp",
+            appops.CreateQp(
+                send_cq=init_attr.send_cq.index,
+                recv_cq=init_attr.recv_cq.index,
+                max_send_wr=cap.max_send_wr,
+                max_recv_wr=cap.max_recv_wr,
+                max_send_sge=cap.max_send_sge,
+                max_recv_sge=cap.max_recv_sge,
+            ),
+        )
+        self.qp_num, self.sq_depth = reply.qpn, reply.sq_depth
+        self.init_attr, self.cap = init_attr, cap
+        self.send_cq, self.recv_cq = init_attr.send_cq, init_attr.recv_cq
+        self.state = QpState.RESET
+        self._wq_at = reply.ring * ctypes_wq_size()
+        self._wq = self.ctx.wq_memory
+        self._seg = self.ctx.attr.seg_size
+        self._align = self.ctx.attr.mr_align
+        self._posted = 0  # WQEs given to the NIC (free-running, as nic_wq.posted)
+        self._queued: collections.deque[tuple] = collections.deque()  # WQEs waiting for slots
+        self._wrs: collections.deque[_Wr] = collections.deque()  # send WRs not completed
+        self._recvs: collections.deque[int] = collections.deque()  # posted receive wr_ids
+        self._early: collections.deque[tuple] = collections.deque()  # messages before a receive
+        self._kick = _doorbell(self.ctx.prog_fd, self.qp_num)
+        init_attr.send_cq.qps[self.qp_num] = self
+        init_attr.recv_cq.qps[self.qp_num] = self
+        self._closed = False
+
+    # ---- modify_qp --------------------------------------------------------------------
+    def modify(
+        self,
+        attr: QPAttr,
+        attr_mask: int,
+        mrc_attr: MrcQPAttr | None = None,
+        mrc_attr_mask: int = 0,
+    ) -> None:
+        """mrc_modify_qp: the transition to attr.qp_state, with the attributes
+        the masks name. Timeout and retry count may come as ibv attributes
+        (as the OCP example passes them) or as MRC ones."""
+        mask, mmask = QpAttrMask(attr_mask), MrcAttrMask(mrc_attr_mask)
+        mrc_attr = mrc_attr or MrcQPAttr()
+        if not mask & QpAttrMask.STATE:
+            raise VerbsError(
+                "modify_qp", errno.EINVAL, "attr_mask needs STATE: MRC modifies by transition"
+            )
+        refused = mask & _IBV_REFUSED
+        if refused:
+            raise VerbsError("modify_qp", errno.EINVAL, f"{refused!r} is not an MRC QP attribute")
+        if mask & QpAttrMask.PORT and attr.port_num != 1:
+            raise VerbsError(
+                "modify_qp",
+                errno.EINVAL,
+                "port_num must be 1: one port per NIC, one plane each inside",
+            )
+        attrs: dict[str, Any] = {}
+        pick = [
+            (mask & QpAttrMask.ACCESS_FLAGS, "qp_access_flags", lambda: int(attr.qp_access_flags)),
+            (mask & QpAttrMask.AV, "dest_gid", lambda: attr.ah_attr.dgid),
+            (mask & QpAttrMask.DEST_QPN, "dest_qp_num", lambda: attr.dest_qp_num),
+            (mask & QpAttrMask.RQ_PSN, "rq_psn", lambda: attr.rq_psn),
+            (mask & QpAttrMask.PATH_MTU, "path_mtu", lambda: Mtu(attr.path_mtu).bytes),
+            (mask & QpAttrMask.SQ_PSN, "sq_psn", lambda: attr.sq_psn),
+            (mask & QpAttrMask.TIMEOUT, "timeout", lambda: attr.timeout),
+            (mask & QpAttrMask.RETRY_CNT, "retry_linear_cnt", lambda: min(attr.retry_cnt, 7)),
+            (mmask & MrcAttrMask.TIMEOUT, "timeout", lambda: mrc_attr.timeout),
+            (mmask & MrcAttrMask.MPR, "mpr", lambda: mrc_attr.mpr),
+            (mmask & MrcAttrMask.MPR_DEST, "mpr_dest", lambda: mrc_attr.mpr_dest),
+            (mmask & MrcAttrMask.MAX_WIMM, "max_wimm", lambda: mrc_attr.max_wimm),
+            (mmask & MrcAttrMask.MAX_WIMM_DEST, "max_wimm_dest", lambda: mrc_attr.max_wimm_dest),
+            (mmask & MrcAttrMask.EV_PROFILE_ID, "ev_profile_id", lambda: mrc_attr.ev_profile_id),
+            (mmask & MrcAttrMask.CC_PROFILE_ID, "cc_profile_id", lambda: mrc_attr.cc_profile_id),
+        ]
+        for wanted, name, value in pick:
+            if wanted:
+                attrs[name] = value()
+        if mmask & MrcAttrMask.RETRY_CNT:
+            attrs["retry_linear_cnt"] = mrc_attr.retry_linear_cnt
+            attrs["retry_exp_cnt"] = mrc_attr.retry_exp_cnt
+        target = QpState(attr.qp_state)
+        reply = self.ctx.call(
+            "modify_qp", appops.ModifyQp(qpn=self.qp_num, state=target.name, attrs=attrs)
+        )
+        self.state = QpState[reply.qp["state"]]
+        if self.state == QpState.RTS:
+            self._posted = WQ_HEAD.unpack_from(self._wq, self._wq_at)[0]
+        if self.state == QpState.ERR:
+            self._flush(WcStatus.WR_FLUSH_ERR)
+
+    def to_init(
+        self, access: int = 3, *, ev_profile_id: int = 0, cc_profile_id: int | None = None
+    ) -> None:
+        mrc = MrcQPAttr(ev_profile_id=ev_profile_id, cc_profile_id=cc_profile_id or 0)
+        mmask = MrcAttrMask.EV_PROFILE_ID | (
+            MrcAttrMask.CC_PROFILE_ID if cc_profile_id is not None else 0
+        )
+        self.modify(
+            QPAttr(qp_state=QpState.INIT, qp_access_flags=access),
+            QpAttrMask.STATE | QpAttrMask.ACCESS_FLAGS,
+            mrc,
+            mmask,
+        )
+
+    def to_rtr(
+        self, dest_qp_num: int, dest_gid: str, *, rq_psn: int = 0, path_mtu: Mtu = Mtu.MTU_4096,
+        mpr_dest: int | None = None,
+    ) -> None:  # fmt: skip
+        attr = QPAttr(
+            qp_state=QpState.RTR,
+            dest_qp_num=dest_qp_num,
+            rq_psn=rq_psn,
+            path_mtu=path_mtu,
+            ah_attr=AHAttr(dgid=dest_gid),
+        )
+        mask = QpAttrMask.STATE | QpAttrMask.AV | QpAttrMask.DEST_QPN | QpAttrMask.RQ_PSN
+        mrc = MrcQPAttr(mpr_dest=mpr_dest or 0)
+        self.modify(attr, mask | QpAttrMask.PATH_MTU, mrc, MrcAttrMask.MPR_DEST if mpr_dest else 0)
+
+    def to_rts(
+        self, *, sq_psn: int = 0, timeout: int | None = None, retry_linear_cnt: int = 7,
+        retry_exp_cnt: int = 7, mpr: int | None = None,
+    ) -> None:  # fmt: skip
+        mrc = MrcQPAttr(
+            timeout=timeout or 0, mpr=mpr or 0,
+            retry_linear_cnt=retry_linear_cnt, retry_exp_cnt=retry_exp_cnt,
+        )  # fmt: skip
+        mmask = MrcAttrMask.RETRY_CNT
+        mmask |= MrcAttrMask.TIMEOUT if timeout is not None else 0
+        mmask |= MrcAttrMask.MPR if mpr else 0
+        self.modify(
+            QPAttr(qp_state=QpState.RTS, sq_psn=sq_psn),
+            QpAttrMask.STATE | QpAttrMask.SQ_PSN,
+            mrc,
+            mmask,
+        )
+
+    def query(self) -> dict:
+        """The QP as the daemon keeps it (mrc_query_qp): state, attributes, caps."""
+        return self.ctx.call("query_qp", appops.QueryQp(qpn=self.qp_num)).qp
+
+    # ---- posting -------------------------------------------------------------------------
+    def post_send(self, wrs: SendWR | list[SendWR]) -> None:
+        """mrc_post_send: every WR or none (VerbsError names the bad one, bad_wr)."""
+        if isinstance(wrs, SendWR):
+            wrs = [wrs]
+        if self.state != QpState.RTS:
+            if self.state == QpState.ERR:  # as verbs: posted to ERR, flushed
+                for wr in wrs:
+                    self.send_cq.deliver(self._wc(wr.wr_id, WcStatus.WR_FLUSH_ERR))
+                return
+            raise VerbsError(
+                "post_send",
+                errno.EINVAL,
+                f"QP {self.qp_num:#x} is in {self.state.name}: post_send needs RTS "
+                "(modify it first)",
+            )
+        room = self.cap.max_send_wr - len(self._wrs)
+        if len(wrs) > room:
+            raise VerbsError(
+                "post_send",
+                errno.ENOMEM,
+                f"the send queue holds {self.cap.max_send_wr} WRs and {len(self._wrs)} are "
+                f"outstanding: {len(wrs)} do not fit; poll the CQ for completions first",
+                bad_wr=room,
+            )
+        planned = [self._plan(i, wr) for i, wr in enumerate(wrs)]  # all checked first
+        sig_all = self.init_attr.sq_sig_all
+        for wr, wqes in zip(wrs, planned, strict=True):
+            signaled = sig_all or bool(wr.send_flags & SendFlags.SIGNALED)
+            is_imm = wr.opcode == WrOpcode.RDMA_WRITE_WITH_IMM
+            rec = _Wr(wr.wr_id, signaled, sum(w[3] for w in wqes), is_imm, len(wqes))
+            self._wrs.append(rec)
+            last = len(wqes) - 1
+            for k, w in enumerate(wqes):
+                flags = WQE_SIGNALED if (signaled and k == last) else 0
+                opcode = OP_WRITE_IMM if (is_imm and k == last) else OP_WRITE
+                self._queued.append((*w, opcode, flags, rec if k == last else None))
+        self._push()
+
+    def _plan(self, index: int, wr: SendWR) -> list[tuple]:
+        """A WR's WQEs (wr_id, remote_va, rkey, len, src_region, src_off, imm), checked."""
+
+        def bad(message: str) -> VerbsError:
+            return VerbsError(
+                "post_send", errno.EINVAL, f"WR {index} (wr_id {wr.wr_id}): {message}", bad_wr=index
+            )
+
+        if wr.opcode not in (WrOpcode.RDMA_WRITE, WrOpcode.RDMA_WRITE_WITH_IMM):
+            raise bad(f"opcode {wr.opcode!r}: MRC posts RDMA_WRITE and RDMA_WRITE_WITH_IMM only")
+        if len(wr.sg_list) > self.cap.max_send_sge:
+            raise bad(f"{len(wr.sg_list)} SGEs, the QP's max_send_sge is {self.cap.max_send_sge}")
+        if wr.remote_addr % self._align:
+            raise bad(
+                f"remote_addr {wr.remote_addr:#x} is not a multiple of {self._align} (mr_align)"
+            )
+        if not 0 <= wr.imm_data <= U32:
+            raise bad(f"imm_data must fit 32 bits, not {wr.imm_data!r}")
+        if not 0 <= wr.wr_id < 1 << 64:
+            raise bad(f"wr_id must fit 64 bits, not {wr.wr_id!r}")
+        imm = wr.imm_data if wr.opcode == WrOpcode.RDMA_WRITE_WITH_IMM else 0
+        if not wr.sg_list:  # a zero-length WRITE: one packet, no payload (as verbs)
+            return [(wr.wr_id, wr.remote_addr, wr.rkey, 0, 0, 0, imm)]
+        out, remote = [], wr.remote_addr
+        for sge in wr.sg_list:
+            mr = self.pd.mr_of(sge.lkey, "post_send")
+            off = mr.offset_of(sge.addr, sge.length, "post_send")
+            if sge.length and off % self._align:
+                raise bad(
+                    f"SGE addr {sge.addr:#x} is not a multiple of {self._align} from its MR's start"
+                )
+            if sge.length and remote % self._align:
+                raise bad(f"an SGE before the last must be a multiple of {self._align} bytes long")
+            out.append((wr.wr_id, remote, wr.rkey, sge.length, mr.lkey, off, imm))
+            remote += sge.length
+        return out
+
+    def _push(self) -> None:
+        """Queued WQEs into the NIC's free slots, then the doorbell."""
+        if not self._queued:
+            self._retire()
+            return
+        wq, at, depth = self._wq, self._wq_at, self.sq_depth
+        done = WQ_HEAD.unpack_from(wq, at)[1]
+        self._retire(done)
+        free = depth - ((self._posted - done) & U32)
+        if free <= 0:
+            return
+        packets, posted, seg, queued = 0, self._posted, self._seg, self._queued
+        while queued and free:
+            wr_id, remote, rkey, length, region, off, imm, opcode, flags, rec = queued.popleft()
+            WQE.pack_into(
+                wq, at + 8 + (posted % depth) * WQE.size,
+                wr_id, remote, rkey, length, region, off, imm, opcode, flags,
+            )  # fmt: skip
+            if rec is not None:
+                rec.last_wqe = posted
+            posted = (posted + 1) & U32
+            packets += max(1, -(-length // seg))
+            free -= 1
+        self._posted = posted
+        struct.pack_into("<I", wq, at, posted)  # after the WQEs: the NIC reads them then
+        self._kick(packets)
+
+    def _retire(self, done: int | None = None) -> None:
+        """Forget completed WRs: unsignaled ones when the NIC's `done` passes
+        them, signaled ones once their completion was read."""
+        if done is None:
+            done = WQ_HEAD.unpack_from(self._wq, self._wq_at)[1]
+        wrs = self._wrs
+        while wrs:
+            head = wrs[0]
+            if head.last_wqe is None or ((done - 1 - head.last_wqe) & U32) >= 1 << 31:
+                return  # not in the NIC yet, or not done
+            if head.signaled and not head.completed:
+                return  # its completion is on its way to the CQ
+            wrs.popleft()
+
+    def post_recv(self, wrs: RecvWR | list[RecvWR]) -> None:
+        """mrc_post_recv: each WRITE_WITH_IMM message that completes takes one."""
+        if isinstance(wrs, RecvWR):
+            wrs = [wrs]
+        if self.state == QpState.RESET:
+            raise VerbsError(
+                "post_recv",
+                errno.EINVAL,
+                f"QP {self.qp_num:#x} is in RESET: modify it to INIT first",
+            )
+        if len(self._recvs) + len(wrs) > self.cap.max_recv_wr:
+            raise VerbsError(
+                "post_recv",
+                errno.ENOMEM,
+                f"the receive queue holds {self.cap.max_recv_wr} WRs and "
+                f"{len(self._recvs)} are posted",
+                bad_wr=self.cap.max_recv_wr - len(self._recvs),
+            )
+        if self.state == QpState.ERR:
+            for wr in wrs:
+                self.recv_cq.deliver(self._wc(wr.wr_id, WcStatus.WR_FLUSH_ERR, recv=True))
+            return
+        self._recvs.extend(wr.wr_id for wr in wrs)
+        while self._early and self._recvs:
+            self._complete_recv(*self._early.popleft())
+
+    # ---- completions (called by the CQs) ---------------------------------------------------
+    def _on_record(self, fields: tuple) -> None:
+        kind = fields[0]
+        if kind == EV_SEND_DONE:
+            self._send_done(fields[6])
+        elif kind == EV_RECV_IMM:
+            msg = (fields[3], fields[5])  # imm, len
+            if self._recvs:
+                self._complete_recv(*msg)
+            else:
+                self._early.append(msg)
+        elif kind == EV_QP_ERR:
+            self._fail(status_of_error(fields[4], fields[5]))
+
+    def _send_done(self, wqe: int) -> None:
+        for rec in self._wrs:
+            if rec.last_wqe == wqe:
+                rec.completed = True
+                op = WcOpcode.RDMA_WRITE
+                self.send_cq.deliver(WC(rec.wr_id, WcStatus.SUCCESS, op, self.qp_num, rec.length))
+                break
+        self._retire()
+
+    def _complete_recv(self, imm: int, length: int) -> None:
+        wc = WC(
+            self._recvs.popleft(), WcStatus.SUCCESS, WcOpcode.RECV_RDMA_WITH_IMM, self.qp_num,
+            byte_len=length, imm_data=imm, wc_flags=WC_WITH_IMM,
+        )  # fmt: skip
+        self.recv_cq.deliver(wc)
+
+    def _fail(self, status: WcStatus) -> None:
+        """The NIC put the QP in ERR: the oldest WR gets the error, the rest flush."""
+        self.state = QpState.ERR
+        first = next((r for r in self._wrs if not r.completed), None)
+        if first is not None:
+            first.completed = True
+            self.send_cq.deliver(self._wc(first.wr_id, status))
+        self._flush(WcStatus.WR_FLUSH_ERR)
+
+    def _flush(self, status: WcStatus) -> None:
+        for rec in self._wrs:
+            if not rec.completed:
+                self.send_cq.deliver(self._wc(rec.wr_id, status))
+        self._wrs.clear()
+        self._queued.clear()
+        while self._recvs:
+            self.recv_cq.deliver(self._wc(self._recvs.popleft(), status, recv=True))
+
+    def _wc(self, wr_id: int, status: WcStatus, *, recv: bool = False) -> WC:
+        op = WcOpcode.RECV_RDMA_WITH_IMM if recv else WcOpcode.RDMA_WRITE
+        return WC(wr_id, status, op, self.qp_num)
+
+    @property
+    def outstanding(self) -> int:
+        """Send WRs posted and not completed (max_send_wr bounds it)."""
+        return len(self._wrs)
+
+    def close(self) -> None:
+        """mrc_destroy_qp."""
+        if self._closed:
+            return
+        self._closed = True
+        self.send_cq.qps.pop(self.qp_num, None)
+        self.recv_cq.qps.pop(self.qp_num, None)
+        if not self.ctx._closed:
+            self.ctx.call("destroy_qp", appops.DestroyQp(qpn=self.qp_num))
+
+    def __enter__(self) -> QP:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def ctypes_wq_size() -> int:
+    return ctypes.sizeof(nic.Wq)
+
+
+def _doorbell(prog_fd: int, qpn: int):
+    """The QP's doorbell: n runs of the send engine in one BPF_PROG_RUN with
+    live frames (each run sends at most one packet; the SACKs clock the rest)."""
+    data = nic.kick_frame(qpn)
+    meta = ctypes.sizeof(nic.Kick)
+    ctx = bytes(bpfsys.XdpMd(data=meta, data_end=len(data)))
+    batch_max = nic.LIVE_BATCH_MAX
+
+    def ring(packets: int) -> None:
+        packets = max(1, min(packets, batch_max))
+        bpfsys.prog_test_run(
+            prog_fd, data, repeat=packets, data_size_out=0, ctx_in=ctx,
+            flags=bpfsys.BPF_F_TEST_XDP_LIVE_FRAMES, batch_size=packets,
+        )  # fmt: skip
+
+    return ring
