@@ -27,10 +27,16 @@ _Static_assert(NIC_MAX_QPS > 0 && (NIC_MAX_QPS & (NIC_MAX_QPS - 1)) == 0,
 #define NIC_MR_ELEMS 65536
 #endif
 
-/* Entries of the region table nic_regions (region ids 0 .. NIC_MAX_REGIONS-1). */
+/* Entries of the region table nic_regions (region ids 0 .. NIC_MAX_REGIONS-1).
+ * A power of two: an application MR's rkey carries its region id in its low bits. */
 #ifndef NIC_MAX_REGIONS
 #define NIC_MAX_REGIONS 256
 #endif
+_Static_assert((NIC_MAX_REGIONS & (NIC_MAX_REGIONS - 1)) == 0, "NIC_MAX_REGIONS must be a power of two");
+
+/* A receive QP whose region is this takes the region a WRITE's rkey names
+ * (rkey & (NIC_MAX_REGIONS - 1)), if its host owns it: verbs' rkey lookup. */
+#define NIC_REGION_BY_RKEY 0xFFFFFFFFU
 
 /* Host ids 0 .. NIC_MAX_HOSTS-1 (host h is .h+1 in its plane's /24). */
 #ifndef NIC_MAX_HOSTS

@@ -334,14 +334,18 @@ static __always_inline int rx_parse(struct mrc_pkt *p, struct rx_pkt *d)
  * places nothing, and its va and rkey are not checked (as in IBTA). */
 static __always_inline int rx_region(const struct nic_rq *rq, const struct rx_pkt *d, __u32 *elem)
 {
-	__u32 rid = rq->region;
+	__u32 rid = rq->region, owner = 0;
 	struct nic_region *rg;
 	__u64 off;
 
 	if (!d->payload_len)
 		return PKT_GO;
+	if (rid == NIC_REGION_BY_RKEY) { /* an application's QP: the rkey names the MR */
+		rid = d->rkey & (NIC_MAX_REGIONS - 1);
+		owner = rq->local_host + 1;
+	}
 	rg = nic_regions_lookup(&rid);
-	if (!rg || !rg->n_elems || rg->rkey != d->rkey || d->va < rg->base_va)
+	if (!rg || !rg->n_elems || rg->rkey != d->rkey || d->va < rg->base_va || rg->owner != owner)
 		return RX_REMOTE_ACCESS;
 	off = d->va - rg->base_va;
 	if (off & (NIC_MR_ELEM_SIZE - 1))

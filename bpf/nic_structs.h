@@ -309,7 +309,7 @@ struct nic_region {
 	__u32 first_elem; /* its first element in nic_mr */
 	__u32 n_elems;    /* its size in elements */
 	__u32 rkey;       /* the remote key data packets must carry */
-	__u32 reserved;
+	__u32 owner;      /* host + 1 of an application's MR (the verbs API); 0: the daemon's */
 };
 _Static_assert(sizeof(struct nic_region) == 24, "struct nic_region layout changed");
 

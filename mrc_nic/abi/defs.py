@@ -201,6 +201,7 @@ class MrcProbeExt(ctypes.Structure):
 NIC_MAX_QPS = 4096  # tunable: the loader may override it
 NIC_MR_ELEMS = 0x10000  # tunable: the loader may override it
 NIC_MAX_REGIONS = 256  # tunable: the loader may override it
+NIC_REGION_BY_RKEY = 0xffffffff
 NIC_MAX_HOSTS = 256  # tunable: the loader may override it
 NIC_MAX_PLANES = 16  # tunable: the loader may override it
 NIC_HOST_NET = 0xc6120000  # tunable: the loader may override it
@@ -628,7 +629,7 @@ class NicRegion(ctypes.Structure):
         ("first_elem", ctypes.c_uint32),
         ("n_elems", ctypes.c_uint32),
         ("rkey", ctypes.c_uint32),
-        ("reserved", ctypes.c_uint32),
+        ("owner", ctypes.c_uint32),
     ]
 
 

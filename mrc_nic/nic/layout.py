@@ -96,6 +96,7 @@ RQ_TAG_USED = defs.NIC_RQ_TAG_USED  # a slot's owner in nic_rx_slots is QPN | th
 QPN_INDEX_SPAN = 1 << 16  # a QPN is host << 16 | index (mrc_nic.transport.hostmem)
 DEFAULT_MR_ELEMS = defs.NIC_MR_ELEMS  # 64 MiB
 DEFAULT_MAX_REGIONS = defs.NIC_MAX_REGIONS
+REGION_BY_RKEY = defs.NIC_REGION_BY_RKEY  # a receive QP whose WRITEs name their MR by rkey
 MAX_HOSTS = defs.NIC_MAX_HOSTS
 MAX_PLANES = defs.NIC_MAX_PLANES
 DEFAULT_HOST_NET = "198.18.0.0/16"

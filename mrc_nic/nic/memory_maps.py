@@ -6,7 +6,7 @@ import ctypes
 import mmap
 
 from mrc_nic.kernel import bpfsys, pins
-from mrc_nic.nic.layout import MR_ELEM_SIZE, MR_MAP, REGIONS_MAP, RegionLayout
+from mrc_nic.nic.layout import MAX_HOSTS, MR_ELEM_SIZE, MR_MAP, REGIONS_MAP, RegionLayout
 from mrc_nic.nic.maps_base import _u32
 
 
@@ -14,9 +14,19 @@ class MemoryMaps:
     """NicMaps' part for registered memory: the mmapable array nic_mr, the region table."""
 
     def set_region(
-        self, region: int, *, first_elem: int, n_elems: int, rkey: int, base_va: int = 0
+        self,
+        region: int,
+        *,
+        first_elem: int,
+        n_elems: int,
+        rkey: int,
+        base_va: int = 0,
+        owner: int = 0,
     ) -> None:
-        """Define region `region` as n_elems elements of nic_mr from first_elem."""
+        """Define region `region` as n_elems elements of nic_mr from first_elem.
+
+        owner: host + 1 of an application's MR, which WRITEs reach by its rkey
+        (setup_rq's REGION_BY_RKEY); 0 for a region a QP names itself."""
         pins.check_range("region", region, self.max_regions - 1)
         pins.check_range("rkey", rkey, pins.U32_MAX)
         pins.check_range("base_va", base_va, pins.U64_MAX)
@@ -27,8 +37,18 @@ class MemoryMaps:
                 f"elements [{first_elem}, {first_elem + n_elems}) do not fit nic_mr "
                 f"({self.mr_elems} elements)"
             )
-        value = RegionLayout(base_va=base_va, first_elem=first_elem, n_elems=n_elems, rkey=rkey)
+        pins.check_range("owner", owner, MAX_HOSTS)
+        value = RegionLayout(
+            base_va=base_va, first_elem=first_elem, n_elems=n_elems, rkey=rkey, owner=owner
+        )
         bpfsys.map_update(self._fds[REGIONS_MAP], _u32(region), bytes(value))
+
+    def zero_region_elems(self, first_elem: int, n_elems: int) -> None:
+        """Zero NIC memory elements (a new MR must not show an earlier owner's bytes)."""
+        if not (first_elem >= 0 and n_elems >= 0 and first_elem + n_elems <= self.mr_elems):
+            raise ValueError(f"elements [{first_elem}, {first_elem + n_elems}) are outside nic_mr")
+        start, end = first_elem * MR_ELEM_SIZE, (first_elem + n_elems) * MR_ELEM_SIZE
+        self.memory()[start:end] = bytes(end - start)
 
     def clear_region(self, region: int) -> None:
         """Remove a region: data for QPs that use it is NACKed (remote access error)."""

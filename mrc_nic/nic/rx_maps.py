@@ -16,6 +16,7 @@ from mrc_nic.nic.layout import (
     MSG_F_IMM,
     MSG_F_VALID,
     MSG_SLOTS,
+    REGION_BY_RKEY,
     RQ_TAG_USED,
     RX_LOCK_SIZE,
     RX_LOCKS_MAP,
@@ -58,7 +59,8 @@ class RxQpMaps:
         pins.check_range("local_host", local_host, MAX_HOSTS - 2)
         pins.check_range("peer_host", peer_host, MAX_HOSTS - 2)
         pins.check_range("peer_qpn", peer_qpn, wire.QPN_MASK)
-        pins.check_range("region", region, self.max_regions - 1)
+        if region != REGION_BY_RKEY:  # else: the rkey of each WRITE names its MR
+            pins.check_range("region", region, self.max_regions - 1)
         if not (isinstance(mpr, int) and 1 <= mpr <= MPR_MAX):
             raise ValueError(f"mpr must be an integer in [1, {MPR_MAX}], not {mpr!r}")
         pins.check_range("psn", psn, wire.PSN_MASK)

@@ -156,7 +156,12 @@ class AppSessions:
         self.maps.zero_region_elems(span.first_elem, span.n_elems)
         mr = AppMr(region, rkey, addr, n_elems * nic.MR_ELEM_SIZE, req.access, span, pool)
         self.maps.set_region(
-            region, first_elem=span.first_elem, n_elems=span.n_elems, rkey=rkey, base_va=addr
+            region,
+            first_elem=span.first_elem,
+            n_elems=span.n_elems,
+            rkey=rkey,
+            base_va=addr,
+            owner=self.index + 1,
         )
         session.mrs[region] = mr
         return appops.RegMrReply(

@@ -550,6 +550,69 @@ def test_remote_access_errors_are_fatal_nacks(program, maps, qp, change):
     )
 
 
+# ---- MRs named by rkey (the verbs API: setup_rq's REGION_BY_RKEY) -------------------------------
+
+APP_BASE = 2 << 40  # an application MR's address: region 2's space
+
+
+def app_rkey(region: int, secret: int = 0xABCDE) -> int:
+    """An application MR's rkey: random high bits, the region id in the low ones."""
+    return (secret << 2 | region) & 0xFFFFFFFF  # MAX_REGIONS = 4: two bits of region id
+
+
+@pytest.fixture
+def app_qp(maps, qp):
+    """The receive QP taking WRITEs into whichever MR of its host the rkey names:
+    region 2 (this host's), region 3 (another host's)."""
+    maps.set_region(
+        2, first_elem=0, n_elems=4, rkey=app_rkey(2), base_va=APP_BASE, owner=RX_HOST + 1
+    )
+    maps.set_region(
+        3, first_elem=4, n_elems=4, rkey=app_rkey(3), base_va=3 << 40, owner=TX_HOST + 1
+    )
+    setup_qp(maps, region=nic.REGION_BY_RKEY)
+    yield qp
+    maps.clear_region(2)
+    maps.clear_region(3)
+
+
+def test_an_rkey_names_the_mr_its_write_lands_in(program, maps, app_qp):
+    pkt = data(START, rkey=app_rkey(2), va=APP_BASE + 1024)
+    assert_answer(run(program, pkt), sack(START, cum=START + 1))
+    assert maps.read_region(2, 1024, 1024) == payload_for(START)
+    assert maps.read_region(REGION, 0, REGION_ELEMS * 1024) == bytes(REGION_ELEMS * 1024)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"rkey": app_rkey(2, secret=0x12345)},  # the region's id, not its key
+        {"rkey": app_rkey(3), "va": 3 << 40},  # another host's MR
+        {"rkey": RKEY},  # a region the daemon gave a QP by id (owner 0)
+    ],
+    ids=["forged rkey", "another host's MR", "a QP's own region"],
+)
+def test_an_rkey_that_names_no_mr_of_this_host_is_a_remote_access_error(
+    program, maps, app_qp, change
+):
+    before = maps.counters()
+    result = run(program, data(START, **({"va": APP_BASE} | change)))
+    assert_answer(
+        result,
+        nack(START, w.NackReason.UNEXP_EVENT, cum=START, syndrome=w.Syndrome.NAK_REM_ACCESS),
+    )
+    assert delta(before, maps.counters()) == {"nack_rem_access": 1}
+    assert maps.memory()[:] == bytes(MR_ELEMS * nic.MR_ELEM_SIZE), "nothing written"
+
+
+def test_a_region_by_id_ignores_owned_regions(program, maps, qp):
+    """A daemon QP's region (by id) stays its own: an MR's rkey does not reach it."""
+    maps.set_region(REGION, first_elem=REGION_FIRST_ELEM, n_elems=REGION_ELEMS, rkey=RKEY,
+                    base_va=BASE_VA, owner=RX_HOST + 1)  # fmt: skip
+    result = run(program, data(START))
+    assert result.retval == XDP_TX and Ether(result.data_out)[w.MRCAck].nack_reason != 0
+
+
 # ---- drops: malformed packets and packets the QP must not take -------------------------------
 
 
