@@ -1,4 +1,0 @@
-"""What runs on a lab.
-
-Test traffic, WRITE transfers, scenarios, the ring collective, kernel peers.
-"""
