@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import enum
 
+from mrc_nic import nic
+
 
 class WcStatus(enum.IntEnum):
     """enum ibv_wc_status (the ones this NIC reports)."""
@@ -57,16 +59,7 @@ class Access(enum.IntFlag):
     RELAXED_ORDERING = 1 << 20  # accepted: placement is in any order anyway
 
 
-class QpState(enum.IntEnum):
-    """enum ibv_qp_state."""
-
-    RESET = 0
-    INIT = 1
-    RTR = 2
-    RTS = 3
-    SQD = 4
-    SQE = 5
-    ERR = 6
+QpState = nic.QpState  # enum ibv_qp_state: the NIC keeps the same values (enum nic_qp_state)
 
 
 class QpAttrMask(enum.IntFlag):

@@ -14,9 +14,7 @@ import pytest
 
 from mrc_nic import resources
 from mrc_nic.abi import cheader, defs, generate
-from mrc_nic.kernel import bpfsys
-from tests.helpers.env import require_root_and_bcc
-from tests.helpers.header_probe import struct_layout
+from tests.helpers.header_probe import compile_header_probe, struct_layout
 
 HEADERS = cheader.read_all(resources.BPF_DIR, generate.ABI_HEADERS)
 STRUCTS = [s for h in HEADERS for s in h.structs]
@@ -28,31 +26,11 @@ def compiled():
     """Every ABI header compiled in one program: an array map per struct (its
     Leaf is the compiled layout) and an array of every constant, filled by one
     test run."""
-    require_root_and_bcc()
-    from bcc import BPF
-
-    includes = "\n".join(f'#include "{h}"' for h in generate.ABI_HEADERS)
-    maps = "\n".join(f"BPF_ARRAY(l_{s.name}, struct {s.name}, 1);" for s in STRUCTS)
-    stores = "\n".join(
-        f"    i = {i}; v = (s64)({c.name}); consts.update(&i, &v);" for i, c in enumerate(CONSTANTS)
+    constants = [(c.name, None) for c in CONSTANTS]
+    bpf = compile_header_probe(
+        generate.ABI_HEADERS, resources.BPF_DIR, [s.name for s in STRUCTS], constants
     )
-    touch = "\n".join(f"    if (l_{s.name}.lookup(&i)) n++;" for s in STRUCTS)
-    source = f"""
-{includes}
-{maps}
-BPF_ARRAY(consts, s64, {len(CONSTANTS)});
-int probe(struct __sk_buff *skb) {{
-    u32 i; s64 v; int n = 0;
-{stores}
-    i = 0;
-{touch}
-    return n;
-}}
-"""
-    bpf = BPF(text=source.encode(), cflags=[f"-I{resources.BPF_DIR}"])
     try:
-        fn = bpf.load_func(b"probe", BPF.SCHED_CLS)
-        assert bpfsys.prog_test_run(fn.fd, bytes(14)).retval == len(STRUCTS)
         yield bpf
     finally:
         bpf.cleanup()

@@ -6,8 +6,9 @@ from __future__ import annotations
 from tests.helpers.env import require_root_and_bcc
 
 
-def compile_header_probe(header: str, include_dir, structs, constants):
-    """Compile `header` with bcc into a probe that exposes, for the layout and
+def compile_header_probe(header: str | tuple[str, ...], include_dir, structs, constants):
+    """Compile `header` (or several, in order) with bcc into a probe that exposes, for the
+    layout and
     constant tests: one array map `l_<struct>` per struct (its Leaf type is
     the compiled layout) and an array `consts` holding the value of every
     (expression, expected) pair in `constants`, filled by one test run.
@@ -23,8 +24,10 @@ def compile_header_probe(header: str, include_dir, structs, constants):
         for i, (expr, _) in enumerate(constants)
     )
     touch = "\n".join(f"    if (l_{s}.lookup(&i)) n++;" for s in structs)
+    headers = (header,) if isinstance(header, str) else header
+    includes = "\n".join(f'#include "{h}"' for h in headers)
     source = f"""
-#include "{header}"
+{includes}
 {maps}
 BPF_ARRAY(consts, s64, {len(constants)});
 int probe(struct __sk_buff *skb) {{
