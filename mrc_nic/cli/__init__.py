@@ -33,6 +33,7 @@ def _register() -> None:
     from mrc_nic.cli import (
         capture_cmds,
         events_cmds,
+        exec_cmds,
         fault_cmds,
         lab_cmds,
         port_cmds,
@@ -52,6 +53,7 @@ def _register() -> None:
         capture_cmds,
         qp_cmds,
         scenario_cmds,
+        exec_cmds,
     )
     for module in modules:
         for command in module.COMMANDS:

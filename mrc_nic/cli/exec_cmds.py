@@ -1,0 +1,51 @@
+"""exec: run a program inside a host of a lab, as an application of its NIC."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import click
+
+from mrc_nic.cli.common import lab_option, pick_lab
+
+
+@click.command(
+    "exec",
+    context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
+    epilog="""\b
+The program runs in the host's network namespace (its ports, addresses and
+routes) with MRC_NIC_LAB and MRC_NIC_HOST set, so mrc_nic.verbs.Context()
+opens that host's NIC. Unlike `ip netns exec`, /sys stays as it is: the
+lab's pinned BPF maps under /sys/fs/bpf remain visible.
+
+\b
+Examples:
+  mrc-nic exec h1 -- python examples/write_bw.py                # server on h1
+  mrc-nic exec h0 -- python examples/write_bw.py 198.18.0.2     # client on h0
+  mrc-nic exec h0 -- ip -br addr""",
+)
+@click.argument("host")
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+@lab_option
+def exec_cmd(host: str, command: tuple[str, ...], lab: str | None) -> None:
+    """Run COMMAND inside HOST's namespace, with the environment the verbs API uses."""
+    from mrc_nic.kernel import netns
+    from mrc_nic.lab import state
+    from mrc_nic.verbs.context import ENV_HOST, ENV_LAB
+
+    name = pick_lab(lab)
+    _, topo = state.open_lab(name)
+    if host not in topo.host_names():
+        raise click.UsageError(
+            f"{host!r} is not a host of lab {name!r} (hosts: {', '.join(topo.host_names())})"
+        )
+    program = shutil.which(command[0])
+    if program is None:
+        raise click.UsageError(f"{command[0]!r}: no such program (is it on PATH?)")
+    netns.enter_for_good(topo.netns(host))
+    env = dict(os.environ, **{ENV_LAB: name, ENV_HOST: host})
+    os.execve(program, list(command), env)
+
+
+COMMANDS = [exec_cmd]
