@@ -1,0 +1,107 @@
+"""Connection setup out of band, as RDMA applications do it: over a TCP socket.
+
+Two processes, each in its own host (mrc-nic exec), swap what each needs to
+reach the other (QP number, start PSN, GID, rkey, address and length of the
+memory it may write) the way the OCP example's do_exchange does, then keep
+the socket for barriers between phases. One side listens (the server: no
+address), the other connects to an address of the server's host.
+
+    with cm.Link.open(server, port) as link:      # server None: listen
+        peer = link.swap(cm.Endpoint.of(qp, mr, ctx.gid()))
+        qp.to_rtr(peer.qpn, peer.gid, rq_psn=peer.psn); qp.to_rts()
+        link.barrier()
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import socket
+import time
+from typing import Any
+
+DEFAULT_PORT = 18185  # the OCP example's
+_MAX_LINE = 1 << 16
+
+
+@dataclasses.dataclass(frozen=True)
+class Endpoint:
+    """One side's connection facts."""
+
+    qpn: int
+    psn: int
+    gid: str
+    rkey: int
+    addr: int
+    length: int
+
+    @classmethod
+    def of(cls, qp: Any, mr: Any, gid: str, psn: int = 0) -> Endpoint:
+        return cls(qpn=qp.qp_num, psn=psn, gid=gid, rkey=mr.rkey, addr=mr.addr, length=mr.length)
+
+
+class Link:
+    """The out-of-band TCP connection between the two processes."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self._buf = b""
+
+    @classmethod
+    def open(cls, server: str | None, port: int = DEFAULT_PORT, *, timeout: float = 60.0) -> Link:
+        """Listen for one peer (server None) or connect to `server`, retrying
+        until it listens or `timeout` seconds pass."""
+        if server is None:
+            with socket.create_server(("", port), reuse_port=False) as listener:
+                listener.settimeout(timeout)
+                sock, _ = listener.accept()
+        else:
+            deadline = time.monotonic() + timeout
+            while True:
+                try:
+                    sock = socket.create_connection((server, port), timeout=timeout)
+                    break
+                except (ConnectionRefusedError, OSError):
+                    if time.monotonic() > deadline:
+                        raise TimeoutError(
+                            f"no server at {server}:{port} after {timeout:g} s"
+                        ) from None
+                    time.sleep(0.05)
+        sock.settimeout(timeout)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return cls(sock)
+
+    def send(self, message: dict) -> None:
+        self.sock.sendall(json.dumps(message).encode() + b"\n")
+
+    def recv(self) -> dict:
+        while b"\n" not in self._buf:
+            chunk = self.sock.recv(4096)
+            if not chunk:
+                raise ConnectionError("the peer closed the connection")
+            self._buf += chunk
+            if len(self._buf) > _MAX_LINE:
+                raise ConnectionError("the peer sent a message too long")
+        line, self._buf = self._buf.split(b"\n", 1)
+        return json.loads(line)
+
+    def swap(self, mine: Endpoint) -> Endpoint:
+        """Send ours, receive theirs."""
+        self.send(dataclasses.asdict(mine))
+        return Endpoint(**self.recv())
+
+    def barrier(self, tag: str = "sync") -> None:
+        """Both sides reach this point before either goes on."""
+        self.send({"barrier": tag})
+        got = self.recv()
+        if got.get("barrier") != tag:
+            raise ConnectionError(f"barrier {tag!r}: the peer sent {got!r}")
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self) -> Link:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
