@@ -1,0 +1,275 @@
+"""The verbs API on a real lab: a QP pair between h0 and h1, each side a Context of
+its own (as two processes would be), checked completion by completion and byte by
+byte, then bad input, a dead process, and two processes on one host."""
+
+from __future__ import annotations
+
+import errno
+import os
+import select
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from mrc_nic import verbs
+from mrc_nic.lab import ctl
+from mrc_nic.transport import protocol as ops
+from mrc_nic.verbs import SGE, SendFlags, SendWR, WcOpcode, WcStatus, WrOpcode
+
+KIB = 1024
+MR_BYTES = 1 << 20
+
+
+class Side:
+    """One host's context, PD, MR, CQs and QP."""
+
+    def __init__(self, lab: str, host: str, **cap) -> None:
+        self.ctx = verbs.Context(lab, host)
+        self.pd = verbs.PD(self.ctx)
+        self.mr = self.pd.reg_mr(MR_BYTES)
+        self.scq = verbs.CQ(self.ctx, 256)
+        self.rcq = verbs.CQ(self.ctx, 256)
+        attr = verbs.QPInitAttr(send_cq=self.scq, recv_cq=self.rcq, cap=verbs.QPCap(**cap))
+        self.qp = verbs.QP(self.pd, attr)
+
+    def close(self) -> None:
+        self.ctx.close()
+
+
+def connect(a: Side, b: Side) -> None:
+    for s in (a, b):
+        s.qp.to_init()
+    a.qp.to_rtr(b.qp.qp_num, b.ctx.gid())
+    b.qp.to_rtr(a.qp.qp_num, a.ctx.gid(1))  # any plane's address names the host
+    for s in (a, b):
+        s.qp.to_rts()
+
+
+def poll_n(cq: verbs.CQ, n: int, timeout: float = 10.0) -> list[verbs.WC]:
+    got: list[verbs.WC] = []
+    deadline = time.monotonic() + timeout
+    while len(got) < n and time.monotonic() < deadline:
+        got += cq.poll(n - len(got))
+        if len(got) < n:
+            cq.wait(0.05)
+    return got
+
+
+@pytest.fixture
+def pair(default_lab):
+    a, b = Side(default_lab.lab, "h0"), Side(default_lab.lab, "h1", max_send_wr=128)
+    connect(a, b)
+    yield a, b
+    a.close()
+    b.close()
+
+
+def write(a: Side, b: Side, offset: int, length: int, **kw) -> SendWR:
+    return SendWR(
+        sg_list=[SGE(a.mr.addr + offset, length, a.mr.lkey)],
+        remote_addr=b.mr.addr + offset,
+        rkey=b.mr.rkey,
+        **kw,
+    )
+
+
+def test_a_write_with_imm_lands_byte_exact_and_completes_on_both_sides(pair):
+    a, b = pair
+    data = os.urandom(256 * KIB)
+    a.mr.buf[: len(data)] = data
+    b.qp.post_recv(verbs.RecvWR(wr_id=77))
+    a.qp.post_send(
+        [
+            write(a, b, 0, 128 * KIB, wr_id=1),  # unsignaled: no completion of its own
+            write(
+                a,
+                b,
+                128 * KIB,
+                128 * KIB,
+                wr_id=2,
+                opcode=WrOpcode.RDMA_WRITE_WITH_IMM,
+                imm_data=0xABCD,
+                send_flags=SendFlags.SIGNALED,
+            ),  # fmt: skip
+        ]
+    )
+    (sent,) = poll_n(a.scq, 1)
+    assert (sent.wr_id, sent.status, sent.opcode) == (2, WcStatus.SUCCESS, WcOpcode.RDMA_WRITE)
+    assert (sent.qp_num, sent.byte_len) == (a.qp.qp_num, 128 * KIB)
+    (got,) = poll_n(b.rcq, 1)
+    assert (got.wr_id, got.status, got.opcode) == (
+        77,
+        WcStatus.SUCCESS,
+        WcOpcode.RECV_RDMA_WITH_IMM,
+    )
+    assert (got.imm_data, got.byte_len, got.qp_num) == (0xABCD, 128 * KIB, b.qp.qp_num)
+    assert got.wc_flags & 2  # IBV_WC_WITH_IMM
+    assert bytes(b.mr.buf[: len(data)]) == data
+    assert a.scq.poll(4) == [] and b.rcq.poll(4) == []
+
+
+def test_cq_moderation_completes_only_signaled_work_and_the_library_queues_past_the_nic(pair):
+    """200 WRITEs of 1 KiB with a signal every 64 (the OCP example's moderation):
+    only the signaled complete, though the NIC holds 32 WQEs at a time."""
+    a, b = pair
+    a.mr.buf[: 200 * KIB] = os.urandom(200 * KIB)
+    signaled = [i for i in range(200) if i % 64 == 63 or i == 199]
+    done: list[verbs.WC] = []
+    posted = 0
+    while posted < 200:
+        n = min(128 - a.qp.outstanding, 200 - posted)
+        a.qp.post_send(
+            [
+                write(
+                    a,
+                    b,
+                    i * KIB,
+                    KIB,
+                    wr_id=i,
+                    send_flags=SendFlags.SIGNALED if i in signaled else 0,
+                )
+                for i in range(posted, posted + n)
+            ]
+        )
+        posted += n
+        done += a.scq.poll(16)
+    done += poll_n(a.scq, len(signaled) - len(done))
+    assert [wc.wr_id for wc in done] == signaled
+    assert all(wc.status == WcStatus.SUCCESS for wc in done)
+    assert bytes(b.mr.buf[: 200 * KIB]) == bytes(a.mr.buf[: 200 * KIB])
+
+
+def test_a_wrong_rkey_fails_at_the_sender_writes_nothing_and_flushes_the_rest(pair):
+    a, b = pair
+    a.mr.buf[: 8 * KIB] = b"\x5a" * 8 * KIB
+    b.mr.buf[: 8 * KIB] = bytes(8 * KIB)
+    bad = write(a, b, 0, 4 * KIB, wr_id=10)
+    bad.rkey ^= 0x100  # the right region, a forged key
+    a.qp.post_send([bad, write(a, b, 4 * KIB, 4 * KIB, wr_id=11, send_flags=SendFlags.SIGNALED)])
+    wcs = poll_n(a.scq, 2)
+    assert [(wc.wr_id, wc.status) for wc in wcs] == [
+        (10, WcStatus.REM_ACCESS_ERR),
+        (11, WcStatus.WR_FLUSH_ERR),
+    ]
+    assert a.qp.state == verbs.QpState.ERR
+    time.sleep(0.05)
+    assert bytes(b.mr.buf[: 8 * KIB]) == bytes(8 * KIB), "the receiver placed nothing"
+    a.qp.post_send(write(a, b, 0, KIB, wr_id=12))  # posted in ERR: flushed, as in verbs
+    assert [(wc.wr_id, wc.status) for wc in a.scq.poll(4)] == [(12, WcStatus.WR_FLUSH_ERR)]
+
+
+def test_bad_requests_are_refused_and_corrupt_nothing(pair):
+    a, b = pair
+    mr = a.mr
+    refusals = {
+        "outside the MR": SendWR(
+            sg_list=[SGE(mr.addr + MR_BYTES - 512, KIB, mr.lkey)], rkey=b.mr.rkey
+        ),
+        "misaligned source": SendWR(sg_list=[SGE(mr.addr + 100, 64, mr.lkey)], rkey=b.mr.rkey),
+        "misaligned remote": SendWR(sg_list=[SGE(mr.addr, 64, mr.lkey)], remote_addr=b.mr.addr + 8),
+        "unknown lkey": SendWR(sg_list=[SGE(mr.addr, 64, 0xFFFF)], rkey=b.mr.rkey),
+        "two SGEs on a 1-SGE QP": SendWR(sg_list=[SGE(mr.addr, KIB, mr.lkey)] * 2, rkey=b.mr.rkey),
+    }
+    for why, wr in refusals.items():
+        with pytest.raises(verbs.VerbsError) as e:
+            a.qp.post_send([write(a, b, 0, KIB, wr_id=100), wr])
+        assert e.value.errno == errno.EINVAL and e.value.bad_wr == 1, why
+        assert a.qp.outstanding == 0, f"{why}: nothing posted, not even the good WR before it"
+    with pytest.raises(verbs.VerbsError) as e:
+        b.qp.post_send([write(b, a, 0, KIB) for _ in range(129)])  # max_send_wr 128
+    assert e.value.errno == errno.ENOMEM and "128" in str(e.value)
+    # The QP still works.
+    a.mr.buf[:KIB] = b"\x11" * KIB
+    a.qp.post_send(write(a, b, 0, KIB, wr_id=5, send_flags=SendFlags.SIGNALED))
+    assert [(wc.wr_id, wc.status) for wc in poll_n(a.scq, 1)] == [(5, WcStatus.SUCCESS)]
+    assert bytes(b.mr.buf[:KIB]) == b"\x11" * KIB
+
+
+def test_before_rts_and_after_dereg_are_clear_errors(default_lab):
+    a = Side(default_lab.lab, "h0")
+    try:
+        with pytest.raises(verbs.VerbsError, match="post_send needs RTS"):
+            a.qp.post_send(SendWR(sg_list=[SGE(a.mr.addr, 64, a.mr.lkey)]))
+        lkey = a.mr.lkey
+        a.mr.close()
+        a.qp.to_init()
+        with pytest.raises(verbs.VerbsError, match="no MR of this PD"):
+            a.pd.mr_of(lkey, "post_send")
+        with pytest.raises(verbs.VerbsError, match="RTR needs dest_qp_num"):
+            a.qp.modify(verbs.QPAttr(qp_state=verbs.QpState.RTR), verbs.QpAttrMask.STATE)
+    finally:
+        a.close()
+
+
+def test_a_zero_length_write_with_imm_completes_with_no_bytes(pair):
+    a, b = pair
+    b.qp.post_recv(verbs.RecvWR(wr_id=9))
+    a.qp.post_send(
+        SendWR(
+            wr_id=3,
+            opcode=WrOpcode.RDMA_WRITE_WITH_IMM,
+            imm_data=7,
+            remote_addr=b.mr.addr,
+            rkey=b.mr.rkey,
+            send_flags=SendFlags.SIGNALED,
+        )  # fmt: skip
+    )
+    assert [(wc.wr_id, wc.status) for wc in poll_n(a.scq, 1)] == [(3, WcStatus.SUCCESS)]
+    (got,) = poll_n(b.rcq, 1)
+    assert (got.wr_id, got.imm_data, got.byte_len) == (9, 7, 0)
+
+
+def test_a_cq_fd_is_readable_when_completions_wait(pair):
+    a, b = pair
+    assert select.select([a.scq], [], [], 0)[0] == []
+    a.qp.post_send(write(a, b, 0, KIB, send_flags=SendFlags.SIGNALED))
+    assert select.select([a.scq], [], [], 5)[0] == [a.scq]
+    assert len(a.scq.poll(4)) == 1
+
+
+CHILD = textwrap.dedent(
+    """
+    import sys, time
+    from mrc_nic import verbs
+    ctx = verbs.Context(sys.argv[1], "h0")
+    pd = verbs.PD(ctx)
+    mr = pd.reg_mr(1 << 20)
+    cq = verbs.CQ(ctx, 16)
+    qp = verbs.QP(pd, verbs.QPInitAttr(send_cq=cq, recv_cq=cq))
+    qp.to_init()
+    print(qp.qp_num, mr.lkey, flush=True)
+    time.sleep(60)
+    """
+)
+
+
+def app_qpns(lab: str, host: str) -> set[int]:
+    qps = ctl.call(lab, host, ops.QpList()).qps
+    return {q["qpn"] for q in qps if q.get("role") == "app"}
+
+
+def test_a_dead_process_loses_its_qps_and_memory_and_another_keeps_its_own(pair, default_lab):
+    a, b = pair
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD, default_lab.lab], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        qpn, lkey = map(int, child.stdout.readline().split())
+        assert qpn in app_qpns(default_lab.lab, "h0")
+        with pytest.raises(ctl.DaemonError, match="ENOENT|no QP"):
+            a.ctx.session.call(ops.appops.DestroyQp(qpn=qpn))  # not this session's
+    finally:
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait()
+    deadline = time.monotonic() + 5
+    while qpn in app_qpns(default_lab.lab, "h0") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert qpn not in app_qpns(default_lab.lab, "h0"), "the daemon released the dead process's QP"
+    assert a.qp.qp_num in app_qpns(default_lab.lab, "h0")
+    a.mr.buf[:KIB] = b"\x22" * KIB
+    a.qp.post_send(write(a, b, 0, KIB, wr_id=1, send_flags=SendFlags.SIGNALED))
+    assert [(wc.wr_id, wc.status) for wc in poll_n(a.scq, 1)] == [(1, WcStatus.SUCCESS)]
