@@ -351,9 +351,11 @@ static __always_inline void ack_ev_feedback(struct nic_ev *ev, const struct ack_
 	bpf_spin_unlock(&ev->lock);
 }
 
-/* After the locks: the ACK's events (QP error, EV state, losses) and counters. */
-static __always_inline void ack_report(const struct ack_pkt *a, struct nic_ack_scratch *sc,
-				       __u32 n, __u32 old, __u32 st, __u64 now)
+/* After the locks: the ACK's events (QP error, also to the QP's send CQ; EV
+ * state, losses) and counters. */
+static __always_inline void ack_report(const struct nic_sq *sq, const struct ack_pkt *a,
+				       struct nic_ack_scratch *sc, __u32 n, __u32 old, __u32 st,
+				       __u64 now)
 {
 	__u32 i;
 
@@ -361,7 +363,8 @@ static __always_inline void ack_report(const struct ack_pkt *a, struct nic_ack_s
 	 * that it keeps the loop's own bound, which the verifier needs. */
 	asm volatile("" : "+r"(n));
 	if (sc->fatal)
-		emit_qp_err(a->qpn, a->psn, a->echo_ev, a->syndrome, a->reason, now);
+		emit_qp_err(a->qpn, a->psn, a->echo_ev, a->syndrome, a->reason, NIC_ERR_NONE,
+			    sq->send_cq, now);
 	if (n && old != st && st == NIC_EVS_ASSUMED_BAD)
 		emit_ev_state(a->qpn, a->echo_ev, old, st, NIC_EVC_LOSS, sc->lost[0].psn, now);
 	for (i = 0; i < NIC_LOSS_WALK_MAX; i++) {
@@ -432,7 +435,7 @@ static __always_inline int rx_ack(struct xdp_md *ctx, struct mrc_pkt *p, struct 
 		ack_ev_feedback(ev, &a, sc->queued, n, now, &old, &st);
 	else if (sc->fb)
 		count(NIC_CNT_UNKNOWN_EV, 1);
-	ack_report(&a, sc, n, old, st, now);
+	ack_report(sq, &a, sc, n, old, st, now);
 	return ack_done(p, req, a.qpn, sq->engine, sc->fb | sc->newly | sc->queued | sc->fatal);
 }
 

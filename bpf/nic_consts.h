@@ -103,6 +103,20 @@ _Static_assert((NIC_MAX_REGIONS & (NIC_MAX_REGIONS - 1)) == 0, "NIC_MAX_REGIONS 
 #define NIC_TIMEOUT_MAX 64
 #endif
 
+/* Size of a completion queue's ring buffer (nic_cq_rings' template), in pages
+ * (a power of 2): an application creates its CQ's ring buffer this size. */
+#ifndef NIC_CQ_RING_PAGES
+#define NIC_CQ_RING_PAGES 16
+#endif
+_Static_assert(NIC_CQ_RING_PAGES > 0 && (NIC_CQ_RING_PAGES & (NIC_CQ_RING_PAGES - 1)) == 0,
+	       "NIC_CQ_RING_PAGES must be a power of two");
+
+/* Entries of nic_cq_rings: completion queues 1 .. NIC_MAX_CQS (struct
+ * nic_sq.send_cq, nic_rq.recv_cq; 0 is "none"), each at index CQ - 1. */
+#ifndef NIC_MAX_CQS
+#define NIC_MAX_CQS 1024
+#endif
+
 /* How long an EV stays with the CPU that last sent on it, ns: per-CPU bulk
  * queues would reorder its packets (docs/nic-program.md, "EV hold"). */
 #ifndef ENGINE_EV_HOLD_NS
@@ -202,12 +216,26 @@ _Static_assert((NIC_HEAD_SCAN & (NIC_HEAD_SCAN - 1)) == 0, "NIC_HEAD_SCAN must b
 #define NIC_TX_F_PREV 0x1 /* prev_psn is valid: an earlier packet went on this EV */
 #define NIC_TX_F_RETX 0x2 /* this transmission is a retransmission */
 
+/* struct nic_wqe.flags. A QP with a send CQ reports a WQE's completion there
+ * only when it is signaled (verbs' CQ moderation); without a CQ, every WQE
+ * completes to nic_events as before. */
+#define NIC_WQE_F_SIGNALED 0x1
+
 /* What a kick asks (struct nic_kick.op); docs/nic-program.md, "Kicks". */
 enum nic_kick_op {
 	NIC_KICK_SEND = 0,    /* send what there is: retransmissions first, then new data */
 	NIC_KICK_TIMEOUT = 1, /* queue the oldest unacknowledged PSNs, then send */
 	NIC_KICK_CWND = 2,    /* set cwnd and cc.rtt_target_ns, then send (mrc-nic extension) */
 	NIC_KICK_EV_REPLACE = 3, /* put a new EV in a profile slot (OCP: MRC_CTL_EV_OP_REPLACE_EV) */
+	NIC_KICK_FAIL = 4,       /* move the QP to ERR, reason arg (enum nic_qp_error), and report it */
+};
+
+/* Why a send QP went to ERR without a fatal NACK (struct nic_qp_err_event.error):
+ * the verbs status its work requests complete with. */
+enum nic_qp_error {
+	NIC_ERR_NONE = 0,           /* a fatal NACK: syndrome and reason say what the peer refused */
+	NIC_ERR_RETRY_EXCEEDED = 1, /* the daemon's retry budget is spent (NIC_KICK_FAIL) */
+	NIC_ERR_BAD_WQE = 2,        /* a WQE's source could not be read (local protection error) */
 };
 
 /* ---- Events: ring buffer nic_events ------------------------------------- */
@@ -289,13 +317,16 @@ enum nic_counter {
 				  * (states, ports down, or all held by other CPUs) */
 	NIC_CNT_TX_BAD_WQE,      /* a WQE's source outside its region: the QP went to ERR */
 	NIC_CNT_TX_REDIRECT_ERR, /* no device in nic_tx_ports for the plane: packet dropped */
-	NIC_CNT_SEND_DONE,       /* send completions (NIC_EV_SEND_DONE) */
+	NIC_CNT_SEND_DONE,       /* WQEs completed (a record each, but unsignaled ones of a QP with a send CQ) */
 	NIC_CNT_TIMEOUT_KICKS,   /* timeout kicks (NIC_KICK_TIMEOUT) taken */
 	NIC_CNT_TIMEOUT_QUEUED,  /* PSNs they queued for retransmission */
 	NIC_CNT_LOST_HEAD,       /* PSNs the head scan declared lost (also in LOST) */
 	NIC_CNT_CWND_KICKS,      /* NIC_KICK_CWND runs that set a QP's window (then a send kick) */
 	NIC_CNT_EV_REPLACED,     /* NIC_KICK_EV_REPLACE runs that put a new EV in a profile slot */
 	NIC_CNT_DROP_RX_BUSY,    /* data packet dropped: its QP's receive lock stayed taken */
+	NIC_CNT_CQ_EVENTS,       /* records written to a CQ's ring buffer (nic_cq_rings) */
+	NIC_CNT_CQ_OVERRUN,      /* records lost: the CQ's ring was full, or its index has no ring */
+	NIC_CNT_FAIL_KICKS,      /* NIC_KICK_FAIL runs that moved a QP to ERR */
 	NIC_CNT_MAX,
 };
 

@@ -70,7 +70,8 @@ static __always_inline int kick_of(struct xdp_md *ctx, struct engine_req *req, _
 	req->kick = 1;
 	*arg = k->arg;
 	*age_ns = k->age_ns;
-	if (k->op == NIC_KICK_TIMEOUT || k->op == NIC_KICK_CWND || k->op == NIC_KICK_EV_REPLACE)
+	if (k->op == NIC_KICK_TIMEOUT || k->op == NIC_KICK_CWND || k->op == NIC_KICK_EV_REPLACE ||
+	    k->op == NIC_KICK_FAIL)
 		return 1 + k->op;
 	return 1 + NIC_KICK_SEND;
 }
@@ -207,10 +208,12 @@ static __always_inline __u32 sq_acked_count(const struct nic_sq *sq)
 }
 
 /* Completions (sq->lock held): every WQE whose last PSN snd_una has passed,
- * in posting order, gathered in sc (wr_id and len are read now: user space
- * may reuse the slot as soon as wqe_done passes it). */
-static __always_inline void engine_complete(struct nic_sq *sq, const struct nic_wq *wq,
-					    struct nic_tx_scratch *sc, __u32 qpn)
+ * in posting order. Its record is gathered in sc (wr_id and len are read now:
+ * user space may reuse the slot as soon as wqe_done passes it), unless the QP
+ * has a send CQ and the WQE is not signaled (CQ moderation). wq->done tells a
+ * poster which slots are free without a syscall. */
+static __always_inline void engine_complete(struct nic_sq *sq, struct nic_wq *wq,
+					    struct nic_tx_scratch *sc, __u32 qpn, __u64 now)
 {
 	__u32 n = 0;
 	int i;
@@ -218,7 +221,11 @@ static __always_inline void engine_complete(struct nic_sq *sq, const struct nic_
 	for (i = 0; i < NIC_MSG_SLOTS; i++) {
 		__u32 k = sq->wqe_done, slot = k & (NIC_MSG_SLOTS - 1);
 		__u32 last = sq->wqe_last_psn[slot] & MRC_PSN_MASK;
-		struct nic_send_event *e = &sc->done[i];
+		/* The record's place is counted in the map value, which the verifier
+		 * does not track: a count in a register would split its walk at every
+		 * WQE, signaled or not. */
+		struct nic_send_event *e = &sc->done[sc->n_done & (NIC_MSG_SLOTS - 1)];
+		__u32 keep;
 
 		if (k == sq->wqe_sent)
 			break;
@@ -231,11 +238,18 @@ static __always_inline void engine_complete(struct nic_sq *sq, const struct nic_
 		e->wr_id = wq->wqes[slot].wr_id;
 		e->len = wq->wqes[slot].len;
 		e->wqe = k;
+		e->ts = now;
+		/* Kept: no send CQ ((send_cq - 1) >> 31 is 1 for 0 only; branch-free,
+		 * as above), or signaled. An unkept record is overwritten by the next. */
+		keep = ((sq->send_cq - 1) >> 31) | (wq->wqes[slot].flags & NIC_WQE_F_SIGNALED);
+		sc->n_done += keep & 1;
 		sq->wqe_done = k + 1;
 		n++;
 	}
 	sq->tx_stats.wqes_done += n;
-	sc->n_done = n;
+	sc->n_wqes = n;
+	if (n)
+		*(volatile __u32 *)&wq->done = sq->wqe_done;
 }
 
 /*
@@ -322,7 +336,7 @@ static __always_inline int engine_bad_wqe(const struct engine_req *req, struct n
 	bpf_spin_lock(&sq->lock);
 	sq->state = NIC_QPS_ERR;
 	bpf_spin_unlock(&sq->lock);
-	emit_qp_err(req->qpn, psn, 0, 0, 0, now);
+	emit_qp_err(req->qpn, psn, 0, 0, 0, NIC_ERR_BAD_WQE, sq->send_cq, now);
 	count(NIC_CNT_TX_BAD_WQE, 1);
 	return engine_idle(req, NIC_CNT_KICK_IDLE);
 }
@@ -455,6 +469,32 @@ static __always_inline int engine_ev_replace(const struct engine_req *req, __u32
 	return XDP_DROP;
 }
 
+/*
+ * A fail kick (struct nic_kick, NIC_KICK_FAIL): the daemon, whose retry budget
+ * for the QP is spent, moves it to ERR under its lock; the QP_ERR record
+ * (error = reason, psn = snd_una) goes where a fatal NACK's goes, nic_events
+ * and the QP's send CQ, so that the application learns it from its CQ. Sends
+ * nothing. A QP already in ERR was reported when it got there: idle.
+ */
+static __always_inline int engine_fail(const struct engine_req *req, __u32 reason)
+{
+	__u32 qpn = req->qpn, was, psn;
+	struct nic_sq *sq = nic_tx_qps_lookup(&qpn);
+
+	if (!sq)
+		return engine_idle(req, NIC_CNT_DROP_UNKNOWN_QP);
+	bpf_spin_lock(&sq->lock);
+	was = sq->state;
+	sq->state = NIC_QPS_ERR;
+	psn = sq->snd_una;
+	bpf_spin_unlock(&sq->lock);
+	if (was == NIC_QPS_ERR)
+		return engine_idle(req, NIC_CNT_KICK_IDLE);
+	emit_qp_err(qpn, psn & MRC_PSN_MASK, 0, 0, 0, reason, sq->send_cq, bpf_ktime_get_ns());
+	count(NIC_CNT_FAIL_KICKS, 1);
+	return XDP_DROP;
+}
+
 /* ---- engine_run, step by step ------------------------------------------- */
 
 /* The packet one engine run sends. */
@@ -503,13 +543,13 @@ static __always_inline __u32 engine_look(struct xdp_md *ctx, struct nic_sq *sq,
  * the first found, unless a retransmission was lost on it or on its plane
  * (p2: on another plane if one is usable). The round robin goes on after the
  * EV used, or stays on the first found when it was passed over. */
-static __always_inline void engine_locked(struct nic_sq *sq, const struct nic_wq *wq,
+static __always_inline void engine_locked(struct nic_sq *sq, struct nic_wq *wq,
 					  const struct nic_tx_ring *ring,
 					  struct nic_tx_scratch *sc, __u32 qpn, __u32 found,
 					  const struct ev_pick *p1, const struct ev_pick *p2,
-					  __u32 avoid)
+					  __u32 avoid, __u64 now)
 {
-	engine_complete(sq, wq, sc, qpn);
+	engine_complete(sq, wq, sc, qpn, now);
 	if (!found)
 		return;
 	engine_plan(sq, wq, ring, sc);
@@ -710,15 +750,16 @@ static __always_inline int engine_run(struct xdp_md *ctx, const struct engine_re
 	sc->full = 0;
 	sc->second = 0;
 	sc->n_done = 0;
+	sc->n_wqes = 0;
 	bpf_spin_lock(&sq->lock);
-	engine_locked(sq, wq, ring, sc, qpn, found, &p1, &p2, avoid);
+	engine_locked(sq, wq, ring, sc, qpn, found, &p1, &p2, avoid, now);
 	bpf_spin_unlock(&sq->lock);
 
 	n = sc->n_done;
 	if (n > NIC_MSG_SLOTS)
 		n = NIC_MSG_SLOTS;
-	emit_send_done(sc, n, now);
-	count(NIC_CNT_SEND_DONE, n);
+	emit_send_done(sc, n, sq->send_cq);
+	count(NIC_CNT_SEND_DONE, sc->n_wqes);
 	if (sc->full)
 		count(NIC_CNT_TX_WINDOW_FULL, 1);
 	if (sc->what == TX_NONE)

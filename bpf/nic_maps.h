@@ -38,6 +38,13 @@ BPF_F_TABLE("array", __u32, struct nic_tx_ring, nic_tx_ring, NIC_TX_RINGS, BPF_F
 BPF_PERCPU_ARRAY(nic_ack_scratch, struct nic_ack_scratch, 1);
 /* Events to the daemon (struct nic_event and the other NIC_EV_* records); BPF writes. */
 BPF_RINGBUF_OUTPUT(nic_events, NIC_EVENT_PAGES);
+/* The template of a CQ's ring buffer: never written, never an entry of
+ * nic_cq_rings; its size (NIC_CQ_RING_PAGES) is what applications create theirs with. */
+BPF_RINGBUF_OUTPUT(nic_cq_template, NIC_CQ_RING_PAGES);
+/* Completion queues (verbs), index CQ - 1: ring buffers that applications create
+ * and poll; user space puts their fds here, BPF writes completion records.
+ * (BPF_ARRAY_OF_MAPS with a __u32 key: the macro's is int.) */
+BPF_TABLE("array_of_maps$nic_cq_template", __u32, int, nic_cq_rings, NIC_MAX_CQS);
 /* Send queues of the send QPs (struct nic_sq.ring), mmapable: user space posts WQEs. */
 BPF_F_TABLE("array", __u32, struct nic_wq, nic_wq, NIC_TX_RINGS, BPF_F_MMAPABLE);
 /* Host port addresses, key = host * NIC_MAX_PLANES + plane: the data packets' MACs; user space. */

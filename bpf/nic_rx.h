@@ -519,10 +519,11 @@ static __always_inline enum rx_verdict rx_locked_place(struct nic_rq *rq, const 
 	return verdict;
 }
 
-/* After the lock: the verdict's counters and events, then the answer. */
+/* After the lock: the verdict's counters and events (to the QP's receive CQ, if
+ * it has one), then the answer. */
 static __always_inline int rx_finish(struct xdp_md *ctx, struct mrc_pkt *p, const struct rx_pkt *d,
-				     struct ack_info *ai, struct rx_plan *plan,
-				     enum rx_verdict verdict)
+				     const struct nic_rq *rq, struct ack_info *ai,
+				     struct rx_plan *plan, enum rx_verdict verdict)
 {
 	switch (verdict) {
 	case RX_BAD_MSN:
@@ -542,7 +543,7 @@ static __always_inline int rx_finish(struct xdp_md *ctx, struct mrc_pkt *p, cons
 		if (plan->batch->done) {
 			count(NIC_CNT_MSG_DONE, plan->batch->done);
 			if (plan->batch->n)
-				emit_completions(d->qpn, plan->batch);
+				emit_completions(d->qpn, rq->recv_cq, plan->batch);
 		}
 		break;
 	}
@@ -599,7 +600,7 @@ static __always_inline int rx_data(struct xdp_md *ctx, struct mrc_pkt *p)
 	}
 	verdict = rx_locked_place(rq, &d, window, &ai, &plan);
 	rx_unlock(lock);
-	return rx_finish(ctx, p, &d, &ai, &plan, verdict);
+	return rx_finish(ctx, p, &d, rq, &ai, &plan, verdict);
 }
 
 #endif /* MRC_NIC_RX_H */

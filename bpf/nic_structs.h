@@ -82,7 +82,8 @@ struct nic_rq {
 	/* BPF-owned (user space sets the initial values) */
 	__u32 cum_psn; /* every PSN before it has arrived; the first hole */
 	__u32 msn;     /* messages completed in order (24 bits): AETH.msn */
-	__u32 reserved;
+	/* setup: the receive CQ, index + 1 in nic_cq_rings; 0: completions go to nic_events */
+	__u32 recv_cq;
 	__u64 bitmap[NIC_BITMAP_WORDS]; /* ring of received PSNs */
 	struct nic_rq_stats stats;
 	struct nic_msg_slot msgs[NIC_MSG_SLOTS]; /* message MSN m in msgs[m % NIC_MSG_SLOTS] */
@@ -206,6 +207,10 @@ struct nic_sq {
 	/* ---- congestion control (BPF-owned, under the lock; user space sets
 	 * cwnd and cc.rtt_target_ns with a NIC_KICK_CWND kick once packets flow) ---- */
 	struct nic_sq_cc cc;
+	/* ---- verbs (setup) ---- */
+	__u32 send_cq; /* index + 1 in nic_cq_rings: signaled WQEs and QP_ERR go there;
+			* 0: every completion goes to nic_events */
+	__u32 reserved;
 };
 _Static_assert(__builtin_offsetof(struct nic_sq, snd_una) == 36, "struct nic_sq layout changed");
 _Static_assert(__builtin_offsetof(struct nic_sq, acked) == 64, "struct nic_sq layout changed");
@@ -215,7 +220,7 @@ _Static_assert(__builtin_offsetof(struct nic_sq, engine) ==
 	       "struct nic_sq has hidden padding");
 _Static_assert(sizeof(struct nic_sq) == __builtin_offsetof(struct nic_sq, engine) + 32 +
 					     4 * NIC_MSG_SLOTS + sizeof(struct nic_sq_tx_stats) +
-					     sizeof(struct nic_sq_cc),
+					     sizeof(struct nic_sq_cc) + 8,
 	       "struct nic_sq has hidden padding");
 
 /* ---- EVs: nic_evs -------------------------------------------------------- */
@@ -327,14 +332,18 @@ struct nic_wqe {
 	__u32 imm;        /* immediate data, host order (opcode MRC_OP_WRITE_IMM) */
 	__u8 opcode;      /* MRC_OP_WRITE, or MRC_OP_WRITE_IMM for WRITE_WITH_IMM: its last
 			   * packet is a WRITE_IMM carrying imm, the others are WRITEs */
-	__u8 reserved[3];
+	__u8 flags;       /* NIC_WQE_F_*: SIGNALED, a completion record for a QP with a send CQ */
+	__u8 reserved[2];
 };
 _Static_assert(sizeof(struct nic_wqe) == 40, "struct nic_wqe layout changed");
 
-/* A send QP's queue, written by user space only (docs/nic-program.md, "Send queues"). */
+/* A send QP's queue (docs/nic-program.md, "Send queues"): user space posts, BPF
+ * publishes what completed, so a poster reading the mmapped queue sees free
+ * slots without a syscall. */
 struct nic_wq {
-	__u32 posted; /* WQEs posted (free-running); written after the WQE itself */
-	__u32 reserved;
+	__u32 posted; /* WQEs posted (free-running); written after the WQE itself; user space */
+	__u32 done;   /* WQEs completed (free-running): struct nic_sq.wqe_done, written by BPF
+		       * whenever it advances; slot i % NIC_MSG_SLOTS is free once done > i */
 	struct nic_wqe wqes[NIC_MSG_SLOTS]; /* WQE i at i % NIC_MSG_SLOTS */
 };
 _Static_assert(sizeof(struct nic_wq) == 8 + NIC_MSG_SLOTS * sizeof(struct nic_wqe),
@@ -347,7 +356,8 @@ struct nic_kick {
 	__u16 op;     /* enum nic_kick_op */
 	__u16 arg;    /* NIC_KICK_TIMEOUT: most PSNs to queue (0: NIC_TIMEOUT_MAX);
 		       * NIC_KICK_CWND: the new cwnd (packets; 0: the window);
-		       * NIC_KICK_EV_REPLACE: the slot, an index in struct nic_sq.evs */
+		       * NIC_KICK_EV_REPLACE: the slot, an index in struct nic_sq.evs;
+		       * NIC_KICK_FAIL: the reason (enum nic_qp_error) */
 	__u64 age_ns; /* NIC_KICK_TIMEOUT: queue only PSNs last sent this long ago or more;
 		       * NIC_KICK_CWND: the new cc.rtt_target_ns;
 		       * NIC_KICK_EV_REPLACE: old EV << 16 | new EV */
@@ -406,8 +416,10 @@ struct nic_loss_event {
 };
 _Static_assert(sizeof(struct nic_loss_event) == 40, "struct nic_loss_event layout changed");
 
-/* A fatal NACK, or (syndrome, reason, ev 0) a local error: the engine could
- * not read a WQE's source; psn is then the PSN it was about to send. */
+/* A fatal NACK (error NIC_ERR_NONE), or a local error (syndrome, reason and
+ * ev 0): the engine could not read a WQE's source (psn: the PSN it was about
+ * to send), or user space failed the QP with NIC_KICK_FAIL (psn: snd_una).
+ * Written to nic_events and, for a QP with a send CQ, to that CQ too. */
 struct nic_qp_err_event {
 	__u32 type;     /* NIC_EV_QP_ERR */
 	__u32 qpn;      /* the send QP, now in ERR */
@@ -415,7 +427,8 @@ struct nic_qp_err_event {
 	__u32 ev;       /* its echoed EV */
 	__u32 syndrome; /* AETH syndrome (MRC_AETH_NAK_*): the verbs error to complete with */
 	__u32 reason;   /* MRC_NACK_* */
-	__u64 reserved;
+	__u32 error;    /* enum nic_qp_error: NIC_ERR_NONE for a fatal NACK */
+	__u32 reserved;
 	__u64 ts;
 };
 _Static_assert(sizeof(struct nic_qp_err_event) == 40, "struct nic_qp_err_event layout changed");
@@ -448,6 +461,7 @@ struct nic_cqe_batch {
 	__u32 n;    /* completions in cqes */
 	__u32 done; /* messages completed by this packet, with or without immediate */
 	struct nic_cqe cqes[NIC_MSG_SLOTS];
+	struct nic_event out[NIC_MSG_SLOTS]; /* a receive CQ's records, for one ring write */
 };
 _Static_assert(sizeof(struct nic_cqe) == 24, "struct nic_cqe layout changed");
 
@@ -482,8 +496,8 @@ struct nic_tx_scratch {
 	__u32 msn;     /* the WQE's MSN */
 	__u32 lost_ev; /* a retransmission: the EV that lost it */
 	__u32 second;  /* send on the second EV found (the first lost this PSN) */
-	__u32 n_done;  /* completions in done */
-	__u32 reserved; /* no hidden padding: done is 8-byte aligned */
+	__u32 n_done;  /* completion records in done (a QP with a send CQ: signaled WQEs only) */
+	__u32 n_wqes;  /* WQEs completed by this run, signaled or not */
 	struct nic_send_event done[NIC_MSG_SLOTS];
 };
 

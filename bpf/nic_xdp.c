@@ -81,6 +81,11 @@ static __always_inline int nic_events_output(void *rec, __u32 size)
 {
 	return nic_events.ringbuf_output(rec, size, 0);
 }
+/* The ring buffer of CQ index *k (an inner map of nic_cq_rings), or NULL. */
+static __always_inline void *nic_cq_rings_lookup(__u32 *k)
+{
+	return nic_cq_rings.lookup(k);
+}
 static __always_inline struct nic_wq *nic_wq_lookup(__u32 *k)
 {
 	return nic_wq.lookup(k);
@@ -184,6 +189,8 @@ int nic_xdp(struct xdp_md *ctx)
 		return engine_timeout(&req, arg, age_ns);
 	if (kick == 1 + NIC_KICK_EV_REPLACE)
 		return engine_ev_replace(&req, arg, age_ns);
+	if (kick == 1 + NIC_KICK_FAIL)
+		return engine_fail(&req, arg);
 	if (kick == 1 + NIC_KICK_CWND)
 		engine_cwnd(&req, arg, age_ns);
 	if (kick)

@@ -215,6 +215,8 @@ NIC_TIMELINE_BINS = 8192  # tunable: the loader may override it
 NIC_GAP_MIN_NS = 0x186a0  # tunable: the loader may override it
 NIC_HEAD_SCAN = 8  # tunable: the loader may override it
 NIC_TIMEOUT_MAX = 64  # tunable: the loader may override it
+NIC_CQ_RING_PAGES = 16  # tunable: the loader may override it
+NIC_MAX_CQS = 1024  # tunable: the loader may override it
 ENGINE_EV_HOLD_NS = 0x30d40  # tunable: the loader may override it
 NIC_MR_ELEM_SIZE = 1024
 NIC_SEG_ELEMS_MAX = 3
@@ -244,6 +246,7 @@ NIC_RTT_RECENT_CAP = 4
 NIC_HEAD_LOST = 16
 NIC_TX_F_PREV = 0x1
 NIC_TX_F_RETX = 0x2
+NIC_WQE_F_SIGNALED = 0x1
 
 
 class QpState(enum.IntEnum):
@@ -273,6 +276,15 @@ class KickOp(enum.IntEnum):
     TIMEOUT = 1
     CWND = 2
     EV_REPLACE = 3
+    FAIL = 4
+
+
+class QpError(enum.IntEnum):
+    """enum nic_qp_error (bpf/nic_consts.h)."""
+
+    NONE = 0
+    RETRY_EXCEEDED = 1
+    BAD_WQE = 2
 
 
 class EventType(enum.IntEnum):
@@ -350,9 +362,12 @@ class Counter(enum.IntEnum):
     CWND_KICKS = 51
     EV_REPLACED = 52
     DROP_RX_BUSY = 53
+    CQ_EVENTS = 54
+    CQ_OVERRUN = 55
+    FAIL_KICKS = 56
 
 
-NIC_CNT_MAX = 54
+NIC_CNT_MAX = 57
 
 # ---- bpf/nic_structs.h ---------------------------------------------------------
 
@@ -422,7 +437,7 @@ class NicRq(ctypes.Structure):
         ("region", ctypes.c_uint32),
         ("cum_psn", ctypes.c_uint32),
         ("msn", ctypes.c_uint32),
-        ("reserved", ctypes.c_uint32),
+        ("recv_cq", ctypes.c_uint32),
         ("bitmap", ctypes.c_uint64 * 16),
         ("stats", NicRqStats),
         ("msgs", NicMsgSlot * 32),
@@ -537,6 +552,8 @@ class NicSq(ctypes.Structure):
         ("wqe_last_psn", ctypes.c_uint32 * 32),
         ("tx_stats", NicSqTxStats),
         ("cc", NicSqCc),
+        ("send_cq", ctypes.c_uint32),
+        ("reserved", ctypes.c_uint32),
     ]
 
 
@@ -645,7 +662,8 @@ class NicWqe(ctypes.Structure):
         ("src_off", ctypes.c_uint32),
         ("imm", ctypes.c_uint32),
         ("opcode", ctypes.c_uint8),
-        ("reserved", ctypes.c_uint8 * 3),
+        ("flags", ctypes.c_uint8),
+        ("reserved", ctypes.c_uint8 * 2),
     ]
 
 
@@ -654,7 +672,7 @@ class NicWq(ctypes.Structure):
 
     _fields_ = [
         ("posted", ctypes.c_uint32),
-        ("reserved", ctypes.c_uint32),
+        ("done", ctypes.c_uint32),
         ("wqes", NicWqe * 32),
     ]
 
@@ -736,7 +754,8 @@ class NicQpErrEvent(ctypes.Structure):
         ("ev", ctypes.c_uint32),
         ("syndrome", ctypes.c_uint32),
         ("reason", ctypes.c_uint32),
-        ("reserved", ctypes.c_uint64),
+        ("error", ctypes.c_uint32),
+        ("reserved", ctypes.c_uint32),
         ("ts", ctypes.c_uint64),
     ]
 
@@ -775,6 +794,7 @@ class NicCqeBatch(ctypes.Structure):
         ("n", ctypes.c_uint32),
         ("done", ctypes.c_uint32),
         ("cqes", NicCqe * 32),
+        ("out", NicEvent * 32),
     ]
 
 
@@ -818,7 +838,7 @@ class NicTxScratch(ctypes.Structure):
         ("lost_ev", ctypes.c_uint32),
         ("second", ctypes.c_uint32),
         ("n_done", ctypes.c_uint32),
-        ("reserved", ctypes.c_uint32),
+        ("n_wqes", ctypes.c_uint32),
         ("done", NicSendEvent * 32),
     ]
 
@@ -1009,11 +1029,13 @@ TUNABLES = frozenset(
         "MRC_MTU",
         "MRC_TRIM_LEN",
         "MRC_WIRE_ALIGN",
+        "NIC_CQ_RING_PAGES",
         "NIC_EVENT_PAGES",
         "NIC_GAP_MIN_NS",
         "NIC_HEAD_SCAN",
         "NIC_HOST_NET",
         "NIC_LOSS_WALK_MAX",
+        "NIC_MAX_CQS",
         "NIC_MAX_EVS",
         "NIC_MAX_HOSTS",
         "NIC_MAX_PLANES",

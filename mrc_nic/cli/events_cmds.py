@@ -8,6 +8,7 @@ import time
 
 import click
 
+from mrc_nic.abi.defs import QpError
 from mrc_nic.cli.common import DURATION, lab_option, pick_lab
 
 # What `events` shows unless told otherwise: state changes, not the per-packet
@@ -15,6 +16,13 @@ from mrc_nic.cli.common import DURATION, lab_option, pick_lab
 STATE_TYPES = ("ev_state", "ev_replaced", "qp_err", "qp_error", "fault", "heal")
 ALL_TYPES = (*STATE_TYPES, "loss", "send_done", "recv_imm")
 POLL_WAIT_S = 1.0
+
+
+def _qp_error(code: int) -> str:
+    try:
+        return QpError(code).name.lower().replace("_", " ")
+    except ValueError:
+        return f"error {code}"
 
 
 def describe(e: dict) -> str:
@@ -29,6 +37,8 @@ def describe(e: dict) -> str:
     if kind == "loss":
         return f"{qp} PSN {e['psn']} lost on EV {e['ev']} (seen from the SACK of {e['ack_psn']})"
     if kind == "qp_err":
+        if e.get("error"):  # a local error (struct nic_qp_err_event.error): no NACK
+            return f"{qp} ERR: {_qp_error(e['error'])}, PSN {e['psn']}"
         return f"{qp} ERR: fatal NACK, syndrome {e['syndrome']}, reason {e['reason']}"
     if kind == "qp_error":
         qps = ", ".join(f"{q:#x}" for q in e.get("qpns", []))

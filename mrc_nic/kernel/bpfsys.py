@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 # enum bpf_cmd (include/uapi/linux/bpf.h)
+BPF_MAP_CREATE = 0
 BPF_MAP_LOOKUP_ELEM = 1
 BPF_MAP_UPDATE_ELEM = 2
 BPF_MAP_DELETE_ELEM = 3
@@ -44,6 +45,7 @@ BPF_MAP_TYPE_ARRAY = 2
 BPF_MAP_TYPE_PERCPU_HASH = 5
 BPF_MAP_TYPE_PERCPU_ARRAY = 6
 BPF_MAP_TYPE_LRU_PERCPU_HASH = 10
+BPF_MAP_TYPE_RINGBUF = 27
 
 BPF_OBJ_NAME_LEN = 16
 
@@ -57,6 +59,21 @@ _PERCPU_MAP_TYPES = frozenset(
 # ---- union bpf_attr, one ctypes structure per command we use -------------
 # Field order and widths follow include/uapi/linux/bpf.h; __aligned_u64
 # pointers are c_uint64 holding an address.
+
+
+class _MapCreateAttr(ctypes.Structure):
+    """BPF_MAP_CREATE, up to map_name (the kernel reads the rest as zero)."""
+
+    _fields_ = [
+        ("map_type", ctypes.c_uint32),
+        ("key_size", ctypes.c_uint32),
+        ("value_size", ctypes.c_uint32),
+        ("max_entries", ctypes.c_uint32),
+        ("map_flags", ctypes.c_uint32),
+        ("inner_map_fd", ctypes.c_uint32),
+        ("numa_node", ctypes.c_uint32),
+        ("map_name", ctypes.c_char * BPF_OBJ_NAME_LEN),
+    ]
 
 
 class _MapElemAttr(ctypes.Structure):
@@ -250,6 +267,42 @@ def map_info(map_fd: int) -> MapInfo:
         map_flags=info.map_flags,
         name=info.name.decode(errors="replace"),
     )
+
+
+def map_create(
+    map_type: int,
+    key_size: int,
+    value_size: int,
+    max_entries: int,
+    *,
+    flags: int = 0,
+    name: str = "",
+) -> int:
+    """Create a map; return its fd (close-on-exec; the caller owns it). name: at
+    most 15 characters of [A-Za-z0-9_.], shown by bpftool."""
+    raw = name.encode()
+    if len(raw) >= BPF_OBJ_NAME_LEN:
+        raise ValueError(f"a map name has at most {BPF_OBJ_NAME_LEN - 1} bytes, not {name!r}")
+    attr = _MapCreateAttr(
+        map_type=map_type,
+        key_size=key_size,
+        value_size=value_size,
+        max_entries=max_entries,
+        map_flags=flags,
+        map_name=raw,
+    )
+    return _bpf(BPF_MAP_CREATE, attr, f"BPF_MAP_CREATE type {map_type} {name!r}")
+
+
+def ringbuf_create(size: int, *, name: str = "") -> int:
+    """Create a BPF ring buffer of size bytes (a power of two, whole pages); its fd."""
+    if not (
+        isinstance(size, int) and size >= os.sysconf("SC_PAGE_SIZE") and size & (size - 1) == 0
+    ):
+        raise ValueError(
+            f"a ring buffer's size must be a power of two of whole pages, not {size!r}"
+        )
+    return map_create(BPF_MAP_TYPE_RINGBUF, 0, 0, size, name=name)
 
 
 # ---- map elements -------------------------------------------------------------

@@ -29,12 +29,17 @@ and kick runs the program with BPF_PROG_RUN on live frames, one data packet
 per run; the QP's ACKs then clock the rest. The program itself is pinned too
 (PROG_PIN), so that a process without bcc can kick.
 
+Completion queues for applications (verbs) are ring buffers the application
+creates and polls itself; NicMaps.set_cq_ring puts one at an index of
+nic_cq_rings, and a QP set up with cq=index + 1 reports there (cq_maps).
+
 The parts: layout (names, constants, layouts), loader (compile, pin, attach),
 kick (run the send engine), maps (NicMaps, one part per role), snapshots,
 events (the ring buffer). This package re-exports their public names.
 """
 
 from mrc_nic.kernel.pins import MapsMissing, pin_dir
+from mrc_nic.nic.cq_maps import CqMaps
 from mrc_nic.nic.ev_maps import EvMaps
 from mrc_nic.nic.events import (
     EVENT_LAYOUTS,
@@ -54,11 +59,16 @@ from mrc_nic.nic.layout import (
     BPF_DIR,
     BPF_F_LOCK,
     BPF_F_MMAPABLE,
+    BPF_MAP_TYPE_ARRAY_OF_MAPS,
     BPF_MAP_TYPE_RINGBUF,
     COUNTER_SLOTS,
     COUNTERS_MAP,
+    CQ_RINGS_MAP,
+    CQ_TEMPLATE_MAP,
+    DEFAULT_CQ_RING_PAGES,
     DEFAULT_EVENT_PAGES,
     DEFAULT_HOST_NET,
+    DEFAULT_MAX_CQS,
     DEFAULT_MAX_EVS,
     DEFAULT_MAX_QPS,
     DEFAULT_MAX_REGIONS,
@@ -114,6 +124,7 @@ from mrc_nic.nic.layout import (
     TX_QPS_MAP,
     TX_RING_MAP,
     WQ_MAP,
+    WQE_F_SIGNALED,
     Counter,
     EvCause,
     EventType,
@@ -126,6 +137,7 @@ from mrc_nic.nic.layout import (
     KickOp,
     MsgSlot,
     Port,
+    QpError,
     QpState,
     RegionLayout,
     Retx,
@@ -161,12 +173,18 @@ __all__ = [
     "BPF_DIR",
     "BPF_F_LOCK",
     "BPF_F_MMAPABLE",
+    "BPF_MAP_TYPE_ARRAY_OF_MAPS",
     "BPF_MAP_TYPE_RINGBUF",
     "COUNTERS_MAP",
     "COUNTER_SLOTS",
+    "CQ_RINGS_MAP",
+    "CQ_TEMPLATE_MAP",
     "Counter",
+    "CqMaps",
+    "DEFAULT_CQ_RING_PAGES",
     "DEFAULT_EVENT_PAGES",
     "DEFAULT_HOST_NET",
+    "DEFAULT_MAX_CQS",
     "DEFAULT_MAX_EVS",
     "DEFAULT_MAX_QPS",
     "DEFAULT_MAX_REGIONS",
@@ -226,6 +244,7 @@ __all__ = [
     "PortMaps",
     "QPN_INDEX_SPAN",
     "QpErrEvent",
+    "QpError",
     "QpState",
     "REGIONS_MAP",
     "REGION_BY_RKEY",
@@ -268,6 +287,7 @@ __all__ = [
     "TX_RING_MAP",
     "TxPkt",
     "TxRing",
+    "WQE_F_SIGNALED",
     "WQ_MAP",
     "Wq",
     "Wqe",

@@ -1,4 +1,5 @@
-"""The event ring buffer nic_events read without bcc, and its record layouts."""
+"""The event ring buffer nic_events (and the CQs' rings) read without bcc, and the
+record layouts."""
 
 from __future__ import annotations
 
@@ -53,15 +54,20 @@ EVENT_LAYOUTS: dict[int, type[ctypes.Structure]] = {
 _RINGBUF_BUSY = 1 << 31
 _RINGBUF_DISCARD = 1 << 30
 _RINGBUF_HDR = 8
+_RECORD = ctypes.sizeof(Event)  # every event record's size
 
 
 class EventReader:
-    """Consumer of the ring buffer nic_events, by mmap (as libbpf's ring_buffer does).
+    """Consumer of the ring buffer nic_events, or of a CQ's ring (any BPF ring
+    buffer fd: NicMaps.create_cq_ring), by mmap (as libbpf's ring_buffer does).
+    fileno() is the ring's fd, for select, poll, epoll and asyncio.
 
     Layout (kernel/bpf/ringbuf.c): page 0 holds the consumer position (the
     reader writes it), page 1 the producer position, and the data pages
-    follow, mapped twice in a row so that a record never wraps. Each record
-    has an 8-byte header: length | BUSY | DISCARD bits, then the page offset.
+    follow, mapped twice in a row so that a record never wraps. Each ring
+    record has an 8-byte header: length | BUSY | DISCARD bits, then the page
+    offset. A ring record holds one event record or, in a CQ's ring, a batch
+    of them back to back (the completions of one packet or engine run).
     """
 
     def __init__(self, map_fd: int) -> None:
@@ -119,11 +125,12 @@ class EventReader:
             if header & _RINGBUF_BUSY:
                 break  # being written
             length = header & ~(_RINGBUF_BUSY | _RINGBUF_DISCARD)
-            if not header & _RINGBUF_DISCARD and length >= ctypes.sizeof(Event):
+            if not header & _RINGBUF_DISCARD:
                 start = at + _RINGBUF_HDR
-                record = self._prod[start : start + length]
-                layout = EVENT_LAYOUTS.get(int.from_bytes(record[:4], "little"), Event)
-                events.append(layout.from_buffer_copy(record))
+                for off in range(start, start + length - _RECORD + 1, _RECORD):
+                    record = self._prod[off : off + _RECORD]
+                    layout = EVENT_LAYOUTS.get(int.from_bytes(record[:4], "little"), Event)
+                    events.append(layout.from_buffer_copy(record))
             cons += (length + _RINGBUF_HDR + 7) & ~7
             self._cons[0:8] = cons.to_bytes(8, "little")
         return events

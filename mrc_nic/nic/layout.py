@@ -30,6 +30,10 @@ TX_PORTS_MAP = "nic_tx_ports"
 TIMELINE_MAP = "nic_rx_timeline"
 RX_LOCKS_MAP = "nic_rx_locks"
 RX_SLOTS_MAP = "nic_rx_slots"
+# Completion queues (verbs): an array of ring buffers, index CQ - 1, and the
+# template whose size an application's ring buffer takes (docs/nic-program.md, "Completion queues").
+CQ_RINGS_MAP = "nic_cq_rings"
+CQ_TEMPLATE_MAP = "nic_cq_template"
 MAP_PINS = (
     RX_QPS_MAP,
     RX_SLOTS_MAP,
@@ -46,6 +50,8 @@ MAP_PINS = (
     TX_PORTS_MAP,
     TIMELINE_MAP,
     RX_LOCKS_MAP,
+    CQ_RINGS_MAP,
+    CQ_TEMPLATE_MAP,
 )
 # The program itself, pinned next to its maps: BPF_OBJ_GET gives a kicker its fd.
 PROG_PIN = "nic_xdp_prog"
@@ -104,6 +110,9 @@ DEFAULT_EVENT_PAGES = defs.NIC_EVENT_PAGES
 DEFAULT_MAX_EVS = defs.NIC_MAX_EVS
 DEFAULT_TX_RINGS = defs.NIC_TX_RINGS
 DEFAULT_SKIP_NS = defs.NIC_SKIP_NS  # see docs/nic-program.md, "EV states", for why
+DEFAULT_CQ_RING_PAGES = defs.NIC_CQ_RING_PAGES  # a CQ's ring buffer, in pages
+DEFAULT_MAX_CQS = defs.NIC_MAX_CQS  # entries of nic_cq_rings: CQs 1 .. max_cqs
+WQE_F_SIGNALED = defs.NIC_WQE_F_SIGNALED  # struct nic_wqe.flags: report its completion
 LOSS_WALK_MAX = defs.NIC_LOSS_WALK_MAX  # (the loader keeps the header's value)
 HEAD_SCAN = defs.NIC_HEAD_SCAN  # PSNs per pass of the head scan (two passes per SACK)
 HEAD_LOST = 2 * HEAD_SCAN  # NIC_HEAD_LOST: losses one head scan can find
@@ -114,6 +123,7 @@ TIMELINE_BINS = defs.NIC_TIMELINE_BINS
 # bpf(2) flags this module needs beyond bpfsys's.
 BPF_F_LOCK = 4
 BPF_F_MMAPABLE = 1 << 10
+BPF_MAP_TYPE_ARRAY_OF_MAPS = 12
 BPF_MAP_TYPE_RINGBUF = 27
 QpState = defs.QpState
 Counter = defs.Counter
@@ -151,5 +161,6 @@ Wqe = defs.NicWqe
 Wq = defs.NicWq
 Kick = defs.NicKick
 KickOp = defs.KickOp
+QpError = defs.QpError  # why a send QP went to ERR (struct nic_qp_err_event.error)
 TIMEOUT_MAX = defs.NIC_TIMEOUT_MAX  # PSNs one timeout kick queues, at most
 Port = defs.NicPort

@@ -11,8 +11,10 @@ from mrc_nic.nic import wire
 from mrc_nic.nic.kick import run_kick
 from mrc_nic.nic.layout import (
     BPF_DIR,
+    DEFAULT_CQ_RING_PAGES,
     DEFAULT_EVENT_PAGES,
     DEFAULT_HOST_NET,
+    DEFAULT_MAX_CQS,
     DEFAULT_MAX_EVS,
     DEFAULT_MAX_QPS,
     DEFAULT_MAX_REGIONS,
@@ -47,6 +49,8 @@ class NicConfig:
     max_evs: int = DEFAULT_MAX_EVS
     tx_rings: int = DEFAULT_TX_RINGS
     skip_ns: int = DEFAULT_SKIP_NS
+    cq_ring_pages: int = DEFAULT_CQ_RING_PAGES
+    max_cqs: int = DEFAULT_MAX_CQS
 
     def cflags(self) -> list[str]:
         return [
@@ -60,6 +64,8 @@ class NicConfig:
             f"-DNIC_MAX_EVS={self.max_evs}",
             f"-DNIC_TX_RINGS={self.tx_rings}",
             f"-DNIC_SKIP_NS={self.skip_ns}ULL",
+            f"-DNIC_CQ_RING_PAGES={self.cq_ring_pages}",
+            f"-DNIC_MAX_CQS={self.max_cqs}",
         ]
 
     def check(self) -> None:
@@ -67,7 +73,7 @@ class NicConfig:
             raise ValueError(
                 f"host_net must be a /16 or larger (one /24 per plane): {self.host_net}"
             )
-        for name in ("max_qps", "mr_elems", "max_regions", "max_evs", "tx_rings"):
+        for name in ("max_qps", "mr_elems", "max_regions", "max_evs", "tx_rings", "max_cqs"):
             value = getattr(self, name)
             if not (isinstance(value, int) and 1 <= value <= pins.U32_MAX // MR_ELEM_SIZE):
                 raise ValueError(f"{name} must be a positive integer, not {value!r}")
@@ -77,9 +83,10 @@ class NicConfig:
                 f"(max_qps - 1) picks a QP's receive slot, within the QPN's index "
                 f"bits), not {self.max_qps}"
             )
-        pages = self.event_pages
-        if not (isinstance(pages, int) and pages >= 1 and pages & (pages - 1) == 0):
-            raise ValueError(f"event_pages must be a power of two, not {pages!r}")
+        for name in ("event_pages", "cq_ring_pages"):
+            pages = getattr(self, name)
+            if not (isinstance(pages, int) and pages >= 1 and pages & (pages - 1) == 0):
+                raise ValueError(f"{name} must be a power of two, not {pages!r}")
         if wire.payload_max(self.mtu) <= 0:
             raise ValueError(f"mtu {self.mtu} is too small for a data packet")
         if not (isinstance(self.skip_ns, int) and 0 <= self.skip_ns < 1 << 63):
@@ -110,6 +117,8 @@ class NicProgram:
         max_evs: int = DEFAULT_MAX_EVS,
         tx_rings: int = DEFAULT_TX_RINGS,
         skip_ns: int = DEFAULT_SKIP_NS,
+        cq_ring_pages: int = DEFAULT_CQ_RING_PAGES,
+        max_cqs: int = DEFAULT_MAX_CQS,
     ) -> NicProgram:
         """Compile bpf/nic_xdp.c for a lab and pin its maps under pin_dir(lab).
 
@@ -119,7 +128,9 @@ class NicProgram:
         lab together, in MR_ELEM_SIZE-byte elements. max_evs is the number
         of (send QP, EV) entries of the lab, tx_rings the number of send QPs
         with a PSN -> EV table, skip_ns how long an EV stays in SKIP after an
-        ECN mark or a fabric trim (NIC_SKIP_NS). Refuses (FileExistsError)
+        ECN mark or a fabric trim (NIC_SKIP_NS). cq_ring_pages is the size
+        of a completion queue's ring buffer (the template applications copy),
+        max_cqs the number of completion queues of the lab. Refuses (FileExistsError)
         when the lab's NIC maps are already pinned.
         """
         config = NicConfig(
@@ -132,6 +143,8 @@ class NicProgram:
             max_evs=max_evs,
             tx_rings=tx_rings,
             skip_ns=skip_ns,
+            cq_ring_pages=cq_ring_pages,
+            max_cqs=max_cqs,
         )
         config.check()
         bpf, funcs = program.compile_and_pin(

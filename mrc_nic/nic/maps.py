@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from mrc_nic.nic.cq_maps import CqMaps
 from mrc_nic.nic.ev_maps import EvMaps
 from mrc_nic.nic.maps_base import MapsBase
 from mrc_nic.nic.memory_maps import MemoryMaps
@@ -10,8 +11,9 @@ from mrc_nic.nic.rx_maps import RxQpMaps
 from mrc_nic.nic.sq_maps import SendQpMaps
 
 
-class NicMaps(RxQpMaps, MemoryMaps, SendQpMaps, EvMaps, PortMaps, MapsBase):
-    """QPs (both sides), EVs, regions, port bitmaps and counters of a lab, through the pins.
+class NicMaps(RxQpMaps, MemoryMaps, SendQpMaps, EvMaps, PortMaps, CqMaps, MapsBase):
+    """QPs (both sides), EVs, regions, port bitmaps, counters and completion queues
+    of a lab, through the pins.
 
     One class made of one part per role (rx_maps, sq_maps, ev_maps,
-    memory_maps, port_maps) over the fds and mmaps of MapsBase."""
+    memory_maps, port_maps, cq_maps) over the fds and mmaps of MapsBase."""

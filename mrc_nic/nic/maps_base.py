@@ -13,6 +13,8 @@ from mrc_nic.kernel.pins import MapsMissing, pin_dir
 from mrc_nic.nic.layout import (
     BPF_F_LOCK,
     COUNTERS_MAP,
+    CQ_RINGS_MAP,
+    CQ_TEMPLATE_MAP,
     EVS_MAP,
     MAP_PINS,
     MR_ELEM_SIZE,
@@ -66,6 +68,9 @@ class MapsBase:
         self.max_qps = bpfsys.map_info(fds[RX_QPS_MAP]).max_entries
         self.mr_elems = bpfsys.map_info(fds[MR_MAP]).max_entries
         self.tx_rings = bpfsys.map_info(fds[TX_RING_MAP]).max_entries
+        self.max_cqs = bpfsys.map_info(fds[CQ_RINGS_MAP]).max_entries
+        # A CQ's ring buffer size, bytes: the template's (what create_cq_ring makes).
+        self.cq_ring_bytes = bpfsys.map_info(fds[CQ_TEMPLATE_MAP]).max_entries
         self._mr: mmap.mmap | None = None
         self._ring: mmap.mmap | None = None
         self._wq: mmap.mmap | None = None
@@ -87,6 +92,7 @@ class MapsBase:
             WQ_MAP: ctypes.sizeof(Wq),
             PORTS_MAP: ctypes.sizeof(Port),
             TX_PORTS_MAP: 4,
+            CQ_RINGS_MAP: 4,  # an inner map's fd (written) or id (read)
         }
         sizes = {name: expected.get(name) for name in MAP_PINS}
         fds = program.open_pinned_maps(lab, sizes, "NIC maps")

@@ -8,6 +8,7 @@ import sys
 
 from mrc_nic.kernel import bpfsys, pins
 from mrc_nic.nic import wire
+from mrc_nic.nic.cq_maps import check_cq
 from mrc_nic.nic.layout import (
     BITMAP_BITS,
     BPF_F_LOCK,
@@ -48,9 +49,12 @@ class RxQpMaps:
         state: QpState = QpState.RTR,
         psn: int = 0,
         msn: int = 0,
+        cq: int = 0,
     ) -> None:
         """Create (or reset) the receive state of a QP: nothing received, cum_psn = psn.
 
+        cq: the receive CQ, index + 1 of nic_cq_rings (set_cq_ring); its
+        WRITE_WITH_IMM completions go there instead of nic_events (0: no CQ).
         The whole value is written, so counters, bitmap and messages start at
         zero. Do it before data flows to this QP: a packet being processed
         meanwhile may be lost (the sender resends it).
@@ -65,6 +69,7 @@ class RxQpMaps:
             raise ValueError(f"mpr must be an integer in [1, {MPR_MAX}], not {mpr!r}")
         pins.check_range("psn", psn, wire.PSN_MASK)
         pins.check_range("msn", msn, wire.MSN_MASK)
+        check_cq("cq", cq, self.max_cqs)
         owner = self._rx_slot_owner(qpn)
         if owner not in (0, qpn | RQ_TAG_USED):
             holder = owner & wire.QPN_MASK
@@ -84,6 +89,7 @@ class RxQpMaps:
             region=region,
             cum_psn=psn,
             msn=msn,
+            recv_cq=cq,
         )
         # The slot first, then its owner (and a QP set up again loses its owner
         # meanwhile): a packet that arrives after the write finds the new value
@@ -162,6 +168,7 @@ class RxQpMaps:
             pending_msgs=pending,
             stats={name: getattr(raw.stats, name) for name, _ in RqStats._fields_},
             long_gaps=sorted((g.end_ns, g.gap_ns) for g in raw.gaps if g.end_ns),
+            recv_cq=raw.recv_cq,
         )
 
     def set_rq_state(self, qpn: int, state: QpState) -> None:

@@ -30,6 +30,7 @@ class RqSnapshot:
     # Delivery gaps of at least GAP_MIN_NS, (end_ns, gap_ns) by end, the longest
     # of each 67 ms bin of the last 4.3 s (struct nic_gap_bin)
     long_gaps: list[tuple[int, int]] = dataclasses.field(default_factory=list)
+    recv_cq: int = 0  # the receive CQ, index + 1 of nic_cq_rings (0: none: nic_events)
 
     @property
     def window(self) -> int:
@@ -68,6 +69,7 @@ class SqSnapshot:
     tx_stats: dict[str, int] = dataclasses.field(default_factory=dict)
     cc: dict[str, int] = dataclasses.field(default_factory=dict)  # struct nic_sq_cc
     rtt_recent_ns: int = 0  # the head scan's largest recent RTT (BPF's; docs/nic-program.md)
+    send_cq: int = 0  # the send CQ, index + 1 of nic_cq_rings (0: none: nic_events)
 
     @property
     def window(self) -> int:

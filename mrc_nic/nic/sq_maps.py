@@ -10,6 +10,7 @@ import sys
 
 from mrc_nic.kernel import bpfsys, pins
 from mrc_nic.nic import wire
+from mrc_nic.nic.cq_maps import check_cq
 from mrc_nic.nic.kick import run_kick
 from mrc_nic.nic.layout import (
     ALL_PLANES,
@@ -28,8 +29,10 @@ from mrc_nic.nic.layout import (
     TX_QPS_MAP,
     TX_RING_MAP,
     WQ_MAP,
+    WQE_F_SIGNALED,
     EvKey,
     KickOp,
+    QpError,
     QpState,
     SqCc,
     SqState,
@@ -67,6 +70,7 @@ class SendQpMaps:
         peer_ports: int = ALL_PLANES,
         reo_wnd_ns: int = 0,
         cc_rtt_target_ns: int = 0,
+        cq: int = 0,
     ) -> None:
         """Create (or reset) the send state of a QP, its EVs, its PSN -> EV table and
         its send queue.
@@ -80,8 +84,11 @@ class SendQpMaps:
         peer's port bitmap until its first ACK says otherwise; reo_wnd_ns:
         the head scan's reorder window (0: off; docs/nic-program.md, "Loss detection");
         cc_rtt_target_ns: the RTT that splits its congestion signals (struct
-        nic_sq_cc; later changes go with the window, cwnd_kick).
-        The whole values are written: do it before packets flow for this QP.
+        nic_sq_cc; later changes go with the window, cwnd_kick); cq: the send
+        CQ, index + 1 of nic_cq_rings (set_cq_ring), where signaled WQEs'
+        completions and the QP's error go (0: no CQ: every completion to
+        nic_events). The whole values are written: do it before packets flow
+        for this QP.
         """
         pins.check_range("qpn", qpn, wire.QPN_MASK)
         pins.check_range("local_host", local_host, MAX_HOSTS - 2)
@@ -111,6 +118,7 @@ class SendQpMaps:
         pins.check_range("peer_ports", peer_ports, pins.U32_MAX)
         pins.check_range("reo_wnd_ns", reo_wnd_ns, pins.U32_MAX)
         pins.check_range("cc_rtt_target_ns", cc_rtt_target_ns, pins.U64_MAX)
+        check_cq("cq", cq, self.max_cqs)
         value = SqState(
             state=QpState(state),
             local_host=local_host,
@@ -128,6 +136,7 @@ class SendQpMaps:
             cwnd=cwnd,
             snd_msn=msn,
             cc=SqCc(rtt_target_ns=cc_rtt_target_ns),
+            send_cq=cq,
         )
         for i, ev in enumerate(evs):
             value.evs[i] = ev
@@ -189,6 +198,7 @@ class SendQpMaps:
             tx_stats={name: getattr(raw.tx_stats, name) for name, _ in SqTxStats._fields_},
             cc={name: getattr(raw.cc, name) for name, _ in SqCc._fields_},
             rtt_recent_ns=raw.rtt_recent_ns,
+            send_cq=raw.send_cq,
         )
 
     def retx_queue(self, qpn: int) -> list[dict[str, int]]:
@@ -253,7 +263,7 @@ class SendQpMaps:
         return self._wq
 
     def wq(self, qpn: int) -> Wq:
-        """A copy of a QP's send queue (posted, and the WQE slots)."""
+        """A copy of a QP's send queue (posted, done, and the WQE slots)."""
         ring = self.sq_raw(qpn).ring
         size = ctypes.sizeof(Wq)
         return Wq.from_buffer_copy(self.wq_memory()[ring * size : (ring + 1) * size])
@@ -269,6 +279,7 @@ class SendQpMaps:
         src_offset: int = 0,
         imm: int | None = None,
         wr_id: int = 0,
+        signaled: bool = True,
     ) -> int:
         """Post an RDMA WRITE (WRITE_WITH_IMM when imm is given) on a send QP; returns
         the WQE's index (free-running; NIC_EV_SEND_DONE reports it, with wr_id).
@@ -277,8 +288,10 @@ class SendQpMaps:
         remote_va (rkey) at the peer. Both src_offset and remote_va are
         multiples of MR_ELEM_SIZE (v1: packets never straddle elements). The
         engine sends nothing until kicked (kick) or clocked by the QP's ACKs.
-        BlockingIOError when SQ_DEPTH WQEs are outstanding (not completed).
-        One poster per QP at a time.
+        signaled=False: on a QP with a send CQ, its completion writes no
+        record (it still frees its slot); without a CQ every WQE reports.
+        BlockingIOError when SQ_DEPTH WQEs are outstanding (not completed:
+        the queue's done, which BPF publishes). One poster per QP at a time.
         """
         raw = self.sq_raw(qpn)
         if not raw.engine:
@@ -296,7 +309,8 @@ class SendQpMaps:
         at = raw.ring * ctypes.sizeof(Wq)
         memory = self.wq_memory()
         posted = int.from_bytes(memory[at : at + 4], "little")
-        if (posted - raw.wqe_done) & pins.U32_MAX >= SQ_DEPTH:
+        done = int.from_bytes(memory[at + Wq.done.offset : at + Wq.done.offset + 4], "little")
+        if (posted - done) & pins.U32_MAX >= SQ_DEPTH:
             raise BlockingIOError(
                 errno.EAGAIN, f"send queue of QP {qpn:#x} is full ({SQ_DEPTH} WQEs outstanding)"
             )
@@ -309,6 +323,7 @@ class SendQpMaps:
             src_off=src_offset,
             imm=imm or 0,
             opcode=wire.Opcode.WRITE if imm is None else wire.Opcode.WRITE_IMM,
+            flags=WQE_F_SIGNALED if signaled else 0,
         )
         slot = at + Wq.wqes.offset + (posted % SQ_DEPTH) * ctypes.sizeof(Wqe)
         memory[slot : slot + ctypes.sizeof(Wqe)] = bytes(wqe)
@@ -336,6 +351,19 @@ class SendQpMaps:
         run_kick(self.program_fd(), qpn, 1, op=KickOp.TIMEOUT, arg=max_psns, age_ns=age_ns)
         if packets:
             self.kick(qpn, packets, batch_size=packets)
+
+    def fail_qp(self, qpn: int, reason: QpError = QpError.RETRY_EXCEEDED) -> None:
+        """Move a send QP to ERR for a local reason (the daemon: its retry budget
+        is spent) with a NIC_KICK_FAIL kick: in BPF, under the QP's lock, and
+        its QP_ERR record (error = reason, psn = snd_una) goes to nic_events and
+        to the QP's send CQ, as a fatal NACK's does. A QP already in ERR is left
+        as it is (it was reported); an unknown one counts drop_unknown_qp."""
+        pins.check_range("qpn", qpn, wire.QPN_MASK)
+        if not isinstance(reason, int) or reason not in set(QpError) - {QpError.NONE}:
+            raise ValueError(
+                f"reason must be a QpError other than NONE (a fatal NACK's), not {reason!r}"
+            )
+        run_kick(self.program_fd(), qpn, 1, op=KickOp.FAIL, arg=int(reason))
 
     def cwnd_kick(self, qpn: int, cwnd: int, *, rtt_target_ns: int = 0, packets: int = 1) -> None:
         """Congestion control's new window for a QP that may be sending: a

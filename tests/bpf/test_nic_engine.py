@@ -44,21 +44,17 @@ from tests.helpers.engine import (
     EV_B,
     EV_C,
     EV_D,
-    EVENT_PAGES,
     EVS,
     LAB,
     LIVE_DST,
     LIVE_ELEMS,
     LIVE_EVS,
     LIVE_SRC,
-    MAX_EVS,
-    MAX_QPS,
-    MAX_REGIONS,
     MPR,
-    MR_ELEMS,
     PLANES,
     QP_TX,
     REMOTE_VA,
+    SIZES,
     SRC_ELEMS,
     SRC_REGION,
     START,
@@ -128,30 +124,12 @@ def nack(maps, psn: int, reason: w.NackReason, cum: int, **kw):
 # ---- fixtures -------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_cpu():
-    """Every run of this module on one CPU. The engine keeps an EV with the CPU that
-    last sent on it for ENGINE_EV_HOLD_NS (200 us; see nic_consts.h): golden runs from
-    a process that moved to another CPU in between would see held EVs skipped."""
-    cpus = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, {min(cpus)})
-    try:
-        yield
-    finally:
-        os.sched_setaffinity(0, cpus)
+pytestmark = pytest.mark.usefixtures("one_cpu")  # tests/bpf/conftest.py: why
 
 
 @pytest.fixture(scope="module")
 def program():
-    with loaded_nic_program(
-        LAB,
-        mr_elems=MR_ELEMS,
-        max_qps=MAX_QPS,
-        max_regions=MAX_REGIONS,
-        event_pages=EVENT_PAGES,
-        max_evs=MAX_EVS,
-        tx_rings=TX_RINGS,
-    ) as prog:
+    with loaded_nic_program(LAB, **SIZES) as prog:
         yield prog
 
 

@@ -672,6 +672,7 @@ def test_fatal_nack_moves_the_qp_to_err(program, maps, sq, event_reader):
         "ev": EV_B,
         "syndrome": w.Syndrome.NAK_REM_ACCESS,
         "reason": w.NackReason.UNEXP_EVENT,
+        "error": nic.QpError.NONE,
     }
     # An ERR QP takes no more acknowledgements.
     assert consumed(program, maps, sack(START, cum=START + 1)) == {"drop_qp_state": 1}

@@ -28,6 +28,15 @@ MAX_REGIONS = 4
 MAX_EVS = 128
 TX_RINGS = 4
 EVENT_PAGES = 4
+# ... as NicProgram.load's keyword arguments.
+SIZES = dict(
+    mr_elems=MR_ELEMS,
+    max_qps=MAX_QPS,
+    max_regions=MAX_REGIONS,
+    event_pages=EVENT_PAGES,
+    max_evs=MAX_EVS,
+    tx_rings=TX_RINGS,
+)
 
 TX_HOST, RX_HOST = 0, 1
 QP_TX = TX_HOST << 16 | 7

@@ -77,3 +77,77 @@ def test_segment_size_follows_the_mtu():
     ]
     with pytest.raises(ValueError, match="MTU of 1104 or more"):
         nic.seg_size(1100)
+
+
+# ---- completion queues (verbs): argument checks without a program ---------------------------
+
+
+def _maps_without_pins(**sizes) -> nic.NicMaps:
+    """A NicMaps whose checks run before any map is touched (no pins, no root)."""
+    maps = object.__new__(nic.NicMaps)
+    for name, value in (dict(max_cqs=8, tx_rings=4, max_regions=4, max_qps=16) | sizes).items():
+        setattr(maps, name, value)
+    return maps
+
+
+def test_load_checks_the_cq_arguments():
+    with pytest.raises(ValueError, match="cq_ring_pages must be a power of two"):
+        nic.NicProgram.load("zx", cq_ring_pages=3)
+    with pytest.raises(ValueError, match="max_cqs"):
+        nic.NicProgram.load("zx", max_cqs=0)
+    config = nic.NicConfig(cq_ring_pages=4, max_cqs=32)
+    assert {"-DNIC_CQ_RING_PAGES=4", "-DNIC_MAX_CQS=32"} <= set(config.cflags())
+
+
+def test_qp_setup_checks_its_cq():
+    maps = _maps_without_pins()
+    common = dict(local_host=0, peer_host=1, peer_qpn=5)
+    for cq in (-1, 9, 1.0):
+        with pytest.raises(ValueError, match="no CQ"):
+            maps.setup_sq(7, ring=1, evs={0xC001: 0}, cq=cq, **common)
+        with pytest.raises(ValueError, match="no CQ"):
+            maps.setup_rq(7, region=0, cq=cq, **common)
+
+
+def test_cq_ring_calls_check_index_and_fd():
+    maps = _maps_without_pins()
+    with pytest.raises(ValueError, match="index"):
+        maps.set_cq_ring(8, 0)
+    with pytest.raises(ValueError, match="ring_fd"):
+        maps.set_cq_ring(0, -1)
+    with pytest.raises(ValueError, match="index"):
+        maps.clear_cq_ring(-1)
+    with pytest.raises(ValueError, match="index"):
+        maps.cq_ring_id(8)
+
+
+def test_fail_qp_needs_a_local_reason():
+    maps = _maps_without_pins()
+    for reason in (nic.QpError.NONE, 0, 7, "retry"):
+        with pytest.raises(ValueError, match="reason"):
+            maps.fail_qp(7, reason)
+    with pytest.raises(ValueError, match="qpn"):
+        maps.fail_qp(1 << 24)
+
+
+def test_ring_buffer_creation_checks_size_and_name():
+    from mrc_nic.kernel import bpfsys
+
+    for size in (0, 1000, 3 * 4096, 4096.0):
+        with pytest.raises(ValueError, match="power of two"):
+            bpfsys.ringbuf_create(size)
+    with pytest.raises(ValueError, match="at most 15"):
+        bpfsys.map_create(bpfsys.BPF_MAP_TYPE_RINGBUF, 0, 0, 4096, name="x" * 16)
+
+
+def test_verbs_fields_of_the_shared_structs():
+    # Grown at their ends or in reserved fields: the offsets BPF and user space had stay.
+    assert nic.Wq.done.offset == 4 and nic.Wq.wqes.offset == 8
+    assert (nic.Wqe.opcode.offset, nic.Wqe.flags.offset, ctypes.sizeof(nic.Wqe)) == (36, 37, 40)
+    assert nic.RqState.recv_cq.offset == 36 and nic.RqState.bitmap.offset == 40
+    assert nic.SqState.send_cq.offset == ctypes.sizeof(nic.SqState) - 8
+    assert (nic.QpErrEvent.error.offset, ctypes.sizeof(nic.QpErrEvent)) == (24, 40)
+    assert nic.WQE_F_SIGNALED == 1 and nic.QpError.RETRY_EXCEEDED == 1
+    frame = nic.kick_frame(0x000007, nic.KickOp.FAIL, nic.QpError.RETRY_EXCEEDED)
+    assert frame[:8] == bytes.fromhex("0700000004000100")
+    assert {nic.CQ_RINGS_MAP, nic.CQ_TEMPLATE_MAP} <= set(nic.MAP_PINS)
