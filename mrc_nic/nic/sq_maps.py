@@ -262,6 +262,14 @@ class SendQpMaps:
             )
         return self._wq
 
+    def wq_head(self, ring: int) -> tuple[int, int]:
+        """(posted, done) of the send queue in ring `ring`: WQEs given to the
+        NIC and completed by it (free-running), read from the mapped queue."""
+        pins.check_range("ring", ring, self.tx_rings - 1)
+        at = ring * ctypes.sizeof(Wq)
+        head = self.wq_memory()[at : at + 8]
+        return int.from_bytes(head[:4], "little"), int.from_bytes(head[4:], "little")
+
     def wq(self, qpn: int) -> Wq:
         """A copy of a QP's send queue (posted, done, and the WQE slots)."""
         ring = self.sq_raw(qpn).ring

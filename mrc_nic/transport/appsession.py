@@ -33,6 +33,8 @@ MAX_SGE = 16
 # names its region and a stale one misses (RETH.va).
 REGION_VA_SHIFT = 40
 PATH_MTUS = (256, 512, 1024, 2048, 4096)
+# A completion in a CQ ring at worst: one record of 40 bytes behind its 8-byte header.
+CQ_RECORD_BYTES = 48
 
 
 def _einval(message: str) -> QpError:
@@ -184,7 +186,7 @@ class AppSessions:
     # ---- completion queues -------------------------------------------------------------
     def create_cq(self, req: appops.CreateCq, conn: Conn) -> appops.CreateCqReply:
         session = self.session(conn)
-        most = self.maps.cq_ring_bytes // nic.CQ_RECORD_BYTES
+        most = self.maps.cq_ring_bytes // CQ_RECORD_BYTES
         if not isinstance(req.cqe, int) or not 1 <= req.cqe <= most:
             raise _einval(f"cqe must be 1..{most} (a CQ ring holds {most} completions)")
         cq = self.cq_slots.take()
@@ -428,7 +430,7 @@ class AppSessions:
                 continue
             if not aq.last_progress:
                 aq.last_progress = aq.last_kick = now
-            work = self.maps.wq_posted(aq.qp.qpn) != s.wqe_sent
+            work = self.maps.wq_head(aq.ring)[0] != s.wqe_sent
             reason = supervisor.step(self.maps, aq, s, now, work)
             if reason is not None:
                 aq.qp.to_err(reason)

@@ -26,10 +26,11 @@ from mrc_nic.verbs.errors import VerbsError
 if TYPE_CHECKING:
     from mrc_nic.verbs.context import Context
 
-# Every NIC record is 40 bytes: type and qpn, then per type (bpf/nic_structs.h)
-# SEND_DONE: msn, last_psn, wr_id, len, wqe, ts; RECV_IMM: msn, imm, va, len, -, ts;
-# QP_ERR: psn, ev, syndrome, reason, -, ts.
-RECORD = struct.Struct("<IIIIQIIQ")
+# Every completion is 40 bytes (bpf/nic_structs.h), read as 8 words and ts:
+# type, qpn, then SEND_DONE: msn, last_psn, wr_id (2 words), len, wqe;
+# RECV_IMM: msn, imm, va (2 words), len, -; QP_ERR: psn, ev, syndrome, reason, error, -.
+# A ring record holds one or more of them (the NIC batches a SACK's completions).
+RECORD = struct.Struct("<8IQ")
 _BUSY, _DISCARD, _HDR = 1 << 31, 1 << 30, 8
 WC_WITH_IMM = 2  # ibv_wc_flags
 
@@ -57,7 +58,7 @@ class CQ:
         self.cqe = cqe
         size = ctx.attr.cq_ring_bytes
         try:
-            self._fd = nic.create_cq_ring(size)
+            self._fd = ctx.maps.create_cq_ring()
             ctx.maps.set_cq_ring(self.index, self._fd)
         except OSError as e:
             ctx.call("destroy_cq", appops.DestroyCq(cq=self.index))
@@ -100,12 +101,13 @@ class CQ:
             if header & _BUSY:
                 break
             length = header & ~(_BUSY | _DISCARD)
-            if not header & _DISCARD and length >= RECORD.size:
-                fields = RECORD.unpack_from(data, at + _HDR)
-                qp = qps.get(fields[1])
-                if qp is not None:
-                    qp._on_record(fields)
-                    touched.add(qp)
+            if not header & _DISCARD:
+                for start in range(at + _HDR, at + _HDR + length - RECORD.size + 1, RECORD.size):
+                    fields = RECORD.unpack_from(data, start)
+                    qp = qps.get(fields[1])
+                    if qp is not None:
+                        qp._on_record(fields)
+                        touched.add(qp)
             cons += (length + _HDR + 7) & ~7
         self._cons[0:8] = cons.to_bytes(8, "little")
         for qp in touched:
@@ -152,10 +154,12 @@ class CQ:
         self.close()
 
 
-def status_of_error(syndrome: int, reason: int) -> WcStatus:
-    """The WC status of a QP_ERR record: the NAK's syndrome, or the daemon's reason."""
-    if reason == nic.ERR_RETRY_EXCEEDED:
+def status_of_error(syndrome: int, error: int) -> WcStatus:
+    """The WC status of a QP_ERR record: a local error's, or the NAK's syndrome's."""
+    if error == nic.QpError.RETRY_EXCEEDED:
         return WcStatus.RETRY_EXC_ERR
+    if error == nic.QpError.BAD_WQE:
+        return WcStatus.LOC_QP_OP_ERR
     return {
         nic.wire.Syndrome.NAK_REM_ACCESS: WcStatus.REM_ACCESS_ERR,
         nic.wire.Syndrome.NAK_INV_REQ: WcStatus.REM_INV_REQ_ERR,

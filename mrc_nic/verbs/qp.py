@@ -467,15 +467,15 @@ class QP:
     def _on_record(self, fields: tuple) -> None:
         kind = fields[0]
         if kind == EV_SEND_DONE:
-            self._send_done(fields[6])
+            self._send_done(fields[7])  # the WQE's index
         elif kind == EV_RECV_IMM:
-            msg = (fields[3], fields[5])  # imm, len
+            msg = (fields[3], fields[6])  # imm, len
             if self._recvs:
                 self._complete_recv(*msg)
             else:
                 self._early.append(msg)
         elif kind == EV_QP_ERR:
-            self._fail(status_of_error(fields[4], fields[5]))
+            self._fail(status_of_error(fields[4], fields[6]))  # syndrome, error
 
     def _send_done(self, wqe: int) -> None:
         for rec in self._wrs:

@@ -298,6 +298,7 @@ def test_duration_param_type():
 # ---- click wiring ------------------------------------------------------------------
 COMMANDS = [
     "up",
+    "exec",
     "down",
     "status",
     "fail",
@@ -545,3 +546,15 @@ def test_scenario_help_has_examples():
     result = CliRunner().invoke(cli, ["scenario", "--help"])
     assert result.exit_code == 0 and "Examples:" in result.output
     assert "mrc-nic scenario incast --senders 7 --topology clos-8" in result.output
+
+
+def test_exec_names_a_host_of_the_lab_or_says_which_there_are(monkeypatch, tmp_path):
+    from mrc_nic.lab import state, topology
+
+    topo = topology.load(topology.Path(__file__).resolve().parents[2] / "netns" / "default.toml")
+    monkeypatch.setattr(state, "open_lab", lambda name: (None, topo))
+    result = CliRunner().invoke(cli, ["exec", "-l", "default", "h9", "--", "true"])
+    assert result.exit_code == 2
+    assert "'h9' is not a host of lab 'default' (hosts: h0, h1)" in result.output
+    result = CliRunner().invoke(cli, ["exec", "-l", "default", "h0", "--", "no-such-program-x"])
+    assert result.exit_code == 2 and "no such program" in result.output

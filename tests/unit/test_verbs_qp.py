@@ -167,11 +167,11 @@ def test_completions_come_for_signaled_work_in_order(setup):
     )
     done = int(nic.EventType.SEND_DONE)
     s.ctx.complete(4)
-    s.qp._on_record((done, QPN, 0, 0, 3, 1024, 3, 0))  # WQE 3 (wr 3) completed
+    s.qp._on_record((done, QPN, 0, 0, 3, 0, 1024, 3, 0))  # WQE 3 (wr 3) completed
     assert [(wc.wr_id, wc.status, wc.byte_len) for wc in s.scq.wcs] == [(3, WcStatus.SUCCESS, 1024)]
     assert s.qp.outstanding == 4
     s.ctx.complete(8)
-    s.qp._on_record((done, QPN, 0, 0, 6, 1024, 6, 0))
+    s.qp._on_record((done, QPN, 0, 0, 6, 0, 1024, 6, 0))
     assert [wc.wr_id for wc in s.scq.wcs] == [3, 6] and s.qp.outstanding == 0
 
 
@@ -180,7 +180,7 @@ def test_a_fatal_nack_fails_the_oldest_wr_and_flushes_the_others(setup):
     s.qp.post_send([wr(s, i) for i in range(3)])
     s.qp.post_recv([types.SimpleNamespace(wr_id=50)])
     err = int(nic.EventType.QP_ERR)
-    s.qp._on_record((err, QPN, 0, 0, int(nic.wire.Syndrome.NAK_REM_ACCESS), 0, 0, 0))
+    s.qp._on_record((err, QPN, 0, 0, int(nic.wire.Syndrome.NAK_REM_ACCESS), 0, 0, 0, 0))
     assert [(wc.wr_id, wc.status) for wc in s.scq.wcs] == [
         (0, WcStatus.REM_ACCESS_ERR),
         (1, WcStatus.WR_FLUSH_ERR),
@@ -193,9 +193,9 @@ def test_a_fatal_nack_fails_the_oldest_wr_and_flushes_the_others(setup):
 def test_receives_match_messages_in_order_even_when_posted_late(setup):
     s = setup
     imm = int(nic.EventType.RECV_IMM)
-    s.qp._on_record((imm, QPN, 0, 0xAA, 0, 4096, 0, 0))  # before any receive is posted
+    s.qp._on_record((imm, QPN, 0, 0xAA, 0, 0, 4096, 0, 0))  # before any receive is posted
     s.qp.post_recv([types.SimpleNamespace(wr_id=1), types.SimpleNamespace(wr_id=2)])
-    s.qp._on_record((imm, QPN, 1, 0xBB, 0, 10, 0, 0))
+    s.qp._on_record((imm, QPN, 1, 0xBB, 0, 0, 10, 0, 0))
     assert [(wc.wr_id, wc.imm_data, wc.byte_len) for wc in s.rcq.wcs] == [
         (1, 0xAA, 4096),
         (2, 0xBB, 10),
