@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import mmap
@@ -111,7 +112,10 @@ class MapsBase:
     def close(self) -> None:
         for view in (self._mr, self._ring, self._wq):
             if view is not None:
-                view.close()
+                # A caller's memoryview (an MR's buffer, a numpy array over it)
+                # keeps its mapping alive until released; the fds go now.
+                with contextlib.suppress(BufferError):
+                    view.close()
         self._mr = self._ring = self._wq = None
         program.close_fds(self._fds)
         if self._prog_fd is not None:

@@ -384,8 +384,11 @@ class QP:
             return [(wr.wr_id, wr.remote_addr, wr.rkey, 0, 0, 0, imm)]
         out, remote = [], wr.remote_addr
         for sge in wr.sg_list:
-            mr = self.pd.mr_of(sge.lkey, "post_send")
-            off = mr.offset_of(sge.addr, sge.length, "post_send")
+            try:
+                mr = self.pd.mr_of(sge.lkey, "post_send")
+                off = mr.offset_of(sge.addr, sge.length, "post_send")
+            except VerbsError as e:
+                raise bad(str(e).removeprefix("post_send: ").rsplit(" (", 1)[0]) from None
             if sge.length and off % self._align:
                 raise bad(
                     f"SGE addr {sge.addr:#x} is not a multiple of {self._align} from its MR's start"

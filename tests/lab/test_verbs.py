@@ -157,7 +157,9 @@ def test_a_wrong_rkey_fails_at_the_sender_writes_nothing_and_flushes_the_rest(pa
     ]
     assert a.qp.state == verbs.QpState.ERR
     time.sleep(0.05)
-    assert bytes(b.mr.buf[: 8 * KIB]) == bytes(8 * KIB), "the receiver placed nothing"
+    # The refused WRITE placed nothing. The flushed one may have (verbs leaves a
+    # flushed WR's effect at the responder undefined: its packets were on their way).
+    assert bytes(b.mr.buf[: 4 * KIB]) == bytes(4 * KIB), "the refused WRITE placed nothing"
     a.qp.post_send(write(a, b, 0, KIB, wr_id=12))  # posted in ERR: flushed, as in verbs
     assert [(wc.wr_id, wc.status) for wc in a.scq.poll(4)] == [(12, WcStatus.WR_FLUSH_ERR)]
 
