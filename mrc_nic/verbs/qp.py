@@ -45,6 +45,13 @@ U32 = 0xFFFFFFFF
 WQE = struct.Struct("<QQIIIIIBB2x")  # struct nic_wqe (bpf/nic_structs.h)
 WQ_HEAD = struct.Struct("<II")  # struct nic_wq: posted, done
 WQE_SIGNALED = 0x1  # NIC_WQE_F_SIGNALED
+# post_send's hot path compares plain ints, not enum members (an IntFlag & costs ~1 us)
+_POSTABLE = frozenset({int(WrOpcode.RDMA_WRITE), int(WrOpcode.RDMA_WRITE_WITH_IMM)})
+_WRITE_IMM, _SIGNALED, _U64_LIMIT = (
+    int(WrOpcode.RDMA_WRITE_WITH_IMM),
+    int(SendFlags.SIGNALED),
+    1 << 64,
+)
 OP_WRITE, OP_WRITE_IMM = int(nic.wire.Opcode.WRITE), int(nic.wire.Opcode.WRITE_IMM)
 EV_SEND_DONE, EV_RECV_IMM, EV_QP_ERR = (
     int(nic.EventType.SEND_DONE),
@@ -345,59 +352,80 @@ class QP:
                 f"outstanding: {len(wrs)} do not fit; poll the CQ for completions first",
                 bad_wr=room,
             )
-        planned = [self._plan(i, wr) for i, wr in enumerate(wrs)]  # all checked first
         sig_all = self.init_attr.sq_sig_all
-        for wr, wqes in zip(wrs, planned, strict=True):
-            signaled = sig_all or bool(wr.send_flags & SendFlags.SIGNALED)
-            is_imm = wr.opcode == WrOpcode.RDMA_WRITE_WITH_IMM
-            rec = _Wr(wr.wr_id, signaled, sum(w[3] for w in wqes), is_imm, len(wqes))
-            self._wrs.append(rec)
-            last = len(wqes) - 1
-            for k, w in enumerate(wqes):
-                flags = WQE_SIGNALED if (signaled and k == last) else 0
-                opcode = OP_WRITE_IMM if (is_imm and k == last) else OP_WRITE
-                self._queued.append((*w, opcode, flags, rec if k == last else None))
+        planned = [self._plan(i, wr, sig_all) for i, wr in enumerate(wrs)]  # all checked first
+        wrs_out, queued = self._wrs, self._queued
+        for rec, wqes in planned:
+            wrs_out.append(rec)
+            queued.extend(wqes)
         self._push()
 
-    def _plan(self, index: int, wr: SendWR) -> list[tuple]:
-        """A WR's WQEs (wr_id, remote_va, rkey, len, src_region, src_off, imm), checked."""
+    def _plan(self, index: int, wr: SendWR, sig_all: bool) -> tuple[_Wr, list[tuple]]:
+        """A WR's record and its WQEs, checked: (wr_id, remote_va, rkey, len,
+        src_region, src_off, imm, opcode, flags, the record on the last WQE)."""
+        opcode, sgl, remote, wr_id = int(wr.opcode), wr.sg_list, wr.remote_addr, wr.wr_id
+        if opcode not in _POSTABLE or len(sgl) > self.cap.max_send_sge or remote % self._align:
+            raise self._bad(index, wr)
+        if not (0 <= wr.imm_data <= U32 and 0 <= wr_id < _U64_LIMIT):
+            raise self._bad(index, wr)
+        imm = wr.imm_data if opcode == _WRITE_IMM else 0
+        signaled = sig_all or bool(int(wr.send_flags) & _SIGNALED)
+        wqes, length, mrs = [], 0, self.pd.mrs
+        for sge in sgl:
+            mr = mrs.get(sge.lkey)
+            off = sge.addr - mr.addr if mr is not None else -1
+            n = sge.length
+            if mr is None or not mr.valid or off < 0 or off + n > mr.length or n < 0:
+                raise self._bad(index, wr)
+            if n and (off % self._align or remote % self._align):
+                raise self._bad(index, wr)
+            wqes.append([wr_id, remote, wr.rkey, n, mr.lkey, off, imm, OP_WRITE, 0, None])
+            remote += n
+            length += n
+        if not wqes:  # a zero-length WRITE: one packet, no payload (as verbs)
+            wqes.append([wr_id, remote, wr.rkey, 0, 0, 0, imm, OP_WRITE, 0, None])
+        rec = _Wr(wr_id, signaled, length, opcode == _WRITE_IMM, len(wqes))
+        last = wqes[-1]
+        last[7] = OP_WRITE_IMM if opcode == _WRITE_IMM else OP_WRITE
+        last[8] = WQE_SIGNALED if signaled else 0
+        last[9] = rec
+        return rec, [tuple(w) for w in wqes]
 
-        def bad(message: str) -> VerbsError:
-            return VerbsError(
-                "post_send", errno.EINVAL, f"WR {index} (wr_id {wr.wr_id}): {message}", bad_wr=index
-            )
+    def _bad(self, index: int, wr: SendWR) -> VerbsError:
+        """Why WR `index` is refused (worked out only once it is: posting stays cheap)."""
+        align, cap = self._align, self.cap.max_send_sge
+        if int(wr.opcode) not in _POSTABLE:
+            why = f"opcode {wr.opcode!r}: MRC posts RDMA_WRITE and RDMA_WRITE_WITH_IMM only"
+        elif len(wr.sg_list) > cap:
+            why = f"{len(wr.sg_list)} SGEs, the QP's max_send_sge is {cap}"
+        elif wr.remote_addr % align:
+            why = f"remote_addr {wr.remote_addr:#x} is not a multiple of {align} (mr_align)"
+        elif not 0 <= wr.imm_data <= U32:
+            why = f"imm_data must fit 32 bits, not {wr.imm_data!r}"
+        elif not 0 <= wr.wr_id < _U64_LIMIT:
+            why = f"wr_id must fit 64 bits, not {wr.wr_id!r}"
+        else:
+            why = self._bad_sge(wr)
+        return VerbsError(
+            "post_send", errno.EINVAL, f"WR {index} (wr_id {wr.wr_id}): {why}", bad_wr=index
+        )
 
-        if wr.opcode not in (WrOpcode.RDMA_WRITE, WrOpcode.RDMA_WRITE_WITH_IMM):
-            raise bad(f"opcode {wr.opcode!r}: MRC posts RDMA_WRITE and RDMA_WRITE_WITH_IMM only")
-        if len(wr.sg_list) > self.cap.max_send_sge:
-            raise bad(f"{len(wr.sg_list)} SGEs, the QP's max_send_sge is {self.cap.max_send_sge}")
-        if wr.remote_addr % self._align:
-            raise bad(
-                f"remote_addr {wr.remote_addr:#x} is not a multiple of {self._align} (mr_align)"
-            )
-        if not 0 <= wr.imm_data <= U32:
-            raise bad(f"imm_data must fit 32 bits, not {wr.imm_data!r}")
-        if not 0 <= wr.wr_id < 1 << 64:
-            raise bad(f"wr_id must fit 64 bits, not {wr.wr_id!r}")
-        imm = wr.imm_data if wr.opcode == WrOpcode.RDMA_WRITE_WITH_IMM else 0
-        if not wr.sg_list:  # a zero-length WRITE: one packet, no payload (as verbs)
-            return [(wr.wr_id, wr.remote_addr, wr.rkey, 0, 0, 0, imm)]
-        out, remote = [], wr.remote_addr
+    def _bad_sge(self, wr: SendWR) -> str:
+        remote, align = wr.remote_addr, self._align
         for sge in wr.sg_list:
             try:
                 mr = self.pd.mr_of(sge.lkey, "post_send")
                 off = mr.offset_of(sge.addr, sge.length, "post_send")
             except VerbsError as e:
-                raise bad(str(e).removeprefix("post_send: ").rsplit(" (", 1)[0]) from None
-            if sge.length and off % self._align:
-                raise bad(
-                    f"SGE addr {sge.addr:#x} is not a multiple of {self._align} from its MR's start"
-                )
-            if sge.length and remote % self._align:
-                raise bad(f"an SGE before the last must be a multiple of {self._align} bytes long")
-            out.append((wr.wr_id, remote, wr.rkey, sge.length, mr.lkey, off, imm))
+                return str(e).removeprefix("post_send: ").rsplit(" (", 1)[0]
+            if sge.length < 0:
+                return f"SGE length must not be negative, not {sge.length}"
+            if sge.length and off % align:
+                return f"SGE addr {sge.addr:#x} is not a multiple of {align} from its MR's start"
+            if sge.length and remote % align:
+                return f"an SGE before the last must be a multiple of {align} bytes long"
             remote += sge.length
-        return out
+        return "refused"
 
     def _push(self) -> None:
         """Queued WQEs into the NIC's free slots, then the doorbell."""
