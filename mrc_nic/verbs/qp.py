@@ -580,9 +580,9 @@ def _doorbell(prog_fd: int, qpn: int):
     ctx = bytes(bpfsys.XdpMd(data=meta, data_end=len(data)))
     batch_max = nic.LIVE_BATCH_MAX
 
-    def ring(packets: int) -> None:
+    def ring(packets: int) -> bpfsys.TestRunResult:
         packets = max(1, min(packets, batch_max))
-        bpfsys.prog_test_run(
+        return bpfsys.prog_test_run(
             prog_fd, data, repeat=packets, data_size_out=0, ctx_in=ctx,
             flags=bpfsys.BPF_F_TEST_XDP_LIVE_FRAMES, batch_size=packets,
         )  # fmt: skip

@@ -1,0 +1,351 @@
+#!/usr/bin/env python3
+"""The verbs API (mrc_nic.verbs) beside the NIC alone and kernel TCP, in one run (issue 17).
+
+On a default lab of its own (2 hosts, 4 planes), h0 writes to h1:
+1. 64 B WRITE message rate from one Python process on one QP, TX depth 128,
+   a signaled WR every 64 (the OCP example's moderation), against
+   - the NIC alone: WQEs written straight into the mapped send queue and one
+     doorbell per NIC-full of them, no library (what the API must not slow);
+   - kernel TCP through the same lab: iperf3 -l 64 (XDP on the host ports
+     turns GSO off on their peers: DESIGN section 3).
+   And how a 64 B post splits: Python, the doorbell syscall, and the NIC
+   program's own time within it (BPF_PROG_RUN's duration).
+2. 64 B latency: WRITE_WITH_IMM ping-pong, each side answering the other's
+   completion, one way = round trip / 2 (as ib_write_lat), against a TCP
+   ping-pong (TCP_NODELAY) between the same hosts.
+3. Large messages (1 MiB WRITEs): the API's goodput against `mrc-nic write`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from mrc_nic import resources, verbs
+from mrc_nic.kernel import netns
+from mrc_nic.lab import topology
+from mrc_nic.verbs import SGE, SendFlags, SendWR, WrOpcode
+from mrc_nic.verbs.qp import WQ_HEAD, WQE
+from mrc_nic.workloads.benchkit import (
+    add_common_args,
+    begin,
+    log,
+    median,
+    own_lab,
+    print_table,
+    table_row,
+)
+
+KIB, MIB = 1 << 10, 1 << 20
+TX_DEPTH, CQ_MOD = 128, 64  # the OCP example's
+RATE_TARGET = 0.8  # of the NIC alone
+OLD_RATE_MPPS = 0.015  # 64 B through the daemon's socket before the API (issue 17)
+PORT = 18190
+
+
+class Pair:
+    """h0 and h1, each a Context with an MR, a CQ and a QP, connected."""
+
+    def __init__(self, lab: str, depth: int = TX_DEPTH) -> None:
+        self.sides = []
+        for host in ("h0", "h1"):
+            ctx = verbs.Context(lab, host)
+            pd = verbs.PD(ctx)
+            mr = pd.reg_mr(8 * MIB)
+            cq = verbs.CQ(ctx, 1024)
+            cap = verbs.QPCap(max_send_wr=depth, max_recv_wr=64)
+            qp = verbs.QP(pd, verbs.QPInitAttr(send_cq=cq, recv_cq=cq, cap=cap))
+            self.sides.append((ctx, mr, cq, qp))
+        (ca, ma, _, qa), (cb, mb, _, qb) = self.sides
+        qa.to_init()
+        qb.to_init()
+        qa.to_rtr(qb.qp_num, cb.gid())
+        qb.to_rtr(qa.qp_num, ca.gid())
+        qa.to_rts()
+        qb.to_rts()
+
+    def close(self) -> None:
+        for ctx, *_ in self.sides:
+            ctx.close()
+
+
+def nic_alone(lab: str, seconds: float) -> float:
+    """64 B WRITEs with no library: a NIC-full of WQEs, one doorbell, wait for done."""
+    pair = Pair(lab)
+    try:
+        (_, mr, _, qp), (_, peer_mr, _, _) = pair.sides
+        wq, at, depth = qp._wq, qp._wq_at, qp.sq_depth
+        posted = WQ_HEAD.unpack_from(wq, at)[0]
+        start = posted
+        end = time.perf_counter() + seconds
+        t0 = time.perf_counter()
+        while time.perf_counter() < end:
+            done = WQ_HEAD.unpack_from(wq, at)[1]
+            free = depth - ((posted - done) & 0xFFFFFFFF)
+            if free < depth // 2:
+                continue
+            for _ in range(free):
+                slot = at + 8 + (posted % depth) * WQE.size
+                WQE.pack_into(wq, slot, 0, peer_mr.addr, peer_mr.rkey, 64, mr.lkey, 0, 0, 0x0A, 0)
+                posted = (posted + 1) & 0xFFFFFFFF
+            wq[at : at + 4] = posted.to_bytes(4, "little")
+            qp._kick(free)
+        while WQ_HEAD.unpack_from(wq, at)[1] != posted:
+            time.sleep(0.0001)
+        return ((posted - start) & 0xFFFFFFFF) / (time.perf_counter() - t0) / 1e6
+    finally:
+        pair.close()
+
+
+def api_rate(lab: str, seconds: float, size: int) -> dict[str, Any]:
+    """WRITEs of `size` through post_send/poll, TX depth 128, a signal every 64 (16
+    above 64 KiB); with the time split of the posts."""
+    pair = Pair(lab)
+    try:
+        (_, mr, cq, qp), (_, peer_mr, _, _) = pair.sides
+        mod = CQ_MOD if size <= 64 * KIB else 16
+        depth = TX_DEPTH if size <= 64 * KIB else 4 * mod
+        wr = {
+            flags: SendWR(sg_list=[SGE(mr.addr, size, mr.lkey)], remote_addr=peer_mr.addr,
+                          rkey=peer_mr.rkey, send_flags=flags)
+            for flags in (0, SendFlags.SIGNALED)
+        }  # fmt: skip
+        batch = [wr[0]] * (mod - 1) + [wr[SendFlags.SIGNALED]]
+        ring, sys_ns, bpf_ns, kicks = qp._kick, [0], [0], [0]
+
+        def timed(packets: int):
+            t = time.perf_counter_ns()
+            result = ring(packets)
+            sys_ns[0] += time.perf_counter_ns() - t
+            bpf_ns[0] += result.duration * max(1, min(packets, 256))
+            kicks[0] += 1
+            return result
+
+        qp._kick = timed
+        posted = done = 0
+        t0 = time.perf_counter()
+        end = t0 + seconds
+        while time.perf_counter() < end:
+            while posted - done <= depth - mod:
+                qp.post_send(batch)
+                posted += mod
+            for wc in cq.poll(16):
+                if wc.status:
+                    raise RuntimeError(f"a WRITE failed: {wc}")
+                done += mod
+        while done < posted:
+            done += mod * len(cq.poll(16))
+        wall = time.perf_counter() - t0
+        return {
+            "mpps": done / wall / 1e6,
+            "gbps": done * size * 8 / wall / 1e9,
+            "per_msg_us": {
+                "total": wall / done * 1e6,
+                "python": (wall * 1e9 - sys_ns[0]) / done / 1e3,
+                "doorbell_syscall": sys_ns[0] / done / 1e3,
+                "of_which_nic_program": bpf_ns[0] / done / 1e3,
+            },
+            "doorbells_per_msg": kicks[0] / done,
+        }
+    finally:
+        pair.close()
+
+
+def api_latency(lab: str, iters: int, size: int = 64) -> list[float]:
+    """One-way latencies (us) of a WRITE_WITH_IMM ping-pong."""
+    pair = Pair(lab)
+    try:
+        (_, ma, cqa, qa), (_, mb, cqb, qb) = pair.sides
+        go = SendWR(opcode=WrOpcode.RDMA_WRITE_WITH_IMM, sg_list=[SGE(ma.addr, size, ma.lkey)],
+                    remote_addr=mb.addr, rkey=mb.rkey)  # fmt: skip
+        back = SendWR(opcode=WrOpcode.RDMA_WRITE_WITH_IMM, sg_list=[SGE(mb.addr, size, mb.lkey)],
+                      remote_addr=ma.addr, rkey=ma.rkey)  # fmt: skip
+        out = []
+        recv = verbs.RecvWR()
+        for _ in range(iters):
+            qa.post_recv(recv)
+            qb.post_recv(recv)
+            t0 = time.perf_counter_ns()
+            qa.post_send(go)
+            while not cqb.poll(1):
+                cqb.wait(1.0)  # blocks as the TCP peer's recv does: softirqs get the CPU
+            qb.post_send(back)
+            while not cqa.poll(1):
+                cqa.wait(1.0)
+            out.append((time.perf_counter_ns() - t0) / 2e3)
+        return out[iters // 10 :]  # the first tenth warms up
+    finally:
+        pair.close()
+
+
+def _tcp_server(port: int, iters: int, size: int) -> int:
+    with socket.create_server(("", port)) as srv:
+        srv.settimeout(20)
+        conn, _ = srv.accept()
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for _ in range(iters):
+            data = b""
+            while len(data) < size:
+                data += conn.recv(size - len(data))
+            conn.sendall(data)
+    return 0
+
+
+def _tcp_client(addr: str, port: int, iters: int, size: int) -> list[float]:
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            sock = socket.create_connection((addr, port), timeout=20)
+            break
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    msg, out = b"x" * size, []
+    for _ in range(iters):
+        t0 = time.perf_counter_ns()
+        sock.sendall(msg)
+        got = 0
+        while got < size:
+            got += len(sock.recv(size - got))
+        out.append((time.perf_counter_ns() - t0) / 2e3)
+    sock.close()
+    return out[iters // 10 :]
+
+
+def tcp_latency(topo, iters: int, size: int = 64) -> list[float]:
+    server = netns.start_in(topo.netns("h1"), _tcp_server, PORT, iters, size)
+    try:
+        addr = str(topo.host_address(topo.nodes["h1"].index, 0))
+        return netns.run_in(topo.netns("h0"), _tcp_client, addr, PORT, iters, size, timeout=60)
+    finally:
+        server.result(timeout=30)
+
+
+def tcp_rate(topo, seconds: float, size: int = 64) -> float | None:
+    """iperf3 -l 64 h0 -> h1 on plane 0: messages per second (Mpps)."""
+    port = PORT + 1
+    server = subprocess.Popen(
+        ["ip", "netns", "exec", topo.netns("h1"), "iperf3", "-s", "-1", "-p", str(port)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        time.sleep(0.3)
+        addr = str(topo.host_address(topo.nodes["h1"].index, 0))
+        cmd = ["ip", "netns", "exec", topo.netns("h0"), "iperf3", "-c", addr, "-p", str(port)]
+        cmd += ["-l", str(size), "-t", f"{seconds:g}", "-J"]
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds + 30)
+        if out.returncode:
+            log(f"iperf3 failed: {out.stderr.strip() or out.stdout[-200:]}")
+            return None
+        report = json.loads(out.stdout)
+        return (
+            report["end"]["sum_received"]["bytes"]
+            / size
+            / report["end"]["sum_received"]["seconds"]
+            / 1e6
+        )
+    finally:
+        server.wait(timeout=10)
+
+
+def mrc_write_gbps(lab: str, size: str) -> float | None:
+    cmd = [sys.executable, "-m", "mrc_nic", "write", "h0", "h1", "--size", size, "-l", lab]
+    out = subprocess.run([*cmd, "--format", "json"], capture_output=True, text=True, timeout=300)
+    if out.returncode:
+        log(f"mrc-nic write failed: {out.stderr.strip()}")
+        return None
+    return json.loads(out.stdout)["goodput_bps"] / 1e9
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def measure(topo, seconds: float, iters: int) -> dict[str, Any]:
+    lab = topo.lab
+    log("64 B: the NIC alone")
+    nic = nic_alone(lab, seconds)
+    log("64 B: the verbs API")
+    api = api_rate(lab, seconds, 64)
+    log("64 B: kernel TCP (iperf3 -l 64)")
+    tcp = tcp_rate(topo, seconds)
+    log("64 B latency: WRITE_WITH_IMM ping-pong, TCP ping-pong")
+    lat_api, lat_tcp = api_latency(lab, iters), tcp_latency(topo, iters)
+    log("1 MiB WRITEs: the verbs API, mrc-nic write")
+    big = api_rate(lab, seconds, MIB)
+    write = mrc_write_gbps(lab, "256M")
+    return {
+        "nic_mpps": nic, "api": api, "tcp_mpps": tcp,
+        "lat_api_us": {"p50": statistics.median(lat_api), "p99": percentile(lat_api, 0.99),
+                       "p99_9": percentile(lat_api, 0.999)},
+        "lat_tcp_us": {"p50": statistics.median(lat_tcp), "p99": percentile(lat_tcp, 0.99)},
+        "big_api_gbps": big["gbps"], "write_gbps": write,
+    }  # fmt: skip
+
+
+def table(rounds: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def med(get) -> float | None:
+        return median([get(r) for r in rounds])
+
+    api = med(lambda r: r["api"]["mpps"])
+    rows = [
+        table_row("verbs", "64 B WRITE rate, one QP, one process", "message rate", "Mpps", api,
+                  "the NIC alone (no library)", med(lambda r: r["nic_mpps"]),
+                  target=f"mrc/peer >= {RATE_TARGET}"),
+        table_row("verbs", "64 B WRITE rate, one QP, one process", "message rate", "Mpps", api,
+                  "before the API (daemon socket)", OLD_RATE_MPPS, target=">= 10x"),
+        table_row("verbs", "64 B WRITE rate, one QP, one process", "message rate", "Mpps", api,
+                  "TCP iperf3 -l 64, plane 0 (stretch)", med(lambda r: r["tcp_mpps"]),
+                  target="stretch: >= 1"),
+        table_row("verbs", "64 B one-way latency p50 (RTT/2)", "latency", "us",
+                  med(lambda r: r["lat_api_us"]["p50"]), "TCP ping-pong, TCP_NODELAY",
+                  med(lambda r: r["lat_tcp_us"]["p50"]), ratio_is="peer/mrc",
+                  target="peer/mrc > 1"),
+        table_row("verbs", "1 MiB WRITEs, one QP", "goodput", "Gbit/s",
+                  med(lambda r: r["big_api_gbps"]), "mrc-nic write 256M",
+                  med(lambda r: r["write_gbps"]), target="mrc/peer >= 1 (within noise)"),
+    ]  # fmt: skip
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_common_args(p, __file__, "one round of 1.5 s per figure")
+    p.add_argument("--rounds", type=int, help="rounds (default 3, quick 1)")
+    p.add_argument("--seconds", type=float, help="seconds per rate figure (default 3)")
+    p.add_argument("--iters", type=int, default=2000, help="ping-pong round trips")
+    args = p.parse_args(argv)
+    header = begin(__file__, sys.argv[1:] if argv is None else argv)
+    rounds = args.rounds or (1 if args.quick else 3)
+    seconds = args.seconds or (1.5 if args.quick else 3.0)
+    topo = topology.load(resources.DEFAULT_TOPOLOGY, lab=f"bv{os.getpid() % 100000}")
+    results = []
+    with own_lab(topo):
+        for i in range(rounds):
+            log(f"round {i + 1}/{rounds}")
+            results.append(measure(topo, seconds, args.iters))
+    rows = table(results)
+    print_table(rows)
+    split = results[-1]["api"]["per_msg_us"]
+    print("64 B post, per message (us): " + ", ".join(f"{k} {v:.2f}" for k, v in split.items()))
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "verbs.json"
+    path.write_text(json.dumps({**header, "rounds": results, "table": rows}, indent=1))
+    print(f"JSON: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
