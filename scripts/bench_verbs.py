@@ -10,9 +10,9 @@ On a default lab of its own (2 hosts, 4 planes), h0 writes to h1:
      turns GSO off on their peers: DESIGN section 3).
    And how a 64 B post splits: Python, the doorbell syscall, and the NIC
    program's own time within it (BPF_PROG_RUN's duration).
-2. 64 B latency: WRITE_WITH_IMM ping-pong, each side answering the other's
-   completion, one way = round trip / 2 (as ib_write_lat), against a TCP
-   ping-pong (TCP_NODELAY) between the same hosts.
+2. 64 B latency: WRITE_WITH_IMM ping-pong between two processes (h0, h1),
+   each answering the other's completion, one way = round trip / 2 (as
+   ib_write_lat), against a TCP ping-pong (TCP_NODELAY) between the same hosts.
 3. Large messages (1 MiB WRITEs): the API's goodput against `mrc-nic write`.
 """
 
@@ -32,7 +32,7 @@ from typing import Any
 from mrc_nic import resources, verbs
 from mrc_nic.kernel import netns
 from mrc_nic.lab import topology
-from mrc_nic.verbs import SGE, SendFlags, SendWR, WrOpcode
+from mrc_nic.verbs import SGE, SendFlags, SendWR, WrOpcode, cm
 from mrc_nic.verbs.qp import WQ_HEAD, WQE
 from mrc_nic.workloads.benchkit import (
     add_common_args,
@@ -159,31 +159,49 @@ def api_rate(lab: str, seconds: float, size: int) -> dict[str, Any]:
         pair.close()
 
 
-def api_latency(lab: str, iters: int, size: int = 64) -> list[float]:
-    """One-way latencies (us) of a WRITE_WITH_IMM ping-pong."""
-    pair = Pair(lab)
+def _lat_side(lab: str, host: str, server: str | None, iters: int, size: int) -> list[float]:
+    """One process of the WRITE_WITH_IMM ping-pong, in its host: the server (None)
+    answers each message it receives; the client times each round trip."""
+    with verbs.Context(lab, host) as ctx:
+        pd = verbs.PD(ctx)
+        mr = pd.reg_mr(MIB)
+        cq = verbs.CQ(ctx, 256)
+        cap = verbs.QPCap(max_send_wr=64, max_recv_wr=64)
+        qp = verbs.QP(pd, verbs.QPInitAttr(send_cq=cq, recv_cq=cq, cap=cap))
+        qp.to_init()
+        with cm.Link.open(server, PORT + 2, timeout=30) as link:
+            peer = link.swap(cm.Endpoint.of(qp, mr, ctx.gid()))
+            qp.to_rtr(peer.qpn, peer.gid)
+            qp.to_rts()
+            wr = SendWR(opcode=WrOpcode.RDMA_WRITE_WITH_IMM, sg_list=[SGE(mr.addr, size, mr.lkey)],
+                        remote_addr=peer.addr, rkey=peer.rkey)  # fmt: skip
+            recv = verbs.RecvWR()
+            qp.post_recv([recv] * 32)
+            link.barrier()
+            out = []
+            for _ in range(iters):
+                t0 = time.perf_counter_ns()
+                if server is not None:
+                    qp.post_send(wr)
+                while not cq.poll(1):
+                    cq.wait(1.0)  # blocks, as the TCP peer's recv does
+                qp.post_recv(recv)
+                if server is None:
+                    qp.post_send(wr)
+                out.append((time.perf_counter_ns() - t0) / 2e3)
+            link.barrier()
+    return out[iters // 10 :]  # the first tenth warms up
+
+
+def api_latency(topo, iters: int, size: int = 64) -> list[float]:
+    """One-way latencies (us) of a WRITE_WITH_IMM ping-pong between two processes."""
+    lab = topo.lab
+    server = netns.start_in(topo.netns("h1"), _lat_side, lab, "h1", None, iters, size)
     try:
-        (_, ma, cqa, qa), (_, mb, cqb, qb) = pair.sides
-        go = SendWR(opcode=WrOpcode.RDMA_WRITE_WITH_IMM, sg_list=[SGE(ma.addr, size, ma.lkey)],
-                    remote_addr=mb.addr, rkey=mb.rkey)  # fmt: skip
-        back = SendWR(opcode=WrOpcode.RDMA_WRITE_WITH_IMM, sg_list=[SGE(mb.addr, size, mb.lkey)],
-                      remote_addr=ma.addr, rkey=ma.rkey)  # fmt: skip
-        out = []
-        recv = verbs.RecvWR()
-        for _ in range(iters):
-            qa.post_recv(recv)
-            qb.post_recv(recv)
-            t0 = time.perf_counter_ns()
-            qa.post_send(go)
-            while not cqb.poll(1):
-                cqb.wait(1.0)  # blocks as the TCP peer's recv does: softirqs get the CPU
-            qb.post_send(back)
-            while not cqa.poll(1):
-                cqa.wait(1.0)
-            out.append((time.perf_counter_ns() - t0) / 2e3)
-        return out[iters // 10 :]  # the first tenth warms up
+        addr = str(topo.host_address(topo.nodes["h1"].index, 0))
+        return netns.run_in(topo.netns("h0"), _lat_side, lab, "h0", addr, iters, size, timeout=120)
     finally:
-        pair.close()
+        server.result(timeout=30)
 
 
 def _tcp_server(port: int, iters: int, size: int) -> int:
@@ -281,7 +299,7 @@ def measure(topo, seconds: float, iters: int) -> dict[str, Any]:
     log("64 B: kernel TCP (iperf3 -l 64)")
     tcp = tcp_rate(topo, seconds)
     log("64 B latency: WRITE_WITH_IMM ping-pong, TCP ping-pong")
-    lat_api, lat_tcp = api_latency(lab, iters), tcp_latency(topo, iters)
+    lat_api, lat_tcp = api_latency(topo, iters), tcp_latency(topo, iters)
     log("1 MiB WRITEs: the verbs API, mrc-nic write")
     big = api_rate(lab, seconds, MIB)
     write = mrc_write_gbps(lab, "256M")
