@@ -16,7 +16,7 @@ import contextlib
 
 from mrc_nic.kernel import bpfsys, pins
 from mrc_nic.nic.layout import BPF_MAP_TYPE_RINGBUF, CQ_RINGS_MAP
-from mrc_nic.nic.maps_base import _u32
+from mrc_nic.nic.maps_base import u32_key
 
 
 class CqMaps:
@@ -37,20 +37,20 @@ class CqMaps:
         info = bpfsys.map_info(ring_fd)  # OSError (EBADF, EINVAL) if not a BPF map
         if info.type != BPF_MAP_TYPE_RINGBUF:
             raise ValueError(f"fd {ring_fd} is not a BPF ring buffer (map type {info.type})")
-        bpfsys.map_update(self._fds[CQ_RINGS_MAP], _u32(index), _u32(ring_fd))
+        bpfsys.map_update(self._fds[CQ_RINGS_MAP], u32_key(index), u32_key(ring_fd))
 
     def clear_cq_ring(self, index: int) -> None:
         """Take the ring out of index (nothing there: nothing to do). Records for
         its QPs are then lost, counted CQ_OVERRUN."""
         pins.check_range("index", index, self.max_cqs - 1)
         with contextlib.suppress(FileNotFoundError):
-            bpfsys.map_delete(self._fds[CQ_RINGS_MAP], _u32(index))
+            bpfsys.map_delete(self._fds[CQ_RINGS_MAP], u32_key(index))
 
     def cq_ring_id(self, index: int) -> int | None:
         """The map id of the ring at index (bpf(2) gives ids, not fds), or None."""
         pins.check_range("index", index, self.max_cqs - 1)
         try:
-            raw = bpfsys.map_lookup(self._fds[CQ_RINGS_MAP], _u32(index), 4)
+            raw = bpfsys.map_lookup(self._fds[CQ_RINGS_MAP], u32_key(index), 4)
         except FileNotFoundError:
             return None
         return int.from_bytes(raw, "little")

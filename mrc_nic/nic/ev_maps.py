@@ -18,7 +18,7 @@ from mrc_nic.nic.layout import (
     EvStats,
     KickOp,
 )
-from mrc_nic.nic.maps_base import _locked_lookup
+from mrc_nic.nic.maps_base import locked_lookup
 from mrc_nic.nic.snapshots import EvSnapshot, _enum_or_int
 
 
@@ -36,7 +36,7 @@ class EvMaps:
     def ev_raw(self, qpn: int, ev: int) -> EvStateLayout:
         """One EV as stored, read under its lock (KeyError if none)."""
         try:
-            raw = _locked_lookup(
+            raw = locked_lookup(
                 self._fds[EVS_MAP], bytes(EvKey(qpn, ev)), ctypes.sizeof(EvStateLayout)
             )
         except FileNotFoundError:

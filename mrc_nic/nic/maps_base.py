@@ -7,7 +7,7 @@ import ctypes
 import errno
 import mmap
 import os
-from typing import TYPE_CHECKING
+from typing import Self
 
 from mrc_nic.kernel import bpfsys, program
 from mrc_nic.kernel.pins import MapsMissing, pin_dir
@@ -39,22 +39,19 @@ from mrc_nic.nic.layout import (
     Wq,
 )
 
-if TYPE_CHECKING:
-    from mrc_nic.nic.maps import NicMaps
 
-
-def _u32(value: int) -> bytes:
+def u32_key(value: int) -> bytes:
     return int(value).to_bytes(4, "little")
 
 
-def _mac_bytes(mac: str) -> ctypes.Array:
+def mac_bytes(mac: str) -> ctypes.Array:
     raw = bytes.fromhex(mac.replace(":", "").replace("-", ""))
     if len(raw) != 6:
         raise ValueError(f"not a MAC address: {mac!r}")
     return (ctypes.c_uint8 * 6)(*raw)
 
 
-def _locked_lookup(map_fd: int, key: bytes, value_size: int) -> bytes:
+def locked_lookup(map_fd: int, key: bytes, value_size: int) -> bytes:
     """The value copied under its bpf_spin_lock (BPF_F_LOCK)."""
     return bpfsys.map_lookup(map_fd, key, value_size, flags=BPF_F_LOCK)
 
@@ -78,7 +75,7 @@ class MapsBase:
         self._prog_fd: int | None = None
 
     @classmethod
-    def open(cls, lab: str) -> NicMaps:
+    def open(cls, lab: str) -> Self:
         """Open the pinned NIC maps of a lab (MapsMissing if the lab is not up)."""
         expected = {
             RX_QPS_MAP: ctypes.sizeof(RqState),
@@ -103,7 +100,7 @@ class MapsBase:
             program.close_fds(fds)
             raise
 
-    def __enter__(self) -> NicMaps:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -7,7 +7,7 @@ import mmap
 
 from mrc_nic.kernel import bpfsys, pins
 from mrc_nic.nic.layout import MAX_HOSTS, MR_ELEM_SIZE, MR_MAP, REGIONS_MAP, RegionLayout
-from mrc_nic.nic.maps_base import _u32
+from mrc_nic.nic.maps_base import u32_key
 
 
 class MemoryMaps:
@@ -41,7 +41,7 @@ class MemoryMaps:
         value = RegionLayout(
             base_va=base_va, first_elem=first_elem, n_elems=n_elems, rkey=rkey, owner=owner
         )
-        bpfsys.map_update(self._fds[REGIONS_MAP], _u32(region), bytes(value))
+        bpfsys.map_update(self._fds[REGIONS_MAP], u32_key(region), bytes(value))
 
     def zero_region_elems(self, first_elem: int, n_elems: int) -> None:
         """Zero NIC memory elements (a new MR must not show an earlier owner's bytes)."""
@@ -53,11 +53,13 @@ class MemoryMaps:
     def clear_region(self, region: int) -> None:
         """Remove a region: data for QPs that use it is NACKed (remote access error)."""
         pins.check_range("region", region, self.max_regions - 1)
-        bpfsys.map_update(self._fds[REGIONS_MAP], _u32(region), bytes(RegionLayout()))
+        bpfsys.map_update(self._fds[REGIONS_MAP], u32_key(region), bytes(RegionLayout()))
 
     def region(self, region: int) -> RegionLayout:
         pins.check_range("region", region, self.max_regions - 1)
-        raw = bpfsys.map_lookup(self._fds[REGIONS_MAP], _u32(region), ctypes.sizeof(RegionLayout))
+        raw = bpfsys.map_lookup(
+            self._fds[REGIONS_MAP], u32_key(region), ctypes.sizeof(RegionLayout)
+        )
         return RegionLayout.from_buffer_copy(raw)
 
     def memory(self) -> mmap.mmap:

@@ -19,7 +19,7 @@ from mrc_nic.nic.layout import (
     Counter,
     Port,
 )
-from mrc_nic.nic.maps_base import _mac_bytes, _u32
+from mrc_nic.nic.maps_base import mac_bytes, u32_key
 
 
 class PortMaps:
@@ -29,11 +29,11 @@ class PortMaps:
         """Bit p: host's port p is up. Copied into every SACK/NACK the host sends."""
         pins.check_range("host", host, MAX_HOSTS - 1)
         pins.check_range("bitmap", bitmap, pins.U32_MAX)
-        bpfsys.map_update(self._fds[PORT_UP_MAP], _u32(host), _u32(bitmap))
+        bpfsys.map_update(self._fds[PORT_UP_MAP], u32_key(host), u32_key(bitmap))
 
     def port_bitmap(self, host: int) -> int:
         pins.check_range("host", host, MAX_HOSTS - 1)
-        return int.from_bytes(bpfsys.map_lookup(self._fds[PORT_UP_MAP], _u32(host), 4), "little")
+        return int.from_bytes(bpfsys.map_lookup(self._fds[PORT_UP_MAP], u32_key(host), 4), "little")
 
     def counters(self) -> dict[str, int]:
         """Outcome counters (Counter names, lower case), summed over CPUs."""
@@ -41,7 +41,7 @@ class PortMaps:
 
     def counter(self, which: Counter) -> int:
         """One outcome counter, summed over CPUs."""
-        values = bpfsys.map_lookup_percpu(self._fds[COUNTERS_MAP], _u32(which), 8)
+        values = bpfsys.map_lookup_percpu(self._fds[COUNTERS_MAP], u32_key(which), 8)
         return sum(int.from_bytes(v, "little") for v in values)
 
     def events(self) -> EventReader:
@@ -70,11 +70,11 @@ class PortMaps:
         pins.check_range("host", host, MAX_HOSTS - 1)
         pins.check_range("plane", plane, MAX_PLANES - 1)
         pins.check_range("ifindex", ifindex, pins.U32_MAX)
-        value = Port(mac=_mac_bytes(mac), nh_mac=_mac_bytes(nh_mac), ifindex=ifindex)
-        key = _u32(host * MAX_PLANES + plane)
+        value = Port(mac=mac_bytes(mac), nh_mac=mac_bytes(nh_mac), ifindex=ifindex)
+        key = u32_key(host * MAX_PLANES + plane)
         with netns_mod.entered(netns) if netns else contextlib.nullcontext():
             if ifindex:
-                bpfsys.map_update(self._fds[TX_PORTS_MAP], key, _u32(ifindex))
+                bpfsys.map_update(self._fds[TX_PORTS_MAP], key, u32_key(ifindex))
             else:
                 with contextlib.suppress(FileNotFoundError):
                     bpfsys.map_delete(self._fds[TX_PORTS_MAP], key)
@@ -85,7 +85,7 @@ class PortMaps:
         pins.check_range("host", host, MAX_HOSTS - 1)
         pins.check_range("plane", plane, MAX_PLANES - 1)
         raw = bpfsys.map_lookup(
-            self._fds[PORTS_MAP], _u32(host * MAX_PLANES + plane), ctypes.sizeof(Port)
+            self._fds[PORTS_MAP], u32_key(host * MAX_PLANES + plane), ctypes.sizeof(Port)
         )
         value = Port.from_buffer_copy(raw)
         return {

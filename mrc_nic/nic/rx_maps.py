@@ -30,7 +30,7 @@ from mrc_nic.nic.layout import (
     RqStats,
     rx_lock_slot,
 )
-from mrc_nic.nic.maps_base import _locked_lookup, _u32
+from mrc_nic.nic.maps_base import locked_lookup, u32_key
 from mrc_nic.nic.snapshots import RqSnapshot
 
 
@@ -96,16 +96,16 @@ class RxQpMaps:
         # whole. One that passed the owner check before it may still finish
         # on the old or a mixed value (docs/nic-program.md, "Receive QPs").
         if owner:
-            bpfsys.map_update(self._fds[RX_SLOTS_MAP], self._rx_key(qpn), _u32(0))
+            bpfsys.map_update(self._fds[RX_SLOTS_MAP], self._rx_key(qpn), u32_key(0))
         bpfsys.map_update(self._fds[RX_QPS_MAP], self._rx_key(qpn), bytes(value))
-        bpfsys.map_update(self._fds[RX_SLOTS_MAP], self._rx_key(qpn), _u32(qpn | RQ_TAG_USED))
+        bpfsys.map_update(self._fds[RX_SLOTS_MAP], self._rx_key(qpn), u32_key(qpn | RQ_TAG_USED))
 
     def rx_slot(self, qpn: int) -> int:
         """The slot of nic_rx_qps (and nic_rx_slots) where QP qpn receives."""
         return qpn & (self.max_qps - 1)
 
     def _rx_key(self, qpn: int) -> bytes:
-        return _u32(self.rx_slot(qpn))
+        return u32_key(self.rx_slot(qpn))
 
     def _rx_slot_owner(self, qpn: int) -> int:
         """The owner word of QP qpn's receive slot: QPN | RQ_TAG_USED, or 0."""
@@ -122,7 +122,7 @@ class RxQpMaps:
     def rq_raw(self, qpn: int) -> RqState:
         """The receive state of a QP as stored, read under its lock (KeyError if none)."""
         self._check_rx_owner(qpn)
-        raw = _locked_lookup(self._fds[RX_QPS_MAP], self._rx_key(qpn), ctypes.sizeof(RqState))
+        raw = locked_lookup(self._fds[RX_QPS_MAP], self._rx_key(qpn), ctypes.sizeof(RqState))
         self._check_rx_owner(qpn)  # not deleted (nor replaced) while we read
         return RqState.from_buffer_copy(raw)
 
@@ -193,13 +193,13 @@ class RxQpMaps:
         dropped, and its slot is free for another QP."""
         self._check_rx_owner(qpn)
         # The owner first, then the slot: the program stops using it before it is wiped.
-        bpfsys.map_update(self._fds[RX_SLOTS_MAP], self._rx_key(qpn), _u32(0))
+        bpfsys.map_update(self._fds[RX_SLOTS_MAP], self._rx_key(qpn), u32_key(0))
         bpfsys.map_update(self._fds[RX_QPS_MAP], self._rx_key(qpn), bytes(RqState()))
 
     def rx_lock_taken(self, qpn: int) -> bool:
         """Is QP qpn's receive lock taken right now? (It is held for about 30 ns
         per packet; one seen taken twice apart means a holder that never let go.)"""
-        raw = bpfsys.map_lookup(self._fds[RX_LOCKS_MAP], _u32(rx_lock_slot(qpn)), RX_LOCK_SIZE)
+        raw = bpfsys.map_lookup(self._fds[RX_LOCKS_MAP], u32_key(rx_lock_slot(qpn)), RX_LOCK_SIZE)
         return int.from_bytes(raw[:8], "little") != 0
 
     def set_rx_lock(self, qpn: int, taken: bool) -> None:
@@ -207,7 +207,7 @@ class RxQpMaps:
         up looks like to the receiver (tests). Freeing a lock a packet holds
         lets a second one in: only while no traffic runs."""
         value = (1 if taken else 0).to_bytes(8, "little") + bytes(RX_LOCK_SIZE - 8)
-        bpfsys.map_update(self._fds[RX_LOCKS_MAP], _u32(rx_lock_slot(qpn)), value)
+        bpfsys.map_update(self._fds[RX_LOCKS_MAP], u32_key(rx_lock_slot(qpn)), value)
 
     def rx_timeline(self) -> dict[int, int]:
         """Payload bytes placed per timeline bin (bin = ktime_ns >> TIMELINE_SHIFT),

@@ -43,7 +43,7 @@ from mrc_nic.nic.layout import (
     Wq,
     Wqe,
 )
-from mrc_nic.nic.maps_base import _locked_lookup, _u32
+from mrc_nic.nic.maps_base import locked_lookup, u32_key
 from mrc_nic.nic.snapshots import SqSnapshot, _enum_or_int, _retx_entries
 
 
@@ -146,12 +146,12 @@ class SendQpMaps:
         self.tx_ring_memory()[ring * size : (ring + 1) * size] = bytes(size)
         size = ctypes.sizeof(Wq)
         self.wq_memory()[ring * size : (ring + 1) * size] = bytes(size)
-        bpfsys.map_update(self._fds[TX_QPS_MAP], _u32(qpn), bytes(value))
+        bpfsys.map_update(self._fds[TX_QPS_MAP], u32_key(qpn), bytes(value))
 
     def sq_raw(self, qpn: int) -> SqState:
         """The send state of a QP as stored, read under its lock (KeyError if none)."""
         try:
-            raw = _locked_lookup(self._fds[TX_QPS_MAP], _u32(qpn), ctypes.sizeof(SqState))
+            raw = locked_lookup(self._fds[TX_QPS_MAP], u32_key(qpn), ctypes.sizeof(SqState))
         except FileNotFoundError:
             raise KeyError(f"no send state for QP {qpn:#x}") from None
         return SqState.from_buffer_copy(raw)
@@ -237,7 +237,7 @@ class SendQpMaps:
         for name, v in fields.items():
             setattr(value, name, v)
         bpfsys.map_update(
-            self._fds[TX_QPS_MAP], _u32(qpn), bytes(value), flags=BPF_F_LOCK | bpfsys.BPF_EXIST
+            self._fds[TX_QPS_MAP], u32_key(qpn), bytes(value), flags=BPF_F_LOCK | bpfsys.BPF_EXIST
         )
 
     def delete_sq(self, qpn: int) -> None:
@@ -247,7 +247,7 @@ class SendQpMaps:
             with contextlib.suppress(FileNotFoundError):
                 bpfsys.map_delete(self._fds[EVS_MAP], bytes(EvKey(qpn, ev)))
         try:
-            bpfsys.map_delete(self._fds[TX_QPS_MAP], _u32(qpn))
+            bpfsys.map_delete(self._fds[TX_QPS_MAP], u32_key(qpn))
         except FileNotFoundError:
             raise KeyError(f"no send state for QP {qpn:#x}") from None
 
