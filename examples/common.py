@@ -89,16 +89,28 @@ def address_arg(text: str) -> str:
     return text
 
 
-def add_connection_args(parser: argparse.ArgumentParser, default_port: int) -> None:
-    parser.add_argument(
+def client_server_parser(script: str, description: str, default_port: int) -> Parser:
+    """The parser of a two-sided example: SERVER (none: serve), --port, --timeout."""
+    p = Parser(
+        prog=script,
+        description=description,
+        epilog=(
+            "examples:\n"
+            f"  mrc-nic exec h1 -- python examples/{script}                # server\n"
+            f"  mrc-nic exec h0 -- python examples/{script} 198.18.0.2     # client"
+        ),
+    )
+    p.add_argument("server", nargs="?", type=address_arg, help="an address of the server's host")
+    p.add_argument(
         "--port", type=int_arg(1, 65535), default=default_port, help="TCP port for the setup"
     )
-    parser.add_argument(
+    p.add_argument(
         "--timeout",
         type=seconds_arg,
         default=60.0,
         help="seconds to wait for the peer and for each completion (default 60)",
     )
+    return p
 
 
 def run(main: Callable[[], int | None]) -> NoReturn:

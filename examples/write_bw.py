@@ -34,10 +34,8 @@ from common import (
     KIB,
     Conn,
     ExampleError,
-    Parser,
-    add_connection_args,
-    address_arg,
     check,
+    client_server_parser,
     int_arg,
     round_up,
     run,
@@ -57,20 +55,12 @@ SIGNAL_WR_ID = 0xFFFFFFFF
 
 
 def parse_args(argv: list[str] | None = None):
-    p = Parser(
-        prog="write_bw.py",
-        description=(
-            "RDMA WRITE bandwidth and message rate over a sweep of sizes (the OCP "
-            "mrc_example). Without SERVER: serve; with SERVER: connect to it and send."
-        ),
-        epilog=(
-            "examples:\n"
-            "  mrc-nic exec h1 -- python examples/write_bw.py                # server\n"
-            "  mrc-nic exec h0 -- python examples/write_bw.py 198.18.0.2     # client"
-        ),
+    p = client_server_parser(
+        "write_bw.py",
+        "RDMA WRITE bandwidth and message rate over a sweep of sizes (the OCP "
+        "mrc_example). Without SERVER: serve; with SERVER: connect to it and send.",
+        cm.DEFAULT_PORT,
     )
-    p.add_argument("server", nargs="?", type=address_arg, help="an address of the server's host")
-    add_connection_args(p, cm.DEFAULT_PORT)
     p.add_argument("--min-size", type=size_arg(1), default=1, help="first message size (default 1)")
     p.add_argument(
         "--size", type=size_arg(1), default=1 << 20, help="last message size (default 1M)"

@@ -31,10 +31,8 @@ from common import (
     KIB,
     Conn,
     ExampleError,
-    Parser,
-    add_connection_args,
-    address_arg,
     check,
+    client_server_parser,
     int_arg,
     round_up,
     run,
@@ -50,20 +48,12 @@ MAX_SIZE = 32 << 20
 
 
 def parse_args(argv: list[str] | None = None):
-    p = Parser(
-        prog="write_lat.py",
-        description=(
-            "WRITE_WITH_IMM ping-pong latency (one-way = round trip / 2). Without "
-            "SERVER: serve; with SERVER: connect to it and measure."
-        ),
-        epilog=(
-            "examples:\n"
-            "  mrc-nic exec h1 -- python examples/write_lat.py                # server\n"
-            "  mrc-nic exec h0 -- python examples/write_lat.py 198.18.0.2     # client"
-        ),
+    p = client_server_parser(
+        "write_lat.py",
+        "WRITE_WITH_IMM ping-pong latency (one-way = round trip / 2). Without "
+        "SERVER: serve; with SERVER: connect to it and measure.",
+        DEFAULT_PORT,
     )
-    p.add_argument("server", nargs="?", type=address_arg, help="an address of the server's host")
-    add_connection_args(p, DEFAULT_PORT)
     p.add_argument(
         "--size", type=size_arg(0, MAX_SIZE), default=64, help="message size (default 64)"
     )
