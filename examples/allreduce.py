@@ -44,9 +44,9 @@ from common import (
     KIB,
     ExampleError,
     Parser,
+    add_port_and_timeout,
     int_arg,
     run,
-    seconds_arg,
     size_arg,
     wait_one,
 )
@@ -61,8 +61,8 @@ FLOATS_PER_KIB = KIB // 4  # chunks start on the NIC's 1 KiB elements
 def parse_args(argv: list[str] | None = None):
     p = Parser(
         prog="allreduce.py",
-        description="A ring all-reduce of float32 arrays over the verbs API, checked "
-        "against numpy. --launch starts one rank per host; --rank is one rank.",
+        description="A ring all-reduce of float32 arrays over the verbs API, checked against\n"
+        "numpy. --launch starts one rank per host; --rank is one rank.",
         epilog=(
             "examples:\n"
             "  python examples/allreduce.py --launch --lab ar --size 4M\n"
@@ -85,15 +85,7 @@ def parse_args(argv: list[str] | None = None):
         "--size", type=size_arg(4), default=1 << 20, help="bytes of each rank's array (default 1M)"
     )
     p.add_argument("--seed", type=int_arg(0), default=1, help="rank r's data comes from (seed, r)")
-    p.add_argument(
-        "--port", type=int_arg(1, 65535), default=DEFAULT_PORT, help="TCP port for the setup"
-    )
-    p.add_argument(
-        "--timeout",
-        type=seconds_arg,
-        default=120.0,
-        help="seconds for the whole job (--launch) or any one wait (default 120)",
-    )
+    add_port_and_timeout(p, DEFAULT_PORT, 120.0, "for the whole job (--launch) or any one wait")
     p.add_argument("--json", action="store_true", help="JSON lines instead of text")
     args = p.parse_args(argv)
     if args.size % 4:

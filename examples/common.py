@@ -101,16 +101,17 @@ def client_server_parser(script: str, description: str, default_port: int) -> Pa
         ),
     )
     p.add_argument("server", nargs="?", type=address_arg, help="an address of the server's host")
+    add_port_and_timeout(p, default_port, 60.0, "to wait for the peer and for each completion")
+    return p
+
+
+def add_port_and_timeout(p: Parser, default_port: int, timeout: float, what: str) -> None:
     p.add_argument(
         "--port", type=int_arg(1, 65535), default=default_port, help="TCP port for the setup"
     )
     p.add_argument(
-        "--timeout",
-        type=seconds_arg,
-        default=60.0,
-        help="seconds to wait for the peer and for each completion (default 60)",
+        "--timeout", type=seconds_arg, default=timeout, help=f"seconds {what} (default {timeout:g})"
     )
-    return p
 
 
 def run(main: Callable[[], int | None]) -> NoReturn:
