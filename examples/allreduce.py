@@ -255,7 +255,7 @@ def launch(args) -> int:
                 exec_cmd = [sys.executable, "-m", "mrc_nic", "exec", "-l", args.lab, f"h{k}"]
                 cmd = [*exec_cmd, "--", sys.executable, script, "--rank", str(k), *rank_args]
                 procs.append(subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, text=True))
-            failed, timed_out = wait_all(procs, args.timeout)
+            codes = wait_all(procs, args.timeout)
         finally:
             for proc in procs:  # only ours, by pid
                 if proc.poll() is None:
@@ -266,18 +266,17 @@ def launch(args) -> int:
             for line in out.read().splitlines():
                 mine = line.startswith(("rank ", "{"))
                 print(line if mine else f"rank {k}: {line}")
-    ok = not failed and not timed_out
-    summary = f"all-reduce on {world} hosts of lab {args.lab}: "
-    if ok:
-        summary += f"{world} of {world} ranks OK"
-    elif timed_out:
-        summary += f"timed out after {args.timeout:g} s (ranks {timed_out} still running)"
-    else:
-        summary += f"ranks {failed} failed"
+    failed = [k for k, c in enumerate(codes) if c not in (None, 0)]
+    stopped = [k for k, c in enumerate(codes) if c is None]
+    ok = not failed and not stopped
     if args.json:
-        print(json.dumps({"world": world, "ok": ok, "failed": failed, "timed_out": timed_out}))
+        print(json.dumps({"world": world, "ok": ok, "failed": failed, "stopped": stopped}))
+    elif ok:
+        print(f"all-reduce on {world} hosts of lab {args.lab}: {world} of {world} ranks OK")
     else:
-        print(summary)
+        why = f"ranks {failed} failed" if failed else f"timed out after {args.timeout:g} s"
+        why += f"; ranks {stopped} stopped" if stopped else ""
+        print(f"all-reduce on {world} hosts of lab {args.lab}: {why}")
     return 0 if ok else 1
 
 
@@ -297,17 +296,19 @@ def host_addresses(lab: str, hosts: int | None) -> list[str]:
     return addrs
 
 
-def wait_all(procs: list[subprocess.Popen], timeout: float) -> tuple[list[int], list[int]]:
-    """Wait for every rank; stop at the first failure (the others would wait
-    for it until their timeouts). (failed ranks, ranks still running)."""
+def wait_all(procs: list[subprocess.Popen], timeout: float, grace: float = 2.0) -> list:
+    """Every rank's exit status, None for one still running at the timeout, or
+    `grace` seconds after the first failure (the others would wait for the
+    failed rank until their own timeouts)."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    while True:
         codes = [p.poll() for p in procs]
-        failed = [k for k, c in enumerate(codes) if c not in (None, 0)]
-        if failed or all(c == 0 for c in codes):
-            return failed, []
+        now = time.monotonic()
+        if None not in codes or now > deadline:
+            return codes
+        if any(c not in (None, 0) for c in codes):
+            deadline = min(deadline, now + grace)
         time.sleep(0.05)
-    return [], [k for k, p in enumerate(procs) if p.poll() is None]
 
 
 if __name__ == "__main__":
