@@ -19,6 +19,8 @@ The client prints MsgSize, TotalOps, BW_avg(Gbps), MsgRate(Mpps) per size; with
 --json one JSON object per size and line: {"size", "ops", "gbps", "mpps"}. The
 sweep options are the client's: the server takes them from the client. The
 server prints its check of each size ({"size", "checked", "errors"} with --json).
+--size defaults to 1 MiB, not the OCP example's 64 MiB: an MR of the emulated NIC
+holds 32 MiB, and 1000 WRITEs of 64 MiB take minutes on an emulated fabric.
 
 Posting costs: each post_send call is one doorbell, so the client posts every WR
 that fits in one call, from SendWR objects built once per size.
