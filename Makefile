@@ -51,12 +51,12 @@ docs: setup
 	$(PY) -m mrc_nic.transport.protocol
 
 lint: setup
-	$(VENV)/bin/ruff check mrc_nic tests scripts
-	$(VENV)/bin/ruff format --check mrc_nic tests scripts
+	$(VENV)/bin/ruff check mrc_nic tests scripts examples
+	$(VENV)/bin/ruff format --check mrc_nic tests scripts examples
 
 fmt: setup
-	$(VENV)/bin/ruff format mrc_nic tests scripts
-	$(VENV)/bin/ruff check --fix mrc_nic tests scripts
+	$(VENV)/bin/ruff format mrc_nic tests scripts examples
+	$(VENV)/bin/ruff check --fix mrc_nic tests scripts examples
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -34,6 +34,11 @@ def exec_cmd(host: str, command: tuple[str, ...], lab: str | None) -> None:
     from mrc_nic.lab import state
     from mrc_nic.verbs.context import ENV_HOST, ENV_LAB
 
+    # Without interspersed options click keeps everything after HOST, the `--` too.
+    if command[0] == "--":
+        command = command[1:]
+    if not command:
+        raise click.UsageError("no COMMAND after `--`")
     name = pick_lab(lab)
     _, topo = state.open_lab(name)
     if host not in topo.host_names():

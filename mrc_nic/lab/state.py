@@ -92,12 +92,14 @@ def labs_on_disk() -> list[str]:
 
 
 def forget(lab: str) -> None:
-    """Remove the lab's state directory (only files this module writes)."""
+    """Remove the lab's state directory (only the files mrc-nic writes there:
+    the state, and the background processes' logs, lab.workers.log_path)."""
     d = lab_dir(lab)
     if not d.is_dir():
         return
     for f in d.iterdir():
-        if f.name == "state.json" or (f.name.startswith(".state.") and f.name.endswith(".tmp")):
+        ours = f.name == "state.json" or f.suffix == ".log"
+        if ours or (f.name.startswith(".state.") and f.name.endswith(".tmp")):
             f.unlink(missing_ok=True)
     with contextlib.suppress(OSError):
         d.rmdir()

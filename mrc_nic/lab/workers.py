@@ -19,8 +19,9 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
-from mrc_nic.lab import ctl
+from mrc_nic.lab import ctl, state
 
 WORKER_MODULE = "mrc_nic.fabric.fault_worker"
 DAEMON_MODULE = "mrc_nic.transport.daemon"
@@ -43,14 +44,22 @@ def spawn_service(lab: str, name: str) -> int:
     return _spawn(service_module(name), lab, name)
 
 
+def log_path(lab: str, arg: str) -> Path:
+    """Where a background process's stderr goes (a traceback, if it dies)."""
+    return state.lab_dir(lab) / f"{arg}.log"
+
+
 def _spawn(module: str, lab: str, arg: str) -> int:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", module, lab, arg],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,  # outlives the CLI call; ended by heal/down
-    )
+    path = log_path(lab, arg)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "ab") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", module, lab, arg],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+            start_new_session=True,  # outlives the CLI call; ended by heal/down
+        )
     return proc.pid
 
 

@@ -102,7 +102,10 @@ class Daemon(LineService):
                     for sq in job.qps:
                         self._close_send_qp(sq.qp.qpn)
                 self.reply(job.conn, result)
-        self.apps.tick(now)
+        try:
+            self.apps.tick(now)
+        except Exception:  # noqa: BLE001 (one application QP's bug must not end the daemon)
+            traceback.print_exc(file=sys.stderr)
         apps = self.apps.sending()
         if self.jobs or apps:
             mine = {sq.qp.qpn: sq for job in self.jobs for sq in job.qps if sq.remote}

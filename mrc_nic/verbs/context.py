@@ -93,6 +93,17 @@ def _is_up(lab: str) -> bool:
     return record is not None and record.phase == "up"
 
 
+def _no_daemon(lab: str, host: str, error: Exception) -> str:
+    """Why a host's daemon does not answer: no such host, or the daemon's own reason."""
+    try:
+        hosts = state.open_lab(lab)[1].host_names()
+    except Exception:  # the lab's record says nothing more
+        return str(error)
+    if host not in hosts:
+        return f"lab {lab!r} has no host {host!r} (hosts: {', '.join(hosts)})"
+    return str(error)
+
+
 class Context:
     """An open NIC of one host. Close it (or use `with`) to release everything
     made through it; a process that dies releases the same, through the daemon."""
@@ -114,7 +125,9 @@ class Context:
             hello = self.session.call(appops.Hello(pid=os.getpid()))
         except ctl.DaemonError as e:
             self.maps.close()
-            raise VerbsError("open_device", errno.ENODEV, str(e)) from None
+            raise VerbsError(
+                "open_device", errno.ENODEV, _no_daemon(self.lab, self.host, e)
+            ) from None
         self.attr = DeviceAttr(
             host=hello.host,
             host_index=hello.index,

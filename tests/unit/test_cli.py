@@ -558,3 +558,22 @@ def test_exec_names_a_host_of_the_lab_or_says_which_there_are(monkeypatch, tmp_p
     assert "'h9' is not a host of lab 'default' (hosts: h0, h1)" in result.output
     result = CliRunner().invoke(cli, ["exec", "-l", "default", "h0", "--", "no-such-program-x"])
     assert result.exit_code == 2 and "no such program" in result.output
+
+
+def test_exec_runs_the_command_after_the_double_dash(monkeypatch):
+    from mrc_nic.kernel import netns
+    from mrc_nic.lab import state, topology
+
+    topo = topology.load(topology.Path(__file__).resolve().parents[2] / "netns" / "default.toml")
+    monkeypatch.setattr(state, "open_lab", lambda name: (None, topo))
+    monkeypatch.setattr(netns, "enter_for_good", lambda ns: None)
+    ran = []
+    monkeypatch.setattr("os.execve", lambda prog, argv, env: ran.append((argv, env)))
+    for argv in (["-l", "lab1", "h1", "--", "true", "x"], ["-l", "lab1", "h1", "true", "x"]):
+        ran.clear()
+        result = CliRunner().invoke(cli, ["exec", *argv])
+        assert result.exit_code == 0, result.output
+        ((got, env),) = ran
+        assert got == ["true", "x"] and env["MRC_NIC_LAB"] == "lab1" and env["MRC_NIC_HOST"] == "h1"
+    result = CliRunner().invoke(cli, ["exec", "-l", "lab1", "h1", "--"])
+    assert result.exit_code == 2 and "no COMMAND" in result.output

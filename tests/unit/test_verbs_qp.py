@@ -232,3 +232,14 @@ def test_modify_translates_masks_into_the_daemons_attributes(setup):
     assert req.attrs == {"sq_psn": 5, "timeout": 14, "retry_linear_cnt": 7, "mpr": 4}
     with pytest.raises(VerbsError, match="not an MRC QP attribute"):
         s.qp.modify(QPAttr(qp_state=QpState.RTS), 1 | (1 << 14))  # ALT_PATH
+
+
+def test_a_host_the_lab_does_not_have_is_named_as_such(monkeypatch):
+    from mrc_nic.lab import state, topology
+    from mrc_nic.verbs import context
+
+    topo = topology.load(topology.Path(__file__).resolve().parents[2] / "netns" / "default.toml")
+    monkeypatch.setattr(state, "open_lab", lambda name: (None, topo))
+    why = context._no_daemon("lab1", "h8", OSError("the daemon does not answer"))
+    assert why == "lab 'lab1' has no host 'h8' (hosts: h0, h1)"
+    assert context._no_daemon("lab1", "h1", OSError("down")) == "down"
