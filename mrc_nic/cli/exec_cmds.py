@@ -34,8 +34,11 @@ def exec_cmd(host: str, command: tuple[str, ...], lab: str | None) -> None:
     from mrc_nic.lab import state
     from mrc_nic.verbs.context import ENV_HOST, ENV_LAB
 
-    # Without interspersed options click keeps everything after HOST, the `--` too.
-    if command[0] == "--":
+    # Without interspersed options click keeps everything after HOST, the `--` too;
+    # so exec's own -l may come there (`exec h0 -l LAB -- CMD`): taken, before `--` only.
+    while command and command[0] in ("-l", "--lab") and len(command) > 1:
+        lab, command = command[1], command[2:]
+    if command and command[0] == "--":
         command = command[1:]
     if not command:
         raise click.UsageError("no COMMAND after `--`")

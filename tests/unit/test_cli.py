@@ -577,3 +577,18 @@ def test_exec_runs_the_command_after_the_double_dash(monkeypatch):
         assert got == ["true", "x"] and env["MRC_NIC_LAB"] == "lab1" and env["MRC_NIC_HOST"] == "h1"
     result = CliRunner().invoke(cli, ["exec", "-l", "lab1", "h1", "--"])
     assert result.exit_code == 2 and "no COMMAND" in result.output
+
+
+def test_exec_takes_its_lab_option_after_the_host_too(monkeypatch):
+    from mrc_nic.lab import state, topology
+
+    topo = topology.load(topology.Path(__file__).resolve().parents[2] / "netns" / "default.toml")
+    seen = []
+
+    def open_lab(name):
+        seen.append(name)
+        return None, topo
+
+    monkeypatch.setattr(state, "open_lab", open_lab)
+    result = CliRunner().invoke(cli, ["exec", "h9", "-l", "other", "--", "true"])
+    assert seen == ["other"] and "'h9' is not a host of lab 'other'" in result.output
