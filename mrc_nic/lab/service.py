@@ -18,7 +18,9 @@ import os
 import selectors
 import signal
 import socket
+import sys
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -150,6 +152,9 @@ class LineService:
             return {"ok": False, **e.as_dict()}
         except (ValueError, KeyError, TypeError) as e:
             return {"ok": False, "errno": "EINVAL", "message": f"bad request: {e}"}
+        except Exception as e:  # noqa: BLE001 (a request must never end the service)
+            traceback.print_exc(file=sys.stderr)  # the service's log (lab.workers.log_path)
+            return {"ok": False, "errno": "EIO", "message": f"{type(e).__name__}: {e}"}
         if result is None:
             return None  # answered later
         return {"ok": True, **protocol.encode_reply(result)}

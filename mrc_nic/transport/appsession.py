@@ -13,6 +13,7 @@ releases everything it created; other sessions are untouched.
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import errno
 import ipaddress
@@ -155,16 +156,23 @@ class AppSessions:
         bits = max(1, (self.maps.max_regions - 1).bit_length())
         rkey = (secrets.randbits(32 - bits) << bits | region) & 0xFFFFFFFF
         addr = region << REGION_VA_SHIFT
-        self.maps.zero_region_elems(span.first_elem, span.n_elems)
+        # Without REMOTE_WRITE the MR has no owner: no WRITE's rkey reaches it.
+        owner = self.index + 1 if req.access & ACCESS_REMOTE_WRITE else 0
+        try:
+            self.maps.zero_region_elems(span.first_elem, span.n_elems)
+            self.maps.set_region(
+                region,
+                first_elem=span.first_elem,
+                n_elems=span.n_elems,
+                rkey=rkey,
+                base_va=addr,
+                owner=owner,
+            )
+        except BaseException:
+            self.res.regions.give(region)
+            pool.release(span)
+            raise
         mr = AppMr(region, rkey, addr, n_elems * nic.MR_ELEM_SIZE, req.access, span, pool)
-        self.maps.set_region(
-            region,
-            first_elem=span.first_elem,
-            n_elems=span.n_elems,
-            rkey=rkey,
-            base_va=addr,
-            owner=self.index + 1,
-        )
         session.mrs[region] = mr
         return appops.RegMrReply(
             region=region, rkey=rkey, addr=addr, first_elem=span.first_elem, length=mr.length
@@ -282,6 +290,8 @@ class AppSessions:
 
     # ---- modify_qp --------------------------------------------------------------------------
     def modify_qp(self, req: appops.ModifyQp, conn: Conn) -> appops.ModifyQpReply:
+        """Every attribute is checked before anything changes; a map write that
+        fails puts the QP back as it was: a refused call changes nothing."""
         session = self.session(conn)
         aq = session.qps.get(req.qpn)
         if aq is None:
@@ -290,35 +300,55 @@ class AppSessions:
             target = QpState[req.state]
         except KeyError:
             raise _einval(f"state must be INIT, RTR, RTS or ERR, not {req.state!r}") from None
-        attrs = dict(req.attrs)
-        step = {
-            QpState.INIT: self._to_init,
-            QpState.RTR: self._to_rtr,
-            QpState.RTS: self._to_rts,
-            QpState.ERR: self._to_err,
+        plan = {
+            QpState.INIT: self._plan_init,
+            QpState.RTR: self._plan_rtr,
+            QpState.RTS: self._plan_rts,
+            QpState.ERR: self._plan_err,
         }.get(target)
-        if step is None:
+        if plan is None:
             raise _einval(f"modify_qp to {target.name} is not supported: destroy the QP instead")
-        step(aq, attrs)
+        attrs = dict(req.attrs)
+        apply = plan(aq, attrs)  # pops what it takes; checks it, changes nothing
         if attrs:
             raise _einval(
                 f"{target.name} does not take {', '.join(sorted(attrs))} "
                 "(see docs/api.md, 'QP attributes per transition')"
             )
+        before = (aq.qp.state, dataclasses.replace(aq.qp.attrs), aq.qp.err_reason, aq.access)
+        try:
+            apply()
+        except BaseException:
+            aq.qp.state, aq.qp.attrs, aq.qp.err_reason, aq.access = before
+            raise
         return appops.ModifyQpReply(qp=self.describe(aq))
 
-    def _to_init(self, aq: AppQp, attrs: dict) -> None:
+    @staticmethod
+    def _check_transition(aq: AppQp, target: QpState, **changes: Any) -> None:
+        """Qp.modify on a copy: its checks, nothing applied."""
+        copy.deepcopy(aq.qp).modify(target, **changes)
+
+    def _plan_init(self, aq: AppQp, attrs: dict):
         access = attrs.pop("qp_access_flags", ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE)
         if not isinstance(access, int) or access & ~ACCESS_KNOWN:
             raise _einval(
                 f"qp_access_flags must be a mask of LOCAL_WRITE/REMOTE_WRITE, not {access!r}"
             )
-        aq.qp.modify(
-            QpState.INIT,
-            ev_profile_id=attrs.pop("ev_profile_id", 0),
-            cc_profile_id=attrs.pop("cc_profile_id", nscc.DEFAULT_NSCC),
-        )
-        aq.access = access
+        changes = {
+            "ev_profile_id": attrs.pop("ev_profile_id", 0),
+            "cc_profile_id": attrs.pop("cc_profile_id", nscc.DEFAULT_NSCC),
+        }
+        try:
+            nscc.profile(changes["cc_profile_id"])
+        except ValueError as e:
+            raise _einval(str(e)) from None
+        self._check_transition(aq, QpState.INIT, **changes)
+
+        def apply() -> None:
+            aq.qp.modify(QpState.INIT, **changes)
+            aq.access = access
+
+        return apply
 
     def _dest_host(self, gid: Any) -> int:
         """A peer host from its GID: an address of it on any plane, or its name."""
@@ -331,10 +361,17 @@ class AppSessions:
         for name in self.topo.host_names():
             index = self.topo.nodes[name].index
             if any(self.topo.host_address(index, p) == addr for p in range(self.topo.planes)):
-                return self.topo.nodes[name].index
+                return index
         raise _einval(f"dest_gid {gid} is no host's address in lab {self.topo.lab!r}")
 
-    def _to_rtr(self, aq: AppQp, attrs: dict) -> None:
+    @staticmethod
+    def _psn(attrs: dict, name: str) -> int:
+        value = attrs.pop(name, 0)
+        if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= 0xFFFFFF:
+            raise _einval(f"{name} must be a 24-bit PSN (0..{0xFFFFFF}), not {value!r}")
+        return value
+
+    def _plan_rtr(self, aq: AppQp, attrs: dict):
         for name in ("dest_qp_num", "dest_gid"):
             if name not in attrs:
                 raise _einval(f"RTR needs {name} (the peer's QP number and its GID)")
@@ -344,37 +381,59 @@ class AppSessions:
         if mtu not in PATH_MTUS:
             raise _einval(f"path_mtu must be one of {PATH_MTUS}, not {mtu!r}")
         mpr = attrs.pop("mpr_dest", sendjob.DEFAULT_MPR)
-        rq_psn = attrs.pop("rq_psn", 0)
+        rq_psn = self._psn(attrs, "rq_psn")
         attrs.pop("max_wimm_dest", None)  # the receiver holds NIC_MSG_SLOTS messages
-        aq.qp.modify(QpState.RTR, mpr=mpr, dest_host=dest_host, dest_qpn=dest_qpn)
-        self.maps.setup_rq(
-            aq.qp.qpn,
-            local_host=self.index,
-            peer_host=dest_host,
-            peer_qpn=dest_qpn,
-            region=nic.REGION_BY_RKEY,
-            mpr=mpr,
-            psn=rq_psn,
-            cq=aq.recv_cq + 1,
-        )
-        aq.rq_set, aq.remote = True, {"qpn": dest_qpn}
+        changes = {"mpr": mpr, "dest_host": dest_host, "dest_qpn": dest_qpn}
+        self._check_transition(aq, QpState.RTR, **changes)
 
-    def _to_rts(self, aq: AppQp, attrs: dict) -> None:
-        timeout = attrs.pop("timeout", sendjob.DEFAULT_TIMEOUT)
-        retry = Retry(
-            linear_cnt=attrs.pop("retry_linear_cnt", Retry.linear_cnt),
-            exp_cnt=attrs.pop("retry_exp_cnt", Retry.exp_cnt),
-        )
-        mpr = attrs.pop("mpr", aq.qp.attrs.mpr)
-        sq_psn = attrs.pop("sq_psn", 0)
+        def apply() -> None:
+            aq.qp.modify(QpState.RTR, **changes)
+            self.maps.setup_rq(
+                aq.qp.qpn,
+                local_host=self.index,
+                peer_host=dest_host,
+                peer_qpn=dest_qpn,
+                region=nic.REGION_BY_RKEY,
+                mpr=mpr,
+                psn=rq_psn,
+                cq=aq.recv_cq + 1,
+            )
+            aq.rq_set, aq.remote = True, {"qpn": dest_qpn}
+
+        return apply
+
+    def _plan_rts(self, aq: AppQp, attrs: dict):
+        if aq.qp.state == QpState.RTS:
+            raise _einval(
+                f"QP {aq.qp.qpn:#x} is in RTS already: changing a live QP's attributes is "
+                "not supported (it would reset its send state); destroy and recreate it"
+            )
+        changes = {
+            "timeout": attrs.pop("timeout", sendjob.DEFAULT_TIMEOUT),
+            "retry": Retry(
+                linear_cnt=attrs.pop("retry_linear_cnt", Retry.linear_cnt),
+                exp_cnt=attrs.pop("retry_exp_cnt", Retry.exp_cnt),
+            ),
+            "mpr": attrs.pop("mpr", aq.qp.attrs.mpr),
+        }
+        sq_psn = self._psn(attrs, "sq_psn")
         attrs.pop("max_wimm", None)
-        aq.qp.modify(QpState.RTS, timeout=timeout, retry=retry, mpr=mpr)
+        self._check_transition(aq, QpState.RTS, **changes)
+        config = nscc.profile(aq.qp.attrs.cc_profile_id).nscc  # checked at INIT
+
+        def apply() -> None:
+            aq.qp.modify(QpState.RTS, **changes)
+            self._setup_send(aq, config, changes["mpr"], sq_psn)
+            aq.sq_set = True
+
+        return apply
+
+    def _setup_send(self, aq: AppQp, config, mpr: int, sq_psn: int) -> None:
+        """The send side in the NIC maps: EVs, window, NSCC; nothing left of it on failure."""
         planes = self.topo.planes
         aq.evs = transfer.ev_profile(planes, sendjob.EV_COUNT // planes)
         aq.ev_min_active = sendjob.EV_COUNT // 4
-        config = nscc.profile(aq.qp.attrs.cc_profile_id).nscc
         cwnd, rtt_target, aq.cc = sendjob.DEFAULT_CWND, 0, None
-        seg = nic.seg_size(self.topo.mtu)
         if config is not None:
             aq.cc = nscc.QpCc(
                 nscc.Nscc(
@@ -382,36 +441,51 @@ class AppSessions:
                     link_bps=self.topo.rate_bps * planes if self.topo.rate_bps else None,
                     window_pkts=mpr * nic.wire.MPR_UNIT,
                     lab_rtt_ns=self.topo.queues.base_rtt_ns,
-                    mss=seg,
+                    mss=nic.seg_size(self.topo.mtu),
                 )
             )
             cwnd, rtt_target = aq.cc.initial()
-        self.maps.setup_sq(
-            aq.qp.qpn,
-            local_host=self.index,
-            peer_host=aq.qp.attrs.dest_host,
-            peer_qpn=aq.qp.attrs.dest_qpn,
-            ring=aq.ring,
-            evs=aq.evs,
-            mpr=mpr,
-            psn=sq_psn,
-            engine=True,
-            reo_wnd_ns=sendjob.DEFAULT_REORDER_NS,
-            cwnd=cwnd,
-            cc_rtt_target_ns=rtt_target,
-            ev_min_active=aq.ev_min_active,
-            cq=aq.send_cq + 1,
-        )
-        aq.sq_set = True
+        try:
+            self.maps.setup_sq(
+                aq.qp.qpn,
+                local_host=self.index,
+                peer_host=aq.qp.attrs.dest_host,
+                peer_qpn=aq.qp.attrs.dest_qpn,
+                ring=aq.ring,
+                evs=aq.evs,
+                mpr=mpr,
+                psn=sq_psn,
+                engine=True,
+                reo_wnd_ns=sendjob.DEFAULT_REORDER_NS,
+                cwnd=cwnd,
+                cc_rtt_target_ns=rtt_target,
+                ev_min_active=aq.ev_min_active,
+                cq=aq.send_cq + 1,
+            )
+        except OSError as e:
+            for ev in aq.evs:  # what setup_sq made before it failed
+                self.maps.delete_ev(aq.qp.qpn, ev)
+            with contextlib.suppress(KeyError):
+                self.maps.delete_sq(aq.qp.qpn)
+            raise QpError(
+                errno.ENOSPC,
+                f"the NIC has no room for QP {aq.qp.qpn:#x}'s {len(aq.evs)} EVs ({e.strerror}): "
+                "the lab's EV table (nic_evs) is full; destroy QPs first",
+            ) from None
 
-    def _to_err(self, aq: AppQp, attrs: dict) -> None:
-        aq.qp.to_err(attrs.pop("reason", "moved to ERR by the application"))
-        if aq.sq_set:
-            with contextlib.suppress(KeyError):
-                self.maps.set_sq_state(aq.qp.qpn, nic.QpState.ERR)
-        if aq.rq_set:
-            with contextlib.suppress(KeyError):
-                self.maps.set_rq_state(aq.qp.qpn, nic.QpState.ERR)
+    def _plan_err(self, aq: AppQp, attrs: dict):
+        reason = attrs.pop("reason", "moved to ERR by the application")
+
+        def apply() -> None:
+            aq.qp.to_err(reason)
+            if aq.sq_set:
+                with contextlib.suppress(KeyError):
+                    self.maps.set_sq_state(aq.qp.qpn, nic.QpState.ERR)
+            if aq.rq_set:
+                with contextlib.suppress(KeyError):
+                    self.maps.set_rq_state(aq.qp.qpn, nic.QpState.ERR)
+
+        return apply
 
     # ---- supervision --------------------------------------------------------------------
     def sending(self) -> dict[int, AppQp]:
@@ -426,6 +500,7 @@ class AppSessions:
                 continue
             if s.state == nic.QpState.ERR:  # a fatal NACK: the NIC told the application
                 aq.qp.to_err("the NIC put it in ERR (a fatal NACK: remote access error)")
+                self._stop_receiving(aq)
                 self._report_error(aq)
                 continue
             if not aq.last_progress:
@@ -434,10 +509,16 @@ class AppSessions:
             reason = supervisor.step(self.maps, aq, s, now, work)
             if reason is not None:
                 aq.qp.to_err(reason)
-                self.maps.fail_qp(
-                    aq.qp.qpn, nic.ERR_RETRY_EXCEEDED
-                )  # the application's CQ hears it
+                # the application hears it from its CQ
+                self.maps.fail_qp(aq.qp.qpn, nic.QpError.RETRY_EXCEEDED)
+                self._stop_receiving(aq)
                 self._report_error(aq)
+
+    def _stop_receiving(self, aq: AppQp) -> None:
+        """A QP in ERR takes no more data (verbs: the whole QP is in error)."""
+        if aq.rq_set:
+            with contextlib.suppress(KeyError):
+                self.maps.set_rq_state(aq.qp.qpn, nic.QpState.ERR)
 
     def _report_error(self, aq: AppQp) -> None:
         event = {"type": "qp_error", "host": self.host, "qpns": [aq.qp.qpn]}

@@ -67,6 +67,7 @@ def step(
         sq.last_una, sq.last_progress, sq.attempt = s.snd_una, now, 0
         return None
     if s.in_flight == 0:
+        sq.last_progress = now  # idle is not a stall: the timeout counts from new data
         return None
     attrs = sq.qp.attrs
     wait = attrs.retry.delay(sq.attempt, attrs.timeout_s)

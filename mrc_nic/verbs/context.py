@@ -142,9 +142,14 @@ class Context:
             cq_ring_bytes=hello.cq_ring_bytes,
             gids=tuple(hello.host_addrs),
         )
-        self.prog_fd = self.maps.program_fd()
-        self.memory = self.maps.memory()  # nic_mr: every MR is a window of it
-        self.wq_memory = self.maps.wq_memory()
+        try:
+            self.prog_fd = self.maps.program_fd()
+            self.memory = self.maps.memory()  # nic_mr: every MR is a window of it
+            self.wq_memory = self.maps.wq_memory()
+        except OSError as e:
+            self.session.close()
+            self.maps.close()
+            raise VerbsError("open_device", e.errno or errno.EIO, str(e)) from None
         self._closed = False
 
     def query_device(self) -> DeviceAttr:

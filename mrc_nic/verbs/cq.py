@@ -10,6 +10,7 @@ completions wait, for select/epoll/asyncio.
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import errno
 import mmap
@@ -57,19 +58,23 @@ class CQ:
         self.index = ctx.call("create_cq", appops.CreateCq(cqe=cqe)).cq
         self.cqe = cqe
         size = ctx.attr.cq_ring_bytes
+        self._fd = -1
         try:
             self._fd = ctx.maps.create_cq_ring()
             ctx.maps.set_cq_ring(self.index, self._fd)
+            page = mmap.PAGESIZE
+            self._size, self._page = size, page
+            self._cons = mmap.mmap(self._fd, page, flags=mmap.MAP_SHARED)
+            # The data pages are mapped twice in a row by the kernel: a record never wraps.
+            self._data = mmap.mmap(
+                self._fd, page + 2 * size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ, offset=page
+            )
         except OSError as e:
-            ctx.call("destroy_cq", appops.DestroyCq(cq=self.index))
+            if self._fd >= 0:
+                os.close(self._fd)  # the daemon clears the ring's slot with the CQ
+            with contextlib.suppress(VerbsError):
+                ctx.call("destroy_cq", appops.DestroyCq(cq=self.index))
             raise VerbsError("create_cq", e.errno or errno.EIO, f"its ring buffer: {e}") from None
-        page = mmap.PAGESIZE
-        self._size, self._page = size, page
-        self._cons = mmap.mmap(self._fd, page, flags=mmap.MAP_SHARED)
-        # The data pages are mapped twice in a row by the kernel: a record never wraps.
-        self._data = mmap.mmap(
-            self._fd, page + 2 * size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ, offset=page
-        )
         self._ready: collections.deque[WC] = collections.deque()
         self.qps: dict[int, Any] = {}  # qpn -> verbs.QP whose completions come here
         self._closed = False
@@ -111,6 +116,7 @@ class CQ:
             cons += (length + _HDR + 7) & ~7
         self._cons[0:8] = cons.to_bytes(8, "little")
         for qp in touched:
+            qp._take_arrivals()
             qp._push()
 
     def deliver(self, wc: WC) -> None:

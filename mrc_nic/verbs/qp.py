@@ -178,7 +178,8 @@ class _Wr:
     imm: bool
     wqes: int  # WQEs it makes
     last_wqe: int | None = None  # the NIC index of its last WQE, once in the NIC
-    completed: bool = False
+    completed: bool = False  # its completion record came
+    delivered: bool = False  # its WC went to the CQ (in post order)
 
 
 class QP:
@@ -211,6 +212,7 @@ class QP:
         self._wrs: collections.deque[_Wr] = collections.deque()  # send WRs not completed
         self._recvs: collections.deque[int] = collections.deque()  # posted receive wr_ids
         self._early: collections.deque[tuple] = collections.deque()  # messages before a receive
+        self._arrived: list[tuple] = []  # WRITE_WITH_IMMs of the ring read under way
         self._kick = _doorbell(self.ctx.prog_fd, self.qp_num)
         init_attr.send_cq.qps[self.qp_num] = self
         init_attr.recv_cq.qps[self.qp_num] = self
@@ -343,6 +345,7 @@ class QP:
                 f"QP {self.qp_num:#x} is in {self.state.name}: post_send needs RTS "
                 "(modify it first)",
             )
+        self._retire()  # what the NIC completed since frees room
         room = self.cap.max_send_wr - len(self._wrs)
         if len(wrs) > room:
             raise VerbsError(
@@ -464,8 +467,8 @@ class QP:
             head = wrs[0]
             if head.last_wqe is None or ((done - 1 - head.last_wqe) & U32) >= 1 << 31:
                 return  # not in the NIC yet, or not done
-            if head.signaled and not head.completed:
-                return  # its completion is on its way to the CQ
+            if head.signaled and not head.delivered:
+                return  # its completion is on its way to the CQ, or waits for one before
             wrs.popleft()
 
     def post_recv(self, wrs: RecvWR | list[RecvWR]) -> None:
@@ -500,21 +503,38 @@ class QP:
         if kind == EV_SEND_DONE:
             self._send_done(fields[7])  # the WQE's index
         elif kind == EV_RECV_IMM:
-            msg = (fields[3], fields[6])  # imm, len
-            if self._recvs:
-                self._complete_recv(*msg)
-            else:
-                self._early.append(msg)
+            self._arrived.append((fields[2], fields[3], fields[6]))  # msn, imm, len
         elif kind == EV_QP_ERR:
             self._fail(status_of_error(fields[4], fields[6]))  # syndrome, error
 
+    def _take_arrivals(self) -> None:
+        """The WRITE_WITH_IMMs of one read of the ring, in message order (MSN):
+        two CPUs may have written their records in the other order. (Messages
+        without an immediate take MSNs too, so order is all MSNs can give.)"""
+        if not self._arrived:
+            return
+        base = self._arrived[0][0]
+        self._arrived.sort(key=lambda m: (m[0] - base + (1 << 23)) & 0xFFFFFF)
+        self._early.extend((imm, length) for _, imm, length in self._arrived)
+        self._arrived.clear()
+        while self._early and self._recvs:
+            self._complete_recv(*self._early.popleft())
+
     def _send_done(self, wqe: int) -> None:
+        """A signaled WQE completed. Records of two CPUs may reach the ring out of
+        order: completions go out in post order, each once every signaled WR
+        before it has completed."""
         for rec in self._wrs:
             if rec.last_wqe == wqe:
                 rec.completed = True
+                break
+        for rec in self._wrs:
+            if rec.signaled and not rec.completed:
+                break
+            if rec.signaled and not rec.delivered:
+                rec.delivered = True
                 op = WcOpcode.RDMA_WRITE
                 self.send_cq.deliver(WC(rec.wr_id, WcStatus.SUCCESS, op, self.qp_num, rec.length))
-                break
         self._retire()
 
     def _complete_recv(self, imm: int, length: int) -> None:
@@ -527,15 +547,17 @@ class QP:
     def _fail(self, status: WcStatus) -> None:
         """The NIC put the QP in ERR: the oldest WR gets the error, the rest flush."""
         self.state = QpState.ERR
+        self._take_arrivals()  # messages that completed before the error are delivered
+        self._retire()  # the WRs the NIC completed are not the failed one
         first = next((r for r in self._wrs if not r.completed), None)
         if first is not None:
-            first.completed = True
+            first.completed = first.delivered = True
             self.send_cq.deliver(self._wc(first.wr_id, status))
         self._flush(WcStatus.WR_FLUSH_ERR)
 
     def _flush(self, status: WcStatus) -> None:
         for rec in self._wrs:
-            if not rec.completed:
+            if not rec.delivered:
                 self.send_cq.deliver(self._wc(rec.wr_id, status))
         self._wrs.clear()
         self._queued.clear()

@@ -275,3 +275,39 @@ def test_a_dead_process_loses_its_qps_and_memory_and_another_keeps_its_own(pair,
     a.mr.buf[:KIB] = b"\x22" * KIB
     a.qp.post_send(write(a, b, 0, KIB, wr_id=1, send_flags=SendFlags.SIGNALED))
     assert [(wc.wr_id, wc.status) for wc in poll_n(a.scq, 1)] == [(1, WcStatus.SUCCESS)]
+
+
+def test_a_refused_modify_changes_nothing_and_rts_twice_is_refused(default_lab):
+    a, b = Side(default_lab.lab, "h0"), Side(default_lab.lab, "h1")
+    try:
+        a.qp.to_init()
+        b.qp.to_init()
+        attr = verbs.QPAttr(qp_state=verbs.QpState.RTR, dest_qp_num=b.qp.qp_num, timeout=14,
+                            ah_attr=verbs.AHAttr(dgid=b.ctx.gid()))  # fmt: skip
+        mask = verbs.QpAttrMask
+        with pytest.raises(verbs.VerbsError, match="RTR does not take timeout"):
+            a.qp.modify(attr, mask.STATE | mask.AV | mask.DEST_QPN | mask.TIMEOUT)
+        assert a.qp.query()["state"] == "INIT", "nothing applied"
+        a.qp.to_rtr(b.qp.qp_num, b.ctx.gid())  # the same, right, now works
+        a.qp.to_rts()
+        with pytest.raises(verbs.VerbsError, match="in RTS already"):
+            a.qp.to_rts(timeout=14)
+    finally:
+        a.close()
+        b.close()
+
+
+def test_an_mr_without_remote_write_refuses_writes(pair, default_lab):
+    a, b = pair
+    local_only = b.pd.reg_mr(4 * KIB, verbs.Access.LOCAL_WRITE)
+    a.qp.post_send(
+        SendWR(
+            wr_id=1,
+            sg_list=[SGE(a.mr.addr, KIB, a.mr.lkey)],
+            remote_addr=local_only.addr,
+            rkey=local_only.rkey,
+            send_flags=SendFlags.SIGNALED,
+        )  # fmt: skip
+    )
+    assert [(wc.wr_id, wc.status) for wc in poll_n(a.scq, 1)] == [(1, WcStatus.REM_ACCESS_ERR)]
+    assert bytes(local_only.buf) == bytes(4 * KIB)

@@ -194,8 +194,10 @@ def test_receives_match_messages_in_order_even_when_posted_late(setup):
     s = setup
     imm = int(nic.EventType.RECV_IMM)
     s.qp._on_record((imm, QPN, 0, 0xAA, 0, 0, 4096, 0, 0))  # before any receive is posted
+    s.qp._take_arrivals()
     s.qp.post_recv([types.SimpleNamespace(wr_id=1), types.SimpleNamespace(wr_id=2)])
     s.qp._on_record((imm, QPN, 1, 0xBB, 0, 0, 10, 0, 0))
+    s.qp._take_arrivals()
     assert [(wc.wr_id, wc.imm_data, wc.byte_len) for wc in s.rcq.wcs] == [
         (1, 0xAA, 4096),
         (2, 0xBB, 10),
@@ -243,3 +245,38 @@ def test_a_host_the_lab_does_not_have_is_named_as_such(monkeypatch):
     why = context._no_daemon("lab1", "h8", OSError("the daemon does not answer"))
     assert why == "lab 'lab1' has no host 'h8' (hosts: h0, h1)"
     assert context._no_daemon("lab1", "h1", OSError("down")) == "down"
+
+
+def test_a_fatal_nack_after_the_nic_completed_earlier_work_blames_the_first_not_done(setup):
+    s = setup
+    s.qp.post_send([wr(s, 0), wr(s, 1)])
+    s.ctx.complete(1)  # WR 0 is done (unsignaled: no record)
+    err = int(nic.EventType.QP_ERR)
+    s.qp._on_record((err, QPN, 0, 0, int(nic.wire.Syndrome.NAK_REM_ACCESS), 0, 0, 0, 0))
+    assert [(wc.wr_id, wc.status) for wc in s.scq.wcs] == [(1, WcStatus.REM_ACCESS_ERR)]
+
+
+def test_completions_go_out_in_post_order_whatever_order_their_records_come_in(setup):
+    s = setup
+    s.qp.post_send([wr(s, i, send_flags=SendFlags.SIGNALED) for i in range(3)])
+    done = int(nic.EventType.SEND_DONE)
+    s.ctx.complete(3)
+    s.qp._on_record((done, QPN, 0, 0, 2, 0, 1024, 2, 0))  # WQE 2's record first
+    assert s.scq.wcs == []
+    s.qp._on_record((done, QPN, 0, 0, 0, 0, 1024, 0, 0))
+    s.qp._on_record((done, QPN, 0, 0, 1, 0, 1024, 1, 0))
+    assert [wc.wr_id for wc in s.scq.wcs] == [0, 1, 2]
+    imm = int(nic.EventType.RECV_IMM)
+    s.qp.post_recv([types.SimpleNamespace(wr_id=10), types.SimpleNamespace(wr_id=11)])
+    s.qp._on_record((imm, QPN, 1, 0xB, 0, 0, 8, 0, 0))  # MSN 1 before MSN 0, one ring read
+    s.qp._on_record((imm, QPN, 0, 0xA, 0, 0, 8, 0, 0))
+    s.qp._take_arrivals()
+    assert [(wc.wr_id, wc.imm_data) for wc in s.rcq.wcs] == [(10, 0xA), (11, 0xB)]
+
+
+def test_room_counts_what_the_nic_completed_since_the_last_post(setup):
+    s = setup
+    s.qp.post_send([wr(s, i % 60) for i in range(100)])  # max_send_wr 100
+    s.ctx.complete(DEPTH)  # the NIC completed its 32 (unsignaled)
+    s.qp.post_send([wr(s, 0)])  # fits: those 32 WRs are gone
+    assert s.qp.outstanding == 100 - DEPTH + 1
