@@ -553,6 +553,8 @@ static __always_inline void engine_locked(struct nic_sq *sq, struct nic_wq *wq,
 	if (!found)
 		return;
 	engine_plan(sq, wq, ring, sc);
+	if (sc->what != TX_NONE)
+		sc->wqe_copy = wq->wqes[sc->wqe & (NIC_MSG_SLOTS - 1)];
 	if (sc->what == TX_RETX && found > 1 &&
 	    (p1->ev == sc->lost_ev || (p1->e->plane == avoid && p2->e->plane != avoid)))
 		sc->second = 1;
@@ -560,8 +562,8 @@ static __always_inline void engine_locked(struct nic_sq *sq, struct nic_wq *wq,
 		sq->ev_next = sc->second ? p1->idx : p1->idx + 1;
 }
 
-/* The segment's source: from the WQE (immutable until it completes, which
- * needs this PSN acknowledged) and its region. PKT_GO or the QP's error. */
+/* The segment's source: from the WQE (the copy made under the QP's lock) and
+ * its region. PKT_GO or the QP's error. */
 static __always_inline int engine_source(const struct engine_req *req, struct nic_sq *sq,
 					 const struct nic_wqe *w, struct tx_pkt *t, __u64 now)
 {
@@ -776,7 +778,7 @@ static __always_inline int engine_run(struct xdp_md *ctx, const struct engine_re
 	t.psn = sc->psn;
 	t.wqe = sc->wqe;
 	t.off = sc->off;
-	w = &wq->wqes[t.wqe & (NIC_MSG_SLOTS - 1)];
+	w = &sc->wqe_copy; /* taken under the lock (nic_tx_scratch) */
 	t.seg = segment_len(w->len, t.off);
 	t.last = t.off + t.seg >= w->len;
 	verdict = engine_source(req, sq, w, &t, now);

@@ -499,6 +499,9 @@ struct nic_tx_scratch {
 	__u32 n_done;  /* completion records in done (a QP with a send CQ: signaled WQEs only) */
 	__u32 n_wqes;  /* WQEs completed by this run, signaled or not */
 	struct nic_send_event done[NIC_MSG_SLOTS];
+	/* The planned WQE, copied under the QP's lock: once the lock is released a
+	 * SACK on another CPU may complete it and the poster reuse its slot. */
+	struct nic_wqe wqe_copy;
 };
 
 /* A timeout kick's lost PSNs and their EVs, marked after the QP's lock

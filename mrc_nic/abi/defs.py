@@ -840,6 +840,7 @@ class NicTxScratch(ctypes.Structure):
         ("n_done", ctypes.c_uint32),
         ("n_wqes", ctypes.c_uint32),
         ("done", NicSendEvent * 32),
+        ("wqe_copy", NicWqe),
     ]
 
 
