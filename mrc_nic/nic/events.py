@@ -7,6 +7,8 @@ import ctypes
 import mmap
 import os
 import select
+import struct
+from collections.abc import Callable
 
 from mrc_nic.abi import defs
 from mrc_nic.kernel import bpfsys
@@ -104,11 +106,11 @@ class EventReader:
         """The ring buffer's fd: readable (poll, select) when records are there."""
         return self._fd
 
-    def wait(self, timeout: float) -> bool:
-        """Wait up to timeout seconds for data; True if some is there."""
+    def wait(self, timeout: float | None) -> bool:
+        """Wait up to timeout seconds (None: for ever) for data; True if some is there."""
         poller = select.poll()
         poller.register(self._fd, select.POLLIN)
-        return bool(poller.poll(int(timeout * 1000)))
+        return bool(poller.poll(None if timeout is None else int(timeout * 1000)))
 
     def read(self) -> list[AnyEvent]:
         """Every complete record available now, oldest first; consumes them.
@@ -117,20 +119,36 @@ class EventReader:
         completion, EvEvent, LossEvent, QpErrEvent; an unknown type as Event.
         """
         events: list[AnyEvent] = []
+
+        def decode(data: mmap.mmap, off: int) -> None:
+            record = data[off : off + _RECORD]
+            layout = EVENT_LAYOUTS.get(int.from_bytes(record[:4], "little"), Event)
+            events.append(layout.from_buffer_copy(record))
+
+        self.consume(decode)
+        return events
+
+    def read_unpacked(self, layout: struct.Struct) -> list[tuple]:
+        """The same records as tuples of `layout` (a CQ's hot path: no ctypes objects)."""
+        out: list[tuple] = []
+        self.consume(lambda data, off: out.append(layout.unpack_from(data, off)))
+        return out
+
+    def consume(self, handle: Callable[[mmap.mmap, int], None]) -> None:
+        """handle(data, offset) for every event record available now, oldest
+        first (several per ring record in a CQ's batches); consumes them."""
         cons = int.from_bytes(self._cons[0:8], "little")
         prod = int.from_bytes(self._prod[0:8], "little")
+        data, mask, page = self._prod, self._size - 1, self._page
         while cons < prod:
-            at = self._page + (cons & (self._size - 1))
-            header = int.from_bytes(self._prod[at : at + 4], "little")
+            at = page + (cons & mask)
+            header = int.from_bytes(data[at : at + 4], "little")
             if header & _RINGBUF_BUSY:
                 break  # being written
             length = header & ~(_RINGBUF_BUSY | _RINGBUF_DISCARD)
             if not header & _RINGBUF_DISCARD:
                 start = at + _RINGBUF_HDR
                 for off in range(start, start + length - _RECORD + 1, _RECORD):
-                    record = self._prod[off : off + _RECORD]
-                    layout = EVENT_LAYOUTS.get(int.from_bytes(record[:4], "little"), Event)
-                    events.append(layout.from_buffer_copy(record))
+                    handle(data, off)
             cons += (length + _RINGBUF_HDR + 7) & ~7
             self._cons[0:8] = cons.to_bytes(8, "little")
-        return events

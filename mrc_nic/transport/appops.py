@@ -22,6 +22,9 @@ class HelloReply(Reply):
     mr_align: int = arg("SGE and remote addresses are multiples of it (the NIC's memory element)")
     max_mr_bytes: int = arg("the most bytes one registration can have now")
     sq_depth: int = arg("WQEs the NIC holds per send queue")
+    max_qp_wr: int = arg(
+        "work requests a queue may have outstanding (the rest of sq_depth waits in the library)"
+    )
     max_mpr: int = arg("the largest MPR, in 128-PSN units (OCP mpr_attr.max_mpr)")
     max_wimm: int = arg("WRITE_WITH_IMMs in flight per QP, at most (OCP wimm_attr.max_wimm)")
     cq_ring_bytes: int = arg("the size of a CQ's ring buffer")

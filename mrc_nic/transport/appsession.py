@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import ctypes
 import dataclasses
 import errno
 import ipaddress
@@ -34,8 +35,8 @@ MAX_SGE = 16
 # names its region and a stale one misses (RETH.va).
 REGION_VA_SHIFT = 40
 PATH_MTUS = (256, 512, 1024, 2048, 4096)
-# A completion in a CQ ring at worst: one record of 40 bytes behind its 8-byte header.
-CQ_RECORD_BYTES = 48
+# A completion in a CQ ring at worst: one record behind the ring's 8-byte header.
+CQ_RECORD_BYTES = ctypes.sizeof(nic.Event) + 8
 
 
 def _einval(message: str) -> QpError:
@@ -114,6 +115,7 @@ class AppSessions:
             max_mr_bytes=max(self.res.recv_mem.free_elems, self.res.send_mem.free_elems)
             * nic.MR_ELEM_SIZE,
             sq_depth=nic.SQ_DEPTH,
+            max_qp_wr=MAX_WR,
             max_mpr=nic.MPR_MAX,
             max_wimm=nic.SQ_DEPTH,
             cq_ring_bytes=self.maps.cq_ring_bytes,

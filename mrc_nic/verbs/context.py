@@ -136,7 +136,7 @@ class Context:
             mr_align=hello.mr_align,
             max_mr_bytes=hello.max_mr_bytes,
             sq_depth=hello.sq_depth,
-            max_qp_wr=4096,
+            max_qp_wr=hello.max_qp_wr,
             max_mpr=hello.max_mpr,
             max_wimm=hello.max_wimm,
             cq_ring_bytes=hello.cq_ring_bytes,

@@ -13,9 +13,7 @@ import collections
 import contextlib
 import dataclasses
 import errno
-import mmap
 import os
-import select
 import struct
 from typing import TYPE_CHECKING, Any
 
@@ -30,9 +28,8 @@ if TYPE_CHECKING:
 # Every completion is 40 bytes (bpf/nic_structs.h), read as 8 words and ts:
 # type, qpn, then SEND_DONE: msn, last_psn, wr_id (2 words), len, wqe;
 # RECV_IMM: msn, imm, va (2 words), len, -; QP_ERR: psn, ev, syndrome, reason, error, -.
-# A ring record holds one or more of them (the NIC batches a SACK's completions).
+# A ring record holds one or more of them (nic.EventReader splits the batches).
 RECORD = struct.Struct("<8IQ")
-_BUSY, _DISCARD, _HDR = 1 << 31, 1 << 30, 8
 WC_WITH_IMM = 2  # ibv_wc_flags
 
 
@@ -57,24 +54,19 @@ class CQ:
         self.ctx, self.cq_context = ctx, cq_context
         self.index = ctx.call("create_cq", appops.CreateCq(cqe=cqe)).cq
         self.cqe = cqe
-        size = ctx.attr.cq_ring_bytes
         self._fd = -1
         try:
             self._fd = ctx.maps.create_cq_ring()
             ctx.maps.set_cq_ring(self.index, self._fd)
-            page = mmap.PAGESIZE
-            self._size, self._page = size, page
-            self._cons = mmap.mmap(self._fd, page, flags=mmap.MAP_SHARED)
-            # The data pages are mapped twice in a row by the kernel: a record never wraps.
-            self._data = mmap.mmap(
-                self._fd, page + 2 * size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ, offset=page
-            )
-        except OSError as e:
+            self._ring = nic.EventReader(self._fd)  # the mapped ring, read without syscalls
+        except (OSError, ValueError) as e:
             if self._fd >= 0:
                 os.close(self._fd)  # the daemon clears the ring's slot with the CQ
             with contextlib.suppress(VerbsError):
                 ctx.call("destroy_cq", appops.DestroyCq(cq=self.index))
-            raise VerbsError("create_cq", e.errno or errno.EIO, f"its ring buffer: {e}") from None
+            raise VerbsError(
+                "create_cq", getattr(e, "errno", None) or errno.EIO, f"its ring buffer: {e}"
+            ) from None
         self._ready: collections.deque[WC] = collections.deque()
         self.qps: dict[int, Any] = {}  # qpn -> verbs.QP whose completions come here
         self._closed = False
@@ -92,29 +84,18 @@ class CQ:
 
     def _drain(self) -> None:
         """Every record in the ring to its QP, which turns it into WCs here."""
-        cons = int.from_bytes(self._cons[0:8], "little")
-        prod = int.from_bytes(self._data[0:8], "little")
-        if cons == prod:
-            for qp in self.qps.values():  # queued WRs waiting for NIC slots
+        records = self._ring.read_unpacked(RECORD)
+        qps = self.qps
+        if not records:
+            for qp in qps.values():  # queued WRs waiting for NIC slots
                 qp._push()
             return
-        mask, page, data, qps = self._size - 1, self._page, self._data, self.qps
         touched = set()
-        while cons < prod:
-            at = page + (cons & mask)
-            header = int.from_bytes(data[at : at + 4], "little")
-            if header & _BUSY:
-                break
-            length = header & ~(_BUSY | _DISCARD)
-            if not header & _DISCARD:
-                for start in range(at + _HDR, at + _HDR + length - RECORD.size + 1, RECORD.size):
-                    fields = RECORD.unpack_from(data, start)
-                    qp = qps.get(fields[1])
-                    if qp is not None:
-                        qp._on_record(fields)
-                        touched.add(qp)
-            cons += (length + _HDR + 7) & ~7
-        self._cons[0:8] = cons.to_bytes(8, "little")
+        for fields in records:
+            qp = qps.get(fields[1])
+            if qp is not None:
+                qp._on_record(fields)
+                touched.add(qp)
         for qp in touched:
             qp._take_arrivals()
             qp._push()
@@ -132,9 +113,7 @@ class CQ:
         """Block until a completion is there (True) or timeout seconds pass."""
         if self._ready:
             return True
-        poller = select.poll()
-        poller.register(self._fd, select.POLLIN)
-        return bool(poller.poll(None if timeout is None else int(timeout * 1000)))
+        return self._ring.wait(timeout)
 
     def close(self) -> None:
         """Destroy the CQ (its QPs first: EBUSY otherwise)."""
@@ -149,8 +128,7 @@ class CQ:
         self._closed = True
         if not self.ctx._closed:
             self.ctx.call("destroy_cq", appops.DestroyCq(cq=self.index))
-        self._cons.close()
-        self._data.close()
+        self._ring.close()
         os.close(self._fd)
 
     def __enter__(self) -> CQ:
