@@ -10,34 +10,26 @@ on an error, Ctrl-C or SIGTERM. Sizes run in turn; for each, mrc-nic, TCP and
 MPTCP run one after the other (their order turned every size), each bounded
 in time (--seconds per figure; --quick shorter).
 
-mrc-nic (h0 -> h1, one QP, through the host daemons, mrc_nic.transport.sendjob):
+mrc-nic (h0 -> h1, one QP, the connection of `mrc-nic write`, which posts
+through the verbs API: mrc_nic.workloads.rdma_write):
 - latency: one message at a time (msgs_in_flight 1, like ib_write_lat), for
-  --seconds. A message's latency is from the send kick that follows its post
-  (the doorbell: time.monotonic_ns() in h0's daemon, right before the
-  BPF_PROG_RUN that sends its first packet; the data is already in the
-  buffer and the WQE posted) to the NIC's NIC_EV_SEND_DONE of its last WQE
-  (bpf_ktime_get_ns() in h0's XDP when the SACK that acknowledges its last
-  packet arrives): the completion as the sender sees it, a round trip
-  through the fabric (3 switch hops each way), as ib_write_lat's is. It
-  includes the kick's syscall and the NIC's BPF work at both ends; it does
-  not include the daemon's 1 ms tick, which only decides when the next
-  message is posted (so the message rate of this mode, in the JSON, is
-  bounded by the tick). The one-way figure (JSON and plot: the kick to the
-  receiver's NIC_EV_RECV_IMM, the message written, every message is a
-  WRITE_WITH_IMM here) is there too. The NIC's timestamps come through the
-  lab's event log, which turns them into wall-clock floats: converted back
-  with this process's CLOCK_REALTIME - CLOCK_MONOTONIC, they are good to
-  about 0.5 us (float rounding of both). Every WQE's completion is matched
-  by its WQE index; a missing one (the log evicted it or the NIC's ring was
-  full) is counted, never guessed.
+  --seconds. A message's latency is from its post (time.monotonic_ns() in
+  this process right after post_send returned: the WQE written and the
+  doorbell rung, which sent its first packet) to the NIC's send completion
+  of its last WQE (the WC's timestamp: bpf_ktime_get_ns() in h0's XDP when
+  the SACK that acknowledges its last packet arrives): the completion as the
+  sender sees it, a round trip through the fabric (3 switch hops each way),
+  as ib_write_lat's is. The one-way figure (JSON and plot: the post to the
+  receiver NIC's completion of the WRITE_WITH_IMM) is there too. Both clocks
+  are CLOCK_MONOTONIC. A WRITE whose completion was not seen is counted,
+  never guessed.
 - goodput: as many messages in flight as the NIC's send queue (32 WQEs) and
   the buffers allow (1 MiB messages: 32; 16 and 64 MiB: 2 WQEs of 16 MiB,
   the most host memory gives one QP on this lab: a 64 MiB message is 4
-  WQEs), for --seconds (perftest -D). The daemon posts new WQEs as it sees
-  completions, once per 1 ms tick, so at most 32 small messages complete per
-  tick: that caps the small-message rate, and is in the figure. Goodput is
+  WQEs), for --seconds (perftest -D). The writer posts new WQEs as it reads
+  completions (a signaled WR every half depth, CQ moderation). Goodput is
   the bytes of the completed messages over the transfer's time (its start
-  to the tick that saw the last completion). The buffers are not rewritten
+  to the last completion read). The buffers are not rewritten
   between messages (perftest does not either): the figure is the NIC's and
   the fabric's, not Python generating data. Peak: the best 100 ms of the
   lab's receive timeline (bytes placed, NIC map nic_rx_timeline).
@@ -85,8 +77,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from mrc_nic import nic, resources
-from mrc_nic.lab import ctl, eventops, topology
+from mrc_nic import nic, resources, verbs
+from mrc_nic.lab import ctl, topology
 from mrc_nic.workloads import peers, rdma_write
 from mrc_nic.workloads.benchkit import (
     add_common_args,
@@ -112,11 +104,9 @@ from mrc_nic.workloads.msgfigures import (
     parse_sizes,
     peak_bps,
     plan,
-    read_events,
     report,
     size_name,
     table,
-    wall_minus_mono_ns,
 )
 
 SIZES = [64, KIB, 4 * KIB, 64 * KIB, MIB, 16 * MIB, 64 * MIB]
@@ -131,7 +121,7 @@ LAT_MIN_ITERS = 3  # a ping-pong does at least this many if 3 x --seconds allow
 
 def mrc_write(conn: rdma_write.Connection, msg: int, seconds: float, **opts) -> dict[str, Any]:
     """A write of `msg`-byte messages on the connection's QPs for `seconds`
-    (the message options of mrc_nic.transport.sendjob: depth, msgs_in_flight, timing,
+    (the message options of mrc_nic.workloads.writeplan: depth, msgs_in_flight, timing,
     fill; duration bounds it, size only needs to be large enough)."""
     count = max(1, min(10**7, rdma_write.SIZE_MAX // msg))
     wait = 60 + seconds + msg * 8 / 20e6  # a last message at 20 Mbit/s still ends
@@ -149,18 +139,11 @@ def run_mrc(
     p = plan(size, room)
     out: dict[str, Any] = {"plan": p}
     with rdma_write.Connection(name, "h0", "h1", chunk=p["chunk"], mpr=args.mpr) as conn:
-        (rq_qpn,) = [q["qpn"] for q in conn.remote]
         # A warm-up (the QP's window and congestion state), latency, then goodput.
         mrc_write(conn, size, args.warmup, depth=p["bw_depth"], fill=False)
-        since = ctl.call(name, ctl.EVENTS_SERVICE, eventops.Ping()).seq
         lat_opts = {"depth": p["lat_depth"], "msgs_in_flight": 1, "timing": True, "imm": True}
         lat = mrc_write(conn, size, args.seconds, fill=False, **lat_opts)
-        for attempt in range(2):  # the log may not have drained the NIC's ring yet
-            got = read_events(name, since, ["send_done", "recv_imm"])
-            matched = match_latencies(lat, got["events"], rq_qpn, wall_minus_mono_ns())
-            if not matched["messages_missing"] or attempt:
-                break
-            time.sleep(0.2)
+        matched = match_latencies(lat)
         samples = {"rtt": matched.pop("rtt_ns"), "one_way": matched.pop("one_way_ns")}
         out["lat"] = lat_stats(samples["rtt"])
         out["one_way"] = lat_stats(samples["one_way"])
@@ -169,8 +152,6 @@ def run_mrc(
             "messages": lat["messages"],
             "seconds": lat["seconds"],
             "msg_rate": lat["messages"] / lat["seconds"] if lat["seconds"] else None,
-            "evicted": got["evicted"],
-            "nic_lost": got["nic_lost"],
             "retransmits": lat["retransmits"],
         }
         with nic.NicMaps.open(name) as maps:
@@ -549,7 +530,7 @@ def measure(
                 try:
                     entry["mrc"], mrc_samples = run_mrc(name, size, args, room)
                     got["mrc"], got["mrc_one_way"] = mrc_samples["rtt"], mrc_samples["one_way"]
-                except (RuntimeError, ctl.DaemonError) as e:
+                except (RuntimeError, ctl.DaemonError, verbs.VerbsError) as e:
                     entry["mrc"] = {"error": str(e)}
             else:
                 entry[t], got[t] = run_peer(peer_procs, t, size, args)

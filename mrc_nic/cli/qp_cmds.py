@@ -126,7 +126,7 @@ def write(
     except ValueError as e:
         raise click.UsageError(str(e)) from None
     except KeyboardInterrupt:
-        click.echo("write cancelled (the sender's daemon was asked to stop it)", err=True)
+        click.echo("write cancelled (its QPs were moved to ERR and released)", err=True)
         raise SystemExit(130) from None
     if fmt == "json":
         output.emit_json(result)

@@ -24,8 +24,19 @@ from typing import Any
 from mrc_nic import nic
 from mrc_nic.lab import ctl
 from mrc_nic.lab.service import Conn
-from mrc_nic.transport import appops, hostmem, nscc, sendjob, supervisor, transfer
-from mrc_nic.transport.qp import Qp, QpError, QpState, Retry
+from mrc_nic.transport import appops, hostmem, nscc, supervisor, transfer
+from mrc_nic.transport.qp import (
+    DEFAULT_CWND,
+    DEFAULT_MPR,
+    DEFAULT_REORDER_NS,
+    DEFAULT_TIMEOUT,
+    EV_COUNT,
+    REORDER_NS_MAX,
+    Qp,
+    QpError,
+    QpState,
+    Retry,
+)
 
 ACCESS_LOCAL_WRITE, ACCESS_REMOTE_WRITE = 1, 2
 ACCESS_KNOWN = ACCESS_LOCAL_WRITE | ACCESS_REMOTE_WRITE
@@ -70,6 +81,17 @@ class AppQp(supervisor.Supervised):
     remote: dict = dataclasses.field(default_factory=dict)  # the prober's: {"qpn": ...}
     rq_set: bool = False
     sq_set: bool = False
+
+
+@dataclasses.dataclass
+class SendSetup:
+    """A send QP's mrc-nic extension attributes (RTS), checked."""
+
+    cwnd: int
+    reorder_ns: int
+    ev_count: int
+    ev_min_active: int | None
+    nscc: nscc.NsccConfig | None = None
 
 
 @dataclasses.dataclass
@@ -271,6 +293,10 @@ class AppSessions:
             "recv_cq": aq.recv_cq,
             "cap": dict(aq.caps),
             "access": aq.access,
+            # the supervisor's counts, and packets of EVs replaced since (their counters went)
+            "timeouts": aq.timeouts,
+            "reorder_kicks": aq.reorder_kicks,
+            "retired_tx_pkts": {str(p): n for p, n in aq.retired_tx_pkts.items()},
         }
 
     def destroy_qp(self, req: appops.DestroyQp, conn: Conn) -> appops.Done:
@@ -382,7 +408,7 @@ class AppSessions:
         mtu = attrs.pop("path_mtu", 4096)
         if mtu not in PATH_MTUS:
             raise _einval(f"path_mtu must be one of {PATH_MTUS}, not {mtu!r}")
-        mpr = attrs.pop("mpr_dest", sendjob.DEFAULT_MPR)
+        mpr = attrs.pop("mpr_dest", DEFAULT_MPR)
         rq_psn = self._psn(attrs, "rq_psn")
         attrs.pop("max_wimm_dest", None)  # the receiver holds NIC_MSG_SLOTS messages
         changes = {"mpr": mpr, "dest_host": dest_host, "dest_qpn": dest_qpn}
@@ -411,7 +437,7 @@ class AppSessions:
                 "not supported (it would reset its send state); destroy and recreate it"
             )
         changes = {
-            "timeout": attrs.pop("timeout", sendjob.DEFAULT_TIMEOUT),
+            "timeout": attrs.pop("timeout", DEFAULT_TIMEOUT),
             "retry": Retry(
                 linear_cnt=attrs.pop("retry_linear_cnt", Retry.linear_cnt),
                 exp_cnt=attrs.pop("retry_exp_cnt", Retry.exp_cnt),
@@ -421,25 +447,67 @@ class AppSessions:
         sq_psn = self._psn(attrs, "sq_psn")
         attrs.pop("max_wimm", None)
         self._check_transition(aq, QpState.RTS, **changes)
-        config = nscc.profile(aq.qp.attrs.cc_profile_id).nscc  # checked at INIT
+        send = self._send_extensions(aq, attrs)
 
         def apply() -> None:
             aq.qp.modify(QpState.RTS, **changes)
-            self._setup_send(aq, config, changes["mpr"], sq_psn)
+            self._setup_send(aq, send, changes["mpr"], sq_psn)
             aq.sq_set = True
 
         return apply
 
-    def _setup_send(self, aq: AppQp, config, mpr: int, sq_psn: int) -> None:
+    def _send_extensions(self, aq: AppQp, attrs: dict) -> SendSetup:
+        """The mrc-nic extension attributes of RTS (docs/api.md), checked:
+        window, reorder window, NSCC overrides, the EV count and floor."""
+        setup = SendSetup(
+            cwnd=attrs.pop("cwnd", DEFAULT_CWND),
+            reorder_ns=attrs.pop("reorder_ns", DEFAULT_REORDER_NS),
+            ev_count=attrs.pop("ev_count", EV_COUNT),
+            ev_min_active=attrs.pop("ev_min_active", None),
+        )
+        cc = attrs.pop("cc", None)
+        for name in ("cwnd", "reorder_ns", "ev_count"):
+            if not isinstance(getattr(setup, name), int):
+                raise _einval(f"{name} must be an integer, not {getattr(setup, name)!r}")
+        if not 0 <= setup.cwnd <= nic.BITMAP_BITS:
+            raise _einval(f"cwnd must be 0 (the MPR range) .. {nic.BITMAP_BITS}, not {setup.cwnd}")
+        if not 0 <= setup.reorder_ns <= REORDER_NS_MAX:
+            raise _einval(f"reorder_ns must be 0 (off) .. {REORDER_NS_MAX}, not {setup.reorder_ns}")
+        planes = self.topo.planes
+        if not 1 <= setup.ev_count <= nic.MAX_QP_EVS or setup.ev_count % planes:
+            raise _einval(
+                f"ev_count must be 1..{nic.MAX_QP_EVS} and a multiple of the lab's {planes} "
+                f"planes (EVs are equal per plane), not {setup.ev_count}"
+            )
+        if setup.ev_min_active is None:
+            setup.ev_min_active = setup.ev_count // 4
+        if not isinstance(setup.ev_min_active, int) or not (
+            0 <= setup.ev_min_active <= setup.ev_count
+        ):
+            raise _einval(
+                f"ev_min_active must be 0..ev_count ({setup.ev_count}), not {setup.ev_min_active!r}"
+            )
+        if cc is not None and not isinstance(cc, dict):
+            raise _einval("cc must be an object of NSCC fields (struct mrc_ctl_cc_nscc_cfg names)")
+        config = nscc.profile(aq.qp.attrs.cc_profile_id).nscc  # the profile was checked at INIT
+        if config is None and cc:
+            raise _einval(f"CC profile {aq.qp.attrs.cc_profile_id} has no NSCC to tune (cc)")
+        try:
+            setup.nscc = config.with_overrides(cc) if config is not None else None
+        except ValueError as e:
+            raise _einval(str(e)) from None
+        return setup
+
+    def _setup_send(self, aq: AppQp, send: SendSetup, mpr: int, sq_psn: int) -> None:
         """The send side in the NIC maps: EVs, window, NSCC; nothing left of it on failure."""
         planes = self.topo.planes
-        aq.evs = transfer.ev_profile(planes, sendjob.EV_COUNT // planes)
-        aq.ev_min_active = sendjob.EV_COUNT // 4
-        cwnd, rtt_target, aq.cc = sendjob.DEFAULT_CWND, 0, None
-        if config is not None:
+        aq.evs = transfer.ev_profile(planes, send.ev_count // planes)
+        aq.ev_min_active = send.ev_min_active
+        cwnd, rtt_target, aq.cc = send.cwnd, 0, None
+        if send.nscc is not None:
             aq.cc = nscc.QpCc(
                 nscc.Nscc(
-                    config,
+                    send.nscc,
                     link_bps=self.topo.rate_bps * planes if self.topo.rate_bps else None,
                     window_pkts=mpr * nic.wire.MPR_UNIT,
                     lab_rtt_ns=self.topo.queues.base_rtt_ns,
@@ -458,7 +526,7 @@ class AppSessions:
                 mpr=mpr,
                 psn=sq_psn,
                 engine=True,
-                reo_wnd_ns=sendjob.DEFAULT_REORDER_NS,
+                reo_wnd_ns=send.reorder_ns,
                 cwnd=cwnd,
                 cc_rtt_target_ns=rtt_target,
                 ev_min_active=aq.ev_min_active,

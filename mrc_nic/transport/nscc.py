@@ -1,6 +1,6 @@
 """NSCC, UET's Network Signal-based Congestion Control, as a send QP's daemon runs it.
 
-Pure arithmetic: no maps, no root. The daemon (mrc_nic.transport.sendjob) reads a send
+Pure arithmetic: no maps, no root. The daemon (mrc_nic.transport.supervisor) reads a send
 QP's congestion signals from the NIC every tick (struct nic_sq_cc, counted
 by BPF per ACK: newly acknowledged packets split by ECN and by RTT against
 the target, the headroom below the target, RTT samples, trims), hands the

@@ -30,6 +30,30 @@ EXP_CNT_MAX = 25
 EXP_CNT_INFINITE = 25
 MAX_WIMM_MAX = nic.SQ_DEPTH  # messages the receiver can hold incomplete
 
+# A send QP's defaults when its application names none (mrc-nic's choices).
+DEFAULT_TIMEOUT = 12  # 1.024 us * 2^12 = 4.2 ms: above this lab's worst queueing delay
+DEFAULT_MPR = 8
+# The head scan's reorder window (mrc-nic extension; docs/nic-program.md, "Loss detection"):
+# a packet still unacknowledged when one sent this much later has been
+# acknowledged is lost (or, at the head scan, when the QP's largest recent
+# round trip is longer: queues). Short enough that a path which dies is
+# found before its losses hold the whole window (a few round trips of the
+# default lab, whose RTT is 0.1-0.25 ms), long enough for the scheduling
+# hiccups of a 2-core machine: scripts/bench_failover.py --reorder-window
+# found a blackholed plane with a gap under 0.5 ms in 3 of 3 runs with 250 us,
+# 2.3-3.3 ms (a stall) with 1 ms; healthy runs resent 27-91 packets per
+# 768 MiB, 26-80 with 1 ms.
+DEFAULT_REORDER_NS = 250_000
+# Most packets in the network (struct nic_sq.cwnd; mrc-nic extension): a fixed
+# window until congestion control (NSCC) sets it. The MPR range stays larger
+# (DEFAULT_MPR), so a hole at snd_una does not stop the sender while the loss
+# is found and repaired; and a small window keeps this CPU-bound lab's
+# standing queues, hence its RTT and loss detection time, short. Measured with
+# scripts/bench_failover.py: 128 keeps goodput within noise of the MPR window.
+DEFAULT_CWND = 128
+REORDER_NS_MAX = 2**32 - 1
+EV_COUNT = 128  # EVs per send QP (the OCP API's ev_count default), equal per plane
+
 
 class QpState(enum.IntEnum):
     RESET = int(nic.QpState.RESET)

@@ -9,8 +9,8 @@ on its own. The daemon adds what needs a clock or a policy, once per tick
 - the retransmission timeout and its retry budget (OCP `timeout`,
   `retry.linear_cnt`, `retry.exp_cnt`); a spent budget fails the QP.
 
-A WRITE transfer of the daemon (sendjob) and a QP an application posts to
-directly (mrc_nic.verbs, through transport.appsession) share it.
+Every QP an application posts to (mrc_nic.verbs, through
+transport.appsession; `mrc-nic write` is one such application) gets it.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ REORDER_KICKS = 2  # reorder timer kicks per stall of the ACK clock
 
 @dataclasses.dataclass(kw_only=True)
 class Supervised:
-    """A send QP's supervision state (a dataclass base: sendjob.SendQp and
-    appsession.AppQp extend it). `qp` is its transport.qp.Qp."""
+    """A send QP's supervision state (a dataclass base: appsession.AppQp
+    extends it). `qp` is its transport.qp.Qp."""
 
     qp: Any
     cc: nscc.QpCc | None = None  # NSCC (None: a fixed window)

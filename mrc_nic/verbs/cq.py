@@ -45,6 +45,10 @@ class WC:
     imm_data: int = 0
     wc_flags: int = 0
     vendor_err: int = 0
+    # When the NIC completed it (bpf_ktime_get_ns: CLOCK_MONOTONIC, as
+    # time.monotonic_ns()); ibv_wc_read_completion_ts of an extended CQ. 0: made
+    # by the library (a flush).
+    timestamp_ns: int = 0
 
 
 class CQ:

@@ -179,6 +179,7 @@ class _Wr:
     wqes: int  # WQEs it makes
     last_wqe: int | None = None  # the NIC index of its last WQE, once in the NIC
     completed: bool = False  # its completion record came
+    ts: int = 0  # the NIC's completion time (its record's)
     delivered: bool = False  # its WC went to the CQ (in post order)
 
 
@@ -225,10 +226,13 @@ class QP:
         attr_mask: int,
         mrc_attr: MrcQPAttr | None = None,
         mrc_attr_mask: int = 0,
+        ext: dict[str, Any] | None = None,
     ) -> None:
         """mrc_modify_qp: the transition to attr.qp_state, with the attributes
         the masks name. Timeout and retry count may come as ibv attributes
-        (as the OCP example passes them) or as MRC ones."""
+        (as the OCP example passes them) or as MRC ones. ext: mrc-nic's
+        extension attributes, not in mrc.h (RTS: cwnd, reorder_ns, cc,
+        ev_count, ev_min_active; docs/api.md)."""
         mask, mmask = QpAttrMask(attr_mask), MrcAttrMask(mrc_attr_mask)
         mrc_attr = mrc_attr or MrcQPAttr()
         if not mask & QpAttrMask.STATE:
@@ -268,6 +272,12 @@ class QP:
         if mmask & MrcAttrMask.RETRY_CNT:
             attrs["retry_linear_cnt"] = mrc_attr.retry_linear_cnt
             attrs["retry_exp_cnt"] = mrc_attr.retry_exp_cnt
+        clash = set(ext or {}) & set(attrs)
+        if clash:
+            raise VerbsError(
+                "modify_qp", errno.EINVAL, f"{', '.join(sorted(clash))}: given twice (ext and mask)"
+            )
+        attrs.update(ext or {})
         target = QpState(attr.qp_state)
         reply = self.ctx.call(
             "modify_qp", appops.ModifyQp(qpn=self.qp_num, state=target.name, attrs=attrs)
@@ -309,7 +319,7 @@ class QP:
 
     def to_rts(
         self, *, sq_psn: int = 0, timeout: int | None = None, retry_linear_cnt: int = 7,
-        retry_exp_cnt: int = 7, mpr: int | None = None,
+        retry_exp_cnt: int = 7, mpr: int | None = None, ext: dict[str, Any] | None = None,
     ) -> None:  # fmt: skip
         mrc = MrcQPAttr(
             timeout=timeout or 0, mpr=mpr or 0,
@@ -323,6 +333,7 @@ class QP:
             QpAttrMask.STATE | QpAttrMask.SQ_PSN,
             mrc,
             mmask,
+            ext,
         )
 
     def query(self) -> dict:
@@ -501,9 +512,9 @@ class QP:
     def _on_record(self, fields: tuple) -> None:
         kind = fields[0]
         if kind == EV_SEND_DONE:
-            self._send_done(fields[7])  # the WQE's index
+            self._send_done(fields[7], fields[8])  # the WQE's index, the time
         elif kind == EV_RECV_IMM:
-            self._arrived.append((fields[2], fields[3], fields[6]))  # msn, imm, len
+            self._arrived.append((fields[2], fields[3], fields[6], fields[8]))  # msn, imm, len, ts
         elif kind == EV_QP_ERR:
             self._fail(status_of_error(fields[4], fields[6]))  # syndrome, error
 
@@ -515,18 +526,18 @@ class QP:
             return
         base = self._arrived[0][0]
         self._arrived.sort(key=lambda m: (m[0] - base + (1 << 23)) & 0xFFFFFF)
-        self._early.extend((imm, length) for _, imm, length in self._arrived)
+        self._early.extend((imm, length, ts) for _, imm, length, ts in self._arrived)
         self._arrived.clear()
         while self._early and self._recvs:
             self._complete_recv(*self._early.popleft())
 
-    def _send_done(self, wqe: int) -> None:
+    def _send_done(self, wqe: int, ts: int) -> None:
         """A signaled WQE completed. Records of two CPUs may reach the ring out of
         order: completions go out in post order, each once every signaled WR
         before it has completed."""
         for rec in self._wrs:
             if rec.last_wqe == wqe:
-                rec.completed = True
+                rec.completed, rec.ts = True, ts
                 break
         for rec in self._wrs:
             if rec.signaled and not rec.completed:
@@ -534,13 +545,15 @@ class QP:
             if rec.signaled and not rec.delivered:
                 rec.delivered = True
                 op = WcOpcode.RDMA_WRITE
-                self.send_cq.deliver(WC(rec.wr_id, WcStatus.SUCCESS, op, self.qp_num, rec.length))
+                wc = WC(rec.wr_id, WcStatus.SUCCESS, op, self.qp_num, rec.length)
+                wc.timestamp_ns = rec.ts
+                self.send_cq.deliver(wc)
         self._retire()
 
-    def _complete_recv(self, imm: int, length: int) -> None:
+    def _complete_recv(self, imm: int, length: int, ts: int) -> None:
         wc = WC(
             self._recvs.popleft(), WcStatus.SUCCESS, WcOpcode.RECV_RDMA_WITH_IMM, self.qp_num,
-            byte_len=length, imm_data=imm, wc_flags=WC_WITH_IMM,
+            byte_len=length, imm_data=imm, wc_flags=WC_WITH_IMM, timestamp_ns=ts,
         )  # fmt: skip
         self.recv_cq.deliver(wc)
 

@@ -477,28 +477,15 @@ class MrcRing:
         return out
 
     def close(self, settle_s: float = 10.0) -> list[dict]:
-        """Close every connection (receive QPs, then send QPs), whatever happened.
-        A send QP still writing (a job stopped by its time limit) cannot be
-        closed at once: without its receive QP its write runs out of retries
-        and ends; it is closed then, waiting up to `settle_s`, so that its
-        buffers are free for the next ring."""
-        from mrc_nic.lab import ctl
-        from mrc_nic.transport import protocol as ops
-
+        """Close every connection, whatever happened: a write still running
+        (a step stopped by its time limit) is stopped first, its QPs in ERR,
+        waiting up to `settle_s`, so that its buffers are free for the next ring."""
         stats = []
         for conn in self.conns:
-            with contextlib.suppress(Exception):
-                stats.append(conn.close())
-        deadline = time.monotonic() + settle_s
+            conn.stop("the ring was closed")
         for conn in self.conns:
-            while True:
-                try:
-                    ctl.call(self.lab, conn.src, ops.SqClose(qpns=conn.qpns))
-                except ctl.DaemonError as e:
-                    if e.errno_name == "EBUSY" and time.monotonic() < deadline:
-                        time.sleep(0.1)
-                        continue
-                break
+            with contextlib.suppress(Exception):
+                stats.append(conn.close(settle_s))
         self.conns = []
         return stats
 

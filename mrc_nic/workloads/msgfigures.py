@@ -7,11 +7,9 @@ from __future__ import annotations
 
 import math
 import statistics
-import time
 from typing import Any
 
 from mrc_nic import nic
-from mrc_nic.lab import ctl, eventops
 from mrc_nic.workloads import rdma_write
 from mrc_nic.workloads.benchkit import (
     table_row,
@@ -123,77 +121,31 @@ def plan(size: int, room: int) -> dict[str, int]:
     }
 
 
-def read_events(labname: str, since: int, types: list[str]) -> dict[str, Any]:
-    """Every event of these types after sequence number `since`, with what the
-    log says a reader missed (evicted, nic_lost)."""
-    events: list[dict] = []
-    evicted = lost = 0
-    while True:
-        read = eventops.Read(since=since, types=types, max=eventops.READ_MAX)
-        reply = ctl.call(labname, ctl.EVENTS_SERVICE, read)
-        events += reply.events
-        evicted += reply.evicted
-        lost = reply.nic_lost
-        if len(reply.events) < eventops.READ_MAX:
-            return {"events": events, "evicted": evicted, "nic_lost": lost}
-        since = reply.next
-
-
-def wall_minus_mono_ns() -> int:
-    """CLOCK_REALTIME - CLOCK_MONOTONIC now (the pair read closest together of 5)."""
-    best = None
-    for _ in range(5):
-        a = time.monotonic_ns()
-        w = time.time_ns()
-        b = time.monotonic_ns()
-        if best is None or b - a < best[0]:
-            best = (b - a, w - (a + b) // 2)
-    return best[1]
-
-
-def match_latencies(
-    result: dict, events: list[dict], rq_qpn: int, wall_minus_mono: int
-) -> dict[str, Any]:
-    """Per message: kick of its first WQE -> NIC_EV_SEND_DONE of its last
-    (round trip) and -> NIC_EV_RECV_IMM of its last (one way), in ns."""
+def match_latencies(result: dict) -> dict[str, Any]:
+    """Per message of a write with timing (one QP): the post of its first
+    WRITE -> the NIC's send completion of its last (round trip) and -> the
+    receiver NIC's completion of its last (one way, with imm), in ns. The
+    completion times are the NICs' (WC timestamps, CLOCK_MONOTONIC), the
+    post's this process's: one clock."""
     (timing,) = result["timing"]
-    qpn, base, per_msg, kicks = (
-        timing["qpn"],
-        timing["wqe_base"],
-        timing["per_msg"],
-        timing["kick_ns"],
-    )
-
-    def mono(event: dict) -> int:
-        return round(event["time"] * 1e9) - wall_minus_mono
-
+    per_msg, kicks = timing["per_msg"], timing["kick_ns"]
+    done, recv = timing["done_ns"], timing["recv_ns"]
     n = len(kicks)
-    done: dict[int, int] = {}
-    imm: dict[int, int] = {}
-    for e in events:
-        if e["type"] == "send_done" and e.get("qpn") == qpn:
-            k = (e["wqe"] - base) & U32
-            if k < n:
-                done[k] = mono(e)
-        elif e["type"] == "recv_imm" and e.get("qpn") == rq_qpn and e.get("imm", n) < n:
-            t = mono(e)
-            if kicks and t >= kicks[0] - 1_000_000:  # not an earlier write's
-                imm[e["imm"]] = t
     rtt, one_way, missing = [], [], 0
     for m in range(-(-n // per_msg)):
         first, last = m * per_msg, min(n, (m + 1) * per_msg) - 1
-        if last in done:
+        if done[last]:
             rtt.append(done[last] - kicks[first])
         else:
             missing += 1
-        if last in imm:
-            one_way.append(imm[last] - kicks[first])
+        if recv[last]:
+            one_way.append(recv[last] - kicks[first])
     return {
         "rtt_ns": rtt,
         "one_way_ns": one_way,
         "wqes": n,
-        "send_done_matched": len(done),
-        "recv_imm_matched": len(imm),
+        "send_done_matched": sum(1 for t in done if t),
+        "recv_imm_matched": sum(1 for t in recv if t),
         "messages_missing": missing,
         "not_positive": sum(1 for x in rtt if x <= 0),
     }

@@ -1,26 +1,34 @@
-"""`mrc-nic write`: a WRITE transfer between two hosts, through their daemons.
+"""`mrc-nic write`: a WRITE transfer between two hosts, through the verbs API.
 
-The connection dance of verbs, over the daemons' control sockets: the
-sender's daemon opens send QPs (sq_open: QP numbers, INIT), the receiver's
-opens one receive QP per send QP (rq_open: QP number, rkey, region; RTR),
-then the sender's runs the transfer (write: RTR -> RTS, post, reliability,
-verification) and answers when it ends; the receive QPs are closed last,
-whatever happened. A Connection keeps both ends open for several writes.
-The caller's process never touches a packet or a map.
+This process is the application at both ends (mrc_nic.verbs, naming lab and
+host), as any user program would be: per QP it registers a buffer of 2
+chunks at each host, connects a send QP at the source to a receive QP at the
+destination (INIT -> RTR -> RTS), posts the WRITEs that writeplan cuts the
+transfer into, polls the send CQ, and with verify compares what arrived in
+the receiver's MR (mapped here: NIC memory) with what was sent. The daemons
+do for these QPs what they do for every application's: QP numbers, memory,
+NSCC, the retransmission timeout, probes and EV replacement. A Connection
+keeps its QPs across several writes, as a verbs connection does.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import select
+import time
+from typing import Any
 
+from mrc_nic import verbs
 from mrc_nic.fabric import testbed
-from mrc_nic.lab import ctl, topology
-from mrc_nic.lab.protocol import encode_reply
+from mrc_nic.lab import topology
 from mrc_nic.lab.state import open_lab
-from mrc_nic.transport import hostmem, nscc
-from mrc_nic.transport import protocol as ops
-from mrc_nic.transport.qp import Retry
+from mrc_nic.transport import hostmem, nscc, qp
+from mrc_nic.workloads.writeplan import DEPTH_MAX, Pieces, WriteOptions, chunk_data
 
+U32 = 0xFFFFFFFF
+POLL_BATCH = 64
+WRITE, WRITE_IMM = verbs.WrOpcode.RDMA_WRITE, verbs.WrOpcode.RDMA_WRITE_WITH_IMM
 # Transfer sizes: binary units, as RDMA tools count (perftest, ib_write_bw).
 WRITE_SIZE_UNITS = {
     "b": 1,
@@ -32,6 +40,7 @@ WRITE_SIZE_UNITS = {
     "gib": 2**30,
 }
 SIZE_MAX = 2**40
+QPS_MAX = 64  # QPs of one connection, at most
 # A lab with slow links has a long design RTT ([queues] base_rtt): a QP's
 # retransmission timeout and reorder window must scale with it, or queueing
 # alone fires them (10 Mbit/s links and MTU 3200: a 10.3 ms base RTT, above
@@ -60,16 +69,14 @@ def parse_size(text: str) -> int:
 def lab_defaults(topo: topology.Topology, cc_profile: int | None = None) -> tuple[int, int]:
     """(timeout exponent, reorder window ns) that fit a lab's design RTT and
     the QPs' CC profile (None: the default, NSCC)."""
-    from mrc_nic.transport import qp, sendjob
-
     rtt = topo.queues.base_rtt_ns
-    timeout = sendjob.DEFAULT_TIMEOUT
+    timeout = qp.DEFAULT_TIMEOUT
     while qp.TIMEOUT_UNIT_S * 2**timeout * 1e9 < TIMEOUT_RTTS * rtt and timeout < qp.TIMEOUT_MAX:
         timeout += 1
-    reorder = sendjob.DEFAULT_REORDER_NS
+    reorder = qp.DEFAULT_REORDER_NS
     if rtt > topology.QueueParams.base_rtt_ns:  # slower than the default lab
         rtts = REORDER_RTTS_FIXED if cc_profile == nscc.FIXED else REORDER_RTTS
-        reorder = min(max(reorder, rtts * rtt), sendjob.REORDER_NS_MAX)
+        reorder = min(max(reorder, rtts * rtt), qp.REORDER_NS_MAX)
     return timeout, reorder
 
 
@@ -85,15 +92,124 @@ def default_chunk(
     return hostmem.chunk_bytes(-(-size_hint // qps), qps, half, peers=peers)
 
 
+@dataclasses.dataclass(kw_only=True)
+class QpOptions:
+    """The send QPs' attributes, set when they connect (a Connection's first
+    write); None takes the lab's default (lab_defaults) or the daemon's."""
+
+    mpr: int = qp.DEFAULT_MPR
+    timeout: int | None = None  # 1.024 us * 2^timeout
+    retry: dict | None = None  # {linear_cnt, exp_cnt}
+    cc_profile: int | None = None  # OCP cc_profile_id (nscc.PROFILES); default NSCC
+    # mrc-nic extensions (modify_qp's ext, docs/api.md)
+    cwnd: int | None = None
+    reorder_ns: int | None = None
+    cc: dict | None = None  # NSCC fields to override
+    ev_count: int | None = None
+    ev_min_active: int | None = None
+
+    def ext(self, topo: topology.Topology) -> dict[str, Any]:
+        timeout, reorder = lab_defaults(topo, self.cc_profile)
+        ext = {
+            "reorder_ns": reorder if self.reorder_ns is None else self.reorder_ns,
+            "cwnd": self.cwnd,
+            "cc": self.cc,
+            "ev_count": self.ev_count,
+            "ev_min_active": self.ev_min_active,
+        }
+        return {name: value for name, value in ext.items() if value is not None}
+
+
+class Lane:
+    """One QP pair of a connection: a send QP at the source writing from its
+    buffer into the buffer of a receive QP at the destination."""
+
+    def __init__(self, conn: Connection, index: int) -> None:
+        self.index = index
+        size = 2 * conn.chunk
+        self.src_mr = conn.src_pd.reg_mr(size, verbs.Access.LOCAL_WRITE)
+        self.dst_mr = conn.dst_pd.reg_mr(size, verbs.Access.LOCAL_WRITE | verbs.Access.REMOTE_WRITE)
+        self.sqp = verbs.QP(
+            conn.src_pd,
+            verbs.QPInitAttr(
+                send_cq=conn.send_cq, recv_cq=conn.send_cq,
+                cap=verbs.QPCap(max_send_wr=DEPTH_MAX, max_recv_wr=1),
+            ),
+        )  # fmt: skip
+        self.rqp = verbs.QP(
+            conn.dst_pd,
+            verbs.QPInitAttr(
+                send_cq=conn.recv_cq, recv_cq=conn.recv_cq,
+                cap=verbs.QPCap(max_send_wr=1, max_recv_wr=DEPTH_MAX),
+            ),
+        )  # fmt: skip
+        self.remote = {"qpn": self.rqp.qp_num, "rkey": self.dst_mr.rkey, "region": self.dst_mr.lkey}
+        self.begin(None, 0)
+
+    def connect(self, conn: Connection, opts: QpOptions) -> None:
+        """INIT -> RTR at the receiver, INIT -> RTR -> RTS at the sender."""
+        src_gid, dst_gid = conn.src_ctx.gid(0), conn.dst_ctx.gid(0)
+        self.rqp.to_init(verbs.Access.LOCAL_WRITE | verbs.Access.REMOTE_WRITE)
+        self.rqp.to_rtr(self.sqp.qp_num, src_gid, mpr_dest=opts.mpr)
+        self.sqp.to_init(verbs.Access.LOCAL_WRITE, cc_profile_id=opts.cc_profile)
+        self.sqp.to_rtr(self.rqp.qp_num, dst_gid, mpr_dest=opts.mpr)
+        timeout, _ = lab_defaults(conn.topo, opts.cc_profile)
+        retry = {"linear_cnt": 7, "exp_cnt": 7, **(opts.retry or {})}
+        self.sqp.to_rts(
+            timeout=timeout if opts.timeout is None else opts.timeout,
+            retry_linear_cnt=retry["linear_cnt"],
+            retry_exp_cnt=retry["exp_cnt"],
+            mpr=opts.mpr,
+            ext=opts.ext(conn.topo),
+        )
+
+    def begin(self, pieces: Pieces | None, slot: int) -> None:
+        """Ready this lane for a transfer's share."""
+        self.pieces = pieces
+        self.limit = len(pieces) if pieces is not None else 0
+        self.slot, self.slots = slot, (len(self.src_mr.buf) // slot if slot else 0)
+        self.posted = self.verified = self.done_bytes = 0
+        self.in_buffer: dict[int, bytes] = {}
+        self.kick_ns: list[int] = []
+        self.done_ns: dict[int, int] = {}
+        self.recv_ns: dict[int, int] = {}
+        self.error: str | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.error is not None or self.verified >= self.limit
+
+    def offset(self, k: int) -> int:
+        """Where WRITE k lives in the source and the destination buffers."""
+        return (k % self.slots) * self.slot
+
+    def counters(self, conn: Connection) -> tuple[dict[int, int], int, int, int]:
+        """(data packets sent per plane, retransmissions, timeouts, reorder kicks) so far."""
+        q = self.sqp.query()
+        per_plane = {int(p): n for p, n in q.get("retired_tx_pkts", {}).items()}
+        for (qpn, _), ev in conn.src_ctx.maps.evs_raw().items():
+            if qpn == self.sqp.qp_num:
+                per_plane[ev.plane] = per_plane.get(ev.plane, 0) + ev.stats.tx_pkts
+        try:
+            retx = conn.src_ctx.maps.sq(self.sqp.qp_num).tx_stats.get("retx_pkts", 0)
+        except KeyError:  # not in RTS yet
+            retx = 0
+        return per_plane, retx, q.get("timeouts", 0), q.get("reorder_kicks", 0)
+
+    def close(self) -> None:
+        for thing in (self.sqp, self.rqp, self.src_mr, self.dst_mr):
+            thing.close()
+
+
 class Connection:
     """Send QPs at `src` connected to receive QPs at `dst`, for one or more
     writes (a verbs connection: QPs live across work requests).
 
-    chunk: each WRITE's size (default: what host memory allows for `size_hint`
-    bytes, default_chunk). on_open: called with the receive QPs
+    chunk: each WRITE's size at most (default: what host memory allows for
+    `size_hint` bytes, default_chunk). on_open: called with the receive QPs
     ([{qpn, rkey, region}]) once they exist, before anything is sent (a caller
-    that watches their counters). close() (or the with block's end) closes
-    both ends, whatever happened, and returns the receive QPs' stats."""
+    that watches their counters). close() (or the with block's end) releases
+    both ends, whatever happened, and returns the receive QPs' NIC stats."""
 
     def __init__(
         self,
@@ -104,7 +220,7 @@ class Connection:
         qps: int = 1,
         size_hint: int = SIZE_MAX,
         chunk: int | None = None,
-        mpr: int = 8,
+        mpr: int = qp.DEFAULT_MPR,
         on_open=None,
     ) -> None:
         _, topo = open_lab(lab_name)
@@ -115,22 +231,44 @@ class Connection:
                 )
         if src == dst:
             raise ValueError("source and destination must be different hosts")
+        if not 1 <= qps <= QPS_MAX:
+            raise ValueError(f"qps must be 1..{QPS_MAX}, not {qps}")
         if chunk is None:
             chunk = default_chunk(topo, size_hint, qps)
+        if chunk < hostmem.KIB or chunk % hostmem.KIB:
+            raise ValueError(f"chunk must be a positive multiple of 1 KiB, not {chunk}")
         self.lab, self.src, self.dst, self.topo = lab_name, src, dst, topo
         self.chunk, self.mpr = chunk, mpr
-        self.qpns = ctl.call(lab_name, src, ops.SqOpen(count=qps, chunk=chunk)).qpns
+        self.lanes: list[Lane] = []
+        self.connected = False
         self._send_open = True
-        self.remote: list[dict] = []
+        self._running = False  # a write is under way (perhaps in another thread)
+        self._stop: str | None = None  # stop(): why the running write must end
+        self._closing: list[Any] = []  # what close() releases, last made first
         try:
-            self.remote = ctl.call(
-                lab_name, dst, ops.RqOpen(peer=src, peer_qpns=self.qpns, chunk=chunk, mpr=mpr)
-            ).qps
+            self._open(qps)
+            self.remote = [lane.remote for lane in self.lanes]
+            self.qpns = [lane.sqp.qp_num for lane in self.lanes]
             if on_open is not None:
                 on_open(self.remote)
         except BaseException:
             self.close()
             raise
+
+    def _open(self, qps: int) -> None:
+        cqe = 4 * DEPTH_MAX * qps
+        self.src_ctx = self._keep(verbs.Context(self.lab, self.src))
+        self.dst_ctx = self._keep(verbs.Context(self.lab, self.dst))
+        self.src_pd = self._keep(verbs.PD(self.src_ctx))
+        self.dst_pd = self._keep(verbs.PD(self.dst_ctx))
+        self.send_cq = self._keep(verbs.CQ(self.src_ctx, cqe))
+        self.recv_cq = self._keep(verbs.CQ(self.dst_ctx, cqe))
+        for i in range(qps):
+            self.lanes.append(self._keep(Lane(self, i)))
+
+    def _keep(self, thing):
+        self._closing.append(thing)
+        return thing
 
     def write(
         self,
@@ -138,93 +276,105 @@ class Connection:
         *,
         imm: bool = False,
         verify: bool = False,
+        seed: int = 1,
+        wait: float = 3600.0,
+        keep_open: bool = True,
         cwnd: int | None = None,
         reorder_ns: int | None = None,
         timeout: int | None = None,
         retry: dict | None = None,
-        seed: int = 1,
-        wait: float = 3600.0,
         cc_profile: int | None = None,
         cc: dict | None = None,
         ev_count: int | None = None,
         ev_min_active: int | None = None,
-        keep_open: bool = True,
         **fields,
     ) -> dict:
-        """One transfer of `size` bytes (in chunk-sized WRITEs); the sender
-        daemon's result (see sendjob.Job.result). keep_open=False lets the
-        daemon close the send QPs when it ends (the last write). ev_count,
-        ev_min_active: the EV profile of QPs not connected yet (the first
-        write). retry: {linear_cnt, exp_cnt}. fields: more fields of the write
-        request (protocol.Write)."""
+        """One transfer of `size` bytes (in WRITEs of at most a chunk); the
+        result (see Transfer.result). The QP attributes (cwnd, reorder_ns,
+        timeout, retry {linear_cnt, exp_cnt}, cc_profile, cc, ev_count,
+        ev_min_active: QpOptions) take effect at the first write, which
+        connects the QPs; later writes go on with the QPs' state (PSNs, EVs,
+        window), as a verbs QP's work requests do. keep_open=False: no write
+        after this one. fields: WriteOptions' message options (msg, depth,
+        msgs_in_flight, duration, timing, fill). wait: seconds at most."""
         if not self._send_open:
             raise RuntimeError("this connection's send QPs are closed")
-        scaled_timeout, scaled_reorder = lab_defaults(self.topo, cc_profile)
-        # Options left as None take the request's defaults.
-        optional = {
-            "cwnd": cwnd,
-            "cc_profile": cc_profile,
-            "cc": cc,
-            "ev_count": ev_count,
-            "ev_min_active": ev_min_active,
-            "retry": Retry(**retry) if retry else None,
-            **fields,
-        }
-        request = ops.Write(
-            dst=self.dst,
-            qpns=self.qpns,
-            remote=self.remote,
-            size=size,
-            chunk=self.chunk,
-            mpr=self.mpr,
-            imm=imm,
-            verify=verify,
-            seed=seed,
-            timeout=scaled_timeout if timeout is None else timeout,
-            reorder_ns=scaled_reorder if reorder_ns is None else reorder_ns,
-            keep_open=keep_open,
-            **{key: value for key, value in optional.items() if value is not None},
+        opts = WriteOptions(
+            size=size, chunk=self.chunk, imm=imm, verify=verify, seed=seed, **fields
         )
+        opts.check()
+        slots = 2 * self.chunk // opts.slot
+        if opts.depth > slots:
+            raise ValueError(
+                f"depth {opts.depth} needs {opts.depth} slots of {opts.slot} bytes; the "
+                f"buffers (2 x {self.chunk} bytes) hold {slots}"
+            )
+        if not self.connected:
+            qp_opts = QpOptions(
+                mpr=self.mpr, timeout=timeout, retry=retry, cc_profile=cc_profile,
+                cwnd=cwnd, reorder_ns=reorder_ns, cc=cc, ev_count=ev_count,
+                ev_min_active=ev_min_active,
+            )  # fmt: skip
+            try:
+                for lane in self.lanes:
+                    lane.connect(self, qp_opts)
+            except verbs.VerbsError as e:
+                raise ValueError(str(e).split(": ", 1)[-1]) from None
+            self.connected = True
+        self._send_open = keep_open
+        transfer = Transfer(self, opts)
+        self._running, self._stop = True, None
         try:
-            reply = ctl.call(self.lab, self.src, request, timeout=wait)
+            transfer.run(wait)
+            result = transfer.result()
         except KeyboardInterrupt:
             self.cancel("cancelled by the user (Ctrl-C)")
             raise
-        # The daemon closed them unless asked not to (a refused write closes
-        # nothing: close() does).
-        self._send_open = keep_open
-        result = {"ok": True, **encode_reply(reply)}  # the reply as it came, as a dict
+        finally:
+            self._running = False
         result["chunk"] = self.chunk
         result["src"], result["dst"] = self.src, self.dst
         return result
 
     def cancel(self, reason: str = "cancelled by the user") -> None:
-        """End a write running on this connection (from another thread, or
-        after a KeyboardInterrupt): its QPs go to ERR. Best effort."""
-        with contextlib.suppress(ctl.DaemonError, OSError):
-            ctl.call(self.lab, self.src, ops.Cancel(qpns=self.qpns, reason=reason))
+        """Move the send QPs to ERR (verbs: their WRs flush). Best effort."""
+        for lane in self.lanes:
+            if lane.sqp.state == verbs.QpState.RTS:
+                with contextlib.suppress(verbs.VerbsError, OSError):
+                    lane.sqp.modify(
+                        verbs.QPAttr(qp_state=verbs.QpState.ERR),
+                        verbs.QpAttrMask.STATE,
+                        ext={"reason": reason},
+                    )
+        self._send_open = False
 
-    def close(self) -> dict:
-        """Close the receive QPs (their stats are returned) and the send QPs
-        still open. A write still running on them (a caller that gave up
-        waiting) is cancelled; the daemon closes its QPs when it ends, since
-        nobody waits for it any more."""
+    def stop(self, reason: str) -> None:
+        """Make a write running in another thread end soon (within a poll,
+        50 ms), its QPs in ERR with the reason. Thread-safe: the writing
+        thread does the rest."""
+        self._stop = reason
+
+    def close(self, settle_s: float = 10.0) -> dict:
+        """Release everything (QPs, MRs, CQs, contexts; the daemons clean up
+        after a context that closes); returns the receive QPs' NIC stats. A
+        write running in another thread is stopped first (up to settle_s)."""
+        if self._running:
+            self.stop("the connection was closed")
+            deadline = time.monotonic() + settle_s
+            while self._running and time.monotonic() < deadline:
+                time.sleep(0.01)
         stats: dict = {}
-        try:
-            if self.remote:
-                closed = ctl.call(
-                    self.lab, self.dst, ops.RqClose(qpns=[q["qpn"] for q in self.remote])
-                )
-                stats = closed.stats
-                self.remote = []
-        finally:
-            if self._send_open:
-                self._send_open = False
-                self.cancel("the connection was closed")
-                # EBUSY: the cancelled write ends at the daemon's next tick and
-                # closes them; ENOENT: gone already
-                with contextlib.suppress(ctl.DaemonError, OSError):
-                    ctl.call(self.lab, self.src, ops.SqClose(qpns=self.qpns))
+        for lane in self.lanes:
+            try:
+                rq = self.dst_ctx.maps.rq(lane.rqp.qp_num)
+                stats[str(lane.rqp.qp_num)] = {**rq.stats, "long_gaps": rq.long_gaps}
+            except (KeyError, OSError):
+                pass
+        self._send_open = False
+        while self._closing:
+            thing = self._closing.pop()
+            with contextlib.suppress(verbs.VerbsError, OSError):
+                thing.close()  # on failure the context's close releases what is left
         return stats
 
     def __enter__(self) -> Connection:
@@ -232,6 +382,199 @@ class Connection:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+class Transfer:
+    """One write on a connection's lanes: posting, completions, verification."""
+
+    def __init__(self, conn: Connection, opts: WriteOptions) -> None:
+        self.conn, self.opts = conn, opts
+        lanes = conn.lanes
+        share = -(-opts.size // len(lanes))
+        for i, lane in enumerate(lanes):
+            start, end = min(opts.size, i * share), min(opts.size, (i + 1) * share)
+            lane.begin(Pieces(start, end, opts.msg or max(1, end - start), opts.chunk), opts.slot)
+        # Signal every WR that needs its own completion time or frees the
+        # first slot; otherwise one in half the depth (CQ moderation).
+        self.sig_every = 1 if opts.timing else max(1, opts.depth // 2)
+        self.mismatch: list[dict] = []
+        self.started = self.ended = 0.0
+        self.deadline: float | None = None  # duration: no message starts after it
+        self.stopped = False
+        self._before = [lane.counters(conn) for lane in lanes]
+
+    # ---- running --------------------------------------------------------------------
+    def run(self, wait: float) -> None:
+        conn, lanes = self.conn, self.conn.lanes
+        self.started = now = time.monotonic()
+        give_up = now + wait
+        if self.opts.duration:
+            self.deadline = now + self.opts.duration
+        for lane in lanes:
+            self._fill(lane, now)
+        fds = [conn.send_cq.fileno(), conn.recv_cq.fileno()]
+        while not all(lane.done for lane in lanes):
+            if self._completions():
+                continue  # more may wait in the CQs' batches: no sleep before reading them
+            now = time.monotonic()
+            why = conn._stop or (f"not done after {wait:g} s (wait)" if now > give_up else None)
+            if why is not None:
+                for lane in lanes:
+                    if not lane.done:
+                        lane.error = why
+                conn.cancel(why)
+                break
+            select.select(fds, [], [], min(0.05, give_up - now))
+        self.ended = time.monotonic()
+
+    def _fill(self, lane: Lane, now: float) -> None:
+        """Post WRITEs while the depth, the slots and the messages in flight
+        allow: one post_send, one doorbell."""
+        opts, pieces = self.opts, lane.pieces
+        wrs: list[verbs.SendWR] = []
+        while lane.posted < lane.limit and lane.posted - lane.verified < opts.depth:
+            k = lane.posted
+            if k and pieces.starts_msg(k):  # a new message
+                if self.deadline is not None and now >= self.deadline:
+                    lane.limit, self.stopped = k, True
+                    break
+                n = opts.msgs_in_flight
+                if n and lane.verified < k and pieces.msg_of(k) - pieces.msg_of(lane.verified) >= n:
+                    break
+            wrs.append(self._wr(lane, k))
+            lane.posted += 1
+        if not wrs:
+            return
+        wrs[-1].send_flags = verbs.SendFlags.SIGNALED  # the batch's end completes
+        if opts.imm:
+            lane.rqp.post_recv([verbs.RecvWR(wr_id=wr.wr_id) for wr in wrs])
+        lane.sqp.post_send(wrs)
+        if opts.timing:
+            t = time.monotonic_ns()
+            lane.kick_ns.extend([t] * len(wrs))
+
+    def _wr(self, lane: Lane, k: int) -> verbs.SendWR:
+        _, length = lane.pieces[k]
+        at = lane.offset(k)
+        if self.opts.fill and length:
+            data = chunk_data(self.opts.seed, lane.index, k, length)
+            lane.src_mr.buf[at : at + length] = data
+            if self.opts.verify:
+                lane.in_buffer[k] = data
+        src, dst = lane.src_mr, lane.dst_mr
+        sgl = [verbs.SGE(src.addr + at, length, src.lkey)] if length else []
+        signaled = (k + 1) % self.sig_every == 0
+        return verbs.SendWR(
+            wr_id=k,
+            opcode=WRITE_IMM if self.opts.imm else WRITE,
+            sg_list=sgl,
+            remote_addr=dst.addr + at,
+            rkey=dst.rkey,
+            send_flags=verbs.SendFlags.SIGNALED if signaled else 0,
+            imm_data=k & U32,
+        )
+
+    def _completions(self) -> int:
+        """Read both CQs once; how many completions there were."""
+        conn = self.conn
+        by_qpn = {lane.sqp.qp_num: lane for lane in conn.lanes}
+        by_rqpn = {lane.rqp.qp_num: lane for lane in conn.lanes}
+        touched = set()
+        recvs = conn.recv_cq.poll(POLL_BATCH * len(conn.lanes))
+        sends = conn.send_cq.poll(POLL_BATCH * len(conn.lanes))
+        for wc in recvs:
+            lane = by_rqpn.get(wc.qp_num)
+            if lane is not None and wc.status == verbs.WcStatus.SUCCESS:
+                lane.recv_ns[wc.wr_id] = wc.timestamp_ns
+        for wc in sends:
+            lane = by_qpn.get(wc.qp_num)
+            if lane is None or lane.error is not None:
+                continue
+            if wc.status != verbs.WcStatus.SUCCESS:
+                self._fail(lane, wc)
+                continue
+            if self.opts.timing:
+                lane.done_ns[wc.wr_id] = wc.timestamp_ns
+            # completions come in post order: every WRITE up to this one is done
+            while lane.verified <= wc.wr_id and lane.error is None:
+                self._complete(lane, lane.verified)
+            touched.add(lane)
+        now = time.monotonic()
+        for lane in touched:
+            if lane.error is None:
+                self._fill(lane, now)
+        return len(recvs) + len(sends)
+
+    def _complete(self, lane: Lane, k: int) -> None:
+        _, length = lane.pieces[k]
+        if self.opts.verify and length:
+            at = lane.offset(k)
+            got = bytes(lane.dst_mr.buf[at : at + length])
+            want = lane.in_buffer.pop(k)
+            if got != want:
+                first = next(i for i in range(length) if got[i] != want[i])
+                self.mismatch.append({"qpn": lane.sqp.qp_num, "chunk": k, "first_bad_byte": first})
+                lane.error = f"chunk {k} arrived different from what was sent (byte {first})"
+                self.conn.cancel(lane.error)
+                return
+        lane.done_bytes += length
+        lane.verified += 1
+
+    def _fail(self, lane: Lane, wc: verbs.WC) -> None:
+        reason = lane.sqp.query().get("err_reason") or ""
+        lane.error = f"{wc.status.name}" + (f": {reason}" if reason else "")
+
+    # ---- the result -----------------------------------------------------------------
+    def result(self) -> dict:
+        """What the write did: bytes, time, QPs, retransmissions, the planes' shares."""
+        lanes, opts = self.conn.lanes, self.opts
+        seconds = (self.ended or time.monotonic()) - self.started
+        errors = {f"{lane.sqp.qp_num:#x}": lane.error for lane in lanes if lane.error}
+        per_plane: dict[int, int] = {}
+        retx = timeouts = reorder_kicks = 0
+        for lane, before in zip(lanes, self._before, strict=True):
+            plane_now, retx_now, timeouts_now, kicks_now = lane.counters(self.conn)
+            for p, n in plane_now.items():
+                per_plane[p] = per_plane.get(p, 0) + n - before[0].get(p, 0)
+            retx += retx_now - before[1]
+            timeouts += timeouts_now - before[2]
+            reorder_kicks += kicks_now - before[3]
+        total = sum(per_plane.values()) or 1
+        sent = sum(lane.done_bytes for lane in lanes)
+        result = {
+            "completed": not errors,
+            "error": "; ".join(f"QP {q} in ERR: {e}" for q, e in errors.items()) or None,
+            "bytes": sent,
+            "size": opts.size,
+            "seconds": round(seconds, 6),
+            "goodput_bps": sent * 8 / seconds if seconds > 0 else 0.0,
+            "qps": [lane.sqp.query() for lane in lanes],
+            "chunks": sum(lane.limit for lane in lanes),
+            "wqes_done": sum(lane.verified for lane in lanes),
+            "messages": sum(lane.pieces.msgs_within(lane.verified) for lane in lanes),
+            "msg": opts.msg or None,
+            "stopped": self.stopped,  # `duration` ended it: fewer bytes than size
+            "retransmits": retx,
+            "timeouts": timeouts,
+            "reorder_kicks": reorder_kicks,
+            "per_plane_share": {str(p): n / total for p, n in sorted(per_plane.items())},
+            "verified": opts.verify and not errors,
+            "mismatch": self.mismatch,
+        }
+        if opts.timing:
+            # Per QP and WRITE k: its post (after the doorbell), and the NIC's
+            # times of its send completion and (imm) its receive completion.
+            result["timing"] = [
+                {
+                    "qpn": lane.sqp.qp_num,
+                    "per_msg": lane.pieces.per_msg,
+                    "kick_ns": lane.kick_ns[: lane.verified],
+                    "done_ns": [lane.done_ns.get(k) for k in range(lane.verified)],
+                    "recv_ns": [lane.recv_ns.get(k) for k in range(lane.verified)],
+                }
+                for lane in lanes
+            ]
+        return result
 
 
 def write(
@@ -242,15 +585,15 @@ def write(
     *,
     qps: int = 1,
     chunk: int | None = None,
-    mpr: int = 8,
+    mpr: int = qp.DEFAULT_MPR,
     on_open=None,
     **options,
 ) -> dict:
-    """Run one transfer on a Connection of its own; returns the sender
-    daemon's result (see sendjob.Job.result) with the receive QPs' stats
-    under "receiver". options: those of Connection.write (imm, verify, cwnd,
-    reorder_ns, timeout, retry, seed, wait, cc_profile: the send QPs' CC
-    profile, mrc_nic.transport.nscc.PROFILES, default NSCC; cc: NSCC fields to override)."""
+    """Run one transfer on a Connection of its own; returns its result (see
+    Transfer.result) with the receive QPs' NIC stats under "receiver".
+    options: those of Connection.write (imm, verify, cwnd, reorder_ns,
+    timeout, retry, seed, wait, cc_profile: the send QPs' CC profile,
+    mrc_nic.transport.nscc.PROFILES, default NSCC; cc: NSCC fields to override)."""
     conn = Connection(
         lab_name, src, dst, qps=qps, size_hint=size, chunk=chunk, mpr=mpr, on_open=on_open
     )

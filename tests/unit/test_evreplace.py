@@ -14,8 +14,8 @@ import pytest
 
 from mrc_nic import nic
 from mrc_nic.transport import evreplace
+from mrc_nic.transport.appsession import AppQp
 from mrc_nic.transport.prober import EvScan
-from mrc_nic.transport.sendjob import SendQp
 
 GOOD, BAD, SKIP = nic.EvState.GOOD, nic.EvState.ASSUMED_BAD, nic.EvState.SKIP
 QPN = 0x107
@@ -58,8 +58,8 @@ def no_event_log(monkeypatch):
     return posted
 
 
-def make_sq(planes: int = 2, per_plane: int = 4, ev_min_active: int = 0) -> SendQp:
-    sq = SendQp.__new__(SendQp)
+def make_sq(planes: int = 2, per_plane: int = 4, ev_min_active: int = 0) -> AppQp:
+    sq = AppQp.__new__(AppQp)
     sq.qp = types.SimpleNamespace(qpn=QPN)
     sq.evs = {100 + i: i % planes for i in range(planes * per_plane)}
     sq.ev_min_active = ev_min_active
@@ -70,7 +70,7 @@ def make_sq(planes: int = 2, per_plane: int = 4, ev_min_active: int = 0) -> Send
 class Scans:
     """Successive scans of one QP's EVs: states and ack counts move as told."""
 
-    def __init__(self, sq: SendQp) -> None:
+    def __init__(self, sq: AppQp) -> None:
         self.sq = sq
         self.state = dict.fromkeys(sq.evs, GOOD)
         self.acks = dict.fromkeys(sq.evs, 0)

@@ -422,21 +422,41 @@ def test_seven_flows_share_a_bottleneck_without_collapsing():
     assert sum(shares) >= 95, shares
 
 
-def test_a_write_request_names_a_profile_and_may_tune_it():
-    from mrc_nic.transport.qp import QpError
-    from mrc_nic.transport.sendjob import JobOptions
+def test_a_send_qp_names_a_profile_and_may_tune_it():
+    """The RTS extension attributes (appsession): a CC profile by id, NSCC
+    fields tuned by name, refusals that say what is wrong."""
+    import types
 
-    base = {"size": 1024, "chunk": 1024}
-    assert JobOptions(**base).check().nscc_config() == NsccConfig()  # NSCC by default
-    assert JobOptions(**base, cc_profile=0).check().nscc_config() is None
-    tuned = JobOptions(**base, cc={"gamma": 0.5, "target_delay": 50_000}).check()
-    assert (tuned.nscc_config().gamma, tuned.nscc_config().target_delay) == (0.5, 50_000)
+    from mrc_nic.transport.appsession import AppSessions
+    from mrc_nic.transport.qp import QpError
+
+    sessions = types.SimpleNamespace(topo=types.SimpleNamespace(planes=4))
+
+    def setup(cc_profile=nscc.DEFAULT_NSCC, **attrs):
+        aq = types.SimpleNamespace(qp=types.SimpleNamespace(attrs=types.SimpleNamespace(
+            cc_profile_id=cc_profile)))  # fmt: skip
+        left = dict(attrs)
+        got = AppSessions._send_extensions(sessions, aq, left)
+        assert not left  # every attribute it knows is taken
+        return got
+
+    assert setup().nscc == NsccConfig()  # NSCC by default
+    assert setup(cc_profile=0).nscc is None
+    tuned = setup(cc={"gamma": 0.5, "target_delay": 50_000}).nscc
+    assert (tuned.gamma, tuned.target_delay) == (0.5, 50_000)
+    assert (setup(ev_count=8).ev_min_active, setup(ev_count=8, ev_min_active=0).ev_min_active) == (
+        2,
+        0,
+    )
     for bad, message in (
-        ({"cc_profile": 9}, "no CC profile 9"),
         ({"cc": ["gamma"]}, "cc must be an object"),
         ({"cc": {"alpha": 1}}, "no NSCC field 'alpha'"),
         ({"cc_profile": 0, "cc": {"gamma": 0.5}}, "has no NSCC to tune"),
+        ({"ev_count": 6}, "multiple of the lab's 4 planes"),
+        ({"ev_count": 8, "ev_min_active": 9}, "ev_min_active must be"),
+        ({"cwnd": 5000}, "cwnd must be"),
+        ({"reorder_ns": -1}, "reorder_ns must be"),
     ):
         with pytest.raises(QpError, match=message) as e:
-            JobOptions(**(base | bad)).check()
+            setup(**bad)
         assert e.value.errno == 22

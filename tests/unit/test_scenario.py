@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from mrc_nic.lab import topology
-from mrc_nic.transport import nscc, sendjob
+from mrc_nic.transport import nscc, qp
 from mrc_nic.workloads import rdma_write, scenario
 from mrc_nic.workloads.scenario import Flow
 
@@ -133,7 +133,7 @@ def test_slow_topology_gets_a_longer_design_rtt():
 def test_qp_timeouts_follow_the_labs_design_rtt():
     assert rdma_write.lab_defaults(topology.load(CLOS8, lab="t")) == (
         12,
-        sendjob.DEFAULT_REORDER_NS,
+        qp.DEFAULT_REORDER_NS,
     )
     slow = scenario.scenario_topology("clos-8", "x", rate="10mbit")
     timeout, reorder = rdma_write.lab_defaults(slow)

@@ -1,15 +1,18 @@
-"""Send QP supervision without a lab (transport.supervisor, as sendjob runs it): when a
-stalled ACK clock is restarted, and when the reorder timer declares what is left in
-the network lost; and sendjob's source data."""
+"""Send QP supervision without a lab (transport.supervisor, as the daemon runs it for
+every application QP): when a stalled ACK clock is restarted, and when the reorder
+timer declares what is left in the network lost; and `mrc-nic write`'s source data
+(workloads.writeplan)."""
 
 from __future__ import annotations
 
+import dataclasses
 import types
 
 import pytest
 
 from mrc_nic import nic
-from mrc_nic.transport import sendjob, supervisor
+from mrc_nic.transport import supervisor
+from mrc_nic.workloads import writeplan
 
 
 class KickRecorder:
@@ -38,19 +41,21 @@ def snapshot(**kw):
     return fake_sq(**(base | {"wqe_sent": 0} | kw))
 
 
+@dataclasses.dataclass(kw_only=True)
+class PostingQp(supervisor.Supervised):
+    """A supervised send QP and the WQEs its application posted."""
+
+    posted: int = 0
+
+
 def top_up(maps, sq, snap, now: float) -> None:
-    """The top-up as a transfer runs it: work is a WRITE posted and not sent."""
-    supervisor.top_up(maps, sq, snap, now, work=(snap.wqe_sent - sq.wqe_base) < sq.posted)
+    """The top-up as the daemon runs it: work is a WQE posted and not sent."""
+    supervisor.top_up(maps, sq, snap, now, work=snap.wqe_sent < sq.posted)
 
 
-def job_and_qp() -> tuple[sendjob.Job, KickRecorder, types.SimpleNamespace]:
-    """A Job that records its kicks, and a send QP with one WQE posted."""
-    maps = KickRecorder()
-    job = sendjob.Job.__new__(sendjob.Job)
-    job.maps = maps
-    sq = sendjob.SendQp(qp=types.SimpleNamespace(qpn=0x105), ring=0, region=0, span=None, chunk=0)
-    sq.posted = 1
-    return job, maps, sq
+def job_and_qp() -> tuple[None, KickRecorder, PostingQp]:
+    """Kicks recorded, and a send QP with one WQE posted."""
+    return None, KickRecorder(), PostingQp(qp=types.SimpleNamespace(qpn=0x105), posted=1)
 
 
 @pytest.mark.parametrize("cwnd", [1, 2, 3, 128])
@@ -74,19 +79,19 @@ def test_a_full_window_or_no_work_is_not_kicked():
 def test_source_data_is_reproducible_and_differs_per_write_and_block():
     """WRITEs get distinct bytes at every 1 KiB element (a misplaced packet
     shows in --verify), the same for the same seed."""
-    size = sendjob.POOL_BYTES + 64 * 1024  # two blocks
-    a = sendjob.chunk_data(7, 0, 1, size)
-    assert len(a) == size and a == sendjob.chunk_data(7, 0, 1, size)
+    size = writeplan.POOL_BYTES + 64 * 1024  # two blocks
+    a = writeplan.chunk_data(7, 0, 1, size)
+    assert len(a) == size and a == writeplan.chunk_data(7, 0, 1, size)
     others = [
-        sendjob.chunk_data(7, 0, 2, size),  # another WRITE
-        sendjob.chunk_data(7, 1, 1, size),  # another QP
-        sendjob.chunk_data(8, 0, 1, size),  # another seed
-        a[sendjob.POOL_BYTES :] + a[: sendjob.POOL_BYTES],  # its other block
+        writeplan.chunk_data(7, 0, 2, size),  # another WRITE
+        writeplan.chunk_data(7, 1, 1, size),  # another QP
+        writeplan.chunk_data(8, 0, 1, size),  # another seed
+        a[writeplan.POOL_BYTES :] + a[: writeplan.POOL_BYTES],  # its other block
     ]
     for other in others:
         same = sum(a[i : i + 1024] == other[i : i + 1024] for i in range(0, 1 << 20, 1024))
         assert same == 0
-    assert sendjob.chunk_data(7, 0, 1, 0) == b""
+    assert writeplan.chunk_data(7, 0, 1, 0) == b""
 
 
 REO_WND_NS = 1_000_000
