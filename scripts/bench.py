@@ -8,7 +8,7 @@ rounds, the peers interleaved and their order turned every round, since the
 machine is shared and absolute figures drift (DESIGN.md section 3).
 
 1. goodput: the aggregate of 4 planes of 1 Gbit/s. mrc-nic WRITE (one QP,
-   through the host daemons: mrc_nic.workloads.rdma_write, what `mrc-nic write` does)
+   on the verbs API: mrc_nic.workloads.rdma_write, what `mrc-nic write` does)
    vs MPTCP with 4 subflows, one per plane, vs single-path TCP on plane 0
    (mrc_nic.workloads.peers: kernel sockets, the receiver counts delivered bytes).
 2. loss: goodput under random loss on every plane (0, 0.1%, 1%, 5%) and 20%

@@ -23,7 +23,7 @@ back to back, with the same fault at the same time into the run:
 Every fault stays until the run ends, then is healed. Per fault and
 transport: the longest gap in delivered bytes that ended after the fault,
 the time from the fault back to full rate, and goodput from the fault to the
-end. mrc-nic: `mrc-nic write h0 h1` (rdma_write.write, through the daemons);
+end. mrc-nic: `mrc-nic write h0 h1` (rdma_write.write, on the verbs API);
 its gap is the receive QP's BPF clock (struct nic_rq_stats max_gap_ns and
 max_gap_end_ns: the longest time between two placements of new payload; and
 the QP's gap log, struct nic_gap_bin, which keeps the longest gap of 0.1 ms
@@ -294,7 +294,7 @@ def _wait_for_receive_qp(lab: str, worker: threading.Thread, timeout: float) -> 
     deadline = time.monotonic() + timeout
     while worker.is_alive() and time.monotonic() < deadline:
         qps = ctl.call(lab, "h1", ops.QpList()).qps
-        if any(q.get("role") == "recv" for q in qps):
+        if any(q.get("dest_host") == 0 for q in qps):  # h1's receive QP, connected to h0
             return
         time.sleep(0.01)
 

@@ -14,8 +14,8 @@ mrc-nic (h0 -> h1, one QP, the connection of `mrc-nic write`, which posts
 through the verbs API: mrc_nic.workloads.rdma_write):
 - latency: one message at a time (msgs_in_flight 1, like ib_write_lat), for
   --seconds. A message's latency is from its post (time.monotonic_ns() in
-  this process right after post_send returned: the WQE written and the
-  doorbell rung, which sent its first packet) to the NIC's send completion
+  this process as post_send is called: it writes the WQE and rings the
+  doorbell, whose syscall sends the first packet) to the NIC's send completion
   of its last WQE (the WC's timestamp: bpf_ktime_get_ns() in h0's XDP when
   the SACK that acknowledges its last packet arrives): the completion as the
   sender sees it, a round trip through the fabric (3 switch hops each way),

@@ -1,4 +1,4 @@
-"""write, qp list|show, ev list|deny|allow: the transport, through the host daemons."""
+"""write, qp list|show, ev list|deny|allow: the transport (write posts through the verbs API)."""
 
 from __future__ import annotations
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import errno
 import os
+import socket
 from pathlib import Path
 
 from mrc_nic import nic
@@ -158,6 +159,21 @@ class Context:
     def gid(self, plane: int = 0) -> str:
         """The host's address on a plane: what a peer names as dest_gid."""
         return self.attr.gids[plane]
+
+    def fileno(self) -> int:
+        """The async event fd (ibv_get_async_event's): readable when the
+        device failed, which here is one event, its daemon's end."""
+        return self.session.sock.fileno()
+
+    def device_fatal(self) -> bool:
+        """IBV_EVENT_DEVICE_FATAL: the daemon of this NIC ended (its session
+        closed); the QPs are gone and nothing made here works any more."""
+        try:
+            return self.session.sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+        except BlockingIOError:
+            return False
+        except OSError:
+            return True
 
     def call(self, verb: str, request):
         """A setup request to the daemon; its refusal as a VerbsError."""

@@ -20,6 +20,7 @@ import time
 from typing import Any
 
 from mrc_nic import verbs
+from mrc_nic.errors import MrcNicError
 from mrc_nic.fabric import testbed
 from mrc_nic.lab import topology
 from mrc_nic.lab.state import open_lab
@@ -92,6 +93,10 @@ def default_chunk(
     return hostmem.chunk_bytes(-(-size_hint // qps), qps, half, peers=peers)
 
 
+class DaemonGone(MrcNicError):
+    """A host's daemon ended during a write: its QPs went with it."""
+
+
 @dataclasses.dataclass(kw_only=True)
 class QpOptions:
     """The send QPs' attributes, set when they connect (a Connection's first
@@ -140,7 +145,9 @@ class Lane:
             conn.dst_pd,
             verbs.QPInitAttr(
                 send_cq=conn.recv_cq, recv_cq=conn.recv_cq,
-                cap=verbs.QPCap(max_send_wr=1, max_recv_wr=DEPTH_MAX),
+                # a WRITE's receive is posted with it and may be matched only after
+                # its send completed and the next WRITEs' receives were posted
+                cap=verbs.QPCap(max_send_wr=1, max_recv_wr=2 * DEPTH_MAX),
             ),
         )  # fmt: skip
         self.remote = {"qpn": self.rqp.qp_num, "rkey": self.dst_mr.rkey, "region": self.dst_mr.lkey}
@@ -412,19 +419,27 @@ class Transfer:
             self.deadline = now + self.opts.duration
         for lane in lanes:
             self._fill(lane, now)
-        fds = [conn.send_cq.fileno(), conn.recv_cq.fileno()]
+        ready: list[int] = []
+        contexts = {conn.src_ctx.fileno(): conn.src_ctx, conn.dst_ctx.fileno(): conn.dst_ctx}
+        fds = [conn.send_cq.fileno(), conn.recv_cq.fileno(), *contexts]
         while not all(lane.done for lane in lanes):
             if self._completions():
                 continue  # more may wait in the CQs' batches: no sleep before reading them
             now = time.monotonic()
             why = conn._stop or (f"not done after {wait:g} s (wait)" if now > give_up else None)
+            dead = [ctx.host for fd, ctx in contexts.items() if fd in ready and ctx.device_fatal()]
+            if dead:
+                raise DaemonGone(
+                    f"the daemon of {dead[0]} in lab {conn.lab!r} ended during the write "
+                    f"(did it die?); `mrc-nic up --reuse -l {conn.lab}` restarts it"
+                )
             if why is not None:
                 for lane in lanes:
                     if not lane.done:
                         lane.error = why
                 conn.cancel(why)
                 break
-            select.select(fds, [], [], min(0.05, give_up - now))
+            ready = select.select(fds, [], [], min(0.05, give_up - now))[0]
         self.ended = time.monotonic()
 
     def _fill(self, lane: Lane, now: float) -> None:
@@ -448,10 +463,9 @@ class Transfer:
         wrs[-1].send_flags = verbs.SendFlags.SIGNALED  # the batch's end completes
         if opts.imm:
             lane.rqp.post_recv([verbs.RecvWR(wr_id=wr.wr_id) for wr in wrs])
+        if opts.timing:  # before the post: its doorbell may carry the packets all the way
+            lane.kick_ns.extend([time.monotonic_ns()] * len(wrs))
         lane.sqp.post_send(wrs)
-        if opts.timing:
-            t = time.monotonic_ns()
-            lane.kick_ns.extend([t] * len(wrs))
 
     def _wr(self, lane: Lane, k: int) -> verbs.SendWR:
         _, length = lane.pieces[k]
@@ -562,7 +576,7 @@ class Transfer:
             "mismatch": self.mismatch,
         }
         if opts.timing:
-            # Per QP and WRITE k: its post (after the doorbell), and the NIC's
+            # Per QP and WRITE k: its post (the time post_send was called), and the NIC's
             # times of its send completion and (imm) its receive completion.
             result["timing"] = [
                 {

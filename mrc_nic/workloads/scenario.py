@@ -1,8 +1,9 @@
-"""Traffic scenarios through the host daemons: N:1 incast with a bystander, permutation.
+"""Traffic scenarios on the emulated NICs: N:1 incast with a bystander, permutation.
 
-A scenario is a set of flows, each a WRITE from one host to another through
-the daemons (mrc_nic.workloads.rdma_write), started together (the bystander a little
-later), with every flow's goodput taken from its receive QP's counters
+A scenario is a set of flows, each a WRITE from one host to another as
+`mrc-nic write` makes it (mrc_nic.workloads.rdma_write, on the verbs API),
+started together (the bystander a little later), with every flow's goodput
+taken from its receive QP's counters
 (placed bytes, sampled every few tens of ms) over the time all the flows it
 is compared with were running. Flows are sized so that each lasts about
 `duration` at its fair share: the max-min fair rates of the flows over the
@@ -41,6 +42,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from mrc_nic import nic, resources
+from mrc_nic.errors import MrcNicError
 from mrc_nic.fabric import testbed
 from mrc_nic.fabric.switchport import EGRESS
 from mrc_nic.kernel import cpustat
@@ -338,7 +340,7 @@ def run_flows(
                 wait=timeout,
             )
             flow.error = flow.result.get("error")
-        except (ctl.DaemonError, ValueError, OSError) as e:
+        except (MrcNicError, ctl.DaemonError, ValueError, OSError) as e:
             flow.error = str(e)
         flow.done_at = time.monotonic() - t0
 
