@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import click
-from rich.markup import escape
 
 from mrc_nic.cli import output
 from mrc_nic.cli.common import default_topology_path, format_option, lab_option, snapshot_for
@@ -103,8 +102,8 @@ def status(lab: str | None, fmt: str) -> None:
 
 def render_status(snap: dict) -> None:
     t = snap["topology"]
-    output.info(
-        f"lab [bold]{snap['lab']}[/] ({escape(t['file'])}): {t['hosts']} hosts, "
+    output.plain(
+        f"lab {snap['lab']} ({t['file']}): {t['hosts']} hosts, "
         f"{t['planes']} planes, "
         f"{t['tiers']} tier(s), rate {t['rate']}, mtu {t['mtu']}, up in {snap['bringup_seconds']}s"
     )
@@ -129,12 +128,11 @@ def render_status(snap: dict) -> None:
     rows = []
     for lk in snap["links"]:
         state = lk["state"]
-        style = "green" if state == "up" else "red"
         rows.append(
             [
                 lk["name"],
                 lk["plane"],
-                f"[{style}]{state}[/]",
+                output.styled(state, "green" if state == "up" else "red"),
                 "" if lk["fault"] is None else f"#{lk['fault']}",
                 *output.counter_cells(lk["up"], lk["down"]),
             ]
@@ -170,7 +168,7 @@ def render_status(snap: dict) -> None:
             "faults in force", ["id", "target", "fault", "#links", "#drops", "worker"], rows
         )
     else:
-        output.info("no faults in force")
+        output.plain("no faults in force")
 
 
 COMMANDS = [up, down, status]

@@ -4,6 +4,9 @@ Everything here addresses a namespace by its exact name under /run/netns.
 Nothing in this module creates a namespace implicitly: pyroute2's IPRoute
 defaults to O_CREAT, which would silently re-create a namespace that a
 teardown just removed, so `iproute()` passes flags=0.
+
+pyroute2 is imported where it is used: it costs about 0.1 s, which the
+callers that only enter a namespace (the link counters of `status`) skip.
 """
 
 from __future__ import annotations
@@ -13,9 +16,10 @@ import ctypes
 import errno
 import os
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
-from pyroute2 import IPRoute
-from pyroute2 import netns as pr_netns
+if TYPE_CHECKING:
+    from pyroute2 import IPRoute
 
 NETNS_DIR = "/run/netns"
 CLONE_NEWNET = 0x40000000
@@ -40,6 +44,8 @@ def list_names() -> list[str]:
 def create(name: str) -> None:
     if exists(name):
         raise FileExistsError(errno.EEXIST, f"network namespace {name} already exists")
+    from pyroute2 import netns as pr_netns
+
     pr_netns.create(name)
 
 
@@ -47,6 +53,8 @@ def remove(name: str) -> bool:
     """Remove a namespace by exact name; False if it was not there."""
     if not exists(name):
         return False
+    from pyroute2 import netns as pr_netns
+
     pr_netns.remove(name)
     return True
 
@@ -55,6 +63,8 @@ def iproute(name: str) -> IPRoute:
     """An RTNL socket inside namespace `name`, which must already exist."""
     if not exists(name):
         raise FileNotFoundError(errno.ENOENT, f"network namespace {name} does not exist")
+    from pyroute2 import IPRoute
+
     return IPRoute(netns=name, flags=0)
 
 

@@ -327,7 +327,7 @@ def test_help_lists_commands(flag):
 
 
 def test_registered_commands():
-    assert set(cli.commands) == set(COMMANDS)
+    assert set(cli.list_commands(click.Context(cli))) == set(COMMANDS)
 
 
 def test_version():
@@ -353,7 +353,7 @@ def test_every_command_has_help(command):
 
 
 def test_fail_choices_match_fault_module():
-    params = {p.name: p for p in cli.commands["fail"].params}
+    params = {p.name: p for p in cli.get_command(click.Context(cli), "fail").params}
     assert tuple(params["mode"].type.choices) == faults.MODES
     assert tuple(params["direction"].type.choices) == faults.DIRECTIONS
 
@@ -592,3 +592,42 @@ def test_exec_takes_its_lab_option_after_the_host_too(monkeypatch):
     monkeypatch.setattr(state, "open_lab", open_lab)
     result = CliRunner().invoke(cli, ["exec", "h9", "-l", "other", "--", "true"])
     assert seen == ["other"] and "'h9' is not a host of lab 'other'" in result.output
+
+
+def test_command_modules_name_every_command_of_every_module():
+    # The lazy group imports a command's module from COMMAND_MODULES: a
+    # command missing there would vanish from the CLI.
+    import importlib
+    import pkgutil
+
+    import mrc_nic.cli as cli_pkg
+    from mrc_nic.cli import COMMAND_MODULES
+
+    found = {}
+    for info in pkgutil.iter_modules(cli_pkg.__path__):
+        if info.name.endswith("_cmds"):
+            module = importlib.import_module(f"mrc_nic.cli.{info.name}")
+            found.update({command.name: info.name for command in module.COMMANDS})
+    assert found == COMMAND_MODULES
+
+
+SHORT_COMMAND_PROBE = textwrap.dedent(
+    """
+    import json, sys
+    import mrc_nic.cli, mrc_nic.cli.fault_cmds, mrc_nic.cli.lab_cmds
+    import mrc_nic.fabric.faults, mrc_nic.observe.stats
+    heavy = ("scapy", "pyroute2", "bcc", "rich")
+    print(json.dumps(sorted(m for m in heavy if m in sys.modules)))
+    """
+)
+
+
+def test_short_commands_import_nothing_heavy():
+    # fail, heal and status must stay fast (docs/cli.md): scapy, pyroute2, bcc
+    # and rich cost 30-300 ms each to import, and none of these commands needs them
+    # for a BPF fault or the status tables.
+    proc = subprocess.run(
+        [PYTHON, "-c", SHORT_COMMAND_PROBE], capture_output=True, text=True, timeout=60, cwd=ROOT
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == []
