@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 import click
@@ -68,6 +69,17 @@ def cli() -> None:
     """Emulated MRC NICs and a multi-plane fabric in network namespaces."""
 
 
+def needs_root(e: PermissionError) -> str:
+    """The line for a user who is not root. Every command reaches the lab
+    through root-only things (its lock, BPF pins, daemons' sockets,
+    namespaces); each command validates its arguments first, so a typo is
+    reported before this."""
+    what = e.strerror or str(e)
+    if e.filename:
+        what = f"{what}: {e.filename}"
+    return f"mrc-nic needs root: {what}; run it with sudo"
+
+
 def main() -> None:
     """Entry point: known errors become one line on stderr and exit code 1."""
     from mrc_nic.cli.output import error
@@ -83,6 +95,11 @@ def main() -> None:
         sys.exit(e.exit_code)
     except MrcNicError as e:
         error(str(e))
+        sys.exit(1)
+    except PermissionError as e:
+        if os.geteuid() == 0:
+            raise  # root refused: not the user's doing, keep the traceback
+        error(needs_root(e))
         sys.exit(1)
     except KeyboardInterrupt:
         error("interrupted")

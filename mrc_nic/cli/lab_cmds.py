@@ -36,10 +36,11 @@ kmin, kmax, trim, seed (docs/queues.md)."""
 @format_option
 def up(topology_file: str | None, name: str | None, reuse: bool, fmt: str) -> None:
     """Build a lab: namespaces, veth links, routes, queues and BPF port programs."""
-    from mrc_nic.fabric import testbed
+    from mrc_nic.fabric import preflight, testbed
     from mrc_nic.lab import state, topology
 
     topo = topology.load(topology_file or default_topology_path(), lab=name)
+    preflight.require_root()  # before saying what it would build
     existing = state.LabState.load(topo.lab)
     if reuse and existing and existing.phase == "up" and existing.topology == topo.raw:
         output.info(f"lab {topo.lab} is already up (from {existing.topology_file}); reusing it")
@@ -159,7 +160,7 @@ def render_status(snap: dict) -> None:
                 f["target"],
                 f["text"],
                 len(f["links"]),
-                "" if f["drops"] is None else output.human_count(f["drops"]),
+                output.human_count(f["drops"]) if f["drops_counted"] else "not counted",
                 {True: "running", False: "dead", None: ""}[f["worker_alive"]],
             ]
             for f in snap["faults"]

@@ -321,7 +321,7 @@ def point_key(port_id: int, direction: int) -> str:
 def fault_drops(fault: dict, maps: SwitchPortMaps) -> int | None:
     """Packets this fault dropped so far (BPF modes; buffer drops at the same
     point are not its); None for down and flap, whose drops happen in the
-    kernel when carrier is gone."""
+    kernel when carrier is gone, and are counted nowhere."""
     if fault["mode"] not in BPF_MODES:
         return None
     total = 0

@@ -95,6 +95,25 @@ def entered(name: str) -> Iterator[None]:
         os.close(home)
 
 
+CAP_SYS_ADMIN = 21
+
+
+def require_setns() -> None:
+    """PermissionError now, in this process, unless it may enter namespaces.
+
+    setns() needs CAP_SYS_ADMIN. A forked child or a preexec_fn that fails
+    to enter reports it second-hand (SubprocessError "Exception occurred in
+    preexec_fn"); callers that enter in a child ask here first, so the error
+    says what is missing.
+    """
+    with open("/proc/self/status") as f:
+        caps = next((line.split()[1] for line in f if line.startswith("CapEff:")), "0")
+    if not int(caps, 16) >> CAP_SYS_ADMIN & 1:
+        raise PermissionError(
+            errno.EPERM, "entering a network namespace needs CAP_SYS_ADMIN (setns)"
+        )
+
+
 def enter_for_good(name: str) -> None:
     """Move the calling thread into `name` for the rest of its life (child processes)."""
     fd = os.open(path(name), os.O_RDONLY)
@@ -149,6 +168,7 @@ class Child:
 def start_in(name: str, fn, *args) -> Child:
     import json
 
+    require_setns()
     read_fd, write_fd = os.pipe()
     pid = os.fork()
     if pid == 0:  # child

@@ -631,3 +631,56 @@ def test_short_commands_import_nothing_heavy():
     )
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout) == []
+
+
+def _run_main(monkeypatch, capsys, argv: list[str], euid: int):
+    from mrc_nic.cli import main
+
+    monkeypatch.setattr(sys, "argv", ["mrc-nic", *argv])
+    monkeypatch.setattr(os, "geteuid", lambda: euid)
+    with pytest.raises(SystemExit) as exit_info:
+        main()
+    return exit_info.value.code, capsys.readouterr()
+
+
+def test_permission_refused_to_a_user_is_one_line_saying_root(monkeypatch, capsys):
+    from mrc_nic.observe import stats
+
+    def refused(lab):
+        raise PermissionError(13, "Permission denied", "/run/mrc-nic/zz.lock")
+
+    monkeypatch.setattr(stats, "snapshot", refused)
+    code, out = _run_main(monkeypatch, capsys, ["status", "-l", "zz"], euid=1000)
+    assert code == 1
+    (line,) = out.err.splitlines()
+    assert line == (
+        "error: mrc-nic needs root: Permission denied: /run/mrc-nic/zz.lock; run it with sudo"
+    )
+
+
+def test_permission_refused_to_root_keeps_its_traceback(monkeypatch):
+    from mrc_nic.cli import main
+    from mrc_nic.observe import stats
+
+    def refused(lab):
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(stats, "snapshot", refused)
+    monkeypatch.setattr(sys, "argv", ["mrc-nic", "status", "-l", "zz"])
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    with pytest.raises(PermissionError):
+        main()
+
+
+def test_dead_daemon_hint_is_up_reuse_with_the_labs_file_and_name(monkeypatch):
+    from mrc_nic.lab import ctl, state
+
+    class Record:
+        topology_file = "/x/netns/clos-8.toml"
+
+    monkeypatch.setattr(state.LabState, "load", staticmethod(lambda lab: Record()))
+    assert ctl.restart_hint("lab2") == (
+        "restart it with: mrc-nic up --reuse -t /x/netns/clos-8.toml --name lab2"
+    )
+    monkeypatch.setattr(state.LabState, "load", staticmethod(lambda lab: None))
+    assert "mrc-nic up --name lab2" in ctl.restart_hint("lab2")
