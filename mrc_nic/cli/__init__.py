@@ -17,6 +17,7 @@ Examples:
   mrc-nic fail p1.t0a-h0 --mode blackhole --duration 2s
   mrc-nic fail plane 2 --mode down
   mrc-nic heal --all
+  mrc-nic chaos --duration 60s --every 500ms  # random faults, verified traffic, all healed
   mrc-nic port set p0.t1a:t0a --kmin 20k --kmax 80k --trim 120k   # a switch queue
   mrc-nic stats --watch                       # live rates per plane, path, QP, link
   mrc-nic events --follow                     # EV states, faults, QP errors as they happen
@@ -35,6 +36,7 @@ COMMAND_MODULES = {
     "status": "lab_cmds",
     "fail": "fault_cmds",
     "heal": "fault_cmds",
+    "chaos": "chaos_cmds",
     "port": "port_cmds",
     "stats": "stats_cmds",
     "events": "events_cmds",

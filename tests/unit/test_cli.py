@@ -303,6 +303,7 @@ COMMANDS = [
     "status",
     "fail",
     "heal",
+    "chaos",
     "port",
     "stats",
     "traffic",
