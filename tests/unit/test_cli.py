@@ -624,7 +624,7 @@ SHORT_COMMAND_PROBE = textwrap.dedent(
 
 
 def test_short_commands_import_nothing_heavy():
-    # fail, heal and status must stay fast (docs/cli.md): scapy, pyroute2, bcc
+    # fail, heal and status must stay fast (README, "Who may run it"): scapy, pyroute2, bcc
     # and rich cost 30-300 ms each to import, and none of these commands needs them
     # for a BPF fault or the status tables.
     proc = subprocess.run(
