@@ -19,7 +19,8 @@ from mrc_nic import verbs
 from mrc_nic.verbs import cm
 
 KIB = 1024
-_UNITS = {"": 1, "k": KIB, "kib": KIB, "m": KIB**2, "mib": KIB**2, "g": KIB**3, "gib": KIB**3}
+_UNITS = {"": 1, "b": 1, "k": KIB, "m": KIB**2, "g": KIB**3, "t": KIB**4}
+_UNITS.update({f"{u}ib": n for u, n in _UNITS.items() if u not in ("", "b")})
 
 
 class ExampleError(Exception):
@@ -37,11 +38,11 @@ class Parser(argparse.ArgumentParser):
 
 
 def size_arg(low: int = 0, high: int | None = None) -> Callable[[str], int]:
-    """A byte count: 4096, 4K, 4KiB, 1M, 1G; from `low` to `high`."""
+    """A byte count: 4096, 4K, 4KiB, 1M, 1G, 1T (binary); from `low` to `high`."""
 
     def parse(text: str) -> int:
         t = text.strip().lower()
-        digits = t.rstrip("kmgib")
+        digits = t.rstrip("kmgtib")
         unit = t[len(digits) :]
         if not digits.isdigit() or unit not in _UNITS:
             raise argparse.ArgumentTypeError(f"{text!r} is not a size (4096, 4K, 1M, 1G)")

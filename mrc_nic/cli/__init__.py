@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+import os
 import sys
 
 import click
@@ -15,6 +17,7 @@ Examples:
   mrc-nic fail p1.t0a-h0 --mode blackhole --duration 2s
   mrc-nic fail plane 2 --mode down
   mrc-nic heal --all
+  mrc-nic chaos --duration 60s --every 500ms  # random faults, verified traffic, all healed
   mrc-nic port set p0.t1a:t0a --kmin 20k --kmax 80k --trim 120k   # a switch queue
   mrc-nic stats --watch                       # live rates per plane, path, QP, link
   mrc-nic events --follow                     # EV states, faults, QP errors as they happen
@@ -23,44 +26,60 @@ Examples:
 """
 
 
-@click.group(epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
+# Which module holds each command. A command's module is imported only when
+# that command runs (or --help lists them all): `mrc-nic fail` should not pay
+# for what `capture` or `scenario` import. tests/unit/test_cli.py checks this
+# map against every module's COMMANDS.
+COMMAND_MODULES = {
+    "up": "lab_cmds",
+    "down": "lab_cmds",
+    "status": "lab_cmds",
+    "fail": "fault_cmds",
+    "heal": "fault_cmds",
+    "chaos": "chaos_cmds",
+    "port": "port_cmds",
+    "stats": "stats_cmds",
+    "events": "events_cmds",
+    "traffic": "traffic_cmds",
+    "ping": "traffic_cmds",
+    "capture": "capture_cmds",
+    "write": "qp_cmds",
+    "qp": "qp_cmds",
+    "ev": "qp_cmds",
+    "scenario": "scenario_cmds",
+    "exec": "exec_cmds",
+}
+
+
+class LazyGroup(click.Group):
+    """A group whose commands are imported from COMMAND_MODULES on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMAND_MODULES)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        module_name = COMMAND_MODULES.get(cmd_name)
+        if module_name is None:
+            return None
+        module = importlib.import_module(f"mrc_nic.cli.{module_name}")
+        return next(c for c in module.COMMANDS if c.name == cmd_name)
+
+
+@click.group(cls=LazyGroup, epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="mrc-nic")
 def cli() -> None:
     """Emulated MRC NICs and a multi-plane fabric in network namespaces."""
 
 
-def _register() -> None:
-    from mrc_nic.cli import (
-        capture_cmds,
-        events_cmds,
-        exec_cmds,
-        fault_cmds,
-        lab_cmds,
-        port_cmds,
-        qp_cmds,
-        scenario_cmds,
-        stats_cmds,
-        traffic_cmds,
-    )
-
-    modules = (
-        lab_cmds,
-        fault_cmds,
-        port_cmds,
-        stats_cmds,
-        events_cmds,
-        traffic_cmds,
-        capture_cmds,
-        qp_cmds,
-        scenario_cmds,
-        exec_cmds,
-    )
-    for module in modules:
-        for command in module.COMMANDS:
-            cli.add_command(command)
-
-
-_register()
+def needs_root(e: PermissionError) -> str:
+    """The line for a user who is not root. Every command reaches the lab
+    through root-only things (its lock, BPF pins, daemons' sockets,
+    namespaces); each command validates its arguments first, so a typo is
+    reported before this."""
+    what = e.strerror or str(e)
+    if e.filename:
+        what = f"{what}: {e.filename}"
+    return f"mrc-nic needs root: {what}; run it with sudo"
 
 
 def main() -> None:
@@ -78,6 +97,11 @@ def main() -> None:
         sys.exit(e.exit_code)
     except MrcNicError as e:
         error(str(e))
+        sys.exit(1)
+    except PermissionError as e:
+        if os.geteuid() == 0:
+            raise  # root refused: not the user's doing, keep the traceback
+        error(needs_root(e))
         sys.exit(1)
     except KeyboardInterrupt:
         error("interrupted")

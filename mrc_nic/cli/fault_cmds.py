@@ -98,7 +98,7 @@ def heal(what: tuple[str, ...], heal_all: bool, lab: str | None, fmt: str) -> No
     if fmt == "json":
         output.emit_json(healed)
     elif not healed:
-        output.info("no faults in force")
+        output.plain("no faults in force")
     for f in healed if fmt == "table" else []:
         output.success(f"healed fault #{f['id']} ({f['mode']} on {f['target']})")
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import click
-from rich.markup import escape
 
 from mrc_nic.cli import output
 from mrc_nic.cli.common import default_topology_path, format_option, lab_option, snapshot_for
@@ -37,10 +36,11 @@ kmin, kmax, trim, seed (docs/queues.md)."""
 @format_option
 def up(topology_file: str | None, name: str | None, reuse: bool, fmt: str) -> None:
     """Build a lab: namespaces, veth links, routes, queues and BPF port programs."""
-    from mrc_nic.fabric import testbed
+    from mrc_nic.fabric import preflight, testbed
     from mrc_nic.lab import state, topology
 
     topo = topology.load(topology_file or default_topology_path(), lab=name)
+    preflight.require_root()  # before saying what it would build
     existing = state.LabState.load(topo.lab)
     if reuse and existing and existing.phase == "up" and existing.topology == topo.raw:
         output.info(f"lab {topo.lab} is already up (from {existing.topology_file}); reusing it")
@@ -103,8 +103,8 @@ def status(lab: str | None, fmt: str) -> None:
 
 def render_status(snap: dict) -> None:
     t = snap["topology"]
-    output.info(
-        f"lab [bold]{snap['lab']}[/] ({escape(t['file'])}): {t['hosts']} hosts, "
+    output.plain(
+        f"lab {snap['lab']} ({t['file']}): {t['hosts']} hosts, "
         f"{t['planes']} planes, "
         f"{t['tiers']} tier(s), rate {t['rate']}, mtu {t['mtu']}, up in {snap['bringup_seconds']}s"
     )
@@ -129,12 +129,11 @@ def render_status(snap: dict) -> None:
     rows = []
     for lk in snap["links"]:
         state = lk["state"]
-        style = "green" if state == "up" else "red"
         rows.append(
             [
                 lk["name"],
                 lk["plane"],
-                f"[{style}]{state}[/]",
+                output.styled(state, "green" if state == "up" else "red"),
                 "" if lk["fault"] is None else f"#{lk['fault']}",
                 *output.counter_cells(lk["up"], lk["down"]),
             ]
@@ -161,7 +160,7 @@ def render_status(snap: dict) -> None:
                 f["target"],
                 f["text"],
                 len(f["links"]),
-                "" if f["drops"] is None else output.human_count(f["drops"]),
+                output.human_count(f["drops"]) if f["drops_counted"] else "not counted",
                 {True: "running", False: "dead", None: ""}[f["worker_alive"]],
             ]
             for f in snap["faults"]
@@ -170,7 +169,7 @@ def render_status(snap: dict) -> None:
             "faults in force", ["id", "target", "fault", "#links", "#drops", "worker"], rows
         )
     else:
-        output.info("no faults in force")
+        output.plain("no faults in force")
 
 
 COMMANDS = [up, down, status]

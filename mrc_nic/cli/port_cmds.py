@@ -10,7 +10,7 @@ from mrc_nic.cli.common import format_option, lab_option, pick_lab
 TARGETS = """\b
 Targets: a switch port (p0.t1a:t0a: switch p0.t1a, its port towards t0a),
 a link (p0.t1a-t0a: the switch ends), a switch (p0.t0a), 'plane N', or all.
-Sizes: 20000, 20k, 20KB, 20KiB, 1m; or a fraction of the port's BDP
+Sizes: 20000, 20k, 20KB, 20KiB, 1m, 1.5m (at most 1GiB); or a fraction of the port's BDP
 (link rate x [queues].base_rtt): 0.2bdp."""
 
 

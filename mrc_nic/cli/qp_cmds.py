@@ -26,7 +26,12 @@ Examples:
 )
 @click.argument("src")
 @click.argument("dst")
-@click.option("--size", required=True, callback=_size, help="Bytes: 4096, 64K, 256MiB, 1G.")
+@click.option(
+    "--size",
+    required=True,
+    callback=_size,
+    help="Bytes: 4096, 64K, 256MiB, 1.5G, 1T (K..T binary, KB..TB decimal; at most 1 TiB).",
+)
 @click.option("--qps", type=click.IntRange(1, 64), default=1, show_default=True)
 @click.option("--imm", is_flag=True, help="WRITE_WITH_IMM: completions at the receiver, in order.")
 @click.option("--verify", is_flag=True, help="Compare every byte that arrived with what was sent.")

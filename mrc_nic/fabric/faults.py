@@ -28,7 +28,6 @@ import time
 from dataclasses import dataclass
 
 from mrc_nic.errors import MrcNicError
-from mrc_nic.fabric.builder import Fabric
 from mrc_nic.fabric.switchport import EGRESS, INGRESS, FaultMode, SwitchPortMaps
 from mrc_nic.lab import ctl, state, workers
 from mrc_nic.lab.topology import Link, Topology
@@ -226,6 +225,8 @@ def _enforce(topo: Topology, links: list[Link], fault: dict) -> None:
                         fault_id=fault["id"],
                     )
     elif mode == "down":
+        from mrc_nic.fabric.builder import Fabric  # pyroute2: only where carrier changes
+
         # Links go down here one at a time (a few ms each on a loaded machine)
         # where an outage takes them at once. Host links first: the hosts'
         # ports see it first, as they would, and their NICs leave the plane
@@ -285,6 +286,8 @@ def _lift(topo: Topology, fault: dict) -> None:
                     if maps.fault(port_id, direction).get("fault_id") == fault["id"]:
                         maps.clear_fault(port_id, direction)
     else:
+        from mrc_nic.fabric.builder import Fabric  # pyroute2: only where carrier changes
+
         with Fabric(topo) as fabric:
             for link in links:
                 fabric.set_link_state(link, up=True)
@@ -318,7 +321,7 @@ def point_key(port_id: int, direction: int) -> str:
 def fault_drops(fault: dict, maps: SwitchPortMaps) -> int | None:
     """Packets this fault dropped so far (BPF modes; buffer drops at the same
     point are not its); None for down and flap, whose drops happen in the
-    kernel when carrier is gone."""
+    kernel when carrier is gone, and are counted nowhere."""
     if fault["mode"] not in BPF_MODES:
         return None
     total = 0

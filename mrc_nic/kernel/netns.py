@@ -4,6 +4,9 @@ Everything here addresses a namespace by its exact name under /run/netns.
 Nothing in this module creates a namespace implicitly: pyroute2's IPRoute
 defaults to O_CREAT, which would silently re-create a namespace that a
 teardown just removed, so `iproute()` passes flags=0.
+
+pyroute2 is imported where it is used: it costs about 0.1 s, which the
+callers that only enter a namespace (the link counters of `status`) skip.
 """
 
 from __future__ import annotations
@@ -13,9 +16,10 @@ import ctypes
 import errno
 import os
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
-from pyroute2 import IPRoute
-from pyroute2 import netns as pr_netns
+if TYPE_CHECKING:
+    from pyroute2 import IPRoute
 
 NETNS_DIR = "/run/netns"
 CLONE_NEWNET = 0x40000000
@@ -40,6 +44,8 @@ def list_names() -> list[str]:
 def create(name: str) -> None:
     if exists(name):
         raise FileExistsError(errno.EEXIST, f"network namespace {name} already exists")
+    from pyroute2 import netns as pr_netns
+
     pr_netns.create(name)
 
 
@@ -47,6 +53,8 @@ def remove(name: str) -> bool:
     """Remove a namespace by exact name; False if it was not there."""
     if not exists(name):
         return False
+    from pyroute2 import netns as pr_netns
+
     pr_netns.remove(name)
     return True
 
@@ -55,6 +63,8 @@ def iproute(name: str) -> IPRoute:
     """An RTNL socket inside namespace `name`, which must already exist."""
     if not exists(name):
         raise FileNotFoundError(errno.ENOENT, f"network namespace {name} does not exist")
+    from pyroute2 import IPRoute
+
     return IPRoute(netns=name, flags=0)
 
 
@@ -83,6 +93,25 @@ def entered(name: str) -> Iterator[None]:
     finally:
         os.close(target)
         os.close(home)
+
+
+CAP_SYS_ADMIN = 21
+
+
+def require_setns() -> None:
+    """PermissionError now, in this process, unless it may enter namespaces.
+
+    setns() needs CAP_SYS_ADMIN. A forked child or a preexec_fn that fails
+    to enter reports it second-hand (SubprocessError "Exception occurred in
+    preexec_fn"); callers that enter in a child ask here first, so the error
+    says what is missing.
+    """
+    with open("/proc/self/status") as f:
+        caps = next((line.split()[1] for line in f if line.startswith("CapEff:")), "0")
+    if not int(caps, 16) >> CAP_SYS_ADMIN & 1:
+        raise PermissionError(
+            errno.EPERM, "entering a network namespace needs CAP_SYS_ADMIN (setns)"
+        )
 
 
 def enter_for_good(name: str) -> None:
@@ -139,6 +168,7 @@ class Child:
 def start_in(name: str, fn, *args) -> Child:
     import json
 
+    require_setns()
     read_fd, write_fd = os.pipe()
     pid = os.fork()
     if pid == 0:  # child

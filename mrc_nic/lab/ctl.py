@@ -42,6 +42,16 @@ def socket_path(lab: str, host: str) -> Path:
     return state.lab_dir(lab) / f"{host}.sock"
 
 
+def restart_hint(lab: str) -> str:
+    """How to bring a lab's dead daemons back: `up --reuse` restarts them and
+    keeps the lab (its links, faults and counters), with the topology and name
+    the lab was made from."""
+    record = state.LabState.load(lab)
+    if record is None:
+        return f"the lab is not up; start it with: mrc-nic up --name {lab}"
+    return f"restart it with: mrc-nic up --reuse -t {record.topology_file} --name {lab}"
+
+
 def encode(message: dict) -> bytes:
     return json.dumps(message, separators=(",", ":")).encode() + b"\n"
 
@@ -80,9 +90,12 @@ class Session:
             self.sock.close()
             raise DaemonError(
                 f"the daemon of {host} in lab {lab!r} is not running ({path} does not "
-                f"answer); `mrc-nic status -l {lab}` shows the daemons, and "
-                f"`mrc-nic down -l {lab}` then `mrc-nic up` restarts the lab"
+                f"answer); {restart_hint(lab)}"
             ) from None
+        except PermissionError as e:
+            self.sock.close()
+            # connect() names no path; the user needs to know what refused them.
+            raise PermissionError(e.errno, e.strerror, str(path)) from None
 
     def __enter__(self) -> Session:
         return self

@@ -26,6 +26,7 @@ import re
 import string
 import tomllib
 from dataclasses import dataclass, field
+from fractions import Fraction
 from pathlib import Path
 
 from mrc_nic.errors import MrcNicError
@@ -48,15 +49,22 @@ MAX_TBF_RATE_BPS = 32 * 10**9  # TBF's rate field is a u32 in bytes/s
 GATEWAY_HOST_OCTET = 254
 
 RATE_UNITS = {"bit": 1, "kbit": 10**3, "mbit": 10**6, "gbit": 10**9, "tbit": 10**12}
+# Sizes: SI units (kb = 1000 bytes) and binary ones (kib = 1024), any case
+# ("2TiB", "2tib"). The one-letter forms mean what the context counts in:
+# queue thresholds decimal ("20k" = 20000 bytes, as tc does), transfer
+# sizes binary (rdma_write.WRITE_SIZE_UNITS: "1G" = 1 GiB, as perftest does).
 SIZE_UNITS = {
     "b": 1,
     "kb": 10**3,
     "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
     "kib": 2**10,
     "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
 }
-# Queue thresholds also take the short forms of the CLI ("20k").
-QUEUE_SIZE_UNITS = {**SIZE_UNITS, "k": 10**3, "m": 10**6}
+QUEUE_SIZE_UNITS = {**SIZE_UNITS, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
 TIME_UNITS_NS = {"ns": 1, "us": 10**3, "ms": 10**6, "s": 10**9}
 # The TBF of every capped egress sends this much at line rate after idle (its
 # bucket): its hrtimer refills continuously, so ~250 us keeps the CPU cost low
@@ -360,17 +368,30 @@ def parse_rate(value: object) -> int | None:
 
 
 def parse_size(value: object, units: dict[str, int] = SIZE_UNITS) -> int:
-    """'256KiB' -> 262144 bytes; a bare integer is bytes. units: lower-case
-    unit -> bytes (the topology's by default)."""
+    """'256KiB' -> 262144 bytes, '1.5MiB' -> 1572864; a bare number is bytes.
+    units: lower-case unit -> bytes (the topology's by default). A fraction
+    must come to a whole number of bytes."""
     if isinstance(value, int) and not isinstance(value, bool):
         return value
     if not isinstance(value, str):
         raise ValueError('must be a size such as "256KiB"')
-    m = re.fullmatch(r"(\d+)\s*([a-zA-Z]*)", value.strip())
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([a-zA-Z]*)", value.strip())
     unit = (m.group(2) or "b").lower() if m else ""
     if not m or unit not in units:
         raise ValueError(f"cannot read {value!r}: use a number and a unit ({', '.join(units)})")
-    return int(m.group(1)) * units[unit]
+    size = Fraction(m.group(1)) * units[unit]  # exact: 1.1 GiB is not rounded through a float
+    if size.denominator != 1:
+        raise ValueError(f"{value!r} is {float(size):g} bytes: a size is a whole number of bytes")
+    return int(size)
+
+
+def format_size(nbytes: int) -> str:
+    """1099511627776 -> '1 TiB'; what no binary unit near its size divides,
+    in bytes: 10**12 -> '1,000,000,000,000 bytes'."""
+    for unit, div in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if nbytes >= div:
+            return f"{nbytes // div} {unit}" if nbytes % div == 0 else f"{nbytes:,} bytes"
+    return f"{nbytes} bytes"
 
 
 def parse_threshold(value: object, *, allow_off: bool = False) -> Threshold | None:
@@ -386,9 +407,15 @@ def parse_threshold(value: object, *, allow_off: bool = False) -> Threshold | No
             return None
         if not text.endswith("bdp"):
             try:
-                return Threshold(nbytes=parse_size(text, QUEUE_SIZE_UNITS))
+                nbytes = parse_size(text, QUEUE_SIZE_UNITS)
             except ValueError:
                 raise ValueError(f"cannot read {value!r}: {_THRESHOLD_HELP}") from None
+            if nbytes > QUEUE_BYTES_MAX:
+                raise ValueError(
+                    f"{value!r} is over the limit of {format_size(QUEUE_BYTES_MAX)} "
+                    "(the most a switch queue's BPF twin holds)"
+                )
+            return Threshold(nbytes=nbytes)
         try:
             fraction = float(text.removesuffix("bdp"))
         except ValueError:

@@ -36,7 +36,13 @@ nic_cq_rings, and a QP set up with cq=index + 1 reports there (cq_maps).
 The parts: layout (names, constants, layouts), loader (compile, pin, attach),
 kick (run the send engine), maps (NicMaps, one part per role), snapshots,
 events (the ring buffer). This package re-exports their public names.
+
+The scapy layers (wire) are loaded on first use of ``nic.wire``: importing
+scapy costs about 0.3 s, which a short CLI call that only reads maps must not
+pay; the wire format's numbers are in wireconst, loaded at once.
 """
+
+import importlib
 
 from mrc_nic.kernel.pins import MapsMissing, pin_dir
 from mrc_nic.nic.cq_maps import CqMaps
@@ -298,3 +304,10 @@ __all__ = [
     "seg_size",
     "unpin",
 ]
+
+
+def __getattr__(name: str):
+    # nic.wire, loaded on first use (PEP 562): see the docstring.
+    if name == "wire":
+        return importlib.import_module("mrc_nic.nic.wire")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -6,7 +6,7 @@ import contextlib
 import ctypes
 
 from mrc_nic.kernel import bpfsys, pins
-from mrc_nic.nic import wire
+from mrc_nic.nic import wireconst
 from mrc_nic.nic.kick import run_kick
 from mrc_nic.nic.layout import (
     BPF_F_LOCK,
@@ -27,8 +27,8 @@ class EvMaps:
 
     def setup_ev(self, qpn: int, ev: int, *, plane: int, state: EvState = EvState.GOOD) -> None:
         """Create (or reset) one EV of a send QP: counters and RTT zero."""
-        pins.check_range("qpn", qpn, wire.QPN_MASK)
-        pins.check_range("ev", ev, wire.EV_MAX)
+        pins.check_range("qpn", qpn, wireconst.QPN_MASK)
+        pins.check_range("ev", ev, wireconst.EV_MAX)
         pins.check_range("plane", plane, MAX_PLANES - 1)
         value = EvStateLayout(plane=plane, state=EvState(state))
         bpfsys.map_update(self._fds[EVS_MAP], bytes(EvKey(qpn, ev)), bytes(value))
@@ -87,8 +87,8 @@ class EvMaps:
         the swap may still write to it, and nic_evs is a preallocated hash
         whose freed elements are reused at once (by the next EV created).
         Delete it with delete_ev once such runs are over (a few ms later)."""
-        pins.check_range("ev", new, wire.EV_MAX)
-        if new == wire.EV_INVALID:
+        pins.check_range("ev", new, wireconst.EV_MAX)
+        if new == wireconst.EV_INVALID:
             raise ValueError("EV 0 is invalid")
         raw = self.sq_raw(qpn)
         if new in raw.evs[: raw.n_evs]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import ctypes
 
 from mrc_nic.kernel import bpfsys, pins
-from mrc_nic.nic import wire
+from mrc_nic.nic import wireconst
 from mrc_nic.nic.layout import Kick, KickOp
 
 # A kick's template frame (bpf/nic_structs.h, struct nic_kick): broadcast, EtherType 0x88B5
@@ -21,7 +21,7 @@ _KICK_OUT = 4096
 
 def kick_frame(qpn: int, op: KickOp = KickOp.SEND, arg: int = 0, age_ns: int = 0) -> bytes:
     """BPF_PROG_RUN's data_in for a kick of QP qpn: the metadata, then the template."""
-    pins.check_range("qpn", qpn, wire.QPN_MASK)
+    pins.check_range("qpn", qpn, wireconst.QPN_MASK)
     pins.check_range("arg", arg, 0xFFFF)
     pins.check_range("age_ns", age_ns, pins.U64_MAX)
     return bytes(Kick(qpn=qpn, op=op, arg=arg, age_ns=age_ns)) + KICK_TEMPLATE

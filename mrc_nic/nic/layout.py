@@ -9,7 +9,7 @@ import ctypes
 from mrc_nic import resources
 from mrc_nic.abi import defs
 from mrc_nic.kernel import pins
-from mrc_nic.nic import wire
+from mrc_nic.nic import wireconst
 
 BPF_DIR = resources.BPF_DIR
 SOURCE = BPF_DIR / "nic_xdp.c"
@@ -62,22 +62,22 @@ MR_ELEM_SIZE = defs.NIC_MR_ELEM_SIZE
 SEG_ELEMS_MAX = defs.NIC_SEG_ELEMS_MAX  # a data packet's payload fills at most 3 elements
 
 
-def seg_size(mtu: int = wire.MTU) -> int:
+def seg_size(mtu: int = wireconst.MTU) -> int:
     """NIC_SEG_SIZE: the payload of a full data packet on a lab of IP MTU `mtu`,
     the largest multiple of MR_ELEM_SIZE that fits it, at most SEG_ELEMS_MAX
     elements (1024 on MTU 1500, 2048 from 2128, 3072 from 3152)."""
-    fit = wire.payload_max(mtu) // MR_ELEM_SIZE
+    fit = wireconst.payload_max(mtu) // MR_ELEM_SIZE
     if fit < 1:
         raise ValueError(
-            f"an IP MTU of {mtu} leaves {wire.payload_max(mtu)} bytes of payload per packet; "
+            f"an IP MTU of {mtu} leaves {wireconst.payload_max(mtu)} bytes of payload per packet; "
             f"the NIC needs {MR_ELEM_SIZE}: use an MTU of "
-            f"{MR_ELEM_SIZE + wire.WRITE_IMM_OVERHEAD} or more"
+            f"{MR_ELEM_SIZE + wireconst.WRITE_IMM_OVERHEAD} or more"
         )
     return min(fit, SEG_ELEMS_MAX) * MR_ELEM_SIZE
 
 
 MPR_MAX = defs.NIC_MPR_MAX
-BITMAP_BITS = MPR_MAX * wire.MPR_UNIT
+BITMAP_BITS = MPR_MAX * wireconst.MPR_UNIT
 BITMAP_WORDS = BITMAP_BITS // 64
 MSG_SLOTS = defs.NIC_MSG_SLOTS
 GAP_BINS = defs.NIC_GAP_BINS  # the receive QP's log of long delivery gaps
@@ -142,7 +142,7 @@ RqState = defs.NicRq
 def rx_lock_slot(qpn: int) -> int:
     """The entry of nic_rx_locks that is QP qpn's receive lock (shared by QPs
     whose numbers agree modulo RX_LOCKS)."""
-    pins.check_range("qpn", qpn, wire.QPN_MASK)
+    pins.check_range("qpn", qpn, wireconst.QPN_MASK)
     return qpn % RX_LOCKS
 
 

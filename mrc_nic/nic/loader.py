@@ -7,7 +7,7 @@ import ipaddress
 from typing import Any
 
 from mrc_nic.kernel import bpfsys, pins, program, xdp
-from mrc_nic.nic import wire
+from mrc_nic.nic import wireconst
 from mrc_nic.nic.kick import run_kick
 from mrc_nic.nic.layout import (
     BPF_DIR,
@@ -45,7 +45,7 @@ class NicConfig:
     mr_elems: int = DEFAULT_MR_ELEMS
     max_regions: int = DEFAULT_MAX_REGIONS
     event_pages: int = DEFAULT_EVENT_PAGES
-    mtu: int = wire.MTU
+    mtu: int = wireconst.MTU
     max_evs: int = DEFAULT_MAX_EVS
     tx_rings: int = DEFAULT_TX_RINGS
     skip_ns: int = DEFAULT_SKIP_NS
@@ -87,7 +87,7 @@ class NicConfig:
             pages = getattr(self, name)
             if not (isinstance(pages, int) and pages >= 1 and pages & (pages - 1) == 0):
                 raise ValueError(f"{name} must be a power of two, not {pages!r}")
-        if wire.payload_max(self.mtu) <= 0:
+        if wireconst.payload_max(self.mtu) <= 0:
             raise ValueError(f"mtu {self.mtu} is too small for a data packet")
         if not (isinstance(self.skip_ns, int) and 0 <= self.skip_ns < 1 << 63):
             raise ValueError(f"skip_ns must be a non-negative integer, not {self.skip_ns!r}")
@@ -113,7 +113,7 @@ class NicProgram:
         mr_elems: int = DEFAULT_MR_ELEMS,
         max_regions: int = DEFAULT_MAX_REGIONS,
         event_pages: int = DEFAULT_EVENT_PAGES,
-        mtu: int = wire.MTU,
+        mtu: int = wireconst.MTU,
         max_evs: int = DEFAULT_MAX_EVS,
         tx_rings: int = DEFAULT_TX_RINGS,
         skip_ns: int = DEFAULT_SKIP_NS,

@@ -7,7 +7,7 @@ import errno
 import sys
 
 from mrc_nic.kernel import bpfsys, pins
-from mrc_nic.nic import wire
+from mrc_nic.nic import wireconst
 from mrc_nic.nic.cq_maps import check_cq
 from mrc_nic.nic.layout import (
     BITMAP_BITS,
@@ -59,20 +59,20 @@ class RxQpMaps:
         zero. Do it before data flows to this QP: a packet being processed
         meanwhile may be lost (the sender resends it).
         """
-        pins.check_range("qpn", qpn, wire.QPN_MASK)
+        pins.check_range("qpn", qpn, wireconst.QPN_MASK)
         pins.check_range("local_host", local_host, MAX_HOSTS - 2)
         pins.check_range("peer_host", peer_host, MAX_HOSTS - 2)
-        pins.check_range("peer_qpn", peer_qpn, wire.QPN_MASK)
+        pins.check_range("peer_qpn", peer_qpn, wireconst.QPN_MASK)
         if region != REGION_BY_RKEY:  # else: the rkey of each WRITE names its MR
             pins.check_range("region", region, self.max_regions - 1)
         if not (isinstance(mpr, int) and 1 <= mpr <= MPR_MAX):
             raise ValueError(f"mpr must be an integer in [1, {MPR_MAX}], not {mpr!r}")
-        pins.check_range("psn", psn, wire.PSN_MASK)
-        pins.check_range("msn", msn, wire.MSN_MASK)
+        pins.check_range("psn", psn, wireconst.PSN_MASK)
+        pins.check_range("msn", msn, wireconst.MSN_MASK)
         check_cq("cq", cq, self.max_cqs)
         owner = self._rx_slot_owner(qpn)
         if owner not in (0, qpn | RQ_TAG_USED):
-            holder = owner & wire.QPN_MASK
+            holder = owner & wireconst.QPN_MASK
             raise FileExistsError(
                 errno.EEXIST,
                 f"QP {qpn:#x} cannot receive: its receive slot {self.rx_slot(qpn)} "
@@ -116,7 +116,7 @@ class RxQpMaps:
         """KeyError unless QP qpn owns its receive slot. One writer per slot is
         assumed (the daemons' QPNs never share one): a check and the access
         after it are two syscalls."""
-        if qpn & ~wire.QPN_MASK or self._rx_slot_owner(qpn) != qpn | RQ_TAG_USED:
+        if qpn & ~wireconst.QPN_MASK or self._rx_slot_owner(qpn) != qpn | RQ_TAG_USED:
             raise KeyError(f"no receive state for QP {qpn:#x}")
 
     def rq_raw(self, qpn: int) -> RqState:
@@ -129,16 +129,16 @@ class RxQpMaps:
     def rq(self, qpn: int) -> RqSnapshot:
         """The receive state of a QP, decoded (KeyError if none)."""
         raw = self.rq_raw(qpn)
-        window = raw.mpr * wire.MPR_UNIT if 1 <= raw.mpr <= MPR_MAX else BITMAP_BITS
+        window = raw.mpr * wireconst.MPR_UNIT if 1 <= raw.mpr <= MPR_MAX else BITMAP_BITS
         received = []
         for i in range(window):
-            psn = (raw.cum_psn + i) & wire.PSN_MASK
+            psn = (raw.cum_psn + i) & wireconst.PSN_MASK
             pos = psn % BITMAP_BITS
             if raw.bitmap[pos // 64] >> (pos % 64) & 1:
                 received.append(psn)
         pending = []
         for i in range(MSG_SLOTS):
-            msn = (raw.msn + i) & wire.MSN_MASK
+            msn = (raw.msn + i) & wireconst.MSN_MASK
             slot = raw.msgs[msn % MSG_SLOTS]
             if slot.flags & MSG_F_VALID:
                 pending.append(
@@ -230,4 +230,4 @@ class RxQpMaps:
         """QPNs with receive state (the owners in nic_rx_slots), ascending."""
         pairs = bpfsys.map_lookup_batch(self._fds[RX_SLOTS_MAP], 4, 4, chunk=self.max_qps)
         owners = (int.from_bytes(value, sys.byteorder) for _, value in pairs)
-        return sorted(o & wire.QPN_MASK for o in owners if o & RQ_TAG_USED)
+        return sorted(o & wireconst.QPN_MASK for o in owners if o & RQ_TAG_USED)

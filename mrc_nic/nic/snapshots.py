@@ -7,7 +7,7 @@ import enum
 from typing import Any
 
 from mrc_nic.kernel import pins
-from mrc_nic.nic import wire
+from mrc_nic.nic import wireconst
 from mrc_nic.nic.layout import RETX_SLOTS, EvState, QpState, RetxCause, SqState
 
 
@@ -34,7 +34,7 @@ class RqSnapshot:
 
     @property
     def window(self) -> int:
-        return self.mpr * wire.MPR_UNIT
+        return self.mpr * wireconst.MPR_UNIT
 
 
 @dataclasses.dataclass
@@ -73,11 +73,11 @@ class SqSnapshot:
 
     @property
     def window(self) -> int:
-        return self.mpr * wire.MPR_UNIT
+        return self.mpr * wireconst.MPR_UNIT
 
     @property
     def in_flight(self) -> int:
-        return (self.snd_nxt - self.snd_una) & wire.PSN_MASK
+        return (self.snd_nxt - self.snd_una) & wireconst.PSN_MASK
 
     @property
     def window_free(self) -> int:

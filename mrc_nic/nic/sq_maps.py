@@ -9,7 +9,7 @@ import mmap
 import sys
 
 from mrc_nic.kernel import bpfsys, pins
-from mrc_nic.nic import wire
+from mrc_nic.nic import wireconst
 from mrc_nic.nic.cq_maps import check_cq
 from mrc_nic.nic.kick import run_kick
 from mrc_nic.nic.layout import (
@@ -90,31 +90,31 @@ class SendQpMaps:
         nic_events). The whole values are written: do it before packets flow
         for this QP.
         """
-        pins.check_range("qpn", qpn, wire.QPN_MASK)
+        pins.check_range("qpn", qpn, wireconst.QPN_MASK)
         pins.check_range("local_host", local_host, MAX_HOSTS - 2)
         pins.check_range("peer_host", peer_host, MAX_HOSTS - 2)
-        pins.check_range("peer_qpn", peer_qpn, wire.QPN_MASK)
+        pins.check_range("peer_qpn", peer_qpn, wireconst.QPN_MASK)
         pins.check_range("ring", ring, self.tx_rings - 1)
         if not (isinstance(mpr, int) and 1 <= mpr <= MPR_MAX):
             raise ValueError(f"mpr must be an integer in [1, {MPR_MAX}], not {mpr!r}")
-        pins.check_range("psn", psn, wire.PSN_MASK)
+        pins.check_range("psn", psn, wireconst.PSN_MASK)
         snd_nxt = psn if snd_nxt is None else snd_nxt
-        pins.check_range("snd_nxt", snd_nxt, wire.PSN_MASK)
-        if wire.psn_diff(snd_nxt, psn) not in range(mpr * wire.MPR_UNIT + 1):
+        pins.check_range("snd_nxt", snd_nxt, wireconst.PSN_MASK)
+        if wireconst.psn_diff(snd_nxt, psn) not in range(mpr * wireconst.MPR_UNIT + 1):
             raise ValueError(
                 f"snd_nxt {snd_nxt} must be psn {psn} plus at most the window "
-                f"({mpr * wire.MPR_UNIT} PSNs)"
+                f"({mpr * wireconst.MPR_UNIT} PSNs)"
             )
         if not 1 <= len(evs) <= MAX_QP_EVS:
             raise ValueError(f"a QP needs 1 to {MAX_QP_EVS} EVs, not {len(evs)}")
         for ev, plane in evs.items():
-            pins.check_range("ev", ev, wire.EV_MAX)
-            if ev == wire.EV_INVALID:
+            pins.check_range("ev", ev, wireconst.EV_MAX)
+            if ev == wireconst.EV_INVALID:
                 raise ValueError("EV 0 is invalid")
             pins.check_range("plane", plane, MAX_PLANES - 1)
         pins.check_range("ev_min_active", ev_min_active, len(evs))
         pins.check_range("cwnd", cwnd, pins.U32_MAX)
-        pins.check_range("msn", msn, wire.MSN_MASK)
+        pins.check_range("msn", msn, wireconst.MSN_MASK)
         pins.check_range("peer_ports", peer_ports, pins.U32_MAX)
         pins.check_range("reo_wnd_ns", reo_wnd_ns, pins.U32_MAX)
         pins.check_range("cc_rtt_target_ns", cc_rtt_target_ns, pins.U64_MAX)
@@ -159,12 +159,12 @@ class SendQpMaps:
     def sq(self, qpn: int) -> SqSnapshot:
         """The send state of a QP, decoded (KeyError if none)."""
         raw = self.sq_raw(qpn)
-        in_flight = min((raw.snd_nxt - raw.snd_una) & wire.PSN_MASK, BITMAP_BITS)
+        in_flight = min((raw.snd_nxt - raw.snd_una) & wireconst.PSN_MASK, BITMAP_BITS)
 
         def in_ring(bitmap: ctypes.Array) -> list[int]:
             out = []
             for i in range(in_flight):
-                psn = (raw.snd_una + i) & wire.PSN_MASK
+                psn = (raw.snd_una + i) & wireconst.PSN_MASK
                 pos = psn % BITMAP_BITS
                 if bitmap[pos // 64] >> (pos % 64) & 1:
                     out.append(psn)
@@ -218,8 +218,8 @@ class SendQpMaps:
         """Set snd_nxt, as the send engine advances it (tests and tools; same caveat
         as set_sq_state: the engine does it in BPF under the QP's lock)."""
         raw = self.sq_raw(qpn)
-        pins.check_range("snd_nxt", snd_nxt, wire.PSN_MASK)
-        if wire.psn_diff(snd_nxt, raw.snd_una) not in range(raw.mpr * wire.MPR_UNIT + 1):
+        pins.check_range("snd_nxt", snd_nxt, wireconst.PSN_MASK)
+        if wireconst.psn_diff(snd_nxt, raw.snd_una) not in range(raw.mpr * wireconst.MPR_UNIT + 1):
             raise ValueError(f"snd_nxt {snd_nxt} is outside the window of snd_una {raw.snd_una}")
         self._sq_modify(qpn, snd_nxt=snd_nxt)
 
@@ -330,7 +330,7 @@ class SendQpMaps:
             src_region=src_region,
             src_off=src_offset,
             imm=imm or 0,
-            opcode=wire.Opcode.WRITE if imm is None else wire.Opcode.WRITE_IMM,
+            opcode=wireconst.Opcode.WRITE if imm is None else wireconst.Opcode.WRITE_IMM,
             flags=WQE_F_SIGNALED if signaled else 0,
         )
         slot = at + Wq.wqes.offset + (posted % SQ_DEPTH) * ctypes.sizeof(Wqe)
@@ -366,7 +366,7 @@ class SendQpMaps:
         its QP_ERR record (error = reason, psn = snd_una) goes to nic_events and
         to the QP's send CQ, as a fatal NACK's does. A QP already in ERR is left
         as it is (it was reported); an unknown one counts drop_unknown_qp."""
-        pins.check_range("qpn", qpn, wire.QPN_MASK)
+        pins.check_range("qpn", qpn, wireconst.QPN_MASK)
         if not isinstance(reason, int) or reason not in set(QpError) - {QpError.NONE}:
             raise ValueError(
                 f"reason must be a QpError other than NONE (a fatal NACK's), not {reason!r}"
@@ -405,7 +405,7 @@ class SendQpMaps:
         return self._ring
 
     def _tx_offset(self, qpn: int, psn: int) -> int:
-        pins.check_range("psn", psn, wire.PSN_MASK)
+        pins.check_range("psn", psn, wireconst.PSN_MASK)
         ring = self.sq_raw(qpn).ring
         if ring >= self.tx_rings:
             raise ValueError(f"QP {qpn:#x} has ring {ring}, beyond the {self.tx_rings} rings")

@@ -222,6 +222,7 @@ class Sampler:
                 text=faults.describe(f),
                 worker_alive=faults.worker_alive(f, self.lab),
                 drops=faults.fault_drops(f, self._ports),
+                drops_counted=f["mode"] in faults.BPF_MODES,
             )
             for f in record.faults.values()
         ]

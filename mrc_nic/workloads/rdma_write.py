@@ -30,16 +30,9 @@ from mrc_nic.workloads.writeplan import DEPTH_MAX, Pieces, WriteOptions, chunk_d
 U32 = 0xFFFFFFFF
 POLL_BATCH = 64
 WRITE, WRITE_IMM = verbs.WrOpcode.RDMA_WRITE, verbs.WrOpcode.RDMA_WRITE_WITH_IMM
-# Transfer sizes: binary units, as RDMA tools count (perftest, ib_write_bw).
-WRITE_SIZE_UNITS = {
-    "b": 1,
-    "k": 2**10,
-    "kib": 2**10,
-    "m": 2**20,
-    "mib": 2**20,
-    "g": 2**30,
-    "gib": 2**30,
-}
+# Transfer sizes: the one-letter units are binary, as RDMA tools count
+# (perftest, ib_write_bw): 1G = 1 GiB; the long forms as everywhere (GB, GiB).
+WRITE_SIZE_UNITS = {**topology.SIZE_UNITS, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
 SIZE_MAX = 2**40
 QPS_MAX = 64  # QPs of one connection, at most
 # A lab with slow links has a long design RTT ([queues] base_rtt): a QP's
@@ -60,10 +53,15 @@ REORDER_RTTS_FIXED = 4
 
 
 def parse_size(text: str) -> int:
-    """'1G', '64MiB', '4096' -> bytes; 1 byte .. 1 TiB."""
+    """'1G', '64MiB', '1.5G', '4096' -> bytes; 1 byte .. 1 TiB."""
     value = topology.parse_size(text, WRITE_SIZE_UNITS)
-    if not 1 <= value <= SIZE_MAX:
-        raise ValueError(f"size must be 1 byte .. 1 TiB, not {text!r}")
+    if value < 1:
+        raise ValueError(f"size must be at least 1 byte, not {text!r}")
+    if value > SIZE_MAX:
+        raise ValueError(
+            f"{text!r} is {topology.format_size(value)}, over the limit of "
+            f"{topology.format_size(SIZE_MAX)} per transfer"
+        )
     return value
 
 

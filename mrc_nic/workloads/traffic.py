@@ -216,6 +216,7 @@ def ping(
         target,
     ]
     ns = topo.netns(src)
+    netns.require_setns()  # the preexec_fn below would fail with no reason given
     proc = subprocess.run(
         cmd,
         capture_output=True,

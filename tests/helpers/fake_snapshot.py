@@ -187,7 +187,7 @@ def snapshot(
         "hosts": hosts,
         "links": links,
         "ports": [],
-        "faults": [dict(f, text=f"{f['mode']}", worker_alive=None, drops=0) for f in faults],
+        "faults": [_fault_row(f) for f in faults],
         "planes": aggregate.planes(topo.planes, links, kernel_info),
         "paths": aggregate.paths(aggregate.path_defs(topo), links),
         "qps": [dict(q) for q in qps],
@@ -204,3 +204,15 @@ def plane_fault(topo: topology.Topology, plane: int, fault_id: int = 1) -> dict:
         "direction": "both",
         "links": [lk.name for lk in topo.links_of_plane(plane)],
     }
+
+
+def _fault_row(fault: dict) -> dict:
+    """A fault as a snapshot shows it: BPF faults count their drops, carrier faults do not."""
+    counted = fault["mode"] in ("blackhole", "loss")
+    return dict(
+        fault,
+        text=fault["mode"],
+        worker_alive=None,
+        drops=0 if counted else None,
+        drops_counted=counted,
+    )

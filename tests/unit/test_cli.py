@@ -303,6 +303,7 @@ COMMANDS = [
     "status",
     "fail",
     "heal",
+    "chaos",
     "port",
     "stats",
     "traffic",
@@ -327,7 +328,7 @@ def test_help_lists_commands(flag):
 
 
 def test_registered_commands():
-    assert set(cli.commands) == set(COMMANDS)
+    assert set(cli.list_commands(click.Context(cli))) == set(COMMANDS)
 
 
 def test_version():
@@ -353,7 +354,7 @@ def test_every_command_has_help(command):
 
 
 def test_fail_choices_match_fault_module():
-    params = {p.name: p for p in cli.commands["fail"].params}
+    params = {p.name: p for p in cli.get_command(click.Context(cli), "fail").params}
     assert tuple(params["mode"].type.choices) == faults.MODES
     assert tuple(params["direction"].type.choices) == faults.DIRECTIONS
 
@@ -592,3 +593,95 @@ def test_exec_takes_its_lab_option_after_the_host_too(monkeypatch):
     monkeypatch.setattr(state, "open_lab", open_lab)
     result = CliRunner().invoke(cli, ["exec", "h9", "-l", "other", "--", "true"])
     assert seen == ["other"] and "'h9' is not a host of lab 'other'" in result.output
+
+
+def test_command_modules_name_every_command_of_every_module():
+    # The lazy group imports a command's module from COMMAND_MODULES: a
+    # command missing there would vanish from the CLI.
+    import importlib
+    import pkgutil
+
+    import mrc_nic.cli as cli_pkg
+    from mrc_nic.cli import COMMAND_MODULES
+
+    found = {}
+    for info in pkgutil.iter_modules(cli_pkg.__path__):
+        if info.name.endswith("_cmds"):
+            module = importlib.import_module(f"mrc_nic.cli.{info.name}")
+            found.update({command.name: info.name for command in module.COMMANDS})
+    assert found == COMMAND_MODULES
+
+
+SHORT_COMMAND_PROBE = textwrap.dedent(
+    """
+    import json, sys
+    import mrc_nic.cli, mrc_nic.cli.fault_cmds, mrc_nic.cli.lab_cmds
+    import mrc_nic.fabric.faults, mrc_nic.observe.stats
+    heavy = ("scapy", "pyroute2", "bcc", "rich")
+    print(json.dumps(sorted(m for m in heavy if m in sys.modules)))
+    """
+)
+
+
+def test_short_commands_import_nothing_heavy():
+    # fail, heal and status must stay fast (README, "Who may run it"): scapy, pyroute2, bcc
+    # and rich cost 30-300 ms each to import, and none of these commands needs them
+    # for a BPF fault or the status tables.
+    proc = subprocess.run(
+        [PYTHON, "-c", SHORT_COMMAND_PROBE], capture_output=True, text=True, timeout=60, cwd=ROOT
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == []
+
+
+def _run_main(monkeypatch, capsys, argv: list[str], euid: int):
+    from mrc_nic.cli import main
+
+    monkeypatch.setattr(sys, "argv", ["mrc-nic", *argv])
+    monkeypatch.setattr(os, "geteuid", lambda: euid)
+    with pytest.raises(SystemExit) as exit_info:
+        main()
+    return exit_info.value.code, capsys.readouterr()
+
+
+def test_permission_refused_to_a_user_is_one_line_saying_root(monkeypatch, capsys):
+    from mrc_nic.observe import stats
+
+    def refused(lab):
+        raise PermissionError(13, "Permission denied", "/run/mrc-nic/zz.lock")
+
+    monkeypatch.setattr(stats, "snapshot", refused)
+    code, out = _run_main(monkeypatch, capsys, ["status", "-l", "zz"], euid=1000)
+    assert code == 1
+    (line,) = out.err.splitlines()
+    assert line == (
+        "error: mrc-nic needs root: Permission denied: /run/mrc-nic/zz.lock; run it with sudo"
+    )
+
+
+def test_permission_refused_to_root_keeps_its_traceback(monkeypatch):
+    from mrc_nic.cli import main
+    from mrc_nic.observe import stats
+
+    def refused(lab):
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(stats, "snapshot", refused)
+    monkeypatch.setattr(sys, "argv", ["mrc-nic", "status", "-l", "zz"])
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    with pytest.raises(PermissionError):
+        main()
+
+
+def test_dead_daemon_hint_is_up_reuse_with_the_labs_file_and_name(monkeypatch):
+    from mrc_nic.lab import ctl, state
+
+    class Record:
+        topology_file = "/x/netns/clos-8.toml"
+
+    monkeypatch.setattr(state.LabState, "load", staticmethod(lambda lab: Record()))
+    assert ctl.restart_hint("lab2") == (
+        "restart it with: mrc-nic up --reuse -t /x/netns/clos-8.toml --name lab2"
+    )
+    monkeypatch.setattr(state.LabState, "load", staticmethod(lambda lab: None))
+    assert "mrc-nic up --name lab2" in ctl.restart_hint("lab2")

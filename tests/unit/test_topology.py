@@ -12,12 +12,14 @@ from pathlib import Path
 import pytest
 
 from mrc_nic.lab.topology import (
+    QUEUE_BYTES_MAX,
     QueueParams,
     TopologyError,
     format_rate,
     load,
     parse_rate,
     parse_size,
+    parse_threshold,
 )
 from tests.helpers.env import NETNS_DIR
 
@@ -845,12 +847,40 @@ def test_parse_size(text, size):
 
 
 @pytest.mark.parametrize(
-    "bad", ["12 parsecs", "1.5MiB", "1GiB", "KiB", "", "-5", "5 5", 1.5, True, None]
+    "text, size",
+    [
+        ("1.5MiB", 3 * 2**19),
+        ("2TiB", 2 * 2**40),
+        ("2tib", 2 * 2**40),
+        ("2 TB", 2 * 10**12),
+        ("1GiB", 2**30),
+        ("0.5kb", 500),
+    ],
+)
+def test_parse_size_large_units_and_fractions(text, size):
+    assert parse_size(text) == size
+
+
+def test_parse_size_fraction_is_exact_or_refused():
+    # 1.1 GiB is not a whole number of bytes (1181116006.4): refused, never rounded
+    with pytest.raises(ValueError, match="whole number of bytes"):
+        parse_size("1.1GiB")
+    assert parse_size("1.25GiB") == 5 * 2**28  # exact in binary and decimal alike
+
+
+@pytest.mark.parametrize(
+    "bad", ["12 parsecs", "KiB", "", "-5", "5 5", "1.", ".5k", 1.5, True, None]
 )
 def test_parse_size_errors(bad):
     with pytest.raises(ValueError) as exc:
         parse_size(bad)
     assert "KiB" in str(exc.value) or "kib" in str(exc.value)
+
+
+def test_queue_threshold_over_the_limit_states_it():
+    with pytest.raises(ValueError, match="over the limit of 1 GiB"):
+        parse_threshold("2G")
+    assert parse_threshold("1GiB").nbytes == QUEUE_BYTES_MAX
 
 
 @pytest.mark.parametrize(
@@ -864,3 +894,40 @@ def test_rate_bounds(tmp_path, rate, ok):
     else:
         with pytest.raises(TopologyError, match="between 100kbit and 32gbit"):
             load(path)
+
+
+# ---- transfer sizes (mrc-nic write --size, the benchmarks) ---------------------------
+
+
+@pytest.mark.parametrize(
+    "text, size",
+    [
+        ("1G", 2**30),
+        ("1T", 2**40),
+        ("1TiB", 2**40),
+        ("1tib", 2**40),
+        ("1.5G", 3 * 2**29),
+        ("64K", 2**16),
+        ("1GB", 10**9),
+        ("4096", 4096),
+    ],
+)
+def test_write_size_units(text, size):
+    from mrc_nic.workloads.rdma_write import parse_size as write_size
+
+    assert write_size(text) == size
+
+
+@pytest.mark.parametrize("text", ["2T", "2TiB", "2tib", "1.5T", "1100GB"])
+def test_write_size_over_the_limit_states_the_limit(text):
+    from mrc_nic.workloads.rdma_write import parse_size as write_size
+
+    with pytest.raises(ValueError, match=r"over the limit of 1 TiB per transfer"):
+        write_size(text)
+
+
+def test_write_size_zero_is_refused():
+    from mrc_nic.workloads.rdma_write import parse_size as write_size
+
+    with pytest.raises(ValueError, match="at least 1 byte"):
+        write_size("0")

@@ -1,0 +1,148 @@
+"""chaos: a seeded fault schedule, with verified traffic, inside the lab."""
+
+from __future__ import annotations
+
+import click
+
+from mrc_nic.cli import output
+from mrc_nic.cli.common import DURATION, format_option, lab_option, pick_lab
+
+
+def _size(ctx, param, value):
+    from mrc_nic.workloads.rdma_write import parse_size
+
+    try:
+        return parse_size(value)
+    except ValueError as e:
+        raise click.BadParameter(str(e)) from None
+
+
+# workloads.chaos.DEFAULT_KINDS, written out so that --help imports nothing
+# more (a unit test checks they agree).
+DEFAULT_KINDS = "link-down,blackhole-up,blackhole-down,loss,switch-down,plane-down"
+
+
+def _kinds(ctx, param, value):
+    return tuple(k.strip() for k in value.split(",") if k.strip())
+
+
+@click.command(
+    epilog="""\b
+Kinds: link-down, blackhole, blackhole-up, blackhole-down, loss, flap,
+switch-down, plane-down (default: all but blackhole and flap).
+\b
+Examples:
+  mrc-nic chaos --duration 60s                        # a fault every 500ms, 1 plane at a time
+  mrc-nic chaos --duration 10s --every 200ms --hold 300ms --max-planes 2 --seed 7
+  mrc-nic chaos --duration 30s --kinds blackhole-down,loss --loss-rate 0.2
+  mrc-nic chaos --duration 5s --no-traffic --format json"""
+)
+@click.option("--duration", type=DURATION, required=True, help="How long the run lasts.")
+@click.option(
+    "--every", type=DURATION, default=0.5, show_default=True, help="A new fault this often."
+)
+@click.option(
+    "--hold", type=DURATION, default=None, help="How long each fault stays (default: 2 x every)."
+)
+@click.option(
+    "--max-planes",
+    type=click.IntRange(1),
+    default=1,
+    show_default=True,
+    help="At most this many planes faulty at once (fewer than the lab's planes).",
+)
+@click.option(
+    "--kinds",
+    default=DEFAULT_KINDS,
+    show_default=True,
+    callback=_kinds,
+    help="Fault kinds, comma-separated.",
+)
+@click.option("--seed", type=int, default=1, show_default=True, help="The schedule's seed.")
+@click.option(
+    "--loss-rate", type=float, default=0.05, show_default=True, help="loss: drop probability."
+)
+@click.option("--traffic/--no-traffic", default=True, help="Run verified WRITEs meanwhile.")
+@click.option("--src", default=None, help="Traffic's sender (default: the first host).")
+@click.option("--dst", default=None, help="Traffic's receiver (default: the next host).")
+@click.option(
+    "--write-size", default="32M", show_default=True, callback=_size, help="Bytes per WRITE."
+)
+@lab_option
+@format_option
+def chaos(
+    duration,
+    every,
+    hold,
+    max_planes,
+    kinds,
+    seed,
+    loss_rate,
+    traffic,
+    src,
+    dst,
+    write_size,
+    lab,
+    fmt,
+) -> None:
+    """Random faults on a schedule, healed at the end, with verified traffic."""
+    from mrc_nic.workloads import chaos as chaos_mod
+
+    spec = chaos_mod.ChaosSpec(
+        duration=duration,
+        every=every,
+        hold=2 * every if hold is None else hold,
+        max_planes=max_planes,
+        kinds=kinds,
+        seed=seed,
+        loss_rate=loss_rate,
+        traffic=traffic,
+        src=src,
+        dst=dst,
+        write_size=write_size,
+    )
+
+    def log(entry: dict) -> None:
+        output.plain(
+            f"{entry['at_s']:7.2f}s  fault #{entry['id']}: {entry['kind']} on {entry['target']}"
+        )
+
+    report = chaos_mod.run(pick_lab(lab), spec, on_fault=log if fmt == "table" else None)
+    if fmt == "json":
+        output.emit_json(report)
+    else:
+        _print(report)
+    if report["interrupted"]:
+        raise SystemExit(130)
+    bad = report["qps_in_err"] or report["faults_left"]
+    if report["traffic"] and report["traffic"]["writes_failed"]:
+        bad = True
+    if bad:
+        raise SystemExit(1)
+
+
+def _print(r: dict) -> None:
+    kinds = ", ".join(f"{k} {n}" for k, n in sorted(r["faults_by_kind"].items())) or "none"
+    healed = f"NOT healed: {r['faults_left']}" if r["faults_left"] else "every one healed"
+    output.plain(
+        f"chaos on {r['lab']} (seed {r['seed']}): {r['seconds']:.1f} s"
+        f"{' (interrupted)' if r['interrupted'] else ''}, {r['faults_applied']} faults "
+        f"applied ({kinds}), {healed}; {r['faults_skipped']} draws skipped (no room)"
+    )
+    t = r["traffic"]
+    if t:
+        line = (
+            f"traffic {t['src']} -> {t['dst']}: {t['writes']} verified WRITE(s) of "
+            f"{t['write_size']:,} B, {t['bytes_written']:,} bytes written, "
+            f"{t['bytes_verified']:,} verified, {t['writes_failed']} failed"
+        )
+        (output.error if t["writes_failed"] else output.success)(line)
+        for err in t["errors"]:
+            output.error(f"  {err}")
+    if r["qps_in_err"]:
+        output.error(f"QPs in ERR: {r['qps_in_err']}")
+    else:
+        output.success("QPs in ERR: none")
+
+
+COMMANDS = [chaos]
