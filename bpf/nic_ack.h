@@ -110,6 +110,7 @@ enum ack_verdict {
 	ACK_DONE = 0,
 	ACK_RANGE,  /* acknowledges PSNs never sent: drop */
 	ACK_CONFIG, /* more in flight than the window: the QP is misconfigured */
+	ACK_STALE_FATAL, /* fatal NACK of a PSN not outstanding: drop, the QP lives */
 };
 
 /* The syndrome and the reason must agree (docs/wire-format.md, NACK reasons). */
@@ -254,6 +255,13 @@ static __always_inline void ack_locked(struct nic_sq *sq, struct nic_tx_ring *ri
 	}
 	if (MRC_PSN_DIFF(a->psn, sq->snd_nxt) >= 0 || MRC_PSN_DIFF(a->cum, sq->snd_nxt) > 0) {
 		sc->verdict = ACK_RANGE;
+		return;
+	}
+	/* A receiver NACKs fatally only a packet it did not place, so a fatal
+	 * NACK must name a PSN still outstanding; anything else is a ghost. */
+	if (a->kind == ACK_FATAL &&
+	    (MRC_PSN_DIFF(a->psn, sq->snd_una) < 0 || BM_TEST(sq->acked, a->psn))) {
+		sc->verdict = ACK_STALE_FATAL;
 		return;
 	}
 	if (a->kind == ACK_SACK)
@@ -428,6 +436,8 @@ static __always_inline int rx_ack(struct xdp_md *ctx, struct mrc_pkt *p, struct 
 		return drop(NIC_CNT_DROP_QP_CONFIG);
 	if (sc->verdict == ACK_RANGE)
 		return drop(NIC_CNT_DROP_ACK_RANGE);
+	if (sc->verdict == ACK_STALE_FATAL)
+		return drop(NIC_CNT_DROP_NACK_STALE);
 	n = sc->n_lost;
 	if (n > NIC_LOSS_WALK_MAX)
 		n = NIC_LOSS_WALK_MAX;

@@ -404,11 +404,15 @@ static __always_inline int rx_prepare(struct xdp_md *ctx, const struct rx_pkt *d
 				      const struct nic_rq *rq, __s32 window, struct ack_info *ai,
 				      struct rx_plan *plan)
 {
+	__s32 dist = MRC_PSN_DIFF(d->psn, rq->cum_psn);
 	enum rx_verdict verdict;
 	__u32 zero = 0;
-	__s32 dist;
 	int ret;
 
+	/* No sender's window reaches that far (its snd_una <= our cum_psn): a
+	 * PSN never sent, not worth an answer. */
+	if (dist >= NIC_BITMAP_BITS)
+		return drop(NIC_CNT_DROP_DATA_RANGE);
 	if (d->trimmed) { /* nothing to place: ask for the PSN again */
 		int lasthop = d->dscp == MRC_DSCP_TRIMMED_LASTHOP;
 
@@ -418,15 +422,19 @@ static __always_inline int rx_prepare(struct xdp_md *ctx, const struct rx_pkt *d
 			lasthop ? NIC_CNT_NACK_TRIMMED_LASTHOP : NIC_CNT_NACK_TRIMMED);
 		return PKT_GO;
 	}
-	ret = rx_region(rq, d, &plan->elem);
-	if (ret != PKT_GO)
-		goto failed;
-	dist = MRC_PSN_DIFF(d->psn, rq->cum_psn);
 	if (dist >= window) {
 		rx_nack(ai, plan, RX_NACK_OOR, MRC_NACK_PSN_OOR_WINDOW, NIC_CNT_NACK_OOR);
 		return PKT_GO;
 	}
 	plan->fresh = dist >= 0 && !ring_test(rq, d->psn);
+	/* As RC: only a request that passed every other check (addresses,
+	 * state, a PSN in the window and new) is checked for access, and its
+	 * access error is fatal; a duplicate is acknowledged, never placed. */
+	if (plan->fresh) {
+		ret = rx_region(rq, d, &plan->elem);
+		if (ret != PKT_GO)
+			goto failed;
+	}
 	if (plan->fresh && d->last) {
 		verdict = msg_check(rq, d->flags_msn & MRC_DATA_MSN_MASK);
 		if (verdict == RX_BAD_MSN)

@@ -365,9 +365,12 @@ class Counter(enum.IntEnum):
     CQ_EVENTS = 54
     CQ_OVERRUN = 55
     FAIL_KICKS = 56
+    DROP_BAD_PORT = 57
+    DROP_DATA_RANGE = 58
+    DROP_NACK_STALE = 59
 
 
-NIC_CNT_MAX = 57
+NIC_CNT_MAX = 60
 
 # ---- bpf/nic_structs.h ---------------------------------------------------------
 

@@ -550,6 +550,29 @@ def test_remote_access_errors_are_fatal_nacks(program, maps, qp, change):
     )
 
 
+def test_access_is_checked_only_for_a_new_psn_in_the_window(program, maps, qp):
+    # As RC: a packet that fails the PSN checks never reaches the access check,
+    # so a stray or forged packet with a bad rkey cannot make a fatal NACK.
+    run(program, data(START + 1))
+    bad = {"rkey": RKEY + 1}
+    before = maps.counters()
+
+    assert_answer(
+        run(program, data(START + 1, **bad)), sack(START + 1, START, 0b10, flags=w.AckFlag.DUP)
+    )
+    assert_answer(
+        run(program, data(START - 5, elem=0, **bad)),
+        sack(START - 5, START, 0b10, flags=w.AckFlag.DUP),
+    )
+    assert_answer(
+        run(program, data(START + WINDOW, elem=0, **bad)),
+        nack(START + WINDOW, w.NackReason.PSN_OOR_WINDOW, cum=START, bitmap=0b10),
+    )
+    assert delta(before, maps.counters()) == {"sack": 2, "dup": 2, "nack_oor": 1}
+    rq = maps.rq(QP_RX)
+    assert (rq.cum_psn, rq.received) == (START, [START + 1])
+
+
 # ---- MRs named by rkey (the verbs API: setup_rq's REGION_BY_RKEY) -------------------------------
 
 APP_BASE = 2 << 40  # an application MR's address: region 2's space
@@ -695,6 +718,19 @@ DROPS = [
     Drop("opcode vendor 0xDA", _opcode(0xDA), "drop_bad_opcode"),
     Drop("opcode 0xFF", _opcode(0xFF), "drop_bad_opcode"),
     Drop("mpr 0", lambda: WRITE, "drop_qp_config", {"mpr": 0}),
+    Drop("UDP source port 0 (EV 0)", lambda: patched(WRITE, 34, b"\0\0"), "drop_bad_port"),
+    Drop("PSN past any window", lambda: data(START + nic.BITMAP_BITS), "drop_data_range"),
+    Drop("PSN far ahead", lambda: data((START + (1 << 22)) & w.PSN_MASK), "drop_data_range"),
+    Drop(
+        "trimmed, PSN past any window",
+        lambda: w.trim(data(START + nic.BITMAP_BITS)),
+        "drop_data_range",
+    ),
+    Drop(
+        "bad rkey, PSN past any window",
+        lambda: data(START + nic.BITMAP_BITS, rkey=RKEY + 1),
+        "drop_data_range",
+    ),
 ]
 # Truncations: the frame cut, headers unchanged (their lengths now lie).
 for _cut, _what in [

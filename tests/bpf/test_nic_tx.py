@@ -22,6 +22,7 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import os
+import random
 import time
 from collections.abc import Callable
 
@@ -457,6 +458,31 @@ DROPS = [
         lambda: patched(SACK, AETH_SYNDROME_AT, b"\x05"),
         "drop_bad_ack",
     ),
+    Drop("UDP source port 0 (EV 0)", lambda: patched(SACK, 34, b"\0\0"), "drop_bad_port"),
+    Drop(
+        "fatal NACK behind snd_una",
+        lambda: nack(
+            START - 1, w.NackReason.UNEXP_EVENT, START, syndrome=w.Syndrome.NAK_REM_ACCESS
+        ),
+        "drop_nack_stale",
+    ),
+    Drop(
+        "fatal NACK far behind snd_una",
+        lambda: nack(
+            START - (1 << 22) & w.PSN_MASK,
+            w.NackReason.UNEXP_EVENT,
+            START,
+            syndrome=w.Syndrome.NAK_INV_REQ,
+        ),
+        "drop_nack_stale",
+    ),
+    Drop(
+        "fatal NACK at snd_nxt",
+        lambda: nack(
+            START + SENT, w.NackReason.UNEXP_EVENT, START, syndrome=w.Syndrome.NAK_REM_ACCESS
+        ),
+        "drop_ack_range",
+    ),
     Drop("short SACK", lambda: with_udp_payload(SACK, SACK_PAYLOAD[:-1]), "drop_short"),
     Drop("SACK headers only", lambda: with_udp_payload(SACK, SACK_PAYLOAD[:48]), "drop_short"),
     Drop("long SACK", lambda: with_udp_payload(SACK, SACK_PAYLOAD + bytes(4)), "drop_bad_len"),
@@ -676,6 +702,67 @@ def test_fatal_nack_moves_the_qp_to_err(program, maps, sq, event_reader):
     }
     # An ERR QP takes no more acknowledgements.
     assert consumed(program, maps, sack(START, cum=START + 1)) == {"drop_qp_state": 1}
+
+
+def test_fatal_nack_of_an_acknowledged_psn_is_dropped(program, maps, sq, event_reader):
+    # The receiver placed START + 2 (SACKed): a fatal NACK for it is a ghost.
+    consumed(program, maps, sack(START + 2, cum=START))
+    event_reader.read()
+    state = state_bytes(maps)
+    fatal = nack(START + 2, w.NackReason.UNEXP_EVENT, START, syndrome=w.Syndrome.NAK_REM_ACCESS)
+
+    assert consumed(program, maps, fatal) == {"drop_nack_stale": 1}
+    assert state_bytes(maps) == state
+    assert event_reader.read() == []
+
+
+# Every outcome a packet counts exactly once (nic_consts.h, enum nic_counter).
+ACK_OUTCOMES = {"ack_consumed", "ack_stale"}
+
+
+def test_a_flood_of_forged_acks_outside_the_window_changes_nothing(program, maps, sq):
+    # Right QPN and addresses, random everything else, no PSN or bitmap inside
+    # [snd_una, snd_nxt): as the lab's forgers send. Seeded: the run is repeatable.
+    rng = random.Random(19)
+    syndromes = [0x1F, 0x60, 0x61, 0x62, 0x63, 0x20, 0x05]
+    reasons = [0, 1, 2, 6, 7, 0x0A, 0x0B, 0x19, 0x33]
+
+    def outside(lo: int, hi: int) -> int:  # a PSN not in [lo, hi)
+        while True:
+            v = rng.randrange(1 << 24)
+            if not 0 <= w.psn_diff(v, lo) < hi - lo:
+                return v
+
+    frames = []
+    for _ in range(400):
+        pkt = nack(
+            outside(START, START + SENT),
+            w.NackReason.TRIMMED,
+            cum=outside(START + 1, START + SENT + 1),
+            sack_psn=outside(START - 63, START + SENT),
+            bitmap=rng.getrandbits(64),
+            ev=rng.choice([EV_A, EV_C, 0x4242]),
+        )
+        raw = patched(pkt, AETH_SYNDROME_AT, bytes([rng.choice(syndromes)]))
+        raw = patched(raw, NACK_REASON_AT, bytes([rng.choice(reasons)]))
+        if rng.random() < 0.05:
+            raw = patched(raw, 34, b"\0\0")
+        frames.append(raw)
+    state = state_bytes(maps)
+    before = maps.counters()
+
+    for f in frames:
+        assert run(program, f).retval == XDP_DROP
+
+    got = delta(before, maps.counters())
+    outcomes = {k: v for k, v in got.items() if k.startswith("drop_") or k in ACK_OUTCOMES}
+    assert sum(outcomes.values()) == len(frames), got
+    assert got.keys() == outcomes.keys(), "no acknowledgement, loss or event"
+    assert {"drop_nack_stale", "drop_ack_range", "drop_bad_ack", "drop_bad_port"} <= got.keys()
+    s = maps.sq(QP_TX)
+    assert s.state == nic.QpState.RTS
+    assert (s.snd_una, s.snd_nxt, s.acked, s.retx_queue) == (START, START + SENT, [], [])
+    assert state_bytes(maps)[1:] == state[1:], "no EV feedback"
 
 
 # ---- loss detection: the per-EV walk --------------------------------------------------------
