@@ -407,6 +407,10 @@ static __always_inline int rx_ack(struct xdp_md *ctx, struct mrc_pkt *p, struct 
 	verdict = tx_qp_check(p, a.qpn, &sq);
 	if (verdict != PKT_GO)
 		return verdict;
+	if (sq->auth && pkt_icrc(ctx, p) != ack_mac(sq->auth_key, a.qpn, a.psn, a.cum, a.base,
+						    a.bits, a.syndrome, a.reason, a.flags,
+						    a.echo_ev, a.ports))
+		return drop(NIC_CNT_DROP_AUTH);
 	if (sq->mpr == 0 || sq->mpr > NIC_MPR_MAX)
 		return drop(NIC_CNT_DROP_QP_CONFIG);
 	ring_id = sq->ring;

@@ -331,6 +331,7 @@ enum nic_counter {
 	NIC_CNT_DROP_BAD_PORT,    /* UDP source port 0: EV 0 is invalid, no MRC peer sends it */
 	NIC_CNT_DROP_DATA_RANGE,  /* data PSN at or beyond cum_psn + NIC_BITMAP_BITS: past any window */
 	NIC_CNT_DROP_NACK_STALE,  /* fatal NACK of a PSN not outstanding (behind snd_una or acked) */
+	NIC_CNT_DROP_AUTH,        /* the QP takes only MAC'd packets, and this one's MAC is wrong */
 	NIC_CNT_MAX,
 };
 

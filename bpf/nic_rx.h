@@ -581,6 +581,14 @@ static __always_inline int rx_data(struct xdp_md *ctx, struct mrc_pkt *p)
 		return ret;
 	if (rq->mpr == 0 || rq->mpr > NIC_MPR_MAX)
 		return drop(NIC_CNT_DROP_QP_CONFIG);
+	/* A trimmed header lost its MAC with its tail: it can only cause a NACK. */
+	if (rq->auth && !d.trimmed &&
+	    pkt_icrc(ctx, p) != data_mac(rq->auth_key, p->bth->opcode, d.qpn, d.psn, d.va, d.rkey,
+					 d.dmalen, d.flags_msn, d.msg_off, d.imm))
+		return drop(NIC_CNT_DROP_AUTH);
+	ai.auth = rq->auth;
+	ai.key[0] = rq->auth_key[0];
+	ai.key[1] = rq->auth_key[1];
 	window = rq->mpr * MRC_MPR_UNIT;
 	ai.port_bitmap = host_ports(rq->local_host);
 	ai.peer_qpn = rq->peer_qpn;

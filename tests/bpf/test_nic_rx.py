@@ -37,6 +37,7 @@ from scapy.packet import Packet, Raw
 
 from mrc_nic import nic
 from mrc_nic.kernel import bpfsys
+from mrc_nic.nic import auth
 from mrc_nic.nic import wire as w
 from tests.helpers.header_probe import struct_layout
 from tests.helpers.nicprog import delta, loaded_nic_program, patched
@@ -571,6 +572,97 @@ def test_access_is_checked_only_for_a_new_psn_in_the_window(program, maps, qp):
     assert delta(before, maps.counters()) == {"sack": 2, "dup": 2, "nack_oor": 1}
     rq = maps.rq(QP_RX)
     assert (rq.cum_psn, rq.received) == (START, [START + 1])
+
+
+# ---- the per-packet MAC (nic_auth.h) ------------------------------------------------------------
+
+KEY = bytes(range(16))
+
+
+def mac_of_data(psn: int, **kw) -> int:
+    d = dict(opcode=w.Opcode.WRITE, qpn=QP_RX, psn=psn, va=BASE_VA + (psn - START) * 1024)
+    d |= dict(rkey=RKEY, dmalen=1024, last=False, msn=0, msg_off=0)
+    return auth.data_mac(KEY, **(d | kw))
+
+
+def mac_of_sack(psn: int, cum: int, bitmap: int = 0, flags: int = 0) -> int:
+    return auth.ack_mac(
+        KEY,
+        qpn=QP_TX,
+        psn=psn,
+        cum_psn=cum,
+        sack_psn=cum,
+        sack_bitmap=bitmap,
+        syndrome=w.Syndrome.ACK,
+        reason=0,
+        flags=flags,
+        echo_ev=EV,
+        port_bitmap=PORTS,
+    )
+
+
+def test_a_qp_with_a_key_takes_data_with_its_mac_and_macs_its_answer(program, maps, qp):
+    setup_qp(maps, auth_key=KEY)
+    result = run(program, data(START, icrc=mac_of_data(START)))
+    assert_answer(result, sack(START, cum=START + 1, icrc=mac_of_sack(START, START + 1)))
+    assert maps.rq(QP_RX).cum_psn == START + 1
+
+
+@pytest.mark.parametrize(
+    "frame",
+    [
+        lambda: data(START),  # no MAC (the ICRC slot's 0)
+        lambda: data(START, icrc=mac_of_data(START) ^ 1),
+        lambda: data(START, icrc=mac_of_data(START + 1)),  # another PSN's MAC
+        lambda: data(START, rkey=RKEY + 1, icrc=mac_of_data(START)),  # a field changed
+        lambda: data(
+            START,
+            icrc=auth.data_mac(
+                bytes(16),
+                **{
+                    "opcode": 0x0A,
+                    "qpn": QP_RX,
+                    "psn": START,
+                    "va": BASE_VA,
+                    "rkey": RKEY,
+                    "dmalen": 1024,
+                    "last": False,
+                    "msn": 0,
+                    "msg_off": 0,
+                },
+            ),
+        ),  # another key
+    ],
+    ids=["no MAC", "one bit off", "replayed from another PSN", "rkey changed", "another key"],
+)
+def test_data_without_the_right_mac_is_dropped(program, maps, qp, frame):
+    setup_qp(maps, auth_key=KEY)
+    state, memory, before = bytes(maps.rq_raw(QP_RX)), maps.memory()[:], maps.counters()
+
+    assert run(program, frame()).retval == XDP_DROP
+
+    assert delta(before, maps.counters()) == {"drop_auth": 1}
+    assert bytes(maps.rq_raw(QP_RX)) == state and maps.memory()[:] == memory
+
+
+def test_a_trimmed_header_needs_no_mac(program, maps, qp):
+    # Its MAC went with the payload; all it can cause is a NACK (MAC'd).
+    setup_qp(maps, auth_key=KEY)
+    mac = auth.ack_mac(
+        KEY,
+        qpn=QP_TX,
+        psn=START,
+        cum_psn=START,
+        sack_psn=START,
+        sack_bitmap=0,
+        syndrome=w.Syndrome.NAK_PSN_SEQ,
+        reason=w.NackReason.TRIMMED,
+        flags=w.AckFlag.TRIMMED,
+        echo_ev=EV,
+        port_bitmap=PORTS,
+    )
+    result = run(program, w.trim(data(START)))
+    assert_answer(result, nack(START, w.NackReason.TRIMMED, cum=START, icrc=mac))
 
 
 # ---- MRs named by rkey (the verbs API: setup_rq's REGION_BY_RKEY) -------------------------------

@@ -33,6 +33,7 @@ from scapy.packet import Packet, Raw
 
 from mrc_nic import nic
 from mrc_nic.kernel import bpfsys
+from mrc_nic.nic import auth
 from mrc_nic.nic import wire as w
 from tests.helpers.header_probe import struct_layout
 from tests.helpers.nicprog import delta, loaded_nic_program, patched
@@ -763,6 +764,65 @@ def test_a_flood_of_forged_acks_outside_the_window_changes_nothing(program, maps
     assert s.state == nic.QpState.RTS
     assert (s.snd_una, s.snd_nxt, s.acked, s.retx_queue) == (START, START + SENT, [], [])
     assert state_bytes(maps)[1:] == state[1:], "no EV feedback"
+
+
+KEY = bytes(range(16))
+
+
+def mac_of(psn: int, cum: int, *, reason: int = 0, syndrome: int = w.Syndrome.ACK) -> int:
+    """The MAC of sack(psn, cum) / nack(psn, reason, cum) under KEY."""
+    return auth.ack_mac(
+        KEY,
+        qpn=QP_TX,
+        psn=psn,
+        cum_psn=cum,
+        sack_psn=cum,
+        sack_bitmap=0,
+        syndrome=syndrome,
+        reason=reason,
+        flags=w.AckFlag.TRIMMED if reason in (1, 2) else 0,
+        echo_ev=EV_A,
+        port_bitmap=PEER_PORTS,
+    )
+
+
+def test_a_qp_with_a_key_takes_only_acks_with_its_mac(program, maps, sq):
+    setup_sq(maps, auth_key=KEY)
+    state = state_bytes(maps)
+    fatal = dict(reason=w.NackReason.UNEXP_EVENT, syndrome=w.Syndrome.NAK_REM_ACCESS)
+    # Forged in the window: without the MAC they would acknowledge and kill.
+    forged = [
+        sack(START + 3, cum=START + SENT),
+        sack(START + 3, cum=START + SENT, icrc=mac_of(START + 3, START + SENT) ^ 0x100),
+        sack(START + 3, cum=START + SENT, icrc=mac_of(START + 3, START + 4)),
+        nack(START + 1, w.NackReason.UNEXP_EVENT, START, syndrome=w.Syndrome.NAK_REM_ACCESS),
+        nack(
+            START + 1,
+            w.NackReason.UNEXP_EVENT,
+            START,
+            syndrome=w.Syndrome.NAK_REM_ACCESS,
+            icrc=mac_of(START + 1, START, reason=1, syndrome=w.Syndrome.NAK_PSN_SEQ),
+        ),
+    ]
+    for pkt in forged:
+        assert consumed(program, maps, pkt) == {"drop_auth": 1}
+    assert state_bytes(maps) == state
+
+    got = consumed(program, maps, sack(START + 3, cum=START + 4, icrc=mac_of(START + 3, START + 4)))
+    assert got == {"ack_consumed": 1, "acked": 4}
+    got = consumed(
+        program,
+        maps,
+        nack(
+            START + 5,
+            w.NackReason.UNEXP_EVENT,
+            START + 4,
+            syndrome=w.Syndrome.NAK_REM_ACCESS,
+            icrc=mac_of(START + 5, START + 4, **fatal),
+        ),
+    )
+    assert got == {"ack_consumed": 1, "events": 1}
+    assert maps.sq(QP_TX).state == nic.QpState.ERR
 
 
 # ---- loss detection: the per-EV walk --------------------------------------------------------

@@ -240,10 +240,7 @@ def test_a_flood_of_forged_packets_kills_no_qp_and_is_counted(default_lab):
         before = maps.counters()
         writer.start()
         try:
-            deadline = time.monotonic() + 10
-            while time.monotonic() < deadline and not _sending(maps, tx_qp):
-                time.sleep(0.001)
-            assert _sending(maps, tx_qp), "the transfer did not start"
+            _wait_sending(maps, tx_qp)
             t_flood = time.monotonic()
             for i, (forger, plane, _, frame) in enumerate(frames):
                 forger.send(plane, frame)
@@ -276,8 +273,83 @@ def test_a_flood_of_forged_packets_kills_no_qp_and_is_counted(default_lab):
     )
 
 
+def _wait_sending(maps, qpn: int) -> None:
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not _sending(maps, qpn):
+        time.sleep(0.001)
+    assert _sending(maps, qpn), "the transfer did not start"
+
+
 def _sending(maps, qpn: int) -> bool:
     with contextlib.suppress(KeyError):
         sq = maps.sq(qpn)
         return sq.state == nic.QpState.RTS and sq.snd_nxt > 0 and sq.wqe_done < 1
     return False
+
+
+def test_with_a_key_forged_packets_at_live_psns_are_dropped(default_lab):
+    """The case no header check can catch: forged SACKs acknowledging the live
+    window and forged WRITEs with the right rkey at live PSNs. With the QP pair's
+    key (transfer.write(auth=True)) every one is dropped as drop_auth."""
+    topo = default_lab
+    rng = random.Random(SEED + 1)
+    tx_qp, rx_qp = transfer.qpn(topo.nodes["h0"].index), transfer.qpn(topo.nodes["h1"].index)
+    at_h0 = Forger(topo, "h1", "h0", rng)
+    at_h1 = Forger(topo, "h0", "h1", rng)
+    result: list = []
+    writer = threading.Thread(
+        target=lambda: result.append(transfer.write(topo, "h0", "h1", SIZE, mpr=2, auth=True))
+    )
+    sent = 0
+    with nic.NicMaps.open(topo.lab) as maps:
+        before = maps.counters()
+        writer.start()
+        try:
+            _wait_sending(maps, tx_qp)
+            for _ in range(40):
+                sq, rq = maps.sq(tx_qp), maps.rq(rx_qp)
+                if sq.wqe_done >= 1:
+                    break
+                for _ in range(10):
+                    p = at_h0.plane()
+                    psn = sq.snd_una + rng.randrange(max(1, sq.snd_nxt - sq.snd_una))
+                    frame = wire.sack_packet(
+                        at_h0.ends[p],
+                        ev=at_h0.ev(),
+                        dqpn=tx_qp,
+                        psn=psn & wire.PSN_MASK,
+                        cum_psn=sq.snd_nxt,
+                        echo_ts=0,
+                        sack_bitmap=0,
+                        port_bitmap=0xF,
+                    )
+                    at_h0.send(p, bytes(frame))
+                    p = at_h1.plane()
+                    psn = rq.cum_psn + rng.randrange(2 * wire.MPR_UNIT)
+                    frame = wire.data_packet(
+                        at_h1.ends[p],
+                        ev=at_h1.ev(),
+                        dqpn=rx_qp,
+                        psn=psn & wire.PSN_MASK,
+                        va=psn * nic.seg_size(topo.mtu),
+                        rkey=transfer.DST_RKEY,
+                        payload=b"forged",
+                        last=False,
+                    )
+                    at_h1.send(p, bytes(frame))
+                    sent += 2
+                time.sleep(0.002)
+        finally:
+            writer.join(timeout=90)
+            at_h0.close()
+            at_h1.close()
+        time.sleep(0.2)
+        got = {k: v - before[k] for k, v in maps.counters().items() if v != before[k]}
+        sq = maps.sq(tx_qp)
+
+    (res,) = result
+    assert res.complete and res.byte_exact, res.counters
+    assert sent >= 20, "the transfer ended before the forgers could start"
+    assert sq.state == nic.QpState.RTS
+    assert got.get("drop_auth", 0) == sent, got
+    print(f"\n  {sent} forged packets at live PSNs during a MAC'd 64 MiB WRITE: all drop_auth")
