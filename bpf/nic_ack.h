@@ -110,6 +110,7 @@ enum ack_verdict {
 	ACK_DONE = 0,
 	ACK_RANGE,  /* acknowledges PSNs never sent: drop */
 	ACK_CONFIG, /* more in flight than the window: the QP is misconfigured */
+	ACK_STALE_FATAL, /* fatal NACK of a PSN not outstanding: drop, the QP lives */
 };
 
 /* The syndrome and the reason must agree (docs/wire-format.md, NACK reasons). */
@@ -256,6 +257,13 @@ static __always_inline void ack_locked(struct nic_sq *sq, struct nic_tx_ring *ri
 		sc->verdict = ACK_RANGE;
 		return;
 	}
+	/* A receiver NACKs fatally only a packet it did not place, so a fatal
+	 * NACK must name a PSN still outstanding; anything else is a ghost. */
+	if (a->kind == ACK_FATAL &&
+	    (MRC_PSN_DIFF(a->psn, sq->snd_una) < 0 || BM_TEST(sq->acked, a->psn))) {
+		sc->verdict = ACK_STALE_FATAL;
+		return;
+	}
 	if (a->kind == ACK_SACK)
 		sq->stats.sacks++;
 	else
@@ -399,6 +407,10 @@ static __always_inline int rx_ack(struct xdp_md *ctx, struct mrc_pkt *p, struct 
 	verdict = tx_qp_check(p, a.qpn, &sq);
 	if (verdict != PKT_GO)
 		return verdict;
+	if (sq->auth && pkt_icrc(ctx, p) != ack_mac(sq->auth_key, a.qpn, a.psn, a.cum, a.base,
+						    a.bits, a.syndrome, a.reason, a.flags,
+						    a.echo_ev, a.ports))
+		return drop(NIC_CNT_DROP_AUTH);
 	if (sq->mpr == 0 || sq->mpr > NIC_MPR_MAX)
 		return drop(NIC_CNT_DROP_QP_CONFIG);
 	ring_id = sq->ring;
@@ -428,6 +440,8 @@ static __always_inline int rx_ack(struct xdp_md *ctx, struct mrc_pkt *p, struct 
 		return drop(NIC_CNT_DROP_QP_CONFIG);
 	if (sc->verdict == ACK_RANGE)
 		return drop(NIC_CNT_DROP_ACK_RANGE);
+	if (sc->verdict == ACK_STALE_FATAL)
+		return drop(NIC_CNT_DROP_NACK_STALE);
 	n = sc->n_lost;
 	if (n > NIC_LOSS_WALK_MAX)
 		n = NIC_LOSS_WALK_MAX;

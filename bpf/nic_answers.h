@@ -39,6 +39,8 @@ struct ack_info {
 	__u8 reason;       /* MRC_NACK_* */
 	__u8 flags;        /* MRC_ACK_F_* */
 	__u8 counter;      /* enum nic_counter to add 1 to when it is sent */
+	__u32 auth;        /* 1: MAC the answer with key (nic_auth.h) */
+	__u64 key[2];
 };
 
 /*
@@ -134,7 +136,11 @@ static __always_inline int answer(struct xdp_md *ctx, struct mrc_pkt *p,
 	f->ack.flags = ai->flags;
 	f->ack.nack_reason = ai->reason;
 	f->ack.port_bitmap = bpf_htonl(ai->port_bitmap);
-	f->icrc = MRC_ICRC_UNUSED;
+	f->icrc = ai->auth ? bpf_htonl(ack_mac(ai->key, ai->peer_qpn, psn, ai->cum_psn,
+					       ai->sack_base, ai->sack_bitmap, ai->syndrome,
+					       ai->reason, ai->flags, bpf_ntohs(ev),
+					       ai->port_bitmap))
+			   : MRC_ICRC_UNUSED;
 	count(ai->counter, 1);
 	return XDP_TX;
 }

@@ -8,6 +8,7 @@
 #define MRC_NIC_COMMON_H
 
 #include "mrc_parse.h"
+#include "nic_auth.h"
 #include "nic_maps.h"
 
 /* ---- Counters (enum nic_counter) ---------------------------------------- */
@@ -115,6 +116,15 @@ static __always_inline int tx_qp_check(const struct mrc_pkt *p, __u32 qpn, struc
 		return drop(NIC_CNT_DROP_QP_STATE);
 	*sq = q;
 	return PKT_GO;
+}
+
+/* The packet's ICRC slot, where a MAC'd packet carries its MAC (host order). */
+static __always_inline __u32 pkt_icrc(struct xdp_md *ctx, const struct mrc_pkt *p)
+{
+	__be32 v = 0;
+
+	bpf_xdp_load_bytes(ctx, p->bth_off + p->udp_payload - MRC_ICRC_LEN, &v, sizeof(v));
+	return bpf_ntohl(v);
 }
 
 /* Host host's port bitmap (nic_port_up): bit p, plane p is up. */

@@ -327,6 +327,11 @@ enum nic_counter {
 	NIC_CNT_CQ_EVENTS,       /* records written to a CQ's ring buffer (nic_cq_rings) */
 	NIC_CNT_CQ_OVERRUN,      /* records lost: the CQ's ring was full, or its index has no ring */
 	NIC_CNT_FAIL_KICKS,      /* NIC_KICK_FAIL runs that moved a QP to ERR */
+	/* Forged or stray packets (docs/nic-program.md, "Packets from the network") */
+	NIC_CNT_DROP_BAD_PORT,    /* UDP source port 0: EV 0 is invalid, no MRC peer sends it */
+	NIC_CNT_DROP_DATA_RANGE,  /* data PSN at or beyond cum_psn + NIC_BITMAP_BITS: past any window */
+	NIC_CNT_DROP_NACK_STALE,  /* fatal NACK of a PSN not outstanding (behind snd_una or acked) */
+	NIC_CNT_DROP_AUTH,        /* the QP takes only MAC'd packets, and this one's MAC is wrong */
 	NIC_CNT_MAX,
 };
 

@@ -664,6 +664,16 @@ static __always_inline int engine_write(struct xdp_md *ctx, const struct engine_
 	struct nic_mr_elem *src;
 	int delta = (int)total - (int)bpf_xdp_get_buff_len(ctx);
 
+	if (sq->auth) {
+		__u32 op = f->bth.opcode;
+
+		icrc = bpf_htonl(data_mac(sq->auth_key, op, bpf_ntohl(f->bth.qpn),
+					  bpf_ntohl(f->bth.apsn), bpf_ntohll(f->reth.va),
+					  bpf_ntohl(f->reth.rkey), bpf_ntohl(f->reth.dmalen),
+					  bpf_ntohl(f->dext.flags_msn), bpf_ntohl(f->dext.msg_off),
+					  op == MRC_OP_WRITE_IMM ? bpf_ntohl(f->immdt.imm) : 0));
+	}
+
 	if (delta && bpf_xdp_adjust_tail(ctx, delta))
 		return engine_idle(req, NIC_CNT_DROP_XDP_ERR); /* lost: loss detection resends it */
 	if (bpf_xdp_store_bytes(ctx, 0, f, DATA_HDRS_LEN - 16 + sizeof(f->immdt)) ||

@@ -404,11 +404,15 @@ static __always_inline int rx_prepare(struct xdp_md *ctx, const struct rx_pkt *d
 				      const struct nic_rq *rq, __s32 window, struct ack_info *ai,
 				      struct rx_plan *plan)
 {
+	__s32 dist = MRC_PSN_DIFF(d->psn, rq->cum_psn);
 	enum rx_verdict verdict;
 	__u32 zero = 0;
-	__s32 dist;
 	int ret;
 
+	/* No sender's window reaches that far (its snd_una <= our cum_psn): a
+	 * PSN never sent, not worth an answer. */
+	if (dist >= NIC_BITMAP_BITS)
+		return drop(NIC_CNT_DROP_DATA_RANGE);
 	if (d->trimmed) { /* nothing to place: ask for the PSN again */
 		int lasthop = d->dscp == MRC_DSCP_TRIMMED_LASTHOP;
 
@@ -418,15 +422,19 @@ static __always_inline int rx_prepare(struct xdp_md *ctx, const struct rx_pkt *d
 			lasthop ? NIC_CNT_NACK_TRIMMED_LASTHOP : NIC_CNT_NACK_TRIMMED);
 		return PKT_GO;
 	}
-	ret = rx_region(rq, d, &plan->elem);
-	if (ret != PKT_GO)
-		goto failed;
-	dist = MRC_PSN_DIFF(d->psn, rq->cum_psn);
 	if (dist >= window) {
 		rx_nack(ai, plan, RX_NACK_OOR, MRC_NACK_PSN_OOR_WINDOW, NIC_CNT_NACK_OOR);
 		return PKT_GO;
 	}
 	plan->fresh = dist >= 0 && !ring_test(rq, d->psn);
+	/* As RC: only a request that passed every other check (addresses,
+	 * state, a PSN in the window and new) is checked for access, and its
+	 * access error is fatal; a duplicate is acknowledged, never placed. */
+	if (plan->fresh) {
+		ret = rx_region(rq, d, &plan->elem);
+		if (ret != PKT_GO)
+			goto failed;
+	}
 	if (plan->fresh && d->last) {
 		verdict = msg_check(rq, d->flags_msn & MRC_DATA_MSN_MASK);
 		if (verdict == RX_BAD_MSN)
@@ -573,6 +581,14 @@ static __always_inline int rx_data(struct xdp_md *ctx, struct mrc_pkt *p)
 		return ret;
 	if (rq->mpr == 0 || rq->mpr > NIC_MPR_MAX)
 		return drop(NIC_CNT_DROP_QP_CONFIG);
+	/* A trimmed header lost its MAC with its tail: it can only cause a NACK. */
+	if (rq->auth && !d.trimmed &&
+	    pkt_icrc(ctx, p) != data_mac(rq->auth_key, p->bth->opcode, d.qpn, d.psn, d.va, d.rkey,
+					 d.dmalen, d.flags_msn, d.msg_off, d.imm))
+		return drop(NIC_CNT_DROP_AUTH);
+	ai.auth = rq->auth;
+	ai.key[0] = rq->auth_key[0];
+	ai.key[1] = rq->auth_key[1];
 	window = rq->mpr * MRC_MPR_UNIT;
 	ai.port_bitmap = host_ports(rq->local_host);
 	ai.peer_qpn = rq->peer_qpn;

@@ -88,12 +88,16 @@ struct nic_rq {
 	struct nic_rq_stats stats;
 	struct nic_msg_slot msgs[NIC_MSG_SLOTS]; /* message MSN m in msgs[m % NIC_MSG_SLOTS] */
 	struct nic_gap_bin gaps[NIC_GAP_BINS];   /* long delivery gaps, by end */
+	/* setup: the optional per-packet MAC (nic_auth.h) */
+	__u64 auth_key[2]; /* the connection's SipHash key, the peer's QP has the same */
+	__u32 auth;        /* 1: data must carry a MAC, our SACKs/NACKs carry one */
+	__u32 reserved;
 };
 _Static_assert(__builtin_offsetof(struct nic_rq, cum_psn) == 28, "struct nic_rq layout changed");
 _Static_assert(__builtin_offsetof(struct nic_rq, bitmap) == 40, "struct nic_rq layout changed");
 _Static_assert(sizeof(struct nic_rq) == 40 + 8 * NIC_BITMAP_WORDS + sizeof(struct nic_rq_stats) +
 					     NIC_MSG_SLOTS * sizeof(struct nic_msg_slot) +
-					     NIC_GAP_BINS * sizeof(struct nic_gap_bin),
+					     NIC_GAP_BINS * sizeof(struct nic_gap_bin) + 24,
 	       "struct nic_rq has hidden padding");
 
 /* A receive lock: one 64-byte entry of nic_rx_locks, taken with cmpxchg. */
@@ -210,7 +214,8 @@ struct nic_sq {
 	/* ---- verbs (setup) ---- */
 	__u32 send_cq; /* index + 1 in nic_cq_rings: signaled WQEs and QP_ERR go there;
 			* 0: every completion goes to nic_events */
-	__u32 reserved;
+	__u32 auth;          /* setup: 1: data carries a MAC, ACKs must carry one (nic_auth.h) */
+	__u64 auth_key[2];   /* setup: the connection's SipHash key, the peer's QP has the same */
 };
 _Static_assert(__builtin_offsetof(struct nic_sq, snd_una) == 36, "struct nic_sq layout changed");
 _Static_assert(__builtin_offsetof(struct nic_sq, acked) == 64, "struct nic_sq layout changed");
@@ -220,7 +225,7 @@ _Static_assert(__builtin_offsetof(struct nic_sq, engine) ==
 	       "struct nic_sq has hidden padding");
 _Static_assert(sizeof(struct nic_sq) == __builtin_offsetof(struct nic_sq, engine) + 32 +
 					     4 * NIC_MSG_SLOTS + sizeof(struct nic_sq_tx_stats) +
-					     sizeof(struct nic_sq_cc) + 8,
+					     sizeof(struct nic_sq_cc) + 8 + 16,
 	       "struct nic_sq has hidden padding");
 
 /* ---- EVs: nic_evs -------------------------------------------------------- */

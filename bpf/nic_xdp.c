@@ -148,6 +148,8 @@ static __always_inline int nic_rx(struct xdp_md *ctx, struct engine_req *req)
 		return drop(NIC_CNT_DROP_TRUNCATED);
 	if (ip_len < hlen + sizeof(struct udphdr) || udp_len != ip_len - hlen)
 		return drop(NIC_CNT_DROP_BAD_LEN);
+	if (p.udp->source == bpf_htons(MRC_EV_INVALID)) /* every MRC sender puts an EV there */
+		return drop(NIC_CNT_DROP_BAD_PORT);
 	p.udp_payload = udp_len - sizeof(struct udphdr);
 	p.bth_off = ETH_HLEN + hlen + sizeof(struct udphdr);
 	if (p.udp_payload < sizeof(struct mrc_bth))

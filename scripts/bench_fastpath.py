@@ -545,8 +545,8 @@ def part_sack(args: argparse.Namespace, log) -> dict[str, Any]:
 # ---- part 2: WRITE goodput vs iperf3 -u (and MPTCP) ----------------------------------
 
 
-def mrc_write(topo, mpr: int, size: int, timeout: float) -> dict[str, Any]:
-    res = transfer.write(topo, "h0", "h1", size, mpr=mpr, timeout=timeout)
+def mrc_write(topo, mpr: int, size: int, timeout: float, auth: bool = False) -> dict[str, Any]:
+    res = transfer.write(topo, "h0", "h1", size, mpr=mpr, timeout=timeout, auth=auth)
     cpu = res.cpu_cores
     # What the EVs ended in: with no daemon yet, an EV marked ASSUMED_BAD stays so.
     states: dict[str, int] = {}
@@ -796,7 +796,7 @@ def part_write(args: argparse.Namespace, log) -> dict[str, Any]:
             mptcp_note = {"skipped": "--no-mptcp"}
         for r in range(args.rounds):
             for mpr in mprs:
-                run = mrc_write(topo, mpr, args.size_mib * MIB, args.write_timeout)
+                run = mrc_write(topo, mpr, args.size_mib * MIB, args.write_timeout, args.auth)
                 run["round"] = r
                 mrc_runs.append(run)
                 log(
@@ -985,6 +985,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--mpr", dest="mprs", type=int, action="append", help="MPRs to try (default 2, 8, 32)"
     )
     p.add_argument("--no-mptcp", action="store_true", help="skip the MPTCP peer")
+    p.add_argument(
+        "--auth", action="store_true", help="part 2: MAC every packet (per-packet authentication)"
+    )
     args = p.parse_args(argv)
     args.rounds = args.rounds or (1 if args.quick else 3)
     args.sack_seconds = 0.75 if args.quick else 1.5

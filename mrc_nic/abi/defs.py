@@ -365,9 +365,13 @@ class Counter(enum.IntEnum):
     CQ_EVENTS = 54
     CQ_OVERRUN = 55
     FAIL_KICKS = 56
+    DROP_BAD_PORT = 57
+    DROP_DATA_RANGE = 58
+    DROP_NACK_STALE = 59
+    DROP_AUTH = 60
 
 
-NIC_CNT_MAX = 57
+NIC_CNT_MAX = 61
 
 # ---- bpf/nic_structs.h ---------------------------------------------------------
 
@@ -442,6 +446,9 @@ class NicRq(ctypes.Structure):
         ("stats", NicRqStats),
         ("msgs", NicMsgSlot * 32),
         ("gaps", NicGapBin * 64),
+        ("auth_key", ctypes.c_uint64 * 2),
+        ("auth", ctypes.c_uint32),
+        ("reserved", ctypes.c_uint32),
     ]
 
 
@@ -553,7 +560,8 @@ class NicSq(ctypes.Structure):
         ("tx_stats", NicSqTxStats),
         ("cc", NicSqCc),
         ("send_cq", ctypes.c_uint32),
-        ("reserved", ctypes.c_uint32),
+        ("auth", ctypes.c_uint32),
+        ("auth_key", ctypes.c_uint64 * 2),
     ]
 
 

@@ -7,7 +7,7 @@ import errno
 import sys
 
 from mrc_nic.kernel import bpfsys, pins
-from mrc_nic.nic import wireconst
+from mrc_nic.nic import auth, wireconst
 from mrc_nic.nic.cq_maps import check_cq
 from mrc_nic.nic.layout import (
     BITMAP_BITS,
@@ -50,11 +50,14 @@ class RxQpMaps:
         psn: int = 0,
         msn: int = 0,
         cq: int = 0,
+        auth_key: bytes | None = None,
     ) -> None:
         """Create (or reset) the receive state of a QP: nothing received, cum_psn = psn.
 
         cq: the receive CQ, index + 1 of nic_cq_rings (set_cq_ring); its
         WRITE_WITH_IMM completions go there instead of nic_events (0: no CQ).
+        auth_key: the connection's 16-byte key (nic.auth): a data packet without
+        a right MAC is dropped, and every answer carries one.
         The whole value is written, so counters, bitmap and messages start at
         zero. Do it before data flows to this QP: a packet being processed
         meanwhile may be lost (the sender resends it).
@@ -91,6 +94,9 @@ class RxQpMaps:
             msn=msn,
             recv_cq=cq,
         )
+        if auth_key is not None:  # data must carry a MAC, our answers do (nic/auth.py)
+            value.auth = 1
+            value.auth_key[0], value.auth_key[1] = auth.key_words(auth_key)
         # The slot first, then its owner (and a QP set up again loses its owner
         # meanwhile): a packet that arrives after the write finds the new value
         # whole. One that passed the owner check before it may still finish

@@ -9,7 +9,7 @@ import mmap
 import sys
 
 from mrc_nic.kernel import bpfsys, pins
-from mrc_nic.nic import wireconst
+from mrc_nic.nic import auth, wireconst
 from mrc_nic.nic.cq_maps import check_cq
 from mrc_nic.nic.kick import run_kick
 from mrc_nic.nic.layout import (
@@ -71,6 +71,7 @@ class SendQpMaps:
         reo_wnd_ns: int = 0,
         cc_rtt_target_ns: int = 0,
         cq: int = 0,
+        auth_key: bytes | None = None,
     ) -> None:
         """Create (or reset) the send state of a QP, its EVs, its PSN -> EV table and
         its send queue.
@@ -87,8 +88,9 @@ class SendQpMaps:
         nic_sq_cc; later changes go with the window, cwnd_kick); cq: the send
         CQ, index + 1 of nic_cq_rings (set_cq_ring), where signaled WQEs'
         completions and the QP's error go (0: no CQ: every completion to
-        nic_events). The whole values are written: do it before packets flow
-        for this QP.
+        nic_events). auth_key: the connection's 16-byte key (nic.auth): every
+        data packet carries a MAC, and an ACK without a right one is dropped.
+        The whole values are written: do it before packets flow for this QP.
         """
         pins.check_range("qpn", qpn, wireconst.QPN_MASK)
         pins.check_range("local_host", local_host, MAX_HOSTS - 2)
@@ -138,6 +140,9 @@ class SendQpMaps:
             cc=SqCc(rtt_target_ns=cc_rtt_target_ns),
             send_cq=cq,
         )
+        if auth_key is not None:  # data carries a MAC, ACKs must (nic/auth.py)
+            value.auth = 1
+            value.auth_key[0], value.auth_key[1] = auth.key_words(auth_key)
         for i, ev in enumerate(evs):
             value.evs[i] = ev
         for ev, plane in evs.items():

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from mrc_nic import nic
 from mrc_nic.kernel import cpustat
 from mrc_nic.lab.topology import Topology
+from mrc_nic.nic import auth as nic_auth
 from mrc_nic.nic.wire import MPR_UNIT
 
 EV_BASE = 49152  # EVs ride in the UDP source port: the dynamic port range
@@ -67,14 +68,17 @@ def write(
     verify: bool = True,
     timeout: float = 60.0,
     data: bytes | None = None,
+    auth: bool = False,
 ) -> WriteResult:
-    """WRITE `length` bytes (a multiple of 1 KiB) from src's region to dst's."""
+    """WRITE `length` bytes (a multiple of 1 KiB) from src's region to dst's; with
+    auth, every packet of the QP pair carries a MAC under a fresh key (nic.auth)."""
     if length <= 0 or length % nic.MR_ELEM_SIZE:
         raise ValueError(f"length must be a positive multiple of {nic.MR_ELEM_SIZE}")
     s_host, d_host = topo.nodes[src].index, topo.nodes[dst].index
     elems = length // nic.MR_ELEM_SIZE
     evs = ev_profile(topo.planes, evs_per_plane)
     tx_qp, rx_qp = qpn(s_host), qpn(d_host)
+    key = nic_auth.new_key() if auth else None
     with nic.NicMaps.open(topo.lab) as maps:
         if 2 * elems > maps.mr_elems:
             raise ValueError(
@@ -93,7 +97,13 @@ def write(
                 with contextlib.suppress(KeyError):
                     maps.delete_rq(qpn(host))
         maps.setup_rq(
-            rx_qp, local_host=d_host, peer_host=s_host, peer_qpn=tx_qp, region=DST_REGION, mpr=mpr
+            rx_qp,
+            local_host=d_host,
+            peer_host=s_host,
+            peer_qpn=tx_qp,
+            region=DST_REGION,
+            mpr=mpr,
+            auth_key=key,
         )
         maps.setup_sq(
             tx_qp,
@@ -104,6 +114,7 @@ def write(
             evs=evs,
             mpr=mpr,
             engine=True,
+            auth_key=key,
         )
         before = maps.counters()
         maps.post_write(tx_qp, length=length, src_region=SRC_REGION, remote_va=0, rkey=DST_RKEY)

@@ -37,6 +37,7 @@ from scapy.packet import Packet, Raw
 
 from mrc_nic import nic
 from mrc_nic.kernel import bpfsys
+from mrc_nic.nic import auth
 from mrc_nic.nic import wire as w
 from tests.helpers.header_probe import struct_layout
 from tests.helpers.nicprog import delta, loaded_nic_program, patched
@@ -550,6 +551,120 @@ def test_remote_access_errors_are_fatal_nacks(program, maps, qp, change):
     )
 
 
+def test_access_is_checked_only_for_a_new_psn_in_the_window(program, maps, qp):
+    # As RC: a packet that fails the PSN checks never reaches the access check,
+    # so a stray or forged packet with a bad rkey cannot make a fatal NACK.
+    run(program, data(START + 1))
+    bad = {"rkey": RKEY + 1}
+    before = maps.counters()
+
+    assert_answer(
+        run(program, data(START + 1, **bad)), sack(START + 1, START, 0b10, flags=w.AckFlag.DUP)
+    )
+    assert_answer(
+        run(program, data(START - 5, elem=0, **bad)),
+        sack(START - 5, START, 0b10, flags=w.AckFlag.DUP),
+    )
+    assert_answer(
+        run(program, data(START + WINDOW, elem=0, **bad)),
+        nack(START + WINDOW, w.NackReason.PSN_OOR_WINDOW, cum=START, bitmap=0b10),
+    )
+    assert delta(before, maps.counters()) == {"sack": 2, "dup": 2, "nack_oor": 1}
+    rq = maps.rq(QP_RX)
+    assert (rq.cum_psn, rq.received) == (START, [START + 1])
+
+
+# ---- the per-packet MAC (nic_auth.h) ------------------------------------------------------------
+
+KEY = bytes(range(16))
+
+
+def mac_of_data(psn: int, **kw) -> int:
+    d = dict(opcode=w.Opcode.WRITE, qpn=QP_RX, psn=psn, va=BASE_VA + (psn - START) * 1024)
+    d |= dict(rkey=RKEY, dmalen=1024, last=False, msn=0, msg_off=0)
+    return auth.data_mac(KEY, **(d | kw))
+
+
+def mac_of_sack(psn: int, cum: int, bitmap: int = 0, flags: int = 0) -> int:
+    return auth.ack_mac(
+        KEY,
+        qpn=QP_TX,
+        psn=psn,
+        cum_psn=cum,
+        sack_psn=cum,
+        sack_bitmap=bitmap,
+        syndrome=w.Syndrome.ACK,
+        reason=0,
+        flags=flags,
+        echo_ev=EV,
+        port_bitmap=PORTS,
+    )
+
+
+def test_a_qp_with_a_key_takes_data_with_its_mac_and_macs_its_answer(program, maps, qp):
+    setup_qp(maps, auth_key=KEY)
+    result = run(program, data(START, icrc=mac_of_data(START)))
+    assert_answer(result, sack(START, cum=START + 1, icrc=mac_of_sack(START, START + 1)))
+    assert maps.rq(QP_RX).cum_psn == START + 1
+
+
+@pytest.mark.parametrize(
+    "frame",
+    [
+        lambda: data(START),  # no MAC (the ICRC slot's 0)
+        lambda: data(START, icrc=mac_of_data(START) ^ 1),
+        lambda: data(START, icrc=mac_of_data(START + 1)),  # another PSN's MAC
+        lambda: data(START, rkey=RKEY + 1, icrc=mac_of_data(START)),  # a field changed
+        lambda: data(
+            START,
+            icrc=auth.data_mac(
+                bytes(16),
+                **{
+                    "opcode": 0x0A,
+                    "qpn": QP_RX,
+                    "psn": START,
+                    "va": BASE_VA,
+                    "rkey": RKEY,
+                    "dmalen": 1024,
+                    "last": False,
+                    "msn": 0,
+                    "msg_off": 0,
+                },
+            ),
+        ),  # another key
+    ],
+    ids=["no MAC", "one bit off", "replayed from another PSN", "rkey changed", "another key"],
+)
+def test_data_without_the_right_mac_is_dropped(program, maps, qp, frame):
+    setup_qp(maps, auth_key=KEY)
+    state, memory, before = bytes(maps.rq_raw(QP_RX)), maps.memory()[:], maps.counters()
+
+    assert run(program, frame()).retval == XDP_DROP
+
+    assert delta(before, maps.counters()) == {"drop_auth": 1}
+    assert bytes(maps.rq_raw(QP_RX)) == state and maps.memory()[:] == memory
+
+
+def test_a_trimmed_header_needs_no_mac(program, maps, qp):
+    # Its MAC went with the payload; all it can cause is a NACK (MAC'd).
+    setup_qp(maps, auth_key=KEY)
+    mac = auth.ack_mac(
+        KEY,
+        qpn=QP_TX,
+        psn=START,
+        cum_psn=START,
+        sack_psn=START,
+        sack_bitmap=0,
+        syndrome=w.Syndrome.NAK_PSN_SEQ,
+        reason=w.NackReason.TRIMMED,
+        flags=w.AckFlag.TRIMMED,
+        echo_ev=EV,
+        port_bitmap=PORTS,
+    )
+    result = run(program, w.trim(data(START)))
+    assert_answer(result, nack(START, w.NackReason.TRIMMED, cum=START, icrc=mac))
+
+
 # ---- MRs named by rkey (the verbs API: setup_rq's REGION_BY_RKEY) -------------------------------
 
 APP_BASE = 2 << 40  # an application MR's address: region 2's space
@@ -695,6 +810,19 @@ DROPS = [
     Drop("opcode vendor 0xDA", _opcode(0xDA), "drop_bad_opcode"),
     Drop("opcode 0xFF", _opcode(0xFF), "drop_bad_opcode"),
     Drop("mpr 0", lambda: WRITE, "drop_qp_config", {"mpr": 0}),
+    Drop("UDP source port 0 (EV 0)", lambda: patched(WRITE, 34, b"\0\0"), "drop_bad_port"),
+    Drop("PSN past any window", lambda: data(START + nic.BITMAP_BITS), "drop_data_range"),
+    Drop("PSN far ahead", lambda: data((START + (1 << 22)) & w.PSN_MASK), "drop_data_range"),
+    Drop(
+        "trimmed, PSN past any window",
+        lambda: w.trim(data(START + nic.BITMAP_BITS)),
+        "drop_data_range",
+    ),
+    Drop(
+        "bad rkey, PSN past any window",
+        lambda: data(START + nic.BITMAP_BITS, rkey=RKEY + 1),
+        "drop_data_range",
+    ),
 ]
 # Truncations: the frame cut, headers unchanged (their lengths now lie).
 for _cut, _what in [

@@ -22,6 +22,7 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import os
+import random
 import time
 from collections.abc import Callable
 
@@ -32,6 +33,7 @@ from scapy.packet import Packet, Raw
 
 from mrc_nic import nic
 from mrc_nic.kernel import bpfsys
+from mrc_nic.nic import auth
 from mrc_nic.nic import wire as w
 from tests.helpers.header_probe import struct_layout
 from tests.helpers.nicprog import delta, loaded_nic_program, patched
@@ -457,6 +459,31 @@ DROPS = [
         lambda: patched(SACK, AETH_SYNDROME_AT, b"\x05"),
         "drop_bad_ack",
     ),
+    Drop("UDP source port 0 (EV 0)", lambda: patched(SACK, 34, b"\0\0"), "drop_bad_port"),
+    Drop(
+        "fatal NACK behind snd_una",
+        lambda: nack(
+            START - 1, w.NackReason.UNEXP_EVENT, START, syndrome=w.Syndrome.NAK_REM_ACCESS
+        ),
+        "drop_nack_stale",
+    ),
+    Drop(
+        "fatal NACK far behind snd_una",
+        lambda: nack(
+            START - (1 << 22) & w.PSN_MASK,
+            w.NackReason.UNEXP_EVENT,
+            START,
+            syndrome=w.Syndrome.NAK_INV_REQ,
+        ),
+        "drop_nack_stale",
+    ),
+    Drop(
+        "fatal NACK at snd_nxt",
+        lambda: nack(
+            START + SENT, w.NackReason.UNEXP_EVENT, START, syndrome=w.Syndrome.NAK_REM_ACCESS
+        ),
+        "drop_ack_range",
+    ),
     Drop("short SACK", lambda: with_udp_payload(SACK, SACK_PAYLOAD[:-1]), "drop_short"),
     Drop("SACK headers only", lambda: with_udp_payload(SACK, SACK_PAYLOAD[:48]), "drop_short"),
     Drop("long SACK", lambda: with_udp_payload(SACK, SACK_PAYLOAD + bytes(4)), "drop_bad_len"),
@@ -676,6 +703,126 @@ def test_fatal_nack_moves_the_qp_to_err(program, maps, sq, event_reader):
     }
     # An ERR QP takes no more acknowledgements.
     assert consumed(program, maps, sack(START, cum=START + 1)) == {"drop_qp_state": 1}
+
+
+def test_fatal_nack_of_an_acknowledged_psn_is_dropped(program, maps, sq, event_reader):
+    # The receiver placed START + 2 (SACKed): a fatal NACK for it is a ghost.
+    consumed(program, maps, sack(START + 2, cum=START))
+    event_reader.read()
+    state = state_bytes(maps)
+    fatal = nack(START + 2, w.NackReason.UNEXP_EVENT, START, syndrome=w.Syndrome.NAK_REM_ACCESS)
+
+    assert consumed(program, maps, fatal) == {"drop_nack_stale": 1}
+    assert state_bytes(maps) == state
+    assert event_reader.read() == []
+
+
+# Every outcome a packet counts exactly once (nic_consts.h, enum nic_counter).
+ACK_OUTCOMES = {"ack_consumed", "ack_stale"}
+
+
+def test_a_flood_of_forged_acks_outside_the_window_changes_nothing(program, maps, sq):
+    # Right QPN and addresses, random everything else, no PSN or bitmap inside
+    # [snd_una, snd_nxt): as the lab's forgers send. Seeded: the run is repeatable.
+    rng = random.Random(19)
+    syndromes = [0x1F, 0x60, 0x61, 0x62, 0x63, 0x20, 0x05]
+    reasons = [0, 1, 2, 6, 7, 0x0A, 0x0B, 0x19, 0x33]
+
+    def outside(lo: int, hi: int) -> int:  # a PSN not in [lo, hi)
+        while True:
+            v = rng.randrange(1 << 24)
+            if not 0 <= w.psn_diff(v, lo) < hi - lo:
+                return v
+
+    frames = []
+    for _ in range(400):
+        pkt = nack(
+            outside(START, START + SENT),
+            w.NackReason.TRIMMED,
+            cum=outside(START + 1, START + SENT + 1),
+            sack_psn=outside(START - 63, START + SENT),
+            bitmap=rng.getrandbits(64),
+            ev=rng.choice([EV_A, EV_C, 0x4242]),
+        )
+        raw = patched(pkt, AETH_SYNDROME_AT, bytes([rng.choice(syndromes)]))
+        raw = patched(raw, NACK_REASON_AT, bytes([rng.choice(reasons)]))
+        if rng.random() < 0.05:
+            raw = patched(raw, 34, b"\0\0")
+        frames.append(raw)
+    state = state_bytes(maps)
+    before = maps.counters()
+
+    for f in frames:
+        assert run(program, f).retval == XDP_DROP
+
+    got = delta(before, maps.counters())
+    outcomes = {k: v for k, v in got.items() if k.startswith("drop_") or k in ACK_OUTCOMES}
+    assert sum(outcomes.values()) == len(frames), got
+    assert got.keys() == outcomes.keys(), "no acknowledgement, loss or event"
+    assert {"drop_nack_stale", "drop_ack_range", "drop_bad_ack", "drop_bad_port"} <= got.keys()
+    s = maps.sq(QP_TX)
+    assert s.state == nic.QpState.RTS
+    assert (s.snd_una, s.snd_nxt, s.acked, s.retx_queue) == (START, START + SENT, [], [])
+    assert state_bytes(maps)[1:] == state[1:], "no EV feedback"
+
+
+KEY = bytes(range(16))
+
+
+def mac_of(psn: int, cum: int, *, reason: int = 0, syndrome: int = w.Syndrome.ACK) -> int:
+    """The MAC of sack(psn, cum) / nack(psn, reason, cum) under KEY."""
+    return auth.ack_mac(
+        KEY,
+        qpn=QP_TX,
+        psn=psn,
+        cum_psn=cum,
+        sack_psn=cum,
+        sack_bitmap=0,
+        syndrome=syndrome,
+        reason=reason,
+        flags=w.AckFlag.TRIMMED if reason in (1, 2) else 0,
+        echo_ev=EV_A,
+        port_bitmap=PEER_PORTS,
+    )
+
+
+def test_a_qp_with_a_key_takes_only_acks_with_its_mac(program, maps, sq):
+    setup_sq(maps, auth_key=KEY)
+    state = state_bytes(maps)
+    fatal = dict(reason=w.NackReason.UNEXP_EVENT, syndrome=w.Syndrome.NAK_REM_ACCESS)
+    # Forged in the window: without the MAC they would acknowledge and kill.
+    forged = [
+        sack(START + 3, cum=START + SENT),
+        sack(START + 3, cum=START + SENT, icrc=mac_of(START + 3, START + SENT) ^ 0x100),
+        sack(START + 3, cum=START + SENT, icrc=mac_of(START + 3, START + 4)),
+        nack(START + 1, w.NackReason.UNEXP_EVENT, START, syndrome=w.Syndrome.NAK_REM_ACCESS),
+        nack(
+            START + 1,
+            w.NackReason.UNEXP_EVENT,
+            START,
+            syndrome=w.Syndrome.NAK_REM_ACCESS,
+            icrc=mac_of(START + 1, START, reason=1, syndrome=w.Syndrome.NAK_PSN_SEQ),
+        ),
+    ]
+    for pkt in forged:
+        assert consumed(program, maps, pkt) == {"drop_auth": 1}
+    assert state_bytes(maps) == state
+
+    got = consumed(program, maps, sack(START + 3, cum=START + 4, icrc=mac_of(START + 3, START + 4)))
+    assert got == {"ack_consumed": 1, "acked": 4}
+    got = consumed(
+        program,
+        maps,
+        nack(
+            START + 5,
+            w.NackReason.UNEXP_EVENT,
+            START + 4,
+            syndrome=w.Syndrome.NAK_REM_ACCESS,
+            icrc=mac_of(START + 5, START + 4, **fatal),
+        ),
+    )
+    assert got == {"ack_consumed": 1, "events": 1}
+    assert maps.sq(QP_TX).state == nic.QpState.ERR
 
 
 # ---- loss detection: the per-EV walk --------------------------------------------------------
