@@ -32,6 +32,7 @@ def cli() -> None:
 def _register() -> None:
     from mrc_nic.cli import (
         capture_cmds,
+        ctl_cmds,
         events_cmds,
         exec_cmds,
         fault_cmds,
@@ -52,6 +53,7 @@ def _register() -> None:
         traffic_cmds,
         capture_cmds,
         qp_cmds,
+        ctl_cmds,
         scenario_cmds,
         exec_cmds,
     )

@@ -23,8 +23,9 @@ from typing import Any
 
 from mrc_nic import nic
 from mrc_nic.lab import ctl
+from mrc_nic.lab.protocol import RequestError
 from mrc_nic.lab.service import Conn
-from mrc_nic.transport import appops, hostmem, nscc, sendjob, supervisor, transfer
+from mrc_nic.transport import appops, hostmem, nscc, sendjob, supervisor
 from mrc_nic.transport.qp import Qp, QpError, QpState, Retry
 
 ACCESS_LOCAL_WRITE, ACCESS_REMOTE_WRITE = 1, 2
@@ -67,6 +68,7 @@ class AppQp(supervisor.Supervised):
     evs: dict[int, int] = dataclasses.field(default_factory=dict)
     ev_min_active: int = 0
     retired_tx_pkts: dict[int, int] = dataclasses.field(default_factory=dict)
+    backup: Any = None  # the EV profile's replacements (evreplace)
     remote: dict = dataclasses.field(default_factory=dict)  # the prober's: {"qpn": ...}
     rq_set: bool = False
     sq_set: bool = False
@@ -283,6 +285,7 @@ class AppSessions:
     def _destroy_qp(self, session: AppSession, qpn: int) -> None:
         aq = session.qps.pop(qpn)
         self.daemon.replacer.forget(aq)
+        self.daemon.controller.forget_qp(qpn)
         with contextlib.suppress(KeyError):
             self.maps.delete_sq(qpn)
         with contextlib.suppress(KeyError):
@@ -340,9 +343,11 @@ class AppSessions:
             "ev_profile_id": attrs.pop("ev_profile_id", 0),
             "cc_profile_id": attrs.pop("cc_profile_id", nscc.DEFAULT_NSCC),
         }
+        table = self.daemon.controller.table  # the host's profiles (transport.profiles)
         try:
-            nscc.profile(changes["cc_profile_id"])
-        except ValueError as e:
+            table.nscc_config(changes["cc_profile_id"])
+            table.online_ev_profile(changes["ev_profile_id"])
+        except (ValueError, RequestError) as e:
             raise _einval(str(e)) from None
         self._check_transition(aq, QpState.INIT, **changes)
 
@@ -421,7 +426,7 @@ class AppSessions:
         sq_psn = self._psn(attrs, "sq_psn")
         attrs.pop("max_wimm", None)
         self._check_transition(aq, QpState.RTS, **changes)
-        config = nscc.profile(aq.qp.attrs.cc_profile_id).nscc  # checked at INIT
+        config = self.daemon.controller.table.nscc_config(aq.qp.attrs.cc_profile_id)
 
         def apply() -> None:
             aq.qp.modify(QpState.RTS, **changes)
@@ -433,8 +438,12 @@ class AppSessions:
     def _setup_send(self, aq: AppQp, config, mpr: int, sq_psn: int) -> None:
         """The send side in the NIC maps: EVs, window, NSCC; nothing left of it on failure."""
         planes = self.topo.planes
-        aq.evs = transfer.ev_profile(planes, sendjob.EV_COUNT // planes)
-        aq.ev_min_active = sendjob.EV_COUNT // 4
+        ctl = self.daemon.controller  # the QP's EV profile (OCP ev_profile_id)
+        aq.evs, aq.ev_min_active, denied = ctl.qp_evs(
+            aq.qp.qpn, aq.qp.attrs.ev_profile_id, sendjob.EV_COUNT
+        )
+        ctl.table.attach(aq.qp.qpn, None, aq.qp.attrs.cc_profile_id)
+        aq.backup = ctl.backup_for(aq.qp.attrs.ev_profile_id)
         cwnd, rtt_target, aq.cc = sendjob.DEFAULT_CWND, 0, None
         if config is not None:
             aq.cc = nscc.QpCc(
@@ -464,6 +473,8 @@ class AppSessions:
                 ev_min_active=aq.ev_min_active,
                 cq=aq.send_cq + 1,
             )
+            for ev in denied:  # the controller's DENIED EVs (MODIFY_EV_STATE)
+                self.maps.set_ev_state(aq.qp.qpn, ev, nic.EvState.DENIED)
         except OSError as e:
             for ev in aq.evs:  # what setup_sq made before it failed
                 self.maps.delete_ev(aq.qp.qpn, ev)

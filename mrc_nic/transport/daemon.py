@@ -36,7 +36,16 @@ from mrc_nic.kernel import netns
 from mrc_nic.lab import ctl, state
 from mrc_nic.lab.service import Conn, LineService
 from mrc_nic.lab.topology import Topology
-from mrc_nic.transport import appops, appsession, evreplace, hostmem, prober, sendjob
+from mrc_nic.transport import (
+    appops,
+    appsession,
+    controller,
+    ctlops,
+    evreplace,
+    hostmem,
+    prober,
+    sendjob,
+)
 from mrc_nic.transport import protocol as ops
 from mrc_nic.transport.qp import Qp, QpError, QpState
 
@@ -68,7 +77,9 @@ class Daemon(LineService):
         self.prober = prober.Prober(self.topo, self.index, self.maps)
         self.replacer = evreplace.Replacer(topo.lab, host, self.index, self.maps)
         self.apps = appsession.AppSessions(self)  # applications' sessions (mrc_nic.verbs)
+        self.controller = controller.Controller(self)  # the OCP mrc_ctl.h objects
         self._port_bits: int | None = None
+        self.carrier_bits: int | None = None  # ports with carrier (before admin state)
         self._links = None  # netlink socket subscribed to this namespace's link changes
 
     # ---- the loop ----------------------------------------------------------------
@@ -114,6 +125,7 @@ class Daemon(LineService):
             if states is not None:
                 try:
                     self.replacer.step(now, mine, states)
+                    self.controller.scan(now, mine, states)
                 except Exception:  # noqa: BLE001 (a policy's bug must not end the transfers)
                     traceback.print_exc(file=sys.stderr)
 
@@ -147,11 +159,17 @@ class Daemon(LineService):
                 and link.get_attr("IFLA_CARRIER") == 1
             )
             bits |= int(bool(up)) << p
+        self.carrier_bits = bits
+        bits &= ~self.controller.ports_disabled  # DISABLED ports are down to the NIC
         if bits != self._port_bits:
             self.maps.set_port_bitmap(self.index, bits)
             if self._port_bits is not None:
                 self._evs_out(self._port_bits & ~bits)
             self._port_bits = bits
+
+    def update_ports(self) -> None:
+        """Carrier or admin state changed: the port bitmap again."""
+        self._update_ports()
 
     def _evs_out(self, planes: int) -> None:
         """Ports that went down (a bitmap of planes) take their EVs out: GOOD
@@ -315,6 +333,7 @@ class Daemon(LineService):
         if sq is None:
             return
         self.replacer.forget(sq)
+        self.controller.forget_qp(qpn)
         with contextlib.suppress(KeyError):
             self.maps.delete_sq(qpn)
         self.maps.clear_region(sq.region)
@@ -340,7 +359,7 @@ class Daemon(LineService):
             sqs.append(sq)
         opts = sendjob.JobOptions.from_request(req)
         for sq, r in zip(sqs, remote, strict=True):
-            sq.begin(self.maps, self.topo, dst, r, opts)
+            sq.begin(self.maps, self.topo, dst, r, opts, ctl=self.controller)
         job = sendjob.Job(self.maps, sqs, opts, conn)
         self.jobs.append(job)
         job.start(time.monotonic())
@@ -387,6 +406,41 @@ class Daemon(LineService):
 
     def op_destroy_qp(self, req: appops.DestroyQp, conn: Conn) -> appops.Done:
         return self.apps.destroy_qp(req, conn)
+
+    # ---- the controller (OCP mrc_ctl.h), see transport.controller ----------------------
+    def op_ctl_query_device(self, req: ctlops.CtlQueryDevice, conn: Conn) -> ctlops.CtlDeviceReply:
+        return self.controller.query_device(req)
+
+    def op_ev_fmt_profile_modify(
+        self, req: ctlops.EvFmtProfileModify, conn: Conn
+    ) -> ctlops.ProfileReply:
+        return self.controller.ev_fmt_modify(req)
+
+    def op_ev_fmt_profile_query(
+        self, req: ctlops.EvFmtProfileQuery, conn: Conn
+    ) -> ctlops.ProfilesReply:
+        return self.controller.ev_fmt_query(req)
+
+    def op_ev_profile_modify(self, req: ctlops.EvProfileModify, conn: Conn) -> ctlops.ProfileReply:
+        return self.controller.ev_modify(req)
+
+    def op_ev_profile_query(self, req: ctlops.EvProfileQuery, conn: Conn) -> ctlops.ProfilesReply:
+        return self.controller.ev_query(req)
+
+    def op_cc_profile_modify(self, req: ctlops.CcProfileModify, conn: Conn) -> ctlops.ProfileReply:
+        return self.controller.cc_modify(req)
+
+    def op_cc_profile_query(self, req: ctlops.CcProfileQuery, conn: Conn) -> ctlops.ProfilesReply:
+        return self.controller.cc_query(req)
+
+    def op_ev_event_poll(self, req: ctlops.EvEventPoll, conn: Conn) -> ctlops.EvEventsReply:
+        return self.controller.poll_events(req)
+
+    def op_port_query(self, req: ctlops.PortQuery, conn: Conn) -> ctlops.PortsReply:
+        return self.controller.port_query(req)
+
+    def op_port_modify(self, req: ctlops.PortModify, conn: Conn) -> ctlops.PortsReply:
+        return self.controller.port_modify(req)
 
 
 def _host_index(topo: Topology, name: str) -> int:

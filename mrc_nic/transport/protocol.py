@@ -16,7 +16,7 @@ from pathlib import Path
 from mrc_nic.lab import eventops
 from mrc_nic.lab import protocol as lp
 from mrc_nic.lab.protocol import Reply, Request, arg, op, reply
-from mrc_nic.transport import appops
+from mrc_nic.transport import appops, ctlops
 from mrc_nic.transport.sendjob import JobOptions
 
 __all__ = [
@@ -180,7 +180,19 @@ class EvSet(Request[EvSetReply]):
 
 OPS = lp.Ops(
     "daemon",
-    [Ping, QpList, SqOpen, RqOpen, Write, RqClose, SqClose, Cancel, EvSet, *appops.APP_OPS],
+    [
+        Ping,
+        QpList,
+        SqOpen,
+        RqOpen,
+        Write,
+        RqClose,
+        SqClose,
+        Cancel,
+        EvSet,
+        *appops.APP_OPS,
+        *ctlops.CTL_OPS,
+    ],
 )
 
 # ---- docs/daemon.md -------------------------------------------------------------------------

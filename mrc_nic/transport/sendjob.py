@@ -98,6 +98,10 @@ class JobOptions:
         nscc.DEFAULT_NSCC,
     )
     cc: dict | None = arg("NSCC fields to override (struct mrc_ctl_cc_nscc_cfg names)", None)
+    ev_profile: int | None = arg(
+        "EV profile (OCP ev_profile_id) of the QPs; null: profile 0, AUTO with ev_count EVs",
+        None,
+    )
     keep_open: bool = arg(
         "leave the send QPs open in RTS for another write to the same receive QPs "
         "(sq_close closes them); by default a write closes them",
@@ -131,7 +135,8 @@ class JobOptions:
         if opts.cc is not None and not isinstance(opts.cc, dict):
             raise QpError(22, "cc must be an object of NSCC fields")
         try:
-            opts.nscc_config()
+            if opts.cc_profile in nscc.PROFILES:  # a controller's own: checked at connect
+                opts.nscc_config()
         except ValueError as e:
             raise QpError(22, str(e)) from None
         if not 0 <= opts.reorder_ns <= REORDER_NS_MAX:
@@ -175,9 +180,10 @@ class JobOptions:
         """The floor of active EVs: as asked, or a quarter of the profile."""
         return self.ev_count // 4 if self.ev_min_active is None else self.ev_min_active
 
-    def nscc_config(self) -> nscc.NsccConfig | None:
-        """The NSCC tunables of this transfer's CC profile (None: a fixed window)."""
-        config = nscc.profile(self.cc_profile).nscc
+    def nscc_config(self, table=None) -> nscc.NsccConfig | None:
+        """The NSCC tunables of this transfer's CC profile (None: a fixed
+        window), from the host's profiles (transport.profiles) when given."""
+        config = table.nscc_config(self.cc_profile) if table else nscc.profile(self.cc_profile).nscc
         if config is None:
             if self.cc:
                 raise ValueError(f"CC profile {self.cc_profile} has no NSCC to tune")
@@ -283,8 +289,12 @@ class SendQp(supervisor.Supervised):
     seg: int = nic.MR_ELEM_SIZE  # payload of a full packet on this lab (nic.seg_size)
     # Packets sent per plane on EVs replaced since (evreplace): their counters went with them.
     retired_tx_pkts: dict[int, int] = dataclasses.field(default_factory=dict)
+    # The EV profile's backup set (evreplace): (plane, taken) -> a wire EV or None
+    backup: Any = None
 
-    def begin(self, maps: nic.NicMaps, topo: Topology, dst: int, remote: dict, opts) -> None:
+    def begin(
+        self, maps: nic.NicMaps, topo: Topology, dst: int, remote: dict, opts, ctl=None
+    ) -> None:
         """Ready this QP for a new transfer: connect a fresh QP (INIT), or reuse
         one a previous transfer left in RTS (write with keep_open) towards the
         same remote QP. A reused QP keeps its NIC state: PSNs, MSNs, EV states
@@ -306,7 +316,7 @@ class SendQp(supervisor.Supervised):
             )
         wanted = {k: int(remote[k]) for k in ("qpn", "rkey", "region")}
         if self.qp.state == QpState.INIT:
-            self.connect(maps, topo, dst, wanted, opts)
+            self.connect(maps, topo, dst, wanted, opts, ctl)
         elif self.qp.state != QpState.RTS:
             raise QpError(
                 errno.EINVAL,
@@ -328,14 +338,31 @@ class SendQp(supervisor.Supervised):
         self.reorder_kicks = 0
         self.wqe_base = maps.sq(self.qp.qpn).wqe_done
 
-    def connect(self, maps: nic.NicMaps, topo: Topology, dst: int, remote: dict, opts) -> None:
-        """INIT -> RTR -> RTS with the peer's QP, and the send state in the maps."""
-        if opts.ev_count % topo.planes:
+    def connect(
+        self, maps: nic.NicMaps, topo: Topology, dst: int, remote: dict, opts, ctl=None
+    ) -> None:
+        """INIT -> RTR -> RTS with the peer's QP, and the send state in the maps.
+        ctl: the daemon's controller (transport.controller), whose EV and CC
+        profiles the QP takes; without it, profile 0's run of EVs."""
+        if not opts.ev_profile and opts.ev_count % topo.planes:
             raise QpError(
                 errno.EINVAL,
                 f"ev_count must be a multiple of the lab's {topo.planes} planes "
                 f"(EVs are equal per plane), not {opts.ev_count}",
             )
+        table = ctl.table if ctl is not None else None
+        try:
+            config = opts.nscc_config(table)
+        except ValueError as e:
+            raise QpError(errno.EINVAL, str(e)) from None
+        denied: set[int] = set()
+        if ctl is not None:
+            self.evs, floor, denied = ctl.qp_evs(self.qp.qpn, opts.ev_profile, opts.ev_count)
+            table.attach(self.qp.qpn, None, opts.cc_profile)
+            self.backup = ctl.backup_for(opts.ev_profile)
+        else:
+            self.evs = transfer.ev_profile(topo.planes, opts.ev_count // topo.planes)
+            floor = opts.ev_min_active_for()
         self.remote = dict(remote)
         self.qp.modify(
             QpState.RTR,
@@ -343,13 +370,13 @@ class SendQp(supervisor.Supervised):
             dest_host=dst,
             dest_qpn=self.remote["qpn"],
             cc_profile_id=opts.cc_profile,
+            ev_profile_id=opts.ev_profile or 0,
         )
         self.qp.modify(QpState.RTS, timeout=opts.timeout, retry=opts.retry)
-        self.evs = transfer.ev_profile(topo.planes, opts.ev_count // topo.planes)
-        self.ev_min_active = opts.ev_min_active_for()
+        # The write's ev_min_active, if given, overrides the profile's floor.
+        self.ev_min_active = floor if opts.ev_min_active is None else opts.ev_min_active
         self.seg = nic.seg_size(topo.mtu)
         cwnd, rtt_target = opts.cwnd, 0
-        config = opts.nscc_config()
         self.cc = None
         if config is not None:
             self.cc = nscc.QpCc(
@@ -376,6 +403,8 @@ class SendQp(supervisor.Supervised):
             cc_rtt_target_ns=rtt_target,
             ev_min_active=self.ev_min_active,
         )
+        for ev in denied:  # the controller's DENIED EVs of the profile (MODIFY_EV_STATE)
+            maps.set_ev_state(self.qp.qpn, ev, nic.EvState.DENIED)
 
     @property
     def done(self) -> bool:

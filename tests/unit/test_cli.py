@@ -304,6 +304,7 @@ COMMANDS = [
     "fail",
     "heal",
     "port",
+    "cc",
     "stats",
     "traffic",
     "ping",

@@ -431,8 +431,14 @@ def test_a_write_request_names_a_profile_and_may_tune_it():
     assert JobOptions(**base, cc_profile=0).check().nscc_config() is None
     tuned = JobOptions(**base, cc={"gamma": 0.5, "target_delay": 50_000}).check()
     assert (tuned.nscc_config().gamma, tuned.nscc_config().target_delay) == (0.5, 50_000)
+    # A profile id the built-in ones lack may be a controller's (transport.profiles):
+    # the daemon's table answers for it when the QP connects.
+    from mrc_nic.transport.profiles import ProfileError, ProfileTable
+
+    unknown = JobOptions(**base, cc_profile=9).check()
+    with pytest.raises(ProfileError, match="no CC profile 9"):
+        unknown.nscc_config(ProfileTable(planes=4))
     for bad, message in (
-        ({"cc_profile": 9}, "no CC profile 9"),
         ({"cc": ["gamma"]}, "cc must be an object"),
         ({"cc": {"alpha": 1}}, "no NSCC field 'alpha'"),
         ({"cc_profile": 0, "cc": {"gamma": 0.5}}, "has no NSCC to tune"),
