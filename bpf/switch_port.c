@@ -8,6 +8,7 @@
  * Stages, in order (each a small function returning a verdict):
  *   1. count the packet as seen on its key;
  *   2. fault: BLACKHOLE / LOSS configured by user space, with an expiry;
+ *      then a fault on one EV of one QP, on keys that have one;
  *   3. virtual output queue (keys whose struct sp_queue is enabled: switch
  *      egress ports): ECN marking, trimming, buffer drops (switch_port.h);
  *   4. count the verdict (passed, or dropped with its reason).
@@ -35,6 +36,11 @@ BPF_ARRAY(port_faults, struct sp_fault, MAX_PORT_KEYS);
 BPF_PERCPU_ARRAY(port_counters, struct sp_counters, MAX_PORT_KEYS);
 /* Per-key virtual output queue; see struct sp_queue. Pinned as port_queues. */
 BPF_ARRAY(port_queues, struct sp_queue, MAX_PORT_KEYS);
+/* Faults on one EV of one QP at one port key; see struct sp_ev_fault. Written
+ * by user space (mrc-nic fail qp QPN ev EV), counted by the program. */
+BPF_HASH(ev_faults, struct sp_ev_key, struct sp_ev_fault, SP_EV_FAULTS_MAX);
+/* Per-key number of entries of ev_faults: 0 (most ports) skips the parse. */
+BPF_ARRAY(port_ev_faults, __u32, MAX_PORT_KEYS);
 
 /* What the stages decide; the last stage turns it into a counter and a tc action. */
 enum sp_verdict {
@@ -109,6 +115,61 @@ static __always_inline enum sp_verdict fault_stage(__u32 key)
 	default:
 		return SP_PASS; /* unknown mode: fail open */
 	}
+}
+
+/* Stage: a fault on one EV of one QP (struct sp_ev_fault). Only on keys that
+ * have one; parses Ethernet, IPv4, UDP and the BTH, pulling them into the
+ * linear area when they are not there. */
+static __always_inline enum sp_verdict ev_fault_stage(struct __sk_buff *skb, __u32 key)
+{
+	__u32 *count = port_ev_faults.lookup(&key);
+	struct sp_ev_key k = {};
+	struct sp_ev_fault *f;
+	struct hdr_cursor cur;
+	struct ethhdr *eth;
+	struct iphdr *ip;
+	struct udphdr *udp;
+	struct mrc_bth *bth;
+	void *data, *data_end;
+	__u32 want = ETH_HLEN + sizeof(struct iphdr) + sizeof(struct udphdr) + sizeof(struct mrc_bth);
+
+	if (!count || !*count)
+		return SP_PASS;
+	if (skb->len < want)
+		return SP_PASS;
+	data = (void *)(long)skb->data;
+	data_end = (void *)(long)skb->data_end;
+	if (data + want > data_end) {
+		if (bpf_skb_pull_data(skb, want))
+			return SP_PASS;
+		data = (void *)(long)skb->data;
+		data_end = (void *)(long)skb->data_end;
+	}
+	cur.pos = data;
+	if (parse_ethhdr(&cur, data_end, &eth) || eth->h_proto != bpf_htons(ETH_P_IP) ||
+	    parse_iphdr(&cur, data_end, &ip) || ip->protocol != IPPROTO_UDP ||
+	    parse_udphdr(&cur, data_end, &udp) || udp->dest != bpf_htons(MRC_UDP_PORT) ||
+	    parse_bth(&cur, data_end, &bth))
+		return SP_PASS;
+	k.port_key = key;
+	k.dqpn = bpf_ntohl(bth->qpn) & MRC_BTH_QPN_MASK;
+	k.ev = bpf_ntohs(udp->source);
+	f = ev_faults.lookup(&k);
+	if (!f)
+		return SP_PASS;
+	if (f->until_ns && bpf_ktime_get_ns() >= f->until_ns)
+		return SP_PASS;
+	__sync_fetch_and_add(&f->pkts, 1);
+	if (f->mode == SP_FAULT_BLACKHOLE) {
+		__sync_fetch_and_add(&f->dropped, 1);
+		return SP_DROP_BLACKHOLE;
+	}
+	if (f->mode == SP_FAULT_LOSS &&
+	    loss_drops(f->seed, __sync_fetch_and_add(&f->seq, 1), f->loss_threshold)) {
+		__sync_fetch_and_add(&f->dropped, 1);
+		return SP_DROP_LOSS;
+	}
+	return SP_PASS;
 }
 
 /* ---- Stage: virtual output queue ----------------------------------------- */
@@ -349,6 +410,8 @@ int switch_port(struct __sk_buff *skb)
 	cnt->bytes += len;
 
 	verdict = fault_stage(key);
+	if (verdict == SP_PASS)
+		verdict = ev_fault_stage(skb, key);
 	if (verdict == SP_PASS)
 		verdict = queue_stage(skb, key, cnt, &len);
 	return finish(cnt, verdict, len);

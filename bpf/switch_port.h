@@ -59,6 +59,42 @@ struct sp_fault {
 
 _Static_assert(sizeof(struct sp_fault) == 40, "struct sp_fault layout changed");
 
+/* ---- Faults on one EV of one QP ------------------------------------------ */
+
+/* A fault on the packets of one EV of one QP only: MRC data packets (UDP to
+ * MRC_UDP_PORT) whose UDP source port is the EV and whose BTH destination QP
+ * is the receiving QP, through one port key (the sender's first hop; user
+ * space picks it). Map ev_faults (BPF_HASH, SP_EV_FAULTS_MAX entries), written
+ * by `mrc-nic fail qp QPN ev EV`; map port_ev_faults (BPF_ARRAY of __u32,
+ * MAX_PORT_KEYS) counts the EV faults of each port key, so that ports without
+ * one parse nothing. Drops count in struct sp_counters as the port-wide
+ * modes' do (drop_blackhole, drop_loss), and in the fault's own counters. */
+#ifndef SP_EV_FAULTS_MAX
+#define SP_EV_FAULTS_MAX 256
+#endif
+
+struct sp_ev_key {
+	__u32 port_key; /* port_id * 2 + direction */
+	__u32 dqpn;     /* BTH destination QP (24 bits): the receiving QP */
+	__u32 ev;       /* UDP source port */
+	__u32 reserved; /* 0 */
+} __attribute__((packed, aligned(8)));
+
+_Static_assert(sizeof(struct sp_ev_key) == 16, "struct sp_ev_key layout changed");
+
+struct sp_ev_fault {
+	__u32 mode;           /* enum sp_fault_mode: BLACKHOLE or LOSS */
+	__u32 fault_id;       /* user space's tag */
+	__u64 loss_threshold; /* LOSS: as struct sp_fault's */
+	__u64 seed;           /* LOSS: seed of the drop pattern */
+	__u64 until_ns;       /* CLOCK_MONOTONIC expiry; 0 = none */
+	__u64 seq;            /* LOSS: draws so far */
+	__u64 pkts;           /* packets of this EV seen here */
+	__u64 dropped;        /* of them, dropped by this fault */
+} __attribute__((packed, aligned(8)));
+
+_Static_assert(sizeof(struct sp_ev_fault) == 56, "struct sp_ev_fault layout changed");
+
 /* ---- Counters ----------------------------------------------------------- */
 
 /* Traffic through one port key. Map port_counters (BPF_PERCPU_ARRAY,

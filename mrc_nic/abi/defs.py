@@ -867,6 +867,7 @@ SP_DIR_INGRESS = 0
 SP_DIR_EGRESS = 1
 SP_DIRECTIONS = 2
 SP_LOSS_SCALE_SHIFT = 32
+SP_EV_FAULTS_MAX = 256  # tunable: the loader may override it
 SP_Q_ENABLED = 1
 SP_Q_ECN = 2
 SP_Q_TRIM = 4
@@ -898,6 +899,36 @@ class SpFault(ctypes.Structure):
         ("seed", ctypes.c_uint64),
         ("until_ns", ctypes.c_uint64),
         ("seq", ctypes.c_uint64),
+    ]
+
+
+class SpEvKey(ctypes.Structure):
+    """struct sp_ev_key (bpf/switch_port.h)."""
+
+    _pack_ = 1
+    _align_ = 8  # aligned(8): ctypes honours it from 3.13
+    _fields_ = [
+        ("port_key", ctypes.c_uint32),
+        ("dqpn", ctypes.c_uint32),
+        ("ev", ctypes.c_uint32),
+        ("reserved", ctypes.c_uint32),
+    ]
+
+
+class SpEvFault(ctypes.Structure):
+    """struct sp_ev_fault (bpf/switch_port.h)."""
+
+    _pack_ = 1
+    _align_ = 8  # aligned(8): ctypes honours it from 3.13
+    _fields_ = [
+        ("mode", ctypes.c_uint32),
+        ("fault_id", ctypes.c_uint32),
+        ("loss_threshold", ctypes.c_uint64),
+        ("seed", ctypes.c_uint64),
+        ("until_ns", ctypes.c_uint64),
+        ("seq", ctypes.c_uint64),
+        ("pkts", ctypes.c_uint64),
+        ("dropped", ctypes.c_uint64),
     ]
 
 
@@ -1056,5 +1087,6 @@ TUNABLES = frozenset(
         "NIC_TIMELINE_SHIFT",
         "NIC_TIMEOUT_MAX",
         "NIC_TX_RINGS",
+        "SP_EV_FAULTS_MAX",
     }
 )

@@ -46,6 +46,7 @@ COMMAND_MODULES = {
     "write": "qp_cmds",
     "qp": "qp_cmds",
     "ev": "qp_cmds",
+    "cc": "ctl_cmds",
     "scenario": "scenario_cmds",
     "exec": "exec_cmds",
 }

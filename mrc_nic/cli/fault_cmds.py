@@ -11,14 +11,16 @@ from mrc_nic.cli.common import DURATION, format_option, lab_option, pick_lab
 @click.command(
     epilog="""\b
 Targets: a link (p1.t0a-h0), a switch (p1.t0a), a host port (h0.eth1),
-a host (h0), or a whole plane (plane 2).
+a host (h0), a whole plane (plane 2), or one EV of a send QP (qp QPN ev EV:
+its packets only, where they enter the fabric).
 \b
 Examples:
   mrc-nic fail p1.t0a-h0 --mode blackhole --duration 2s
   mrc-nic fail p1.t1a-t0a --mode blackhole --direction up
   mrc-nic fail plane 2 --mode down
   mrc-nic fail h0.eth3 --mode loss --rate 0.2 --seed 7
-  mrc-nic fail p0.t1b --mode flap --period 200ms --duration 5s"""
+  mrc-nic fail p0.t1b --mode flap --period 200ms --duration 5s
+  mrc-nic fail qp 0x10001 ev 49153 --mode loss --rate 0.2   # one EV of one QP"""
 )
 @click.argument("target", nargs=-1, required=True)
 @click.option(

@@ -177,4 +177,12 @@ def _print_rows(rows: list[dict]) -> None:
     )
 
 
+def _controller_commands() -> None:
+    from mrc_nic.cli.ctl_cmds import port_admin, port_status  # the NIC side of a port
+
+    port.add_command(port_admin)
+    port.add_command(port_status)
+
+
+_controller_commands()
 COMMANDS = [port]

@@ -61,7 +61,7 @@ Examples:
 @click.option(
     "--timeout",
     "timeout_exp",
-    type=click.IntRange(0, 31),
+    type=click.IntRange(0, 24),
     default=None,
     help="Retransmission timeout: 1.024 us * 2^T (default 12: 4.2 ms, or at least 8 design "
     "RTTs of a slowed-down lab).",
@@ -82,6 +82,19 @@ Examples:
     help="Floor of active EVs: below it, failed EVs are replaced whatever their plane "
     "(OCP ev_min_active; default a quarter of --evs).",
 )
+@click.option(
+    "--ev-profile",
+    type=int,
+    default=None,
+    help="The QPs' EV profile (OCP ev_profile_id; `mrc-nic ev profile list`). Default 0: "
+    "AUTO with --evs EVs.",
+)
+@click.option(
+    "--cc-profile",
+    type=int,
+    default=None,
+    help="The QPs' CC profile (OCP cc_profile_id; `mrc-nic cc profile list`). Default 1: NSCC.",
+)
 @lab_option
 @format_option
 def write(
@@ -99,6 +112,8 @@ def write(
     retry_exp,
     ev_count,
     ev_min_active,
+    ev_profile,
+    cc_profile,
     lab,
     fmt,
 ):
@@ -127,6 +142,8 @@ def write(
             retry=retry or None,
             ev_count=ev_count,
             ev_min_active=ev_min_active,
+            cc_profile=cc_profile,
+            **({} if ev_profile is None else {"ev_profile": ev_profile}),
         )
     except ValueError as e:
         raise click.UsageError(str(e)) from None
@@ -345,4 +362,12 @@ def ev_allow(qpn, value, lab):
     _ev_set(qpn, value, "GOOD", lab)
 
 
+def _controller_commands() -> None:
+    from mrc_nic.cli.ctl_cmds import ev_events, ev_profile  # the OCP objects (mrc_ctl.h)
+
+    ev.add_command(ev_profile)
+    ev.add_command(ev_events)
+
+
+_controller_commands()
 COMMANDS = [write, qp, ev]

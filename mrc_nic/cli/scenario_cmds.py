@@ -259,4 +259,93 @@ def _print(r: dict) -> None:
     )
 
 
+# ---- the papers' failure experiments (workloads.experiments) --------------------------------
+def _size_option(default: str):
+    def parse(ctx, param, value):
+        from mrc_nic.workloads.rdma_write import parse_size
+
+        try:
+            return parse_size(value)
+        except ValueError as e:
+            raise click.BadParameter(str(e)) from None
+
+    return click.option("--size", default=default, show_default=True, callback=parse)
+
+
+def _report(r: dict, fmt: str, lines: list[str]) -> None:
+    if fmt == "json":
+        output.emit_json(r)
+    else:
+        for line in lines:
+            output.info(line)
+    if not r.get("completed"):
+        raise SystemExit(1)
+
+
+@scenario.command(
+    "single-ev-loss",
+    epilog="""\b
+On the lab that is up (default: h0 -> h1):
+  mrc-nic scenario single-ev-loss --format json
+  mrc-nic scenario single-ev-loss --evs 16 --rate 0.2 --size 512M""",
+)
+@_size_option("256M")
+@click.option("--evs", type=click.IntRange(1, 256), default=16, show_default=True)
+@click.option("--rate", type=float, default=0.2, show_default=True, help="Loss of the one EV.")
+@click.option("--plane", type=int, default=1, show_default=True, help="The lossy EV's plane.")
+@click.option("--seed", type=int, default=7, show_default=True)
+@lab_option
+@format_option
+def single_ev_loss(size, evs, rate, plane, seed, lab, fmt):
+    """One EV of a QP's EVs loses RATE of its packets on the wire: goodput
+    against the same write healthy, and whether the EV was retired."""
+    from mrc_nic.workloads import experiments
+
+    try:
+        r = experiments.single_ev_loss(
+            pick_lab(lab), size=size, evs=evs, rate=rate, plane=plane, seed=seed
+        )
+    except ValueError as e:
+        raise click.UsageError(str(e)) from None
+    _report(
+        r,
+        fmt,
+        [
+            f"healthy {_mbit(r['healthy_goodput_bps'])}, with EV {r['lossy_ev']} of {evs} "
+            f"losing {rate:.0%}: {_mbit(r['lossy_goodput_bps'])} "
+            f"(ratio {r['goodput_ratio']:.2f})",
+            f"the lossy EV: {r['lossy_ev_final_state']}"
+            + (f" (replaced by {r['replaced_by']})" if r["replaced_by"] else "")
+            + f"; the fault dropped {r['fault_dropped']} of {r['fault_pkts']} packets",
+        ],
+    )
+
+
+@scenario.command(
+    "plane-failure",
+    epilog="""\b
+  mrc-nic scenario plane-failure --plane 1 --format json""",
+)
+@_size_option("512M")
+@click.option("--plane", type=int, default=1, show_default=True)
+@click.option("--after", type=float, default=0.3, show_default=True, help="Seconds into the write.")
+@click.option("--mode", type=click.Choice(["blackhole", "down"]), default="blackhole")
+@lab_option
+@format_option
+def plane_failure(size, plane, after, mode, lab, fmt):
+    """A whole plane fails during a WRITE: goodput against the same write healthy."""
+    from mrc_nic.workloads import experiments
+
+    r = experiments.plane_failure(pick_lab(lab), size=size, plane=plane, after=after, mode=mode)
+    _report(
+        r,
+        fmt,
+        [
+            f"healthy {_mbit(r['healthy_goodput_bps'])}, plane {plane} {mode} after {after}s: "
+            f"{_mbit(r['failed_goodput_bps'])} (ratio {r['goodput_ratio']:.2f}), "
+            f"{r['retransmits']} resent, {r['timeouts']} timeouts"
+        ],
+    )
+
+
 COMMANDS = [scenario]

@@ -18,6 +18,13 @@ blackhole or loss past its until_ns, and a worker process heals the record
 (and the carrier, for down and flap) when the time is up.
 
 A link carries at most one fault at a time, which keeps heal unambiguous.
+
+A fault on one EV of one QP (`mrc-nic fail qp QPN ev EV --mode loss --rate
+0.2`) drops, or blackholes, only the data packets of that QP sent with that
+EV (UDP source port) where they enter the fabric: at ingress of the T0 port
+facing the sender on the EV's plane (struct sp_ev_fault, bpf/switch_port.h).
+It holds no link, so other faults can share the path. An EV that the NIC
+replaces (transport.evreplace) leaves it: the fresh EV's packets pass.
 """
 
 from __future__ import annotations
@@ -145,13 +152,72 @@ def enforcement_points(link: Link, direction: str) -> list[tuple[int, int]]:
     return points
 
 
+def resolve_ev_target(topo: Topology, words: tuple[str, ...]) -> dict | None:
+    """('qp', QPN, 'ev', EV): where a fault on one EV of one send QP applies;
+    None for other targets."""
+    words = tuple(w for w in words if w)
+    if not words or words[0] != "qp":
+        return None
+    usage = "give 'qp QPN ev EV' (e.g. qp 0x10001 ev 49153; `mrc-nic ev list QPN` lists its EVs)"
+    if len(words) != 4 or words[2] != "ev":
+        raise FaultError(f"cannot read target {' '.join(words)!r}: {usage}")
+    try:
+        qpn, ev = int(words[1], 0), int(words[3], 0)
+    except ValueError:
+        raise FaultError(f"QPN and EV are numbers: {usage}") from None
+    from mrc_nic import nic
+
+    with nic.NicMaps.open(topo.lab) as maps:
+        try:
+            dqpn = maps.sq_raw(qpn).peer_qpn
+        except KeyError:
+            raise FaultError(
+                f"no send QP {qpn:#x} in lab {topo.lab!r} (see mrc-nic qp list)"
+            ) from None
+        try:
+            plane = maps.ev(qpn, ev).plane
+        except KeyError:
+            raise FaultError(f"QP {qpn:#x} has no EV {ev} (see mrc-nic ev list {qpn:#x})") from None
+    host = next((h for h in topo.host_names() if topo.nodes[h].index == qpn >> 16), None)
+    if host is None:
+        raise FaultError(f"QP {qpn:#x} belongs to no host of lab {topo.lab!r}")
+    link = topo.host_port_link(host, f"eth{plane}")
+    port_id, direction = enforcement_points(link, "up")[0]
+    return {
+        "qpn": qpn,
+        "dqpn": dqpn,
+        "ev": ev,
+        "plane": plane,
+        "link": link.name,
+        "port_id": port_id,
+        "direction": direction,
+    }
+
+
 # ---- apply and heal ----------------------------------------------------------
 def apply(lab: str, target: tuple[str, ...], spec: FaultSpec) -> dict:
     """Put a fault in force; return its record (with its id)."""
     spec.validate()
     with state.locked(lab):
         record, topo = state.open_lab(lab)
-        label, links = resolve_target(topo, target)
+        ev_target = resolve_ev_target(topo, target)
+        if ev_target is not None:
+            if spec.mode not in BPF_MODES or spec.direction != "both":
+                raise FaultError(
+                    "a fault on one EV is --mode loss or blackhole on the packets it "
+                    "carries (no --direction): e.g. --mode loss --rate 0.2"
+                )
+            label = f"QP {ev_target['qpn']:#x} EV {ev_target['ev']}"
+            links = []
+            for f in record.faults.values():
+                other = f.get("ev_target") or {}
+                if (other.get("qpn"), other.get("ev")) == (ev_target["qpn"], ev_target["ev"]):
+                    raise FaultError(
+                        f"{label} already has fault {f['id']}; heal it first: "
+                        f"mrc-nic heal {f['id']}"
+                    )
+        else:
+            label, links = resolve_target(topo, target)
         busy = {name: fid for fid, f in record.faults.items() for name in f["links"]}
         for link in links:
             if link.name in busy:
@@ -180,6 +246,8 @@ def apply(lab: str, target: tuple[str, ...], spec: FaultSpec) -> dict:
             "worker_pid": None,
             "drop_baseline": {},
         }
+        if ev_target is not None:
+            fault["ev_target"] = ev_target
         # Record first, then act: a crash in between leaves a fault that
         # `heal` and `down` can see and undo (lifting is idempotent).
         record.faults[str(fault_id)] = fault
@@ -206,7 +274,21 @@ def _event_fields(fault: dict) -> dict:
 
 def _enforce(topo: Topology, links: list[Link], fault: dict) -> None:
     mode = fault["mode"]
-    if mode in BPF_MODES:
+    if fault.get("ev_target"):
+        t = fault["ev_target"]
+        with SwitchPortMaps.open(topo.lab) as maps:
+            maps.set_ev_fault(
+                t["port_id"],
+                t["direction"],
+                t["dqpn"],
+                t["ev"],
+                BPF_MODES[mode],
+                loss_rate=fault["rate"] or 0.0,
+                seed=fault["seed"] or 0,
+                until_ns=fault["until_ns"],
+                fault_id=fault["id"],
+            )
+    elif mode in BPF_MODES:
         with SwitchPortMaps.open(topo.lab) as maps:
             for link in links:
                 for port_id, direction in enforcement_points(link, fault["direction"]):
@@ -279,7 +361,13 @@ def heal(
 
 def _lift(topo: Topology, fault: dict) -> None:
     links = [topo.links[name] for name in fault["links"]]
-    if fault["mode"] in BPF_MODES:
+    if fault.get("ev_target"):
+        t = fault["ev_target"]
+        with SwitchPortMaps.open(topo.lab) as maps:
+            last = maps.clear_ev_fault(t["port_id"], t["direction"], t["dqpn"], t["ev"])
+        if last is not None:
+            fault["ev_counts"] = {"pkts": last["pkts"], "dropped": last["dropped"]}
+    elif fault["mode"] in BPF_MODES:
         with SwitchPortMaps.open(topo.lab) as maps:
             for link in links:
                 for port_id, direction in enforcement_points(link, fault["direction"]):
@@ -324,6 +412,12 @@ def fault_drops(fault: dict, maps: SwitchPortMaps) -> int | None:
     kernel when carrier is gone, and are counted nowhere."""
     if fault["mode"] not in BPF_MODES:
         return None
+    if fault.get("ev_target"):
+        t = fault["ev_target"]
+        if not hasattr(maps, "ev_fault"):
+            return None
+        counts = maps.ev_fault(t["port_id"], t["direction"], t["dqpn"], t["ev"])
+        return counts["dropped"] if counts else None
     total = 0
     for key, baseline in fault.get("drop_baseline", {}).items():
         port_id, direction = (int(x) for x in key.split("/"))

@@ -40,7 +40,9 @@ XDP_FUNC_NAME = "switch_port_xdp"
 FAULTS_MAP = "port_faults"
 COUNTERS_MAP = "port_counters"
 QUEUES_MAP = "port_queues"
-PINNED_MAPS = (FAULTS_MAP, COUNTERS_MAP, QUEUES_MAP)
+EV_FAULTS_MAP = "ev_faults"  # faults on one EV of one QP (struct sp_ev_fault)
+EV_FAULT_KEYS_MAP = "port_ev_faults"  # per port key: how many of them
+PINNED_MAPS = (FAULTS_MAP, COUNTERS_MAP, QUEUES_MAP, EV_FAULTS_MAP, EV_FAULT_KEYS_MAP)
 
 # LOSS drops when the high 32 bits of the hash are below rate * 2^32.
 LOSS_SCALE_SHIFT = defs.SP_LOSS_SCALE_SHIFT
@@ -74,6 +76,12 @@ CountersLayout = defs.SpCounters
 
 
 QueueLayout = defs.SpQueue
+
+
+EvFaultKey = defs.SpEvKey
+
+
+EvFaultConfig = defs.SpEvFault
 
 
 # ---- keys and pins ----------------------------------------------------------
@@ -349,6 +357,9 @@ class SwitchPortMaps:
             if fd >= 0:
                 os.close(fd)
                 setattr(self, attr, -1)
+        for fd in getattr(self, "_ev_maps", None) or ():
+            os.close(fd)
+        self._ev_maps = None
 
     def _key(self, port_id: int, direction: int) -> bytes:
         key = port_key(port_id, direction)
@@ -464,3 +475,89 @@ class SwitchPortMaps:
         span = ((nbytes + q.burst) * q.cost_q) >> Q_COST_SHIFT if nbytes else 0
         q.tail_ns = time.monotonic_ns() + span
         bpfsys.map_update(self._queues_fd, self._key(port_id, direction), bytes(q))
+
+    # ---- faults on one EV of one QP ----
+
+    def _ev_fds(self) -> tuple[int, int]:
+        fds = getattr(self, "_ev_maps", None)
+        if fds is None:
+            opened = program.open_pinned_maps(
+                self.lab,
+                {EV_FAULTS_MAP: ctypes.sizeof(EvFaultConfig), EV_FAULT_KEYS_MAP: 4},
+                "BPF maps (faults on an EV: a lab brought up by this version)",
+            )
+            fds = self._ev_maps = (opened[EV_FAULTS_MAP], opened[EV_FAULT_KEYS_MAP])
+        return fds
+
+    def _ev_key(self, port_id: int, direction: int, dqpn: int, ev: int) -> bytes:
+        pins.check_range("dqpn", dqpn, 0xFFFFFF)
+        pins.check_range("ev", ev, 0xFFFF)
+        key = port_key(port_id, direction)
+        self._key(port_id, direction)  # range check
+        return bytes(EvFaultKey(port_key=key, dqpn=dqpn, ev=ev))
+
+    def _ev_count(self, port_id: int, direction: int, delta: int) -> None:
+        _, keys_fd = self._ev_fds()
+        key = self._key(port_id, direction)
+        n = int.from_bytes(bpfsys.map_lookup(keys_fd, key, 4), "little")
+        bpfsys.map_update(keys_fd, key, max(0, n + delta).to_bytes(4, "little"))
+
+    def set_ev_fault(
+        self,
+        port_id: int,
+        direction: int,
+        dqpn: int,
+        ev: int,
+        mode: FaultMode,
+        *,
+        loss_rate: float = 0.0,
+        seed: int = 0,
+        until_ns: int = 0,
+        fault_id: int = 0,
+    ) -> None:
+        """A fault on the MRC packets to QP dqpn with UDP source port ev, at one
+        port direction (struct sp_ev_fault)."""
+        faults_fd, _ = self._ev_fds()
+        key = self._ev_key(port_id, direction, dqpn, ev)
+        config = EvFaultConfig(
+            mode=FaultMode(mode),
+            fault_id=fault_id,
+            loss_threshold=loss_threshold(loss_rate),
+            seed=seed,
+            until_ns=until_ns,
+        )
+        fresh = self.ev_fault(port_id, direction, dqpn, ev) is None
+        bpfsys.map_update(faults_fd, key, bytes(config))
+        if fresh:
+            self._ev_count(port_id, direction, +1)
+
+    def clear_ev_fault(self, port_id: int, direction: int, dqpn: int, ev: int) -> dict | None:
+        """Remove one EV fault; its last counters (None if there was none)."""
+        faults_fd, _ = self._ev_fds()
+        last = self.ev_fault(port_id, direction, dqpn, ev)
+        if last is not None:
+            bpfsys.map_delete(faults_fd, self._ev_key(port_id, direction, dqpn, ev))
+            self._ev_count(port_id, direction, -1)
+        return last
+
+    def ev_fault(self, port_id: int, direction: int, dqpn: int, ev: int) -> dict | None:
+        """One EV fault: mode, loss_rate, fault_id, pkts (seen) and dropped; None if none."""
+        faults_fd, _ = self._ev_fds()
+        try:
+            raw = bpfsys.map_lookup(
+                faults_fd,
+                self._ev_key(port_id, direction, dqpn, ev),
+                ctypes.sizeof(EvFaultConfig),
+            )
+        except OSError as e:
+            if e.errno == errno.ENOENT:
+                return None
+            raise
+        f = EvFaultConfig.from_buffer_copy(raw)
+        return {
+            "mode": FaultMode(f.mode).name,
+            "loss_rate": round(f.loss_threshold / LOSS_SCALE, 9),
+            "fault_id": f.fault_id,
+            "pkts": f.pkts,
+            "dropped": f.dropped,
+        }

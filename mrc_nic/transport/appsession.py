@@ -23,8 +23,9 @@ from typing import Any
 
 from mrc_nic import nic
 from mrc_nic.lab import ctl
+from mrc_nic.lab.protocol import RequestError
 from mrc_nic.lab.service import Conn
-from mrc_nic.transport import appops, hostmem, nscc, supervisor, transfer
+from mrc_nic.transport import appops, hostmem, nscc, supervisor
 from mrc_nic.transport.qp import (
     DEFAULT_CWND,
     DEFAULT_MPR,
@@ -78,6 +79,7 @@ class AppQp(supervisor.Supervised):
     evs: dict[int, int] = dataclasses.field(default_factory=dict)
     ev_min_active: int = 0
     retired_tx_pkts: dict[int, int] = dataclasses.field(default_factory=dict)
+    backup: Any = None  # the EV profile's replacements (evreplace)
     remote: dict = dataclasses.field(default_factory=dict)  # the prober's: {"qpn": ...}
     rq_set: bool = False
     sq_set: bool = False
@@ -309,6 +311,7 @@ class AppSessions:
     def _destroy_qp(self, session: AppSession, qpn: int) -> None:
         aq = session.qps.pop(qpn)
         self.daemon.replacer.forget(aq)
+        self.daemon.controller.forget_qp(qpn)
         with contextlib.suppress(KeyError):
             self.maps.delete_sq(qpn)
         with contextlib.suppress(KeyError):
@@ -366,9 +369,11 @@ class AppSessions:
             "ev_profile_id": attrs.pop("ev_profile_id", 0),
             "cc_profile_id": attrs.pop("cc_profile_id", nscc.DEFAULT_NSCC),
         }
+        table = self.daemon.controller.table  # the host's profiles (transport.profiles)
         try:
-            nscc.profile(changes["cc_profile_id"])
-        except ValueError as e:
+            table.nscc_config(changes["cc_profile_id"])
+            table.online_ev_profile(changes["ev_profile_id"])
+        except (ValueError, RequestError) as e:
             raise _einval(str(e)) from None
         self._check_transition(aq, QpState.INIT, **changes)
 
@@ -479,17 +484,20 @@ class AppSessions:
                 f"ev_count must be 1..{nic.MAX_QP_EVS} and a multiple of the lab's {planes} "
                 f"planes (EVs are equal per plane), not {setup.ev_count}"
             )
-        if setup.ev_min_active is None:
-            setup.ev_min_active = setup.ev_count // 4
-        if not isinstance(setup.ev_min_active, int) or not (
-            0 <= setup.ev_min_active <= setup.ev_count
+        # None: the EV profile's floor (a quarter of ev_count on the default profile)
+        if setup.ev_min_active is not None and (
+            not isinstance(setup.ev_min_active, int)
+            or not 0 <= setup.ev_min_active <= setup.ev_count
         ):
             raise _einval(
                 f"ev_min_active must be 0..ev_count ({setup.ev_count}), not {setup.ev_min_active!r}"
             )
         if cc is not None and not isinstance(cc, dict):
             raise _einval("cc must be an object of NSCC fields (struct mrc_ctl_cc_nscc_cfg names)")
-        config = nscc.profile(aq.qp.attrs.cc_profile_id).nscc  # the profile was checked at INIT
+        try:  # the host's CC profiles (transport.profiles); checked at INIT, may change since
+            config = self.daemon.controller.table.nscc_config(aq.qp.attrs.cc_profile_id)
+        except (ValueError, RequestError) as e:
+            raise _einval(str(e)) from None
         if config is None and cc:
             raise _einval(f"CC profile {aq.qp.attrs.cc_profile_id} has no NSCC to tune (cc)")
         try:
@@ -501,8 +509,11 @@ class AppSessions:
     def _setup_send(self, aq: AppQp, send: SendSetup, mpr: int, sq_psn: int) -> None:
         """The send side in the NIC maps: EVs, window, NSCC; nothing left of it on failure."""
         planes = self.topo.planes
-        aq.evs = transfer.ev_profile(planes, send.ev_count // planes)
-        aq.ev_min_active = send.ev_min_active
+        ctl = self.daemon.controller  # the QP's EV profile (OCP ev_profile_id)
+        aq.evs, floor, denied = ctl.qp_evs(aq.qp.qpn, aq.qp.attrs.ev_profile_id, send.ev_count)
+        ctl.table.attach(aq.qp.qpn, None, aq.qp.attrs.cc_profile_id)
+        aq.backup = ctl.backup_for(aq.qp.attrs.ev_profile_id)
+        aq.ev_min_active = floor if send.ev_min_active is None else send.ev_min_active
         cwnd, rtt_target, aq.cc = send.cwnd, 0, None
         if send.nscc is not None:
             aq.cc = nscc.QpCc(
@@ -532,6 +543,8 @@ class AppSessions:
                 ev_min_active=aq.ev_min_active,
                 cq=aq.send_cq + 1,
             )
+            for ev in denied:  # the controller's DENIED EVs (MODIFY_EV_STATE)
+                self.maps.set_ev_state(aq.qp.qpn, ev, nic.EvState.DENIED)
         except OSError as e:
             for ev in aq.evs:  # what setup_sq made before it failed
                 self.maps.delete_ev(aq.qp.qpn, ev)

@@ -36,7 +36,7 @@ from mrc_nic.kernel import netns
 from mrc_nic.lab import ctl, state
 from mrc_nic.lab.service import Conn, LineService
 from mrc_nic.lab.topology import Topology
-from mrc_nic.transport import appops, appsession, evreplace, hostmem, prober
+from mrc_nic.transport import appops, appsession, controller, ctlops, evreplace, hostmem, prober
 from mrc_nic.transport import protocol as ops
 from mrc_nic.transport.qp import QpError
 
@@ -55,7 +55,9 @@ class Daemon(LineService):
         self.prober = prober.Prober(self.topo, self.index, self.maps)
         self.replacer = evreplace.Replacer(topo.lab, host, self.index, self.maps)
         self.apps = appsession.AppSessions(self)  # applications' sessions (mrc_nic.verbs)
+        self.controller = controller.Controller(self)  # the OCP mrc_ctl.h objects
         self._port_bits: int | None = None
+        self.carrier_bits: int | None = None  # ports with carrier (before admin state)
         self._links = None  # netlink socket subscribed to this namespace's link changes
 
     # ---- the loop ----------------------------------------------------------------
@@ -82,6 +84,7 @@ class Daemon(LineService):
             if states is not None:
                 try:
                     self.replacer.step(now, sending, states)
+                    self.controller.scan(now, sending, states)
                 except Exception:  # noqa: BLE001 (a policy's bug must not end the transfers)
                     traceback.print_exc(file=sys.stderr)
 
@@ -115,11 +118,17 @@ class Daemon(LineService):
                 and link.get_attr("IFLA_CARRIER") == 1
             )
             bits |= int(bool(up)) << p
+        self.carrier_bits = bits
+        bits &= ~self.controller.ports_disabled  # DISABLED ports are down to the NIC
         if bits != self._port_bits:
             self.maps.set_port_bitmap(self.index, bits)
             if self._port_bits is not None:
                 self._evs_out(self._port_bits & ~bits)
             self._port_bits = bits
+
+    def update_ports(self) -> None:
+        """Carrier or admin state changed: the port bitmap again."""
+        self._update_ports()
 
     def _evs_out(self, planes: int) -> None:
         """Ports that went down (a bitmap of planes) take their EVs out: GOOD
@@ -186,6 +195,41 @@ class Daemon(LineService):
 
     def op_destroy_qp(self, req: appops.DestroyQp, conn: Conn) -> appops.Done:
         return self.apps.destroy_qp(req, conn)
+
+    # ---- the controller (OCP mrc_ctl.h), see transport.controller ----------------------
+    def op_ctl_query_device(self, req: ctlops.CtlQueryDevice, conn: Conn) -> ctlops.CtlDeviceReply:
+        return self.controller.query_device(req)
+
+    def op_ev_fmt_profile_modify(
+        self, req: ctlops.EvFmtProfileModify, conn: Conn
+    ) -> ctlops.ProfileReply:
+        return self.controller.ev_fmt_modify(req)
+
+    def op_ev_fmt_profile_query(
+        self, req: ctlops.EvFmtProfileQuery, conn: Conn
+    ) -> ctlops.ProfilesReply:
+        return self.controller.ev_fmt_query(req)
+
+    def op_ev_profile_modify(self, req: ctlops.EvProfileModify, conn: Conn) -> ctlops.ProfileReply:
+        return self.controller.ev_modify(req)
+
+    def op_ev_profile_query(self, req: ctlops.EvProfileQuery, conn: Conn) -> ctlops.ProfilesReply:
+        return self.controller.ev_query(req)
+
+    def op_cc_profile_modify(self, req: ctlops.CcProfileModify, conn: Conn) -> ctlops.ProfileReply:
+        return self.controller.cc_modify(req)
+
+    def op_cc_profile_query(self, req: ctlops.CcProfileQuery, conn: Conn) -> ctlops.ProfilesReply:
+        return self.controller.cc_query(req)
+
+    def op_ev_event_poll(self, req: ctlops.EvEventPoll, conn: Conn) -> ctlops.EvEventsReply:
+        return self.controller.poll_events(req)
+
+    def op_port_query(self, req: ctlops.PortQuery, conn: Conn) -> ctlops.PortsReply:
+        return self.controller.port_query(req)
+
+    def op_port_modify(self, req: ctlops.PortModify, conn: Conn) -> ctlops.PortsReply:
+        return self.controller.port_modify(req)
 
 
 def main(argv: list[str]) -> int:

@@ -53,6 +53,12 @@ REPLACE_AFTER_S = 0.02  # ASSUMED_BAD this long: ~10 probes (prober.PROBE_INTERV
 # acknowledged at t + EVIDENCE_AFTER_S or later.
 EVIDENCE_AFTER_S = REPLACE_AFTER_S / 2
 RETIRE_AFTER_S = 0.005  # a replaced EV's state is deleted this much later
+# A lossy path (one that drops a share of its packets, not all): its EV comes
+# back with each answered probe and fails again soon, so it is never bad for
+# REPLACE_AFTER_S at a stretch. LOSSY_FAILURES failures within LOSSY_WINDOW_S
+# retire it at once (the papers: "a path losing 20% is retired at once").
+LOSSY_FAILURES = 3
+LOSSY_WINDOW_S = 0.2
 ACTIVE = (nic.EvState.GOOD, nic.EvState.SKIP)
 
 
@@ -75,6 +81,8 @@ class _Track:
     plane_acked: dict[int, float] = dataclasses.field(default_factory=dict)
     # replaced EVs whose state is still to be deleted: (when replaced, EV, plane)
     retired: list[tuple[float, int, int]] = dataclasses.field(default_factory=list)
+    # EV -> when scans saw it fail lately (new losses), within LOSSY_WINDOW_S
+    failures: dict[int, list[float]] = dataclasses.field(default_factory=dict)
 
 
 class Replacer:
@@ -113,7 +121,12 @@ class Replacer:
             # have come back and failed again between two scans.
             new_loss = e.lost > track.lost.get(e.ev, e.lost)
             track.acks[e.ev], track.lost[e.ev] = e.acks, e.lost
-            if e.state == nic.EvState.ASSUMED_BAD:
+            seen = [t for t in track.failures.get(e.ev, ()) if now - t < LOSSY_WINDOW_S]
+            track.failures[e.ev] = [*seen, now] if new_loss else seen
+            if len(track.failures.get(e.ev, ())) >= LOSSY_FAILURES:
+                bad[e.ev] = e.plane  # lossy: retired now, whatever its state
+                track.bad_since.setdefault(e.ev, track.failures[e.ev][0] - REPLACE_AFTER_S)
+            elif e.state == nic.EvState.ASSUMED_BAD:
                 bad[e.ev] = e.plane
                 if new_loss:
                     track.bad_since.pop(e.ev, None)
@@ -127,7 +140,9 @@ class Replacer:
             plane = bad[ev]
             if not (up >> plane) & 1:
                 continue
-            works = track.plane_acked.get(plane, -1.0) >= since + EVIDENCE_AFTER_S
+            lossy = len(track.failures.get(ev, ())) >= LOSSY_FAILURES
+            first = track.failures[ev][0] if lossy else since
+            works = track.plane_acked.get(plane, -1.0) >= first + EVIDENCE_AFTER_S
             if (works or active < sq.ev_min_active) and self._replace(now, sq, track, ev, plane):
                 active += 1
 
@@ -139,10 +154,15 @@ class Replacer:
         except KeyError:
             return 0
 
-    def _fresh_value(self, sq, track: _Track) -> int:
-        """An EV value in no slot of the profile and not retired lately,
-        from the QP's counter."""
+    def _fresh_value(self, sq, track: _Track, plane: int = 0) -> int:
+        """An EV value in no slot of the profile and not retired lately: from
+        the profile's backup set (sq.backup, transport.profiles), else from
+        the QP's counter."""
         retired = {ev for _, ev, _ in track.retired}
+        pick = getattr(sq, "backup", None)
+        value = pick(plane, set(sq.evs) | retired) if pick is not None else None
+        if value is not None:
+            return value
         while True:
             value, track.next_value = track.next_value, _next(track.next_value)
             if value not in sq.evs and value not in retired:
@@ -163,7 +183,7 @@ class Replacer:
     def _replace(self, now: float, sq, track: _Track, old: int, plane: int) -> bool:
         qpn = sq.qp.qpn
         slot = list(sq.evs).index(old)
-        new = self._fresh_value(sq, track)
+        new = self._fresh_value(sq, track, plane)
         try:
             if not self.maps.replace_ev(qpn, slot, old, new):
                 return False
@@ -176,6 +196,7 @@ class Replacer:
         track.retired.append((now, old, plane))
         track.acks.pop(old, None)
         track.lost.pop(old, None)
+        track.failures.pop(old, None)
         self.replaced += 1
         event = {"type": "ev_replaced", "host": self.host, "qpn": qpn, "plane": plane}
         ctl.post_event(self.lab, {**event, "old_ev": old, "new_ev": new, "slot": slot})

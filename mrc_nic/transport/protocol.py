@@ -18,7 +18,7 @@ from pathlib import Path
 from mrc_nic.lab import eventops
 from mrc_nic.lab import protocol as lp
 from mrc_nic.lab.protocol import Reply, Request, arg, op, reply
-from mrc_nic.transport import appops
+from mrc_nic.transport import appops, ctlops
 
 __all__ = ["OPS", "EvSet", "Ping", "QpList"]
 
@@ -63,7 +63,7 @@ class EvSet(Request[EvSetReply]):
 
 OPS = lp.Ops(
     "daemon",
-    [Ping, QpList, EvSet, *appops.APP_OPS],
+    [Ping, QpList, EvSet, *appops.APP_OPS, *ctlops.CTL_OPS],
 )
 
 # ---- docs/daemon.md -------------------------------------------------------------------------

@@ -24,7 +24,7 @@ from mrc_nic import nic
 from mrc_nic.lab.protocol import RequestError
 
 TIMEOUT_UNIT_S = 1.024e-6
-TIMEOUT_MAX = 31  # 1.024 us * 2^31 = 36.6 min, the largest the API's 5-bit field holds
+TIMEOUT_MAX = 24  # 1.024 us * 2^24 = 17.2 s: mrc.h, "Max val = 24 (17.17s)"
 LINEAR_CNT_MAX = 7
 EXP_CNT_MAX = 25
 EXP_CNT_INFINITE = 25

@@ -103,7 +103,8 @@ class QpOptions:
     mpr: int = qp.DEFAULT_MPR
     timeout: int | None = None  # 1.024 us * 2^timeout
     retry: dict | None = None  # {linear_cnt, exp_cnt}
-    cc_profile: int | None = None  # OCP cc_profile_id (nscc.PROFILES); default NSCC
+    cc_profile: int | None = None  # OCP cc_profile_id (the host's CC profiles); default NSCC
+    ev_profile: int | None = None  # OCP ev_profile_id (the host's EV profiles); default 0
     # mrc-nic extensions (modify_qp's ext, docs/api.md)
     cwnd: int | None = None
     reorder_ns: int | None = None
@@ -156,7 +157,11 @@ class Lane:
         src_gid, dst_gid = conn.src_ctx.gid(0), conn.dst_ctx.gid(0)
         self.rqp.to_init(verbs.Access.LOCAL_WRITE | verbs.Access.REMOTE_WRITE)
         self.rqp.to_rtr(self.sqp.qp_num, src_gid, mpr_dest=opts.mpr)
-        self.sqp.to_init(verbs.Access.LOCAL_WRITE, cc_profile_id=opts.cc_profile)
+        self.sqp.to_init(
+            verbs.Access.LOCAL_WRITE,
+            ev_profile_id=opts.ev_profile or 0,
+            cc_profile_id=opts.cc_profile,
+        )
         self.sqp.to_rtr(self.rqp.qp_num, dst_gid, mpr_dest=opts.mpr)
         timeout, _ = lab_defaults(conn.topo, opts.cc_profile)
         retry = {"linear_cnt": 7, "exp_cnt": 7, **(opts.retry or {})}
@@ -289,6 +294,7 @@ class Connection:
         timeout: int | None = None,
         retry: dict | None = None,
         cc_profile: int | None = None,
+        ev_profile: int | None = None,
         cc: dict | None = None,
         ev_count: int | None = None,
         ev_min_active: int | None = None,
@@ -296,7 +302,7 @@ class Connection:
     ) -> dict:
         """One transfer of `size` bytes (in WRITEs of at most a chunk); the
         result (see Transfer.result). The QP attributes (cwnd, reorder_ns,
-        timeout, retry {linear_cnt, exp_cnt}, cc_profile, cc, ev_count,
+        timeout, retry {linear_cnt, exp_cnt}, cc_profile, ev_profile, cc, ev_count,
         ev_min_active: QpOptions) take effect at the first write, which
         connects the QPs; later writes go on with the QPs' state (PSNs, EVs,
         window), as a verbs QP's work requests do. keep_open=False: no write
@@ -317,6 +323,7 @@ class Connection:
         if not self.connected:
             qp_opts = QpOptions(
                 mpr=self.mpr, timeout=timeout, retry=retry, cc_profile=cc_profile,
+                ev_profile=ev_profile,
                 cwnd=cwnd, reorder_ns=reorder_ns, cc=cc, ev_count=ev_count,
                 ev_min_active=ev_min_active,
             )  # fmt: skip

@@ -743,6 +743,50 @@ def test_obj_get_error_names_path():
         bpfsys.obj_get("/sys/fs/bpf/zsp-nothing-here")
 
 
+# ---- a fault on one EV of one QP ---------------------------------------------------------
+
+
+def mrc_packet(sport: int, dqpn: int, payload_len: int = 64) -> bytes:
+    """A MRC WRITE-like frame: UDP to 4791 from port `sport`, BTH to QP `dqpn`."""
+    bth = bytes([0x0A, 0, 0xFF, 0xFF]) + dqpn.to_bytes(4, "big") + (5).to_bytes(4, "big")
+    frame = (
+        Ether(src="02:00:00:00:00:01", dst="02:00:00:00:00:02")
+        / IP(src="10.0.0.1", dst="10.0.0.2")
+        / UDP(sport=sport, dport=4791)
+        / Raw(bth + bytes(payload_len))
+    )
+    return bytes(frame)
+
+
+def test_ev_fault_drops_only_its_ev_of_its_qp_and_counts(program, maps):
+    n, p = 4000, 0.2
+    hit, other_ev, other_qp = (
+        mrc_packet(50000, 0x20001),
+        mrc_packet(50001, 0x20001),
+        mrc_packet(50000, 0x20002),
+    )
+    maps.set_ev_fault(0, sp.INGRESS, 0x20001, 50000, sp.FaultMode.LOSS, loss_rate=p, seed=3)
+    try:
+        before = counters0(maps)
+        run(program, hit, repeat=n)
+        for pkt in (other_ev, other_qp, UDP_64):  # the same port, other EVs, QPs, non-MRC
+            assert run(program, pkt, repeat=200).retval == TC_ACT_OK
+        got = delta(before, counters0(maps))
+        f = maps.ev_fault(0, sp.INGRESS, 0x20001, 50000)
+        assert f["pkts"] == n and f["dropped"] == got["drop_loss"]
+        assert abs(f["dropped"] - n * p) <= 5 * math.sqrt(n * p * (1 - p))
+        assert got["pkts"] == n + 600 and got["passed_pkts"] == n + 600 - f["dropped"]
+        # another port key never sees it (a fault is at one point of the path)
+        assert maps.ev_fault(1, sp.INGRESS, 0x20001, 50000) is None
+        maps.set_ev_fault(0, sp.INGRESS, 0x20001, 50000, sp.FaultMode.BLACKHOLE)
+        assert verdicts(program, 20, hit) == [True] * 20
+    finally:
+        last = maps.clear_ev_fault(0, sp.INGRESS, 0x20001, 50000)
+    assert last is not None and last["mode"] == "BLACKHOLE"
+    assert verdicts(program, 20, hit) == [False] * 20
+    assert maps.clear_ev_fault(0, sp.INGRESS, 0x20001, 50000) is None
+
+
 # ---- layouts and constants against the header --------------------------------------------
 
 
@@ -752,6 +796,7 @@ def test_obj_get_error_names_path():
         (sp.FAULTS_MAP, sp.FaultConfig),
         (sp.COUNTERS_MAP, sp.CountersLayout),
         (sp.QUEUES_MAP, sp.QueueLayout),
+        (sp.EV_FAULTS_MAP, sp.EvFaultConfig),
     ],
 )
 def test_python_layout_matches_compiled_struct(program, map_name, python_view):

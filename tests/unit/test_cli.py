@@ -305,6 +305,7 @@ COMMANDS = [
     "heal",
     "chaos",
     "port",
+    "cc",
     "stats",
     "traffic",
     "ping",

@@ -428,9 +428,14 @@ def test_a_send_qp_names_a_profile_and_may_tune_it():
     import types
 
     from mrc_nic.transport.appsession import AppSessions
+    from mrc_nic.transport.profiles import ProfileTable
     from mrc_nic.transport.qp import QpError
 
-    sessions = types.SimpleNamespace(topo=types.SimpleNamespace(planes=4))
+    table = ProfileTable(planes=4)  # the host's profiles: the built-in ones
+    sessions = types.SimpleNamespace(
+        topo=types.SimpleNamespace(planes=4),
+        daemon=types.SimpleNamespace(controller=types.SimpleNamespace(table=table)),
+    )
 
     def setup(cc_profile=nscc.DEFAULT_NSCC, **attrs):
         aq = types.SimpleNamespace(qp=types.SimpleNamespace(attrs=types.SimpleNamespace(
@@ -444,11 +449,11 @@ def test_a_send_qp_names_a_profile_and_may_tune_it():
     assert setup(cc_profile=0).nscc is None
     tuned = setup(cc={"gamma": 0.5, "target_delay": 50_000}).nscc
     assert (tuned.gamma, tuned.target_delay) == (0.5, 50_000)
-    assert (setup(ev_count=8).ev_min_active, setup(ev_count=8, ev_min_active=0).ev_min_active) == (
-        2,
-        0,
-    )
+    # the floor: the EV profile's unless given (None here: the daemon takes the profile's)
+    assert setup(ev_count=8).ev_min_active is None
+    assert setup(ev_count=8, ev_min_active=0).ev_min_active == 0
     for bad, message in (
+        ({"cc_profile": 9}, "no CC profile 9"),
         ({"cc": ["gamma"]}, "cc must be an object"),
         ({"cc": {"alpha": 1}}, "no NSCC field 'alpha'"),
         ({"cc_profile": 0, "cc": {"gamma": 0.5}}, "has no NSCC to tune"),

@@ -1,0 +1,428 @@
+"""ev profile|fmt|events, cc profile, port admin|status: the OCP controller objects (mrc_ctl.h).
+
+Each host's NIC has its own profiles (its daemon keeps them); a command goes
+to every host of the lab unless --host names one, as a controller configures
+every NIC alike. The Python API is mrc_nic.verbs.ctl.
+"""
+
+from __future__ import annotations
+
+import click
+
+from mrc_nic.cli import output
+from mrc_nic.cli.common import format_option, lab_option, pick_lab
+
+host_option = click.option(
+    "--host", "hosts", multiple=True, help="Only this host's NIC (default: every host)."
+)
+STATES = click.Choice(["INIT", "OFFLINE", "ONLINE"], case_sensitive=False)
+
+
+def _call_all(lab: str | None, hosts: tuple[str, ...], request) -> dict[str, object]:
+    """The request to each host's daemon; {host: reply}."""
+    from mrc_nic.lab import ctl
+    from mrc_nic.lab.state import open_lab
+
+    name = pick_lab(lab)
+    _, topo = open_lab(name)
+    for h in hosts:
+        if h not in topo.host_names():
+            raise click.UsageError(
+                f"no host {h!r} in lab {name!r} (hosts: {', '.join(topo.host_names())})"
+            )
+    return {h: ctl.call(name, h, request) for h in (hosts or topo.host_names())}
+
+
+def _int(text: str) -> int:
+    return int(text, 0)
+
+
+# ---- ev profile ----------------------------------------------------------------------------
+@click.group("profile")
+def ev_profile() -> None:
+    """EV profiles (OCP mrc_ctl_ev_profile): the EV sets QPs take by ev_profile_id."""
+
+
+def _parse_field(text: str) -> dict:
+    parts = text.split(":")
+    if len(parts) != 5:
+        raise click.BadParameter(
+            f"a field is WIDTH:INIT:MIN:MAX:MASK (e.g. 8:0:0:255:0xff), not {text!r}"
+        )
+    try:
+        w, init, lo, hi, mask = (int(p, 0) for p in parts)
+    except ValueError:
+        raise click.BadParameter(f"field {text!r}: numbers only (0x.. for hex)") from None
+    return {"width": w, "init_val": init, "min_val": lo, "max_val": hi, "mask": mask}
+
+
+def _parse_ev(text: str) -> dict:
+    val, _, port_text = text.partition("@")
+    try:
+        return {"val": int(val, 0), "port": int(port_text or "0", 0)}
+    except ValueError:
+        raise click.BadParameter(f"an EV is VALUE@PORT (e.g. 0x1234@1), not {text!r}") from None
+
+
+@ev_profile.command("list")
+@host_option
+@lab_option
+@format_option
+def ev_profile_list(hosts, lab, fmt):
+    """Every EV profile of each NIC, with its kind (ev_mode) and state."""
+    from mrc_nic.transport import ctlops
+
+    replies = _call_all(lab, hosts, ctlops.EvProfileQuery())
+    data = {h: r.profiles for h, r in replies.items()}
+    if fmt == "json":
+        output.emit_json({"hosts": data})
+        return
+    rows = [
+        [
+            h,
+            p["id"],
+            p["ev_mode"],
+            p["state"],
+            p["ev_fmt_profile_id"],
+            p["ev_count"],
+            p["ev_min_active"],
+            ",".join(p["ev_event_mask"]),
+            len(p["qps"]),
+        ]
+        for h, ps in data.items()
+        for p in ps
+    ]
+    cols = ["host", "#id", "kind", "state", "#fmt", "#ev_count", "#min_active", "events", "#qps"]
+    output.table("EV profiles", cols, rows)
+
+
+@ev_profile.command("show")
+@click.argument("profile_id", type=_int)
+@host_option
+@lab_option
+@format_option
+def ev_profile_show(profile_id, hosts, lab, fmt):
+    """One EV profile: attributes, its EV array (value, port, wire EV) and states."""
+    from mrc_nic.transport import ctlops
+
+    replies = _call_all(lab, hosts, ctlops.EvProfileQuery(id=profile_id, evs=True))
+    data = {h: r.profiles[0] for h, r in replies.items()}
+    if fmt == "json":
+        output.emit_json({"hosts": data})
+        return
+    for h, p in data.items():
+        output.info(
+            f"{h}: EV profile {p['id']} {p['ev_mode']} {p['state']}, {p['ev_count']} EVs, "
+            f"ev_min_active {p['ev_min_active']}, backup {p['backup']}, QPs {p['qps']}"
+        )
+        states = p.get("ev_states", {})
+        rows = [
+            [e["val"], e["port"], e.get("wire", ""), states.get(str(e.get("wire")), "")]
+            for e in p.get("evs", [])
+        ]
+        if rows:
+            output.table(None, ["#val", "#port", "#wire (UDP sport)", "state"], rows)
+
+
+@ev_profile.command(
+    "set",
+    epilog="""\b
+Examples (a generated profile of 16 EVs on format 1):
+  mrc-nic ev profile fmt 1 --state OFFLINE --mode UDP --fields 8,8
+  mrc-nic ev profile fmt 1 --state ONLINE
+  mrc-nic ev profile set 5 --state OFFLINE --mode GEN --fmt 1 --count 16 \\
+      --field 8:0x40:0:255:0xff --field 8:0:0:255:0xff
+  mrc-nic ev profile set 5 --state ONLINE
+  mrc-nic write h0 h1 --size 64M --ev-profile 5
+  mrc-nic ev profile set 5 --deny 0x4a17@2          # MODIFY_EV_STATE DENIED""",
+)
+@click.argument("profile_id", type=_int)
+@click.option("--state", type=STATES, default=None, help="profile_state to move to.")
+@click.option("--mode", type=click.Choice(["AUTO", "EXP", "GEN"], case_sensitive=False))
+@click.option("--fmt", "fmt_id", type=_int, default=None, help="ev_fmt_profile_id.")
+@click.option("--count", type=int, default=None, help="ev_count.")
+@click.option("--min-active", type=int, default=None, help="ev_min_active.")
+@click.option("--event-mask", default=None, help="GOOD,ASSUMED_BAD (or '' for none).")
+@click.option("--field", "fields", multiple=True, help="WIDTH:INIT:MIN:MAX:MASK, in order.")
+@click.option(
+    "--replace",
+    "replaces",
+    multiple=True,
+    help="REPLACE_EV: OLD=NEW, each VALUE@PORT (OLD 0@0: an unpopulated slot).",
+)
+@click.option("--deny", "denies", multiple=True, help="MODIFY_EV_STATE DENIED: VALUE@PORT.")
+@click.option("--allow", "allows", multiple=True, help="MODIFY_EV_STATE GOOD: VALUE@PORT.")
+@click.option("--backup", "backups", multiple=True, help="replacement EVs, VALUE@PORT.")
+@host_option
+@lab_option
+@format_option
+def ev_profile_set(profile_id, state, mode, fmt_id, count, min_active, event_mask, fields,
+                   replaces, denies, allows, backups, hosts, lab, fmt):  # fmt: off
+    """Create or change an EV profile (mrc_ctl_modify_ev_profile)."""
+    from mrc_nic.transport import ctlops
+
+    attrs: dict = {}
+    for key, value in (
+        ("ev_mode", mode),
+        ("ev_fmt_profile_id", fmt_id),
+        ("ev_count", count),
+        ("ev_min_active", min_active),
+    ):
+        if value is not None:
+            attrs[key] = value.upper() if isinstance(value, str) else value
+    if event_mask is not None:
+        attrs["ev_event_mask"] = [s.strip().upper() for s in event_mask.split(",") if s.strip()]
+    if fields:
+        attrs["fields"] = [_parse_field(f) for f in fields]
+    if backups:
+        attrs["backup"] = [_parse_ev(b) for b in backups]
+    ops = []
+    if replaces:
+        entries = []
+        for r in replaces:
+            old, sep, new = r.partition("=")
+            if not sep:
+                raise click.BadParameter(f"--replace is OLD=NEW (VALUE@PORT each), not {r!r}")
+            entries.append({"ev": _parse_ev(old), "ev_new": _parse_ev(new)})
+        ops.append({"op": "REPLACE_EV", "entries": entries})
+    state_entries = [{"ev": _parse_ev(d), "state": "DENIED"} for d in denies]
+    state_entries += [{"ev": _parse_ev(a), "state": "GOOD"} for a in allows]
+    if state_entries:
+        ops.append({"op": "MODIFY_EV_STATE", "entries": state_entries})
+    # Configuration first, then the state change, then each EV operation (one per call).
+    calls = []
+    if attrs:
+        calls.append(attrs)
+    calls += [{"ev_op": op} for op in ops]
+    if state is not None:
+        calls.append({"profile_state": state.upper()})
+    if not calls:
+        raise click.UsageError("nothing to change: give --state, --mode, --field, --deny, ...")
+    # INIT -> OFFLINE needs the configuration in the same call.
+    if state is not None and state.upper() == "OFFLINE" and attrs:
+        calls = [{**attrs, "profile_state": "OFFLINE"}] + [{"ev_op": op} for op in ops]
+    last = {}
+    for attrs_call in calls:
+        last = _call_all(lab, hosts, ctlops.EvProfileModify(id=profile_id, attrs=attrs_call))
+    data = {h: r.profile for h, r in last.items()}
+    if fmt == "json":
+        output.emit_json({"hosts": data})
+    else:
+        for h, p in data.items():
+            output.success(f"{h}: EV profile {p['id']}: {p['ev_mode']} {p['state']}")
+
+
+@ev_profile.command("fmt")
+@click.argument("profile_id", type=_int)
+@click.option("--state", type=STATES, default=None)
+@click.option("--mode", type=click.Choice(["UDP", "STEV", "SRV6"], case_sensitive=False))
+@click.option("--fields", default=None, help="Field widths, e.g. 8,8 (at most 16 bits in all).")
+@host_option
+@lab_option
+@format_option
+def ev_profile_fmt(profile_id, state, mode, fields, hosts, lab, fmt):
+    """Create, change or show an EV Format profile (mrc_ctl_modify_ev_fmt_profile)."""
+    from mrc_nic.transport import ctlops
+
+    attrs: dict = {}
+    if mode:
+        attrs["ev_fmt_mode"] = mode.upper()
+    if fields:
+        try:
+            attrs["fmt_fields"] = [int(w) for w in fields.split(",")]
+        except ValueError:
+            raise click.BadParameter(f"--fields are widths, e.g. 8,8, not {fields!r}") from None
+    if state:
+        attrs["profile_state"] = state.upper()
+    if attrs:
+        replies = _call_all(lab, hosts, ctlops.EvFmtProfileModify(id=profile_id, attrs=attrs))
+        data = {h: r.profile for h, r in replies.items()}
+    else:
+        replies = _call_all(lab, hosts, ctlops.EvFmtProfileQuery(id=profile_id))
+        data = {h: r.profiles[0] for h, r in replies.items()}
+    if fmt == "json":
+        output.emit_json({"hosts": data})
+    else:
+        for h, p in data.items():
+            output.info(
+                f"{h}: EV Format profile {p['id']} {p['ev_fmt_mode']} {p['state']} "
+                f"fields {p['fmt_fields']}"
+            )
+
+
+@click.command("events")
+@click.option("--profile", "profile_id", type=_int, default=None, help="Only this profile's.")
+@click.option("--max", "num", type=click.IntRange(1, 4096), default=64, show_default=True)
+@host_option
+@lab_option
+@format_option
+def ev_events(profile_id, num, hosts, lab, fmt):
+    """Take EV events off each NIC's EV event queue (mrc_ctl_poll_ev_event):
+    {profile_id, ev, drop_count, state} for each change in a profile's
+    ev_event_mask. `mrc-nic events` is the lab's whole log."""
+    from mrc_nic.transport import ctlops
+
+    replies = _call_all(lab, hosts, ctlops.EvEventPoll(num_entries=num, profile_id=profile_id))
+    data = {h: r.events for h, r in replies.items()}
+    if fmt == "json":
+        output.emit_json({"hosts": data})
+        return
+    rows = [
+        [
+            h,
+            e["profile_id"],
+            hex(e["ev"]["val"]),
+            e["ev"]["port"],
+            e["state"],
+            e["drop_count"],
+            hex(e["qpn"]),
+        ]  # fmt: skip
+        for h, events in data.items()
+        for e in events
+    ]
+    output.table("EV events", ["host", "#profile", "ev", "#port", "state", "#dropped", "qp"], rows)
+
+
+# ---- cc profile ----------------------------------------------------------------------------
+@click.group()
+def cc() -> None:
+    """Congestion control (OCP CC profiles)."""
+
+
+@cc.group("profile")
+def cc_profile() -> None:
+    """CC profiles (mrc_ctl_cc_profile): what a QP's cc_profile_id names."""
+
+
+@cc_profile.command("list")
+@host_option
+@lab_option
+@format_option
+def cc_profile_list(hosts, lab, fmt):
+    """Every CC profile of each NIC: algorithm (uet-1.0-nscc, or none) and state."""
+    from mrc_nic.transport import ctlops
+
+    replies = _call_all(lab, hosts, ctlops.CcProfileQuery())
+    data = {h: r.profiles for h, r in replies.items()}
+    if fmt == "json":
+        output.emit_json({"hosts": data})
+        return
+    rows = [
+        [h, p["id"], p["name"] or "", p["algorithm"] or "none", p["state"], len(p["qps"])]
+        for h, ps in data.items()
+        for p in ps
+    ]
+    output.table("CC profiles", ["host", "#id", "name", "algorithm", "state", "#qps"], rows)
+
+
+@cc_profile.command(
+    "set",
+    epilog="""\b
+Examples:
+  mrc-nic cc profile set 7 --state OFFLINE --algorithm uet-1.0-nscc
+  mrc-nic cc profile set 7 --state ONLINE --cfg max_cwnd=65536 --cfg gamma=0.5
+  mrc-nic write h0 h1 --size 64M --cc-profile 7""",
+)
+@click.argument("profile_id", type=_int)
+@click.option("--state", type=STATES, default=None)
+@click.option("--algorithm", default=None, help="uet-1.0-nscc, or 'none' (no CC: fixed window).")
+@click.option("--cfg", "cfgs", multiple=True, help="NAME=VALUE of mrc_ctl_cc_nscc_cfg.")
+@host_option
+@lab_option
+@format_option
+def cc_profile_set(profile_id, state, algorithm, cfgs, hosts, lab, fmt):
+    """Create or change a CC profile (mrc_ctl_modify_cc_profile)."""
+    from mrc_nic.transport import ctlops
+
+    attrs: dict = {}
+    if algorithm is not None:
+        attrs["algorithm"] = None if algorithm.lower() == "none" else algorithm
+    if cfgs or (state and state.upper() == "ONLINE"):
+        config = {}
+        for c in cfgs:
+            key, sep, value = c.partition("=")
+            if not sep:
+                raise click.BadParameter(f"--cfg is NAME=VALUE (e.g. max_cwnd=65536), not {c!r}")
+            try:
+                config[key] = int(value, 0)
+            except ValueError:
+                try:
+                    config[key] = float(value)
+                except ValueError:
+                    config[key] = value.lower() in ("1", "true", "yes")
+        attrs["cc_config"] = config
+    if state:
+        attrs["profile_state"] = state.upper()
+    if not attrs:
+        raise click.UsageError("nothing to change: give --state, --algorithm or --cfg")
+    replies = _call_all(lab, hosts, ctlops.CcProfileModify(id=profile_id, attrs=attrs))
+    data = {h: r.profile for h, r in replies.items()}
+    if fmt == "json":
+        output.emit_json({"hosts": data})
+    else:
+        for h, p in data.items():
+            output.success(f"{h}: CC profile {p['id']}: {p['algorithm'] or 'none'} {p['state']}")
+
+
+@cc_profile.command("show")
+@click.argument("profile_id", type=_int)
+@host_option
+@lab_option
+@format_option
+def cc_profile_show(profile_id, hosts, lab, fmt):
+    """One CC profile with its NSCC configuration."""
+    from mrc_nic.transport import ctlops
+
+    replies = _call_all(lab, hosts, ctlops.CcProfileQuery(id=profile_id))
+    data = {h: r.profiles[0] for h, r in replies.items()}
+    if fmt == "json":
+        output.emit_json({"hosts": data})
+        return
+    for h, p in data.items():
+        output.info(f"{h}: CC profile {p['id']} {p['algorithm'] or 'none'} {p['state']}")
+        for k, v in (p["cc_config"] or {}).items():
+            output.info(f"  {k} = {v}")
+
+
+# ---- ports (NIC side) ----------------------------------------------------------------------
+@click.command("admin")
+@click.argument("host")
+@click.argument("port_num", type=int)
+@click.argument("state", type=click.Choice(["enabled", "disabled"], case_sensitive=False))
+@lab_option
+@format_option
+def port_admin(host, port_num, state, lab, fmt):
+    """Enable or disable port PORT_NUM (1-based: plane + 1) of HOST's NIC
+    (mrc_ctl_modify_port). A disabled port is down to the NIC and to its
+    peers (the port bitmap in every ACK), its carrier untouched."""
+    from mrc_nic.transport import ctlops
+
+    replies = _call_all(
+        lab, (host,), ctlops.PortModify(port=port_num, port_admin_state=state.upper())
+    )
+    p = replies[host].ports[0]
+    if fmt == "json":
+        output.emit_json(p)
+    else:
+        output.success(f"{host} port {p['port']}: {p['port_admin_state']} ({p['state']})")
+
+
+@click.command("status")
+@click.argument("host")
+@lab_option
+@format_option
+def port_status(host, lab, fmt):
+    """Administrative state, carrier and NIC state of each of HOST's ports (mrc_ctl_query_port)."""
+    from mrc_nic.transport import ctlops
+
+    ports = _call_all(lab, (host,), ctlops.PortQuery()).get(host).ports
+    if fmt == "json":
+        output.emit_json({"host": host, "ports": ports})
+        return
+    rows = [[p["port"], p["plane"], p["port_admin_state"], p["carrier"], p["state"]] for p in ports]
+    output.table(f"ports of {host}", ["#port", "#plane", "admin", "carrier", "state"], rows)
+
+
+# `ev profile` and `port admin|status` join the `ev` and `port` groups
+# (qp_cmds, port_cmds) where those are defined; `cc` is this module's own.
+COMMANDS = [cc]

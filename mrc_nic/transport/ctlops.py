@@ -1,0 +1,145 @@
+"""The host daemon's controller operations: the OCP mrc_ctl.h objects (issue 20).
+
+EV Format profiles, EV profiles, CC profiles, EV events, port admin state:
+what a network controller or a NIC driver configures. Served by
+mrc_nic.transport.controller; the Python API is mrc_nic.verbs.ctl and the CLI
+`mrc-nic ev profile`, `mrc-nic cc profile`, `mrc-nic port admin`. Attribute
+names are mrc_ctl.h's (docs/fidelity.md).
+"""
+
+from __future__ import annotations
+
+from mrc_nic.lab.protocol import Reply, Request, arg, op, reply
+
+
+@reply
+class CtlDeviceReply(Reply):
+    attr: dict = arg("struct mrc_ctl_device_attr: EV and CC limits, formats, modes, options")
+
+
+@op("ctl_query_device")
+class CtlQueryDevice(Request[CtlDeviceReply]):
+    """What the NIC's controller interface supports (mrc_ctl_query_device)."""
+
+
+@reply
+class ProfileReply(Reply):
+    profile: dict = arg("the profile as query shows it (after the change)")
+
+
+@reply
+class ProfilesReply(Reply):
+    profiles: list[dict] = arg("the profiles asked for, by id")
+
+
+@op("ev_fmt_profile_modify")
+class EvFmtProfileModify(Request[ProfileReply]):
+    """Create or change an EV Format profile (mrc_ctl_modify_ev_fmt_profile)."""
+
+    id: int = arg("ev_fmt_profile_id")
+    attrs: dict = arg(
+        "profile_state (INIT, OFFLINE, ONLINE), ev_fmt_mode (UDP, STEV), "
+        "fmt_fields (widths, MODIFY_FIELDS)"
+    )
+
+
+@op("ev_fmt_profile_query")
+class EvFmtProfileQuery(Request[ProfilesReply]):
+    """EV Format profiles (mrc_ctl_query_ev_fmt_profile)."""
+
+    id: int | None = arg("one profile (null: all)", None)
+
+
+@op("ev_profile_modify")
+class EvProfileModify(Request[ProfileReply]):
+    """Create or change an EV profile (mrc_ctl_modify_ev_profile); a refused call
+    changes nothing."""
+
+    id: int = arg("ev_profile_id")
+    attrs: dict = arg(
+        "profile_state, ev_mode (AUTO, EXP, GEN), ev_fmt_profile_id, ev_count, ev_min_active, "
+        "ev_event_mask (GOOD, ASSUMED_BAD), fields (MODIFY_FIELDS: width, init_val, min_val, "
+        "max_val, mask), ev_op {op: REPLACE_EV | MODIFY_EV_STATE, entries: [{ev, ev_new, "
+        "state, flags}]}, backup (replacement EVs, an extension)"
+    )
+
+
+@op("ev_profile_query")
+class EvProfileQuery(Request[ProfilesReply]):
+    """EV profiles (mrc_ctl_query_ev_profile): attributes, and with evs the
+    EV array (QUERY_EV_ARRAY) and each EV's state over the QPs using it (QUERY_EV_STATE)."""
+
+    id: int | None = arg("one profile (null: all)", None)
+    evs: bool = arg("include the EV array, wire values and states", False)
+
+
+@op("cc_profile_modify")
+class CcProfileModify(Request[ProfileReply]):
+    """Create or change a CC profile (mrc_ctl_modify_cc_profile)."""
+
+    id: int = arg("cc_profile_id (0..2 are built in)")
+    attrs: dict = arg(
+        "profile_state, algorithm (uet-1.0-nscc, or null: no CC), cc_config "
+        "(struct mrc_ctl_cc_nscc_cfg fields; the rest take NSCC's defaults)"
+    )
+
+
+@op("cc_profile_query")
+class CcProfileQuery(Request[ProfilesReply]):
+    """CC profiles (mrc_ctl_query_cc_profile)."""
+
+    id: int | None = arg("one profile (null: all)", None)
+
+
+@reply
+class EvEventsReply(Reply):
+    events: list[dict] = arg(
+        "struct mrc_ctl_ev_event records, oldest first: profile_id, ev {val, port}, "
+        "drop_count (precise), state; and qpn, wire, time (extensions)"
+    )
+
+
+@op("ev_event_poll")
+class EvEventPoll(Request[EvEventsReply]):
+    """Take EV events off the host's EV event queue (mrc_ctl_poll_ev_event)."""
+
+    num_entries: int = arg("at most this many (1..4096)", 64)
+    profile_id: int | None = arg("only this profile's (null: all)", None)
+
+
+@reply
+class PortsReply(Reply):
+    ports: list[dict] = arg(
+        "per port (1-based): port_admin_state, carrier, in nic_port_up, its plane, "
+        "the peers' port status as their last ACKs said"
+    )
+
+
+@op("port_query")
+class PortQuery(Request[PortsReply]):
+    """Ports' administrative state and status (mrc_ctl_query_port)."""
+
+    port: int | None = arg("one port, 1-based (null: all)", None)
+
+
+@op("port_modify")
+class PortModify(Request[PortsReply]):
+    """Enable or disable a port (mrc_ctl_modify_port): a DISABLED port leaves the
+    NIC's port bitmap (peers learn it from every ACK) whatever its carrier."""
+
+    port: int = arg("the port, 1-based (plane + 1)")
+    port_admin_state: str = arg("ENABLED or DISABLED")
+
+
+CTL_OPS = [
+    CtlQueryDevice,
+    EvFmtProfileModify,
+    EvFmtProfileQuery,
+    EvProfileModify,
+    EvProfileQuery,
+    CcProfileModify,
+    CcProfileQuery,
+    EvEventPoll,
+    PortQuery,
+    PortModify,
+]

@@ -1,0 +1,159 @@
+"""The papers' failure experiments, one function each (`mrc-nic scenario ...`).
+
+- single_ev_loss: "one EV of 16 drops 20% of its packets: it is retired and
+  line rate holds". One connection h0 -> h1 on EV profile 0 with 16 EVs; a
+  healthy WRITE, then one EV of the QP gets a 20% loss fault on the wire
+  (`mrc-nic fail qp QPN ev EV`: that EV's packets only), then the same WRITE
+  again. Reports the goodput ratio lossy / healthy of the same run, what the
+  fault dropped, and the EV's final state: retired (replaced by a fresh EV,
+  transport.evreplace) or its NIC state.
+- plane_failure: a WRITE during which a whole plane is blackholed, against
+  the same WRITE healthy.
+
+Incast and permutation are mrc_nic.workloads.scenario's; the ring
+all-reduce under a failure is scripts/bench_collective's (docs/fidelity.md).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from mrc_nic import nic
+from mrc_nic.fabric import faults
+from mrc_nic.lab.state import open_lab
+from mrc_nic.workloads import rdma_write
+
+MIB = 2**20
+
+
+def _pick_hosts(lab: str, src: str | None, dst: str | None) -> tuple[str, str]:
+    _, topo = open_lab(lab)
+    hosts = topo.host_names()
+    return src or hosts[0], dst or hosts[1]
+
+
+def single_ev_loss(
+    lab: str,
+    *,
+    size: int = 256 * MIB,
+    evs: int = 16,
+    rate: float = 0.2,
+    seed: int = 7,
+    plane: int = 1,
+    src: str | None = None,
+    dst: str | None = None,
+) -> dict:
+    src, dst = _pick_hosts(lab, src, dst)
+    _, topo = open_lab(lab)
+    if evs % topo.planes:
+        raise ValueError(f"evs must be a multiple of the lab's {topo.planes} planes, not {evs}")
+    fault = None
+    with rdma_write.Connection(lab, src, dst, size_hint=size) as conn:
+        healthy = conn.write(size, ev_count=evs, keep_open=True)
+        qpn = conn.qpns[0]
+        with nic.NicMaps.open(lab) as maps:
+            raw = maps.sq_raw(qpn)
+            profile = list(raw.evs[: raw.n_evs])
+            ev = next(e for e in profile if maps.ev(qpn, e).plane == plane % topo.planes)
+        spec = faults.FaultSpec("loss", rate=rate, seed=seed)
+        fault = faults.apply(lab, ("qp", hex(qpn), "ev", str(ev)), spec)
+        try:
+            lossy = conn.write(size, keep_open=True)
+            with nic.NicMaps.open(lab) as maps:
+                raw = maps.sq_raw(qpn)
+                now = list(raw.evs[: raw.n_evs])
+                if ev in now:
+                    final = nic.EvState(maps.ev(qpn, ev).state).name
+                    replacement = None
+                else:
+                    final = "RETIRED"
+                    replacement = now[profile.index(ev)]
+            counts = faults.fault_drops(fault, _Maps(lab))
+        finally:
+            healed = faults.heal(lab, [fault["id"]])
+    ev_counts = healed[0].get("ev_counts", {}) if healed else {}
+    ratio = lossy["goodput_bps"] / healthy["goodput_bps"] if healthy["goodput_bps"] else None
+    return {
+        "scenario": "single-ev-loss",
+        "lab": lab,
+        "src": src,
+        "dst": dst,
+        "size": size,
+        "evs": evs,
+        "qpn": qpn,
+        "lossy_ev": ev,
+        "plane": plane % topo.planes,
+        "loss_rate": rate,
+        "healthy_goodput_bps": healthy["goodput_bps"],
+        "lossy_goodput_bps": lossy["goodput_bps"],
+        "goodput_ratio": ratio,
+        "lossy_ev_final_state": final,
+        "replaced_by": replacement,
+        "fault_pkts": ev_counts.get("pkts"),
+        "fault_dropped": ev_counts.get("dropped", counts),
+        "completed": bool(healthy["completed"] and lossy["completed"]),
+        "retransmits": {"healthy": healthy["retransmits"], "lossy": lossy["retransmits"]},
+        "timeouts": {"healthy": healthy["timeouts"], "lossy": lossy["timeouts"]},
+    }
+
+
+class _Maps:
+    """SwitchPortMaps for faults.fault_drops, opened for one call."""
+
+    def __init__(self, lab: str) -> None:
+        self.lab = lab
+
+    def ev_fault(self, *args):
+        from mrc_nic.fabric.switchport import SwitchPortMaps
+
+        with SwitchPortMaps.open(self.lab) as maps:
+            return maps.ev_fault(*args)
+
+
+def plane_failure(
+    lab: str,
+    *,
+    size: int = 256 * MIB,
+    plane: int = 1,
+    after: float = 0.3,
+    mode: str = "blackhole",
+    src: str | None = None,
+    dst: str | None = None,
+) -> dict:
+    """The same WRITE healthy, then with plane `plane` failing `after` seconds in."""
+    src, dst = _pick_hosts(lab, src, dst)
+    with rdma_write.Connection(lab, src, dst, size_hint=size) as conn:
+        healthy = conn.write(size, keep_open=True)
+        fault: dict = {}
+
+        def fail_later() -> None:
+            time.sleep(after)
+            fault.update(faults.apply(lab, ("plane", str(plane)), faults.FaultSpec(mode)))
+
+        t = threading.Thread(target=fail_later, daemon=True)
+        t.start()
+        try:
+            failed = conn.write(size, keep_open=True)
+        finally:
+            t.join()
+            if fault:
+                faults.heal(lab, [fault["id"]])
+    ratio = failed["goodput_bps"] / healthy["goodput_bps"] if healthy["goodput_bps"] else None
+    return {
+        "scenario": "plane-failure",
+        "lab": lab,
+        "src": src,
+        "dst": dst,
+        "size": size,
+        "plane": plane,
+        "mode": mode,
+        "fail_after_s": after,
+        "healthy_goodput_bps": healthy["goodput_bps"],
+        "failed_goodput_bps": failed["goodput_bps"],
+        "goodput_ratio": ratio,
+        "per_plane_share": failed["per_plane_share"],
+        "completed": bool(healthy["completed"] and failed["completed"]),
+        "retransmits": failed["retransmits"],
+        "timeouts": failed["timeouts"],
+    }
