@@ -36,6 +36,12 @@ Examples:
 @click.option("--imm", is_flag=True, help="WRITE_WITH_IMM: completions at the receiver, in order.")
 @click.option("--verify", is_flag=True, help="Compare every byte that arrived with what was sent.")
 @click.option(
+    "--auth",
+    is_flag=True,
+    help="A MAC on every packet, with a fresh key for this connection (mrc-nic extension): "
+    "forged packets are dropped and counted as drop_auth.",
+)
+@click.option(
     "--mpr",
     type=click.IntRange(1, 8),
     default=8,
@@ -104,6 +110,7 @@ def write(
     qps,
     imm,
     verify,
+    auth,
     mpr,
     cwnd,
     reorder_us,
@@ -142,6 +149,7 @@ def write(
             retry=retry or None,
             ev_count=ev_count,
             ev_min_active=ev_min_active,
+            auth=auth,
             cc_profile=cc_profile,
             **({} if ev_profile is None else {"ev_profile": ev_profile}),
         )
@@ -168,6 +176,8 @@ def _print_write(r: dict) -> None:
     )
     if r.get("completed"):
         verified = "byte-exact (verified)" if r.get("verified") else "not verified"
+        if any(q.get("auth") for q in r["qps"]):
+            verified += "; every packet MAC'd"
         output.success(f"{line}; {verified}")
     else:
         output.error(f"{line}\n{r['error']}")

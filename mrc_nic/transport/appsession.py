@@ -55,6 +55,24 @@ def _einval(message: str) -> QpError:
     return QpError(errno.EINVAL, message)
 
 
+def _auth_key(attrs: dict) -> bytes | None:
+    """The connection's per-packet authentication key (mrc-nic extension,
+    nic.auth), from 32 hex digits; None: packets carry no MAC."""
+    key = attrs.pop("auth_key", None)
+    if key is None:
+        return None
+    try:
+        raw = bytes.fromhex(key) if isinstance(key, str) else b""
+    except ValueError:
+        raw = b""
+    if len(raw) != 16:
+        raise _einval(
+            "auth_key must be 32 hex digits: a 16-byte key that both ends of the connection "
+            "share (secrets.token_hex(16))"
+        )
+    return raw
+
+
 @dataclasses.dataclass
 class AppMr:
     region: int
@@ -83,6 +101,7 @@ class AppQp(supervisor.Supervised):
     remote: dict = dataclasses.field(default_factory=dict)  # the prober's: {"qpn": ...}
     rq_set: bool = False
     sq_set: bool = False
+    auth: bool = False  # its packets carry a MAC (an auth_key at RTR or RTS)
 
 
 @dataclasses.dataclass
@@ -93,6 +112,7 @@ class SendSetup:
     reorder_ns: int
     ev_count: int
     ev_min_active: int | None
+    auth_key: bytes | None = None
     nscc: nscc.NsccConfig | None = None
 
 
@@ -299,6 +319,7 @@ class AppSessions:
             "timeouts": aq.timeouts,
             "reorder_kicks": aq.reorder_kicks,
             "retired_tx_pkts": {str(p): n for p, n in aq.retired_tx_pkts.items()},
+            "auth": aq.auth,
         }
 
     def destroy_qp(self, req: appops.DestroyQp, conn: Conn) -> appops.Done:
@@ -416,6 +437,7 @@ class AppSessions:
         mpr = attrs.pop("mpr_dest", DEFAULT_MPR)
         rq_psn = self._psn(attrs, "rq_psn")
         attrs.pop("max_wimm_dest", None)  # the receiver holds NIC_MSG_SLOTS messages
+        key = _auth_key(attrs)
         changes = {"mpr": mpr, "dest_host": dest_host, "dest_qpn": dest_qpn}
         self._check_transition(aq, QpState.RTR, **changes)
 
@@ -430,8 +452,10 @@ class AppSessions:
                 mpr=mpr,
                 psn=rq_psn,
                 cq=aq.recv_cq + 1,
+                auth_key=key,
             )
             aq.rq_set, aq.remote = True, {"qpn": dest_qpn}
+            aq.auth = aq.auth or key is not None
 
         return apply
 
@@ -469,6 +493,7 @@ class AppSessions:
             reorder_ns=attrs.pop("reorder_ns", DEFAULT_REORDER_NS),
             ev_count=attrs.pop("ev_count", EV_COUNT),
             ev_min_active=attrs.pop("ev_min_active", None),
+            auth_key=_auth_key(attrs),
         )
         cc = attrs.pop("cc", None)
         for name in ("cwnd", "reorder_ns", "ev_count"):
@@ -542,7 +567,9 @@ class AppSessions:
                 cc_rtt_target_ns=rtt_target,
                 ev_min_active=aq.ev_min_active,
                 cq=aq.send_cq + 1,
+                auth_key=send.auth_key,
             )
+            aq.auth = aq.auth or send.auth_key is not None
             for ev in denied:  # the controller's DENIED EVs (MODIFY_EV_STATE)
                 self.maps.set_ev_state(aq.qp.qpn, ev, nic.EvState.DENIED)
         except OSError as e:

@@ -304,7 +304,7 @@ class QP:
 
     def to_rtr(
         self, dest_qp_num: int, dest_gid: str, *, rq_psn: int = 0, path_mtu: Mtu = Mtu.MTU_4096,
-        mpr_dest: int | None = None,
+        mpr_dest: int | None = None, ext: dict[str, Any] | None = None,
     ) -> None:  # fmt: skip
         attr = QPAttr(
             qp_state=QpState.RTR,
@@ -315,7 +315,8 @@ class QP:
         )
         mask = QpAttrMask.STATE | QpAttrMask.AV | QpAttrMask.DEST_QPN | QpAttrMask.RQ_PSN
         mrc = MrcQPAttr(mpr_dest=mpr_dest or 0)
-        self.modify(attr, mask | QpAttrMask.PATH_MTU, mrc, MrcAttrMask.MPR_DEST if mpr_dest else 0)
+        mmask = MrcAttrMask.MPR_DEST if mpr_dest else 0
+        self.modify(attr, mask | QpAttrMask.PATH_MTU, mrc, mmask, ext)
 
     def to_rts(
         self, *, sq_psn: int = 0, timeout: int | None = None, retry_linear_cnt: int = 7,

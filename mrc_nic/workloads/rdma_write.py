@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import secrets
 import select
 import time
 from typing import Any
@@ -111,6 +112,7 @@ class QpOptions:
     cc: dict | None = None  # NSCC fields to override
     ev_count: int | None = None
     ev_min_active: int | None = None
+    auth_key: str | None = None  # 32 hex digits: every packet MAC'd (nic.auth)
 
     def ext(self, topo: topology.Topology) -> dict[str, Any]:
         timeout, reorder = lab_defaults(topo, self.cc_profile)
@@ -120,8 +122,14 @@ class QpOptions:
             "cc": self.cc,
             "ev_count": self.ev_count,
             "ev_min_active": self.ev_min_active,
+            "auth_key": self.auth_key,
         }
         return {name: value for name, value in ext.items() if value is not None}
+
+
+def _auth(opts: QpOptions) -> dict[str, str] | None:
+    """RTR's extension: the key the receive side checks MACs with."""
+    return {"auth_key": opts.auth_key} if opts.auth_key else None
 
 
 class Lane:
@@ -156,13 +164,13 @@ class Lane:
         """INIT -> RTR at the receiver, INIT -> RTR -> RTS at the sender."""
         src_gid, dst_gid = conn.src_ctx.gid(0), conn.dst_ctx.gid(0)
         self.rqp.to_init(verbs.Access.LOCAL_WRITE | verbs.Access.REMOTE_WRITE)
-        self.rqp.to_rtr(self.sqp.qp_num, src_gid, mpr_dest=opts.mpr)
+        self.rqp.to_rtr(self.sqp.qp_num, src_gid, mpr_dest=opts.mpr, ext=_auth(opts))
         self.sqp.to_init(
             verbs.Access.LOCAL_WRITE,
             ev_profile_id=opts.ev_profile or 0,
             cc_profile_id=opts.cc_profile,
         )
-        self.sqp.to_rtr(self.rqp.qp_num, dst_gid, mpr_dest=opts.mpr)
+        self.sqp.to_rtr(self.rqp.qp_num, dst_gid, mpr_dest=opts.mpr, ext=_auth(opts))
         timeout, _ = lab_defaults(conn.topo, opts.cc_profile)
         retry = {"linear_cnt": 7, "exp_cnt": 7, **(opts.retry or {})}
         self.sqp.to_rts(
@@ -298,12 +306,14 @@ class Connection:
         cc: dict | None = None,
         ev_count: int | None = None,
         ev_min_active: int | None = None,
+        auth: bool = False,
         **fields,
     ) -> dict:
         """One transfer of `size` bytes (in WRITEs of at most a chunk); the
         result (see Transfer.result). The QP attributes (cwnd, reorder_ns,
         timeout, retry {linear_cnt, exp_cnt}, cc_profile, ev_profile, cc, ev_count,
-        ev_min_active: QpOptions) take effect at the first write, which
+        ev_min_active, auth: a fresh key for per-packet MACs: QpOptions) take
+        effect at the first write, which
         connects the QPs; later writes go on with the QPs' state (PSNs, EVs,
         window), as a verbs QP's work requests do. keep_open=False: no write
         after this one. fields: WriteOptions' message options (msg, depth,
@@ -323,7 +333,7 @@ class Connection:
         if not self.connected:
             qp_opts = QpOptions(
                 mpr=self.mpr, timeout=timeout, retry=retry, cc_profile=cc_profile,
-                ev_profile=ev_profile,
+                ev_profile=ev_profile, auth_key=secrets.token_hex(16) if auth else None,
                 cwnd=cwnd, reorder_ns=reorder_ns, cc=cc, ev_count=ev_count,
                 ev_min_active=ev_min_active,
             )  # fmt: skip
