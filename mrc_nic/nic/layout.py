@@ -34,7 +34,7 @@ RX_SLOTS_MAP = "nic_rx_slots"
 # template whose size an application's ring buffer takes (docs/nic-program.md, "Completion queues").
 CQ_RINGS_MAP = "nic_cq_rings"
 CQ_TEMPLATE_MAP = "nic_cq_template"
-# Reverse EV sets of the receive QPs, and their probes' replies (docs/nic-program.md, "Reverse EVs").
+# Reverse EV sets of the receive QPs and their probes' replies (docs/nic-program.md).
 REV_EVS_MAP = "nic_rev_evs"
 REV_PROBES_MAP = "nic_rev_probes"
 MAP_PINS = (

@@ -12,9 +12,7 @@ from mrc_nic.nic.rx_maps import RxQpMaps
 from mrc_nic.nic.sq_maps import SendQpMaps
 
 
-class NicMaps(
-    RxQpMaps, RevEvMaps, MemoryMaps, SendQpMaps, EvMaps, PortMaps, CqMaps, MapsBase
-):
+class NicMaps(RxQpMaps, RevEvMaps, MemoryMaps, SendQpMaps, EvMaps, PortMaps, CqMaps, MapsBase):
     """QPs (both sides), EVs, regions, port bitmaps, counters and completion queues
     of a lab, through the pins.
 

@@ -11,7 +11,6 @@ from mrc_nic.abi import defs
 from mrc_nic.kernel import bpfsys, pins
 from mrc_nic.nic import wire
 from mrc_nic.nic.layout import MAX_PLANES, REV_EVS_MAP, REV_PROBES_MAP, RQ_TAG_USED
-from mrc_nic.nic.maps_base import u32_key
 
 REV_EVS = defs.NIC_REV_EVS
 

@@ -36,7 +36,7 @@ from mrc_nic.kernel import netns
 from mrc_nic.lab import ctl, state
 from mrc_nic.lab.service import Conn, LineService
 from mrc_nic.lab.topology import Topology
-from mrc_nic.transport import appops, appsession, evreplace, hostmem, prober, sendjob
+from mrc_nic.transport import appops, appsession, evreplace, hostmem, prober, reverse, sendjob
 from mrc_nic.transport import protocol as ops
 from mrc_nic.transport.qp import Qp, QpError, QpState
 
@@ -67,6 +67,8 @@ class Daemon(LineService):
         self.jobs: list[sendjob.Job] = []
         self.prober = prober.Prober(self.topo, self.index, self.maps)
         self.replacer = evreplace.Replacer(topo.lab, host, self.index, self.maps)
+        # the paths of our receive QPs' answers (issue 19)
+        self.reverse = reverse.ReverseEvs(self.topo, host, self.index, self.maps)
         self.apps = appsession.AppSessions(self)  # applications' sessions (mrc_nic.verbs)
         self._port_bits: int | None = None
         self._links = None  # netlink socket subscribed to this namespace's link changes
@@ -78,6 +80,7 @@ class Daemon(LineService):
 
     def close(self) -> None:
         self.prober.close()
+        self.reverse.close()
         if self._links is not None:
             self._links.close()
 
@@ -106,6 +109,11 @@ class Daemon(LineService):
             self.apps.tick(now)
         except Exception:  # noqa: BLE001 (one application QP's bug must not end the daemon)
             traceback.print_exc(file=sys.stderr)
+        if self.recv_qps:
+            try:
+                self.reverse.step(now)
+            except Exception:  # noqa: BLE001 (a policy's bug must not end the transfers)
+                traceback.print_exc(file=sys.stderr)
         apps = self.apps.sending()
         if self.jobs or apps:
             mine = {sq.qp.qpn: sq for job in self.jobs for sq in job.qps if sq.remote}
@@ -224,6 +232,7 @@ class Daemon(LineService):
                 region=region,
                 mpr=mpr,
             )
+            self.reverse.open(qp.qpn, peer_host, peer_qpn)
         except BaseException:
             self._close_recv_qp(qp.qpn)  # gives back the QPN, region and memory
             raise
@@ -240,8 +249,9 @@ class Daemon(LineService):
 
     def _close_recv_qp(self, qpn: int) -> None:
         rq = self.recv_qps.pop(qpn)
+        self.reverse.forget(qpn)
         with contextlib.suppress(KeyError):
-            self.maps.delete_rq(qpn)
+            self.maps.delete_rq(qpn)  # clears its reverse EV set too
         self.maps.clear_region(rq.region)
         self.res.regions.give(rq.region)
         self.res.recv_mem.release(rq.span)
