@@ -39,7 +39,7 @@ from mrc_nic import nic
 from mrc_nic.lab import ctl
 from mrc_nic.lab.topology import Topology
 from mrc_nic.nic import wire
-from mrc_nic.transport.prober import EV_AT, probe_frame
+from mrc_nic.transport.prober import plane_socket, probe_frame
 
 REV_PER_PLANE = 2  # reverse EVs per plane; a set holds at most nic.REV_EVS
 PROBE_INTERVAL_S = 0.004  # per reverse EV, while the QP receives
@@ -50,7 +50,6 @@ IDLE_AFTER_S = 0.1  # no data for this long: the QP's reverse EVs are not probed
 # Reverse EV values: a range of their own (data EVs start at transfer.EV_BASE, 49152).
 REV_EV_BASE = 40960
 REV_EV_END = 49152
-FLAGS_AT = EV_AT + 2  # MRC_PROBE.flags follows MRC_PROBE.ev
 STATE_NAMES = nic.RevState.NAMES
 
 
@@ -234,24 +233,8 @@ class ReverseEvs:
         number = self.sent & wire.PSN_MASK
         frame = probe_frame(template, e.ev, number, time.monotonic_ns())
         try:
-            self._sock(e.plane).send(frame)
+            plane_socket(self._socks, e.plane).send(frame)
         except OSError:
             return  # the port is down: its EVs are not used (port bitmap)
         self.sent += 1
         e.probes.append((number, now, rs.data_pkts))
-
-    def _sock(self, plane: int) -> socket.socket:
-        s = self._socks.get(plane)
-        if s is None:
-            s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
-            s.bind((f"eth{plane}", 0))
-            s.setblocking(False)
-            self._socks[plane] = s
-        return s
-
-    # ---- what `ev list` shows -----------------------------------------------------
-    def describe(self, qpn: int) -> list[dict] | None:
-        rs = self._sets.get(qpn)
-        if rs is None:
-            return None
-        return [{"ev": e.ev, "plane": e.plane, "state": STATE_NAMES[e.state]} for e in rs.evs]
