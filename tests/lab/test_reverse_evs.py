@@ -5,27 +5,14 @@ and `ev list` and `events` show the failing reverse path."""
 from __future__ import annotations
 
 import json
-import time
 
 from mrc_nic.fabric import faults
-from mrc_nic.lab import ctl
-from mrc_nic.transport import protocol as ops
 from mrc_nic.workloads import rdma_write
 from tests.helpers.env import run_cli
+from tests.lab.test_daemon import send_qp
 
 MIB = 2**20
 SIZE = 192 * MIB  # about a second of the default lab on this machine
-
-
-def _send_qp(lab: str) -> int:
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        qps = ctl.call(lab, "h0", ops.QpList()).qps
-        live = [q["qpn"] for q in qps if q["role"] == "send" and q["state"] == "RTS"]
-        if live:
-            return live[0]
-        time.sleep(0.01)
-    raise AssertionError("no send QP in RTS")
 
 
 def test_ack_blackhole_of_a_host_link_moves_the_acks_to_other_paths(make_lab):
@@ -38,7 +25,7 @@ def test_ack_blackhole_of_a_host_link_moves_the_acks_to_other_paths(make_lab):
     # On a connection of its own: its QPs stay open after the write, for `ev list`.
     with rdma_write.Connection(lab, "h0", "h1", size_hint=SIZE) as conn:
         result = conn.write(SIZE, verify=True)
-        qpn = _send_qp(lab)
+        qpn = send_qp(lab)
         listed = json.loads(run_cli("ev", "list", hex(qpn), "-l", lab, "--format", "json").stdout)
 
     assert result["completed"] and result["verified"], result
