@@ -66,7 +66,11 @@ static __always_inline void route_reverse(struct answer_route *r, const struct m
 	asm volatile("" : "+r"(k)); /* the verifier does not bound a remainder: check it */
 	if (k >= NIC_REV_EVS)
 		return;
-	i = set->use[row][k];
+	k += row * NIC_REV_EVS;
+	asm volatile("" : "+r"(k));
+	if (k >= (NIC_MAX_PLANES + 1) * NIC_REV_EVS)
+		return;
+	i = set->use[k];
 	if (i >= NIC_REV_EVS)
 		return;
 	plane = set->evs[i].plane;
@@ -193,7 +197,6 @@ struct ack_info {
 	__u8 reason;       /* MRC_NACK_* */
 	__u8 flags;        /* MRC_ACK_F_* */
 	__u8 counter;      /* enum nic_counter to add 1 to when it is sent */
-	struct answer_route route; /* where it goes (route_reverse, before the lock) */
 };
 
 /* Turn the data packet into its answer (a SACK or a NACK) and send it back. */
@@ -203,7 +206,13 @@ static __always_inline int answer(struct xdp_md *ctx, struct mrc_pkt *p,
 {
 	__be64 echo_ts = dext->tx_ts; /* copied as is (big endian) */
 	__be16 ev = p->udp->source; /* the data packet's EV, echoed whatever the route */
-	struct ack_frame *f = turn_around(ctx, &ai->route, sizeof(*f));
+	struct answer_route route;
+	struct ack_frame *f;
+
+	/* Here, after the receive lock, not before it: the verifier walks what
+	 * follows once per outcome of the pick, and the lock's spin is costly. */
+	route_reverse(&route, p, bpf_ntohl(p->bth->qpn) & MRC_BTH_QPN_MASK, psn, ai->port_bitmap);
+	f = turn_around(ctx, &route, sizeof(*f));
 
 	if (!f)
 		return XDP_DROP;
@@ -227,7 +236,7 @@ static __always_inline int answer(struct xdp_md *ctx, struct mrc_pkt *p,
 	f->ack.port_bitmap = bpf_htonl(ai->port_bitmap);
 	f->icrc = MRC_ICRC_UNUSED;
 	count(ai->counter, 1);
-	return route_send(&ai->route);
+	return route_send(&route);
 }
 
 /* ---- Receiver role: PROBE -> PROBE_REPLY --------------------------------- */

@@ -575,7 +575,6 @@ static __always_inline int rx_data(struct xdp_md *ctx, struct mrc_pkt *p)
 		return drop(NIC_CNT_DROP_QP_CONFIG);
 	window = rq->mpr * MRC_MPR_UNIT;
 	ai.port_bitmap = host_ports(rq->local_host);
-	route_reverse(&ai.route, p, d.qpn, d.psn, ai.port_bitmap);
 	ai.peer_qpn = rq->peer_qpn;
 	ai.mpr = rq->mpr;
 	ai.syndrome = MRC_AETH_NAK_PSN_SEQ;

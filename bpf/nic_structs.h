@@ -126,7 +126,8 @@ struct nic_rev_ev_set {
 	__u32 n;    /* entries of evs in use */
 	struct nic_rev_ev evs[NIC_REV_EVS];
 	__u8 n_use[NIC_MAX_PLANES + 1];
-	__u8 use[NIC_MAX_PLANES + 1][NIC_REV_EVS];
+	__u8 use[(NIC_MAX_PLANES + 1) * NIC_REV_EVS]; /* row r at r * NIC_REV_EVS (1-D: bcc's
+						      * layouts take no 2-D arrays) */
 	__u8 reserved[(8 - (NIC_MAX_PLANES + 1) * (NIC_REV_EVS + 1) % 8) % 8];
 };
 _Static_assert(sizeof(struct nic_rev_ev_set) % 8 == 0, "struct nic_rev_ev_set has hidden padding");

@@ -479,7 +479,7 @@ class NicRevEvSet(ctypes.Structure):
         ("n", ctypes.c_uint32),
         ("evs", NicRevEv * 16),
         ("n_use", ctypes.c_uint8 * 17),
-        ("use", (ctypes.c_uint8 * 16) * 17),
+        ("use", ctypes.c_uint8 * 272),
         ("reserved", ctypes.c_uint8 * 7),
     ]
 

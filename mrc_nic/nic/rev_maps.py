@@ -61,7 +61,7 @@ def rev_ev_set(qpn: int, evs: list[RevEv]) -> defs.NicRevEvSet:
     for row, idx in rows.items():
         value.n_use[row] = len(idx)
         for k, i in enumerate(idx):
-            value.use[row][k] = i
+            value.use[row * REV_EVS + k] = i
     return value
 
 
