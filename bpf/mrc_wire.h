@@ -279,6 +279,11 @@ struct mrc_probe_ext {
 } __mrc_wire;
 _Static_assert(sizeof(struct mrc_probe_ext) == 16, "struct mrc_probe_ext layout changed");
 
+/* flags of PROBE and PROBE_REPLY, beside the MRC_ACK_F_* a reply copies: the
+ * probe tests a reverse EV (receiver -> sender): it addresses the peer's send
+ * QP, and is answered in place (mrc-nic extension; wire-format.md) */
+#define MRC_PROBE_F_REVERSE 0x80
+
 /* ---- Header stacks and sizes -------------------------------------------- */
 
 #define MRC_ICRC_LEN 4    /* trailer slot after the payload: carried, sent as 0, not checked */

@@ -54,6 +54,13 @@ _Static_assert((NIC_MAX_REGIONS & (NIC_MAX_REGIONS - 1)) == 0, "NIC_MAX_REGIONS 
 #endif
 
 /* Size of the event ring buffer nic_events, in pages (a power of 2). */
+/* Reverse EVs per receive QP at most (struct nic_rev_ev_set): the paths its
+ * SACKs, NACKs and PROBE_REPLYs take back to the sender. */
+#ifndef NIC_REV_EVS
+#define NIC_REV_EVS 16
+#endif
+_Static_assert(NIC_REV_EVS > 0 && NIC_REV_EVS <= 255, "NIC_REV_EVS indexes fit a __u8");
+
 #ifndef NIC_EVENT_PAGES
 #define NIC_EVENT_PAGES 64
 #endif
@@ -207,6 +214,11 @@ enum nic_retx_cause {
 #define NIC_EVS_SKIP 0x10000U     /* mrc-nic extension: skipped until skip_until */
 #define NIC_EVS_UNKNOWN 0x80000000U /* MRC_CTL_EV_UNKNOWN */
 
+/* States of a reverse EV (struct nic_rev_ev.state; the receiver's daemon sets them). */
+#define NIC_REV_UNTRIED 0U   /* not answered yet: not used */
+#define NIC_REV_GOOD 1U      /* its probes are answered: answers may take it */
+#define NIC_REV_ASSUMED_BAD 2U /* its probes went unanswered: not used, still probed */
+
 /* The head scan's reorder window follows the largest recent RTT. */
 #define NIC_RTT_RECENT_SHIFT 6 /* rtt_recent_ns forgets a peak over about 64 samples */
 #define NIC_RTT_RECENT_CAP 4   /* a sample counts for at most 4 reorder windows */
@@ -332,6 +344,9 @@ enum nic_counter {
 	NIC_CNT_DROP_DATA_RANGE,  /* data PSN at or beyond cum_psn + NIC_BITMAP_BITS: past any window */
 	NIC_CNT_DROP_NACK_STALE,  /* fatal NACK of a PSN not outstanding (behind snd_una or acked) */
 	NIC_CNT_DROP_AUTH,        /* the QP takes only MAC'd packets, and this one's MAC is wrong */
+	/* The reverse EV set (receiver role; docs/nic-program.md, "Reverse EVs") */
+	NIC_CNT_ANSWER_REROUTED, /* answers sent out of another port than their packet came in on */
+	NIC_CNT_REV_PROBE_REPLY, /* PROBE_REPLYs for a reverse EV recorded (also PROBE_REPLY_CONSUMED) */
 	NIC_CNT_MAX,
 };
 

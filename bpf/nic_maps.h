@@ -51,6 +51,10 @@ BPF_F_TABLE("array", __u32, struct nic_wq, nic_wq, NIC_TX_RINGS, BPF_F_MMAPABLE)
 BPF_ARRAY(nic_ports, struct nic_port, NIC_MAX_HOSTS * NIC_MAX_PLANES);
 /* Host ports as devices (ifindex), same key: where the engine redirects; user space. */
 BPF_DEVMAP(nic_tx_ports, NIC_MAX_HOSTS * NIC_MAX_PLANES);
+/* Reverse EV sets, slot QPN & (NIC_MAX_QPS - 1) as nic_rx_qps: the receiver's daemon writes, BPF reads. */
+BPF_ARRAY(nic_rev_evs, struct nic_rev_ev_set, NIC_MAX_QPS);
+/* PROBE_REPLYs for reverse EVs, same slots: BPF writes, the receiver's daemon reads. */
+BPF_ARRAY(nic_rev_probes, struct nic_rev_probes, NIC_MAX_QPS);
 /* Scratch: what the locked part of the engine decided. */
 BPF_PERCPU_ARRAY(nic_tx_scratch, struct nic_tx_scratch, 1);
 /* Scratch: a timeout kick's lost PSNs and their EVs, marked after the QP's lock. */

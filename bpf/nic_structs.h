@@ -107,6 +107,51 @@ struct nic_rx_lock {
 };
 _Static_assert(sizeof(struct nic_rx_lock) == 64, "struct nic_rx_lock is 64 bytes");
 
+/* ---- Reverse EVs: nic_rev_evs, nic_rev_probes --------------------------- */
+
+/* One reverse EV: a path a receive QP's answers take back to its sender. */
+struct nic_rev_ev {
+	__u16 ev;    /* UDP source port of the answers (1 .. MRC_EV_MAX); 0: unused entry */
+	__u8 plane;  /* the port they leave from */
+	__u8 state;  /* NIC_REV_* (the receiver's daemon decides, from its probes) */
+};
+_Static_assert(sizeof(struct nic_rev_ev) == 4, "struct nic_rev_ev layout changed");
+
+/*
+ * A receive QP's reverse EV set, slot QPN & (NIC_MAX_QPS - 1); user space
+ * (the receiver's daemon) writes it whole, BPF only reads it. An answer to a
+ * packet that came in on plane p takes use[p][psn % n_use[p]] (an index in
+ * evs), or, when plane p has no usable reverse EV, use[NIC_MAX_PLANES][...]
+ * (every plane's); with none at all, or no set for the QP, it goes back in
+ * place as before. Lists, not states, so the pick is one lookup.
+ */
+struct nic_rev_ev_set {
+	__u32 qpn;  /* QPN | NIC_RQ_TAG_USED of the receive QP it belongs to; else not in use */
+	__u32 n;    /* entries of evs in use */
+	struct nic_rev_ev evs[NIC_REV_EVS];
+	__u8 n_use[NIC_MAX_PLANES + 1];
+	__u8 use[(NIC_MAX_PLANES + 1) * NIC_REV_EVS]; /* row r at r * NIC_REV_EVS (1-D: bcc's
+						      * layouts take no 2-D arrays) */
+	__u8 reserved[(8 - (NIC_MAX_PLANES + 1) * (NIC_REV_EVS + 1) % 8) % 8];
+};
+_Static_assert(sizeof(struct nic_rev_ev_set) % 8 == 0, "struct nic_rev_ev_set has hidden padding");
+
+/* What the PROBE_REPLYs of one reverse EV said (BPF writes, user space reads). */
+struct nic_rev_probe {
+	__u64 replies;  /* PROBE_REPLYs recorded for it */
+	__u64 last_ns;  /* when the latest came back (bpf_ktime_get_ns) */
+	__u32 last_psn; /* its probe number (BTH.psn) */
+	__u32 rtt_ns;   /* its round trip: now - echoed tx_ts */
+	__u16 ev;       /* the EV value it was for (entries are reused when an EV is replaced) */
+	__u16 reserved[3];
+};
+_Static_assert(sizeof(struct nic_rev_probe) == 32, "struct nic_rev_probe layout changed");
+
+/* nic_rev_probes' value: one receive QP's replies, entry i for evs[i] of its set. */
+struct nic_rev_probes {
+	struct nic_rev_probe evs[NIC_REV_EVS];
+};
+
 /* ---- Send QPs: nic_tx_qps ----------------------------------------------- */
 
 /* One entry of the retransmit queue. */

@@ -106,6 +106,14 @@ static __always_inline struct nic_timeout_scratch *nic_timeout_scratch_lookup(__
 {
 	return nic_timeout_scratch.lookup(k);
 }
+static __always_inline struct nic_rev_ev_set *nic_rev_evs_lookup(__u32 *k)
+{
+	return nic_rev_evs.lookup(k);
+}
+static __always_inline struct nic_rev_probes *nic_rev_probes_lookup(__u32 *k)
+{
+	return nic_rev_probes.lookup(k);
+}
 
 /* ---- The roles ---------------------------------------------------------- */
 

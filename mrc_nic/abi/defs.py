@@ -90,6 +90,7 @@ MRC_NACK_NO_PKT_BUFFER = 7
 MRC_NACK_NO_RESOURCE = 10
 MRC_NACK_PSN_OOR_WINDOW = 11
 MRC_NACK_UNEXP_EVENT = 25
+MRC_PROBE_F_REVERSE = 0x80
 MRC_ICRC_LEN = 4
 MRC_ICRC_UNUSED = 0
 MRC_IPV4_UDP_LEN = 28
@@ -205,6 +206,7 @@ NIC_REGION_BY_RKEY = 0xffffffff
 NIC_MAX_HOSTS = 256  # tunable: the loader may override it
 NIC_MAX_PLANES = 16  # tunable: the loader may override it
 NIC_HOST_NET = 0xc6120000  # tunable: the loader may override it
+NIC_REV_EVS = 16  # tunable: the loader may override it
 NIC_EVENT_PAGES = 64  # tunable: the loader may override it
 NIC_MAX_EVS = 16384  # tunable: the loader may override it
 NIC_TX_RINGS = 256  # tunable: the loader may override it
@@ -241,6 +243,9 @@ NIC_EVS_ASSUMED_BAD = 2
 NIC_EVS_DENIED = 4
 NIC_EVS_SKIP = 0x10000
 NIC_EVS_UNKNOWN = 0x80000000
+NIC_REV_UNTRIED = 0
+NIC_REV_GOOD = 1
+NIC_REV_ASSUMED_BAD = 2
 NIC_RTT_RECENT_SHIFT = 6
 NIC_RTT_RECENT_CAP = 4
 NIC_HEAD_LOST = 16
@@ -369,9 +374,11 @@ class Counter(enum.IntEnum):
     DROP_DATA_RANGE = 58
     DROP_NACK_STALE = 59
     DROP_AUTH = 60
+    ANSWER_REROUTED = 61
+    REV_PROBE_REPLY = 62
 
 
-NIC_CNT_MAX = 61
+NIC_CNT_MAX = 63
 
 # ---- bpf/nic_structs.h ---------------------------------------------------------
 
@@ -458,6 +465,50 @@ class NicRxLock(ctypes.Structure):
     _fields_ = [
         ("word", ctypes.c_uint64),
         ("pad", ctypes.c_uint64 * 7),
+    ]
+
+
+class NicRevEv(ctypes.Structure):
+    """struct nic_rev_ev (bpf/nic_structs.h)."""
+
+    _fields_ = [
+        ("ev", ctypes.c_uint16),
+        ("plane", ctypes.c_uint8),
+        ("state", ctypes.c_uint8),
+    ]
+
+
+class NicRevEvSet(ctypes.Structure):
+    """struct nic_rev_ev_set (bpf/nic_structs.h)."""
+
+    _fields_ = [
+        ("qpn", ctypes.c_uint32),
+        ("n", ctypes.c_uint32),
+        ("evs", NicRevEv * 16),
+        ("n_use", ctypes.c_uint8 * 17),
+        ("use", ctypes.c_uint8 * 272),
+        ("reserved", ctypes.c_uint8 * 7),
+    ]
+
+
+class NicRevProbe(ctypes.Structure):
+    """struct nic_rev_probe (bpf/nic_structs.h)."""
+
+    _fields_ = [
+        ("replies", ctypes.c_uint64),
+        ("last_ns", ctypes.c_uint64),
+        ("last_psn", ctypes.c_uint32),
+        ("rtt_ns", ctypes.c_uint32),
+        ("ev", ctypes.c_uint16),
+        ("reserved", ctypes.c_uint16 * 3),
+    ]
+
+
+class NicRevProbes(ctypes.Structure):
+    """struct nic_rev_probes (bpf/nic_structs.h)."""
+
+    _fields_ = [
+        ("evs", NicRevProbe * 16),
     ]
 
 
@@ -1082,6 +1133,7 @@ TUNABLES = frozenset(
         "NIC_MAX_QPS",
         "NIC_MAX_REGIONS",
         "NIC_MR_ELEMS",
+        "NIC_REV_EVS",
         "NIC_SKIP_NS",
         "NIC_TIMELINE_BINS",
         "NIC_TIMELINE_SHIFT",

@@ -13,7 +13,16 @@ from mrc_nic.cli.common import DURATION, lab_option, pick_lab
 
 # What `events` shows unless told otherwise: state changes, not the per-packet
 # and per-message records (loss, send_done, recv_imm), which --all adds.
-STATE_TYPES = ("ev_state", "ev_replaced", "qp_err", "qp_error", "fault", "heal")
+STATE_TYPES = (
+    "ev_state",
+    "ev_replaced",
+    "reverse_ev_state",
+    "reverse_ev_replaced",
+    "qp_err",
+    "qp_error",
+    "fault",
+    "heal",
+)
 ALL_TYPES = (*STATE_TYPES, "loss", "send_done", "recv_imm")
 POLL_WAIT_S = 1.0
 
@@ -34,6 +43,16 @@ def describe(e: dict) -> str:
         return f"{qp} EV {e['ev']}: {change} ({e['cause']}, PSN {e['psn']})"
     if kind == "ev_replaced":
         return f"{qp} EV {e['old_ev']} replaced by EV {e['new_ev']} (plane {e['plane']})"
+    if kind == "reverse_ev_state":  # the receive QP's: the path of its SACKs to the sender
+        return (
+            f"{qp} reverse EV {e['ev']} (plane {e['plane']}, ACKs to QP {e['peer_qpn']:#x}): "
+            f"{e['old']} -> {e['new']} ({e['cause']})"
+        )
+    if kind == "reverse_ev_replaced":
+        return (
+            f"{qp} reverse EV {e['old_ev']} replaced by {e['new_ev']} (plane {e['plane']}, "
+            f"ACKs to QP {e['peer_qpn']:#x})"
+        )
     if kind == "loss":
         return f"{qp} PSN {e['psn']} lost on EV {e['ev']} (seen from the SACK of {e['ack_psn']})"
     if kind == "qp_err":

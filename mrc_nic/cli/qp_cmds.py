@@ -296,7 +296,8 @@ def ev() -> None:
 @lab_option
 @format_option
 def ev_list(qpn, lab, fmt):
-    """State and counters of each EV of send QP QPN."""
+    """State and counters of each EV of send QP QPN, and the reverse EV set its
+    ACKs come back over (kept by the receiver)."""
     from mrc_nic import nic
     from mrc_nic.observe import qpstats
 
@@ -304,12 +305,13 @@ def ev_list(qpn, lab, fmt):
     with nic.NicMaps.open(name) as maps:
         try:
             evs = [_ev_row(record) for record in qpstats.ev_records(maps, qpn)]
+            reverse = qpstats.reverse_ev_records(maps, qpn)
         except KeyError:
             raise click.UsageError(
                 f"no send QP {qpn:#x} in lab {name!r} (see mrc-nic qp list)"
             ) from None
     if fmt == "json":
-        output.emit_json({"qpn": qpn, "evs": evs})
+        output.emit_json({"qpn": qpn, "evs": evs, "reverse_ev_set": reverse})
         return
     rows = [
         [
@@ -330,6 +332,13 @@ def ev_list(qpn, lab, fmt):
         ["#ev", "#plane", "state", "#tx", "#acks", "#lost", "#retx", "#probe replies", "#srtt us"],
         rows,
     )
+    if reverse:  # the paths its ACKs take back, kept by the receiver (issue 19)
+        output.table(
+            f"reverse EV set of QP {qpn:#x}: its ACKs' paths (receive QP "
+            f"{reverse[0]['receive_qpn']:#x})",
+            ["#ev", "#plane", "state", "#probe replies", "#rtt us"],
+            [[r["ev"], r["plane"], r["state"], r["probe_replies"], r["rtt_us"]] for r in reverse],
+        )
 
 
 def _ev_row(record: dict) -> dict:

@@ -11,7 +11,15 @@ from mrc_nic.lab import protocol
 from mrc_nic.lab.protocol import Reply, Request, arg, op, reply
 
 READ_MAX = 10_000  # events one reply carries, at most
-POSTED_TYPES = ("fault", "heal", "qp_error", "ev_replaced", "note")
+POSTED_TYPES = (
+    "fault",
+    "heal",
+    "qp_error",
+    "ev_replaced",
+    "reverse_ev_state",  # a receive QP's reverse EV went bad or came back (transport.reverse)
+    "reverse_ev_replaced",
+    "note",
+)
 
 
 @reply

@@ -167,11 +167,17 @@ from mrc_nic.nic.maps import NicMaps
 from mrc_nic.nic.maps_base import MapsBase
 from mrc_nic.nic.memory_maps import MemoryMaps
 from mrc_nic.nic.port_maps import PortMaps
+from mrc_nic.nic.rev_maps import REV_EVS, RevEv, RevEvMaps, RevProbe, RevState
 from mrc_nic.nic.rx_maps import RxQpMaps
 from mrc_nic.nic.snapshots import EvSnapshot, RqSnapshot, SqSnapshot
 from mrc_nic.nic.sq_maps import SendQpMaps
 
 __all__ = [
+    "REV_EVS",
+    "RevEv",
+    "RevEvMaps",
+    "RevProbe",
+    "RevState",
     "ALL_PLANES",
     "AnyEvent",
     "BITMAP_BITS",

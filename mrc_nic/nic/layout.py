@@ -34,6 +34,9 @@ RX_SLOTS_MAP = "nic_rx_slots"
 # template whose size an application's ring buffer takes (docs/nic-program.md, "Completion queues").
 CQ_RINGS_MAP = "nic_cq_rings"
 CQ_TEMPLATE_MAP = "nic_cq_template"
+# Reverse EV sets of the receive QPs and their probes' replies (docs/nic-program.md).
+REV_EVS_MAP = "nic_rev_evs"
+REV_PROBES_MAP = "nic_rev_probes"
 MAP_PINS = (
     RX_QPS_MAP,
     RX_SLOTS_MAP,
@@ -52,6 +55,8 @@ MAP_PINS = (
     RX_LOCKS_MAP,
     CQ_RINGS_MAP,
     CQ_TEMPLATE_MAP,
+    REV_EVS_MAP,
+    REV_PROBES_MAP,
 )
 # The program itself, pinned next to its maps: BPF_OBJ_GET gives a kicker its fd.
 PROG_PIN = "nic_xdp_prog"

@@ -7,13 +7,14 @@ from mrc_nic.nic.ev_maps import EvMaps
 from mrc_nic.nic.maps_base import MapsBase
 from mrc_nic.nic.memory_maps import MemoryMaps
 from mrc_nic.nic.port_maps import PortMaps
+from mrc_nic.nic.rev_maps import RevEvMaps
 from mrc_nic.nic.rx_maps import RxQpMaps
 from mrc_nic.nic.sq_maps import SendQpMaps
 
 
-class NicMaps(RxQpMaps, MemoryMaps, SendQpMaps, EvMaps, PortMaps, CqMaps, MapsBase):
+class NicMaps(RxQpMaps, RevEvMaps, MemoryMaps, SendQpMaps, EvMaps, PortMaps, CqMaps, MapsBase):
     """QPs (both sides), EVs, regions, port bitmaps, counters and completion queues
     of a lab, through the pins.
 
-    One class made of one part per role (rx_maps, sq_maps, ev_maps,
+    One class made of one part per role (rx_maps, rev_maps, sq_maps, ev_maps,
     memory_maps, port_maps, cq_maps) over the fds and mmaps of MapsBase."""

@@ -201,6 +201,7 @@ class RxQpMaps:
         # The owner first, then the slot: the program stops using it before it is wiped.
         bpfsys.map_update(self._fds[RX_SLOTS_MAP], self._rx_key(qpn), u32_key(0))
         bpfsys.map_update(self._fds[RX_QPS_MAP], self._rx_key(qpn), bytes(RqState()))
+        self.clear_rev_evs(qpn)  # its answers' paths go with it
 
     def rx_lock_taken(self, qpn: int) -> bool:
         """Is QP qpn's receive lock taken right now? (It is held for about 30 ns

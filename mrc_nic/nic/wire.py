@@ -93,6 +93,8 @@ __all__ = [
 # ---- scapy layers -------------------------------------------------------------------
 
 _ACK_FLAG_NAMES = ["ECN", "TRIMMED", "DUP"]  # bit 0 first, as FlagsField wants
+# PROBE and PROBE_REPLY: bit 7 (MRC_PROBE_F_REVERSE) marks a probe of a reverse EV.
+_PROBE_FLAG_NAMES = [*_ACK_FLAG_NAMES, "", "", "", "", "REVERSE"]
 _NACK_NAMES = {r.value: r.name for r in NackReason}
 
 
@@ -168,7 +170,7 @@ class MRCProbe(Packet):
     fields_desc = [
         LongField("tx_ts", 0),
         ShortField("ev", 0),
-        FlagsField("flags", 0, 8, _ACK_FLAG_NAMES),
+        FlagsField("flags", 0, 8, _PROBE_FLAG_NAMES),
         ByteField("reserved", 0),
         XIntField("port_bitmap", 0),
     ]
@@ -427,14 +429,18 @@ def probe(
     port_bitmap: int = 0,
     ecn: int = Ecn.ECT0,
     icrc: int | None = ICRC_UNUSED,
+    flags: int = 0,
 ) -> Packet:
-    """A PROBE of EV ev (its source port) to the peer's QP dqpn; psn is the probe number."""
+    """A PROBE of EV ev (its source port) to the peer's QP dqpn; psn is the probe
+    number. flags PROBE_F_REVERSE: a receiver's probe of a reverse EV, to the
+    peer's send QP."""
     return (
         _frame(ends, ev, Dscp.TRIMMABLE, ecn)
         / _bth(Opcode.PROBE, dqpn, psn, True, icrc)
         / MRCProbe(
             tx_ts=_check("tx_ts", tx_ts, 64),
             ev=ev,
+            flags=_check("flags", flags, 8),
             port_bitmap=_check("port_bitmap", port_bitmap, 32),
         )
     )

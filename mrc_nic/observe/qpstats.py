@@ -246,6 +246,27 @@ def ev_records(maps: nic.NicMaps, qpn: int) -> list[dict]:
     return [_ev_record(ev, evs[(qpn, ev)]) for ev in profile if (qpn, ev) in evs]
 
 
+def reverse_ev_records(maps: nic.NicMaps, qpn: int) -> list[dict]:
+    """The reverse EV set that send QP qpn's ACKs come back over: its peer
+    receive QP's (the receiver's daemon keeps it; KeyError if no such QP),
+    one record per EV: value, plane, state, probe replies and the last RTT.
+    Empty when the peer has none (its answers come back in place)."""
+    peer = maps.sq_raw(qpn).peer_qpn
+    evs = maps.rev_evs(peer) or []
+    probes = maps.rev_probes(peer)
+    return [
+        {
+            "ev": e.ev,
+            "plane": e.plane,
+            "state": nic.RevState.NAMES.get(e.state, str(e.state)),
+            "receive_qpn": peer,
+            "probe_replies": p.replies if p.ev == e.ev else 0,
+            "rtt_us": round(p.rtt_ns / 1e3, 1) if p.ev == e.ev else 0.0,
+        }
+        for e, p in zip(evs, probes, strict=False)
+    ]
+
+
 def _ev_layout(raw: nic.EvStateLayout | bytes) -> nic.EvStateLayout:
     return raw if isinstance(raw, nic.EvStateLayout) else nic.EvStateLayout.from_buffer_copy(raw)
 

@@ -332,6 +332,7 @@ class AppSessions:
     def _destroy_qp(self, session: AppSession, qpn: int) -> None:
         aq = session.qps.pop(qpn)
         self.daemon.replacer.forget(aq)
+        self.daemon.reverse.forget(qpn)
         self.daemon.controller.forget_qp(qpn)
         with contextlib.suppress(KeyError):
             self.maps.delete_sq(qpn)
@@ -455,6 +456,7 @@ class AppSessions:
                 auth_key=key,
             )
             aq.rq_set, aq.remote = True, {"qpn": dest_qpn}
+            self.daemon.reverse.open(aq.qp.qpn, dest_host, dest_qpn)  # its answers' paths
             aq.auth = aq.auth or key is not None
 
         return apply

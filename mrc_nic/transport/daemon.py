@@ -36,7 +36,16 @@ from mrc_nic.kernel import netns
 from mrc_nic.lab import ctl, state
 from mrc_nic.lab.service import Conn, LineService
 from mrc_nic.lab.topology import Topology
-from mrc_nic.transport import appops, appsession, controller, ctlops, evreplace, hostmem, prober
+from mrc_nic.transport import (
+    appops,
+    appsession,
+    controller,
+    ctlops,
+    evreplace,
+    hostmem,
+    prober,
+    reverse,
+)
 from mrc_nic.transport import protocol as ops
 from mrc_nic.transport.qp import QpError
 
@@ -54,6 +63,8 @@ class Daemon(LineService):
         )
         self.prober = prober.Prober(self.topo, self.index, self.maps)
         self.replacer = evreplace.Replacer(topo.lab, host, self.index, self.maps)
+        # the paths of our receive QPs' answers (issue 19)
+        self.reverse = reverse.ReverseEvs(self.topo, host, self.index, self.maps)
         self.apps = appsession.AppSessions(self)  # applications' sessions (mrc_nic.verbs)
         self.controller = controller.Controller(self)  # the OCP mrc_ctl.h objects
         self._port_bits: int | None = None
@@ -67,6 +78,7 @@ class Daemon(LineService):
 
     def close(self) -> None:
         self.prober.close()
+        self.reverse.close()
         if self._links is not None:
             self._links.close()
 
@@ -78,6 +90,11 @@ class Daemon(LineService):
             self.apps.tick(now)
         except Exception:  # noqa: BLE001 (one application QP's bug must not end the daemon)
             traceback.print_exc(file=sys.stderr)
+        if self.reverse.active:
+            try:
+                self.reverse.step(now)
+            except Exception:  # noqa: BLE001 (a policy's bug must not end the transfers)
+                traceback.print_exc(file=sys.stderr)
         sending = self.apps.sending()
         if sending:
             states = self.prober.step(now, sending)

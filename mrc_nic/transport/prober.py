@@ -86,6 +86,17 @@ def probe_frame(template: bytes, ev: int, psn: int, tx_ts: int) -> bytes:
     return bytes(frame)
 
 
+def plane_socket(socks: dict[int, socket.socket], plane: int) -> socket.socket:
+    """The raw socket of this host's port of `plane` (eth<plane>), opened once into socks."""
+    s = socks.get(plane)
+    if s is None:
+        s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
+        s.bind((f"eth{plane}", 0))
+        s.setblocking(False)
+        socks[plane] = s
+    return s
+
+
 class Prober:
     def __init__(self, topo: Topology, host: int, maps: nic.NicMaps) -> None:
         self.topo, self.host, self.maps = topo, host, maps
@@ -105,13 +116,7 @@ class Prober:
         self._socks.clear()
 
     def _sock(self, plane: int) -> socket.socket:
-        s = self._socks.get(plane)
-        if s is None:
-            s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
-            s.bind((f"eth{plane}", 0))
-            s.setblocking(False)
-            self._socks[plane] = s
-        return s
+        return plane_socket(self._socks, plane)
 
     def step(self, now: float, mine: dict) -> list[EvScan] | None:
         """Probe the ASSUMED_BAD EVs that are due of these send QPs ({qpn:

@@ -113,7 +113,9 @@ class Context:
         self.lab, self.host = locate(lab, host)
         if os.geteuid() != 0:
             raise VerbsError(
-                "open_device", errno.EPERM, "the emulated NIC needs root (its maps are BPF maps)"
+                "open_device",
+                errno.EPERM,
+                "mrc-nic needs root: the emulated NIC's maps are BPF maps; run it with sudo",
             )
         try:
             self.maps = nic.NicMaps.open(self.lab)

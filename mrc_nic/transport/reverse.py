@@ -1,0 +1,245 @@
+"""The reverse EV sets of this host's receive QPs (run by the host daemon).
+
+MRC sends SACKs, NACKs and PROBE_REPLYs back over a reverse EV set that the
+receiver keeps healthy. Each receive QP here gets one (REV_PER_PLANE EVs per
+plane, values of their own); the NIC picks one of its GOOD EVs for every
+answer, of the plane the packet came in on while that plane has one, else
+of any plane (bpf/nic_answers.h, route_reverse). This module decides the
+states, from probes: while the QP receives, each reverse EV is probed every
+PROBE_INTERVAL_S (a PROBE with MRC_PROBE_F_REVERSE, sent on that EV and
+plane to the peer's send QP, which answers in place; BPF records the reply
+in nic_rev_probes). An EV starts UNTRIED, unused until a probe on it is
+answered (so a fresh value whose path is broken never carries an ACK;
+until some EV of the set is GOOD, answers go back in place). An EV whose
+last MISSES probes, each older than REPLY_WAIT_S and followed by data (a
+sender that closed or paused fails no path), went unanswered is
+ASSUMED_BAD: no answer takes it, its probes go on, and the next answered
+one makes it GOOD again. Cumulative
+SACKs make the ACKs lost meanwhile harmless; what they cost is the sender's
+ACK clock (docs/nic-program.md, "Reverse EVs").
+
+Replacement, as evreplace does for data EVs: an EV ASSUMED_BAD for
+REPLACE_AFTER_S is given a fresh value (a new ECMP hash) if another EV of
+its plane is GOOD (the plane's reverse direction works: a fabric link is at
+fault, not the host's); a plane whose reverse EVs all failed keeps them, and
+its answers take the other planes until probes bring them back. So the set
+keeps REV_PER_PLANE EVs on every plane.
+
+Every change of state and every replacement goes to the lab's event log
+(types reverse_ev_state, reverse_ev_replaced).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import socket
+import time
+
+from mrc_nic import nic
+from mrc_nic.lab import ctl
+from mrc_nic.lab.topology import Topology
+from mrc_nic.nic import wire
+from mrc_nic.transport.prober import plane_socket, probe_frame
+
+REV_PER_PLANE = 2  # reverse EVs per plane; a set holds at most nic.REV_EVS
+PROBE_INTERVAL_S = 0.004  # per reverse EV, while the QP receives
+REPLY_WAIT_S = 0.003  # a probe unanswered this long is missed (the lab's RTT: 0.1-0.3 ms)
+MISSES = 2  # consecutive missed probes: ASSUMED_BAD (one lost probe is not a failure)
+REPLACE_AFTER_S = 0.02
+IDLE_AFTER_S = 0.1  # no data for this long: the QP's reverse EVs are not probed
+# Reverse EV values: a range of their own (data EVs start at transfer.EV_BASE, 49152).
+REV_EV_BASE = 40960
+REV_EV_END = 49152
+STATE_NAMES = nic.RevState.NAMES
+
+
+@dataclasses.dataclass
+class _Ev:
+    ev: int
+    plane: int
+    state: int = nic.RevState.UNTRIED  # used once a probe on it is answered
+    # (number, when sent, the QP's data packets then): a probe is judged only once
+    # data came in after it, so a sender that closed or paused is not a failed path
+    probes: list[tuple[int, float, int]] = dataclasses.field(default_factory=list)
+    answered: int | None = None  # the latest probe number answered
+    replies: int = 0  # nic_rev_probes' count at the last scan
+    bad_since: float = 0.0
+
+
+@dataclasses.dataclass
+class _Set:
+    qpn: int
+    peer_host: int
+    peer_qpn: int
+    evs: list[_Ev]
+    data_pkts: int = -1
+    active_until: float = 0.0
+    next_probe: float = 0.0
+
+
+def _after(a: int, b: int) -> bool:
+    """Probe number a comes after b (24-bit numbers, as BTH.psn carries them)."""
+    return 0 < (a - b) & wire.PSN_MASK < 1 << 23
+
+
+class ReverseEvs:
+    def __init__(self, topo: Topology, host: str, host_index: int, maps: nic.NicMaps) -> None:
+        self.topo, self.host, self.index, self.maps = topo, host, host_index, maps
+        self._sets: dict[int, _Set] = {}
+        self._socks: dict[int, socket.socket] = {}
+        self._templates: dict[tuple, bytes] = {}
+        self._next_value = REV_EV_BASE
+        self.sent = 0
+        self.replaced = 0
+
+    @property
+    def active(self) -> bool:
+        """Some receive QP has a set to keep."""
+        return bool(self._sets)
+
+    def close(self) -> None:
+        for s in self._socks.values():
+            s.close()
+        self._socks.clear()
+
+    # ---- sets ---------------------------------------------------------------------
+    def open(self, qpn: int, peer_host: int, peer_qpn: int) -> None:
+        """Give receive QP qpn (set up in the NIC) a reverse EV set, every EV
+        UNTRIED: its answers go back in place until probes are answered."""
+        per_plane = min(REV_PER_PLANE, nic.REV_EVS // self.topo.planes)
+        evs = [
+            _Ev(self._fresh(), plane)
+            for plane in range(self.topo.planes)
+            for _ in range(max(1, per_plane))
+        ]
+        rs = self._sets[qpn] = _Set(qpn, peer_host, peer_qpn, evs[: nic.REV_EVS])
+        self._write(rs)
+
+    def forget(self, qpn: int) -> None:
+        """The receive QP closes (NicMaps.delete_rq clears its set in the NIC)."""
+        self._sets.pop(qpn, None)
+
+    def _fresh(self) -> int:
+        value = self._next_value
+        self._next_value = value + 1 if value + 1 < REV_EV_END else REV_EV_BASE
+        return value
+
+    def _write(self, rs: _Set) -> None:
+        self.maps.set_rev_evs(rs.qpn, [nic.RevEv(e.ev, e.plane, e.state) for e in rs.evs])
+
+    # ---- the tick -----------------------------------------------------------------
+    def step(self, now: float) -> None:
+        for rs in list(self._sets.values()):
+            try:
+                self._step_set(now, rs)
+            except KeyError:
+                self._sets.pop(rs.qpn, None)  # its receive state is gone
+
+    def _step_set(self, now: float, rs: _Set) -> None:
+        if now < rs.next_probe:
+            return
+        rs.next_probe = now + PROBE_INTERVAL_S
+        data = self.maps.rq_raw(rs.qpn).stats.data_pkts
+        if data != rs.data_pkts:
+            rs.data_pkts, rs.active_until = data, now + IDLE_AFTER_S
+        if now >= rs.active_until:
+            for e in rs.evs:
+                e.probes.clear()  # idle: no verdict from probes of another time
+            return
+        changed = self._judge(now, rs)
+        changed |= self._replace(now, rs)
+        if changed:
+            self._write(rs)
+        ports = self.maps.port_bitmap(self.index)
+        for e in rs.evs:
+            if (ports >> e.plane) & 1:
+                self._probe(rs, e, now)
+
+    def _judge(self, now: float, rs: _Set) -> bool:
+        """New states from the replies BPF recorded; True if any changed."""
+        changed = False
+        for e, rec in zip(rs.evs, self.maps.rev_probes(rs.qpn), strict=False):
+            if rec.ev == e.ev and rec.replies != e.replies:
+                e.replies = rec.replies
+                if e.answered is None or _after(rec.last_psn, e.answered):
+                    e.answered = rec.last_psn
+            # the last MISSES probes old enough to have been answered
+            due = [
+                n
+                for n, sent, data in e.probes
+                if now - sent >= REPLY_WAIT_S and rs.data_pkts > data
+            ][-MISSES:]
+            e.probes = [
+                (n, sent, data)
+                for n, sent, data in e.probes
+                if now - sent < REPLY_WAIT_S or rs.data_pkts == data or n in due
+            ]
+            missed = [n for n in due if e.answered is None or _after(n, e.answered)]
+            if e.state == nic.RevState.UNTRIED and e.answered is not None:
+                changed |= self._set_state(rs, e, nic.RevState.GOOD, now, "answered")
+            elif e.state != nic.RevState.ASSUMED_BAD and len(missed) >= MISSES:
+                changed |= self._set_state(rs, e, nic.RevState.ASSUMED_BAD, now, "unanswered")
+            elif e.state == nic.RevState.ASSUMED_BAD and due and due[-1] not in missed:
+                changed |= self._set_state(rs, e, nic.RevState.GOOD, now, "answered")
+        return changed
+
+    def _set_state(self, rs: _Set, e: _Ev, state: int, now: float, cause: str) -> bool:
+        old, e.state = e.state, state
+        if state == nic.RevState.ASSUMED_BAD:
+            e.bad_since = now
+        self._post(
+            rs,
+            "reverse_ev_state",
+            ev=e.ev,
+            plane=e.plane,
+            old=STATE_NAMES[old],
+            new=STATE_NAMES[state],
+            cause=f"probes {cause}",
+        )
+        return True
+
+    def _replace(self, now: float, rs: _Set) -> bool:
+        good = {e.plane for e in rs.evs if e.state == nic.RevState.GOOD}
+        changed = False
+        for i, e in enumerate(rs.evs):
+            if (
+                e.state == nic.RevState.ASSUMED_BAD
+                and e.plane in good
+                and now - e.bad_since >= REPLACE_AFTER_S
+            ):
+                new = _Ev(self._fresh(), e.plane)
+                rs.evs[i] = new
+                self.maps.forget_rev_probe(rs.qpn, i)
+                self.replaced += 1
+                self._post(rs, "reverse_ev_replaced", plane=e.plane, old_ev=e.ev, new_ev=new.ev)
+                changed = True
+        return changed
+
+    def _post(self, rs: _Set, kind: str, **fields) -> None:
+        event = {"type": kind, "host": self.host, "qpn": rs.qpn, "peer_qpn": rs.peer_qpn}
+        ctl.post_event(self.topo.lab, {**event, **fields}, source=self.host)
+
+    # ---- probes -------------------------------------------------------------------
+    def _probe(self, rs: _Set, e: _Ev, now: float) -> None:
+        key = (rs.peer_qpn, rs.peer_host, e.plane)
+        template = self._templates.get(key)
+        if template is None:
+            port = self.maps.port(self.index, e.plane)
+            ends = wire.Endpoints(
+                src_mac=port["mac"],
+                dst_mac=port["nh_mac"],
+                src_ip=str(self.topo.host_address(self.index, e.plane)),
+                dst_ip=str(self.topo.host_address(rs.peer_host, e.plane)),
+            )
+            frame = wire.probe(
+                ends, ev=1, dqpn=rs.peer_qpn, psn=0, tx_ts=0, flags=wire.PROBE_F_REVERSE
+            )
+            template = self._templates[key] = bytes(frame)
+        number = self.sent & wire.PSN_MASK
+        frame = probe_frame(template, e.ev, number, time.monotonic_ns())
+        try:
+            plane_socket(self._socks, e.plane).send(frame)
+        except OSError:
+            return  # the port is down: its EVs are not used (port bitmap)
+        self.sent += 1
+        e.probes.append((number, now, rs.data_pkts))
