@@ -26,6 +26,7 @@ from mrc_nic.transport import nscc
 from mrc_nic.transport import protocol as ops
 from mrc_nic.workloads import rdma_write
 from tests.helpers.env import MRC, run_cli
+from tests.helpers.writes import Repeating
 
 MIB = 2**20
 
@@ -61,42 +62,6 @@ class Background:
         if self.error:
             raise self.error
         return self.result
-
-
-class Repeating:
-    """Verified writes of `size` bytes on one connection, one after another,
-    until stop(): the send QP and its EVs live through the whole test, however
-    fast this machine is at the moment."""
-
-    def __init__(self, labname: str, size: int, **kw) -> None:
-        self.conn = rdma_write.Connection(labname, "h0", "h1", size_hint=size)
-        self.results: list[dict] = []
-        self.error: BaseException | None = None
-        self._stop = threading.Event()
-
-        def go() -> None:
-            try:
-                while not self._stop.is_set():
-                    self.results.append(self.conn.write(size, verify=True, **kw))
-                    if not self.results[-1]["completed"]:
-                        return
-            except BaseException as e:  # noqa: BLE001 (handed to the test)
-                self.error = e
-
-        self.thread = threading.Thread(target=go, daemon=True)
-        self.thread.start()
-
-    def stop(self, timeout: float = 120.0) -> list[dict]:
-        """The writes' results, once the one under way has ended."""
-        self._stop.set()
-        self.thread.join(timeout)
-        alive = self.thread.is_alive()
-        self.conn.close()
-        assert not alive, "the write did not end"
-        if self.error:
-            raise self.error
-        assert all(r["completed"] and r["verified"] for r in self.results), self.results
-        return self.results
 
 
 def plane_share(results: list[dict], plane: int) -> float:

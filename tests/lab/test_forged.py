@@ -1,6 +1,7 @@
 """Forged and malformed packets against a live transfer (issue 19, item 2).
 
-While h0 WRITEs to h1 (transfer.write: the BPF send engine, verified), both
+While h0 WRITEs to h1 (`mrc-nic write`'s connection, verified, one write
+after another until the flood is over), both
 peers' namespaces flood the other end with packets built by mrc_nic.nic.wire
 and sent from their own ports through the fabric: at h0's send QP forged
 SACKs and NACKs (right QPN and addresses, random PSNs, syndromes and reasons),
@@ -9,7 +10,7 @@ malformed ones. Each kind is built so that exactly one reason counts it, a
 reason the transfer itself never adds to; the test checks the transfer
 byte-exact, no QP in ERR, no fatal NACK sent, and every packet counted by its
 reason. The PSNs are drawn away from the transfer's own (it starts at 0 and
-sends fewer than 2^17): ahead of snd_nxt by 2^22 and more, or behind it by
+sends fewer than 2^21): ahead of snd_nxt by 2^22 and more, or behind it by
 more than 2^22; a forged SACK inside the window cannot be told from a real one
 without the per-packet MAC.
 """
@@ -19,18 +20,17 @@ from __future__ import annotations
 import contextlib
 import random
 import socket
-import threading
 import time
 
 from mrc_nic import nic
 from mrc_nic.kernel import netns
 from mrc_nic.nic import wire
-from mrc_nic.transport import transfer
+from tests.helpers.writes import Repeating
 
 MIB = 2**20
 SEED = 19
 PER_KIND = 100  # packets of each kind (15 kinds): 1500 in all
-SIZE = 64 * MIB  # the largest transfer.write of the default lab
+SIZE = 16 * MIB  # each write of the series
 
 AHEAD = 1 << 22  # PSNs [AHEAD, 2 * AHEAD): beyond snd_nxt and any window
 BEHIND = (1 << 23) + (1 << 21)  # PSNs [BEHIND, BEHIND + 2^20): behind snd_una
@@ -219,11 +219,13 @@ def data_kinds(f: Forger, qpn: int, rkey: int) -> dict[str, list]:
 def test_a_flood_of_forged_packets_kills_no_qp_and_is_counted(default_lab):
     topo = default_lab
     rng = random.Random(SEED)
-    tx_qp, rx_qp = transfer.qpn(topo.nodes["h0"].index), transfer.qpn(topo.nodes["h1"].index)
     at_h0 = Forger(topo, "h1", "h0", rng)
     at_h1 = Forger(topo, "h0", "h1", rng)
+    writes = Repeating(topo.lab, SIZE)
+    conn = writes.conn
+    tx_qp, rx_qp, rkey = conn.qpns[0], conn.remote[0]["qpn"], conn.remote[0]["rkey"]
     kinds = [(at_h0, k, fn) for k, fn in ack_kinds(at_h0, tx_qp).items()]
-    kinds += [(at_h1, k, fn) for k, fn in data_kinds(at_h1, rx_qp, transfer.DST_RKEY).items()]
+    kinds += [(at_h1, k, fn) for k, fn in data_kinds(at_h1, rx_qp, rkey).items()]
     plan = [(forger, reason, fn) for forger, reason, fn in kinds for _ in range(PER_KIND)]
     rng.shuffle(plan)
     frames = [
@@ -231,35 +233,28 @@ def test_a_flood_of_forged_packets_kills_no_qp_and_is_counted(default_lab):
         for forger, reason, fn in plan
         for plane in [forger.plane()]
     ]
-
-    result: list = []
-    writer = threading.Thread(
-        target=lambda: result.append(transfer.write(topo, "h0", "h1", SIZE, mpr=2))
-    )
     with nic.NicMaps.open(topo.lab) as maps:
         before = maps.counters()
-        writer.start()
         try:
             _wait_sending(maps, tx_qp)
+            sent_before = maps.sq(tx_qp).snd_nxt
             t_flood = time.monotonic()
             for i, (forger, plane, _, frame) in enumerate(frames):
                 forger.send(plane, frame)
                 if i % 256 == 255:
                     time.sleep(0.001)  # a flood, but not a buffer overflow at one port
-            live = maps.sq(tx_qp).wqe_done < 1
             flood_s = time.monotonic() - t_flood
+            sent_during = maps.sq(tx_qp).snd_nxt - sent_before
+            time.sleep(0.2)  # the last forged packets are through the fabric
+            got = {k: v - before[k] for k, v in maps.counters().items() if v != before[k]}
+            sq, rq = maps.sq(tx_qp), maps.rq(rx_qp)
         finally:
-            writer.join(timeout=90)
             at_h0.close()
             at_h1.close()
-        time.sleep(0.2)  # the last forged packets are through the fabric
-        got = {k: v - before[k] for k, v in maps.counters().items() if v != before[k]}
-        sq, rq = maps.sq(tx_qp), maps.rq(rx_qp)
+            results = writes.stop()  # every write byte-exact
 
-    (res,) = result
-    assert res.complete and res.byte_exact, res.counters
-    assert live, "the flood ended after the transfer: make the transfer longer"
-    assert sq.state == nic.QpState.RTS and rq.state == nic.QpState.RTR  # as transfer set them
+    assert sent_during > 0, "the transfer went on while the flood ran"
+    assert sq.state == nic.QpState.RTS and rq.state == nic.QpState.RTR  # as connected
     assert sq.stats["fatal_nacks"] == 0 and got.get("nack_rem_access", 0) == 0, got
     sent: dict[str, int] = {}
     for _, _, reason, _ in frames:
@@ -268,8 +263,8 @@ def test_a_flood_of_forged_packets_kills_no_qp_and_is_counted(default_lab):
     assert exact == {k: v for k, v in sent.items() if k != "dup"}, got
     assert got.get("dup", 0) >= sent["dup"], got
     print(
-        f"\n  {len(frames)} forged packets in {flood_s * 1e3:.0f} ms during a 64 MiB WRITE "
-        f"({res.seconds:.2f} s, {res.goodput_bps / 1e9:.2f} Gbit/s): {dict(sorted(sent.items()))}"
+        f"\n  {len(frames)} forged packets in {flood_s * 1e3:.0f} ms during {len(results)} "
+        f"verified writes of 16 MiB: {dict(sorted(sent.items()))}"
     )
 
 
@@ -283,73 +278,66 @@ def _wait_sending(maps, qpn: int) -> None:
 def _sending(maps, qpn: int) -> bool:
     with contextlib.suppress(KeyError):
         sq = maps.sq(qpn)
-        return sq.state == nic.QpState.RTS and sq.snd_nxt > 0 and sq.wqe_done < 1
+        return sq.state == nic.QpState.RTS and sq.snd_nxt > 0
     return False
 
 
 def test_with_a_key_forged_packets_at_live_psns_are_dropped(default_lab):
     """The case no header check can catch: forged SACKs acknowledging the live
     window and forged WRITEs with the right rkey at live PSNs. With the QP pair's
-    key (transfer.write(auth=True)) every one is dropped as drop_auth."""
+    key (`write --auth`) every one is dropped as drop_auth."""
     topo = default_lab
     rng = random.Random(SEED + 1)
-    tx_qp, rx_qp = transfer.qpn(topo.nodes["h0"].index), transfer.qpn(topo.nodes["h1"].index)
     at_h0 = Forger(topo, "h1", "h0", rng)
     at_h1 = Forger(topo, "h0", "h1", rng)
-    result: list = []
-    writer = threading.Thread(
-        target=lambda: result.append(transfer.write(topo, "h0", "h1", SIZE, mpr=2, auth=True))
-    )
+    writes = Repeating(topo.lab, SIZE, auth=True)
+    conn = writes.conn
+    tx_qp, rx_qp, rkey = conn.qpns[0], conn.remote[0]["qpn"], conn.remote[0]["rkey"]
+    va = conn.lanes[0].dst_mr.addr  # inside the receiver's MR: only the MAC is wrong
     sent = 0
     with nic.NicMaps.open(topo.lab) as maps:
         before = maps.counters()
-        writer.start()
         try:
             _wait_sending(maps, tx_qp)
-            for _ in range(40):
+            for _ in range(100):
                 sq, rq = maps.sq(tx_qp), maps.rq(rx_qp)
-                if sq.wqe_done >= 1:
-                    break
-                for _ in range(10):
-                    p = at_h0.plane()
-                    psn = sq.snd_una + rng.randrange(max(1, sq.snd_nxt - sq.snd_una))
-                    frame = wire.sack_packet(
-                        at_h0.ends[p],
-                        ev=at_h0.ev(),
-                        dqpn=tx_qp,
-                        psn=psn & wire.PSN_MASK,
-                        cum_psn=sq.snd_nxt,
-                        echo_ts=0,
-                        sack_bitmap=0,
-                        port_bitmap=0xF,
-                    )
-                    at_h0.send(p, bytes(frame))
-                    p = at_h1.plane()
-                    psn = rq.cum_psn + rng.randrange(2 * wire.MPR_UNIT)
-                    frame = wire.data_packet(
-                        at_h1.ends[p],
-                        ev=at_h1.ev(),
-                        dqpn=rx_qp,
-                        psn=psn & wire.PSN_MASK,
-                        va=psn * nic.seg_size(topo.mtu),
-                        rkey=transfer.DST_RKEY,
-                        payload=b"forged",
-                        last=False,
-                    )
-                    at_h1.send(p, bytes(frame))
-                    sent += 2
+                p = at_h0.plane()
+                psn = sq.snd_una + rng.randrange(max(1, sq.snd_nxt - sq.snd_una))
+                frame = wire.sack_packet(
+                    at_h0.ends[p],
+                    ev=at_h0.ev(),
+                    dqpn=tx_qp,
+                    psn=psn & wire.PSN_MASK,
+                    cum_psn=sq.snd_nxt,
+                    echo_ts=0,
+                    sack_bitmap=0,
+                    port_bitmap=0xF,
+                )
+                at_h0.send(p, bytes(frame))
+                p = at_h1.plane()
+                psn = rq.cum_psn + rng.randrange(2 * wire.MPR_UNIT)
+                frame = wire.data_packet(
+                    at_h1.ends[p],
+                    ev=at_h1.ev(),
+                    dqpn=rx_qp,
+                    psn=psn & wire.PSN_MASK,
+                    va=va,
+                    rkey=rkey,
+                    payload=b"forged",
+                    last=False,
+                )
+                at_h1.send(p, bytes(frame))
+                sent += 2
                 time.sleep(0.002)
+            time.sleep(0.2)
+            got = {k: v - before[k] for k, v in maps.counters().items() if v != before[k]}
+            sq = maps.sq(tx_qp)
         finally:
-            writer.join(timeout=90)
             at_h0.close()
             at_h1.close()
-        time.sleep(0.2)
-        got = {k: v - before[k] for k, v in maps.counters().items() if v != before[k]}
-        sq = maps.sq(tx_qp)
+            results = writes.stop()  # every write byte-exact
 
-    (res,) = result
-    assert res.complete and res.byte_exact, res.counters
-    assert sent >= 20, "the transfer ended before the forgers could start"
     assert sq.state == nic.QpState.RTS
+    assert all(q["auth"] for r in results for q in r["qps"])
     assert got.get("drop_auth", 0) == sent, got
-    print(f"\n  {sent} forged packets at live PSNs during a MAC'd 64 MiB WRITE: all drop_auth")
+    print(f"\n  {sent} forged packets at live PSNs, {len(results)} MAC'd writes: all drop_auth")
