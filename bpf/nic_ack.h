@@ -206,6 +206,7 @@ struct ack_pkt {
 	__u64 bits;    /* MRC_ACK.sack_bitmap */
 	__u64 echo_ts; /* the echoed transmission's tx_ts */
 	__u32 qpn, psn, cum, base, syndrome, reason, flags, echo_ev, ports;
+	__u32 mpr; /* the MPR the receiver advertises (dynamic MPR; 0: none) */
 	int kind; /* enum ack_kind */
 };
 
@@ -230,6 +231,7 @@ static __always_inline int ack_parse(struct mrc_pkt *p, struct ack_pkt *a)
 	a->qpn = bpf_ntohl(p->bth->qpn) & MRC_BTH_QPN_MASK;
 	a->psn = bpf_ntohl(p->bth->apsn) & MRC_BTH_PSN_MASK;
 	a->cum = bpf_ntohl(ack->mpr_cum) & MRC_ACK_CUM_PSN_MASK;
+	a->mpr = (bpf_ntohl(ack->mpr_cum) & MRC_ACK_MPR_MASK) >> MRC_ACK_MPR_SHIFT;
 	a->base = bpf_ntohl(ack->sack_base) & MRC_ACK_SACK_PSN_MASK;
 	a->bits = bpf_ntohll(ack->sack_bitmap);
 	a->echo_ts = bpf_ntohll(ack->echo_ts);
@@ -278,6 +280,7 @@ static __always_inline void ack_locked(struct nic_sq *sq, struct nic_tx_ring *ri
 		BM_SET(sq->echoed, a->psn);
 		sc->fb = 1;
 		sq->peer_ports = a->ports;
+		sq->peer_mpr = a->mpr; /* dynamic MPR: the engine's window follows it */
 	}
 
 	/* Acknowledgements: the cumulative PSN, the bitmap, a SACK's own PSN. */
@@ -354,6 +357,7 @@ static __always_inline void ack_ev_feedback(struct nic_ev *ev, const struct ack_
 		ev->stats.lost_pkts += n;
 		if (*st != NIC_EVS_DENIED)
 			*st = NIC_EVS_ASSUMED_BAD;
+		ev->good_probes = 0; /* a loss starts the count of good probes again */
 	}
 	ev->state = *st;
 	bpf_spin_unlock(&ev->lock);
@@ -456,6 +460,24 @@ static __always_inline int rx_ack(struct xdp_md *ctx, struct mrc_pkt *p, struct 
 /* ---- Sender role: PROBE_REPLY --------------------------------------------- */
 
 /*
+ * One more good PROBE_REPLY for an ASSUMED_BAD EV (ev->lock held): is it the
+ * `need`-th since the EV went bad (nic_sq.probe_good; 0 and 1: the first)?
+ * Then the count starts again. A loss on the EV resets it (ack_ev_feedback,
+ * ev_lost), so the replies counted are those since its latest loss.
+ */
+static __always_inline int probe_good_enough(struct nic_ev *ev, __u32 need)
+{
+	__u32 n = ev->good_probes + 1;
+
+	if (n < need) {
+		ev->good_probes = n;
+		return 0;
+	}
+	ev->good_probes = 0;
+	return 1;
+}
+
+/*
  * A PROBE_REPLY for one of our send QPs, from its peer: the probed EV's path
  * works both ways. An RTT sample for it, and an ASSUMED_BAD EV is GOOD again
  * (with an event). Whether and when to probe is the daemon's; so are DENIED
@@ -497,7 +519,7 @@ static __always_inline int rx_probe_reply(struct xdp_md *ctx, struct mrc_pkt *p)
 	st = ev_state_now(ev, now);
 	ev->stats.probe_replies++;
 	ev_rtt(ev, now, tx_ts);
-	if (st == NIC_EVS_ASSUMED_BAD)
+	if (st == NIC_EVS_ASSUMED_BAD && probe_good_enough(ev, sq->probe_good))
 		st = NIC_EVS_GOOD;
 	if (pe->flags & MRC_ACK_F_ECN) {
 		ev->stats.ecn_marks++;

@@ -239,6 +239,8 @@ static __always_inline void engine_complete(struct nic_sq *sq, struct nic_wq *wq
 		e->len = wq->wqes[slot].len;
 		e->wqe = k;
 		e->ts = now;
+		/* max_wimm: a WRITE_WITH_IMM done frees its place (branch-free, as below) */
+		sq->wimm_out -= wq->wqes[slot].opcode == MRC_OP_WRITE_IMM && sq->wimm_out;
 		/* Kept: no send CQ ((send_cq - 1) >> 31 is 1 for 0 only; branch-free,
 		 * as above), or signaled. An unkept record is overwritten by the next. */
 		keep = ((sq->send_cq - 1) >> 31) | (wq->wqes[slot].flags & NIC_WQE_F_SIGNALED);
@@ -253,6 +255,24 @@ static __always_inline void engine_complete(struct nic_sq *sq, struct nic_wq *wq
 }
 
 /*
+ * The PSN range the engine may have in flight (sq->lock held): mpr x 128, or,
+ * with dynamic MPR (MRC_QP_CAP_DYNAMIC_MPR), the smaller of that and the MPR
+ * the peer's latest ACK advertised. Until an ACK has advertised one (0), the
+ * smallest MPR, 1: a first burst beyond the peer's window would be NACKed
+ * PSN_OOR_WINDOW and resent over and over while its window catches up.
+ */
+static __always_inline __u32 sq_window(const struct nic_sq *sq)
+{
+	__u32 mpr = sq->mpr, peer = sq->dyn_mpr ? sq->peer_mpr : mpr;
+
+	if (peer == 0)
+		peer = 1;
+	if (peer < mpr)
+		mpr = peer;
+	return mpr * MRC_MPR_UNIT;
+}
+
+/*
  * What to send (sq->lock held), into sc: a queued retransmission first (the
  * protocol of docs/nic-program.md, "Send QPs": skip it if acknowledged or out of [snd_una,
  * snd_nxt), else clear its retx and echoed bits), else, for a QP in RTS, the
@@ -262,7 +282,7 @@ static __always_inline void engine_complete(struct nic_sq *sq, struct nic_wq *wq
 static __always_inline void engine_plan(struct nic_sq *sq, const struct nic_wq *wq,
 					const struct nic_tx_ring *ring, struct nic_tx_scratch *sc)
 {
-	__u32 window = sq->mpr * MRC_MPR_UNIT, cwnd = sq->cwnd;
+	__u32 window = sq_window(sq), cwnd = sq->cwnd;
 	__u32 k, slot, len, off, seg, psn;
 	__s32 range;
 	int i;
@@ -309,6 +329,13 @@ static __always_inline void engine_plan(struct nic_sq *sq, const struct nic_wq *
 	slot = k & (NIC_MSG_SLOTS - 1);
 	len = wq->wqes[slot].len;
 	off = sq->wqe_off;
+	if (off == 0 && wq->wqes[slot].opcode == MRC_OP_WRITE_IMM) {
+		if (sq->max_wimm && sq->wimm_out >= sq->max_wimm) {
+			sq->wimm_full++; /* held until a WRITE_WITH_IMM completes */
+			return;
+		}
+		sq->wimm_out++;
+	}
 	seg = segment_len(len, off);
 	psn = sq->snd_nxt & MRC_PSN_MASK;
 	sq->snd_nxt = (psn + 1) & MRC_PSN_MASK;

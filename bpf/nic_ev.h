@@ -64,6 +64,7 @@ static __always_inline void ev_lost_silently(__u32 qpn, __u32 value, __u32 cause
 	ev->stats.retx_queued += queued;
 	if (st != NIC_EVS_DENIED)
 		st = NIC_EVS_ASSUMED_BAD;
+	ev->good_probes = 0; /* a loss starts the count of good probes again */
 	ev->state = st;
 	bpf_spin_unlock(&ev->lock);
 	if (old != st)

@@ -140,13 +140,17 @@ enum rx_nack {
  * completes. So a look without the lock is enough to refuse, before the
  * payload is copied; the lock makes the final check.
  */
-static __always_inline enum rx_verdict msg_check(const struct nic_rq *rq, __u32 msn)
+static __always_inline enum rx_verdict msg_check(const struct nic_rq *rq, __u32 msn,
+						 int has_imm)
 {
 	__s32 d = MRC_PSN_DIFF(msn, rq->msn); /* MSNs are 24-bit serial numbers too */
 
 	if (d < 0)
 		return RX_BAD_MSN;
 	if (d >= NIC_MSG_SLOTS)
+		return RX_NO_SLOT;
+	/* max_wimm_dest: the responder holds that many WRITE_WITH_IMMs incomplete */
+	if (has_imm && rq->max_wimm_dest && rq->wimm_held >= rq->max_wimm_dest)
 		return RX_NO_SLOT;
 	if (rq->msgs[msn & (NIC_MSG_SLOTS - 1)].flags & NIC_MSG_F_VALID)
 		return RX_BAD_MSN;
@@ -157,7 +161,7 @@ static __always_inline enum rx_verdict msg_check(const struct nic_rq *rq, __u32 
 static __always_inline enum rx_verdict record_msg(struct nic_rq *rq, __u32 msn, __u32 psn,
 						  __u64 base_va, __u32 len, __u32 imm, int has_imm)
 {
-	enum rx_verdict v = msg_check(rq, msn);
+	enum rx_verdict v = msg_check(rq, msn, has_imm);
 	struct nic_msg_slot *slot;
 
 	if (v != RX_PLACED)
@@ -168,6 +172,7 @@ static __always_inline enum rx_verdict record_msg(struct nic_rq *rq, __u32 msn, 
 	slot->len = len;
 	slot->imm = imm;
 	slot->flags = NIC_MSG_F_VALID | (has_imm ? NIC_MSG_F_IMM : 0);
+	rq->wimm_held += has_imm ? 1 : 0;
 	return RX_PLACED;
 }
 
@@ -204,6 +209,7 @@ static __always_inline void complete_msgs(struct nic_rq *rq, struct nic_cqe_batc
 	}
 	batch->n = n;
 	batch->done = done;
+	rq->wimm_held -= n <= rq->wimm_held ? n : rq->wimm_held;
 	rq->stats.imm_done += n;
 	rq->stats.msgs_done += done;
 }
@@ -436,7 +442,7 @@ static __always_inline int rx_prepare(struct xdp_md *ctx, const struct rx_pkt *d
 			goto failed;
 	}
 	if (plan->fresh && d->last) {
-		verdict = msg_check(rq, d->flags_msn & MRC_DATA_MSN_MASK);
+		verdict = msg_check(rq, d->flags_msn & MRC_DATA_MSN_MASK, d->has_imm);
 		if (verdict == RX_BAD_MSN)
 			return drop(NIC_CNT_DROP_BAD_MSN);
 		if (verdict == RX_NO_SLOT) { /* as PSN_OOR_WINDOW: resent once messages complete */
@@ -592,7 +598,7 @@ static __always_inline int rx_data(struct xdp_md *ctx, struct mrc_pkt *p)
 	window = rq->mpr * MRC_MPR_UNIT;
 	ai.port_bitmap = host_ports(rq->local_host);
 	ai.peer_qpn = rq->peer_qpn;
-	ai.mpr = rq->mpr;
+	ai.mpr = rq->dyn_mpr ? rq->mpr : 0; /* dynamic MPR: advertised only when enabled */
 	ai.syndrome = MRC_AETH_NAK_PSN_SEQ;
 	if ((p->ip->tos & MRC_ECN_MASK) == MRC_ECN_CE)
 		ai.flags |= MRC_ACK_F_ECN;

@@ -91,13 +91,19 @@ struct nic_rq {
 	/* setup: the optional per-packet MAC (nic_auth.h) */
 	__u64 auth_key[2]; /* the connection's SipHash key, the peer's QP has the same */
 	__u32 auth;        /* 1: data must carry a MAC, our SACKs/NACKs carry one */
-	__u32 reserved;
+	/* setup: the OCP QP attributes of the responder (mrc.h) */
+	__u32 max_wimm_dest; /* most WRITE_WITH_IMM messages held incomplete (their LAST
+			      * arrived, an earlier PSN missing); 0: NIC_MSG_SLOTS */
+	__u32 dyn_mpr;       /* 1: MRC_QP_CAP_DYNAMIC_MPR: our SACKs/NACKs advertise mpr;
+			      * 0: they carry MPR 0 (not advertised) */
+	/* BPF-owned */
+	__u32 wimm_held;     /* WRITE_WITH_IMM messages in msgs, not complete yet */
 };
 _Static_assert(__builtin_offsetof(struct nic_rq, cum_psn) == 28, "struct nic_rq layout changed");
 _Static_assert(__builtin_offsetof(struct nic_rq, bitmap) == 40, "struct nic_rq layout changed");
 _Static_assert(sizeof(struct nic_rq) == 40 + 8 * NIC_BITMAP_WORDS + sizeof(struct nic_rq_stats) +
 					     NIC_MSG_SLOTS * sizeof(struct nic_msg_slot) +
-					     NIC_GAP_BINS * sizeof(struct nic_gap_bin) + 24,
+					     NIC_GAP_BINS * sizeof(struct nic_gap_bin) + 32,
 	       "struct nic_rq has hidden padding");
 
 /* A receive lock: one 64-byte entry of nic_rx_locks, taken with cmpxchg. */
@@ -261,6 +267,17 @@ struct nic_sq {
 			* 0: every completion goes to nic_events */
 	__u32 auth;          /* setup: 1: data carries a MAC, ACKs must carry one (nic_auth.h) */
 	__u64 auth_key[2];   /* setup: the connection's SipHash key, the peer's QP has the same */
+	/* ---- the OCP QP attributes of the requestor (mrc.h) ---- */
+	__u32 max_wimm;   /* setup: most WRITE_WITH_IMM WQEs started and not completed; 0: no bound */
+	__u32 dyn_mpr;    /* setup: 1: MRC_QP_CAP_DYNAMIC_MPR: the window is the smaller of
+			   * mpr and the MPR the peer's latest ACK advertised */
+	__u32 wimm_out;   /* BPF: WRITE_WITH_IMM WQEs started (first segment planned) and not
+			   * completed */
+	__u32 peer_mpr;   /* BPF: the MPR of the peer's latest ACK (0: not advertised) */
+	__u64 wimm_full;  /* BPF: engine runs that held a WRITE_WITH_IMM back for max_wimm */
+	__u32 probe_good; /* setup: PROBE_REPLYs that bring an ASSUMED_BAD EV back to GOOD
+			   * (0 and 1: the first) */
+	__u32 reserved;
 };
 _Static_assert(__builtin_offsetof(struct nic_sq, snd_una) == 36, "struct nic_sq layout changed");
 _Static_assert(__builtin_offsetof(struct nic_sq, acked) == 64, "struct nic_sq layout changed");
@@ -270,7 +287,7 @@ _Static_assert(__builtin_offsetof(struct nic_sq, engine) ==
 	       "struct nic_sq has hidden padding");
 _Static_assert(sizeof(struct nic_sq) == __builtin_offsetof(struct nic_sq, engine) + 32 +
 					     4 * NIC_MSG_SLOTS + sizeof(struct nic_sq_tx_stats) +
-					     sizeof(struct nic_sq_cc) + 8 + 16,
+					     sizeof(struct nic_sq_cc) + 8 + 16 + 32,
 	       "struct nic_sq has hidden padding");
 
 /* ---- EVs: nic_evs -------------------------------------------------------- */
@@ -311,7 +328,7 @@ struct nic_ev {
 	__u32 plane; /* the plane (host port) packets on this EV leave from */
 	/* shared: user space and BPF */
 	__u32 state; /* NIC_EVS_* */
-	__u32 reserved;
+	__u32 good_probes; /* BPF: PROBE_REPLYs since it went ASSUMED_BAD (nic_sq.probe_good) */
 	__u64 skip_until; /* SKIP: bpf_ktime_get_ns() at which it ends */
 	/* BPF-owned */
 	__u64 rtt_last; /* ns; 0: no sample yet */

@@ -455,7 +455,9 @@ class NicRq(ctypes.Structure):
         ("gaps", NicGapBin * 64),
         ("auth_key", ctypes.c_uint64 * 2),
         ("auth", ctypes.c_uint32),
-        ("reserved", ctypes.c_uint32),
+        ("max_wimm_dest", ctypes.c_uint32),
+        ("dyn_mpr", ctypes.c_uint32),
+        ("wimm_held", ctypes.c_uint32),
     ]
 
 
@@ -613,6 +615,13 @@ class NicSq(ctypes.Structure):
         ("send_cq", ctypes.c_uint32),
         ("auth", ctypes.c_uint32),
         ("auth_key", ctypes.c_uint64 * 2),
+        ("max_wimm", ctypes.c_uint32),
+        ("dyn_mpr", ctypes.c_uint32),
+        ("wimm_out", ctypes.c_uint32),
+        ("peer_mpr", ctypes.c_uint32),
+        ("wimm_full", ctypes.c_uint64),
+        ("probe_good", ctypes.c_uint32),
+        ("reserved", ctypes.c_uint32),
     ]
 
 
@@ -654,7 +663,7 @@ class NicEv(ctypes.Structure):
         ("lock", BpfSpinLock),
         ("plane", ctypes.c_uint32),
         ("state", ctypes.c_uint32),
-        ("reserved", ctypes.c_uint32),
+        ("good_probes", ctypes.c_uint32),
         ("skip_until", ctypes.c_uint64),
         ("rtt_last", ctypes.c_uint64),
         ("rtt_min", ctypes.c_uint64),

@@ -143,6 +143,12 @@ Examples (a generated profile of 16 EVs on format 1):
 @click.option("--count", type=int, default=None, help="ev_count.")
 @click.option("--min-active", type=int, default=None, help="ev_min_active.")
 @click.option("--event-mask", default=None, help="GOOD,ASSUMED_BAD (or '' for none).")
+@click.option(
+    "--probe-good",
+    type=int,
+    default=None,
+    help="good probes an ASSUMED_BAD EV needs to be GOOD again (mrc-nic extension; default 3).",
+)
 @click.option("--field", "fields", multiple=True, help="WIDTH:INIT:MIN:MAX:MASK, in order.")
 @click.option(
     "--replace",
@@ -156,8 +162,8 @@ Examples (a generated profile of 16 EVs on format 1):
 @host_option
 @lab_option
 @format_option
-def ev_profile_set(profile_id, state, mode, fmt_id, count, min_active, event_mask, fields,
-                   replaces, denies, allows, backups, hosts, lab, fmt):  # fmt: off
+def ev_profile_set(profile_id, state, mode, fmt_id, count, min_active, event_mask, probe_good,
+                   fields, replaces, denies, allows, backups, hosts, lab, fmt):  # fmt: off
     """Create or change an EV profile (mrc_ctl_modify_ev_profile)."""
     from mrc_nic.transport import ctlops
 
@@ -167,6 +173,7 @@ def ev_profile_set(profile_id, state, mode, fmt_id, count, min_active, event_mas
         ("ev_fmt_profile_id", fmt_id),
         ("ev_count", count),
         ("ev_min_active", min_active),
+        ("probe_good", probe_good),
     ):
         if value is not None:
             attrs[key] = value.upper() if isinstance(value, str) else value

@@ -249,7 +249,8 @@ def qp_show(qpn, lab, fmt):
     output.table(f"QP {qpn:#x} at {host}: the daemon's record", ["attribute", "value"], rows)
     if state and state["send"]:
         s = state["send"]
-        rows = [[k, _cell(s[k])] for k in ("state", "mpr", "window", "cwnd", "in_flight")]
+        rows = [[k, _cell(s[k])] for k in ("state", "mpr", "dynamic_mpr", "peer_mpr", "window")]
+        rows += [[k, _cell(s[k])] for k in ("max_wimm", "wimm_out", "cwnd", "in_flight")]
         rows += [[k, _cell(s[k])] for k in ("snd_una", "snd_nxt", "retx_queue", "wqes_done")]
         rows += [[k, v] for k, v in s["counters"].items() if v]
         rows += [[f"rtt {k} (us)", _us(v)] for k, v in s["rtt_ns"].items()]
@@ -262,7 +263,8 @@ def qp_show(qpn, lab, fmt):
         output.table("EVs by plane", ["#plane", *states, "srtt us"], planes)
     if state and state["recv"]:
         r = state["recv"]
-        rows = [[k, _cell(r[k])] for k in ("state", "mpr", "window", "cum_psn", "msn")]
+        rows = [[k, _cell(r[k])] for k in ("state", "mpr", "dynamic_mpr", "window")]
+        rows += [[k, _cell(r[k])] for k in ("max_wimm_dest", "wimm_held", "cum_psn", "msn")]
         rows += [[k, v] for k, v in r["counters"].items() if v]
         output.table("receive side (NIC)", ["", "value"], rows)
 

@@ -51,6 +51,8 @@ class RxQpMaps:
         msn: int = 0,
         cq: int = 0,
         auth_key: bytes | None = None,
+        max_wimm_dest: int = 0,
+        dyn_mpr: bool = True,
     ) -> None:
         """Create (or reset) the receive state of a QP: nothing received, cum_psn = psn.
 
@@ -58,6 +60,9 @@ class RxQpMaps:
         WRITE_WITH_IMM completions go there instead of nic_events (0: no CQ).
         auth_key: the connection's 16-byte key (nic.auth): a data packet without
         a right MAC is dropped, and every answer carries one.
+        max_wimm_dest: the most WRITE_WITH_IMM messages held incomplete (OCP
+        max_wimm_dest; 0: MSG_SLOTS); one more is NACKed NO_RESOURCE.
+        dyn_mpr: our answers advertise mpr (OCP MRC_QP_CAP_DYNAMIC_MPR; else MPR 0).
         The whole value is written, so counters, bitmap and messages start at
         zero. Do it before data flows to this QP: a packet being processed
         meanwhile may be lost (the sender resends it).
@@ -72,6 +77,7 @@ class RxQpMaps:
             raise ValueError(f"mpr must be an integer in [1, {MPR_MAX}], not {mpr!r}")
         pins.check_range("psn", psn, wireconst.PSN_MASK)
         pins.check_range("msn", msn, wireconst.MSN_MASK)
+        pins.check_range("max_wimm_dest", max_wimm_dest, MSG_SLOTS)
         check_cq("cq", cq, self.max_cqs)
         owner = self._rx_slot_owner(qpn)
         if owner not in (0, qpn | RQ_TAG_USED):
@@ -93,6 +99,8 @@ class RxQpMaps:
             cum_psn=psn,
             msn=msn,
             recv_cq=cq,
+            max_wimm_dest=max_wimm_dest,
+            dyn_mpr=int(bool(dyn_mpr)),
         )
         if auth_key is not None:  # data must carry a MAC, our answers do (nic/auth.py)
             value.auth = 1
@@ -175,6 +183,9 @@ class RxQpMaps:
             stats={name: getattr(raw.stats, name) for name, _ in RqStats._fields_},
             long_gaps=sorted((g.end_ns, g.gap_ns) for g in raw.gaps if g.end_ns),
             recv_cq=raw.recv_cq,
+            max_wimm_dest=raw.max_wimm_dest,
+            wimm_held=raw.wimm_held,
+            dyn_mpr=bool(raw.dyn_mpr),
         )
 
     def set_rq_state(self, qpn: int, state: QpState) -> None:

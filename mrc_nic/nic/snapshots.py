@@ -31,6 +31,9 @@ class RqSnapshot:
     # of each 67 ms bin of the last 4.3 s (struct nic_gap_bin)
     long_gaps: list[tuple[int, int]] = dataclasses.field(default_factory=list)
     recv_cq: int = 0  # the receive CQ, index + 1 of nic_cq_rings (0: none: nic_events)
+    max_wimm_dest: int = 0  # OCP max_wimm_dest: WRITE_WITH_IMMs held incomplete (0: MSG_SLOTS)
+    wimm_held: int = 0  # WRITE_WITH_IMM messages held now
+    dyn_mpr: bool = True  # our answers advertise mpr (dynamic MPR)
 
     @property
     def window(self) -> int:
@@ -70,10 +73,20 @@ class SqSnapshot:
     cc: dict[str, int] = dataclasses.field(default_factory=dict)  # struct nic_sq_cc
     rtt_recent_ns: int = 0  # the head scan's largest recent RTT (BPF's; docs/nic-program.md)
     send_cq: int = 0  # the send CQ, index + 1 of nic_cq_rings (0: none: nic_events)
+    max_wimm: int = 0  # OCP max_wimm: WRITE_WITH_IMM WQEs started, not completed (0: no bound)
+    wimm_out: int = 0  # WRITE_WITH_IMM WQEs outstanding now
+    wimm_full: int = 0  # engine runs that held a WRITE_WITH_IMM back for max_wimm
+    dyn_mpr: bool = False  # dynamic MPR: the window follows the peer's advertised MPR
+    peer_mpr: int = 0  # the MPR of the peer's latest ACK (0: not advertised)
+    probe_good: int = 1  # PROBE_REPLYs that bring an ASSUMED_BAD EV back
 
     @property
     def window(self) -> int:
-        return self.mpr * wireconst.MPR_UNIT
+        """The PSN range the engine may have in flight (the NIC's sq_window)."""
+        mpr = self.mpr
+        if self.dyn_mpr:  # the peer's advertised MPR; 1 until it has advertised one
+            mpr = min(mpr, self.peer_mpr or 1)
+        return mpr * wireconst.MPR_UNIT
 
     @property
     def in_flight(self) -> int:

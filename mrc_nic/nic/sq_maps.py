@@ -72,6 +72,9 @@ class SendQpMaps:
         cc_rtt_target_ns: int = 0,
         cq: int = 0,
         auth_key: bytes | None = None,
+        max_wimm: int = 0,
+        dyn_mpr: bool = False,
+        probe_good: int = 1,
     ) -> None:
         """Create (or reset) the send state of a QP, its EVs, its PSN -> EV table and
         its send queue.
@@ -90,9 +93,16 @@ class SendQpMaps:
         completions and the QP's error go (0: no CQ: every completion to
         nic_events). auth_key: the connection's 16-byte key (nic.auth): every
         data packet carries a MAC, and an ACK without a right one is dropped.
+        max_wimm: the most WRITE_WITH_IMM WQEs the engine has started and not
+        completed (OCP max_wimm; 0: no bound). dyn_mpr: the window follows the
+        MPR the peer's ACKs advertise when that is smaller (OCP
+        MRC_QP_CAP_DYNAMIC_MPR). probe_good: the PROBE_REPLYs an ASSUMED_BAD EV
+        needs to be GOOD again (0 and 1: the first).
         The whole values are written: do it before packets flow for this QP.
         """
         pins.check_range("qpn", qpn, wireconst.QPN_MASK)
+        pins.check_range("max_wimm", max_wimm, SQ_DEPTH)
+        pins.check_range("probe_good", probe_good, pins.U32_MAX)
         pins.check_range("local_host", local_host, MAX_HOSTS - 2)
         pins.check_range("peer_host", peer_host, MAX_HOSTS - 2)
         pins.check_range("peer_qpn", peer_qpn, wireconst.QPN_MASK)
@@ -139,6 +149,9 @@ class SendQpMaps:
             snd_msn=msn,
             cc=SqCc(rtt_target_ns=cc_rtt_target_ns),
             send_cq=cq,
+            max_wimm=max_wimm,
+            dyn_mpr=int(bool(dyn_mpr)),
+            probe_good=probe_good,
         )
         if auth_key is not None:  # data carries a MAC, ACKs must (nic/auth.py)
             value.auth = 1
@@ -204,6 +217,12 @@ class SendQpMaps:
             cc={name: getattr(raw.cc, name) for name, _ in SqCc._fields_},
             rtt_recent_ns=raw.rtt_recent_ns,
             send_cq=raw.send_cq,
+            max_wimm=raw.max_wimm,
+            wimm_out=raw.wimm_out,
+            wimm_full=raw.wimm_full,
+            dyn_mpr=bool(raw.dyn_mpr),
+            peer_mpr=raw.peer_mpr,
+            probe_good=raw.probe_good,
         )
 
     def retx_queue(self, qpn: int) -> list[dict[str, int]]:

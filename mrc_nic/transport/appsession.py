@@ -437,9 +437,15 @@ class AppSessions:
             raise _einval(f"path_mtu must be one of {PATH_MTUS}, not {mtu!r}")
         mpr = attrs.pop("mpr_dest", DEFAULT_MPR)
         rq_psn = self._psn(attrs, "rq_psn")
-        attrs.pop("max_wimm_dest", None)  # the receiver holds NIC_MSG_SLOTS messages
         key = _auth_key(attrs)
-        changes = {"mpr": mpr, "dest_host": dest_host, "dest_qpn": dest_qpn}
+        changes = {
+            "mpr": mpr,
+            "mpr_dest": mpr,
+            "dest_host": dest_host,
+            "dest_qpn": dest_qpn,
+            "max_wimm_dest": attrs.pop("max_wimm_dest", aq.qp.attrs.max_wimm_dest),
+            "dynamic_mpr": self._dynamic_mpr(aq, attrs),
+        }
         self._check_transition(aq, QpState.RTR, **changes)
 
         def apply() -> None:
@@ -453,6 +459,8 @@ class AppSessions:
                 mpr=mpr,
                 psn=rq_psn,
                 cq=aq.recv_cq + 1,
+                max_wimm_dest=changes["max_wimm_dest"],
+                dyn_mpr=changes["dynamic_mpr"],
                 auth_key=key,
             )
             aq.rq_set, aq.remote = True, {"qpn": dest_qpn}
@@ -474,9 +482,10 @@ class AppSessions:
                 exp_cnt=attrs.pop("retry_exp_cnt", Retry.exp_cnt),
             ),
             "mpr": attrs.pop("mpr", aq.qp.attrs.mpr),
+            "max_wimm": attrs.pop("max_wimm", aq.qp.attrs.max_wimm),
+            "dynamic_mpr": self._dynamic_mpr(aq, attrs),
         }
         sq_psn = self._psn(attrs, "sq_psn")
-        attrs.pop("max_wimm", None)
         self._check_transition(aq, QpState.RTS, **changes)
         send = self._send_extensions(aq, attrs)
 
@@ -486,6 +495,21 @@ class AppSessions:
             aq.sq_set = True
 
         return apply
+
+    @staticmethod
+    def _dynamic_mpr(aq: AppQp, attrs: dict) -> bool:
+        """The QP's MRC_QP_CAP bits (mrc.h enum mrc_qp_cap): DYNAMIC_MPR is honoured;
+        the two responder opt-outs are accepted and change nothing here (the
+        NIC always trims and has no service time to report)."""
+        cap = attrs.pop("cap", None)
+        if cap is None:
+            return aq.qp.attrs.dynamic_mpr
+        if not isinstance(cap, int) or isinstance(cap, bool) or cap & ~0b111:
+            raise _einval(
+                f"cap must be MRC_QP_CAP bits (1 TRIM_NACK_DEST_UNSUPPORTED, 2 DYNAMIC_MPR, "
+                f"4 SVC_TIME_DEST_UNSUPPORTED), not {cap!r}"
+            )
+        return bool(cap & 0b10)
 
     def _send_extensions(self, aq: AppQp, attrs: dict) -> SendSetup:
         """The mrc-nic extension attributes of RTS (docs/api.md), checked:
@@ -569,6 +593,9 @@ class AppSessions:
                 cc_rtt_target_ns=rtt_target,
                 ev_min_active=aq.ev_min_active,
                 cq=aq.send_cq + 1,
+                max_wimm=aq.qp.attrs.max_wimm,
+                dyn_mpr=aq.qp.attrs.dynamic_mpr,
+                probe_good=self.daemon.controller.table.probe_good(aq.qp.attrs.ev_profile_id),
                 auth_key=send.auth_key,
             )
             aq.auth = aq.auth or send.auth_key is not None

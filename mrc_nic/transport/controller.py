@@ -47,10 +47,9 @@ class Controller:
 
     # ---- QPs -------------------------------------------------------------------------
     def live_qps(self) -> list[Any]:
-        """This host's send QPs with EVs in the NIC: the daemon's and applications'."""
-        qps = [sq for sq in self.d.send_qps.values() if sq.evs]
-        qps += [aq for aq in self.d.apps.qps() if getattr(aq, "evs", None)]
-        return qps
+        """This host's send QPs with EVs in the NIC: applications' (every WRITE is a
+        verbs application's since `write` moved onto the verbs API)."""
+        return [aq for aq in self.d.apps.qps() if getattr(aq, "evs", None)]
 
     def qp_evs(
         self, qpn: int, ev_profile_id: int | None, ev_count: int | None = None

@@ -278,6 +278,12 @@ class Ev:
 
 
 UNPOPULATED = Ev(0, 0)  # MRC_CTL_EV_UNPOPULATED
+# Good PROBE_REPLYs an ASSUMED_BAD EV needs before it is GOOD again (mrc-nic
+# extension attribute `probe_good` of an EV profile; the NIC counts them,
+# nic_sq.probe_good). MRC says probes bring an EV back but publishes no count:
+# 3 keeps one lucky reply over a flapping path from restoring it.
+DEFAULT_PROBE_GOOD = 3
+PROBE_GOOD_MAX = 1000
 
 
 @dataclasses.dataclass
@@ -295,6 +301,7 @@ class EvProfile:
     evs: list[Ev] = dataclasses.field(default_factory=list)  # EXP and GEN: the EV array
     backup: list[Ev] = dataclasses.field(default_factory=list)  # replacements (extension)
     denied: set[int] = dataclasses.field(default_factory=set)  # EV values DENIED by the controller
+    probe_good: int = DEFAULT_PROBE_GOOD  # good probes that bring an ASSUMED_BAD EV back
     # The reverse EV set, for ACKs and probes (issue 19 builds it): None today,
     # the answers go back on the data packet's EV.
     reverse: list[Ev] | None = None
@@ -312,6 +319,7 @@ class EvProfile:
             "populated": sum(not e.unpopulated for e in self.evs),
             "backup": len(self.backup),
             "denied": sorted(self.denied),
+            "probe_good": self.probe_good,
             "reverse": None if self.reverse is None else [e.as_dict() for e in self.reverse],
         }
         if evs:
@@ -525,6 +533,7 @@ class ProfileTable:
             "fields",
             "ev_op",
             "backup",
+            "probe_good",
         }
         _known(attrs, names, "EV profile")
         if "fields" in attrs and "ev_op" in attrs:
@@ -544,10 +553,10 @@ class ProfileTable:
             backup=list(old.backup),
             denied=set(old.denied),
         )
-        if pid == DEFAULT_EV_PROFILE and set(attrs) - {"ev_event_mask", "ev_op"}:
+        if pid == DEFAULT_EV_PROFILE and set(attrs) - {"ev_event_mask", "ev_op", "probe_good"}:
             raise _einval(
-                "EV profile 0 is mrc-nic's AUTO profile: it only takes ev_event_mask and ev_op; "
-                "use another id"
+                "EV profile 0 is mrc-nic's AUTO profile: it only takes ev_event_mask, ev_op and "
+                "probe_good; use another id"
             )
         online = old.state == ProfileState.ONLINE
         config = {"ev_mode", "ev_fmt_profile_id", "ev_count", "ev_min_active", "fields"}
@@ -574,6 +583,8 @@ class ProfileTable:
             )
         if "ev_event_mask" in attrs:
             p.ev_event_mask = _event_mask(attrs["ev_event_mask"])
+        if "probe_good" in attrs:  # for QPs that connect afterwards
+            p.probe_good = _uint("probe_good", attrs["probe_good"], 1, PROBE_GOOD_MAX)
         if "fields" in attrs:
             fields = attrs["fields"]
             if not isinstance(fields, list) or not 1 <= len(fields) <= FIELD_MAX:
@@ -775,6 +786,11 @@ class ProfileTable:
                 f"no CC profile {pid} (profiles: {have}); create one with `mrc-nic cc profile set`",
             )
         return p
+
+    def probe_good(self, pid: int | None) -> int:
+        """Good probes an ASSUMED_BAD EV of a QP on EV profile `pid` needs."""
+        p = self.ev.get(pid if pid is not None else DEFAULT_EV_PROFILE)
+        return p.probe_good if p is not None else DEFAULT_PROBE_GOOD
 
     def nscc_config(self, pid: int) -> nscc.NsccConfig | None:
         """What a QP on CC profile `pid` runs: NSCC's fields, None for no CC (a

@@ -109,6 +109,9 @@ class QpAttrs:
     cc_profile_id: int | None = None
     mpr: int | None = None
     max_wimm: int = MAX_WIMM_MAX
+    mpr_dest: int | None = None  # the responder's MPR (RTR), what its ACKs advertise
+    max_wimm_dest: int = MAX_WIMM_MAX
+    dynamic_mpr: bool = False  # MRC_QP_CAP_DYNAMIC_MPR: effective when both ends set it
     timeout: int | None = None
     retry: Retry = dataclasses.field(default_factory=Retry)
     dest_host: int | None = None
@@ -180,6 +183,9 @@ class Qp:
             "cc_profile_id": a.cc_profile_id,
             "mpr": a.mpr,
             "max_wimm": a.max_wimm,
+            "mpr_dest": a.mpr_dest,
+            "max_wimm_dest": a.max_wimm_dest,
+            "dynamic_mpr": a.dynamic_mpr,
             "timeout": a.timeout,
             "timeout_us": round(a.timeout_s * 1e6, 3) if a.timeout is not None else None,
             "retry": dataclasses.asdict(a.retry),
@@ -194,6 +200,9 @@ def check_attrs(a: QpAttrs) -> None:
     if a.timeout is not None:
         _int_range("timeout", a.timeout, 0, TIMEOUT_MAX)
     _int_range("max_wimm", a.max_wimm, 1, MAX_WIMM_MAX)
+    _int_range("max_wimm_dest", a.max_wimm_dest, 1, MAX_WIMM_MAX)
+    if a.mpr_dest is not None:
+        _int_range("mpr_dest", a.mpr_dest, 1, nic.MPR_MAX)
     for name in ("ev_profile_id", "cc_profile_id", "dest_host", "dest_qpn"):
         value = getattr(a, name)
         if value is not None:

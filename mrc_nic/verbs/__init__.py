@@ -23,6 +23,7 @@ from mrc_nic.verbs.cq import CQ, WC
 from mrc_nic.verbs.enums import (
     Access,
     MrcAttrMask,
+    MrcQpCap,
     Mtu,
     QpAttrMask,
     QpState,
@@ -47,6 +48,7 @@ __all__ = [
     "Context",
     "DeviceAttr",
     "MrcAttrMask",
+    "MrcQpCap",
     "MrcQPAttr",
     "Mtu",
     "QPAttr",

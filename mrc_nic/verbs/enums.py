@@ -95,12 +95,20 @@ class MrcAttrMask(enum.IntFlag):
     MAX_WIMM_DEST = 1 << 1
     MPR = 1 << 2
     MPR_DEST = 1 << 3
-    DYNAMIC_MPR_DEST = 1 << 4
-    TIMEOUT = 1 << 5
-    EV_PROFILE_ID = 1 << 6
-    CC_PROFILE_ID = 1 << 7
-    QP_HINT = 1 << 8
-    RETRY_CNT = 1 << 9
+    TIMEOUT = 1 << 4
+    EV_PROFILE_ID = 1 << 5
+    CC_PROFILE_ID = 1 << 6
+    QP_HINT = 1 << 7
+    RETRY_CNT = 1 << 8
+    CAP = 1 << 9
+
+
+class MrcQpCap(enum.IntFlag):
+    """enum mrc_qp_cap (mrc.h): MrcQPAttr.cap, set with MrcAttrMask.CAP."""
+
+    TRIM_NACK_DEST_UNSUPPORTED = 1 << 0
+    DYNAMIC_MPR = 1 << 1  # effective only when both ends enable it
+    SVC_TIME_DEST_UNSUPPORTED = 1 << 2
 
 
 class Mtu(enum.IntEnum):

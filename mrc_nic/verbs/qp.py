@@ -144,7 +144,6 @@ class MrcQPAttr:
 
     mpr: int = 0
     mpr_dest: int = 0
-    dynamic_mpr_dest: int = 0
     max_wimm: int = 0
     max_wimm_dest: int = 0
     timeout: int = 0
@@ -152,6 +151,7 @@ class MrcQPAttr:
     cc_profile_id: int = 0
     retry_linear_cnt: int = 7
     retry_exp_cnt: int = 7
+    cap: int = 0  # MrcQpCap bits (MRC_QP_CAP: DYNAMIC_MPR)
 
 
 # What each ibv mask bit carries into the daemon's modify_qp, and the bits MRC refuses.
@@ -265,6 +265,7 @@ class QP:
             (mmask & MrcAttrMask.MAX_WIMM_DEST, "max_wimm_dest", lambda: mrc_attr.max_wimm_dest),
             (mmask & MrcAttrMask.EV_PROFILE_ID, "ev_profile_id", lambda: mrc_attr.ev_profile_id),
             (mmask & MrcAttrMask.CC_PROFILE_ID, "cc_profile_id", lambda: mrc_attr.cc_profile_id),
+            (mmask & MrcAttrMask.CAP, "cap", lambda: int(mrc_attr.cap)),
         ]
         for wanted, name, value in pick:
             if wanted:
@@ -304,7 +305,8 @@ class QP:
 
     def to_rtr(
         self, dest_qp_num: int, dest_gid: str, *, rq_psn: int = 0, path_mtu: Mtu = Mtu.MTU_4096,
-        mpr_dest: int | None = None, ext: dict[str, Any] | None = None,
+        mpr_dest: int | None = None, max_wimm_dest: int | None = None, cap: int | None = None,
+        ext: dict[str, Any] | None = None,
     ) -> None:  # fmt: skip
         attr = QPAttr(
             qp_state=QpState.RTR,
@@ -314,21 +316,26 @@ class QP:
             ah_attr=AHAttr(dgid=dest_gid),
         )
         mask = QpAttrMask.STATE | QpAttrMask.AV | QpAttrMask.DEST_QPN | QpAttrMask.RQ_PSN
-        mrc = MrcQPAttr(mpr_dest=mpr_dest or 0)
+        mrc = MrcQPAttr(mpr_dest=mpr_dest or 0, max_wimm_dest=max_wimm_dest or 0, cap=cap or 0)
         mmask = MrcAttrMask.MPR_DEST if mpr_dest else 0
+        mmask |= MrcAttrMask.MAX_WIMM_DEST if max_wimm_dest else 0
+        mmask |= MrcAttrMask.CAP if cap is not None else 0
         self.modify(attr, mask | QpAttrMask.PATH_MTU, mrc, mmask, ext)
 
     def to_rts(
         self, *, sq_psn: int = 0, timeout: int | None = None, retry_linear_cnt: int = 7,
-        retry_exp_cnt: int = 7, mpr: int | None = None, ext: dict[str, Any] | None = None,
+        retry_exp_cnt: int = 7, mpr: int | None = None, max_wimm: int | None = None,
+        cap: int | None = None, ext: dict[str, Any] | None = None,
     ) -> None:  # fmt: skip
         mrc = MrcQPAttr(
-            timeout=timeout or 0, mpr=mpr or 0,
+            timeout=timeout or 0, mpr=mpr or 0, max_wimm=max_wimm or 0, cap=cap or 0,
             retry_linear_cnt=retry_linear_cnt, retry_exp_cnt=retry_exp_cnt,
         )  # fmt: skip
         mmask = MrcAttrMask.RETRY_CNT
         mmask |= MrcAttrMask.TIMEOUT if timeout is not None else 0
         mmask |= MrcAttrMask.MPR if mpr else 0
+        mmask |= MrcAttrMask.MAX_WIMM if max_wimm else 0
+        mmask |= MrcAttrMask.CAP if cap is not None else 0
         self.modify(
             QPAttr(qp_state=QpState.RTS, sq_psn=sq_psn),
             QpAttrMask.STATE | QpAttrMask.SQ_PSN,

@@ -164,13 +164,14 @@ class Lane:
         """INIT -> RTR at the receiver, INIT -> RTR -> RTS at the sender."""
         src_gid, dst_gid = conn.src_ctx.gid(0), conn.dst_ctx.gid(0)
         self.rqp.to_init(verbs.Access.LOCAL_WRITE | verbs.Access.REMOTE_WRITE)
-        self.rqp.to_rtr(self.sqp.qp_num, src_gid, mpr_dest=opts.mpr, ext=_auth(opts))
+        dyn = verbs.MrcQpCap.DYNAMIC_MPR  # both ends: the sender follows the receiver's MPR
+        self.rqp.to_rtr(self.sqp.qp_num, src_gid, mpr_dest=opts.mpr, cap=dyn, ext=_auth(opts))
         self.sqp.to_init(
             verbs.Access.LOCAL_WRITE,
             ev_profile_id=opts.ev_profile or 0,
             cc_profile_id=opts.cc_profile,
         )
-        self.sqp.to_rtr(self.rqp.qp_num, dst_gid, mpr_dest=opts.mpr, ext=_auth(opts))
+        self.sqp.to_rtr(self.rqp.qp_num, dst_gid, mpr_dest=opts.mpr, cap=dyn, ext=_auth(opts))
         timeout, _ = lab_defaults(conn.topo, opts.cc_profile)
         retry = {"linear_cnt": 7, "exp_cnt": 7, **(opts.retry or {})}
         self.sqp.to_rts(
@@ -178,6 +179,7 @@ class Lane:
             retry_linear_cnt=retry["linear_cnt"],
             retry_exp_cnt=retry["exp_cnt"],
             mpr=opts.mpr,
+            cap=dyn,
             ext=opts.ext(conn.topo),
         )
 

@@ -401,6 +401,56 @@ def test_cwnd_counts_packets_in_flight_not_the_psn_range(program, maps, sq):
     assert kick(program, maps).verdict == XDP_REDIRECT
 
 
+# ---- OCP QP attributes: max_wimm and dynamic MPR ------------------------------------------
+
+
+def test_max_wimm_holds_a_write_with_imm_until_one_completes(program, maps, sq):
+    setup_sq(maps, max_wimm=1)
+    post(maps, CE, imm=1, wr_id=1)
+    post(maps, CE, wr_id=2)  # a plain WRITE: not bounded by max_wimm
+    post(maps, CE, imm=3, wr_id=3)
+    send(program, maps, 2)  # START: the first WRITE_WITH_IMM, START + 1: the WRITE
+    r = kick(program, maps)
+    assert (r.verdict, r.counters) == (XDP_DROP, {"kick_idle": 1})
+    s = maps.sq(QP_TX)
+    assert (s.wimm_out, s.wimm_full, s.wqe_sent, s.snd_nxt) == (1, 1, 2, START + 2)
+    # The first one's SACK completes it: the ACK clock sends the second at once.
+    r = run(program, maps, sack(maps, START, START + 1))
+    assert r.verdict in (XDP_TX, XDP_REDIRECT)
+    assert Ether(r.frame)[BTH].opcode == w.Opcode.WRITE_IMM
+    s = maps.sq(QP_TX)
+    assert (s.wimm_out, s.wqe_done, s.wqe_sent, s.snd_nxt) == (1, 1, 3, START + 3)
+
+
+def test_without_max_wimm_write_with_imms_are_not_held(program, maps, sq):
+    setup_sq(maps, max_wimm=0)
+    for i in range(3):
+        post(maps, CE, imm=i)
+    send(program, maps, 3)
+    s = maps.sq(QP_TX)
+    assert (s.wimm_out, s.wimm_full) == (3, 0)
+
+
+@pytest.mark.parametrize(("dyn_mpr", "window"), [(True, w.MPR_UNIT), (False, 2 * w.MPR_UNIT)])
+def test_dynamic_mpr_follows_the_mpr_the_peer_advertises(program, maps, sq, dyn_mpr, window):
+    # mpr 2 here, the peer advertises 1 in its SACKs: with dynamic MPR the
+    # engine's window is 128 PSNs, without it 256.
+    setup_sq(maps, mpr=2, dyn_mpr=dyn_mpr)
+    for _ in range(6):  # more than either window
+        post(maps, SRC_ELEMS * CE)
+    send(program, maps, 1)
+    ack = sack(maps, START, START)  # acknowledges START by its PSN; cum stays
+    ack[w.MRCAck].mpr = 1
+    run(program, maps, ack)
+    s = maps.sq(QP_TX)
+    assert (s.peer_mpr, s.window) == (1, window)
+    while kick(program, maps).verdict == XDP_REDIRECT:
+        pass
+    s = maps.sq(QP_TX)
+    assert s.snd_nxt - s.snd_una == window
+    assert s.tx_stats["window_full"] >= 1
+
+
 # ---- congestion control's window: NIC_KICK_CWND ----------------------------------------------
 
 

@@ -1031,6 +1031,34 @@ def test_completions_are_in_message_order(program, maps, qp, event_reader):
     }
 
 
+def test_max_wimm_dest_bounds_write_with_imms_held(program, maps, qp, event_reader):
+    # max_wimm_dest 1: WRITE_WITH_IMM 0 is held (START missing), WRITE_WITH_IMM 1
+    # is refused; a plain WRITE is not bounded. Once 0 completes, 1 is taken.
+    setup_qp(maps, max_wimm_dest=1)
+    assert_answer(
+        run(program, data(START + 1, msn=0, imm=10, last=True)), sack(START + 1, START, 0b10)
+    )
+    assert maps.rq(QP_RX).wimm_held == 1
+    assert_answer(
+        run(program, data(START + 3, msn=2, imm=12, last=True)),
+        nack(START + 3, w.NackReason.NO_RESOURCE, cum=START, bitmap=0b10),
+    )
+    assert_answer(run(program, data(START + 2, msn=1, last=True)), sack(START + 2, START, 0b110))
+    assert_answer(run(program, data(START, msn=0)), sack(START, START + 3, msn=2))
+    rq = maps.rq(QP_RX)
+    assert (rq.wimm_held, rq.msn) == (0, 2)
+    assert [e.imm for e in event_reader.read()] == [10]
+    assert_answer(
+        run(program, data(START + 3, msn=2, imm=12, last=True)), sack(START + 3, START + 4, msn=3)
+    )
+
+
+@pytest.mark.parametrize(("dyn_mpr", "advertised"), [(True, MPR), (False, 0)])
+def test_answers_advertise_the_mpr_with_dynamic_mpr(program, maps, qp, dyn_mpr, advertised):
+    setup_qp(maps, dyn_mpr=dyn_mpr)
+    assert_answer(run(program, data(START)), sack(START, START + 1, mpr=advertised))
+
+
 def test_message_beyond_the_slots_is_nacked(program, maps, qp):
     before = maps.counters()
     result = run(program, data(START + 1, msn=nic.MSG_SLOTS, last=True))

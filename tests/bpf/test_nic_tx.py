@@ -1297,6 +1297,44 @@ def test_loss_then_probe_reply(program, maps, sq, event_reader):
     ]
 
 
+def test_assumed_bad_ev_needs_probe_good_replies(program, maps, event_reader):
+    # probe_good 3: the first two replies count, the third brings the EV back.
+    setup_sq(maps, probe_good=3)
+    event_reader.read()
+    maps.set_ev_state(QP_TX, EV_A, nic.EvState.ASSUMED_BAD)
+    for n in (1, 2):
+        assert consumed(program, maps, probe_reply(n)) == {"probe_reply_consumed": 1}
+        a = maps.ev_raw(QP_TX, EV_A)
+        assert (a.state, a.good_probes) == (nic.EvState.ASSUMED_BAD, n)
+    assert event_reader.read() == []
+    assert consumed(program, maps, probe_reply(3)) == {"probe_reply_consumed": 1, "events": 1}
+    a = maps.ev_raw(QP_TX, EV_A)
+    assert (a.state, a.good_probes) == (nic.EvState.GOOD, 0)
+    (event,) = event_reader.read()
+    assert (event.old_state, event.new_state, event.psn) == (
+        nic.EvState.ASSUMED_BAD,
+        nic.EvState.GOOD,
+        3,
+    )
+
+
+def test_a_loss_restarts_the_count_of_good_probes(program, maps, event_reader):
+    setup_sq(maps, probe_good=2)
+    record(maps, {START + i: EV_B for i in range(4)})
+    consumed(program, maps, sack(START + 1, cum=START, bitmap=0b10, ev=EV_B))
+    assert maps.ev(QP_TX, EV_B).state == nic.EvState.ASSUMED_BAD
+    consumed(program, maps, probe_reply(1, ev=EV_B))
+    assert maps.ev_raw(QP_TX, EV_B).good_probes == 1
+    # START + 2 is lost too (a later SACK's hole): the run of good probes starts again
+    consumed(program, maps, sack(START + 3, cum=START, bitmap=0b1010, ev=EV_B))
+    a = maps.ev_raw(QP_TX, EV_B)
+    assert (a.state, a.good_probes) == (nic.EvState.ASSUMED_BAD, 0)
+    consumed(program, maps, probe_reply(2, ev=EV_B))
+    assert maps.ev(QP_TX, EV_B).state == nic.EvState.ASSUMED_BAD
+    consumed(program, maps, probe_reply(3, ev=EV_B))
+    assert maps.ev(QP_TX, EV_B).state == nic.EvState.GOOD
+
+
 # ---- the map client ---------------------------------------------------------------------------
 
 

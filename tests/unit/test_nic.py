@@ -145,9 +145,12 @@ def test_verbs_fields_of_the_shared_structs():
     assert nic.Wq.done.offset == 4 and nic.Wq.wqes.offset == 8
     assert (nic.Wqe.opcode.offset, nic.Wqe.flags.offset, ctypes.sizeof(nic.Wqe)) == (36, 37, 40)
     assert nic.RqState.recv_cq.offset == 36 and nic.RqState.bitmap.offset == 40
-    assert nic.SqState.send_cq.offset == ctypes.sizeof(nic.SqState) - 24
+    # then the OCP QP attributes (max_wimm, dynamic MPR, probe_good) after them
+    assert nic.SqState.send_cq.offset == ctypes.sizeof(nic.SqState) - 24 - 32
     assert (nic.SqState.auth.offset, nic.SqState.auth_key.offset) == (3404, 3408)
-    assert nic.RqState.auth_key.offset == ctypes.sizeof(nic.RqState) - 24
+    assert nic.SqState.max_wimm.offset == 3424
+    assert nic.RqState.auth_key.offset == ctypes.sizeof(nic.RqState) - 32
+    assert nic.RqState.max_wimm_dest.offset == ctypes.sizeof(nic.RqState) - 12
     assert (nic.QpErrEvent.error.offset, ctypes.sizeof(nic.QpErrEvent)) == (24, 40)
     assert nic.WQE_F_SIGNALED == 1 and nic.QpError.RETRY_EXCEEDED == 1
     frame = nic.kick_frame(0x000007, nic.KickOp.FAIL, nic.QpError.RETRY_EXCEEDED)

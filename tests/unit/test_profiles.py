@@ -148,11 +148,26 @@ def test_profile_zero_is_auto_and_only_takes_the_event_mask():
     p, fmt = t.online_ev_profile(0)
     assert p.mode == P.EvMode.AUTO and fmt is None
     assert p.qp_evs(None, 4, 8) == {49152 + i: i % 4 for i in range(8)}
-    _refused(errno.EINVAL, "only takes ev_event_mask", t.modify_ev, 0, {"ev_count": 4})
+    _refused(
+        errno.EINVAL,
+        "only takes ev_event_mask, ev_op and probe_good",
+        t.modify_ev,
+        0,
+        {"ev_count": 4},
+    )
     t.modify_ev(0, {"ev_event_mask": ["ASSUMED_BAD"]})
     assert t.ev[0].ev_event_mask == P.EvState.ASSUMED_BAD
     _refused(errno.EINVAL, "GOOD and ASSUMED_BAD only", t.modify_ev, 0, {"ev_event_mask": 4})
     _refused(errno.ENOENT, "no EV profile 9", t.online_ev_profile, 9)
+
+
+def test_probe_good_is_an_ev_profile_attribute_with_a_default():
+    t = ProfileTable(planes=4)
+    assert t.probe_good(None) == t.probe_good(0) == P.DEFAULT_PROBE_GOOD == 3
+    t.modify_ev(0, {"probe_good": 5})
+    assert t.probe_good(0) == 5 and t.ev[0].as_dict()["probe_good"] == 5
+    assert t.probe_good(7) == P.DEFAULT_PROBE_GOOD  # no such profile: the default
+    _refused(errno.EINVAL, "probe_good", t.modify_ev, 0, {"probe_good": 0})
 
 
 def test_cc_profiles_name_nscc_as_ocp_does_and_follow_the_lifecycle():
