@@ -105,6 +105,13 @@ _Static_assert(NIC_REV_EVS > 0 && NIC_REV_EVS <= 255, "NIC_REV_EVS indexes fit a
 #define NIC_HEAD_SCAN 8
 #endif
 
+/* The doorbell port: a veth in each host's namespace whose NIC end has this
+ * ifindex and the NIC program. A frame sent into it (AF_PACKET, EtherType
+ * NIC_KICK_ETHERTYPE, struct nic_kick after the Ethernet header) is a kick:
+ * a few us where a live-frames BPF_PROG_RUN costs about 18 (docs/nic-program.md, "Kicks"). */
+#define NIC_DOORBELL_IFINDEX 4791
+#define NIC_KICK_ETHERTYPE 0x88B5
+
 /* Most PSNs one timeout kick queues (struct nic_kick, NIC_KICK_TIMEOUT). */
 #ifndef NIC_TIMEOUT_MAX
 #define NIC_TIMEOUT_MAX 64

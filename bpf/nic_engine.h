@@ -53,18 +53,29 @@ _Static_assert(sizeof(struct data_hdrs) == DATA_IMM_HDRS_LEN, "struct data_hdrs 
 _Static_assert(__builtin_offsetof(struct data_hdrs, immdt) == DATA_HDRS_LEN - 16,
 	       "struct data_hdrs: immdt must follow reth");
 
-/* Is a frame a kick (struct nic_kick)? Fills req if so, and returns 1 + its
+/* Is a frame a kick (struct nic_kick: a live-frames test run's metadata, or
+ * the payload of a doorbell port frame)? Fills req if so, and returns 1 + its
  * op (enum nic_kick_op) and *arg; 0 if it is not a kick. */
 static __always_inline int kick_of(struct xdp_md *ctx, struct engine_req *req, __u32 *arg,
 				   __u64 *age_ns)
 {
 	void *data = (void *)(long)ctx->data;
-	struct nic_kick *k = (void *)(long)ctx->data_meta;
+	void *data_end = (void *)(long)ctx->data_end;
+	struct ethhdr *eth = data;
+	struct nic_kick *k;
 
-	if (ctx->ingress_ifindex != LOOPBACK_IFINDEX)
+	if (ctx->ingress_ifindex == LOOPBACK_IFINDEX) {
+		k = (void *)(long)ctx->data_meta;
+		if ((void *)(k + 1) > data)
+			return 0; /* no metadata: an ordinary test run */
+	} else if (ctx->ingress_ifindex == NIC_DOORBELL_IFINDEX) {
+		/* The doorbell port's frames come from the host itself, never the wire. */
+		k = (void *)(eth + 1);
+		if ((void *)(k + 1) > data_end || eth->h_proto != bpf_htons(NIC_KICK_ETHERTYPE))
+			return 0;
+	} else {
 		return 0;
-	if ((void *)(k + 1) > data)
-		return 0; /* no metadata: an ordinary test run */
+	}
 	req->qpn = k->qpn & MRC_BTH_QPN_MASK;
 	req->plane = NIC_MAX_PLANES;
 	req->kick = 1;

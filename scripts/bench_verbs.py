@@ -8,11 +8,13 @@ On a default lab of its own (2 hosts, 4 planes), h0 writes to h1:
      doorbell per NIC-full of them, no library (what the API must not slow);
    - kernel TCP through the same lab: iperf3 -l 64 (XDP on the host ports
      turns GSO off on their peers: DESIGN section 3).
+   - itself with every doorbell a BPF_PROG_RUN (before the doorbell port).
    And how a 64 B post splits: Python, the doorbell syscall, and the NIC
    program's own time within it (BPF_PROG_RUN's duration).
 2. 64 B latency: WRITE_WITH_IMM ping-pong between two processes (h0, h1),
    each answering the other's completion, one way = round trip / 2 (as
-   ib_write_lat), against a TCP ping-pong (TCP_NODELAY) between the same hosts.
+   ib_write_lat), against a TCP ping-pong (TCP_NODELAY) between the same hosts,
+   and against itself with every doorbell a BPF_PROG_RUN (before the doorbell port).
 3. Large messages (1 MiB WRITEs): the API's goodput against `mrc-nic write`.
 """
 
@@ -33,7 +35,7 @@ from mrc_nic import resources, verbs
 from mrc_nic.kernel import netns
 from mrc_nic.lab import topology
 from mrc_nic.verbs import SGE, SendFlags, SendWR, WrOpcode, cm
-from mrc_nic.verbs.qp import WQ_HEAD, WQE
+from mrc_nic.verbs.qp import WQ_HEAD, WQE, _doorbell
 from mrc_nic.workloads.benchkit import (
     add_common_args,
     begin,
@@ -105,12 +107,12 @@ def nic_alone(lab: str, seconds: float) -> float:
         pair.close()
 
 
-def api_rate(lab: str, seconds: float, size: int) -> dict[str, Any]:
+def api_rate(lab: str, seconds: float, size: int, port: bool = True) -> dict[str, Any]:
     """WRITEs of `size` through post_send/poll, TX depth 128, a signal every 64 (16
-    above 64 KiB); with the time split of the posts."""
+    above 64 KiB); with the time split of the posts. port: as in _lat_side."""
     pair = Pair(lab)
     try:
-        (_, mr, cq, qp), (_, peer_mr, _, _) = pair.sides
+        (ctx, mr, cq, qp), (_, peer_mr, _, _) = pair.sides
         mod = CQ_MOD if size <= 64 * KIB else 16
         depth = TX_DEPTH if size <= 64 * KIB else 4 * mod
         wr = {
@@ -119,13 +121,15 @@ def api_rate(lab: str, seconds: float, size: int) -> dict[str, Any]:
             for flags in (0, SendFlags.SIGNALED)
         }  # fmt: skip
         batch = [wr[0]] * (mod - 1) + [wr[SendFlags.SIGNALED]]
-        ring, sys_ns, bpf_ns, kicks = qp._kick, [0], [0], [0]
+        ring = qp._kick if port else _doorbell(ctx.prog_fd, qp.qp_num, None)
+        sys_ns, bpf_ns, kicks = [0], [0], [0]
 
         def timed(packets: int):
             t = time.perf_counter_ns()
             result = ring(packets)
             sys_ns[0] += time.perf_counter_ns() - t
-            bpf_ns[0] += result.duration * max(1, min(packets, 256))
+            if result is not None:  # a BPF_PROG_RUN (a doorbell port frame reports no time)
+                bpf_ns[0] += result.duration * max(1, min(packets, 256))
             kicks[0] += 1
             return result
 
@@ -159,15 +163,20 @@ def api_rate(lab: str, seconds: float, size: int) -> dict[str, Any]:
         pair.close()
 
 
-def _lat_side(lab: str, host: str, server: str | None, iters: int, size: int) -> list[float]:
+def _lat_side(
+    lab: str, host: str, server: str | None, iters: int, size: int, port: bool = True
+) -> list[float]:
     """One process of the WRITE_WITH_IMM ping-pong, in its host: the server (None)
-    answers each message it receives; the client times each round trip."""
+    answers each message it receives; the client times each round trip. port:
+    False rings every doorbell with BPF_PROG_RUN, as before the doorbell port."""
     with verbs.Context(lab, host) as ctx:
         pd = verbs.PD(ctx)
         mr = pd.reg_mr(MIB)
         cq = verbs.CQ(ctx, 256)
         cap = verbs.QPCap(max_send_wr=64, max_recv_wr=64)
         qp = verbs.QP(pd, verbs.QPInitAttr(send_cq=cq, recv_cq=cq, cap=cap))
+        if not port:
+            qp._kick = _doorbell(ctx.prog_fd, qp.qp_num, None)
         qp.to_init()
         with cm.Link.open(server, PORT + 2, timeout=30) as link:
             peer = link.swap(cm.Endpoint.of(qp, mr, ctx.gid()))
@@ -193,13 +202,15 @@ def _lat_side(lab: str, host: str, server: str | None, iters: int, size: int) ->
     return out[iters // 10 :]  # the first tenth warms up
 
 
-def api_latency(topo, iters: int, size: int = 64) -> list[float]:
+def api_latency(topo, iters: int, size: int = 64, port: bool = True) -> list[float]:
     """One-way latencies (us) of a WRITE_WITH_IMM ping-pong between two processes."""
     lab = topo.lab
-    server = netns.start_in(topo.netns("h1"), _lat_side, lab, "h1", None, iters, size)
+    server = netns.start_in(topo.netns("h1"), _lat_side, lab, "h1", None, iters, size, port)
     try:
         addr = str(topo.host_address(topo.nodes["h1"].index, 0))
-        return netns.run_in(topo.netns("h0"), _lat_side, lab, "h0", addr, iters, size, timeout=120)
+        return netns.run_in(
+            topo.netns("h0"), _lat_side, lab, "h0", addr, iters, size, port, timeout=120
+        )
     finally:
         server.result(timeout=30)
 
@@ -296,18 +307,21 @@ def measure(topo, seconds: float, iters: int) -> dict[str, Any]:
     nic = nic_alone(lab, seconds)
     log("64 B: the verbs API")
     api = api_rate(lab, seconds, 64)
+    api_run = api_rate(lab, seconds, 64, port=False)
     log("64 B: kernel TCP (iperf3 -l 64)")
     tcp = tcp_rate(topo, seconds)
-    log("64 B latency: WRITE_WITH_IMM ping-pong, TCP ping-pong")
+    log("64 B latency: WRITE_WITH_IMM ping-pong (doorbell port, BPF_PROG_RUN), TCP ping-pong")
     lat_api, lat_tcp = api_latency(topo, iters), tcp_latency(topo, iters)
+    lat_run = api_latency(topo, iters, port=False)
     log("1 MiB WRITEs: the verbs API, mrc-nic write")
     big = api_rate(lab, seconds, MIB)
     write = mrc_write_gbps(lab, "256M")
     return {
-        "nic_mpps": nic, "api": api, "tcp_mpps": tcp,
+        "nic_mpps": nic, "api": api, "api_prog_run_mpps": api_run["mpps"], "tcp_mpps": tcp,
         "lat_api_us": {"p50": statistics.median(lat_api), "p99": percentile(lat_api, 0.99),
                        "p99_9": percentile(lat_api, 0.999)},
         "lat_tcp_us": {"p50": statistics.median(lat_tcp), "p99": percentile(lat_tcp, 0.99)},
+        "lat_prog_run_us": {"p50": statistics.median(lat_run), "p99": percentile(lat_run, 0.99)},
         "big_api_gbps": big["gbps"], "write_gbps": write,
     }  # fmt: skip
 
@@ -324,11 +338,18 @@ def table(rounds: list[dict[str, Any]]) -> list[dict[str, Any]]:
         table_row("verbs", "64 B WRITE rate, one QP, one process", "message rate", "Mpps", api,
                   "before the API (daemon socket)", OLD_RATE_MPPS, target=">= 10x"),
         table_row("verbs", "64 B WRITE rate, one QP, one process", "message rate", "Mpps", api,
+                  "the same, BPF_PROG_RUN doorbell (before)", med(lambda r: r["api_prog_run_mpps"]),
+                  target="mrc/peer >= 1"),
+        table_row("verbs", "64 B WRITE rate, one QP, one process", "message rate", "Mpps", api,
                   "TCP iperf3 -l 64, plane 0 (stretch)", med(lambda r: r["tcp_mpps"]),
                   target="stretch: >= 1"),
         table_row("verbs", "64 B one-way latency p50 (RTT/2)", "latency", "us",
                   med(lambda r: r["lat_api_us"]["p50"]), "TCP ping-pong, TCP_NODELAY",
                   med(lambda r: r["lat_tcp_us"]["p50"]), ratio_is="peer/mrc",
+                  target="peer/mrc > 1"),
+        table_row("verbs", "64 B one-way latency p50 (RTT/2)", "latency", "us",
+                  med(lambda r: r["lat_api_us"]["p50"]), "the same, BPF_PROG_RUN doorbell (before)",
+                  med(lambda r: r["lat_prog_run_us"]["p50"]), ratio_is="peer/mrc",
                   target="peer/mrc > 1"),
         table_row("verbs", "1 MiB WRITEs, one QP", "goodput", "Gbit/s",
                   med(lambda r: r["big_api_gbps"]), "mrc-nic write 256M",

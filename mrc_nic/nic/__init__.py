@@ -57,7 +57,19 @@ from mrc_nic.nic.events import (
     QpErrEvent,
     SendEvent,
 )
-from mrc_nic.nic.kick import KICK_ETHERTYPE, KICK_TEMPLATE, LIVE_BATCH_MAX, kick_frame, run_kick
+from mrc_nic.nic.kick import (
+    DOORBELL_FRAMES_MAX,
+    DOORBELL_IFINDEX,
+    DOORBELL_IFNAME,
+    DOORBELL_NIC_IFNAME,
+    KICK_ETHERTYPE,
+    KICK_TEMPLATE,
+    LIVE_BATCH_MAX,
+    doorbell_frame,
+    kick_frame,
+    open_doorbell,
+    run_kick,
+)
 from mrc_nic.nic.layout import (
     ALL_PLANES,
     BITMAP_BITS,
@@ -304,6 +316,12 @@ __all__ = [
     "Wq",
     "Wqe",
     "kick_frame",
+    "doorbell_frame",
+    "open_doorbell",
+    "DOORBELL_FRAMES_MAX",
+    "DOORBELL_IFINDEX",
+    "DOORBELL_IFNAME",
+    "DOORBELL_NIC_IFNAME",
     "pin_dir",
     "run_kick",
     "rx_lock_slot",

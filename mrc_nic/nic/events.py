@@ -77,6 +77,8 @@ class EventReader:
         if info.type != BPF_MAP_TYPE_RINGBUF:
             raise ValueError(f"map fd {map_fd} is not a ring buffer (type {info.type})")
         self._fd = os.dup(map_fd)
+        self._poller = select.poll()  # made once: a wait per completion (a ping-pong) costs less
+        self._poller.register(self._fd, select.POLLIN)
         self._size = info.max_entries
         page = mmap.PAGESIZE
         self._page = page
@@ -108,9 +110,7 @@ class EventReader:
 
     def wait(self, timeout: float | None) -> bool:
         """Wait up to timeout seconds (None: for ever) for data; True if some is there."""
-        poller = select.poll()
-        poller.register(self._fd, select.POLLIN)
-        return bool(poller.poll(None if timeout is None else int(timeout * 1000)))
+        return bool(self._poller.poll(None if timeout is None else int(timeout * 1000)))
 
     def read(self) -> list[AnyEvent]:
         """Every complete record available now, oldest first; consumes them.

@@ -149,6 +149,9 @@ class Context:
             self.prog_fd = self.maps.program_fd()
             self.memory = self.maps.memory()  # nic_mr: every MR is a window of it
             self.wq_memory = self.maps.wq_memory()
+            ns = NETNS_DIR / f"{NS_PREFIX}{self.lab}-{self.host}"
+            # The host's doorbell port (None: kicks take BPF_PROG_RUN); shared by the QPs.
+            self.doorbell = nic.open_doorbell(ns.name if ns.exists() else None)
         except OSError as e:
             self.session.close()
             self.maps.close()
@@ -193,6 +196,8 @@ class Context:
         if self._closed:
             return
         self._closed = True
+        if self.doorbell is not None:
+            self.doorbell[0].close()
         self.session.close()
         self.maps.close()
 

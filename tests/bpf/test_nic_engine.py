@@ -62,6 +62,7 @@ from tests.helpers.engine import (
     TX_RINGS,
     WINDOW,
     XDP_DROP,
+    XDP_PASS,
     XDP_REDIRECT,
     XDP_TX,
     Run,
@@ -185,6 +186,19 @@ def test_kick_builds_the_first_data_packet(program, maps, sq):
     a = maps.ev(QP_TX, EV_A)
     assert (a.last_tx_psn, a.last_tx_ts) == (START, tx_ts)
     assert (a.stats["tx_pkts"], a.stats["tx_bytes"], a.stats["retx_pkts"]) == (1, CE, 0)
+
+
+def test_a_doorbell_frame_that_does_not_come_in_on_the_doorbell_port_is_no_kick(program, maps, sq):
+    # A test run's ingress is lo; without metadata only the doorbell port's
+    # ifindex makes a frame a kick: from any other port it goes to the stack.
+    assert post(maps, 3000, wr_id=77) == 0
+
+    r = run(program, maps, nic.doorbell_frame(QP_TX, 1514))
+
+    assert r.verdict == XDP_PASS
+    assert r.counters == {"pass_not_mrc": 1}
+    s = maps.sq(QP_TX)
+    assert (s.snd_nxt, s.wqe_sent) == (START, 0)
 
 
 def test_segments_round_robin_over_evs_and_planes(program, maps, sq):

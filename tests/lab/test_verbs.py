@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from mrc_nic import verbs
+from mrc_nic import nic, verbs
 from mrc_nic.lab import ctl
 from mrc_nic.transport import protocol as ops
 from mrc_nic.verbs import SGE, SendFlags, SendWR, WcOpcode, WcStatus, WrOpcode
@@ -311,3 +311,31 @@ def test_an_mr_without_remote_write_refuses_writes(pair, default_lab):
     )
     assert [(wc.wr_id, wc.status) for wc in poll_n(a.scq, 1)] == [(1, WcStatus.REM_ACCESS_ERR)]
     assert bytes(local_only.buf) == bytes(4 * KIB)
+
+
+def doorbell_frames(lab: str, host: str) -> int:
+    """Frames the host's doorbell port took (its NIC end's rx_packets)."""
+    from mrc_nic.kernel import netns
+    from mrc_nic.lab.topology import NS_PREFIX
+
+    with netns.iproute(f"{NS_PREFIX}{lab}-{host}") as ipr:
+        (link,) = ipr.get_links(ifname=nic.DOORBELL_NIC_IFNAME)
+        return link.get_attr("IFLA_STATS64")["rx_packets"]
+
+
+def test_a_small_post_rings_the_doorbell_port_and_a_large_one_a_live_frames_run(pair, default_lab):
+    a, b = pair
+    assert a.ctx.doorbell is not None  # the lab gave h0 a doorbell port
+    lab = default_lab.lab
+    a.mr.buf[:64] = b"d" * 64
+    before = doorbell_frames(lab, "h0")
+    a.qp.post_send(write(a, b, 0, 64, wr_id=1, send_flags=SendFlags.SIGNALED))
+    (wc,) = poll_n(a.scq, 1)
+    assert wc.status == WcStatus.SUCCESS and bytes(b.mr.buf[:64]) == b"d" * 64
+    assert doorbell_frames(lab, "h0") == before + 1  # one engine run: one frame
+    many = [write(a, b, i * KIB, 64, wr_id=10 + i) for i in range(31)]
+    many.append(write(a, b, 31 * KIB, 64, wr_id=41, send_flags=SendFlags.SIGNALED))
+    a.qp.post_send(many)  # 32 runs: one BPF_PROG_RUN, no frames
+    (wc,) = poll_n(a.scq, 1)
+    assert (wc.wr_id, wc.status) == (41, WcStatus.SUCCESS)
+    assert doorbell_frames(lab, "h0") == before + 1

@@ -46,6 +46,7 @@ class FakeContext:
         self.wq_memory = bytearray(WQ_SIZE * 4)
         self.memory = bytearray(1 << 20)
         self.prog_fd = -1
+        self.doorbell = None  # no doorbell port: BPF_PROG_RUN (faked here)
         self._closed = False
         self.requests: list = []
 
