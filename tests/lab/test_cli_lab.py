@@ -45,7 +45,7 @@ ARGS = {
     "ev profile fmt": ["1"],
     "cc profile list": [],
     "cc profile show": ["1"],
-    "cc profile set": ["7"],
+    "cc profile set": ["7", "--state", "init"],
     "port admin": ["h0", "1", "enabled"],
     "port status": ["h0"],
     "scenario single-ev-loss": [],
