@@ -86,7 +86,7 @@ def fmt(value: float | None, spec: str = ".3f") -> str:
 
 # ---- one run of each peer ----------------------------------------------------------
 def run_mrc(name: str, size: int, args: argparse.Namespace) -> dict[str, Any]:
-    """One WRITE through the daemons, bounded in time (see parse_args)."""
+    """One WRITE as `mrc-nic write` makes it (the verbs API), bounded in time (see parse_args)."""
     wait = max(60.0, size * 8 / 0.05e9)  # a WRITE at 5% of one plane's rate still ends
     try:
         r = rdma_write.write(name, "h0", "h1", size, qps=args.qps, mpr=args.mpr, wait=wait)

@@ -10,7 +10,7 @@ barrier after each step). What is modelled and what is not is said in
 mrc_nic/collective.py: the bytes and the step dependency, not the adds.
 
 - mrc-nic: one connection per ring edge (send QP at h_i, receive QP at
-  h_i+1, through the daemons), opened before the job; each step is, on every
+  h_i+1, on the verbs API), opened before the job; each step is, on every
   edge, a transfer of the chunk in WRITEs of up to --chunk bytes (default:
   what host memory gives one peer: hostmem.chunk_bytes(peers=1), the last
   one WRITE_WITH_IMM), sprayed over the 8 planes.

@@ -87,7 +87,7 @@ Examples:
   mrc-nic scenario incast --senders 3 -l mylab      # on a lab that is up"""
 )
 def scenario() -> None:
-    """Traffic scenarios through the daemons: N:1 incast with a bystander, permutation."""
+    """Traffic scenarios on the emulated NICs: N:1 incast, permutation, the papers' experiments."""
 
 
 @scenario.command(epilog=EPILOG)
