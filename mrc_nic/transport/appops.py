@@ -127,7 +127,7 @@ class ModifyQp(Request[ModifyQpReply]):
 class QueryQp(Request[ModifyQpReply]):
     """A QP's state and attributes (mrc_query_qp)."""
 
-    qpn: int = arg("a QP of this host")
+    qpn: int = arg("a QP of this session")
 
 
 @op("destroy_qp")

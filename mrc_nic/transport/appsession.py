@@ -301,9 +301,11 @@ class AppSessions:
         return appops.CreateQpReply(qpn=qpn, sq_depth=nic.SQ_DEPTH, ring=ring)
 
     def query_qp(self, req: appops.QueryQp, conn: Conn) -> appops.ModifyQpReply:
-        aq = next((aq for aq in self.qps() if aq.qp.qpn == req.qpn), None)
+        """A QP of this session (as ibv_query_qp takes the caller's own QP;
+        `qp_list` shows every QP of the host)."""
+        aq = self.session(conn).qps.get(req.qpn)
         if aq is None:
-            raise QpError(errno.ENOENT, f"no application QP {req.qpn:#x} on {self.host}")
+            raise QpError(errno.ENOENT, f"no QP {req.qpn:#x} in this session (qp_list shows all)")
         return appops.ModifyQpReply(qp=self.describe(aq))
 
     def describe(self, aq: AppQp) -> dict:

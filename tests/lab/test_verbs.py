@@ -17,6 +17,7 @@ import pytest
 
 from mrc_nic import nic, verbs
 from mrc_nic.lab import ctl
+from mrc_nic.transport import appops
 from mrc_nic.transport import protocol as ops
 from mrc_nic.verbs import SGE, SendFlags, SendWR, WcOpcode, WcStatus, WrOpcode
 
@@ -203,6 +204,14 @@ def test_before_rts_and_after_dereg_are_clear_errors(default_lab):
             a.pd.mr_of(lkey, "post_send")
         with pytest.raises(verbs.VerbsError, match="RTR needs dest_qp_num"):
             a.qp.modify(verbs.QPAttr(qp_state=verbs.QpState.RTR), verbs.QpAttrMask.STATE)
+        # another process's session cannot query (or change) this one's QP
+        other = Side(default_lab.lab, "h0")
+        try:
+            with pytest.raises(verbs.VerbsError, match="in this session") as e:
+                other.ctx.call("query_qp", appops.QueryQp(qpn=a.qp.qp_num))
+            assert e.value.errno == errno.ENOENT
+        finally:
+            other.close()
     finally:
         a.close()
 
