@@ -421,7 +421,7 @@ def test_injected_bad_packets_change_no_state_and_are_counted(default_lab):
     rqp = verbs.QP(pd, verbs.QPInitAttr(send_cq=cq, recv_cq=cq))
     sqp = verbs.QP(peer_pd, verbs.QPInitAttr(send_cq=peer_cq, recv_cq=peer_cq))
     rqp.to_init()
-    rqp.to_rtr(sqp.qp_num, "h0")
+    rqp.to_rtr(sqp.qp_num, "h0", mpr_dest=2)  # a window of 256 PSNs: 261 is beyond it
     sqp.to_init()
     sqp.to_rtr(rqp.qp_num, "h1")
     sqp.to_rts()  # the peer is live, with nothing sent: the receive side is attacked
@@ -445,7 +445,7 @@ def test_injected_bad_packets_change_no_state_and_are_counted(default_lab):
         "drop_spoofed": data(ends=wire.Endpoints(t0_mac, host_mac, "198.18.0.9", "198.18.0.2")),
         "drop_truncated": data()[:70],
         "drop_bad_len": data(dmalen=512),
-        "nack_oor": data(psn=8 * wire.MPR_UNIT + 5),
+        "nack_oor": data(psn=2 * wire.MPR_UNIT + 5),
     }
     with nic.NicMaps.open(name) as maps:
         before = maps.rq(qpn)
