@@ -86,7 +86,8 @@ def snapshot_for(lab: str | None, fmt: str) -> dict | None:
     from mrc_nic.cli import output
     from mrc_nic.observe import stats
 
-    snap = stats.snapshot(pick_lab(lab))
+    # The tables show no NIC section: its maps' code stays unloaded (a short command)
+    snap = stats.snapshot(pick_lab(lab), nic=fmt == "json")
     if fmt == "json":
         output.emit_json(snap)
         return None

@@ -29,7 +29,6 @@ replaces (transport.evreplace) leaves it: the fresh EV's packets pass.
 
 from __future__ import annotations
 
-import difflib
 import random
 import time
 from dataclasses import dataclass
@@ -122,6 +121,8 @@ def resolve_target(topo: Topology, words: tuple[str, ...]) -> tuple[str, list[Li
         except KeyError:
             pass
     choices = list(topo.links) + list(topo.nodes)
+    import difflib  # only to suggest a name after a typo
+
     close = difflib.get_close_matches(name, choices, n=3)
     hint = f" (did you mean {', '.join(close)}?)" if close else ""
     raise FaultError(f"unknown target {name!r}{hint}: {TARGET_HELP}")

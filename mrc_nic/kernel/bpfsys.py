@@ -14,7 +14,6 @@ import ctypes
 import errno as errno_mod
 import functools
 import os
-import platform
 from pathlib import Path
 from typing import NamedTuple
 
@@ -211,7 +210,7 @@ def _libc() -> ctypes.CDLL:
 
 
 def _syscall_nr() -> int:
-    machine = platform.machine()
+    machine = os.uname().machine
     try:
         return _SYSCALL_NR_BPF[machine]
     except KeyError:

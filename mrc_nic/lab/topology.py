@@ -23,10 +23,7 @@ from __future__ import annotations
 import ipaddress
 import math
 import re
-import string
-import tomllib
 from dataclasses import dataclass, field
-from fractions import Fraction
 from pathlib import Path
 
 from mrc_nic.errors import MrcNicError
@@ -44,7 +41,8 @@ NS_PREFIX = "mrc-"
 LAB_NAME_RE = re.compile(r"[a-z0-9]{1,12}")
 MAX_PLANES = 16
 MAX_HOSTS = 253  # .1 to .253 in a plane's /24; .254 is the T0 gateway
-MAX_SWITCHES_PER_TIER = len(string.ascii_lowercase)
+LETTERS = "abcdefghijklmnopqrstuvwxyz"  # switch letters: t0a, t0b, ...
+MAX_SWITCHES_PER_TIER = len(LETTERS)
 MAX_TBF_RATE_BPS = 32 * 10**9  # TBF's rate field is a u32 in bytes/s
 GATEWAY_HOST_OCTET = 254
 
@@ -347,7 +345,7 @@ def plane_subnet(net: ipaddress.IPv4Network, plane: int) -> ipaddress.IPv4Networ
 
 
 def switch_letter(index: int) -> str:
-    return string.ascii_lowercase[index]
+    return LETTERS[index]
 
 
 # ---- parsing helpers -------------------------------------------------------
@@ -379,6 +377,8 @@ def parse_size(value: object, units: dict[str, int] = SIZE_UNITS) -> int:
     unit = (m.group(2) or "b").lower() if m else ""
     if not m or unit not in units:
         raise ValueError(f"cannot read {value!r}: use a number and a unit ({', '.join(units)})")
+    from fractions import Fraction  # not at import: a short command reads no size
+
     size = Fraction(m.group(1)) * units[unit]  # exact: 1.1 GiB is not rounded through a float
     if size.denominator != 1:
         raise ValueError(f"{value!r} is {float(size):g} bytes: a size is a whole number of bytes")
@@ -583,6 +583,8 @@ class _Reader:
 
 def load(path: str | Path, lab: str | None = None) -> Topology:
     """Parse and validate a topology file; ``lab`` overrides [lab].name."""
+    import tomllib  # here: a running lab's topology comes from its JSON record
+
     path = Path(path)
     try:
         data = tomllib.loads(path.read_text())

@@ -35,17 +35,20 @@ from __future__ import annotations
 import operator
 import os
 import time
+from typing import TYPE_CHECKING
 
-from mrc_nic import nic
 from mrc_nic.fabric import faults
 from mrc_nic.fabric.switchport import EGRESS, INGRESS, port_key
 from mrc_nic.kernel.pins import MapsMissing
 from mrc_nic.lab import state
 from mrc_nic.lab.topology import Link, Port, Topology
-from mrc_nic.observe import aggregate, qpstats
+from mrc_nic.observe import aggregate
 from mrc_nic.observe.jsonenc import Frozen
 from mrc_nic.observe.linkstats import LinkStatsReader
 from mrc_nic.observe.port_table import ZERO, PortCounterTable
+
+if TYPE_CHECKING:
+    from mrc_nic.nic import NicMaps
 
 SCHEMA_VERSION = 1
 # A stream reads the kernel at most about this often (see Sampler's kernel_every).
@@ -57,9 +60,11 @@ def kernel_every(interval: float) -> int:
     return max(1, round(KERNEL_PERIOD / interval))
 
 
-def snapshot(lab: str, *, kernel: bool = True, ev_detail: bool = False) -> dict:
-    """One snapshot of a lab's counters (rates null)."""
-    with Sampler(lab, kernel=kernel, ev_detail=ev_detail) as sampler:
+def snapshot(lab: str, *, kernel: bool = True, ev_detail: bool = False, nic: bool = True) -> dict:
+    """One snapshot of a lab's counters (rates null). nic=False: without the
+    NIC's counters and QPs (`status`'s tables: the NIC maps' code is a third
+    of a short command's time)."""
+    with Sampler(lab, kernel=kernel, ev_detail=ev_detail, nic=nic) as sampler:
         return sampler.snapshot()
 
 
@@ -71,10 +76,17 @@ class Sampler:
     reading in between (`kernel_monotonic_ns` says when it was taken). At
     10 Hz the kernel's dumps cost more than all the BPF maps together.
     ev_detail: per-EV records in the QP section (`--by ev`).
+    nic: read the NIC's counters and QPs (False: the section is empty).
     """
 
     def __init__(
-        self, lab: str, *, kernel: bool = True, kernel_every: int = 1, ev_detail: bool = False
+        self,
+        lab: str,
+        *,
+        kernel: bool = True,
+        kernel_every: int = 1,
+        ev_detail: bool = False,
+        nic: bool = True,
     ) -> None:
         if kernel_every < 1:
             raise ValueError(f"kernel_every must be at least 1, not {kernel_every}")
@@ -114,10 +126,14 @@ class Sampler:
         self._made_paths: list = [None] * len(self._paths)
         self._made_planes: list = [None] * self.topo.planes
         self._ports = PortCounterTable(lab)
+        self._nic = self._nic_counters = self._qps = None
         try:
-            self._nic = _open_nic(lab)
-            self._nic_counters = qpstats.NicCounterReader(self._nic) if self._nic else None
-            self._qps = qpstats.QpReader(self._nic) if self._nic else None
+            if nic:
+                from mrc_nic.observe import qpstats  # the NIC maps' code, only when read
+
+                self._nic = _open_nic(lab)
+                self._nic_counters = qpstats.NicCounterReader(self._nic) if self._nic else None
+                self._qps = qpstats.QpReader(self._nic) if self._nic else None
         except BaseException:
             self._ports.close()
             if getattr(self, "_nic", None) is not None:
@@ -258,10 +274,12 @@ class Sampler:
         }
 
 
-def _open_nic(lab: str) -> nic.NicMaps | None:
+def _open_nic(lab: str) -> NicMaps | None:
     """The lab's NIC maps; None for a lab brought up without the NIC."""
+    from mrc_nic.nic import NicMaps
+
     try:
-        return nic.NicMaps.open(lab)
+        return NicMaps.open(lab)
     except MapsMissing:
         return None
 

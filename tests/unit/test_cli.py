@@ -648,7 +648,7 @@ def _run_main(monkeypatch, capsys, argv: list[str], euid: int):
 def test_permission_refused_to_a_user_is_one_line_saying_root(monkeypatch, capsys):
     from mrc_nic.observe import stats
 
-    def refused(lab):
+    def refused(lab, **_):
         raise PermissionError(13, "Permission denied", "/run/mrc-nic/zz.lock")
 
     monkeypatch.setattr(stats, "snapshot", refused)
@@ -664,7 +664,7 @@ def test_permission_refused_to_root_keeps_its_traceback(monkeypatch):
     from mrc_nic.cli import main
     from mrc_nic.observe import stats
 
-    def refused(lab):
+    def refused(lab, **_):
         raise PermissionError(1, "Operation not permitted")
 
     monkeypatch.setattr(stats, "snapshot", refused)
