@@ -382,6 +382,8 @@ class Connection:
         """Release everything (QPs, MRs, CQs, contexts; the daemons clean up
         after a context that closes); returns the receive QPs' NIC stats. A
         write running in another thread is stopped first (up to settle_s)."""
+        if not self._closing:
+            return {}  # closed already
         if self._running:
             self.stop("the connection was closed")
             deadline = time.monotonic() + settle_s

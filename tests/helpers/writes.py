@@ -31,7 +31,8 @@ class Repeating:
         self.thread.start()
 
     def stop(self, timeout: float = 120.0) -> list[dict]:
-        """The writes' results, once the one under way has ended."""
+        """The writes' results, once the one under way has ended; each must be
+        complete and byte-exact."""
         self._stop.set()
         self.thread.join(timeout)
         alive = self.thread.is_alive()
@@ -41,3 +42,16 @@ class Repeating:
             raise self.error
         assert all(r["completed"] and r["verified"] for r in self.results), self.results
         return self.results
+
+    def __enter__(self) -> Repeating:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        """Whatever the test did: the write under way is stopped and the
+        connection released (a failed test must not leave QPs and memory to
+        the next one)."""
+        self._stop.set()
+        if self.thread.is_alive():
+            self.conn.stop("the test ended")
+            self.thread.join(30)
+        self.conn.close()

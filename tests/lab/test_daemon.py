@@ -130,37 +130,37 @@ def test_write_survives_a_fault_started_mid_transfer(default_lab, target, args):
     name = default_lab.lab
     # Writes go on until the heal has been seen (each CLI call takes 1-6 s on
     # a loaded machine): the probes run only while a QP is live.
-    job = Repeating(name, 256 * MIB)
-    qpn = send_qp(name)
-    time.sleep(0.5)
-    run_cli("fail", *target, *args, "-l", name)
-    plane = int(target[1]) if target[0] == "plane" else int(target[0][1])
-    if args[1] == "down":
-        # The port-down signal keeps the engine off the plane at both ends.
-        with nic.NicMaps.open(name) as maps:
-            wait_for(lambda: maps.port_bitmap(0) >> plane & 1, lambda up: not up)
-            wait_for(lambda: maps.sq(qpn).peer_ports >> plane & 1, lambda up: not up)
-    bad = wait_for(
-        lambda: ev_states(name, qpn),
-        lambda c: (
-            c[(plane, "ASSUMED_BAD")]
-            >= (32 if args[1] == "blackhole" and target[0] == "plane" else 1)
-        ),
-    )
-    # The fault stays local: most EVs of the other planes stay GOOD (a few may
-    # be blamed wrongly for a moment when scheduling delays one path's packets
-    # beyond the reorder window; probes give them back).
-    assert sum(n for (p, s), n in bad.items() if p != plane and s == "GOOD") >= 80, bad
-    time.sleep(0.3)
-    run_cli("heal", "--all", "-l", name)
-    if "loss" not in args:  # under 20% loss some EVs may go bad again at any time
-        wait_for(
+    with Repeating(name, 256 * MIB) as job:
+        qpn = send_qp(name)
+        time.sleep(0.5)
+        run_cli("fail", *target, *args, "-l", name)
+        plane = int(target[1]) if target[0] == "plane" else int(target[0][1])
+        if args[1] == "down":
+            # The port-down signal keeps the engine off the plane at both ends.
+            with nic.NicMaps.open(name) as maps:
+                wait_for(lambda: maps.port_bitmap(0) >> plane & 1, lambda up: not up)
+                wait_for(lambda: maps.sq(qpn).peer_ports >> plane & 1, lambda up: not up)
+        bad = wait_for(
             lambda: ev_states(name, qpn),
-            lambda c: c[(plane, "GOOD")] >= 28,
-            timeout=3.0,
+            lambda c: (
+                c[(plane, "ASSUMED_BAD")]
+                >= (32 if args[1] == "blackhole" and target[0] == "plane" else 1)
+            ),
         )
-    results = job.stop()
-    assert all(q["state"] == "RTS" for q in results[-1]["qps"])
+        # The fault stays local: most EVs of the other planes stay GOOD (a few may
+        # be blamed wrongly for a moment when scheduling delays one path's packets
+        # beyond the reorder window; probes give them back).
+        assert sum(n for (p, s), n in bad.items() if p != plane and s == "GOOD") >= 80, bad
+        time.sleep(0.3)
+        run_cli("heal", "--all", "-l", name)
+        if "loss" not in args:  # under 20% loss some EVs may go bad again at any time
+            wait_for(
+                lambda: ev_states(name, qpn),
+                lambda c: c[(plane, "GOOD")] >= 28,
+                timeout=3.0,
+            )
+        results = job.stop()
+        assert all(q["state"] == "RTS" for q in results[-1]["qps"])
 
 
 def test_a_plane_that_dies_under_a_small_window_needs_no_timeout(default_lab):
@@ -298,29 +298,29 @@ def test_evs_of_a_blackholed_link_are_replaced_by_evs_around_it(default_lab):
     its EVs again, while the fault lasts."""
     name = default_lab.lab
     since = ctl.call(name, ctl.EVENTS_SERVICE, eventops.Ping()).seq
-    job = Repeating(name, 256 * MIB)
-    qpn = send_qp(name)
-    time.sleep(0.3)
-    with nic.NicMaps.open(name) as maps:
-        profile = set(maps.sq(qpn).evs)
-    run_cli("fail", "p1.t1a-t0a", "--mode", "blackhole", "-l", name)
-    wait_for(lambda: ev_states(name, qpn), lambda c: c[(1, "ASSUMED_BAD")] >= 4)
-    healed = wait_for(lambda: ev_states(name, qpn), lambda c: c[(1, "GOOD")] >= 30, timeout=10)
-    assert state.open_lab(name)[0].faults, "the fault is still in force"
-    with nic.NicMaps.open(name) as maps:
-        now = maps.sq(qpn).evs
-    assert len(now) == 128 and len(set(now) - profile) >= 4, healed
-    read = eventops.Read(since=since, types=["ev_replaced"], max=10000)
-    replaced = ctl.call(name, ctl.EVENTS_SERVICE, read).events
-    # Mostly plane 1's. An EV of another plane can be blamed for a loss too
-    # (the SACKs of any plane may return through plane 1, or come late on a
-    # loaded machine) and be replaced if its probes do not clear it in time.
-    on_plane1 = [e for e in replaced if e["plane"] == 1]
-    assert len(on_plane1) >= 4 and len(on_plane1) > len(replaced) / 2, replaced
-    assert {e["new_ev"] for e in replaced} >= set(now) - profile
-    run_cli("heal", "--all", "-l", name)
-    results = job.stop()
-    assert 0.15 < plane_share(results, 1) < 0.35, [r["per_plane_share"] for r in results]
+    with Repeating(name, 256 * MIB) as job:
+        qpn = send_qp(name)
+        time.sleep(0.3)
+        with nic.NicMaps.open(name) as maps:
+            profile = set(maps.sq(qpn).evs)
+        run_cli("fail", "p1.t1a-t0a", "--mode", "blackhole", "-l", name)
+        wait_for(lambda: ev_states(name, qpn), lambda c: c[(1, "ASSUMED_BAD")] >= 4)
+        healed = wait_for(lambda: ev_states(name, qpn), lambda c: c[(1, "GOOD")] >= 30, timeout=10)
+        assert state.open_lab(name)[0].faults, "the fault is still in force"
+        with nic.NicMaps.open(name) as maps:
+            now = maps.sq(qpn).evs
+        assert len(now) == 128 and len(set(now) - profile) >= 4, healed
+        read = eventops.Read(since=since, types=["ev_replaced"], max=10000)
+        replaced = ctl.call(name, ctl.EVENTS_SERVICE, read).events
+        # Mostly plane 1's. An EV of another plane can be blamed for a loss too
+        # (the SACKs of any plane may return through plane 1, or come late on a
+        # loaded machine) and be replaced if its probes do not clear it in time.
+        per_plane = collections.Counter(e["plane"] for e in replaced)
+        assert per_plane[1] >= 4 and per_plane.most_common(1)[0][0] == 1, per_plane
+        assert {e["new_ev"] for e in replaced} >= set(now) - profile
+        run_cli("heal", "--all", "-l", name)
+        results = job.stop()
+        assert 0.15 < plane_share(results, 1) < 0.35, [r["per_plane_share"] for r in results]
 
 
 def test_events_tell_the_fault_the_ev_states_and_the_heal(default_lab):
@@ -328,46 +328,48 @@ def test_events_tell_the_fault_the_ev_states_and_the_heal(default_lab):
     (from the NIC's ring buffer, with the QP's host), their return, the heal."""
     name = default_lab.lab
     since = ctl.call(name, ctl.EVENTS_SERVICE, eventops.Ping()).seq
-    job = Repeating(name, 256 * MIB)
-    qpn = send_qp(name)
-    time.sleep(0.3)
-    run_cli("fail", "plane", "3", "--mode", "blackhole", "-l", name)
-    time.sleep(0.3)
-    healing = time.time()  # the heal's event is posted once every link is back
-    run_cli("heal", "--all", "-l", name)
-    wait_for(lambda: ev_states(name, qpn), lambda c: c[(3, "GOOD")] >= 1, timeout=5)
-    job.stop()
-    p = run_cli("events", "--since", str(since), "--format", "jsonl", "-l", name)
-    events = [json.loads(line) for line in p.stdout.splitlines()]
-    kinds = [e["type"] for e in events]
-    assert "fault" in kinds and "heal" in kinds
-    fault = events[kinds.index("fault")]
-    assert (fault["target"], fault["mode"]) == ("plane 3", "blackhole")
-    assert [e["seq"] for e in events] == sorted(e["seq"] for e in events)
-    # The CLI posts a fault once it is in force, so the NIC's first reports of
-    # it may come before it in the log: compare times (the fault's is taken
-    # before it is enforced), not sequence numbers.
-    changes = [e for e in events if e["type"] == "ev_state" and e["time"] >= fault["time"]]
-    plane3 = {ev for ev, plane in default_evs().items() if plane == 3}
-    went_bad = {e["ev"] for e in changes if e["new_state"] == "ASSUMED_BAD"} & plane3
-    assert len(went_bad) >= 16, "the blackholed plane's EVs were reported"
-    back = {e["ev"] for e in changes if e["new_state"] == "GOOD"} & went_bad
-    assert back, "probes brought them back after the heal (none can pass a blackhole)"
-    assert all(e["host"] == "h0" for e in events if e["type"] == "ev_state")
-    assert "loss" not in kinds, "per-PSN records only with --all"
-    # While plane 3 is blackholed whole, none of its EVs is replaced: fresh
-    # ones would fail the same way. (Before and after, an EV blamed wrongly on
-    # a loaded machine may be.)
-    replaced = [
-        e
-        for e in events
-        if e["type"] == "ev_replaced" and e["plane"] == 3 and fault["time"] <= e["time"] <= healing
-    ]
-    assert not replaced, replaced
-    # The table form: one line per event, with the plane's fault in words.
-    table = run_cli("events", "--since", str(since), "--type", "fault,heal", "-l", name).stdout
-    assert any("plane 3" in line and "blackhole" in line for line in table.splitlines())
-    assert sum("plane 3" in line for line in table.splitlines()) == 2
+    with Repeating(name, 256 * MIB) as job:
+        qpn = send_qp(name)
+        time.sleep(0.3)
+        run_cli("fail", "plane", "3", "--mode", "blackhole", "-l", name)
+        time.sleep(0.3)
+        healing = time.time()  # the heal's event is posted once every link is back
+        run_cli("heal", "--all", "-l", name)
+        wait_for(lambda: ev_states(name, qpn), lambda c: c[(3, "GOOD")] >= 1, timeout=5)
+        job.stop()
+        p = run_cli("events", "--since", str(since), "--format", "jsonl", "-l", name)
+        events = [json.loads(line) for line in p.stdout.splitlines()]
+        kinds = [e["type"] for e in events]
+        assert "fault" in kinds and "heal" in kinds
+        fault = events[kinds.index("fault")]
+        assert (fault["target"], fault["mode"]) == ("plane 3", "blackhole")
+        assert [e["seq"] for e in events] == sorted(e["seq"] for e in events)
+        # The CLI posts a fault once it is in force, so the NIC's first reports of
+        # it may come before it in the log: compare times (the fault's is taken
+        # before it is enforced), not sequence numbers.
+        changes = [e for e in events if e["type"] == "ev_state" and e["time"] >= fault["time"]]
+        plane3 = {ev for ev, plane in default_evs().items() if plane == 3}
+        went_bad = {e["ev"] for e in changes if e["new_state"] == "ASSUMED_BAD"} & plane3
+        assert len(went_bad) >= 16, "the blackholed plane's EVs were reported"
+        back = {e["ev"] for e in changes if e["new_state"] == "GOOD"} & went_bad
+        assert back, "probes brought them back after the heal (none can pass a blackhole)"
+        assert all(e["host"] == "h0" for e in events if e["type"] == "ev_state")
+        assert "loss" not in kinds, "per-PSN records only with --all"
+        # While plane 3 is blackholed whole, none of its EVs is replaced: fresh
+        # ones would fail the same way. (Before and after, an EV blamed wrongly on
+        # a loaded machine may be.)
+        replaced = [
+            e
+            for e in events
+            if e["type"] == "ev_replaced"
+            and e["plane"] == 3
+            and fault["time"] <= e["time"] <= healing
+        ]
+        assert not replaced, replaced
+        # The table form: one line per event, with the plane's fault in words.
+        table = run_cli("events", "--since", str(since), "--type", "fault,heal", "-l", name).stdout
+        assert any("plane 3" in line and "blackhole" in line for line in table.splitlines())
+        assert sum("plane 3" in line for line in table.splitlines()) == 2
 
 
 def default_evs() -> dict[int, int]:
