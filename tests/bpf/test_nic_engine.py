@@ -976,10 +976,14 @@ def test_program_engine_maps_use_the_pythonstruct_layout(program, map_name, view
 # ---- cost of one engine run ------------------------------------------------------------------
 
 
-def test_engine_run_time(program, maps, sq, capsys):
-    """ns per engine run, from BPF_PROG_TEST_RUN's duration (not live: no transmission)."""
+@pytest.mark.parametrize("auth", [False, True], ids=["plain", "macd"])
+def test_engine_run_time(program, maps, sq, capsys, auth):
+    """ns per engine run, from BPF_PROG_TEST_RUN's duration (not live: no
+    transmission); with a key, each packet's SipHash MAC included (its cost is
+    the difference: docs/nic-program.md, "Per-packet authentication")."""
     maps.set_region(SRC_REGION, first_elem=0, n_elems=SRC_ELEMS, rkey=0x5555)
-    setup_sq(maps, mpr=nic.MPR_MAX, evs={0xD000 + i: i % 2 for i in range(16)})
+    key = bytes(range(16)) if auth else None
+    setup_sq(maps, mpr=nic.MPR_MAX, evs={0xD000 + i: i % 2 for i in range(16)}, auth_key=key)
     for _ in range(16):
         post(maps, SRC_ELEMS * CE)
     runs = nic.MPR_MAX * w.MPR_UNIT
@@ -991,7 +995,8 @@ def test_engine_run_time(program, maps, sq, capsys):
     assert delta(before, maps.counters())["kick_idle"] == runs
     with capsys.disabled():
         print(
-            f"\n  engine run (kick, not live): {sending} ns sending a 1 KiB packet, {idle} ns idle"
+            f"\n  engine run (kick, not live{', MAC' if auth else ''}): {sending} ns sending "
+            f"a 1 KiB packet, {idle} ns idle"
         )
 
 
