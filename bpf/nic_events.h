@@ -45,6 +45,13 @@ static __always_inline void cq_write(__u32 cq, void *recs, __u32 n)
 		return;
 	}
 	count(NIC_CNT_CQ_OVERRUN, n);
+	if (ring) { /* full: the CQ's own record of it, which puts the CQ in error */
+		__u32 idx = cq - 1;
+		__u64 *lost = nic_cq_lost_lookup(&idx);
+
+		if (lost)
+			__sync_fetch_and_add(lost, n);
+	}
 }
 
 /* NIC_EV_EV_STATE: EV ev of QP qpn went from old to new. */

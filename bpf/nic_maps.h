@@ -45,6 +45,9 @@ BPF_RINGBUF_OUTPUT(nic_cq_template, NIC_CQ_RING_PAGES);
  * and poll; user space puts their fds here, BPF writes completion records.
  * (BPF_ARRAY_OF_MAPS with a __u32 key: the macro's is int.) */
 BPF_TABLE("array_of_maps$nic_cq_template", __u32, int, nic_cq_rings, NIC_MAX_CQS);
+/* Completions each CQ lost (index CQ - 1): its ring was full. Mmapable: the
+ * library sees its CQ overrun (IBV_EVENT_CQ_ERR) without a syscall. */
+BPF_F_TABLE("array", __u32, __u64, nic_cq_lost, NIC_MAX_CQS, BPF_F_MMAPABLE);
 /* Send queues of the send QPs (struct nic_sq.ring), mmapable: user space posts WQEs. */
 BPF_F_TABLE("array", __u32, struct nic_wq, nic_wq, NIC_TX_RINGS, BPF_F_MMAPABLE);
 /* Host port addresses, key = host * NIC_MAX_PLANES + plane: the data packets' MACs; user space. */

@@ -86,6 +86,10 @@ static __always_inline void *nic_cq_rings_lookup(__u32 *k)
 {
 	return nic_cq_rings.lookup(k);
 }
+static __always_inline __u64 *nic_cq_lost_lookup(__u32 *k)
+{
+	return nic_cq_lost.lookup(k);
+}
 static __always_inline struct nic_wq *nic_wq_lookup(__u32 *k)
 {
 	return nic_wq.lookup(k);

@@ -13,10 +13,13 @@ CQ_OVERRUN). docs/nic-program.md, "Completion queues".
 from __future__ import annotations
 
 import contextlib
+import mmap
 
 from mrc_nic.kernel import bpfsys, pins
-from mrc_nic.nic.layout import BPF_MAP_TYPE_RINGBUF, CQ_RINGS_MAP
+from mrc_nic.nic.layout import BPF_MAP_TYPE_RINGBUF, CQ_LOST_MAP, CQ_RINGS_MAP
 from mrc_nic.nic.maps_base import u32_key
+
+CQ_LOST_BYTES = 8  # a __u64 per CQ
 
 
 class CqMaps:
@@ -45,6 +48,29 @@ class CqMaps:
         pins.check_range("index", index, self.max_cqs - 1)
         with contextlib.suppress(FileNotFoundError):
             bpfsys.map_delete(self._fds[CQ_RINGS_MAP], u32_key(index))
+
+    def cq_lost_memory(self) -> mmap.mmap:
+        """nic_cq_lost mapped into this process (read-only): completions each CQ
+        lost to a full ring, a __u64 per index."""
+        if self._cq_lost is None:
+            self._cq_lost = mmap.mmap(
+                self._fds[CQ_LOST_MAP],
+                self.max_cqs * CQ_LOST_BYTES,
+                flags=mmap.MAP_SHARED,
+                prot=mmap.PROT_READ,
+            )
+        return self._cq_lost
+
+    def cq_lost(self, index: int) -> int:
+        """Completions CQ index + 1 lost because its ring was full."""
+        pins.check_range("index", index, self.max_cqs - 1)
+        at = index * CQ_LOST_BYTES
+        return int.from_bytes(self.cq_lost_memory()[at : at + CQ_LOST_BYTES], "little")
+
+    def reset_cq_lost(self, index: int) -> None:
+        """A new CQ at index starts with nothing lost."""
+        pins.check_range("index", index, self.max_cqs - 1)
+        bpfsys.map_update(self._fds[CQ_LOST_MAP], u32_key(index), bytes(CQ_LOST_BYTES))
 
     def cq_ring_id(self, index: int) -> int | None:
         """The map id of the ring at index (bpf(2) gives ids, not fds), or None."""

@@ -34,6 +34,7 @@ RX_SLOTS_MAP = "nic_rx_slots"
 # template whose size an application's ring buffer takes (docs/nic-program.md, "Completion queues").
 CQ_RINGS_MAP = "nic_cq_rings"
 CQ_TEMPLATE_MAP = "nic_cq_template"
+CQ_LOST_MAP = "nic_cq_lost"  # completions each CQ lost to a full ring (mmapable)
 # Reverse EV sets of the receive QPs and their probes' replies (docs/nic-program.md).
 REV_EVS_MAP = "nic_rev_evs"
 REV_PROBES_MAP = "nic_rev_probes"
@@ -55,6 +56,7 @@ MAP_PINS = (
     RX_LOCKS_MAP,
     CQ_RINGS_MAP,
     CQ_TEMPLATE_MAP,
+    CQ_LOST_MAP,
     REV_EVS_MAP,
     REV_PROBES_MAP,
 )

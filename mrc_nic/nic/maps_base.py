@@ -72,6 +72,7 @@ class MapsBase:
         self._mr: mmap.mmap | None = None
         self._ring: mmap.mmap | None = None
         self._wq: mmap.mmap | None = None
+        self._cq_lost: mmap.mmap | None = None
         self._prog_fd: int | None = None
 
     @classmethod
@@ -107,13 +108,13 @@ class MapsBase:
         self.close()
 
     def close(self) -> None:
-        for view in (self._mr, self._ring, self._wq):
+        for view in (self._mr, self._ring, self._wq, self._cq_lost):
             if view is not None:
                 # A caller's memoryview (an MR's buffer, a numpy array over it)
                 # keeps its mapping alive until released; the fds go now.
                 with contextlib.suppress(BufferError):
                     view.close()
-        self._mr = self._ring = self._wq = None
+        self._mr = self._ring = self._wq = self._cq_lost = None
         program.close_fds(self._fds)
         if self._prog_fd is not None:
             os.close(self._prog_fd)

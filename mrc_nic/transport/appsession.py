@@ -244,6 +244,11 @@ class AppSessions:
         if not isinstance(req.cqe, int) or not 1 <= req.cqe <= most:
             raise _einval(f"cqe must be 1..{most} (a CQ ring holds {most} completions)")
         cq = self.cq_slots.take()
+        try:
+            self.maps.reset_cq_lost(cq)  # an earlier CQ's overrun is not this one's
+        except BaseException:
+            self.cq_slots.give(cq)
+            raise
         session.cqs.add(cq)
         return appops.CreateCqReply(cq=cq)
 

@@ -63,6 +63,7 @@ class CQ:
             self._fd = ctx.maps.create_cq_ring()
             ctx.maps.set_cq_ring(self.index, self._fd)
             self._ring = nic.EventReader(self._fd)  # the mapped ring, read without syscalls
+            self._lost = ctx.maps.cq_lost_memory()  # what the NIC lost to a full ring
         except (OSError, ValueError) as e:
             if self._fd >= 0:
                 os.close(self._fd)  # the daemon clears the ring's slot with the CQ
@@ -84,7 +85,21 @@ class CQ:
         ready = self._ready
         while ready and len(out) < num_entries:
             out.append(ready.popleft())
+        if not out:  # what was read before an overrun is delivered first
+            self._check_overrun()
         return out
+
+    def _check_overrun(self) -> None:
+        at = self.index * 8
+        lost = int.from_bytes(self._lost[at : at + 8], "little")
+        if lost:
+            raise VerbsError(
+                "poll_cq",
+                errno.EOVERFLOW,
+                f"CQ {self.index} overran: the NIC lost {lost} completion(s) to its full ring, "
+                "and the CQ is in error (IBV_EVENT_CQ_ERR); destroy it, and poll more often "
+                "or signal fewer WRs",
+            )
 
     def _drain(self) -> None:
         """Every record in the ring to its QP, which turns it into WCs here."""

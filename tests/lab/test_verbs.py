@@ -348,3 +348,30 @@ def test_a_small_post_rings_the_doorbell_port_and_a_large_one_a_live_frames_run(
     (wc,) = poll_n(a.scq, 1)
     assert (wc.wr_id, wc.status) == (41, WcStatus.SUCCESS)
     assert doorbell_frames(lab, "h0") == before + 1
+
+
+def test_a_cq_that_overruns_is_in_error_after_what_it_held(default_lab):
+    """A CQ never polled while more signaled WRs complete than its ring holds:
+    the NIC loses the rest and counts them for that CQ; polling delivers what
+    the ring held, then fails with EOVERFLOW (IBV_EVENT_CQ_ERR), never silently."""
+    a, b = Side(default_lab.lab, "h0", max_send_wr=4096), Side(default_lab.lab, "h1")
+    try:
+        connect(a, b)
+        index = a.scq.index
+        deadline = time.monotonic() + 30
+        posted = 0
+        while a.ctx.maps.cq_lost(index) == 0 and time.monotonic() < deadline:
+            a.qp.post_send(write(a, b, 0, 0, wr_id=posted, send_flags=SendFlags.SIGNALED))
+            posted += 1
+        lost = a.ctx.maps.cq_lost(index)
+        assert lost > 0, f"{posted} WRs completed into the CQ and none was lost"
+        held = []
+        with pytest.raises(verbs.VerbsError, match="overran") as e:
+            while True:
+                held += a.scq.poll(64)
+        assert e.value.errno == errno.EOVERFLOW
+        assert held and [wc.wr_id for wc in held] == list(range(len(held)))  # in order
+        assert all(wc.status == WcStatus.SUCCESS for wc in held)
+    finally:
+        a.close()
+        b.close()
