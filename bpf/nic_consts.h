@@ -37,6 +37,10 @@ _Static_assert((NIC_MAX_REGIONS & (NIC_MAX_REGIONS - 1)) == 0, "NIC_MAX_REGIONS 
 /* A receive QP whose region is this takes the region a WRITE's rkey names
  * (rkey & (NIC_MAX_REGIONS - 1)), if its host owns it: verbs' rkey lookup. */
 #define NIC_REGION_BY_RKEY 0xFFFFFFFFU
+/* struct nic_rq.region of a QP that takes no WRITE (its access flags lack
+ * REMOTE_WRITE): no region has this id, so every WRITE with a payload is a
+ * remote access error, as for a wrong rkey. */
+#define NIC_REGION_NONE 0xFFFFFFFEU
 
 /* Host ids 0 .. NIC_MAX_HOSTS-1 (host h is .h+1 in its plane's /24). */
 #ifndef NIC_MAX_HOSTS

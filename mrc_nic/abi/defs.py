@@ -203,6 +203,7 @@ NIC_MAX_QPS = 4096  # tunable: the loader may override it
 NIC_MR_ELEMS = 0x10000  # tunable: the loader may override it
 NIC_MAX_REGIONS = 256  # tunable: the loader may override it
 NIC_REGION_BY_RKEY = 0xffffffff
+NIC_REGION_NONE = 0xfffffffe
 NIC_MAX_HOSTS = 256  # tunable: the loader may override it
 NIC_MAX_PLANES = 16  # tunable: the loader may override it
 NIC_HOST_NET = 0xc6120000  # tunable: the loader may override it

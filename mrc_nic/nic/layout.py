@@ -110,6 +110,7 @@ QPN_INDEX_SPAN = 1 << 16  # a QPN is host << 16 | index (mrc_nic.transport.hostm
 DEFAULT_MR_ELEMS = defs.NIC_MR_ELEMS  # 64 MiB
 DEFAULT_MAX_REGIONS = defs.NIC_MAX_REGIONS
 REGION_BY_RKEY = defs.NIC_REGION_BY_RKEY  # a receive QP whose WRITEs name their MR by rkey
+REGION_NONE = defs.NIC_REGION_NONE  # a receive QP that takes no WRITE (no REMOTE_WRITE access)
 MAX_HOSTS = defs.NIC_MAX_HOSTS
 MAX_PLANES = defs.NIC_MAX_PLANES
 DEFAULT_HOST_NET = "198.18.0.0/16"

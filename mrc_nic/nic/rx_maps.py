@@ -18,6 +18,7 @@ from mrc_nic.nic.layout import (
     MSG_F_VALID,
     MSG_SLOTS,
     REGION_BY_RKEY,
+    REGION_NONE,
     RQ_TAG_USED,
     RX_LOCK_SIZE,
     RX_LOCKS_MAP,
@@ -71,7 +72,7 @@ class RxQpMaps:
         pins.check_range("local_host", local_host, MAX_HOSTS - 2)
         pins.check_range("peer_host", peer_host, MAX_HOSTS - 2)
         pins.check_range("peer_qpn", peer_qpn, wireconst.QPN_MASK)
-        if region != REGION_BY_RKEY:  # else: the rkey of each WRITE names its MR
+        if region not in (REGION_BY_RKEY, REGION_NONE):  # else: rkey names the MR, or none
             pins.check_range("region", region, self.max_regions - 1)
         if not (isinstance(mpr, int) and 1 <= mpr <= MPR_MAX):
             raise ValueError(f"mpr must be an integer in [1, {MPR_MAX}], not {mpr!r}")

@@ -462,7 +462,10 @@ class AppSessions:
                 local_host=self.index,
                 peer_host=dest_host,
                 peer_qpn=dest_qpn,
-                region=nic.REGION_BY_RKEY,
+                # without REMOTE_WRITE access (INIT) the QP takes no WRITE at all
+                region=(
+                    nic.REGION_BY_RKEY if aq.access & ACCESS_REMOTE_WRITE else nic.REGION_NONE
+                ),
                 mpr=mpr,
                 psn=rq_psn,
                 cq=aq.recv_cq + 1,

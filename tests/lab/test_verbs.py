@@ -322,6 +322,27 @@ def test_an_mr_without_remote_write_refuses_writes(pair, default_lab):
     assert bytes(local_only.buf) == bytes(4 * KIB)
 
 
+def test_a_qp_without_remote_write_access_takes_no_write(default_lab):
+    """qp_access_flags are the QP's, too: a receive QP moved to INIT with
+    LOCAL_WRITE only refuses a WRITE into an MR that would take it
+    (remote access error at the sender, nothing written)."""
+    a, b = Side(default_lab.lab, "h0"), Side(default_lab.lab, "h1")
+    try:
+        a.qp.to_init()
+        b.qp.to_init(verbs.Access.LOCAL_WRITE)
+        a.qp.to_rtr(b.qp.qp_num, b.ctx.gid())
+        b.qp.to_rtr(a.qp.qp_num, a.ctx.gid())
+        a.qp.to_rts()
+        assert b.qp.query()["access"] == int(verbs.Access.LOCAL_WRITE)
+        a.mr.buf[:KIB] = b"\x5a" * KIB
+        a.qp.post_send(write(a, b, 0, KIB, wr_id=7, send_flags=SendFlags.SIGNALED))
+        assert [(wc.wr_id, wc.status) for wc in poll_n(a.scq, 1)] == [(7, WcStatus.REM_ACCESS_ERR)]
+        assert bytes(b.mr.buf[:KIB]) == bytes(KIB), "nothing was written"
+    finally:
+        a.close()
+        b.close()
+
+
 def doorbell_frames(lab: str, host: str) -> int:
     """Frames the host's doorbell port took (its NIC end's rx_packets)."""
     from mrc_nic.kernel import netns
