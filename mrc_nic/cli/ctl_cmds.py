@@ -379,6 +379,12 @@ def ev_probe(host, dsts, evs, port, timeout, tc, lab, fmt):
             p = ev_port or port
             if not p and ev >= AUTO_EV_BASE:
                 p = (ev - AUTO_EV_BASE) % topo.planes + 1
+            if not p:
+                raise click.BadParameter(
+                    f"EV {ev} is not an AUTO EV (from {AUTO_EV_BASE}): give its port, "
+                    f"--port N or {ev}@PORT",
+                    param_hint="--ev",
+                )
             req_id = len(reqs)
             reqs.append({"req_id": req_id, "dgid": dgid, "req_ev": {"val": ev, "port": p}})
             rows.append({"req_id": req_id, "dst": dst, "ev": ev, "port": p})

@@ -179,13 +179,18 @@ class EpProber:
                 f"slots free for {len(probes)}: retry later",
             )
         batch = Batch(conn, 0, [])
-        for p in probes:
-            slot = self._free.pop(0)
-            self._gen = (self._gen + 1) & (wireconst.PSN_MASK // EP_SLOTS)
-            psn = self._gen * EP_SLOTS + slot
-            tx_ts = self._send(p, psn, req.req_tc)
-            dst_ip = self.topo.host_address(p.dst_host, p.plane).packed
-            batch.sent.append(Sent(p, slot, psn, tx_ts, int.from_bytes(dst_ip, "little")))
+        taken = self._free[: len(probes)]
+        del self._free[: len(probes)]
+        try:
+            for p, slot in zip(probes, taken, strict=True):
+                self._gen = (self._gen + 1) & (wireconst.PSN_MASK // EP_SLOTS)
+                psn = self._gen * EP_SLOTS + slot
+                tx_ts = self._send(p, psn, req.req_tc)
+                dst_ip = self.topo.host_address(p.dst_host, p.plane).packed
+                batch.sent.append(Sent(p, slot, psn, tx_ts, int.from_bytes(dst_ip, "little")))
+        except BaseException:
+            self._free.extend(taken)  # nothing of the batch waits: its slots are free again
+            raise
         batch.deadline_ns = time.monotonic_ns() + req.rsp_timeout
         self.batches.append(batch)
         return batch

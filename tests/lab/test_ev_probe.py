@@ -88,4 +88,6 @@ def test_cli_reports_each_probe_answered_or_not(default_lab):
     bad = run_cli("ev", "probe", "h0", "--dst", "h9", "--ev", "1", "--lab", lab, check=False)
     assert bad.returncode == 2 and "no host of lab" in bad.stderr
     bad = run_cli("ev", "probe", "h0", "--dst", "h1", "--ev", "1", "--lab", lab, check=False)
-    assert bad.returncode == 1 and bad.stderr.count("\n") == 1 and "req_ev.port" in bad.stderr
+    assert bad.returncode == 2 and "--port N or 1@PORT" in bad.stderr
+    bad = run_cli("ev", "probe", "h0", "--dst", "h0", "--ev", "49152", "--lab", lab, check=False)
+    assert bad.returncode == 1 and bad.stderr.count("\n") == 1 and "this host" in bad.stderr
