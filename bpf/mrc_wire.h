@@ -283,6 +283,16 @@ _Static_assert(sizeof(struct mrc_probe_ext) == 16, "struct mrc_probe_ext layout 
  * probe tests a reverse EV (receiver -> sender): it addresses the peer's send
  * QP, and is answered in place (mrc-nic extension; wire-format.md) */
 #define MRC_PROBE_F_REVERSE 0x80
+/* flag of an endpoint PROBE_REPLY: its ICRC slot holds the responder's service
+ * time, ns (from the PROBE's dispatch to the reply's send; mrc-nic extension) */
+#define MRC_PROBE_F_SVC 0x40
+
+/* The endpoint QPN: a PROBE to it is a controller's connectionless EV probe
+ * (OCP mrc_ctl_ep_batch_send_wait, MRC_CTL_EP_OP_EV_PROBE), answered by the
+ * NIC without a QP, its PROBE_REPLY addressed to it as well. No QP has this
+ * number (QPNs are host << 16 | index, index below 0xFFFF). mrc-nic extension:
+ * how an EV probe is addressed is the implementation's. */
+#define MRC_EP_QPN 0xFFFFFFU
 
 /* ---- Header stacks and sizes -------------------------------------------- */
 

@@ -497,9 +497,11 @@ static __always_inline int rx_probe_reply(struct xdp_md *ctx, struct mrc_pkt *p)
 		return verdict;
 	if (parse_probe_ext(&p->c, p->end, &pe))
 		return drop(NIC_CNT_DROP_TRUNCATED);
+	qpn = bpf_ntohl(p->bth->qpn) & MRC_BTH_QPN_MASK;
+	if (qpn == MRC_EP_QPN) /* to one of our endpoint probes (nic_answers.h) */
+		return rx_ep_probe_reply(p, pe);
 	if (pe->flags & MRC_PROBE_F_REVERSE) /* for a receive QP's reverse EV (nic_answers.h) */
 		return rx_rev_probe_reply(p, pe);
-	qpn = bpf_ntohl(p->bth->qpn) & MRC_BTH_QPN_MASK;
 	verdict = tx_qp_check(p, qpn, &sq);
 	if (verdict != PKT_GO)
 		return verdict;

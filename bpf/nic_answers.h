@@ -270,6 +270,128 @@ static __always_inline int probe_len_ok(struct mrc_pkt *p)
 	return PKT_GO;
 }
 
+/* Turn a PROBE around into its PROBE_REPLY to qpn, with what it echoes
+ * (read before: turn_around overwrites the PROBE). The frame, or NULL. */
+static __always_inline struct probe_frame *probe_reply_frame(struct xdp_md *ctx,
+							     const struct answer_route *r,
+							     __u32 qpn, __be32 apsn, __be64 tx_ts,
+							     __be16 ev, __u8 flags, __u32 ports)
+{
+	struct probe_frame *f = turn_around(ctx, r, sizeof(*f));
+
+	if (!f)
+		return NULL;
+	f->bth.opcode = MRC_OP_PROBE_REPLY;
+	f->bth.flags = 0;
+	f->bth.pkey = bpf_htons(MRC_PKEY_DEFAULT);
+	f->bth.qpn = bpf_htonl(qpn & MRC_BTH_QPN_MASK);
+	f->bth.apsn = apsn;
+	__builtin_memset(&f->probe, 0, sizeof(f->probe));
+	f->probe.tx_ts = tx_ts;
+	f->probe.ev = ev;
+	f->probe.flags = flags;
+	f->probe.port_bitmap = bpf_htonl(ports);
+	f->icrc = MRC_ICRC_UNUSED;
+	return f;
+}
+
+/* ---- Endpoint probes (MRC_EP_QPN): a controller's, no QP ---------------- */
+
+/*
+ * The addresses of an endpoint probe or its reply: to a host of the lab
+ * (*host, on *plane) from another host on the same plane. 1 if so. Without a
+ * QP there is no peer to check against; the lab's address plan is the check.
+ */
+static __always_inline int ep_addrs(const struct mrc_pkt *p, __u32 *host, __u32 *plane)
+{
+	__u32 d = bpf_ntohl(p->ip->daddr) - NIC_HOST_NET;
+	__u32 s = bpf_ntohl(p->ip->saddr) - NIC_HOST_NET;
+
+	*plane = d >> 8;
+	*host = (d & 0xff) - 1; /* .0 wraps to 0xffffffff: refused below */
+	return *plane < NIC_MAX_PLANES && *host < NIC_MAX_HOSTS && (s >> 8) == *plane &&
+	       (s & 0xff) - 1 < NIC_MAX_HOSTS && s != d;
+}
+
+/*
+ * A controller's EV probe (mrc_ctl_ep_batch_send_wait): answered in place,
+ * out of the port it came in on (the reply tests nothing, it must come back),
+ * with a PROBE_REPLY to MRC_EP_QPN echoing tx_ts, ev and the probe number,
+ * the ECN the probe saw, this host's port bitmap, and (MRC_PROBE_F_SVC) the
+ * time this answer took, ns, in the ICRC slot: the prober takes it off the
+ * round trip (adj_svc_time). No QP, no receive state.
+ */
+static __always_inline int rx_ep_probe(struct xdp_md *ctx, struct mrc_pkt *p,
+				       struct mrc_probe_ext *pe)
+{
+	__u64 start = bpf_ktime_get_ns();
+	__u32 host, plane, port_bitmap;
+	__u8 flags = MRC_PROBE_F_SVC;
+	struct answer_route route;
+	struct probe_frame *f;
+	__be32 apsn;
+	__be64 tx_ts;
+	__be16 ev;
+
+	if (!ep_addrs(p, &host, &plane))
+		return drop(NIC_CNT_DROP_SPOOFED);
+	apsn = p->bth->apsn & bpf_htonl(MRC_BTH_PSN_MASK); /* A = 0 */
+	tx_ts = pe->tx_ts;
+	ev = pe->ev;
+	if ((p->ip->tos & MRC_ECN_MASK) == MRC_ECN_CE)
+		flags |= MRC_ACK_F_ECN;
+	port_bitmap = host_ports(host);
+	route_in_place(&route, p);
+
+	f = probe_reply_frame(ctx, &route, MRC_EP_QPN, apsn, tx_ts, ev, flags, port_bitmap);
+	if (!f)
+		return XDP_DROP;
+	count(NIC_CNT_PROBE_REPLY, 1);
+	count(NIC_CNT_EP_PROBE, 1);
+	f->icrc = bpf_htonl((__u32)(bpf_ktime_get_ns() - start));
+	return XDP_TX;
+}
+
+/*
+ * The PROBE_REPLY to one of this host's endpoint probes: recorded in slot
+ * psn % NIC_EP_SLOTS of the host's nic_ep_probes entry, with its arrival
+ * time, for the daemon that sent the probe (it matches psn and tx_ts, and
+ * works out the RTT); consumed.
+ */
+static __always_inline int rx_ep_probe_reply(struct mrc_pkt *p, struct mrc_probe_ext *pe)
+{
+	__u64 now = bpf_ktime_get_ns();
+	__u32 host, plane, psn, svc = 0;
+	struct nic_ep_probes *eps;
+	struct nic_ep_probe *e;
+	__be32 *icrc = (void *)(pe + 1);
+
+	if (!ep_addrs(p, &host, &plane))
+		return drop(NIC_CNT_DROP_SPOOFED);
+	if ((void *)(icrc + 1) > p->end) /* probe_len_ok saw it: for the verifier */
+		return drop(NIC_CNT_DROP_TRUNCATED);
+	eps = nic_ep_probes_lookup(&host);
+	if (!eps)
+		return drop(NIC_CNT_DROP_UNKNOWN_QP);
+	if (pe->flags & MRC_PROBE_F_SVC)
+		svc = bpf_ntohl(*icrc);
+	psn = bpf_ntohl(p->bth->apsn) & MRC_BTH_PSN_MASK;
+	e = &eps->slots[psn & (NIC_EP_SLOTS - 1)];
+	/* Plain stores: one daemon has one probe per slot outstanding. */
+	e->tx_ts = bpf_ntohll(pe->tx_ts);
+	e->psn = psn;
+	e->svc_ns = svc;
+	e->src_ip = p->ip->saddr;
+	e->port_bitmap = bpf_ntohl(pe->port_bitmap);
+	e->ev = bpf_ntohs(pe->ev);
+	e->plane = plane;
+	e->flags = pe->flags;
+	e->rx_ns = now;
+	count(NIC_CNT_PROBE_REPLY_CONSUMED, 1);
+	count(NIC_CNT_EP_PROBE_REPLY, 1);
+	return XDP_DROP;
+}
+
 /*
  * A PROBE, answered in place with a PROBE_REPLY echoing tx_ts, ev and the
  * probe number (BTH.psn), with the ECN the probe saw and our port bitmap.
@@ -296,6 +418,8 @@ static __always_inline int rx_probe(struct xdp_md *ctx, struct mrc_pkt *p)
 	if (parse_probe_ext(&p->c, p->end, &pe))
 		return drop(NIC_CNT_DROP_TRUNCATED);
 	qpn = bpf_ntohl(p->bth->qpn) & MRC_BTH_QPN_MASK;
+	if (qpn == MRC_EP_QPN) /* a controller's EV probe: no QP */
+		return rx_ep_probe(ctx, p, pe);
 	/* What the reply echoes, before turn_around overwrites it. */
 	apsn = p->bth->apsn & bpf_htonl(MRC_BTH_PSN_MASK); /* A = 0 */
 	if (pe->flags & MRC_PROBE_F_REVERSE) {
@@ -323,20 +447,9 @@ static __always_inline int rx_probe(struct xdp_md *ctx, struct mrc_pkt *p)
 	if ((p->ip->tos & MRC_ECN_MASK) == MRC_ECN_CE)
 		flags |= MRC_ACK_F_ECN;
 
-	f = turn_around(ctx, &route, sizeof(*f));
+	f = probe_reply_frame(ctx, &route, peer_qpn, apsn, tx_ts, ev, flags, port_bitmap);
 	if (!f)
 		return XDP_DROP;
-	f->bth.opcode = MRC_OP_PROBE_REPLY;
-	f->bth.flags = 0;
-	f->bth.pkey = bpf_htons(MRC_PKEY_DEFAULT);
-	f->bth.qpn = bpf_htonl(peer_qpn & MRC_BTH_QPN_MASK);
-	f->bth.apsn = apsn;
-	__builtin_memset(&f->probe, 0, sizeof(f->probe));
-	f->probe.tx_ts = tx_ts;
-	f->probe.ev = ev;
-	f->probe.flags = flags;
-	f->probe.port_bitmap = bpf_htonl(port_bitmap);
-	f->icrc = MRC_ICRC_UNUSED;
 	count(NIC_CNT_PROBE_REPLY, 1);
 	return route_send(&route);
 }

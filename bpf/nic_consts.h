@@ -65,6 +65,14 @@ _Static_assert((NIC_MAX_REGIONS & (NIC_MAX_REGIONS - 1)) == 0, "NIC_MAX_REGIONS 
 #endif
 _Static_assert(NIC_REV_EVS > 0 && NIC_REV_EVS <= 255, "NIC_REV_EVS indexes fit a __u8");
 
+/* Endpoint probe replies kept per host (struct nic_ep_probes): the most
+ * probes one host's controller has outstanding. A power of two. */
+#ifndef NIC_EP_SLOTS
+#define NIC_EP_SLOTS 128
+#endif
+_Static_assert(NIC_EP_SLOTS > 0 && (NIC_EP_SLOTS & (NIC_EP_SLOTS - 1)) == 0,
+	       "NIC_EP_SLOTS must be a power of two");
+
 #ifndef NIC_EVENT_PAGES
 #define NIC_EVENT_PAGES 64
 #endif
@@ -358,6 +366,9 @@ enum nic_counter {
 	/* The reverse EV set (receiver role; docs/nic-program.md, "Reverse EVs") */
 	NIC_CNT_ANSWER_REROUTED, /* answers sent out of another port than their packet came in on */
 	NIC_CNT_REV_PROBE_REPLY, /* PROBE_REPLYs for a reverse EV recorded (also PROBE_REPLY_CONSUMED) */
+	/* Endpoint probes (MRC_EP_QPN; docs/nic-program.md, "Endpoint probes") */
+	NIC_CNT_EP_PROBE,       /* PROBEs to the endpoint QPN answered (also PROBE_REPLY) */
+	NIC_CNT_EP_PROBE_REPLY, /* their PROBE_REPLYs recorded in nic_ep_probes (also PROBE_REPLY_CONSUMED) */
 	NIC_CNT_MAX,
 };
 

@@ -58,6 +58,8 @@ BPF_DEVMAP(nic_tx_ports, NIC_MAX_HOSTS * NIC_MAX_PLANES);
 BPF_ARRAY(nic_rev_evs, struct nic_rev_ev_set, NIC_MAX_QPS);
 /* PROBE_REPLYs for reverse EVs, same slots: BPF writes, the receiver's daemon reads. */
 BPF_ARRAY(nic_rev_probes, struct nic_rev_probes, NIC_MAX_QPS);
+/* Endpoint PROBE_REPLYs per host id (connectionless EV probes): BPF writes, the host's daemon reads. */
+BPF_ARRAY(nic_ep_probes, struct nic_ep_probes, NIC_MAX_HOSTS);
 /* Scratch: what the locked part of the engine decided. */
 BPF_PERCPU_ARRAY(nic_tx_scratch, struct nic_tx_scratch, 1);
 /* Scratch: a timeout kick's lost PSNs and their EVs, marked after the QP's lock. */

@@ -158,6 +158,29 @@ struct nic_rev_probes {
 	struct nic_rev_probe evs[NIC_REV_EVS];
 };
 
+/* ---- Endpoint probes: nic_ep_probes ------------------------------------- */
+
+/* One endpoint PROBE_REPLY as the prober's NIC took it: BPF writes, the
+ * host's daemon reads (it matches psn and tx_ts with what it sent). */
+struct nic_ep_probe {
+	__u64 rx_ns;       /* when it came in (bpf_ktime_get_ns); 0: never written */
+	__u64 tx_ts;       /* the echoed transmit time of the PROBE */
+	__u32 psn;         /* the probe number (BTH.psn): slot psn % NIC_EP_SLOTS */
+	__u32 svc_ns;      /* the responder's service time, when flags has MRC_PROBE_F_SVC */
+	__u32 src_ip;      /* who answered: IPv4 source, network order */
+	__u32 port_bitmap; /* the responder's ports that are up */
+	__u16 ev;          /* the EV echoed */
+	__u8 plane;        /* the port (plane) it came in on */
+	__u8 flags;        /* the reply's flags (MRC_ACK_F_ECN, MRC_PROBE_F_SVC) */
+	__u32 reserved;
+};
+_Static_assert(sizeof(struct nic_ep_probe) == 40, "struct nic_ep_probe layout changed");
+
+/* nic_ep_probes' value: one host's endpoint probe replies. */
+struct nic_ep_probes {
+	struct nic_ep_probe slots[NIC_EP_SLOTS];
+};
+
 /* ---- Send QPs: nic_tx_qps ----------------------------------------------- */
 
 /* One entry of the retransmit queue. */

@@ -9,6 +9,8 @@
  *   ACK (SACK/NACK)   rx_ack          nic_ack.h      free window, EV feedback, losses
  *   PROBE             rx_probe        nic_answers.h  PROBE_REPLY in place (XDP_TX)
  *   PROBE_REPLY       rx_probe_reply  nic_ack.h      RTT, EV back to GOOD
+ * (a PROBE or PROBE_REPLY to MRC_EP_QPN, a controller's EV probe, goes to
+ * rx_ep_probe / rx_ep_probe_reply in nic_answers.h: no QP)
  * and an ACK of an engine QP then runs the engine (nic_engine.h), which turns
  * its frame into the next data packet. How it all works: docs/nic-program.md.
  */
@@ -117,6 +119,10 @@ static __always_inline struct nic_rev_ev_set *nic_rev_evs_lookup(__u32 *k)
 static __always_inline struct nic_rev_probes *nic_rev_probes_lookup(__u32 *k)
 {
 	return nic_rev_probes.lookup(k);
+}
+static __always_inline struct nic_ep_probes *nic_ep_probes_lookup(__u32 *k)
+{
+	return nic_ep_probes.lookup(k);
 }
 
 /* ---- The roles ---------------------------------------------------------- */

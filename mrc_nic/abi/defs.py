@@ -91,6 +91,8 @@ MRC_NACK_NO_RESOURCE = 10
 MRC_NACK_PSN_OOR_WINDOW = 11
 MRC_NACK_UNEXP_EVENT = 25
 MRC_PROBE_F_REVERSE = 0x80
+MRC_PROBE_F_SVC = 0x40
+MRC_EP_QPN = 0xffffff
 MRC_ICRC_LEN = 4
 MRC_ICRC_UNUSED = 0
 MRC_IPV4_UDP_LEN = 28
@@ -208,6 +210,7 @@ NIC_MAX_HOSTS = 256  # tunable: the loader may override it
 NIC_MAX_PLANES = 16  # tunable: the loader may override it
 NIC_HOST_NET = 0xc6120000  # tunable: the loader may override it
 NIC_REV_EVS = 16  # tunable: the loader may override it
+NIC_EP_SLOTS = 128  # tunable: the loader may override it
 NIC_EVENT_PAGES = 64  # tunable: the loader may override it
 NIC_MAX_EVS = 16384  # tunable: the loader may override it
 NIC_TX_RINGS = 256  # tunable: the loader may override it
@@ -379,9 +382,11 @@ class Counter(enum.IntEnum):
     DROP_AUTH = 60
     ANSWER_REROUTED = 61
     REV_PROBE_REPLY = 62
+    EP_PROBE = 63
+    EP_PROBE_REPLY = 64
 
 
-NIC_CNT_MAX = 63
+NIC_CNT_MAX = 65
 
 # ---- bpf/nic_structs.h ---------------------------------------------------------
 
@@ -514,6 +519,31 @@ class NicRevProbes(ctypes.Structure):
 
     _fields_ = [
         ("evs", NicRevProbe * 16),
+    ]
+
+
+class NicEpProbe(ctypes.Structure):
+    """struct nic_ep_probe (bpf/nic_structs.h)."""
+
+    _fields_ = [
+        ("rx_ns", ctypes.c_uint64),
+        ("tx_ts", ctypes.c_uint64),
+        ("psn", ctypes.c_uint32),
+        ("svc_ns", ctypes.c_uint32),
+        ("src_ip", ctypes.c_uint32),
+        ("port_bitmap", ctypes.c_uint32),
+        ("ev", ctypes.c_uint16),
+        ("plane", ctypes.c_uint8),
+        ("flags", ctypes.c_uint8),
+        ("reserved", ctypes.c_uint32),
+    ]
+
+
+class NicEpProbes(ctypes.Structure):
+    """struct nic_ep_probes (bpf/nic_structs.h)."""
+
+    _fields_ = [
+        ("slots", NicEpProbe * 128),
     ]
 
 
@@ -1133,6 +1163,7 @@ TUNABLES = frozenset(
         "MRC_TRIM_LEN",
         "MRC_WIRE_ALIGN",
         "NIC_CQ_RING_PAGES",
+        "NIC_EP_SLOTS",
         "NIC_EVENT_PAGES",
         "NIC_GAP_MIN_NS",
         "NIC_HEAD_SCAN",

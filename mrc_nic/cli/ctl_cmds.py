@@ -1,4 +1,5 @@
-"""ev profile|fmt|events, cc profile, port admin|status: the OCP controller objects (mrc_ctl.h).
+"""ev profile|fmt|events|probe, cc profile, port admin|status: the OCP controller objects
+(mrc_ctl.h).
 
 Each host's NIC has its own profiles (its daemon keeps them); a command goes
 to every host of the lab unless --host names one, as a controller configures
@@ -10,7 +11,7 @@ from __future__ import annotations
 import click
 
 from mrc_nic.cli import output
-from mrc_nic.cli.common import format_option, lab_option, pick_lab
+from mrc_nic.cli.common import DURATION, format_option, lab_option, pick_lab
 
 host_option = click.option(
     "--host", "hosts", multiple=True, help="Only this host's NIC (default: every host)."
@@ -288,6 +289,148 @@ def ev_events(profile_id, num, hosts, lab, fmt):
         for e in events
     ]
     output.table("EV events", ["host", "#profile", "ev", "#port", "state", "#dropped", "qp"], rows)
+
+
+# ---- ev probe ------------------------------------------------------------------------------
+def parse_probe_evs(text: str) -> list[tuple[int, int]]:
+    """'49152,49153', '49152-49159', '0x1234@2' -> [(EV, port or 0)]."""
+    out = []
+    for part in (p.strip() for p in text.split(",")):
+        val, _, port_text = part.partition("@")
+        try:
+            port = int(port_text, 0) if port_text else 0
+            lo, dash, hi = val.partition("-")
+            first, last = int(lo, 0), int(hi, 0) if dash else int(lo, 0)
+        except ValueError:
+            raise click.BadParameter(
+                f"EVs are VALUE, FIRST-LAST or VALUE@PORT, comma-separated (e.g. "
+                f"49152,49153 or 49152-49159), not {part!r}"
+            ) from None
+        if last < first or last - first >= 4096:
+            raise click.BadParameter(f"EV range {part!r}: FIRST-LAST, FIRST <= LAST, < 4096 EVs")
+        out += [(v, port) for v in range(first, last + 1)]
+    return out
+
+
+@click.command(
+    "probe",
+    epilog="""\b
+Examples:
+  mrc-nic ev probe h0 --dst h1 --ev 49152,49153
+  mrc-nic ev probe h0 --dst h1 --dst h2 --ev 49152-49167 --timeout 5ms --format json
+  mrc-nic ev probe h0 --dst 198.18.1.2 --ev 0x9000@2""",
+)
+@click.argument("host")
+@click.option(
+    "--dst", "dsts", multiple=True, required=True, help="A destination host (or address)."
+)
+@click.option(
+    "--ev", "evs", required=True, help="EVs (UDP source ports): 49152,49153, 49152-49159, EV@PORT."
+)
+@click.option(
+    "--port",
+    type=int,
+    default=0,
+    help="Port to probe from, 1-based (default: the port EV profile 0 gives each AUTO EV).",
+)
+@click.option(
+    "--timeout",
+    type=DURATION,
+    default="10ms",
+    show_default=True,
+    help="How long to wait for answers.",
+)
+@click.option("--tc", type=click.IntRange(0, 63), default=0, help="The probes' DSCP (0: usual).")
+@lab_option
+@format_option
+def ev_probe(host, dsts, evs, port, timeout, tc, lab, fmt):
+    """Probe EVs towards other hosts, without a QP (mrc_ctl_ep_batch_send_wait):
+    per probe, answered or not, its RTT and whether the responder's service time
+    was taken off it (adj_svc_time)."""
+    import ipaddress
+
+    from mrc_nic.lab import ctl
+    from mrc_nic.lab.state import open_lab
+    from mrc_nic.transport import ctlops
+    from mrc_nic.transport.profiles import AUTO_EV_BASE
+
+    pairs = parse_probe_evs(evs)
+    name = pick_lab(lab)
+    _, topo = open_lab(name)
+    names = topo.host_names()
+    if host not in names:
+        raise click.UsageError(f"no host {host!r} in lab {name!r} (hosts: {', '.join(names)})")
+    if not 1 <= (timeout * 1e9) <= 10e9:
+        raise click.BadParameter("--timeout must be 1us to 10s", param_hint="--timeout")
+    dgids = []
+    for d in dsts:
+        if d in names:
+            dgids.append(str(topo.host_address(topo.nodes[d].index, 0)))  # any plane's names it
+            continue
+        try:
+            dgids.append(str(ipaddress.IPv4Address(d)))
+        except ValueError:
+            raise click.UsageError(
+                f"--dst {d!r} is no host of lab {name!r} (hosts: {', '.join(names)}) nor an address"
+            ) from None
+    reqs, rows = [], []
+    for dst, dgid in zip(dsts, dgids, strict=True):
+        for ev, ev_port in pairs:
+            p = ev_port or port
+            if not p and ev >= AUTO_EV_BASE:
+                p = (ev - AUTO_EV_BASE) % topo.planes + 1
+            if not p:
+                raise click.BadParameter(
+                    f"EV {ev} is not an AUTO EV (from {AUTO_EV_BASE}): give its port, "
+                    f"--port N or {ev}@PORT",
+                    param_hint="--ev",
+                )
+            req_id = len(reqs)
+            reqs.append({"req_id": req_id, "dgid": dgid, "req_ev": {"val": ev, "port": p}})
+            rows.append({"req_id": req_id, "dst": dst, "ev": ev, "port": p})
+    timeout_ns = max(1000, round(timeout * 1e9))
+    request = ctlops.EpBatchSendWait(reqs=reqs, rsp_timeout=timeout_ns)
+    reply = ctl.call(name, host, request, timeout=timeout + 5.0)
+    by_id = {r["req_id"]: (i, r) for i, r in enumerate(reply.rsps)}
+    for row in rows:
+        i, r = by_id.get(row["req_id"], (None, None))
+        row["answered"] = r is not None
+        row["arrival"] = i  # its place in the arrival order
+        for k in ("rtt", "adj_svc_time", "rtt_raw", "svc_time", "ecn"):
+            row[k] = None if r is None else r[k]
+        if r is not None:
+            row["port"] = r["port"]
+    if fmt == "json":
+        output.emit_json(
+            {
+                "host": host,
+                "timeout_ns": timeout_ns,
+                "sent": len(rows),
+                "answered": len(reply.rsps),
+                "probes": rows,
+            }
+        )
+        return
+    table_rows = [
+        [
+            r["req_id"],
+            r["dst"],
+            r["ev"],
+            r["port"],
+            "yes" if r["answered"] else "no",
+            "" if r["rtt"] is None else f"{r['rtt'] / 1000:.1f}",
+            "" if r["svc_time"] is None else r["svc_time"],
+            "" if r["adj_svc_time"] is None else r["adj_svc_time"],
+        ]
+        for r in rows
+    ]
+    cols = ["#req_id", "dst", "#ev", "#port", "answered", "#rtt_us", "#svc_ns", "#adj_svc_time"]
+    output.table(
+        f"EV probes from {host}: {len(reply.rsps)} of {len(rows)} answered within "
+        f"{timeout * 1e3:g} ms",
+        cols,
+        table_rows,
+    )
 
 
 # ---- cc profile ----------------------------------------------------------------------------

@@ -384,10 +384,11 @@ def ev_allow(qpn, value, lab):
 
 
 def _controller_commands() -> None:
-    from mrc_nic.cli.ctl_cmds import ev_events, ev_profile  # the OCP objects (mrc_ctl.h)
+    from mrc_nic.cli.ctl_cmds import ev_events, ev_probe, ev_profile  # the OCP objects (mrc_ctl.h)
 
     ev.add_command(ev_profile)
     ev.add_command(ev_events)
+    ev.add_command(ev_probe)
 
 
 _controller_commands()

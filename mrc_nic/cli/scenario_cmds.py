@@ -1,4 +1,5 @@
-"""scenario incast|permutation: traffic patterns through the host daemons (issue 5)."""
+"""scenario incast|permutation|single-ev-loss|plane-failure|allreduce-failure: traffic
+patterns through the host daemons (issue 5) and the papers' failure experiments (issue 20)."""
 
 from __future__ import annotations
 
@@ -87,7 +88,8 @@ Examples:
   mrc-nic scenario incast --senders 3 -l mylab      # on a lab that is up"""
 )
 def scenario() -> None:
-    """Traffic scenarios on the emulated NICs: N:1 incast, permutation, the papers' experiments."""
+    """Traffic scenarios on the emulated NICs: N:1 incast with a bystander, permutation;
+    the papers' failure experiments: single-ev-loss, plane-failure, allreduce-failure."""
 
 
 @scenario.command(epilog=EPILOG)
@@ -346,6 +348,67 @@ def plane_failure(size, plane, after, mode, lab, fmt):
             f"{r['retransmits']} resent, {r['timeouts']} timeouts"
         ],
     )
+
+
+@scenario.command(
+    "allreduce-failure",
+    epilog="""\b
+On the lab that is up (a ring over its hosts, in order):
+  mrc-nic scenario allreduce-failure --format json
+  mrc-nic scenario allreduce-failure --size 256M --fault "plane 0" --mode down --at 0.5
+  mrc-nic scenario allreduce-failure --fault p1.t1a-t0a     # one link blackholed""",
+)
+@_size_option("64M")
+@click.option(
+    "--fault",
+    "fault_target",
+    default="plane 1",
+    show_default=True,
+    help="What fails: a plane (plane N), a link (p1.t1a-t0a), a host port (h0.eth1).",
+)
+@click.option("--mode", type=click.Choice(["blackhole", "down"]), default="blackhole")
+@click.option(
+    "--at",
+    type=click.FloatRange(0.0, 1.0, max_open=True),
+    default=0.4,
+    show_default=True,
+    help="When: this fraction of the job's steps (timed by the healthy run).",
+)
+@click.option("--limit", type=DURATION, default="120s", show_default=True, help="Per job.")
+@lab_option
+@format_option
+def allreduce_failure(size, fault_target, mode, at, limit, lab, fmt):
+    """A ring all-reduce over the lab's hosts, healthy and then with a fault
+    put in force mid-job: job time healthy against failed, every step's bytes
+    verified."""
+    from mrc_nic.workloads import experiments
+
+    target = tuple(fault_target.split())
+    try:
+        r = experiments.allreduce_failure(
+            pick_lab(lab), size=size, fault=target, mode=mode, at=at, limit_s=limit
+        )
+    except ValueError as e:
+        raise click.UsageError(str(e)) from None
+    f = r["fault"]
+    _report(
+        r,
+        fmt,
+        [
+            f"ring all-reduce of {size} bytes over {len(r['hosts'])} hosts, "
+            f"{r['steps']} steps: healthy {_secs(r['healthy_job_s'])}, with {f['target']} "
+            f"{mode} at step {f['step']} (+{f['into_step_s']:.3f} s): "
+            f"{_secs(r['failed_job_s'])}"
+            + (f" (slowdown {r['slowdown']:.2f})" if r["slowdown"] else ""),
+            f"every step verified: {r['verified']}; resent {r['retransmits']['failed']} "
+            f"(healthy {r['retransmits']['healthy']}), timeouts {r['timeouts']['failed']}"
+            + "".join(f"; {k}: {v}" for k, v in r["errors"].items() if v),
+        ],
+    )
+
+
+def _secs(s) -> str:
+    return "did not finish" if s is None else f"{s:.3f} s"
 
 
 COMMANDS = [scenario]

@@ -38,6 +38,8 @@ CQ_LOST_MAP = "nic_cq_lost"  # completions each CQ lost to a full ring (mmapable
 # Reverse EV sets of the receive QPs and their probes' replies (docs/nic-program.md).
 REV_EVS_MAP = "nic_rev_evs"
 REV_PROBES_MAP = "nic_rev_probes"
+# Replies to a host's endpoint probes (the controller's EV probes), per host id.
+EP_PROBES_MAP = "nic_ep_probes"
 MAP_PINS = (
     RX_QPS_MAP,
     RX_SLOTS_MAP,
@@ -59,6 +61,7 @@ MAP_PINS = (
     CQ_LOST_MAP,
     REV_EVS_MAP,
     REV_PROBES_MAP,
+    EP_PROBES_MAP,
 )
 # The program itself, pinned next to its maps: BPF_OBJ_GET gives a kicker its fd.
 PROG_PIN = "nic_xdp_prog"

@@ -1,6 +1,7 @@
 """Reverse EV sets of receive QPs: maps nic_rev_evs (the daemon writes) and
 nic_rev_probes (BPF records the replies to their probes); docs/nic-program.md,
-"Reverse EVs"."""
+"Reverse EVs". And nic_ep_probes: the replies to a host's endpoint probes
+(the controller's connectionless EV probes; "Endpoint probes")."""
 
 from __future__ import annotations
 
@@ -10,9 +11,16 @@ import dataclasses
 from mrc_nic.abi import defs
 from mrc_nic.kernel import bpfsys, pins
 from mrc_nic.nic import wireconst as wire
-from mrc_nic.nic.layout import MAX_PLANES, REV_EVS_MAP, REV_PROBES_MAP, RQ_TAG_USED
+from mrc_nic.nic.layout import (
+    EP_PROBES_MAP,
+    MAX_PLANES,
+    REV_EVS_MAP,
+    REV_PROBES_MAP,
+    RQ_TAG_USED,
+)
 
 REV_EVS = defs.NIC_REV_EVS
+EP_SLOTS = defs.NIC_EP_SLOTS
 
 
 class RevState:
@@ -109,3 +117,16 @@ class RevEvMaps:
         )
         probes.evs[index] = defs.NicRevProbe()
         bpfsys.map_update(self._fds[REV_PROBES_MAP], self._rx_key(qpn), bytes(probes))
+
+    def ep_probes(self, host: int) -> list[defs.NicEpProbe]:
+        """Host host's endpoint probe replies as BPF recorded them, slot by slot
+        (slot psn % EP_SLOTS; rx_ns 0: never written). One lookup."""
+        raw = bpfsys.map_lookup(
+            self._fds[EP_PROBES_MAP], host.to_bytes(4, "little"), ctypes.sizeof(defs.NicEpProbes)
+        )
+        return list(defs.NicEpProbes.from_buffer_copy(raw).slots)
+
+    def clear_ep_probes(self, host: int) -> None:
+        """Forget host's endpoint probe replies (tests)."""
+        key = host.to_bytes(4, "little")
+        bpfsys.map_update(self._fds[EP_PROBES_MAP], key, bytes(defs.NicEpProbes()))

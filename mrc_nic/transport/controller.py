@@ -23,7 +23,7 @@ import time
 from typing import Any
 
 from mrc_nic import nic
-from mrc_nic.transport import ctlops, profiles
+from mrc_nic.transport import ctlops, epprobe, profiles
 from mrc_nic.transport.profiles import EvState, ProfileError
 
 EVENT_QUEUE = 4096
@@ -44,6 +44,10 @@ class Controller:
         self._dropped = 0
         self._seen: dict[tuple[int, int], EvState] = {}
         self.ports_disabled = 0  # bitmap of planes whose port is administratively DISABLED
+        self.ep = epprobe.EpProber(daemon.topo, daemon.index, daemon.maps)  # EV probe batches
+
+    def close(self) -> None:
+        self.ep.close()
 
     # ---- QPs -------------------------------------------------------------------------
     def live_qps(self) -> list[Any]:
@@ -254,3 +258,12 @@ class Controller:
         )
         self.d.update_ports()
         return self.port_query(ctlops.PortQuery(port=req.port))
+
+    # ---- endpoint operations: EV probes ------------------------------------------------
+    def ep_batch_start(self, req: ctlops.EpBatchSendWait, conn: Any) -> None:
+        """Send the batch; its reply comes from ep_step."""
+        self.ep.start(req, conn)
+
+    def ep_step(self) -> list[tuple[Any, ctlops.EpBatchReply]]:
+        """Batches that are done: (connection, reply)."""
+        return [(conn, ctlops.EpBatchReply(rsps=rsps)) for conn, rsps in self.ep.step()]

@@ -1,7 +1,8 @@
 """The host daemon's controller operations: the OCP mrc_ctl.h objects (issue 20).
 
 EV Format profiles, EV profiles, CC profiles, EV events, port admin state:
-what a network controller or a NIC driver configures. Served by
+what a network controller or a NIC driver configures; and its batched,
+connectionless EV probes (mrc_ctl_ep_batch_send_wait). Served by
 mrc_nic.transport.controller; the Python API is mrc_nic.verbs.ctl and the CLI
 `mrc-nic ev profile`, `mrc-nic cc profile`, `mrc-nic port admin`. Attribute
 names are mrc_ctl.h's (docs/fidelity.md).
@@ -131,6 +132,32 @@ class PortModify(Request[PortsReply]):
     port_admin_state: str = arg("ENABLED or DISABLED")
 
 
+@reply
+class EpBatchReply(Reply):
+    rsps: list[dict] = arg(
+        "struct mrc_ctl_ep_rsp per answered request, in arrival order: req_id, port "
+        "(1-based, where the answer came in), rtt (ns, less the responder's service time), "
+        "adj_svc_time (1: it was); and ev, dgid, rtt_raw, svc_time, ecn (extensions)"
+    )
+
+
+@op("ep_batch_send_wait")
+class EpBatchSendWait(Request[EpBatchReply]):
+    """Send a batch of endpoint operations and wait for the answers
+    (mrc_ctl_ep_batch_send_wait): connectionless EV probes, no QP at either end;
+    the reply comes when every probe is answered or rsp_timeout has passed."""
+
+    reqs: list[dict] = arg(
+        "struct mrc_ctl_ep_req: req_id (0..65535, unique in the batch), dgid (the "
+        "destination's address on any plane), sgid (optional: one of this host's), "
+        "ev_fmt_mode (UDP or STEV), req_ev {val: the UDP source port, port: 1-based, "
+        "0 for the port EV profile 0 gives an AUTO EV}"
+    )
+    rsp_timeout: int = arg("how long to wait for the answers, ns (1 us .. 10 s)")
+    op_type: str = arg("EV_PROBE (PORT_STATUS_UPDATE is refused: EOPNOTSUPP)", "EV_PROBE")
+    req_tc: int = arg("the probes' DSCP (0: the usual class of probes)", 0)
+
+
 CTL_OPS = [
     CtlQueryDevice,
     EvFmtProfileModify,
@@ -142,4 +169,5 @@ CTL_OPS = [
     EvEventPoll,
     PortQuery,
     PortModify,
+    EpBatchSendWait,
 ]

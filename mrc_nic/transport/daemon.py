@@ -78,6 +78,7 @@ class Daemon(LineService):
 
     def close(self) -> None:
         self.prober.close()
+        self.controller.close()
         self.reverse.close()
         if self._links is not None:
             self._links.close()
@@ -94,6 +95,12 @@ class Daemon(LineService):
             try:
                 self.reverse.step(now)
             except Exception:  # noqa: BLE001 (a policy's bug must not end the transfers)
+                traceback.print_exc(file=sys.stderr)
+        if self.controller.ep.batches:  # EV probe batches waiting for answers
+            try:
+                for conn, reply in self.controller.ep_step():
+                    self.reply(conn, reply)
+            except Exception:  # noqa: BLE001 (a probe batch's bug must not end the daemon)
                 traceback.print_exc(file=sys.stderr)
         sending = self.apps.sending()
         if sending:
@@ -247,6 +254,9 @@ class Daemon(LineService):
 
     def op_port_modify(self, req: ctlops.PortModify, conn: Conn) -> ctlops.PortsReply:
         return self.controller.port_modify(req)
+
+    def op_ep_batch_send_wait(self, req: ctlops.EpBatchSendWait, conn: Conn) -> None:
+        self.controller.ep_batch_start(req, conn)  # answered by tick, when the batch is done
 
 
 def main(argv: list[str]) -> int:

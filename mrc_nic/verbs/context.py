@@ -180,12 +180,12 @@ class Context:
         except OSError:
             return True
 
-    def call(self, verb: str, request):
+    def call(self, verb: str, request, *, timeout: float | None = None):
         """A setup request to the daemon; its refusal as a VerbsError."""
         if self._closed:
             raise VerbsError(verb, errno.EBADF, "the context is closed")
         try:
-            return self.session.call(request)
+            return self.session.call(request, timeout=timeout)
         except ctl.DaemonError as e:
             code = getattr(errno, e.errno_name or "", errno.EIO)
             raise VerbsError(verb, code, str(e).split(": ", 1)[-1]) from None

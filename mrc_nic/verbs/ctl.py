@@ -1,7 +1,7 @@
 """The controller API of the emulated NIC, shaped after OCP mrc_ctl.h (v1.0.1).
 
 What a network controller or NIC driver uses: EV Format profiles, EV profiles
-(AUTO, EXP, GEN), CC profiles, EV events, port admin state. Each call names
+(AUTO, EXP, GEN), CC profiles, EV events, port admin state, EV probes. Each call names
 its OCP counterpart; attributes are dicts with mrc_ctl.h's field names (the
 attribute mask is which keys are there), and refusals raise VerbsError with
 the errno mrc_ctl.h documents.
@@ -22,6 +22,11 @@ the errno mrc_ctl.h documents.
         # a QP takes it: qp.modify(..., MrcQPAttr(ev_profile_id=5), MrcAttrMask.EV_PROFILE_ID)
         cq = ctl.create_ev_event_cq(c)
         for event in cq.poll(16): ...
+        # EV probes: no QP; two EVs towards h1 (198.18.0.2), 2 ms to answer
+        reqs = [ctl.EpReq(req_id=i, dgid="198.18.0.2", req_ev=ctl.Ev(ev)) for i, ev in
+                enumerate((49152, 49153))]
+        for rsp in ctl.ep_batch_send_wait(c, ctl.EP_OP_EV_PROBE, reqs, 2_000_000):
+            print(rsp.req_id, rsp.port, rsp.rtt, rsp.adj_svc_time)
 
 A CtlContext needs only the host's daemon (no NIC maps); a verbs.Context
 serves as well. Profiles live in each host's NIC: configure every host a
@@ -30,6 +35,7 @@ QP may run on.
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 
 from mrc_nic.lab import ctl as _ctl
@@ -46,6 +52,8 @@ from mrc_nic.verbs.errors import VerbsError
 NSCC = "uet-1.0-nscc"  # the OCP name of UET's NSCC (mrc_ctl_device_attr.cc.algorithms)
 UNPOPULATED = {"val": 0, "port": 0}  # MRC_CTL_EV_UNPOPULATED
 EV_OP_F_ALL_COPIES = 1
+EP_OP_EV_PROBE = "EV_PROBE"  # enum mrc_ctl_ep_op_type
+EP_OP_PORT_STATUS_UPDATE = "PORT_STATUS_UPDATE"  # refused: EOPNOTSUPP
 
 
 class CtlContext:
@@ -143,3 +151,68 @@ class EvEventCQ:
 
 def create_ev_event_cq(c, profile_id: int | None = None) -> EvEventCQ:
     return EvEventCQ(c, profile_id)
+
+
+# ---- endpoint requests: EV probes ----------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Ev:
+    """struct mrc_ctl_ev: an EV value (here the UDP source port) and its port,
+    1-based (0: the port EV profile 0 gives this AUTO EV)."""
+
+    val: int
+    port: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class EpReq:
+    """struct mrc_ctl_ep_req: dgid is the destination's address on any plane
+    (a host's GID), sgid optionally this host's."""
+
+    req_id: int
+    dgid: str
+    req_ev: Ev
+    sgid: str | None = None
+    ev_fmt_mode: str = "UDP"
+
+    def as_dict(self) -> dict:
+        d = {
+            "req_id": self.req_id,
+            "dgid": self.dgid,
+            "ev_fmt_mode": self.ev_fmt_mode,
+            "req_ev": {"val": self.req_ev.val, "port": self.req_ev.port},
+        }
+        if self.sgid is not None:
+            d["sgid"] = self.sgid
+        return d
+
+
+@dataclasses.dataclass(frozen=True)
+class EpRsp:
+    """struct mrc_ctl_ep_rsp (req_id, port, rtt in ns, adj_svc_time) and
+    mrc-nic's extensions: the EV, the dgid asked, the RTT before the
+    responder's service time was taken off (rtt_raw), that time, and ECN."""
+
+    req_id: int
+    port: int
+    rtt: int
+    adj_svc_time: int
+    ev: int = 0
+    dgid: str = ""
+    rtt_raw: int = 0
+    svc_time: int = 0
+    ecn: bool = False
+
+
+def ep_batch_send_wait(
+    c, op_type: str, reqs: list[EpReq], rsp_timeout: int, *, req_tc: int = 0
+) -> list[EpRsp]:
+    """mrc_ctl_ep_batch_send_wait: send the batch, wait up to rsp_timeout ns,
+    and return the responses in arrival order (fewer than the requests when
+    some went unanswered: match them by req_id). EV_PROBE only."""
+    req = ctlops.EpBatchSendWait(
+        reqs=[r.as_dict() for r in reqs], rsp_timeout=rsp_timeout, op_type=op_type, req_tc=req_tc
+    )
+    wait = rsp_timeout / 1e9 + 5.0  # the daemon answers when the timeout has passed
+    reply = c.call("mrc_ctl_ep_batch_send_wait", req, timeout=wait)
+    names = {f.name for f in dataclasses.fields(EpRsp)}
+    return [EpRsp(**{k: v for k, v in r.items() if k in names}) for r in reply.rsps]

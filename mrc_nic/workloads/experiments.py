@@ -10,8 +10,14 @@
 - plane_failure: a WRITE during which a whole plane is blackholed, against
   the same WRITE healthy.
 
-Incast and permutation are mrc_nic.workloads.scenario's; the ring
-all-reduce under a failure is scripts/bench_collective's (docs/fidelity.md).
+- allreduce_failure: a ring all-reduce over the lab's hosts (collective.MrcRing,
+  every step's bytes verified), healthy, then again on the same ring with a
+  fault (a plane blackholed or down, a link blackholed) put in force at a
+  fraction of the job's steps, timed by the healthy run; job time healthy
+  against failed.
+
+Incast and permutation are mrc_nic.workloads.scenario's; scripts/bench_collective
+sets the all-reduce beside TCP and MPTCP (docs/fidelity.md).
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ import time
 from mrc_nic import nic
 from mrc_nic.fabric import faults
 from mrc_nic.lab.state import open_lab
-from mrc_nic.workloads import rdma_write
+from mrc_nic.workloads import collective, rdma_write
 
 MIB = 2**20
 
@@ -156,4 +162,102 @@ def plane_failure(
         "completed": bool(healthy["completed"] and failed["completed"]),
         "retransmits": failed["retransmits"],
         "timeouts": failed["timeouts"],
+    }
+
+
+def fault_point(healthy: collective.JobResult, at: float) -> tuple[int, float]:
+    """(step, seconds into it) at fraction `at` of the job's steps, the part of
+    that step timed by the healthy run: 0.4 of 2 steps is 80% into step 0."""
+    steps = healthy.steps_planned
+    k = min(steps - 1, int(at * steps))
+    seconds = healthy.steps[k].seconds if len(healthy.steps) > k else 0.0
+    return k, round((at * steps - k) * seconds, 6)
+
+
+def _verified(job: collective.JobResult) -> bool:
+    """Every transfer of every step completed and compared byte for byte."""
+    return bool(job.steps) and all(
+        e.get("completed") and e.get("verified") is True for s in job.steps for e in s.edges
+    )
+
+
+def allreduce_failure(
+    lab: str,
+    *,
+    size: int = 64 * MIB,
+    fault: tuple[str, ...] = ("plane", "1"),
+    mode: str = "blackhole",
+    at: float = 0.4,
+    limit_s: float = 120.0,
+    hosts: list[str] | None = None,
+) -> dict:
+    """A ring all-reduce of `size` bytes over the lab's hosts (or `hosts`, in
+    ring order), healthy, then on the same ring with `fault` (a faults target:
+    plane N, a link, a host port) in `mode` put in force at fraction `at` of
+    the steps and healed when the job ends. Every step's bytes are verified."""
+    if not 0.0 <= at < 1.0:
+        raise ValueError(f"--at is a fraction of the job's steps, 0 <= at < 1, not {at}")
+    if mode not in ("blackhole", "down"):
+        raise ValueError(f"the fault's mode is blackhole or down, not {mode!r}")
+    _, topo = open_lab(lab)
+    hosts = list(hosts or topo.host_names())
+    faults.resolve_target(topo, fault)  # a bad target is refused before anything runs
+    applied: list[int] = []
+
+    def inject() -> dict:
+        record = faults.apply(lab, fault, faults.FaultSpec(mode))
+        applied.append(record["id"])
+        return {"fault_id": record["id"], "target": record["target"], "links": len(record["links"])}
+
+    with collective.MrcRing(lab, hosts, size) as ring:
+        healthy = ring.run(limit_s=limit_s, verify=True, seed=1)
+        step, into = fault_point(healthy, at)
+        try:
+            failed = ring.run(
+                limit_s=limit_s, verify=True, seed=2, step_events=[(step, into, inject)]
+            )
+        finally:
+            if applied:
+                faults.heal(lab, applied)
+    done = [e for e in failed.events if "done_s" in e and "error" not in e]
+    slowdown = (
+        failed.job_s / healthy.job_s
+        if healthy.completed and failed.completed and healthy.job_s
+        else None
+    )
+    return {
+        "scenario": "allreduce-failure",
+        "lab": lab,
+        "hosts": hosts,
+        "size": size,
+        "steps": healthy.steps_planned,
+        "fault": {
+            "target": " ".join(fault),
+            "mode": mode,
+            "at": at,
+            "step": step,
+            "into_step_s": into,
+            "in_force_at_s": done[0]["done_s"] if done else None,
+            "error": next((e["error"] for e in failed.events if "error" in e), None),
+        },
+        "healthy_job_s": healthy.job_s,
+        "failed_job_s": failed.job_s,
+        "slowdown": slowdown,
+        "healthy_busbw_gbps": healthy.to_dict()["busbw_gbps"],
+        "failed_busbw_gbps": failed.to_dict()["busbw_gbps"],
+        "completed": healthy.completed and failed.completed,
+        "verified": _verified(healthy) and _verified(failed),
+        "step_s": {
+            "healthy": [round(s.seconds, 6) for s in healthy.steps],
+            "failed": [round(s.seconds, 6) for s in failed.steps],
+        },
+        "retransmits": {
+            "healthy": healthy.detail.get("retransmits"),
+            "failed": failed.detail.get("retransmits"),
+        },
+        "timeouts": {
+            "healthy": healthy.detail.get("timeouts"),
+            "failed": failed.detail.get("timeouts"),
+        },
+        "errors": {"healthy": healthy.error, "failed": failed.error},
     }

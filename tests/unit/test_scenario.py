@@ -142,3 +142,36 @@ def test_qp_timeouts_follow_the_labs_design_rtt():
     assert reorder == rdma_write.REORDER_RTTS * rtt
     fixed = rdma_write.lab_defaults(slow, nscc.FIXED)[1]
     assert fixed == rdma_write.REORDER_RTTS_FIXED * rtt > reorder, "deeper queues, longer window"
+
+
+# ---- allreduce-failure (workloads.experiments) ------------------------------------------------
+def _job(step_seconds: list[float]):
+    from mrc_nic.workloads import collective
+
+    job = collective.JobResult("mrc", ["h0", "h1"], 1 << 20, 2, 60.0)
+    t = 0.0
+    for i, s in enumerate(step_seconds):
+        job.steps.append(collective.StepResult(i, "x", t, t + s, 1))
+        t += s
+    return job
+
+
+def test_allreduce_fault_point_is_a_fraction_of_the_steps_timed_by_the_healthy_run():
+    from mrc_nic.workloads import experiments
+
+    job = _job([1.0, 3.0])
+    assert experiments.fault_point(job, 0.4) == (0, 0.8)  # 0.8 of step 0
+    assert experiments.fault_point(job, 0.5) == (1, 0.0)  # at step 1's start
+    assert experiments.fault_point(job, 0.75) == (1, 1.5)  # half of step 1
+    assert experiments.fault_point(_job([]), 0.4) == (0, 0.0)  # no healthy step: at once
+
+
+@pytest.mark.parametrize(
+    "kw, words",
+    [({"at": 1.0}, "0 <= at < 1"), ({"mode": "loss"}, "blackhole or down")],
+)
+def test_allreduce_failure_arguments_are_checked_before_anything_runs(kw, words):
+    from mrc_nic.workloads import experiments
+
+    with pytest.raises(ValueError, match=words):
+        experiments.allreduce_failure("nolab", **kw)

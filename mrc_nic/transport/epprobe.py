@@ -1,0 +1,274 @@
+"""A controller's connectionless EV probes (OCP mrc_ctl_ep_batch_send_wait, MRC_CTL_EP_OP_EV_PROBE).
+
+A batch of (destination, EV, port) probes, each sent on its own path: a
+PROBE to the endpoint QPN (MRC_EP_QPN) with the EV as UDP source port, out
+of the port's plane, so it takes the path that data of any QP to that
+destination on that EV takes. The destination's NIC answers it in XDP
+without a QP (bpf/nic_answers.h, rx_ep_probe), with its own service time in
+the reply; this host's NIC records the reply with its arrival time in
+nic_ep_probes (rx_ep_probe_reply), slot psn % EP_SLOTS. The daemon reads
+its slots every tick while a batch waits, and answers the batch once every
+probe is answered or its timeout has passed: the responses in arrival
+order, each with its req_id, port, RTT (arrival minus the PROBE's tx_ts,
+less the responder's service time: adj_svc_time 1) as mrc_ctl.h has them.
+
+Slots, not psn ranges, are what batches share: each probe takes a free slot
+and a probe number psn = generation << log2(EP_SLOTS) | slot, so a late
+reply to an earlier probe of that slot (another psn, another tx_ts) is
+never taken for this one. A batch that would need more slots than are free
+is refused with EAGAIN, as the header says.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import ipaddress
+import socket
+import time
+from typing import Any
+
+from mrc_nic.abi import defs
+from mrc_nic.lab.protocol import RequestError
+from mrc_nic.lab.topology import Topology
+from mrc_nic.nic import wireconst
+from mrc_nic.transport import prober
+from mrc_nic.transport.profiles import AUTO_EV_BASE
+
+EP_SLOTS = defs.NIC_EP_SLOTS  # probes a host has outstanding, at most
+TIMEOUT_MIN_NS = 1_000  # 1 us
+TIMEOUT_MAX_NS = 10_000_000_000  # 10 s
+OP_TYPES = ("EV_PROBE", "PORT_STATUS_UPDATE")  # enum mrc_ctl_ep_op_type
+FMT_MODES = ("UDP", "STEV")  # what a wire EV of this IPv4 lab can be (profiles: SRV6 refused)
+
+
+@dataclasses.dataclass(frozen=True)
+class Probe:
+    """One request of a batch, checked: where it goes and on which EV."""
+
+    req_id: int
+    dst_host: int  # the destination's host index
+    plane: int  # the port it leaves from, 0-based
+    ev: int  # the wire EV: UDP source port
+    dgid: str  # as asked
+
+
+@dataclasses.dataclass
+class Sent:
+    probe: Probe
+    slot: int
+    psn: int
+    tx_ts: int
+    src_ip: int  # the destination's address on the plane, as BPF stores it (network order)
+
+
+@dataclasses.dataclass(eq=False)
+class Batch:
+    conn: Any
+    deadline_ns: int
+    sent: list[Sent]
+    answers: dict[int, dict] = dataclasses.field(default_factory=dict)  # slot -> response
+
+
+def _bad(message: str) -> RequestError:
+    return RequestError(errno.EINVAL, message)
+
+
+def _host_of(topo: Topology, gid: object, what: str) -> int:
+    """The host index whose address (on any plane) gid is."""
+    try:
+        addr = ipaddress.IPv4Address(str(gid))
+    except ValueError:
+        raise _bad(f"{what} must be an IPv4 address of a host of the lab, not {gid!r}") from None
+    for name in topo.host_names():
+        index = topo.nodes[name].index
+        if any(topo.host_address(index, p) == addr for p in range(topo.planes)):
+            return index
+    raise _bad(f"{what} {addr} is no host's address in lab {topo.lab!r}")
+
+
+def check_requests(
+    topo: Topology, host: int, op_type: str, reqs: list, rsp_timeout: int, req_tc: int
+) -> list[Probe]:
+    """The batch's requests as Probes, or the first refusal (errno and one line)."""
+    if op_type == "PORT_STATUS_UPDATE":
+        raise RequestError(
+            errno.EOPNOTSUPP,
+            "PORT_STATUS_UPDATE is not supported: the port bitmap rides every ACK and probe",
+        )
+    if op_type != "EV_PROBE":
+        raise _bad(f"op_type must be one of {', '.join(OP_TYPES)}, not {op_type!r}")
+    if not reqs:
+        raise _bad("a batch needs at least one request")
+    if len(reqs) > EP_SLOTS:
+        raise _bad(f"a batch holds at most {EP_SLOTS} requests, not {len(reqs)}")
+    if not (isinstance(rsp_timeout, int) and TIMEOUT_MIN_NS <= rsp_timeout <= TIMEOUT_MAX_NS):
+        raise _bad(
+            f"rsp_timeout must be {TIMEOUT_MIN_NS}..{TIMEOUT_MAX_NS} ns, not {rsp_timeout!r}"
+        )
+    if not (isinstance(req_tc, int) and 0 <= req_tc <= 63):
+        raise _bad(f"req_tc is a DSCP, 0..63, not {req_tc!r}")
+    out, ids = [], set()
+    for i, r in enumerate(reqs):
+        where = f"request {i}"
+        if not isinstance(r, dict):
+            raise _bad(f"{where} must be an object (struct mrc_ctl_ep_req)")
+        unknown = set(r) - {"req_id", "sgid", "dgid", "ev_fmt_mode", "req_ev"}
+        if unknown:
+            raise _bad(f"{where}: unknown field(s) {', '.join(sorted(unknown))}")
+        req_id = r.get("req_id")
+        if not (isinstance(req_id, int) and 0 <= req_id <= 0xFFFF):
+            raise _bad(f"{where}: req_id must be 0..65535, not {req_id!r}")
+        if req_id in ids:
+            raise _bad(f"{where}: req_id {req_id} is already in the batch (must be unique)")
+        ids.add(req_id)
+        mode = str(r.get("ev_fmt_mode", "UDP")).upper()
+        if mode not in FMT_MODES:
+            raise _bad(f"{where}: ev_fmt_mode must be UDP or STEV on this lab, not {mode!r}")
+        if r.get("sgid") is not None and _host_of(topo, r["sgid"], f"{where}: sgid") != host:
+            raise _bad(f"{where}: sgid {r['sgid']} is not this host's")
+        if "dgid" not in r:
+            raise _bad(f"{where}: dgid is missing (the destination's address)")
+        dst = _host_of(topo, r["dgid"], f"{where}: dgid")
+        if dst == host:
+            raise _bad(f"{where}: dgid {r['dgid']} is this host: probe another one")
+        ev = r.get("req_ev")
+        if not isinstance(ev, dict) or not isinstance(ev.get("val"), int):
+            raise _bad(f"{where}: req_ev must be {{val, port}}, not {ev!r}")
+        val, port = ev["val"], ev.get("port", 0)
+        if not 1 <= val <= wireconst.EV_MAX:
+            raise _bad(f"{where}: req_ev.val is a UDP source port here, 1..65535, not {val}")
+        if not (isinstance(port, int) and 0 <= port <= topo.planes):
+            raise _bad(f"{where}: req_ev.port must be 1..{topo.planes} (0: AUTO's), not {port!r}")
+        if port == 0:
+            if val < AUTO_EV_BASE:
+                raise _bad(
+                    f"{where}: EV {val} is not an AUTO EV (from {AUTO_EV_BASE}): give req_ev.port"
+                )
+            port = (val - AUTO_EV_BASE) % topo.planes + 1  # EV profile 0's plane for it
+        out.append(Probe(req_id, dst, port - 1, val, str(r["dgid"])))
+    return out
+
+
+class EpProber:
+    """One host's endpoint probe batches: send, collect, answer."""
+
+    def __init__(self, topo: Topology, host: int, maps: Any) -> None:
+        self.topo, self.host, self.maps = topo, host, maps
+        self._free = list(range(EP_SLOTS))
+        self._gen = 0
+        self._socks: dict[int, socket.socket] = {}
+        self._templates: dict[tuple, bytes] = {}
+        self.batches: list[Batch] = []
+        self.sent = 0
+
+    def close(self) -> None:
+        for s in self._socks.values():
+            s.close()
+        self._socks.clear()
+
+    def start(self, req: Any, conn: Any) -> Batch:
+        """Check and send a batch (ctlops.EpBatchSendWait); it is answered by step()."""
+        probes = check_requests(
+            self.topo, self.host, req.op_type, req.reqs, req.rsp_timeout, req.req_tc
+        )
+        if len(probes) > len(self._free):
+            raise RequestError(
+                errno.EAGAIN,
+                f"{EP_SLOTS - len(self._free)} probes are outstanding, {len(self._free)} "
+                f"slots free for {len(probes)}: retry later",
+            )
+        batch = Batch(conn, 0, [])
+        taken = self._free[: len(probes)]
+        del self._free[: len(probes)]
+        try:
+            for p, slot in zip(probes, taken, strict=True):
+                self._gen = (self._gen + 1) & (wireconst.PSN_MASK // EP_SLOTS)
+                psn = self._gen * EP_SLOTS + slot
+                tx_ts = self._send(p, psn, req.req_tc)
+                dst_ip = self.topo.host_address(p.dst_host, p.plane).packed
+                batch.sent.append(Sent(p, slot, psn, tx_ts, int.from_bytes(dst_ip, "little")))
+        except BaseException:
+            self._free.extend(taken)  # nothing of the batch waits: its slots are free again
+            raise
+        batch.deadline_ns = time.monotonic_ns() + req.rsp_timeout
+        self.batches.append(batch)
+        return batch
+
+    def _send(self, p: Probe, psn: int, req_tc: int) -> int:
+        """Send one probe; its tx_ts (CLOCK_MONOTONIC, as the NIC's
+        bpf_ktime_get_ns), taken once its frame is ready."""
+        from mrc_nic.nic import wire
+
+        bitmap = self.maps.port_bitmap(self.host)
+        key = (p.dst_host, p.plane, bitmap, req_tc)
+        template = self._templates.get(key)
+        if template is None:
+            port = self.maps.port(self.host, p.plane)
+            ends = wire.Endpoints(
+                src_mac=port["mac"],
+                dst_mac=port["nh_mac"],
+                src_ip=str(self.topo.host_address(self.host, p.plane)),
+                dst_ip=str(self.topo.host_address(p.dst_host, p.plane)),
+            )
+            frame = wire.probe(ends, ev=1, dqpn=wire.EP_QPN, psn=0, tx_ts=0, port_bitmap=bitmap)
+            if req_tc:
+                from scapy.layers.inet import IP
+
+                frame[IP].tos = req_tc << wire.DSCP_SHIFT | int(wire.Ecn.ECT0)
+                del frame[IP].chksum
+            if len(self._templates) >= prober.TEMPLATES_MAX:
+                self._templates.clear()
+            template = self._templates[key] = bytes(frame)
+        sock = prober.plane_socket(self._socks, p.plane)
+        tx_ts = time.monotonic_ns()
+        try:
+            sock.send(prober.probe_frame(template, p.ev, psn, tx_ts))
+            self.sent += 1
+        except OSError:
+            pass  # the port is down: this probe goes unanswered
+        return tx_ts
+
+    def step(self, now_ns: int | None = None) -> list[tuple[Any, list[dict]]]:
+        """Collect what came back; the batches that are done, with their
+        responses in arrival order (and their slots freed)."""
+        if not self.batches:
+            return []
+        now_ns = time.monotonic_ns() if now_ns is None else now_ns
+        slots = self.maps.ep_probes(self.host)
+        done = []
+        for b in self.batches:
+            for s in b.sent:
+                if s.slot in b.answers:
+                    continue
+                e = slots[s.slot]
+                if e.rx_ns and e.psn == s.psn and e.tx_ts == s.tx_ts and e.src_ip == s.src_ip:
+                    b.answers[s.slot] = response(s, e)
+            if len(b.answers) == len(b.sent) or now_ns >= b.deadline_ns:
+                done.append(b)
+        out = []
+        for b in done:
+            self.batches.remove(b)
+            self._free.extend(s.slot for s in b.sent)
+            rsps = sorted(b.answers.values(), key=lambda r: r["_rx"])  # arrival order
+            out.append((b.conn, [{k: v for k, v in r.items() if k != "_rx"} for r in rsps]))
+        return out
+
+
+def response(s: Sent, e: Any) -> dict:
+    """struct mrc_ctl_ep_rsp of one answered probe, and mrc-nic's extensions."""
+    rtt_raw = max(0, e.rx_ns - s.tx_ts)
+    adj = 1 if e.flags & wireconst.PROBE_F_SVC else 0
+    svc = e.svc_ns if adj else 0
+    return {
+        "req_id": s.probe.req_id,
+        "port": e.plane + 1,
+        "rtt": min(max(0, rtt_raw - svc), 0xFFFFFFFF),
+        "adj_svc_time": adj,
+        "ev": e.ev,
+        "dgid": s.probe.dgid,
+        "rtt_raw": rtt_raw,
+        "svc_time": svc,
+        "ecn": bool(e.flags & wireconst.AckFlag.ECN),
+        "_rx": e.rx_ns,
+    }

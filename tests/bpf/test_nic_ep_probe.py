@@ -1,0 +1,169 @@
+"""Golden-packet tests of endpoint probes (bpf/nic_answers.h, rx_ep_probe and
+rx_ep_probe_reply): a controller's connectionless EV probe, a PROBE to the
+endpoint QPN (MRC_EP_QPN) that the NIC answers without a QP, and the reply's
+record in nic_ep_probes for the daemon that sent it.
+
+Host 0 probes host 1 on plane 2 (198.18.2.1 -> 198.18.2.2). No QP exists in
+this module: that is the point. Expected frames are wire's, from explicit
+values; the responder's service time (the reply's ICRC slot) is a clock
+reading, so it is checked against bounds and the rest of the frame byte for byte.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+from scapy.layers.inet import IP
+from scapy.layers.l2 import Ether
+
+from mrc_nic.nic import wire as w
+from tests.helpers.nicprog import delta, loaded_nic_program
+
+XDP_DROP, XDP_TX = 1, 3
+LAB = f"zep{os.getpid()}"
+PROBER, RESPONDER, PLANE = 0, 1, 2
+PROBE_ENDS = w.Endpoints(
+    src_mac="02:00:00:00:00:01",
+    dst_mac="02:00:00:00:01:01",
+    src_ip=f"198.18.{PLANE}.{PROBER + 1}",
+    dst_ip=f"198.18.{PLANE}.{RESPONDER + 1}",
+)
+REPLY_ENDS = PROBE_ENDS.reversed()
+EV = 0xC123
+RESPONDER_PORTS = 0b1011
+ICRC = slice(-4, None)  # the ICRC slot: last 4 bytes of a PROBE_REPLY
+
+
+@pytest.fixture(scope="module")
+def program():
+    with loaded_nic_program(LAB, mr_elems=16, max_qps=16, max_regions=2, event_pages=1) as prog:
+        yield prog
+
+
+@pytest.fixture
+def maps(maps):
+    maps.set_port_bitmap(RESPONDER, RESPONDER_PORTS)
+    maps.clear_ep_probes(PROBER)
+    return maps
+
+
+def run(program, frame):
+    from mrc_nic.kernel import bpfsys
+
+    return bpfsys.prog_test_run(program.fd, bytes(frame))
+
+
+def ep_probe(psn: int = 9, tx_ts: int = 1234, *, ends=PROBE_ENDS, **kw):
+    return w.probe(ends, ev=EV, dqpn=w.EP_QPN, psn=psn, tx_ts=tx_ts, **kw)
+
+
+def test_endpoint_probe_is_answered_in_place_without_a_qp(program, maps):
+    before = maps.counters()
+    result = run(program, ep_probe())
+    assert result.retval == XDP_TX
+    expected = bytes(
+        w.probe_reply(
+            REPLY_ENDS,
+            ev=EV,
+            dqpn=w.EP_QPN,
+            psn=9,
+            echo_ts=1234,
+            flags=w.PROBE_F_SVC,
+            port_bitmap=RESPONDER_PORTS,
+        )
+    )
+    assert len(result.data_out) == len(expected)
+    assert result.data_out[:-4] == expected[:-4]
+    svc_ns = int.from_bytes(result.data_out[ICRC], "big")
+    assert 0 <= svc_ns < 1_000_000  # the responder's own time: well under a ms
+    assert delta(before, maps.counters()) == {"probe_reply": 1, "ep_probe": 1}
+
+
+def test_endpoint_probe_that_saw_congestion_says_so(program, maps):
+    result = run(program, ep_probe(ecn=w.Ecn.CE))
+    assert result.retval == XDP_TX
+    flags = Ether(result.data_out)[w.MRCProbe].flags
+    assert flags == w.PROBE_F_SVC | w.AckFlag.ECN
+
+
+@pytest.mark.parametrize(
+    "what, src_ip, dst_ip",
+    [
+        ("source on another plane", "198.18.1.1", f"198.18.{PLANE}.2"),
+        ("source .0 of the plane", f"198.18.{PLANE}.0", f"198.18.{PLANE}.2"),
+        ("destination .0 of the plane", f"198.18.{PLANE}.1", f"198.18.{PLANE}.0"),
+        ("outside the host network", "10.0.0.1", f"198.18.{PLANE}.2"),
+        ("to itself", f"198.18.{PLANE}.2", f"198.18.{PLANE}.2"),
+    ],
+)
+def test_endpoint_probe_from_outside_the_plan_is_dropped(program, maps, what, src_ip, dst_ip):
+    ends = w.Endpoints(PROBE_ENDS.src_mac, PROBE_ENDS.dst_mac, src_ip, dst_ip)
+    before = maps.counters()
+    assert run(program, ep_probe(ends=ends)).retval == XDP_DROP, what
+    assert delta(before, maps.counters()) == {"drop_spoofed": 1}
+
+
+def test_endpoint_probe_reply_is_recorded_for_the_prober(program, maps):
+    before = maps.counters()
+    reply = w.probe_reply(
+        REPLY_ENDS,
+        ev=EV,
+        dqpn=w.EP_QPN,
+        psn=0x000105,  # slot 5
+        echo_ts=777_000,
+        flags=w.PROBE_F_SVC,
+        port_bitmap=RESPONDER_PORTS,
+        icrc=321,
+    )
+    t0 = time.monotonic_ns()
+    assert run(program, reply).retval == XDP_DROP
+    t1 = time.monotonic_ns()
+    slots = maps.ep_probes(PROBER)
+    e = slots[0x105 % len(slots)]
+    assert (e.psn, e.tx_ts, e.svc_ns, e.ev, e.plane) == (0x105, 777_000, 321, EV, PLANE)
+    assert e.port_bitmap == RESPONDER_PORTS and e.flags == w.PROBE_F_SVC
+    assert e.src_ip == int.from_bytes(bytes(map(int, REPLY_ENDS.src_ip.split("."))), "little")
+    assert t0 <= e.rx_ns <= t1  # bpf_ktime_get_ns: CLOCK_MONOTONIC
+    assert sum(1 for s in slots if s.rx_ns) == 1
+    assert delta(before, maps.counters()) == {"probe_reply_consumed": 1, "ep_probe_reply": 1}
+
+
+def test_endpoint_probe_reply_without_service_time(program, maps):
+    reply = w.probe_reply(REPLY_ENDS, ev=EV, dqpn=w.EP_QPN, psn=7, echo_ts=1, icrc=999)
+    assert run(program, reply).retval == XDP_DROP
+    e = maps.ep_probes(PROBER)[7]
+    assert (e.psn, e.svc_ns, e.flags) == (7, 0, 0)  # the ICRC slot is only read with the flag
+
+
+def test_endpoint_probe_round_trip_through_the_nic(program, maps):
+    """The probe, its reply as the responder's NIC made it, and that reply
+    taken by the prober's NIC (here the same program): an RTT from the
+    echoed tx_ts, less the responder's service time."""
+    tx_ts = time.monotonic_ns()
+    answered = run(program, ep_probe(psn=42, tx_ts=tx_ts))
+    assert answered.retval == XDP_TX
+    assert run(program, answered.data_out).retval == XDP_DROP
+    e = maps.ep_probes(PROBER)[42]
+    assert (e.psn, e.tx_ts, e.ev) == (42, tx_ts, EV)
+    assert e.svc_ns == int.from_bytes(answered.data_out[ICRC], "big")
+    assert 0 < e.rx_ns - tx_ts - e.svc_ns < 1_000_000_000
+
+
+def test_spoofed_endpoint_probe_reply_is_not_recorded(program, maps):
+    ends = w.Endpoints(REPLY_ENDS.src_mac, REPLY_ENDS.dst_mac, "198.18.3.2", REPLY_ENDS.dst_ip)
+    reply = w.probe_reply(ends, ev=EV, dqpn=w.EP_QPN, psn=3, echo_ts=1)
+    before = maps.counters()
+    assert run(program, reply).retval == XDP_DROP
+    assert delta(before, maps.counters()) == {"drop_spoofed": 1}
+    assert not any(s.rx_ns for s in maps.ep_probes(PROBER))
+
+
+def test_a_probe_to_a_qp_number_is_not_an_endpoint_probe(program, maps):
+    """Without the endpoint QPN a PROBE needs its receive QP, as before."""
+    before = maps.counters()
+    probe = w.probe(PROBE_ENDS, ev=EV, dqpn=RESPONDER << 16 | 5, psn=1, tx_ts=1)
+    assert run(program, probe).retval == XDP_DROP
+    assert delta(before, maps.counters()) == {"drop_unknown_qp": 1}
+    assert Ether(bytes(probe))[IP].dst == PROBE_ENDS.dst_ip
