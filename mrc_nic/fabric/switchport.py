@@ -535,6 +535,14 @@ class SwitchPortMaps:
         rows = [FwdCountersLayout.from_buffer_copy(v) for v in per_cpu]
         return {name: sum(getattr(r, name) for r in rows) for name, _ in FwdCountersLayout._fields_}
 
+    def fwd_totals(self) -> dict[str, int]:
+        """fwd_counters summed over every port of the lab."""
+        totals: dict[str, int] = {}
+        for port_id in range(self.max_keys // DIRECTIONS):
+            for name, value in self.fwd_counters(port_id).items():
+                totals[name] = totals.get(name, 0) + value
+        return totals
+
     # ---- faults on one EV of one QP ----
 
     def _ev_fds(self) -> tuple[int, int]:
