@@ -33,6 +33,7 @@ import contextlib
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -80,12 +81,26 @@ def plain_fabric(topo) -> Any:
         log(f"plain fabric {topo.lab} removed")
 
 
+def foreign_labs(mine: tuple[str, ...]) -> list[str]:
+    """Other labs' namespaces on this machine (their traffic would skew a timing)."""
+    return [n for n in netns.list_names() if n.startswith("mrc-") and not n.startswith(mine)]
+
+
+def wait_quiet(mine: tuple[str, ...], limit: float) -> float:
+    """Wait up to `limit` s while another lab is up; the seconds waited."""
+    t0 = time.monotonic()
+    while foreign_labs(mine) and time.monotonic() - t0 < limit:
+        time.sleep(2)
+    return round(time.monotonic() - t0, 1)
+
+
 def run_write(lab: str, mode: str, size: int, seg: int) -> dict[str, Any]:
     from mrc_nic.fabric import switchport
 
     with switchport.SwitchPortMaps.open(lab) as maps:
         maps.set_forwarding(mode)
         fwd0 = maps.fwd_totals()["redirected"]
+        hops0 = packet_hops(maps)
         cpu0 = cpustat.sample()
         try:
             r = rdma_write.write(lab, "h0", "h1", size, wait=max(60.0, size * 8 / 0.05e9))
@@ -93,6 +108,7 @@ def run_write(lab: str, mode: str, size: int, seg: int) -> dict[str, Any]:
             return {"case": mode, "ok": False, "error": f"{type(e).__name__}: {e}"}
         cpu1 = cpustat.sample()
         fwd = maps.fwd_totals()["redirected"] - fwd0
+        hops = packet_hops(maps) - hops0
     ok = bool(r.get("completed"))
     packets = -(-r["bytes"] // seg) + (r.get("retransmits") or 0)
     return {
@@ -105,8 +121,17 @@ def run_write(lab: str, mode: str, size: int, seg: int) -> dict[str, Any]:
         "timeouts": r.get("timeouts"),
         "packets": packets,
         "redirected_by_switches": fwd,
-        **cpu_figures(cpu0, cpu1, r["seconds"], packets),
+        "packet_hops": hops,
+        **cpu_figures(cpu0, cpu1, r["seconds"], packets, hops),
     }
+
+
+def packet_hops(maps) -> int:
+    """Packets seen at every switch port's ingress hook, data and SACKs: one
+    per packet per switch it crossed."""
+    from mrc_nic.fabric.switchport import INGRESS
+
+    return sum(maps.counters(p, INGRESS).pkts for p in range(maps.max_keys // 2))
 
 
 def run_mptcp(plain, seconds: float) -> dict[str, Any]:
@@ -133,14 +158,19 @@ def run_mptcp(plain, seconds: float) -> dict[str, Any]:
     }
 
 
-def cpu_figures(cpu0, cpu1, seconds: float | None, packets: int) -> dict[str, Any]:
+def cpu_figures(cpu0, cpu1, seconds: float | None, packets: int, hops: int = 0) -> dict[str, Any]:
+    """Busy CPUs over the run; CPU time per data packet and, given the
+    packet-hops, per packet per switch (an upper bound: the hosts' work and
+    everything else on the machine is in the busy time too)."""
     busy = cpustat.busy_cores(cpu0, cpu1)
     wall = (cpu1[1] - cpu0[1]) / (os.sysconf("SC_CLK_TCK") * (os.cpu_count() or 1))
     secs = seconds or wall
+    cpu_s = (busy or 0) * wall
     return {
         "busy_cores": busy,
         "mpps": round(packets / secs / 1e6, 4) if secs else None,
-        "cpu_us_per_packet": round(busy * wall / packets * 1e6, 2) if busy and packets else None,
+        "cpu_us_per_packet": round(cpu_s / packets * 1e6, 2) if cpu_s and packets else None,
+        "cpu_us_per_packet_hop": round(cpu_s / hops * 1e6, 3) if cpu_s and hops else None,
     }
 
 
@@ -154,6 +184,7 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "busy_cores_median": median([r.get("busy_cores") for r in ok]),
         "mpps_median": median([r.get("mpps") for r in ok]),
         "cpu_us_per_packet_median": median([r.get("cpu_us_per_packet") for r in ok]),
+        "cpu_us_per_packet_hop_median": median([r.get("cpu_us_per_packet_hop") for r in ok]),
     }
 
 
@@ -198,6 +229,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--size", help="each WRITE (default 1G, quick 256M)")
     p.add_argument("--seconds", type=float, help="each MPTCP stream (default 8, quick 3)")
     p.add_argument("--topology", default=str(resources.DEFAULT_TOPOLOGY))
+    p.add_argument(
+        "--wait-quiet",
+        type=float,
+        default=300.0,
+        help="before each case, wait up to this many s while another lab is up (default 300)",
+    )
     args = p.parse_args(argv)
     args.rounds = args.rounds or (1 if args.quick else 3)
     args.size = rdma_write.parse_size(args.size or ("256M" if args.quick else "1G"))
@@ -223,17 +260,21 @@ def main(argv: list[str] | None = None) -> int:
         "args": {k: v for k, v in vars(args).items() if k != "out"},
     }
     runs: dict[str, list] = {c: [] for c in CASES}
+    mine = (f"mrc-{topo.lab}-", f"mrc-{plain.lab}-")
     with own_lab(topo), plain_fabric(plain):
         peers.mptcp_setup(plain, "h0", "h1")
         for r in range(args.rounds):
             order = CASES[r % 3 :] + CASES[: r % 3]
             for case in order:
+                waited = wait_quiet(mine, args.wait_quiet)
                 log(f"round {r + 1}/{args.rounds}: {LABEL[case]}")
                 if case == "mptcp":
                     run = run_mptcp(plain, args.seconds)
                 else:
                     run = run_write(topo.lab, case, args.size, seg)
                 run["round"] = r
+                run["waited_for_other_labs_s"] = waited
+                run["other_labs_after"] = len(foreign_labs(mine))
                 runs[case].append(run)
                 log(f"  {json.dumps({k: v for k, v in run.items() if k != 'case'})}")
         with contextlib.suppress(Exception):
@@ -255,6 +296,7 @@ def main(argv: list[str] | None = None) -> int:
             f"({of_line or 0:.3f} of the links)  rounds {s['gbps']}  "
             f"busy CPUs {s['busy_cores_median']}  {s['mpps_median']} Mpps  "
             f"{s['cpu_us_per_packet_median']} us CPU/packet"
+            + (f", {s['cpu_us_per_packet_hop_median']} per packet-hop" if case != "mptcp" else "")
         )
     result["table"] = table_rows(summary, line_bps)
     print("\nResults table (README rows):")

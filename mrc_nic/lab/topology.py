@@ -76,7 +76,7 @@ QUEUE_BYTES_MAX = 1 << 30
 # Who forwards MRC packets in the switches ([fabric] forwarding; bpf/switch_port.h,
 # "Forwarding"): the port program itself, or the IP stack.
 FORWARDING_MODES = ("bpf", "kernel")
-FORWARDING_DEFAULT = "kernel"
+FORWARDING_DEFAULT = "bpf"
 
 # Every key a topology file may hold, per section, with a short description
 # used in error messages.
