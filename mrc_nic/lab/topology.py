@@ -74,7 +74,8 @@ TBF_BURST_SECONDS = 250e-6
 QUEUE_BYTES_MAX = 1 << 30
 
 # Who forwards MRC packets in the switches ([fabric] forwarding; bpf/switch_port.h,
-# "Forwarding"): the port program itself, or the IP stack.
+# "Forwarding"): the port program itself, or the IP stack. BPF by default: the
+# same routes and ECMP choice for less CPU per hop (docs/benchmarks.md, "Line rate").
 FORWARDING_MODES = ("bpf", "kernel")
 FORWARDING_DEFAULT = "bpf"
 
