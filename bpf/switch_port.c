@@ -11,7 +11,10 @@
  *      then a fault on one EV of one QP, on keys that have one;
  *   3. virtual output queue (keys whose struct sp_queue is enabled: switch
  *      egress ports): ECN marking, trimming, buffer drops (switch_port.h);
- *   4. count the verdict (passed, or dropped with its reason).
+ *   4. count the verdict (passed, or dropped with its reason);
+ *   5. on ingress keys, when the lab forwards in BPF (SP_CFG_FWD_BPF): an MRC
+ *      packet that passed is forwarded here, bpf_fib_lookup then
+ *      bpf_redirect to its egress port (switch_port.h, "Forwarding").
  *
  * The program reads packets directly but writes them only through helpers
  * (bpf_skb_store_bytes, bpf_l3_csum_replace): a program that writes packet
@@ -41,6 +44,12 @@ BPF_ARRAY(port_queues, struct sp_queue, MAX_PORT_KEYS);
 BPF_HASH(ev_faults, struct sp_ev_key, struct sp_ev_fault, SP_EV_FAULTS_MAX);
 /* Per-key number of entries of ev_faults: 0 (most ports) skips the parse. */
 BPF_ARRAY(port_ev_faults, __u32, MAX_PORT_KEYS);
+/* Lab-wide settings (struct sp_config): who forwards. Written by user space
+ * (mrc-nic up). Pinned as switch_config. */
+BPF_ARRAY(switch_config, struct sp_config, 1);
+/* Per-ingress-key, per-CPU counters of the forwarding stage (struct
+ * sp_fwd_counters). Pinned as port_fwd. */
+BPF_PERCPU_ARRAY(port_fwd, struct sp_fwd_counters, MAX_PORT_KEYS);
 
 /* What the stages decide; the last stage turns it into a counter and a tc action. */
 enum sp_verdict {
@@ -390,6 +399,97 @@ static __always_inline int finish(struct sp_counters *cnt, enum sp_verdict verdi
 	}
 }
 
+/* ---- Stage: forwarding in BPF ----------------------------------------------- */
+
+#define SP_IP_TTL_OFF (SP_IP_OFF + offsetof(struct iphdr, ttl))
+
+/*
+ * Forward an MRC packet that the earlier stages passed at an ingress key:
+ * the FIB of this namespace picks the egress port and next hop (ECMP on the
+ * five-tuple, as ip_route_input does with fib_multipath_hash_policy 1), the
+ * TTL goes down by one (incremental checksum) and the MACs become the next
+ * hop's. Returns TC_ACT_REDIRECT (bpf_redirect to the egress port: its
+ * clsact egress hook and its qdisc run as for a forwarded packet), or
+ * TC_ACT_OK to leave the packet to the IP stack.
+ */
+static __always_inline int forward_stage(struct __sk_buff *skb, __u32 key)
+{
+	__u32 zero = 0;
+	struct sp_config *cfg = switch_config.lookup(&zero);
+	struct sp_fwd_counters *fwd;
+	struct bpf_fib_lookup fib = {};
+	struct hdr_cursor cur;
+	struct ethhdr *eth;
+	struct iphdr *ip;
+	struct udphdr *udp;
+	void *data, *data_end;
+	__u32 want = ETH_HLEN + sizeof(struct iphdr) + sizeof(struct udphdr);
+	__u16 old_word, new_word;
+	__u8 macs[2 * ETH_ALEN];
+	__u8 ttl;
+	int rc;
+
+	if (!cfg || !(cfg->flags & SP_CFG_FWD_BPF))
+		return TC_ACT_OK;
+	fwd = port_fwd.lookup(&key);
+	if (!fwd)
+		return TC_ACT_OK;
+	data = (void *)(long)skb->data;
+	data_end = (void *)(long)skb->data_end;
+	if (data + want > data_end) {
+		if (skb->len < want || bpf_skb_pull_data(skb, want)) {
+			fwd->stack_other++;
+			return TC_ACT_OK;
+		}
+		data = (void *)(long)skb->data;
+		data_end = (void *)(long)skb->data_end;
+	}
+	cur.pos = data;
+	if (parse_ethhdr(&cur, data_end, &eth) || eth->h_proto != bpf_htons(ETH_P_IP) ||
+	    parse_iphdr(&cur, data_end, &ip) || ip->ihl != 5 || ip->protocol != IPPROTO_UDP ||
+	    (ip->frag_off & bpf_htons(0x3FFF)) || parse_udphdr(&cur, data_end, &udp) ||
+	    udp->dest != bpf_htons(MRC_UDP_PORT)) {
+		fwd->stack_other++;
+		return TC_ACT_OK;
+	}
+	ttl = ip->ttl;
+	if (ttl <= 1) {
+		fwd->stack_ttl++; /* the IP stack sends the ICMP time exceeded */
+		return TC_ACT_OK;
+	}
+	fib.family = 2; /* AF_INET */
+	fib.tos = ip->tos;
+	fib.l4_protocol = IPPROTO_UDP;
+	fib.sport = udp->source;
+	fib.dport = udp->dest;
+	fib.ipv4_src = ip->saddr;
+	fib.ipv4_dst = ip->daddr;
+	fib.ifindex = skb->ingress_ifindex;
+	/* tot_len 0: the helper checks the skb against the egress port's MTU. */
+	old_word = *(__u16 *)&ip->ttl; /* TTL and protocol: one 16-bit checksum word */
+	rc = bpf_fib_lookup(skb, &fib, sizeof(fib), 0);
+	if (rc != BPF_FIB_LKUP_RET_SUCCESS) {
+		fwd->stack_fib++;
+		if (rc == BPF_FIB_LKUP_RET_NO_NEIGH)
+			fwd->no_neigh++; /* the IP stack resolves it; later packets come here */
+		return TC_ACT_OK;
+	}
+	/* Written through helpers only (see the top of this file). */
+	((__u8 *)&new_word)[0] = ttl - 1;
+	((__u8 *)&new_word)[1] = IPPROTO_UDP;
+	__builtin_memcpy(macs, fib.dmac, ETH_ALEN);
+	__builtin_memcpy(macs + ETH_ALEN, fib.smac, ETH_ALEN);
+	if (bpf_l3_csum_replace(skb, SP_IP_CSUM_OFF, old_word, new_word, sizeof(new_word)) ||
+	    bpf_skb_store_bytes(skb, SP_IP_TTL_OFF, &new_word, 1, 0) ||
+	    bpf_skb_store_bytes(skb, 0, macs, sizeof(macs), 0)) {
+		/* Cannot happen (the headers are in the linear area, pulled
+		 * above): drop rather than send a half-rewritten packet. */
+		return TC_ACT_SHOT;
+	}
+	fwd->redirected++;
+	return bpf_redirect(fib.ifindex, 0);
+}
+
 int switch_port(struct __sk_buff *skb)
 {
 	/* key = port_id * 2 + direction, set by the filter's classid. Reset it
@@ -414,7 +514,11 @@ int switch_port(struct __sk_buff *skb)
 		verdict = ev_fault_stage(skb, key);
 	if (verdict == SP_PASS)
 		verdict = queue_stage(skb, key, cnt, &len);
-	return finish(cnt, verdict, len);
+	if (finish(cnt, verdict, len) != TC_ACT_OK)
+		return TC_ACT_SHOT;
+	if ((key & 1) == SP_DIR_INGRESS)
+		return forward_stage(skb, key);
+	return TC_ACT_OK;
 }
 
 /*

@@ -188,4 +188,48 @@ struct sp_queue {
 
 _Static_assert(sizeof(struct sp_queue) == 96, "struct sp_queue layout changed");
 
+/* ---- Forwarding ---------------------------------------------------------- */
+
+/*
+ * Who forwards a switch's packets from one port to the next. Kernel: the IP
+ * stack (ip_rcv, the FIB with its ECMP routes, ip_forward, the neighbour
+ * table). BPF (SP_CFG_FWD_BPF): the program itself, at the ingress hook of
+ * the port the packet came in by, for MRC packets only (IPv4 without
+ * options or fragments, UDP to MRC_UDP_PORT, TTL above 1): bpf_fib_lookup
+ * in the switch's namespace (the same FIB, routes and ECMP hash on the same
+ * five-tuple as the IP stack's), TTL decremented, MACs of the next hop, then
+ * bpf_redirect to the egress port. The packet then meets that port's egress
+ * hook (this program: faults, the virtual output queue, counters) and its
+ * TBF exactly as a forwarded one, and skips the IP stack. Anything else, and
+ * any lookup that does not answer BPF_FIB_LKUP_RET_SUCCESS (no neighbour
+ * entry yet, MTU, unreachable), goes to the IP stack as before.
+ */
+
+/* struct sp_config.flags */
+#define SP_CFG_FWD_BPF 0x01 /* switches forward MRC packets in BPF */
+
+/* Lab-wide switch settings. Map switch_config (BPF_ARRAY, 1 entry), written
+ * whole by user space (mrc-nic up, SwitchPortMaps.set_forwarding). */
+struct sp_config {
+	__u32 flags;    /* SP_CFG_* */
+	__u32 reserved; /* 0 */
+} __attribute__((packed, aligned(8)));
+
+_Static_assert(sizeof(struct sp_config) == 8, "struct sp_config layout changed");
+
+/* What the forwarding stage did with the packets of one ingress key. Map
+ * port_fwd (BPF_PERCPU_ARRAY, MAX_PORT_KEYS entries), written only by the
+ * program; user space sums the copies. Counted only while SP_CFG_FWD_BPF is
+ * set, and only for packets the earlier stages passed:
+ *     redirected + stack_other + stack_ttl + stack_fib == packets looked at. */
+struct sp_fwd_counters {
+	__u64 redirected;  /* forwarded by the program to the egress port */
+	__u64 stack_other; /* not MRC (or not IPv4 without options): to the IP stack */
+	__u64 stack_ttl;   /* TTL 1 or 0: to the IP stack, which answers ICMP */
+	__u64 stack_fib;   /* bpf_fib_lookup did not answer SUCCESS: to the IP stack */
+	__u64 no_neigh;    /* of stack_fib: BPF_FIB_LKUP_RET_NO_NEIGH */
+} __attribute__((packed, aligned(8)));
+
+_Static_assert(sizeof(struct sp_fwd_counters) == 40, "struct sp_fwd_counters layout changed");
+
 #endif /* MRC_SWITCH_PORT_H */

@@ -970,6 +970,7 @@ SP_Q_RATE_SHIFT = 32
 SP_Q_COST_SHIFT = 16
 SP_Q_BYTES_MAX = 0x40000000
 SP_MARK_SHIFT = 32
+SP_CFG_FWD_BPF = 1
 
 
 class FaultMode(enum.IntEnum):
@@ -1064,6 +1065,31 @@ class SpQueue(ctypes.Structure):
         ("seed", ctypes.c_uint64),
         ("tail_ns", ctypes.c_uint64),
         ("seq", ctypes.c_uint64),
+    ]
+
+
+class SpConfig(ctypes.Structure):
+    """struct sp_config (bpf/switch_port.h)."""
+
+    _pack_ = 1
+    _align_ = 8  # aligned(8): ctypes honours it from 3.13
+    _fields_ = [
+        ("flags", ctypes.c_uint32),
+        ("reserved", ctypes.c_uint32),
+    ]
+
+
+class SpFwdCounters(ctypes.Structure):
+    """struct sp_fwd_counters (bpf/switch_port.h)."""
+
+    _pack_ = 1
+    _align_ = 8  # aligned(8): ctypes honours it from 3.13
+    _fields_ = [
+        ("redirected", ctypes.c_uint64),
+        ("stack_other", ctypes.c_uint64),
+        ("stack_ttl", ctypes.c_uint64),
+        ("stack_fib", ctypes.c_uint64),
+        ("no_neigh", ctypes.c_uint64),
     ]
 
 # ---- enums of #define groups --------------------------------------------------

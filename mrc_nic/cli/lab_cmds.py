@@ -6,6 +6,7 @@ import click
 
 from mrc_nic.cli import output
 from mrc_nic.cli.common import default_topology_path, format_option, lab_option, snapshot_for
+from mrc_nic.lab.topology import FORWARDING_MODES
 
 
 def topology_option(help_text: str):
@@ -20,6 +21,7 @@ Examples:
   mrc-nic up
   mrc-nic up -t netns/clos-8.toml
   mrc-nic up -t netns/default.toml --name lab2   # a second lab beside the first
+  mrc-nic up --switch-forwarding kernel          # switches forward through the IP stack
 
 Topology sections: [lab], [fabric], [links], [addressing] (README, "Topology
 files") and [queues]: switch egress queues, base_rtt, ecn, ecn_last_hop,
@@ -33,13 +35,28 @@ kmin, kmax, trim, seed (docs/queues.md)."""
     help="If the lab is already up from the same topology, keep it (restarting any "
     "host daemon that died) and exit 0.",
 )
+@click.option(
+    "--switch-forwarding",
+    type=click.Choice(FORWARDING_MODES),
+    default=None,
+    help="Who forwards MRC packets in the switches, overriding [fabric].forwarding: "
+    "the port program (bpf_fib_lookup, bpf_redirect) or the IP stack.",
+)
 @format_option
-def up(topology_file: str | None, name: str | None, reuse: bool, fmt: str) -> None:
+def up(
+    topology_file: str | None,
+    name: str | None,
+    reuse: bool,
+    switch_forwarding: str | None,
+    fmt: str,
+) -> None:
     """Build a lab: namespaces, veth links, routes, queues and BPF port programs."""
     from mrc_nic.fabric import preflight, testbed
     from mrc_nic.lab import state, topology
 
     topo = topology.load(topology_file or default_topology_path(), lab=name)
+    if switch_forwarding is not None:
+        topo = topology.with_forwarding(topo, switch_forwarding, lab=name)
     preflight.require_root()  # before saying what it would build
     existing = state.LabState.load(topo.lab)
     if reuse and existing and existing.phase == "up" and existing.topology == topo.raw:

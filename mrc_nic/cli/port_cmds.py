@@ -6,6 +6,7 @@ import click
 
 from mrc_nic.cli import output
 from mrc_nic.cli.common import format_option, lab_option, pick_lab
+from mrc_nic.lab.topology import FORWARDING_MODES
 
 TARGETS = """\b
 Targets: a switch port (p0.t1a:t0a: switch p0.t1a, its port towards t0a),
@@ -34,7 +35,8 @@ Examples:
   mrc-nic port show p0.t0a                  # every port of a switch
   mrc-nic port set p0.t1a:t0a --kmin 20k --kmax 80k --trim 120k --buffer 200k
   mrc-nic port set p1.t0a:h0 --ecn          # mark at a last hop too (MRC: off)
-  mrc-nic port set all --defaults           # back to the topology's settings"""
+  mrc-nic port set all --defaults           # back to the topology's settings
+  mrc-nic port forwarding kernel            # switches forward through the IP stack"""
 )
 def port() -> None:
     """Switch egress queues: ECN thresholds, trimming, buffer, backlog, counters."""
@@ -119,6 +121,36 @@ def port_set(target, kmin, kmax, trim, buffer, ecn, seed, defaults, lab, fmt):
         return
     output.success(f"{len(rows)} port queue(s) set")
     _print_rows(rows)
+
+
+@port.command(
+    "forwarding",
+    epilog="""\b
+Examples:
+  mrc-nic port forwarding            # who forwards now, and what the port programs did
+  mrc-nic port forwarding kernel     # from now on, the IP stack forwards everything
+  mrc-nic port forwarding bpf        # the port programs forward MRC packets""",
+)
+@click.argument("mode", required=False, type=click.Choice(FORWARDING_MODES))
+@lab_option
+@format_option
+def port_forwarding(mode: str | None, lab: str | None, fmt: str) -> None:
+    """Who forwards MRC packets in the switches (bpf or kernel), live for the
+    whole lab; and the port programs' forwarding counters, summed over ports."""
+    from mrc_nic.fabric import switchport
+    from mrc_nic.lab import state
+
+    name = pick_lab(lab)
+    state.open_lab(name)  # the lab must be up (and its state is root's)
+    with switchport.SwitchPortMaps.open(name) as maps:
+        if mode is not None:
+            maps.set_forwarding(mode)
+        report = {"forwarding": maps.forwarding(), "counters": maps.fwd_totals()}
+    if fmt == "json":
+        output.emit_json(report)
+        return
+    counts = ", ".join(f"{k} {v}" for k, v in report["counters"].items())
+    output.info(f"switches forward MRC packets: {report['forwarding']} ({counts})")
 
 
 def _size(n: int | None) -> str:

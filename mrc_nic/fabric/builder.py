@@ -135,8 +135,10 @@ class Fabric:
         """Create every namespace and object of the topology, in order.
 
         program: the switch port program (tc on every switch port, plus its
-        pass-only XDP on host-facing ports). nic: the NIC's XDP program,
-        attached to every host port; None builds a fabric without NICs."""
+        pass-only XDP on host-facing ports); None builds a plain kernel
+        fabric, with no BPF on any port (the benchmarks' kernel peers). nic:
+        the NIC's XDP program, attached to every host port; None builds a
+        fabric without NICs."""
         for node in self.topo.nodes.values():
             netns.create(self.topo.netns(node.name))
             netns.write_sysctls(self.topo.netns(node.name), self._sysctls(node))
@@ -159,7 +161,7 @@ class Fabric:
         for link in self.topo.links.values():
             for port in link.ends():
                 self._set_queue(link, port)
-                if port.port_id is not None:
+                if port.port_id is not None and program is not None:
                     idx = self.ifindex(port.node, port.ifname)
                     try:
                         program.attach(self.ipr(port.node), idx, port.port_id)

@@ -28,6 +28,7 @@ from mrc_nic import resources
 from mrc_nic.abi import defs
 from mrc_nic.kernel import bpfsys, pins, program, xdp
 from mrc_nic.kernel.pins import PIN_ROOT, MapsMismatch, MapsMissing  # noqa: F401 (re-exported)
+from mrc_nic.lab.topology import FORWARDING_MODES
 
 INGRESS, EGRESS = 0, 1
 DIRECTIONS = defs.SP_DIRECTIONS
@@ -42,7 +43,18 @@ COUNTERS_MAP = "port_counters"
 QUEUES_MAP = "port_queues"
 EV_FAULTS_MAP = "ev_faults"  # faults on one EV of one QP (struct sp_ev_fault)
 EV_FAULT_KEYS_MAP = "port_ev_faults"  # per port key: how many of them
-PINNED_MAPS = (FAULTS_MAP, COUNTERS_MAP, QUEUES_MAP, EV_FAULTS_MAP, EV_FAULT_KEYS_MAP)
+CONFIG_MAP = "switch_config"  # lab-wide settings (struct sp_config): who forwards
+FWD_MAP = "port_fwd"  # per ingress key: what the forwarding stage did (struct sp_fwd_counters)
+PINNED_MAPS = (
+    FAULTS_MAP,
+    COUNTERS_MAP,
+    QUEUES_MAP,
+    EV_FAULTS_MAP,
+    EV_FAULT_KEYS_MAP,
+    CONFIG_MAP,
+    FWD_MAP,
+)
+
 
 # LOSS drops when the high 32 bits of the hash are below rate * 2^32.
 LOSS_SCALE_SHIFT = defs.SP_LOSS_SCALE_SHIFT
@@ -82,6 +94,12 @@ EvFaultKey = defs.SpEvKey
 
 
 EvFaultConfig = defs.SpEvFault
+
+
+ConfigLayout = defs.SpConfig
+
+
+FwdCountersLayout = defs.SpFwdCounters
 
 
 # ---- keys and pins ----------------------------------------------------------
@@ -357,9 +375,10 @@ class SwitchPortMaps:
             if fd >= 0:
                 os.close(fd)
                 setattr(self, attr, -1)
-        for fd in getattr(self, "_ev_maps", None) or ():
-            os.close(fd)
-        self._ev_maps = None
+        for attr in ("_ev_maps", "_fwd_maps"):
+            for fd in getattr(self, attr, None) or ():
+                os.close(fd)
+            setattr(self, attr, None)
 
     def _key(self, port_id: int, direction: int) -> bytes:
         key = port_key(port_id, direction)
@@ -475,6 +494,54 @@ class SwitchPortMaps:
         span = ((nbytes + q.burst) * q.cost_q) >> Q_COST_SHIFT if nbytes else 0
         q.tail_ns = time.monotonic_ns() + span
         bpfsys.map_update(self._queues_fd, self._key(port_id, direction), bytes(q))
+
+    # ---- forwarding ----
+
+    def _config_fds(self) -> tuple[int, int]:
+        fds = getattr(self, "_fwd_maps", None)
+        if fds is None:
+            opened = program.open_pinned_maps(
+                self.lab,
+                {CONFIG_MAP: ctypes.sizeof(ConfigLayout), FWD_MAP: None},
+                "BPF maps (forwarding: a lab brought up by this version)",
+            )
+            fds = self._fwd_maps = (opened[CONFIG_MAP], opened[FWD_MAP])
+        return fds
+
+    def set_forwarding(self, mode: str) -> None:
+        """Who forwards the lab's MRC packets in its switches from now on: "bpf"
+        (each ingress port's program) or "kernel" (the IP stack)."""
+        if mode not in FORWARDING_MODES:
+            raise ValueError(
+                f"forwarding must be one of {', '.join(FORWARDING_MODES)}, not {mode!r}"
+            )
+        config_fd, _ = self._config_fds()
+        flags = defs.SP_CFG_FWD_BPF if mode == "bpf" else 0
+        bpfsys.map_update(config_fd, bytes(4), bytes(ConfigLayout(flags=flags)))
+
+    def forwarding(self) -> str:
+        """ "bpf" or "kernel": who forwards the lab's switch traffic now."""
+        config_fd, _ = self._config_fds()
+        raw = bpfsys.map_lookup(config_fd, bytes(4), ctypes.sizeof(ConfigLayout))
+        return "bpf" if ConfigLayout.from_buffer_copy(raw).flags & defs.SP_CFG_FWD_BPF else "kernel"
+
+    def fwd_counters(self, port_id: int) -> dict[str, int]:
+        """What the forwarding stage did with the packets that came in by a
+        port (its ingress key), summed over CPUs."""
+        _, fwd_fd = self._config_fds()
+        per_cpu = bpfsys.map_lookup_percpu(
+            fwd_fd, self._key(port_id, INGRESS), ctypes.sizeof(FwdCountersLayout)
+        )
+        rows = [FwdCountersLayout.from_buffer_copy(v) for v in per_cpu]
+        return {name: sum(getattr(r, name) for r in rows) for name, _ in FwdCountersLayout._fields_}
+
+    def fwd_totals(self) -> dict[str, int]:
+        """fwd_counters summed over every port of the lab."""
+        totals: dict[str, int] = {}
+        for port_id in range(self.max_keys // DIRECTIONS):
+            for name, value in self.fwd_counters(port_id).items():
+                totals[name] = totals.get(name, 0) + value
+        return totals
 
     # ---- faults on one EV of one QP ----
 

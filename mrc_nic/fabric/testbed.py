@@ -60,6 +60,8 @@ def up(topo: Topology) -> UpReport:
                 fabric.build(program, nic_program)
             # The BPF twin of every capped egress queue: ECN, trimming, buffer.
             queues.configure(topo)
+            with switchport.SwitchPortMaps.open(topo.lab) as maps:
+                maps.set_forwarding(topo.forwarding)  # bpf/switch_port.h, "Forwarding"
             record.phase = "up"  # the daemons read the lab from its state
             record.save()
             start_daemons(topo)

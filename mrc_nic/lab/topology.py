@@ -71,6 +71,14 @@ TBF_BURST_SECONDS = 250e-6
 # Thresholds and buffers the BPF queue twin can hold (switch_port.h SP_Q_BYTES_MAX).
 QUEUE_BYTES_MAX = 1 << 30
 
+# Who forwards MRC packets in the switches ([fabric] forwarding; bpf/switch_port.h,
+# "Forwarding"): the port program itself, or the IP stack. The IP stack by
+# default until the BPF path's failover and 20%-loss figures are shown not to
+# regress on a quiet machine (docs/benchmarks.md, "Line rate": 12-17% more
+# goodput, but a longer blackhole gap in 3 of 3 loaded runs).
+FORWARDING_MODES = ("bpf", "kernel")
+FORWARDING_DEFAULT = "kernel"
+
 # Every key a topology file may hold, per section, with a short description
 # used in error messages.
 SCHEMA: dict[str, dict[str, str]] = {
@@ -82,6 +90,10 @@ SCHEMA: dict[str, dict[str, str]] = {
         "t0_per_plane": f"T0 leaves per plane, 1..{MAX_SWITCHES_PER_TIER}",
         "t1_per_plane": f"T1 spines per plane (tiers = 2), 1..{MAX_SWITCHES_PER_TIER}",
         "hosts_per_t0": "hosts attached to each T0 (default: hosts spread evenly)",
+        "forwarding": (
+            'who forwards MRC packets in the switches: "bpf" (the port program, '
+            'bpf_fib_lookup and bpf_redirect) or "kernel" (the IP stack)'
+        ),
     },
     "links": {
         "rate": 'host link rate, e.g. "1gbit", "400mbit", or "none" for no cap',
@@ -233,6 +245,7 @@ class Topology:
     host_net: ipaddress.IPv4Network
     fabric_net: ipaddress.IPv4Network
     queues: QueueParams = field(default_factory=QueueParams)
+    forwarding: str = FORWARDING_DEFAULT  # who forwards MRC packets in the switches
     raw: dict = field(default_factory=dict)  # the TOML as parsed, kept in the lab state
     nodes: dict[str, Node] = field(default_factory=dict)
     links: dict[str, Link] = field(default_factory=dict)
@@ -523,6 +536,12 @@ class _Reader:
             raise self.fail(dotted, f"must be between {lo} and {hi} bytes, got {size}")
         return size
 
+    def choice(self, dotted: str, allowed: tuple[str, ...], default: str) -> str:
+        value = self.get(dotted, default)
+        if value not in allowed:
+            raise self.fail(dotted, f"must be one of {', '.join(allowed)}, got {value!r}")
+        return value
+
     def boolean(self, dotted: str, default: bool) -> bool:
         value = self.get(dotted, default)
         if not isinstance(value, bool):
@@ -659,6 +678,7 @@ def from_dict(path: Path, data: dict, lab: str | None = None) -> Topology:
         host_net=r.network("addressing.hosts", "198.18.0.0/16"),
         fabric_net=r.network("addressing.fabric", "198.19.0.0/16"),
         queues=r.queues(),
+        forwarding=r.choice("fabric.forwarding", FORWARDING_MODES, FORWARDING_DEFAULT),
         raw=data,
     )
     if topo.host_net.overlaps(topo.fabric_net):
@@ -666,6 +686,14 @@ def from_dict(path: Path, data: dict, lab: str | None = None) -> Topology:
     _check_queues(r, topo)
     _build(topo)
     return topo
+
+
+def with_forwarding(topo: Topology, forwarding: str, lab: str | None = None) -> Topology:
+    """The same topology with [fabric] forwarding set (kept in its raw TOML,
+    so the lab's state records it)."""
+    data = {section: dict(body) for section, body in topo.raw.items()}
+    data.setdefault("fabric", {})["forwarding"] = forwarding
+    return from_dict(topo.path, data, lab)
 
 
 def _check_queues(r: _Reader, topo: Topology) -> None:

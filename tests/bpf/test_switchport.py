@@ -33,8 +33,9 @@ from mrc_nic.fabric import switchport as sp
 from mrc_nic.kernel import bpfsys
 from mrc_nic.nic import wire
 from mrc_nic.observe.port_table import PortCounterTable
-from tests.helpers.env import NETNS_DIR, require_root_and_bcc
+from tests.helpers.env import NETNS_DIR
 from tests.helpers.header_probe import struct_layout
+from tests.helpers.switchprog import loaded_switch_program
 
 TC_ACT_OK = 0
 TC_ACT_SHOT = 2
@@ -62,13 +63,8 @@ ETH_ONLY = bytes(14)  # the smallest frame BPF_PROG_TEST_RUN accepts
 
 @pytest.fixture(scope="module")
 def program():
-    require_root_and_bcc()
-    prog = sp.SwitchPortProgram.load(LAB, MAX_PORTS)
-    try:
+    with loaded_switch_program(LAB, MAX_PORTS) as prog:
         yield prog
-    finally:
-        prog.close()
-        sp.unpin(LAB)
 
 
 @pytest.fixture(scope="module")

@@ -27,6 +27,7 @@ ARGS = {
     "chaos": ["--duration", "1s"],
     "port show": [],
     "port set": ["p0.t1a:t0a", "--kmin", "20k"],
+    "port forwarding": [],
     "stats": [],
     "events": [],
     "traffic": ["h0", "h1", "--duration", "1s"],

@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 
 from mrc_nic.lab.topology import (
+    FORWARDING_DEFAULT,
+    FORWARDING_MODES,
     QUEUE_BYTES_MAX,
     QueueParams,
     TopologyError,
@@ -20,6 +22,7 @@ from mrc_nic.lab.topology import (
     parse_rate,
     parse_size,
     parse_threshold,
+    with_forwarding,
 )
 from tests.helpers.env import NETNS_DIR
 
@@ -931,3 +934,22 @@ def test_write_size_zero_is_refused():
 
     with pytest.raises(ValueError, match="at least 1 byte"):
         write_size("0")
+
+
+# ---- who forwards in the switches ----------------------------------------------------
+def test_forwarding_defaults_and_choices(tmp_path):
+    base = "[fabric]\nhosts = 2\nplanes = 1\n"
+    assert load(write(tmp_path, base)).forwarding == FORWARDING_DEFAULT
+    for mode in FORWARDING_MODES:
+        assert load(write(tmp_path, base + f'forwarding = "{mode}"\n')).forwarding == mode
+    with pytest.raises(TopologyError, match=r"fabric\.forwarding: must be one of bpf, kernel"):
+        load(write(tmp_path, base + 'forwarding = "xdp"\n'))
+
+
+def test_with_forwarding_keeps_the_rest_and_records_it(default):
+    for mode in FORWARDING_MODES:
+        topo = with_forwarding(default, mode, lab="other")
+        assert (topo.forwarding, topo.lab) == (mode, "other")
+        assert topo.raw["fabric"]["forwarding"] == mode
+        assert set(topo.links) == set(default.links)
+    assert "forwarding" not in default.raw["fabric"], "the original is not changed"

@@ -1,0 +1,311 @@
+#!/usr/bin/env python3
+"""Line rate (issue 18): one QP's WRITE against MPTCP over a plain kernel fabric.
+
+Brings up two fabrics of the same shape (the topology's: by default 2 hosts,
+4 planes, every link 1 Gbit/s through a TBF with the same burst and buffer):
+
+- lr<pid>, an mrc-nic lab (NIC XDP on the hosts, the switch port program on
+  every switch port). Its switches forward MRC packets in BPF or through the
+  IP stack ([fabric] forwarding, bpf/switch_port.h "Forwarding"); the script
+  flips that setting between runs on the same lab, so both are measured;
+- lp<pid>, a plain kernel fabric built by the same builder with no BPF
+  program on any port (no XDP on a veth, so TCP keeps GSO): the namespaces,
+  veths, routes, sysctls and TBFs only. MPTCP runs there, one subflow per
+  plane (mrc_nic.workloads.peers: IPPROTO_MPTCP sockets, every plane
+  address of h1 announced), as a user would run it instead of mrc-nic.
+
+Each round runs the three cases once, their order turned every round:
+`mrc-nic write h0 h1 --size SIZE` (rdma_write.write, one QP) with BPF
+forwarding, the same with kernel forwarding, and an MPTCP stream of
+--seconds. For each: goodput, busy CPUs over the run (/proc/stat, the whole
+machine: softirq work belongs to no process), data packets per second and
+CPU time per packet. Both fabrics stay up for the whole run (the idle one
+costs nothing measurable); nobody else's lab should be up.
+
+Usage (root; the project's venv):
+    .venv/bin/python scripts/bench_linerate.py [--quick] [--rounds N] [--size 1G] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from mrc_nic import nic, resources
+from mrc_nic.kernel import cpustat, netns
+from mrc_nic.lab import topology
+from mrc_nic.workloads import peers, rdma_write
+from mrc_nic.workloads.benchkit import (
+    add_common_args,
+    begin,
+    log,
+    median,
+    own_lab,
+    print_table,
+    table_row,
+    verdict,
+)
+
+PID = os.getpid()
+CASES = ("bpf", "kernel", "mptcp")
+LABEL = {
+    "bpf": "mrc-nic write, 1 QP, switches forward in BPF",
+    "kernel": "mrc-nic write, 1 QP, switches forward through the IP stack",
+    "mptcp": "MPTCP, 4 subflows, plain kernel fabric (no BPF)",
+}
+TARGET_OF_LINK = 0.97
+
+
+@contextlib.contextmanager
+def plain_fabric(topo) -> Any:
+    """The fabric of `topo` with no BPF program anywhere; removed by exact
+    name at the end (mrc-nic down -l <lab> also finds them if this dies)."""
+    from mrc_nic.fabric.builder import Fabric
+
+    made = topo.all_netns()
+    if any(netns.exists(n) for n in made):
+        raise SystemExit(f"namespaces of {topo.lab} already exist here: not touched")
+    try:
+        with Fabric(topo) as fabric:
+            fabric.build(None, None)
+        yield topo
+    finally:
+        for name in made:
+            netns.remove(name)
+        log(f"plain fabric {topo.lab} removed")
+
+
+def foreign_labs(mine: tuple[str, ...]) -> list[str]:
+    """Other labs' namespaces on this machine (their traffic would skew a timing)."""
+    return [n for n in netns.list_names() if n.startswith("mrc-") and not n.startswith(mine)]
+
+
+def wait_quiet(mine: tuple[str, ...], limit: float) -> float:
+    """Wait up to `limit` s while another lab is up; the seconds waited."""
+    t0 = time.monotonic()
+    while foreign_labs(mine) and time.monotonic() - t0 < limit:
+        time.sleep(2)
+    return round(time.monotonic() - t0, 1)
+
+
+def run_write(lab: str, mode: str, size: int, seg: int) -> dict[str, Any]:
+    from mrc_nic.fabric import switchport
+
+    with switchport.SwitchPortMaps.open(lab) as maps:
+        maps.set_forwarding(mode)
+        fwd0 = maps.fwd_totals()["redirected"]
+        hops0 = packet_hops(maps)
+        cpu0 = cpustat.sample()
+        try:
+            r = rdma_write.write(lab, "h0", "h1", size, wait=max(60.0, size * 8 / 0.05e9))
+        except Exception as e:  # said in the row; the run goes on
+            return {"case": mode, "ok": False, "error": f"{type(e).__name__}: {e}"}
+        cpu1 = cpustat.sample()
+        fwd = maps.fwd_totals()["redirected"] - fwd0
+        hops = packet_hops(maps) - hops0
+    ok = bool(r.get("completed"))
+    packets = -(-r["bytes"] // seg) + (r.get("retransmits") or 0)
+    return {
+        "case": mode,
+        "ok": ok,
+        "error": r.get("error"),
+        "gbps": round(r["goodput_bps"] / 1e9, 4) if ok else None,
+        "seconds": r["seconds"],
+        "retransmits": r.get("retransmits"),
+        "timeouts": r.get("timeouts"),
+        "packets": packets,
+        "redirected_by_switches": fwd,
+        "packet_hops": hops,
+        **cpu_figures(cpu0, cpu1, r["seconds"], packets, hops),
+    }
+
+
+def packet_hops(maps) -> int:
+    """Packets seen at every switch port's ingress hook, data and SACKs: one
+    per packet per switch it crossed."""
+    from mrc_nic.fabric.switchport import INGRESS
+
+    return sum(maps.counters(p, INGRESS).pkts for p in range(maps.max_keys // 2))
+
+
+def run_mptcp(plain, seconds: float) -> dict[str, Any]:
+    cpu0 = cpustat.sample()
+    try:
+        res = peers.run_stream(plain, "h0", "h1", "mptcp", seconds, 0.01, count_planes=False)
+    except Exception as e:
+        return {"case": "mptcp", "ok": False, "error": f"{type(e).__name__}: {e}"}
+    cpu1 = cpustat.sample()
+    # Segments of at most the MSS (MTU - 52: IPv4, TCP with timestamps).
+    packets = -(-res.bytes_window // (plain.mtu - 52))
+    return {
+        "case": "mptcp",
+        "ok": res.bytes_window > 0,
+        "error": "; ".join(res.errors) or None,
+        "gbps": round(res.goodput_bps / 1e9, 4),
+        "seconds": res.seconds,
+        "subflows": len(res.subflows),
+        "longest_gap_s": res.longest_gap_s,
+        "packets": packets,
+        # The sender's warm-up and drain are inside the CPU window: per
+        # packet, this slightly overstates MPTCP's cost.
+        **cpu_figures(cpu0, cpu1, None, packets),
+    }
+
+
+def cpu_figures(cpu0, cpu1, seconds: float | None, packets: int, hops: int = 0) -> dict[str, Any]:
+    """Busy CPUs over the run; CPU time per data packet and, given the
+    packet-hops, per packet per switch (an upper bound: the hosts' work and
+    everything else on the machine is in the busy time too)."""
+    busy = cpustat.busy_cores(cpu0, cpu1)
+    wall = (cpu1[1] - cpu0[1]) / (os.sysconf("SC_CLK_TCK") * (os.cpu_count() or 1))
+    secs = seconds or wall
+    cpu_s = (busy or 0) * wall
+    return {
+        "busy_cores": busy,
+        "mpps": round(packets / secs / 1e6, 4) if secs else None,
+        "cpu_us_per_packet": round(cpu_s / packets * 1e6, 2) if cpu_s and packets else None,
+        "cpu_us_per_packet_hop": round(cpu_s / hops * 1e6, 3) if cpu_s and hops else None,
+    }
+
+
+def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    ok = [r for r in runs if r.get("ok")]
+    return {
+        "runs": len(runs),
+        "ok": len(ok),
+        "gbps": [r.get("gbps") for r in runs],
+        "gbps_median": median([r["gbps"] for r in ok]),
+        "busy_cores_median": median([r.get("busy_cores") for r in ok]),
+        "mpps_median": median([r.get("mpps") for r in ok]),
+        "cpu_us_per_packet_median": median([r.get("cpu_us_per_packet") for r in ok]),
+        "cpu_us_per_packet_hop_median": median([r.get("cpu_us_per_packet_hop") for r in ok]),
+    }
+
+
+def table_rows(summary: dict[str, dict], line_bps: float) -> list[dict[str, Any]]:
+    peer = summary["mptcp"]["gbps_median"]
+    bar = TARGET_OF_LINK * line_bps / 1e9
+    rows = []
+    for case in ("bpf", "kernel"):
+        mrc = summary[case]["gbps_median"]
+        met = None if mrc is None else mrc >= bar and (peer is None or mrc > peer)
+        rows.append(
+            table_row(
+                "linerate",
+                f"single QP, {'BPF' if case == 'bpf' else 'IP-stack'} switch forwarding",
+                "goodput",
+                "Gbit/s",
+                mrc,
+                "MPTCP, plain kernel fabric",
+                peer,
+                target=f">= {bar:.2f} and above MPTCP: {verdict(met)}",
+            )
+        )
+        rows.append(
+            table_row(
+                "linerate",
+                f"single QP, {'BPF' if case == 'bpf' else 'IP-stack'} switch forwarding",
+                "CPU per packet",
+                "us",
+                summary[case]["cpu_us_per_packet_median"],
+                "MPTCP, plain kernel fabric",
+                summary["mptcp"]["cpu_us_per_packet_median"],
+                ratio_is="peer/mrc",
+            )
+        )
+    return rows
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_common_args(p, __file__, quick_help="one round, 256 MiB WRITEs, 3 s streams")
+    p.add_argument("--rounds", type=int, help="rounds (default 3, quick 1)")
+    p.add_argument("--size", help="each WRITE (default 1G, quick 256M)")
+    p.add_argument("--seconds", type=float, help="each MPTCP stream (default 8, quick 3)")
+    p.add_argument("--topology", default=str(resources.DEFAULT_TOPOLOGY))
+    p.add_argument(
+        "--wait-quiet",
+        type=float,
+        default=300.0,
+        help="before each case, wait up to this many s while another lab is up (default 300)",
+    )
+    args = p.parse_args(argv)
+    args.rounds = args.rounds or (1 if args.quick else 3)
+    args.size = rdma_write.parse_size(args.size or ("256M" if args.quick else "1G"))
+    args.seconds = args.seconds or (3.0 if args.quick else 8.0)
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse_args(argv)
+    header = begin(__file__, argv)
+    topo = topology.load(args.topology, lab=f"lr{PID}"[:12])
+    plain = topology.load(args.topology, lab=f"lp{PID}"[:12])
+    line_bps = topo.planes * (topo.rate_bps or 0)
+    seg = nic.seg_size(topo.mtu)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    result: dict[str, Any] = {
+        "version": 1,
+        **header,
+        "labs": [topo.lab, plain.lab],
+        "topology": args.topology,
+        "args": {k: v for k, v in vars(args).items() if k != "out"},
+    }
+    runs: dict[str, list] = {c: [] for c in CASES}
+    mine = (f"mrc-{topo.lab}-", f"mrc-{plain.lab}-")
+    with own_lab(topo), plain_fabric(plain):
+        peers.mptcp_setup(plain, "h0", "h1")
+        for r in range(args.rounds):
+            order = CASES[r % 3 :] + CASES[: r % 3]
+            for case in order:
+                waited = wait_quiet(mine, args.wait_quiet)
+                log(f"round {r + 1}/{args.rounds}: {LABEL[case]}")
+                if case == "mptcp":
+                    run = run_mptcp(plain, args.seconds)
+                else:
+                    run = run_write(topo.lab, case, args.size, seg)
+                run["round"] = r
+                run["waited_for_other_labs_s"] = waited
+                run["other_labs_after"] = len(foreign_labs(mine))
+                runs[case].append(run)
+                log(f"  {json.dumps({k: v for k, v in run.items() if k != 'case'})}")
+        with contextlib.suppress(Exception):
+            from mrc_nic.fabric import switchport
+
+            with switchport.SwitchPortMaps.open(topo.lab) as maps:
+                maps.set_forwarding(topo.forwarding)
+    result["runs"] = runs
+    result["summary"] = summary = {c: summarize(runs[c]) for c in CASES}
+    result["load_avg_end"] = [round(x, 2) for x in os.getloadavg()]
+    print(f"Line rate: {topo.planes} planes x {(topo.rate_bps or 0) / 1e9:g} Gbit/s, "
+          f"{args.rounds} rounds, medians (load {header['machine']['load_avg']} at the start, "
+          f"{result['load_avg_end']} at the end)\n")  # fmt: skip
+    for case in CASES:
+        s = summary[case]
+        of_line = s["gbps_median"] and s["gbps_median"] * 1e9 / line_bps
+        print(
+            f"{LABEL[case]:62s} {s['gbps_median'] or 0:6.3f} Gbit/s "
+            f"({of_line or 0:.3f} of the links)  rounds {s['gbps']}  "
+            f"busy CPUs {s['busy_cores_median']}  {s['mpps_median']} Mpps  "
+            f"{s['cpu_us_per_packet_median']} us CPU/packet"
+            + (f", {s['cpu_us_per_packet_hop_median']} per packet-hop" if case != "mptcp" else "")
+        )
+    result["table"] = table_rows(summary, line_bps)
+    print("\nResults table (README rows):")
+    print_table(result["table"])
+    path = out / "linerate.json"
+    path.write_text(json.dumps(result, indent=1) + "\n")
+    print(f"\nJSON: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
