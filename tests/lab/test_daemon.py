@@ -363,7 +363,9 @@ def test_events_tell_the_fault_the_ev_states_and_the_heal(default_lab):
             for e in events
             if e["type"] == "ev_replaced"
             and e["plane"] == 3
-            and fault["time"] <= e["time"] <= healing
+            # from 0.1 s in: SACKs of packets sent just before the fault, late on
+            # a loaded machine, may still show the plane working for a moment
+            and fault["time"] + 0.1 <= e["time"] <= healing
         ]
         assert not replaced, replaced
         # The table form: one line per event, with the plane's fault in words.
