@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from mrc_nic import resources
-from mrc_nic.abi import defs
+from mrc_nic.abi import switch_defs as defs  # not abi.defs: no NIC layouts
 from mrc_nic.kernel import bpfsys, pins, program, xdp
 from mrc_nic.kernel.pins import PIN_ROOT, MapsMismatch, MapsMissing  # noqa: F401 (re-exported)
 from mrc_nic.lab.topology import FORWARDING_MODES
