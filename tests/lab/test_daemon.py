@@ -336,7 +336,8 @@ def test_events_tell_the_fault_the_ev_states_and_the_heal(default_lab):
         qpn = send_qp(name)
         time.sleep(0.3)
         run_cli("fail", "plane", "3", "--mode", "blackhole", "-l", name)
-        time.sleep(0.3)
+        # every EV of the plane has met the blackhole (a loaded machine may take a while)
+        wait_for(lambda: ev_states(name, qpn), lambda c: c[(3, "ASSUMED_BAD")] >= 16, timeout=10)
         healing = time.time()  # the heal's event is posted once every link is back
         run_cli("heal", "--all", "-l", name)
         wait_for(lambda: ev_states(name, qpn), lambda c: c[(3, "GOOD")] >= 1, timeout=5)
