@@ -706,7 +706,10 @@ class AppSessions:
             except KeyError:
                 continue
             if s.state == nic.QpState.ERR:  # a fatal NACK: the NIC told the application
-                aq.qp.to_err("the NIC put it in ERR (a fatal NACK: remote access error)")
+                aq.qp.to_err(
+                    "the NIC put it in ERR (a fatal NACK, or a WQE it could not read from: "
+                    "the QP's CQ has the error)"
+                )
                 self._stop_receiving(aq)
                 self._report_error(aq)
                 continue
