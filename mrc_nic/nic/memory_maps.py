@@ -45,15 +45,8 @@ class MemoryMaps:
             )
         pins.check_range("owner", owner, MAX_HOSTS)
         pins.check_range("pd", pd, pins.U32_MAX)
-        value = RegionLayout(
-            base_va=base_va,
-            first_elem=first_elem,
-            n_elems=n_elems,
-            rkey=rkey,
-            owner=owner,
-            pd=pd,
-            remote_write=int(bool(remote_write)),
-        )
+        value = RegionLayout(base_va=base_va, first_elem=first_elem, n_elems=n_elems, rkey=rkey)
+        value.owner, value.pd, value.remote_write = owner, pd, int(bool(remote_write))
         bpfsys.map_update(self._fds[REGIONS_MAP], u32_key(region), bytes(value))
 
     def zero_region_elems(self, first_elem: int, n_elems: int) -> None:
