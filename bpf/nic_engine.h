@@ -367,16 +367,23 @@ static __always_inline void engine_plan(struct nic_sq *sq, const struct nic_wq *
 	sq->tx_stats.data_bytes += seg;
 }
 
-/* A WQE whose source cannot be read: the QP goes to ERR (a local error). */
-static __always_inline int engine_bad_wqe(const struct engine_req *req, struct nic_sq *sq,
-					  __u32 psn, __u64 now)
+/* A WQE whose source cannot be read (error: enum nic_qp_error): the QP goes
+ * to ERR (a local error). */
+static __always_inline int engine_wqe_error(const struct engine_req *req, struct nic_sq *sq,
+					    __u32 psn, __u64 now, __u32 error)
 {
 	bpf_spin_lock(&sq->lock);
 	sq->state = NIC_QPS_ERR;
 	bpf_spin_unlock(&sq->lock);
-	emit_qp_err(req->qpn, psn, 0, 0, 0, NIC_ERR_BAD_WQE, sq->send_cq, now);
+	emit_qp_err(req->qpn, psn, 0, 0, 0, error, sq->send_cq, now);
 	count(NIC_CNT_TX_BAD_WQE, 1);
 	return engine_idle(req, NIC_CNT_KICK_IDLE);
+}
+
+static __always_inline int engine_bad_wqe(const struct engine_req *req, struct nic_sq *sq,
+					  __u32 psn, __u64 now)
+{
+	return engine_wqe_error(req, sq, psn, now, NIC_ERR_BAD_WQE);
 }
 
 /*
@@ -601,7 +608,10 @@ static __always_inline void engine_locked(struct nic_sq *sq, struct nic_wq *wq,
 }
 
 /* The segment's source: from the WQE (the copy made under the QP's lock) and
- * its region. PKT_GO or the QP's error. */
+ * its region, which must be of the QP's protection domain and host (an
+ * application's region, owner host + 1, is its host's only). PKT_GO or the
+ * QP's error: a local protection error for a region of another PD or host,
+ * nothing read from it. */
 static __always_inline int engine_source(const struct engine_req *req, struct nic_sq *sq,
 					 const struct nic_wqe *w, struct tx_pkt *t, __u64 now)
 {
@@ -615,6 +625,8 @@ static __always_inline int engine_source(const struct engine_req *req, struct ni
 	rg = nic_regions_lookup(&rid);
 	if (!rg || !rg->n_elems || (w->src_off & (NIC_MR_ELEM_SIZE - 1)))
 		return engine_bad_wqe(req, sq, t->psn, now);
+	if (rg->pd != sq->pd || (rg->owner && rg->owner != sq->local_host + 1))
+		return engine_wqe_error(req, sq, t->psn, now, NIC_ERR_LOC_PROT);
 	elem = ((__u64)w->src_off + t->off) / NIC_MR_ELEM_SIZE;
 	if (elem + (t->seg - 1) / NIC_MR_ELEM_SIZE >= rg->n_elems)
 		return engine_bad_wqe(req, sq, t->psn, now);

@@ -297,6 +297,7 @@ class QpError(enum.IntEnum):
     NONE = 0
     RETRY_EXCEEDED = 1
     BAD_WQE = 2
+    LOC_PROT = 3
 
 
 class EventType(enum.IntEnum):
@@ -467,6 +468,8 @@ class NicRq(ctypes.Structure):
         ("max_wimm_dest", ctypes.c_uint32),
         ("dyn_mpr", ctypes.c_uint32),
         ("wimm_held", ctypes.c_uint32),
+        ("pd", ctypes.c_uint32),
+        ("reserved", ctypes.c_uint32),
     ]
 
 
@@ -655,7 +658,7 @@ class NicSq(ctypes.Structure):
         ("peer_mpr", ctypes.c_uint32),
         ("wimm_full", ctypes.c_uint64),
         ("probe_good", ctypes.c_uint32),
-        ("reserved", ctypes.c_uint32),
+        ("pd", ctypes.c_uint32),
     ]
 
 
@@ -749,6 +752,8 @@ class NicRegion(ctypes.Structure):
         ("n_elems", ctypes.c_uint32),
         ("rkey", ctypes.c_uint32),
         ("owner", ctypes.c_uint32),
+        ("pd", ctypes.c_uint32),
+        ("remote_write", ctypes.c_uint32),
     ]
 
 

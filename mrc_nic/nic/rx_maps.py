@@ -54,6 +54,7 @@ class RxQpMaps:
         auth_key: bytes | None = None,
         max_wimm_dest: int = 0,
         dyn_mpr: bool = True,
+        pd: int = 0,
     ) -> None:
         """Create (or reset) the receive state of a QP: nothing received, cum_psn = psn.
 
@@ -64,6 +65,8 @@ class RxQpMaps:
         max_wimm_dest: the most WRITE_WITH_IMM messages held incomplete (OCP
         max_wimm_dest; 0: MSG_SLOTS); one more is NACKed NO_RESOURCE.
         dyn_mpr: our answers advertise mpr (OCP MRC_QP_CAP_DYNAMIC_MPR; else MPR 0).
+        pd: the QP's protection domain: a WRITE into a region of another PD
+        (set_region pd) is a remote access error (0: the daemon's QPs and regions).
         The whole value is written, so counters, bitmap and messages start at
         zero. Do it before data flows to this QP: a packet being processed
         meanwhile may be lost (the sender resends it).
@@ -79,6 +82,7 @@ class RxQpMaps:
         pins.check_range("psn", psn, wireconst.PSN_MASK)
         pins.check_range("msn", msn, wireconst.MSN_MASK)
         pins.check_range("max_wimm_dest", max_wimm_dest, MSG_SLOTS)
+        pins.check_range("pd", pd, pins.U32_MAX)
         check_cq("cq", cq, self.max_cqs)
         owner = self._rx_slot_owner(qpn)
         if owner not in (0, qpn | RQ_TAG_USED):
@@ -102,6 +106,7 @@ class RxQpMaps:
             recv_cq=cq,
             max_wimm_dest=max_wimm_dest,
             dyn_mpr=int(bool(dyn_mpr)),
+            pd=pd,
         )
         if auth_key is not None:  # data must carry a MAC, our answers do (nic/auth.py)
             value.auth = 1

@@ -75,6 +75,7 @@ class SendQpMaps:
         max_wimm: int = 0,
         dyn_mpr: bool = False,
         probe_good: int = 1,
+        pd: int = 0,
     ) -> None:
         """Create (or reset) the send state of a QP, its EVs, its PSN -> EV table and
         its send queue.
@@ -97,12 +98,15 @@ class SendQpMaps:
         completed (OCP max_wimm; 0: no bound). dyn_mpr: the window follows the
         MPR the peer's ACKs advertise when that is smaller (OCP
         MRC_QP_CAP_DYNAMIC_MPR). probe_good: the PROBE_REPLYs an ASSUMED_BAD EV
-        needs to be GOOD again (0 and 1: the first).
+        needs to be GOOD again (0 and 1: the first). pd: the QP's protection
+        domain: a WQE whose src_region is of another PD or host (set_region pd,
+        owner) moves the QP to ERR as a local protection error (0: the daemon's).
         The whole values are written: do it before packets flow for this QP.
         """
         pins.check_range("qpn", qpn, wireconst.QPN_MASK)
         pins.check_range("max_wimm", max_wimm, SQ_DEPTH)
         pins.check_range("probe_good", probe_good, pins.U32_MAX)
+        pins.check_range("pd", pd, pins.U32_MAX)
         pins.check_range("local_host", local_host, MAX_HOSTS - 2)
         pins.check_range("peer_host", peer_host, MAX_HOSTS - 2)
         pins.check_range("peer_qpn", peer_qpn, wireconst.QPN_MASK)
@@ -152,6 +156,7 @@ class SendQpMaps:
             max_wimm=max_wimm,
             dyn_mpr=int(bool(dyn_mpr)),
             probe_good=probe_good,
+            pd=pd,
         )
         if auth_key is not None:  # data carries a MAC, ACKs must (nic/auth.py)
             value.auth = 1

@@ -207,6 +207,12 @@ class Daemon(LineService):
     def op_app_hello(self, req: appops.Hello, conn: Conn) -> appops.HelloReply:
         return self.apps.hello(req, conn)
 
+    def op_alloc_pd(self, req: appops.AllocPd, conn: Conn) -> appops.AllocPdReply:
+        return self.apps.alloc_pd(req, conn)
+
+    def op_dealloc_pd(self, req: appops.DeallocPd, conn: Conn) -> appops.Done:
+        return self.apps.dealloc_pd(req, conn)
+
     def op_reg_mr(self, req: appops.RegMr, conn: Conn) -> appops.RegMrReply:
         return self.apps.reg_mr(req, conn)
 

@@ -904,6 +904,54 @@ def test_wqe_whose_source_is_gone_moves_the_qp_to_err(program, maps, sq, event_r
     assert (event.qpn, event.psn, event.syndrome, event.reason) == (QP_TX, START, 0, 0)
 
 
+# ---- protection domains: a WQE reads only from a region of its QP's PD and host ----------------
+
+
+def pd_source(maps, **region) -> None:
+    maps.set_region(SRC_REGION, first_elem=0, n_elems=SRC_ELEMS, rkey=0x5555, **region)
+
+
+@pytest.mark.parametrize(
+    ("region", "qp"),
+    [
+        (dict(owner=TX_HOST + 1, pd=2), dict(pd=1)),
+        (dict(owner=TX_HOST + 2, pd=1), dict(pd=1)),
+        (dict(owner=TX_HOST + 1, pd=1), dict()),
+        (dict(), dict(pd=1)),
+    ],
+    ids=["another PD", "the same PD number on another host", "a PD-0 QP", "a PD-0 region"],
+)
+def test_wqe_whose_source_is_of_another_pd_is_a_local_protection_error(
+    program, maps, sq, event_reader, region, qp
+):
+    pd_source(maps, **region)
+    setup_sq(maps, **qp)
+    post(maps, 2 * CE, wr_id=5)
+    r = kick(program, maps)
+    assert (r.verdict, r.counters) == (XDP_DROP, {"kick_idle": 1, "tx_bad_wqe": 1, "events": 1})
+    s = maps.sq(QP_TX)
+    assert (s.state, s.wqe_done) == (nic.QpState.ERR, 0)
+    (event,) = event_reader.read()
+    assert isinstance(event, nic.QpErrEvent)
+    assert (event.qpn, event.psn, event.syndrome, event.error) == (
+        QP_TX,
+        START,
+        0,
+        nic.QpError.LOC_PROT,
+    )
+    assert maps.ev(QP_TX, EV_A).stats["tx_pkts"] == 0, "nothing read from that memory went out"
+
+
+def test_wqe_whose_source_is_of_its_qps_pd_is_sent(program, maps, sq):
+    pd_source(maps, owner=TX_HOST + 1, pd=7)
+    setup_sq(maps, pd=7)
+    post(maps, CE)
+    r = kick(program, maps)
+    assert r.verdict == XDP_REDIRECT
+    assert_data(r.frame, expected_data(START, EV_A, 0, CE, last=True), r.t0, r.t1)
+    assert r.counters == {"kick_sent": 1, "tx_data": 1, "tx_bytes": CE}
+
+
 def test_no_device_for_the_plane(program, maps, sq):
     maps.set_port(TX_HOST, 0, ifindex=0, mac=mac(TX_HOST, 0), nh_mac=nh_mac(0, 0))
     post(maps, CE)

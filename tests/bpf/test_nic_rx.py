@@ -710,14 +710,57 @@ def test_an_rkey_names_the_mr_its_write_lands_in(program, maps, app_qp):
 def test_an_rkey_that_names_no_mr_of_this_host_is_a_remote_access_error(
     program, maps, app_qp, change
 ):
+    assert_refused(program, maps, data(START, **({"va": APP_BASE} | change)))
+
+
+def app_mr(maps, **kw) -> None:
+    """Region 2, this host's MR, with its protection domain and access as given."""
+    maps.set_region(
+        2, first_elem=0, n_elems=4, rkey=app_rkey(2), base_va=APP_BASE, owner=RX_HOST + 1, **kw
+    )
+
+
+def test_an_rkey_of_the_qps_pd_is_placed(program, maps, app_qp):
+    app_mr(maps, pd=7)
+    setup_qp(maps, region=nic.REGION_BY_RKEY, pd=7)
+    pkt = data(START, rkey=app_rkey(2), va=APP_BASE)
+    assert_answer(run(program, pkt), sack(START, cum=START + 1))
+    assert maps.read_region(2, 0, 1024) == payload_for(START)
+
+
+def assert_refused(program, maps, pkt: Packet) -> None:
+    """pkt is a remote access error: NACKed (fatal), nothing written anywhere."""
     before = maps.counters()
-    result = run(program, data(START, **({"va": APP_BASE} | change)))
+    result = run(program, pkt)
     assert_answer(
         result,
         nack(START, w.NackReason.UNEXP_EVENT, cum=START, syndrome=w.Syndrome.NAK_REM_ACCESS),
     )
     assert delta(before, maps.counters()) == {"nack_rem_access": 1}
     assert maps.memory()[:] == bytes(MR_ELEMS * nic.MR_ELEM_SIZE), "nothing written"
+
+
+@pytest.mark.parametrize(
+    ("mr", "qp_pd"),
+    [
+        ({"pd": 8}, 7),
+        ({"pd": 7, "remote_write": False}, 7),
+        ({}, 7),  # an MR of PD 0 (the daemon's)
+        ({"pd": 7}, 0),  # a QP of PD 0
+    ],
+    ids=["another PD", "no REMOTE_WRITE", "a PD-0 MR", "a PD-0 QP"],
+)
+def test_an_rkey_of_another_pd_is_a_remote_access_error(program, maps, app_qp, mr, qp_pd):
+    app_mr(maps, **mr)
+    setup_qp(maps, region=nic.REGION_BY_RKEY, pd=qp_pd)
+    assert_refused(program, maps, data(START, rkey=app_rkey(2), va=APP_BASE))
+
+
+def test_a_region_by_id_of_another_pd_is_a_remote_access_error(program, maps, qp):
+    """The daemon's own QPs (a region by id) work in PD 0: a region of another PD is refused."""
+    maps.set_region(REGION, first_elem=REGION_FIRST_ELEM, n_elems=REGION_ELEMS, rkey=RKEY,
+                    base_va=BASE_VA, pd=3)  # fmt: skip
+    assert_refused(program, maps, data(START))
 
 
 def test_a_region_by_id_ignores_owned_regions(program, maps, qp):
