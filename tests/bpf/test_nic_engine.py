@@ -309,17 +309,18 @@ def test_unusable_evs_are_skipped(program, maps, sq):
 def test_an_ev_another_cpu_sent_on_just_now_is_held(program, maps, sq):
     post(maps, 4 * CE)
     cpu = min(os.sched_getaffinity(0))  # the one_cpu fixture's
-    # A's last packet left from another CPU, "now" (a little ahead: the hold,
-    # ENGINE_EV_HOLD_NS = 200 us from then, must outlast this test's syscalls).
+    # A's last packet left from another CPU, "now" (50 ms ahead: the hold,
+    # ENGINE_EV_HOLD_NS = 200 us from then, must outlast this test's syscalls
+    # on a loaded machine).
     a = maps.ev_raw(QP_TX, EV_A)
-    a.last_tx_cpu, a.last_tx_ts, a.last_tx_psn = cpu + 1, time.monotonic_ns() + 5_000_000, 7
+    a.last_tx_cpu, a.last_tx_ts, a.last_tx_psn = cpu + 1, time.monotonic_ns() + 50_000_000, 7
     a.stats.tx_pkts = 1
     bpfsys.map_update(
         maps.fd(nic.EVS_MAP), bytes(nic.EvKey(QP_TX, EV_A)), bytes(a), flags=nic.BPF_F_LOCK
     )
     r = kick(program, maps)  # held: B instead
     assert_data(r.frame, expected_data(START, EV_B, 0, CE, last=False), *_t(r))
-    time.sleep(0.006)  # the hold is over: A's turn comes again, and it is this CPU's
+    time.sleep(0.06)  # the hold is over: A's turn comes again, and it is this CPU's
     assert [Ether(kick(program, maps).frame)[UDP].sport for _ in range(3)] == [EV_C, EV_D, EV_A]
     assert maps.ev_raw(QP_TX, EV_A).last_tx_cpu == cpu
 
