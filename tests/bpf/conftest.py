@@ -20,10 +20,13 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(scope="module")
 def maps(program):
-    """The map client of the module's `program` fixture (a NicProgram)."""
+    """The map client of the module's `program` fixture: NicMaps for a NicProgram,
+    SwitchPortMaps for a SwitchPortProgram."""
     from mrc_nic import nic
+    from mrc_nic.fabric import switchport as sp
 
-    with nic.NicMaps.open(program.lab) as m:
+    client = sp.SwitchPortMaps if isinstance(program, sp.SwitchPortProgram) else nic.NicMaps
+    with client.open(program.lab) as m:
         yield m
 
 

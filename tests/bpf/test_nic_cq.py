@@ -34,14 +34,11 @@ from tests.helpers.engine import (
     SRC_REGION,
     START,
     TX_HOST,
-    XDP_DROP,
-    XDP_REDIRECT,
-    XDP_TX,
     data_ends,
     post,
     setup_sq,
 )
-from tests.helpers.nicprog import delta, loaded_nic_program
+from tests.helpers.nicprog import XDP_DROP, XDP_REDIRECT, XDP_TX, delta, loaded_nic_program
 
 LAB = f"zcq{os.getpid()}"
 MAX_CQS = 8

@@ -61,10 +61,6 @@ from tests.helpers.engine import (
     TX_HOST,
     TX_RINGS,
     WINDOW,
-    XDP_DROP,
-    XDP_PASS,
-    XDP_REDIRECT,
-    XDP_TX,
     Run,
     assert_data,
     data_ends,
@@ -80,7 +76,14 @@ from tests.helpers.engine import (
 from tests.helpers.header_probe import (
     struct_layout,
 )
-from tests.helpers.nicprog import delta, loaded_nic_program
+from tests.helpers.nicprog import (
+    XDP_DROP,
+    XDP_PASS,
+    XDP_REDIRECT,
+    XDP_TX,
+    delta,
+    loaded_nic_program,
+)
 
 
 def ack_ends(plane: int) -> w.Endpoints:

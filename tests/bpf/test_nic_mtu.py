@@ -29,7 +29,6 @@ from tests.helpers.engine import (
     QP_TX,
     REMOTE_VA,
     START,
-    XDP_REDIRECT,
     assert_data,
     expected_data,
     kick,
@@ -37,7 +36,7 @@ from tests.helpers.engine import (
     live_transfer,
     post,
 )
-from tests.helpers.nicprog import loaded_nic_program
+from tests.helpers.nicprog import XDP_REDIRECT, loaded_nic_program
 
 LAB = f"zmtu{os.getpid()}"
 MTU = 3200
