@@ -11,11 +11,21 @@ import pytest
 
 from tests.helpers import engine
 from tests.helpers.env import mark_tier, why_no_bpf
+from tests.helpers.nicprog import loaded_nic_program
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     mark_tier(items, Path(__file__).parent, ("root", "bpf"), why_no_bpf())
+
+
+@pytest.fixture(scope="module")
+def program(request):
+    """The NIC program compiled for the module (pins removed after): for the lab
+    name LAB, with the sizes PROGRAM_SIZES (NicProgram.load's keywords), two
+    globals of the module. The switch port modules have their own."""
+    with loaded_nic_program(request.module.LAB, **request.module.PROGRAM_SIZES) as prog:
+        yield prog
 
 
 @pytest.fixture(scope="module")

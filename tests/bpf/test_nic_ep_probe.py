@@ -28,22 +28,16 @@ from tests.helpers.nicprog import (
     XDP_DROP,
     XDP_TX,
     delta,
-    loaded_nic_program,
     run,
 )
 
 LAB = f"zep{os.getpid()}"
+PROGRAM_SIZES = dict(mr_elems=16, max_qps=16, max_regions=2, event_pages=1)  # conftest's program
 PROBER, RESPONDER = TX_HOST, RX_HOST
 PROBE_ENDS, REPLY_ENDS = DATA, ANSWER  # the golden tests' plan (nicprog): plane 2
 EV = 0xC123
 RESPONDER_PORTS = 0b1011
 ICRC = slice(-4, None)  # the ICRC slot: last 4 bytes of a PROBE_REPLY
-
-
-@pytest.fixture(scope="module")
-def program():
-    with loaded_nic_program(LAB, mr_elems=16, max_qps=16, max_regions=2, event_pages=1) as prog:
-        yield prog
 
 
 @pytest.fixture

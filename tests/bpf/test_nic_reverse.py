@@ -29,7 +29,6 @@ from tests.helpers.nicprog import (
     XDP_REDIRECT,
     XDP_TX,
     delta,
-    loaded_nic_program,
     run,
 )
 from tests.helpers.receiver import (
@@ -47,6 +46,7 @@ from tests.helpers.receiver import (
 )
 
 LAB = f"zrev{os.getpid()}"
+PROGRAM_SIZES = dict(mr_elems=64, max_qps=64, max_regions=4, event_pages=1)  # conftest's program
 GOOD, BAD, UNTRIED = nic.RevState.GOOD, nic.RevState.ASSUMED_BAD, nic.RevState.UNTRIED
 REV_SAME, REV_SAME2, REV_OTHER = 41000, 41001, 41002  # plane 2, plane 2, plane 0
 OTHER = 0  # the other plane
@@ -59,12 +59,6 @@ def sack_up(psn: int, cum: int):
 
 
 PORT_MAC, NH_MAC = "02:00:00:00:01:10", "02:00:00:00:00:10"  # host 1's port of plane 0
-
-
-@pytest.fixture(scope="module")
-def program():
-    with loaded_nic_program(LAB, mr_elems=64, max_qps=64, max_regions=4, event_pages=1) as prog:
-        yield prog
 
 
 @pytest.fixture

@@ -51,7 +51,6 @@ from tests.helpers.nicprog import (
     XDP_PASS,
     XDP_TX,
     delta,
-    loaded_nic_program,
     patched,
     run,
     with_udp_payload,
@@ -82,21 +81,12 @@ MR_ELEMS = 64
 MAX_QPS = 64
 MAX_REGIONS = 4
 EVENT_PAGES = 1
+PROGRAM_SIZES = dict(  # conftest's program fixture
+    mr_elems=MR_ELEMS, max_qps=MAX_QPS, max_regions=MAX_REGIONS, event_pages=EVENT_PAGES
+)
 
 
 # ---- fixtures -------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def program():
-    with loaded_nic_program(
-        LAB,
-        mr_elems=MR_ELEMS,
-        max_qps=MAX_QPS,
-        max_regions=MAX_REGIONS,
-        event_pages=EVENT_PAGES,
-    ) as prog:
-        yield prog
 
 
 @pytest.fixture

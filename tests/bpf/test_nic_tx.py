@@ -46,7 +46,6 @@ from tests.helpers.nicprog import (
     XDP_DROP,
     XDP_TX,
     delta,
-    loaded_nic_program,
     patched,
     run,
     with_udp_payload,
@@ -59,6 +58,14 @@ MAX_QPS = 16
 MAX_EVS = 64
 TX_RINGS = 8
 EVENT_PAGES = 1
+PROGRAM_SIZES = dict(  # conftest's program fixture
+    mr_elems=16,
+    max_qps=MAX_QPS,
+    max_regions=2,
+    event_pages=EVENT_PAGES,
+    max_evs=MAX_EVS,
+    tx_rings=TX_RINGS,
+)
 
 # The plan (nicprog's): QP_TX, the send QP, is the dest QP of every SACK, NACK and
 # PROBE_REPLY; QP_RX, the peer's receive QP, of PROBEs (DATA's direction).
@@ -83,10 +90,11 @@ def tx_ts(psn: int) -> int:
 # ---- packets --------------------------------------------------------------------------
 
 
-def sack(psn: int, cum: int, bitmap: int = 0, *, ev: int = EV_A, **kw) -> Packet:
-    """A SACK for the data packet psn sent on ev (echo_ts: tx_ts(psn) unless given)."""
-    return w.sack_packet(
-        kw.pop("ends", ACK),
+def _ack_fields(psn: int, cum: int, bitmap: int, ev: int, kw: dict) -> dict:
+    """What the SACK and the NACK of data packet psn sent on ev share; ends,
+    dqpn, echo_ts (tx_ts(psn)) and port_bitmap are taken out of kw when given there."""
+    return dict(
+        ends=kw.pop("ends", ACK),
         ev=ev,
         dqpn=kw.pop("dqpn", QP_TX),
         psn=psn,
@@ -95,25 +103,19 @@ def sack(psn: int, cum: int, bitmap: int = 0, *, ev: int = EV_A, **kw) -> Packet
         sack_bitmap=bitmap,
         port_bitmap=kw.pop("port_bitmap", PEER_PORTS),
         mpr=MPR,
-        **kw,
     )
+
+
+def sack(psn: int, cum: int, bitmap: int = 0, *, ev: int = EV_A, **kw) -> Packet:
+    """A SACK for the data packet psn sent on ev (echo_ts: tx_ts(psn) unless given)."""
+    fields = _ack_fields(psn, cum, bitmap, ev, kw)
+    return w.sack_packet(**fields, **kw)
 
 
 def nack(psn: int, reason: w.NackReason, cum: int, bitmap: int = 0, *, ev: int = EV_A, **kw):
     """A NACK of the data packet psn sent on ev."""
-    return w.nack_packet(
-        kw.pop("ends", ACK),
-        reason=reason,
-        ev=ev,
-        dqpn=kw.pop("dqpn", QP_TX),
-        psn=psn,
-        cum_psn=cum,
-        echo_ts=kw.pop("echo_ts", tx_ts(psn)),
-        sack_bitmap=bitmap,
-        port_bitmap=PEER_PORTS,
-        mpr=MPR,
-        **kw,
-    )
+    fields = _ack_fields(psn, cum, bitmap, ev, kw)
+    return w.nack_packet(reason=reason, **fields, **kw)
 
 
 def probe_reply(psn: int, *, ev: int = EV_A, **kw) -> Packet:
@@ -136,20 +138,6 @@ NACK_REASON_AT = 85
 
 
 # ---- fixtures -------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def program():
-    with loaded_nic_program(
-        LAB,
-        mr_elems=16,
-        max_qps=MAX_QPS,
-        max_regions=2,
-        event_pages=EVENT_PAGES,
-        max_evs=MAX_EVS,
-        tx_rings=TX_RINGS,
-    ) as prog:
-        yield prog
 
 
 @pytest.fixture
