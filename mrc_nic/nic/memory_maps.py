@@ -70,14 +70,7 @@ class MemoryMaps:
 
     def memory(self) -> mmap.mmap:
         """nic_mr mapped into this process: every region of the lab, shared with BPF."""
-        if self._mr is None:
-            self._mr = mmap.mmap(
-                self._fds[MR_MAP],
-                self.mr_elems * MR_ELEM_SIZE,
-                flags=mmap.MAP_SHARED,
-                prot=mmap.PROT_READ | mmap.PROT_WRITE,
-            )
-        return self._mr
+        return self._mapped(MR_MAP, self.mr_elems * MR_ELEM_SIZE)
 
     def _span(self, region: int, offset: int, length: int) -> int:
         layout = self.region(region)

@@ -61,10 +61,6 @@ from tests.helpers.engine import (
     TX_HOST,
     TX_RINGS,
     WINDOW,
-    XDP_DROP,
-    XDP_PASS,
-    XDP_REDIRECT,
-    XDP_TX,
     Run,
     assert_data,
     data_ends,
@@ -80,7 +76,15 @@ from tests.helpers.engine import (
 from tests.helpers.header_probe import (
     struct_layout,
 )
-from tests.helpers.nicprog import delta, loaded_nic_program
+from tests.helpers.nicprog import (
+    XDP_DROP,
+    XDP_PASS,
+    XDP_REDIRECT,
+    XDP_TX,
+    delta,
+)
+
+PROGRAM_SIZES = SIZES  # conftest's program fixture (LAB is the engine's too)
 
 
 def ack_ends(plane: int) -> w.Endpoints:
@@ -88,50 +92,38 @@ def ack_ends(plane: int) -> w.Endpoints:
     return data_ends(plane).reversed()
 
 
+def _ack_fields(maps, psn: int, cum: int, plane: int | None, kw: dict) -> dict:
+    """What the SACK and the NACK of PSN psn share: the recorded EV and tx_ts echoed,
+    on the plane of that EV unless told; port_bitmap is taken out of kw when given."""
+    entry = maps.tx_entry(QP_TX, psn)
+    return dict(
+        ends=ack_ends(EVS[entry.ev] if plane is None else plane),
+        ev=entry.ev,
+        dqpn=QP_TX,
+        psn=psn,
+        cum_psn=cum,
+        echo_ts=entry.tx_ts,
+        port_bitmap=kw.pop("port_bitmap", PLANES),
+        mpr=MPR,
+    )
+
+
 def sack(maps, psn: int, cum: int, *, plane: int | None = None, bitmap: int = 0, **kw):
     """The SACK of PSN psn as the receiver sends it: echoes the recorded EV and tx_ts,
     arrives on the plane of that EV unless told."""
-    entry = maps.tx_entry(QP_TX, psn)
-    return w.sack_packet(
-        ack_ends(EVS[entry.ev] if plane is None else plane),
-        ev=entry.ev,
-        dqpn=QP_TX,
-        psn=psn,
-        cum_psn=cum,
-        echo_ts=entry.tx_ts,
-        sack_bitmap=bitmap,
-        port_bitmap=kw.pop("port_bitmap", PLANES),
-        mpr=MPR,
-        **kw,
-    )
+    fields = _ack_fields(maps, psn, cum, plane, kw)
+    return w.sack_packet(sack_bitmap=bitmap, **fields, **kw)
 
 
 def nack(maps, psn: int, reason: w.NackReason, cum: int, **kw):
-    entry = maps.tx_entry(QP_TX, psn)
-    return w.nack_packet(
-        ack_ends(EVS[entry.ev]),
-        reason=reason,
-        ev=entry.ev,
-        dqpn=QP_TX,
-        psn=psn,
-        cum_psn=cum,
-        echo_ts=entry.tx_ts,
-        port_bitmap=PLANES,
-        mpr=MPR,
-        **kw,
-    )
+    fields = _ack_fields(maps, psn, cum, None, kw)
+    return w.nack_packet(reason=reason, **fields, **kw)
 
 
 # ---- fixtures -------------------------------------------------------------------------
 
 
 pytestmark = pytest.mark.usefixtures("one_cpu")  # tests/bpf/conftest.py: why
-
-
-@pytest.fixture(scope="module")
-def program():
-    with loaded_nic_program(LAB, **SIZES) as prog:
-        yield prog
 
 
 def run(program, maps, frame: Packet | bytes) -> Run:

@@ -31,10 +31,7 @@ from tests.helpers.writes import Repeating
 MIB = 2**20
 
 
-@pytest.fixture(autouse=True)
-def healed(default_lab):
-    yield
-    faults.heal(default_lab.lab, None)
+pytestmark = pytest.mark.usefixtures("healed")  # conftest's: faults healed after each test
 
 
 class Background:

@@ -15,15 +15,9 @@ from mrc_nic.fabric import faults
 from mrc_nic.verbs import ctl
 from tests.helpers.env import run_cli
 
-pytestmark = [pytest.mark.root, pytest.mark.netns]
+pytestmark = [pytest.mark.root, pytest.mark.netns, pytest.mark.usefixtures("healed")]
 BASE = 49152  # AUTO EVs: EV BASE + i is on plane i % 4 (EV profile 0)
 TIMEOUT_NS = 300_000_000  # generous: a loaded 2-core machine
-
-
-@pytest.fixture(autouse=True)
-def healed(default_lab):
-    yield
-    faults.heal(default_lab.lab, None)
 
 
 def h1(topo, plane: int = 0) -> str:

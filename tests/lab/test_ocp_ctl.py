@@ -7,19 +7,12 @@ from __future__ import annotations
 import pytest
 
 from mrc_nic import nic
-from mrc_nic.fabric import faults
 from mrc_nic.fabric.switchport import SwitchPortMaps
 from mrc_nic.verbs import ctl
 from mrc_nic.workloads import experiments, rdma_write
 
-pytestmark = [pytest.mark.root, pytest.mark.netns]
+pytestmark = [pytest.mark.root, pytest.mark.netns, pytest.mark.usefixtures("healed")]
 MIB = 2**20
-
-
-@pytest.fixture(autouse=True)
-def healed(default_lab):
-    yield
-    faults.heal(default_lab.lab, None)
 
 
 def test_a_qp_on_a_generated_4_ev_profile_sends_on_those_4_source_ports(default_lab):
