@@ -4,12 +4,15 @@ only that EV's packets and the EV is retired (issue 20)."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from mrc_nic import nic
 from mrc_nic.fabric.switchport import SwitchPortMaps
 from mrc_nic.verbs import ctl
 from mrc_nic.workloads import experiments, rdma_write
+from tests.helpers.env import run_cli
 
 pytestmark = [pytest.mark.root, pytest.mark.netns, pytest.mark.usefixtures("healed")]
 MIB = 2**20
@@ -82,3 +85,15 @@ def test_one_lossy_ev_of_16_loses_only_its_packets_and_is_retired(default_lab):
     assert r["fault_dropped"] > 0 and r["fault_pkts"] > r["fault_dropped"]
     assert after - before == r["fault_dropped"]  # every drop at that port was the EV's
     assert r["lossy_ev_final_state"] == "RETIRED" and r["replaced_by"] != r["lossy_ev"]
+
+
+def test_scenario_rounds_pair_healthy_and_lossy_runs_and_report_the_spread(default_lab):
+    p = run_cli(
+        "scenario", "single-ev-loss", "--size", "16M", "--rounds", "2", "--format", "json",
+        "-l", default_lab.lab, timeout=300,
+    )  # fmt: skip
+    r = json.loads(p.stdout)
+    assert r["rounds"] == 2 and len(r["runs"]) == 2 and r["completed"]
+    ratios = [run["goodput_ratio"] for run in r["runs"]]
+    assert r["min"] == min(ratios) and r["max"] == max(ratios) and r["key"] == "goodput_ratio"
+    assert all(run["fault_dropped"] > 0 for run in r["runs"])  # each run had its own fault
