@@ -563,7 +563,8 @@ def test_backlog_drains_at_the_link_rate(program, maps):
     # sleep, whatever else the machine does (a sleep only lasts longer).
     maps.set_queue(0, sp.INGRESS, dataclasses.replace(Q, rate_bps=10**9))
     maps.set_backlog(0, sp.INGRESS, MARKING)
-    assert 0 < maps.backlog(0, sp.INGRESS) <= MARKING
+    # (it may be drained already: a loaded machine can take 1 ms between the calls)
+    assert 0 <= maps.backlog(0, sp.INGRESS) <= MARKING
     time.sleep(0.01)
     assert maps.backlog(0, sp.INGRESS) == 0
     before = counters0(maps)
