@@ -463,9 +463,7 @@ class AppSessions:
                 peer_host=dest_host,
                 peer_qpn=dest_qpn,
                 # without REMOTE_WRITE access (INIT) the QP takes no WRITE at all
-                region=(
-                    nic.REGION_BY_RKEY if aq.access & ACCESS_REMOTE_WRITE else nic.REGION_NONE
-                ),
+                region=(nic.REGION_BY_RKEY if aq.access & ACCESS_REMOTE_WRITE else nic.REGION_NONE),
                 mpr=mpr,
                 psn=rq_psn,
                 cq=aq.recv_cq + 1,

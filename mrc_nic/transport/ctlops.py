@@ -111,8 +111,13 @@ class EvEventPoll(Request[EvEventsReply]):
 @reply
 class PortsReply(Reply):
     ports: list[dict] = arg(
-        "per port (1-based): port_admin_state, carrier, in nic_port_up, its plane, "
-        "the peers' port status as their last ACKs said"
+        "per port (1-based): port_admin_state, carrier, state (ACTIVE: in nic_port_up), its plane"
+    )
+    peers: list[dict] = arg(
+        "the peers' port status as their last PORT_STATUS_UPDATE told this host: host, "
+        "port_status (bit n: port n), ports [{port, state UP or DOWN}], updates, age_s, "
+        "via_port (an extension: mrc_ctl_query_port has no peers)",
+        factory=list,
     )
 
 
@@ -137,24 +142,30 @@ class EpBatchReply(Reply):
     rsps: list[dict] = arg(
         "struct mrc_ctl_ep_rsp per answered request, in arrival order: req_id, port "
         "(1-based, where the answer came in), rtt (ns, less the responder's service time), "
-        "adj_svc_time (1: it was); and ev, dgid, rtt_raw, svc_time, ecn (extensions)"
+        "adj_svc_time (1: it was); and ev, dgid, rtt_raw, svc_time, ecn, peer_port_status "
+        "(PORT_STATUS_UPDATE: the responder's, bit n: port n) (extensions)"
+    )
+    unsent: list[int] = arg(
+        "req_ids not sent: their port is administratively DISABLED (an extension)", factory=list
     )
 
 
 @op("ep_batch_send_wait")
 class EpBatchSendWait(Request[EpBatchReply]):
     """Send a batch of endpoint operations and wait for the answers
-    (mrc_ctl_ep_batch_send_wait): connectionless EV probes, no QP at either end;
-    the reply comes when every probe is answered or rsp_timeout has passed."""
+    (mrc_ctl_ep_batch_send_wait): connectionless EV probes, or port status
+    updates, no QP at either end; the reply comes when every request is
+    answered or rsp_timeout has passed."""
 
     reqs: list[dict] = arg(
         "struct mrc_ctl_ep_req: req_id (0..65535, unique in the batch), dgid (the "
         "destination's address on any plane), sgid (optional: one of this host's), "
         "ev_fmt_mode (UDP or STEV), req_ev {val: the UDP source port, port: 1-based, "
-        "0 for the port EV profile 0 gives an AUTO EV}"
+        "0 for the port EV profile 0 gives an AUTO EV}; PORT_STATUS_UPDATE: op "
+        "{port_status_update: {port_status: bit n for port n up}} (left out: this host's own)"
     )
     rsp_timeout: int = arg("how long to wait for the answers, ns (1 us .. 10 s)")
-    op_type: str = arg("EV_PROBE (PORT_STATUS_UPDATE is refused: EOPNOTSUPP)", "EV_PROBE")
+    op_type: str = arg("EV_PROBE or PORT_STATUS_UPDATE", "EV_PROBE")
     req_tc: int = arg("the probes' DSCP (0: the usual class of probes)", 0)
 
 
