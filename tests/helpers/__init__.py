@@ -6,4 +6,5 @@ nicprog: the NIC program loaded for a test module, and small helpers of its test
 wire_tables: which scapy fields make up each wire struct; the function-like macros.
 engine: the send engine's test setup (tests/bpf/test_nic_engine.py, test_nic_mtu.py).
 fake_snapshot: stats snapshots without a lab.
+verbspair: a verbs QP pair between two hosts of a lab (the lab tests of applications).
 """
