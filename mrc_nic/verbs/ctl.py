@@ -44,13 +44,13 @@ import errno
 
 from mrc_nic.lab import ctl as _ctl
 from mrc_nic.transport import ctlops
-from mrc_nic.transport.profiles import (  # noqa: F401 (the API's names)
+from mrc_nic.verbs.context import Context, locate
+from mrc_nic.verbs.enums import (  # noqa: F401 (the API's names)
     EvFmtMode,
     EvMode,
     EvState,
     ProfileState,
 )
-from mrc_nic.verbs.context import Context, locate
 from mrc_nic.verbs.errors import VerbsError
 
 NSCC = "uet-1.0-nscc"  # the OCP name of UET's NSCC (mrc_ctl_device_attr.cc.algorithms)
