@@ -65,6 +65,25 @@ def _parse_ev(text: str) -> dict:
         raise click.BadParameter(f"an EV is VALUE@PORT (e.g. 0x1234@1), not {text!r}") from None
 
 
+def _profiles(lab, hosts, fmt, request, render, *, one: bool = False) -> None:
+    """The list and show commands of EV and CC profiles: the query to each host's
+    NIC, then {"hosts": {host: its profiles (one: the profile)}} as JSON, or
+    render(that dict) for people."""
+    replies = _call_all(lab, hosts, request)
+    data = {h: r.profiles[0] if one else r.profiles for h, r in replies.items()}
+    if fmt == "json":
+        output.emit_json({"hosts": data})
+    else:
+        render(data)
+
+
+def _table(title: str, cols: list[str], row):
+    """A render for _profiles: one row per (host, profile), row(profile) after the host."""
+    return lambda data: output.table(
+        title, cols, [[h, *row(p)] for h, ps in data.items() for p in ps]
+    )
+
+
 @ev_profile.command("list")
 @host_option
 @lab_option
@@ -73,28 +92,12 @@ def ev_profile_list(hosts, lab, fmt):
     """Every EV profile of each NIC, with its kind (ev_mode) and state."""
     from mrc_nic.transport import ctlops
 
-    replies = _call_all(lab, hosts, ctlops.EvProfileQuery())
-    data = {h: r.profiles for h, r in replies.items()}
-    if fmt == "json":
-        output.emit_json({"hosts": data})
-        return
-    rows = [
-        [
-            h,
-            p["id"],
-            p["ev_mode"],
-            p["state"],
-            p["ev_fmt_profile_id"],
-            p["ev_count"],
-            p["ev_min_active"],
-            ",".join(p["ev_event_mask"]),
-            len(p["qps"]),
-        ]
-        for h, ps in data.items()
-        for p in ps
-    ]
     cols = ["host", "#id", "kind", "state", "#fmt", "#ev_count", "#min_active", "events", "#qps"]
-    output.table("EV profiles", cols, rows)
+    row = lambda p: [  # noqa: E731
+        p["id"], p["ev_mode"], p["state"], p["ev_fmt_profile_id"], p["ev_count"],
+        p["ev_min_active"], ",".join(p["ev_event_mask"]), len(p["qps"]),
+    ]  # fmt: skip
+    _profiles(lab, hosts, fmt, ctlops.EvProfileQuery(), _table("EV profiles", cols, row))
 
 
 @ev_profile.command("show")
@@ -106,23 +109,22 @@ def ev_profile_show(profile_id, hosts, lab, fmt):
     """One EV profile: attributes, its EV array (value, port, wire EV) and states."""
     from mrc_nic.transport import ctlops
 
-    replies = _call_all(lab, hosts, ctlops.EvProfileQuery(id=profile_id, evs=True))
-    data = {h: r.profiles[0] for h, r in replies.items()}
-    if fmt == "json":
-        output.emit_json({"hosts": data})
-        return
-    for h, p in data.items():
-        output.info(
-            f"{h}: EV profile {p['id']} {p['ev_mode']} {p['state']}, {p['ev_count']} EVs, "
-            f"ev_min_active {p['ev_min_active']}, backup {p['backup']}, QPs {p['qps']}"
-        )
-        states = p.get("ev_states", {})
-        rows = [
-            [e["val"], e["port"], e.get("wire", ""), states.get(str(e.get("wire")), "")]
-            for e in p.get("evs", [])
-        ]
-        if rows:
-            output.table(None, ["#val", "#port", "#wire (UDP sport)", "state"], rows)
+    def render(data: dict) -> None:
+        for h, p in data.items():
+            output.info(
+                f"{h}: EV profile {p['id']} {p['ev_mode']} {p['state']}, {p['ev_count']} EVs, "
+                f"ev_min_active {p['ev_min_active']}, backup {p['backup']}, QPs {p['qps']}"
+            )
+            states = p.get("ev_states", {})
+            rows = [
+                [e["val"], e["port"], e.get("wire", ""), states.get(str(e.get("wire")), "")]
+                for e in p.get("evs", [])
+            ]
+            if rows:
+                output.table(None, ["#val", "#port", "#wire (UDP sport)", "state"], rows)
+
+    request = ctlops.EvProfileQuery(id=profile_id, evs=True)
+    _profiles(lab, hosts, fmt, request, render, one=True)
 
 
 @ev_profile.command(
@@ -475,17 +477,11 @@ def cc_profile_list(hosts, lab, fmt):
     """Every CC profile of each NIC: algorithm (uet-1.0-nscc, or none) and state."""
     from mrc_nic.transport import ctlops
 
-    replies = _call_all(lab, hosts, ctlops.CcProfileQuery())
-    data = {h: r.profiles for h, r in replies.items()}
-    if fmt == "json":
-        output.emit_json({"hosts": data})
-        return
-    rows = [
-        [h, p["id"], p["name"] or "", p["algorithm"] or "none", p["state"], len(p["qps"])]
-        for h, ps in data.items()
-        for p in ps
-    ]
-    output.table("CC profiles", ["host", "#id", "name", "algorithm", "state", "#qps"], rows)
+    cols = ["host", "#id", "name", "algorithm", "state", "#qps"]
+    row = lambda p: [  # noqa: E731
+        p["id"], p["name"] or "", p["algorithm"] or "none", p["state"], len(p["qps"]),
+    ]  # fmt: skip
+    _profiles(lab, hosts, fmt, ctlops.CcProfileQuery(), _table("CC profiles", cols, row))
 
 
 @cc_profile.command(
@@ -546,15 +542,13 @@ def cc_profile_show(profile_id, hosts, lab, fmt):
     """One CC profile with its NSCC configuration."""
     from mrc_nic.transport import ctlops
 
-    replies = _call_all(lab, hosts, ctlops.CcProfileQuery(id=profile_id))
-    data = {h: r.profiles[0] for h, r in replies.items()}
-    if fmt == "json":
-        output.emit_json({"hosts": data})
-        return
-    for h, p in data.items():
-        output.info(f"{h}: CC profile {p['id']} {p['algorithm'] or 'none'} {p['state']}")
-        for k, v in (p["cc_config"] or {}).items():
-            output.info(f"  {k} = {v}")
+    def render(data: dict) -> None:
+        for h, p in data.items():
+            output.info(f"{h}: CC profile {p['id']} {p['algorithm'] or 'none'} {p['state']}")
+            for k, v in (p["cc_config"] or {}).items():
+                output.info(f"  {k} = {v}")
+
+    _profiles(lab, hosts, fmt, ctlops.CcProfileQuery(id=profile_id), render, one=True)
 
 
 # ---- ports (NIC side) ----------------------------------------------------------------------
