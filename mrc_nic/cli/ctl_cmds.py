@@ -269,7 +269,8 @@ def ev_profile_fmt(profile_id, state, mode, fields, hosts, lab, fmt):
 def ev_events(profile_id, num, hosts, lab, fmt):
     """Take EV events off each NIC's EV event queue (mrc_ctl_poll_ev_event):
     {profile_id, ev, drop_count, state} for each change in a profile's
-    ev_event_mask. `mrc-nic events` is the lab's whole log."""
+    ev_event_mask, as the NIC made it (with its cause), however soon the next
+    followed. `mrc-nic events` is the lab's whole log."""
     from mrc_nic.transport import ctlops
 
     replies = _call_all(lab, hosts, ctlops.EvEventPoll(num_entries=num, profile_id=profile_id))
@@ -284,13 +285,15 @@ def ev_events(profile_id, num, hosts, lab, fmt):
             hex(e["ev"]["val"]),
             e["ev"]["port"],
             e["state"],
+            e.get("cause", ""),
             e["drop_count"],
             hex(e["qpn"]),
         ]  # fmt: skip
         for h, events in data.items()
         for e in events
     ]
-    output.table("EV events", ["host", "#profile", "ev", "#port", "state", "#dropped", "qp"], rows)
+    cols = ["host", "#profile", "ev", "#port", "state", "cause", "#dropped", "qp"]
+    output.table("EV events", cols, rows)
 
 
 # ---- ev probe ------------------------------------------------------------------------------
