@@ -270,7 +270,10 @@ enum nic_kick_op {
 enum nic_qp_error {
 	NIC_ERR_NONE = 0,           /* a fatal NACK: syndrome and reason say what the peer refused */
 	NIC_ERR_RETRY_EXCEEDED = 1, /* the daemon's retry budget is spent (NIC_KICK_FAIL) */
-	NIC_ERR_BAD_WQE = 2,        /* a WQE's source could not be read (local protection error) */
+	NIC_ERR_BAD_WQE = 2,        /* a WQE's source could not be read: gone, or outside its
+				     * region (local QP operation error) */
+	NIC_ERR_LOC_PROT = 3,       /* a WQE's source is a region of another host or protection
+				     * domain than the QP's (local protection error) */
 };
 
 /* ---- Events: ring buffer nic_events ------------------------------------- */
@@ -350,7 +353,8 @@ enum nic_counter {
 	NIC_CNT_TX_WINDOW_FULL,  /* engine runs with data to send but no room (window, cwnd) */
 	NIC_CNT_TX_NO_EV,        /* engine runs with something to send but no usable EV
 				  * (states, ports down, or all held by other CPUs) */
-	NIC_CNT_TX_BAD_WQE,      /* a WQE's source outside its region: the QP went to ERR */
+	NIC_CNT_TX_BAD_WQE,      /* a WQE's source gone, outside its region or of another PD
+				  * (NIC_ERR_BAD_WQE, NIC_ERR_LOC_PROT): the QP went to ERR */
 	NIC_CNT_TX_REDIRECT_ERR, /* no device in nic_tx_ports for the plane: packet dropped */
 	NIC_CNT_SEND_DONE,       /* WQEs completed (a record each, but unsignaled ones of a QP with a send CQ) */
 	NIC_CNT_TIMEOUT_KICKS,   /* timeout kicks (NIC_KICK_TIMEOUT) taken */

@@ -3,12 +3,14 @@
  * nic_engine.h: the send engine (docs/nic-program.md, "The send engine"):
  * at most one data packet per run, built in the frame of a kick or of an ACK
  * (the ACK clock); and the kicks that send nothing (timeout, EV replacement).
+ * How much it may have in flight is nic_window.h's.
  */
 #ifndef MRC_NIC_ENGINE_H
 #define MRC_NIC_ENGINE_H
 
 #include "mrc_csum.h"
 #include "nic_ev.h"
+#include "nic_window.h"
 
 /* The loopback device: BPF_PROG_RUN's ingress device in every namespace (the
  * kernel's LOOPBACK_IFINDEX). No NIC program is attached to lo, so a frame
@@ -206,18 +208,6 @@ static __always_inline __u32 segment_len(__u32 len, __u32 off)
 	return seg > NIC_SEG_SIZE ? NIC_SEG_SIZE : seg;
 }
 
-/* PSNs acknowledged above snd_una (sq->lock held): the acked ring's bits. */
-static __always_inline __u32 sq_acked_count(const struct nic_sq *sq)
-{
-	__u32 n = 0;
-	int i;
-
-#pragma unroll
-	for (i = 0; i < NIC_BITMAP_WORDS; i++)
-		n += popcount64(sq->acked[i]);
-	return n;
-}
-
 /* Completions (sq->lock held): every WQE whose last PSN snd_una has passed,
  * in posting order. Its record is gathered in sc (wr_id and len are read now:
  * user space may reuse the slot as soon as wqe_done passes it), unless the QP
@@ -250,8 +240,7 @@ static __always_inline void engine_complete(struct nic_sq *sq, struct nic_wq *wq
 		e->len = wq->wqes[slot].len;
 		e->wqe = k;
 		e->ts = now;
-		/* max_wimm: a WRITE_WITH_IMM done frees its place (branch-free, as below) */
-		sq->wimm_out -= wq->wqes[slot].opcode == MRC_OP_WRITE_IMM && sq->wimm_out;
+		sq_wimm_done(sq, wq->wqes[slot].opcode);
 		/* Kept: no send CQ ((send_cq - 1) >> 31 is 1 for 0 only; branch-free,
 		 * as above), or signaled. An unkept record is overwritten by the next. */
 		keep = ((sq->send_cq - 1) >> 31) | (wq->wqes[slot].flags & NIC_WQE_F_SIGNALED);
@@ -266,36 +255,17 @@ static __always_inline void engine_complete(struct nic_sq *sq, struct nic_wq *wq
 }
 
 /*
- * The PSN range the engine may have in flight (sq->lock held): mpr x 128, or,
- * with dynamic MPR (MRC_QP_CAP_DYNAMIC_MPR), the smaller of that and the MPR
- * the peer's latest ACK advertised. Until an ACK has advertised one (0), the
- * smallest MPR, 1: a first burst beyond the peer's window would be NACKed
- * PSN_OOR_WINDOW and resent over and over while its window catches up.
- */
-static __always_inline __u32 sq_window(const struct nic_sq *sq)
-{
-	__u32 mpr = sq->mpr, peer = sq->dyn_mpr ? sq->peer_mpr : mpr;
-
-	if (peer == 0)
-		peer = 1;
-	if (peer < mpr)
-		mpr = peer;
-	return mpr * MRC_MPR_UNIT;
-}
-
-/*
  * What to send (sq->lock held), into sc: a queued retransmission first (the
  * protocol of docs/nic-program.md, "Send QPs": skip it if acknowledged or out of [snd_una,
  * snd_nxt), else clear its retx and echoed bits), else, for a QP in RTS, the
- * next segment of WQE wqe_sent if the window and cwnd have room: PSN snd_nxt,
- * and the WQE is done with when this is its last segment.
+ * next segment of WQE wqe_sent if the window and cwnd have room, and max_wimm
+ * for its first (nic_window.h): PSN snd_nxt, and the WQE is done with when this
+ * is its last segment.
  */
 static __always_inline void engine_plan(struct nic_sq *sq, const struct nic_wq *wq,
 					const struct nic_tx_ring *ring, struct nic_tx_scratch *sc)
 {
-	__u32 window = sq_window(sq), cwnd = sq->cwnd;
 	__u32 k, slot, len, off, seg, psn;
-	__s32 range;
 	int i;
 
 	for (i = 0; i < ENGINE_RETX_POPS; i++) {
@@ -330,9 +300,7 @@ static __always_inline void engine_plan(struct nic_sq *sq, const struct nic_wq *
 	k = sq->wqe_sent;
 	if (*(volatile __u32 *)&wq->posted == k)
 		return; /* nothing posted */
-	range = MRC_PSN_DIFF(sq->snd_nxt, sq->snd_una);
-	if (range < 0 || range >= (__s32)window ||
-	    (cwnd && cwnd < window && (__u32)range - sq_acked_count(sq) >= cwnd)) {
+	if (sq_window_full(sq)) {
 		sc->full = 1;
 		sq->tx_stats.window_full++;
 		return;
@@ -340,13 +308,8 @@ static __always_inline void engine_plan(struct nic_sq *sq, const struct nic_wq *
 	slot = k & (NIC_MSG_SLOTS - 1);
 	len = wq->wqes[slot].len;
 	off = sq->wqe_off;
-	if (off == 0 && wq->wqes[slot].opcode == MRC_OP_WRITE_IMM) {
-		if (sq->max_wimm && sq->wimm_out >= sq->max_wimm) {
-			sq->wimm_full++; /* held until a WRITE_WITH_IMM completes */
-			return;
-		}
-		sq->wimm_out++;
-	}
+	if (!sq_wimm_start(sq, wq->wqes[slot].opcode, off))
+		return; /* a WRITE_WITH_IMM held for max_wimm */
 	seg = segment_len(len, off);
 	psn = sq->snd_nxt & MRC_PSN_MASK;
 	sq->snd_nxt = (psn + 1) & MRC_PSN_MASK;
@@ -367,16 +330,23 @@ static __always_inline void engine_plan(struct nic_sq *sq, const struct nic_wq *
 	sq->tx_stats.data_bytes += seg;
 }
 
-/* A WQE whose source cannot be read: the QP goes to ERR (a local error). */
-static __always_inline int engine_bad_wqe(const struct engine_req *req, struct nic_sq *sq,
-					  __u32 psn, __u64 now)
+/* A WQE whose source cannot be read (error: enum nic_qp_error): the QP goes
+ * to ERR (a local error). */
+static __always_inline int engine_wqe_error(const struct engine_req *req, struct nic_sq *sq,
+					    __u32 psn, __u64 now, __u32 error)
 {
 	bpf_spin_lock(&sq->lock);
 	sq->state = NIC_QPS_ERR;
 	bpf_spin_unlock(&sq->lock);
-	emit_qp_err(req->qpn, psn, 0, 0, 0, NIC_ERR_BAD_WQE, sq->send_cq, now);
+	emit_qp_err(req->qpn, psn, 0, 0, 0, error, sq->send_cq, now);
 	count(NIC_CNT_TX_BAD_WQE, 1);
 	return engine_idle(req, NIC_CNT_KICK_IDLE);
+}
+
+static __always_inline int engine_bad_wqe(const struct engine_req *req, struct nic_sq *sq,
+					  __u32 psn, __u64 now)
+{
+	return engine_wqe_error(req, sq, psn, now, NIC_ERR_BAD_WQE);
 }
 
 /*
@@ -601,7 +571,10 @@ static __always_inline void engine_locked(struct nic_sq *sq, struct nic_wq *wq,
 }
 
 /* The segment's source: from the WQE (the copy made under the QP's lock) and
- * its region. PKT_GO or the QP's error. */
+ * its region, which must be of the QP's protection domain and host (an
+ * application's region, owner host + 1, is its host's only). PKT_GO or the
+ * QP's error: a local protection error for a region of another PD or host,
+ * nothing read from it. */
 static __always_inline int engine_source(const struct engine_req *req, struct nic_sq *sq,
 					 const struct nic_wqe *w, struct tx_pkt *t, __u64 now)
 {
@@ -615,6 +588,8 @@ static __always_inline int engine_source(const struct engine_req *req, struct ni
 	rg = nic_regions_lookup(&rid);
 	if (!rg || !rg->n_elems || (w->src_off & (NIC_MR_ELEM_SIZE - 1)))
 		return engine_bad_wqe(req, sq, t->psn, now);
+	if (rg->pd != sq->pd || (rg->owner && rg->owner != sq->local_host + 1))
+		return engine_wqe_error(req, sq, t->psn, now, NIC_ERR_LOC_PROT);
 	elem = ((__u64)w->src_off + t->off) / NIC_MR_ELEM_SIZE;
 	if (elem + (t->seg - 1) / NIC_MR_ELEM_SIZE >= rg->n_elems)
 		return engine_bad_wqe(req, sq, t->psn, now);

@@ -337,7 +337,9 @@ static __always_inline int rx_parse(struct mrc_pkt *p, struct rx_pkt *d)
 }
 
 /* The region element the payload starts at, into *elem. A zero-length WRITE
- * places nothing, and its va and rkey are not checked (as in IBTA). */
+ * places nothing, and its va and rkey are not checked (as in IBTA). The
+ * region must take WRITEs and be of the QP's host and protection domain: an
+ * rkey of another PD is as wrong as a forged one. */
 static __always_inline int rx_region(const struct nic_rq *rq, const struct rx_pkt *d, __u32 *elem)
 {
 	__u32 rid = rq->region, owner = 0;
@@ -351,7 +353,8 @@ static __always_inline int rx_region(const struct nic_rq *rq, const struct rx_pk
 		owner = rq->local_host + 1;
 	}
 	rg = nic_regions_lookup(&rid);
-	if (!rg || !rg->n_elems || rg->rkey != d->rkey || d->va < rg->base_va || rg->owner != owner)
+	if (!rg || !rg->n_elems || rg->rkey != d->rkey || d->va < rg->base_va || rg->owner != owner ||
+	    rg->pd != rq->pd || !rg->remote_write)
 		return RX_REMOTE_ACCESS;
 	off = d->va - rg->base_va;
 	if (off & (NIC_MR_ELEM_SIZE - 1))

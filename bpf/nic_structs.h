@@ -98,12 +98,16 @@ struct nic_rq {
 			      * 0: they carry MPR 0 (not advertised) */
 	/* BPF-owned */
 	__u32 wimm_held;     /* WRITE_WITH_IMM messages in msgs, not complete yet */
+	/* setup */
+	__u32 pd;            /* the QP's protection domain: a WRITE's region must be of it
+			      * (nic_region.pd); 0: the daemon's own QPs */
+	__u32 reserved;
 };
 _Static_assert(__builtin_offsetof(struct nic_rq, cum_psn) == 28, "struct nic_rq layout changed");
 _Static_assert(__builtin_offsetof(struct nic_rq, bitmap) == 40, "struct nic_rq layout changed");
 _Static_assert(sizeof(struct nic_rq) == 40 + 8 * NIC_BITMAP_WORDS + sizeof(struct nic_rq_stats) +
 					     NIC_MSG_SLOTS * sizeof(struct nic_msg_slot) +
-					     NIC_GAP_BINS * sizeof(struct nic_gap_bin) + 32,
+					     NIC_GAP_BINS * sizeof(struct nic_gap_bin) + 40,
 	       "struct nic_rq has hidden padding");
 
 /* A receive lock: one 64-byte entry of nic_rx_locks, taken with cmpxchg. */
@@ -329,7 +333,8 @@ struct nic_sq {
 	__u64 wimm_full;  /* BPF: engine runs that held a WRITE_WITH_IMM back for max_wimm */
 	__u32 probe_good; /* setup: PROBE_REPLYs that bring an ASSUMED_BAD EV back to GOOD
 			   * (0 and 1: the first) */
-	__u32 reserved;
+	__u32 pd;         /* setup: the QP's protection domain: a WQE's src_region must be of
+			   * it (nic_region.pd), else a local protection error; 0: the daemon's */
 };
 _Static_assert(__builtin_offsetof(struct nic_sq, snd_una) == 36, "struct nic_sq layout changed");
 _Static_assert(__builtin_offsetof(struct nic_sq, acked) == 64, "struct nic_sq layout changed");
@@ -427,15 +432,20 @@ struct nic_mr_elem {
 _Static_assert(sizeof(struct nic_mr_elem) == NIC_MR_ELEM_SIZE, "struct nic_mr_elem layout changed");
 
 /* One region, a slice of nic_mr (n_elems == 0: none). Data is placed when
- * rkey matches and va is element-aligned and inside it. */
+ * rkey matches, va is element-aligned and inside it, the region takes WRITEs
+ * and is of the receiving QP's host (owner) and protection domain (pd); the
+ * send engine reads a WQE's payload only from a region of the QP's own
+ * host and PD (docs/api.md, "Protection domains"). */
 struct nic_region {
-	__u64 base_va;    /* RETH.va of the region's first byte */
-	__u32 first_elem; /* its first element in nic_mr */
-	__u32 n_elems;    /* its size in elements */
-	__u32 rkey;       /* the remote key data packets must carry */
-	__u32 owner;      /* host + 1 of an application's MR (the verbs API); 0: the daemon's */
+	__u64 base_va;      /* RETH.va of the region's first byte */
+	__u32 first_elem;   /* its first element in nic_mr */
+	__u32 n_elems;      /* its size in elements */
+	__u32 rkey;         /* the remote key data packets must carry */
+	__u32 owner;        /* host + 1 of an application's MR (the verbs API); 0: the daemon's */
+	__u32 pd;           /* its protection domain, a number of the owner's host; 0: the daemon's */
+	__u32 remote_write; /* 1: WRITEs may be placed in it (IBV_ACCESS_REMOTE_WRITE); 0: none */
 };
-_Static_assert(sizeof(struct nic_region) == 24, "struct nic_region layout changed");
+_Static_assert(sizeof(struct nic_region) == 32, "struct nic_region layout changed");
 
 /* ---- Send queues and kicks: nic_wq -------------------------------------- */
 

@@ -1,8 +1,12 @@
-"""Write mrc_nic/abi/defs.py from the ABI headers of bpf/ (make abi).
+"""Write mrc_nic/abi/defs.py and switch_defs.py from the ABI headers of bpf/ (make abi).
 
 Run as `python -m mrc_nic.abi.generate`.
 
-`--check` exits 1 when the committed file differs from what the headers give
+The switch port's ABI is a module of its own so that the fault commands,
+which touch only switches, do not build the NIC's 40-odd ctypes layouts at
+start-up; defs.py re-exports it, so defs stays the whole ABI.
+
+`--check` exits 1 when a committed file differs from what the headers give
 today (the unit tier runs the same comparison). Names: constants keep their C
 names; a struct becomes a ctypes.Structure in CamelCase (struct nic_rq ->
 NicRq); a C enum becomes an IntEnum without its first word and with the
@@ -13,17 +17,18 @@ of #defines that Python uses as one enum are listed in DEFINE_ENUMS below.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import sys
 from pathlib import Path
 
 from mrc_nic import resources
 from mrc_nic.abi import cheader
 
-OUTPUT = Path(__file__).resolve().parent / "defs.py"
+ABI_DIR = Path(__file__).resolve().parent
 # The headers that hold what user space shares with the programs (the others
 # hold code: parse helpers, the receiver, the engine, ...).
 ABI_HEADERS = ("mrc_wire.h", "nic_consts.h", "nic_structs.h", "switch_port.h")
+SWITCH_HEADERS = ("switch_port.h",)  # -> switch_defs.py, re-exported by defs.py
+OUTPUTS = (ABI_DIR / "defs.py", ABI_DIR / "switch_defs.py")
 
 # Python enums made of #define groups: (class, base, prefix, only these names or None for all,
 # names to leave out)
@@ -69,12 +74,11 @@ def _ctype(field: cheader.Field) -> str:
     return base.removeprefix("(").removesuffix(")") if field.dims else base
 
 
-def render(headers: list[cheader.Header]) -> str:
-    digest = hashlib.sha256()
-    for h in headers:
-        digest.update(h.name.encode() + b"\0")
+def render(
+    headers: list[cheader.Header], title: str, imports: list[str], tunables: list[str]
+) -> str:
     out = [
-        '"""The C ABI of the BPF programs, generated from bpf/*.h: do not edit.',
+        f'"""{title}, generated from bpf/*.h: do not edit.',
         "",
         "Regenerate with `make abi` (python -m mrc_nic.abi.generate); a unit test fails",
         "when a header changed and this file was not regenerated.",
@@ -82,6 +86,7 @@ def render(headers: list[cheader.Header]) -> str:
         "",
         "import ctypes",
         "import enum",
+        *imports,
         "",
     ]
     constants = {c.name: c for h in headers for c in h.constants}
@@ -96,6 +101,8 @@ def render(headers: list[cheader.Header]) -> str:
             out += _render_struct(s)
     out += ["", "# ---- enums of #define groups " + "-" * 50]
     for cls, base, prefix, only, leave_out in DEFINE_ENUMS:
+        if not any(name.startswith(prefix) for name in constants):
+            continue  # a group of the other module's headers
         members = [
             (name.removeprefix(prefix), c.value)
             for name, c in constants.items()
@@ -106,7 +113,6 @@ def render(headers: list[cheader.Header]) -> str:
         ]
         out += ["", "", f"class {cls}(enum.{base}):", f'    """{prefix}* (#define group)."""', ""]
         out += [f"    {m} = {_literal(m, v)}" for m, v in members]
-    tunables = sorted(c.name for c in constants.values() if c.tunable)
     out += ["", "", "TUNABLES = frozenset(", "    {"]
     out += [f'        "{t}",' for t in tunables]
     out += ["    }", ")", ""]
@@ -169,25 +175,37 @@ def _kernel_structs() -> list[str]:
     return lines
 
 
-def generate(bpf_dir: Path = resources.BPF_DIR) -> str:
-    text = render(cheader.read_all(bpf_dir, ABI_HEADERS))
+def generate(bpf_dir: Path = resources.BPF_DIR) -> dict[Path, str]:
+    """Each output file -> its text."""
+    headers = cheader.read_all(bpf_dir, ABI_HEADERS)
+    nic = [h for h in headers if h.name not in SWITCH_HEADERS]
+    switch = [h for h in headers if h.name in SWITCH_HEADERS]
+    star = "from mrc_nic.abi.switch_defs import *  # noqa: F403 (defs is the whole ABI)"
+
+    def tunables(hs: list[cheader.Header]) -> list[str]:
+        return sorted(c.name for h in hs for c in h.constants if c.tunable)
+
+    text = render(nic, "The C ABI of the BPF programs", [star], tunables(headers))
     # Kernel structs go first: our structs embed them.
-    head, sep, rest = text.partition("import enum\n")
-    return head + sep + "\n".join(_kernel_structs()) + "\n" + rest
+    head, sep, rest = text.partition(star + "\n")
+    defs = head + sep + "\n".join(_kernel_structs()) + "\n" + rest
+    switch_defs = render(switch, "The C ABI of the switch port program", [], tunables(switch))
+    return dict(zip(OUTPUTS, (defs, switch_defs), strict=True))
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--check", action="store_true", help="exit 1 if defs.py is stale")
+    p.add_argument("--check", action="store_true", help="exit 1 if a file is stale")
     args = p.parse_args(argv)
-    text = generate()
+    files = generate()
     if args.check:
-        if OUTPUT.read_text() != text:
-            print(f"{OUTPUT} is stale: run `make abi`", file=sys.stderr)
-            return 1
-        return 0
-    OUTPUT.write_text(text)
-    print(f"wrote {OUTPUT}")
+        stale = [path for path, text in files.items() if path.read_text() != text]
+        for path in stale:
+            print(f"{path} is stale: run `make abi`", file=sys.stderr)
+        return 1 if stale else 0
+    for path, text in files.items():
+        path.write_text(text)
+        print(f"wrote {path}")
     return 0
 
 

@@ -4,6 +4,7 @@ patterns through the host daemons (issue 5) and the papers' failure experiments 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 import click
 
@@ -274,12 +275,31 @@ def _size_option(default: str):
     return click.option("--size", default=default, show_default=True, callback=parse)
 
 
-def _report(r: dict, fmt: str, lines: list[str]) -> None:
+ROUNDS = click.option(
+    "--rounds",
+    type=click.IntRange(1, 50),
+    default=1,
+    show_default=True,
+    help="Runs, each healthy then faulty: the median and spread of the ratio, and every run.",
+)
+
+
+def _report(r: dict, fmt: str, lines: Callable[[dict], list[str]]) -> None:
+    """One run's result, or experiments.repeated's of several (lines: one run's text)."""
     if fmt == "json":
         output.emit_json(r)
-    else:
-        for line in lines:
+    elif "runs" not in r:
+        for line in lines(r):
             output.info(line)
+    else:
+        for i, run in enumerate(r["runs"], 1):
+            for line in lines(run):
+                output.info(f"round {i}: {line}")
+        if r["median"] is not None:
+            output.info(
+                f"{r['key']} over {r['rounds']} rounds: median {r['median']:.2f} "
+                f"(min {r['min']:.2f}, max {r['max']:.2f})"
+            )
     if not r.get("completed"):
         raise SystemExit(1)
 
@@ -296,23 +316,29 @@ On the lab that is up (default: h0 -> h1):
 @click.option("--rate", type=float, default=0.2, show_default=True, help="Loss of the one EV.")
 @click.option("--plane", type=int, default=1, show_default=True, help="The lossy EV's plane.")
 @click.option("--seed", type=int, default=7, show_default=True)
+@ROUNDS
 @lab_option
 @format_option
-def single_ev_loss(size, evs, rate, plane, seed, lab, fmt):
+def single_ev_loss(size, evs, rate, plane, seed, rounds, lab, fmt):
     """One EV of a QP's EVs loses RATE of its packets on the wire: goodput
     against the same write healthy, and whether the EV was retired."""
     from mrc_nic.workloads import experiments
 
+    lab = pick_lab(lab)
     try:
-        r = experiments.single_ev_loss(
-            pick_lab(lab), size=size, evs=evs, rate=rate, plane=plane, seed=seed
+        r = experiments.repeated(
+            lambda: experiments.single_ev_loss(
+                lab, size=size, evs=evs, rate=rate, plane=plane, seed=seed
+            ),
+            rounds,
+            "goodput_ratio",
         )
     except ValueError as e:
         raise click.UsageError(str(e)) from None
     _report(
         r,
         fmt,
-        [
+        lambda r: [
             f"healthy {_mbit(r['healthy_goodput_bps'])}, with EV {r['lossy_ev']} of {evs} "
             f"losing {rate:.0%}: {_mbit(r['lossy_goodput_bps'])} "
             f"(ratio {r['goodput_ratio']:.2f})",
@@ -332,17 +358,23 @@ def single_ev_loss(size, evs, rate, plane, seed, lab, fmt):
 @click.option("--plane", type=int, default=1, show_default=True)
 @click.option("--after", type=float, default=0.3, show_default=True, help="Seconds into the write.")
 @click.option("--mode", type=click.Choice(["blackhole", "down"]), default="blackhole")
+@ROUNDS
 @lab_option
 @format_option
-def plane_failure(size, plane, after, mode, lab, fmt):
+def plane_failure(size, plane, after, mode, rounds, lab, fmt):
     """A whole plane fails during a WRITE: goodput against the same write healthy."""
     from mrc_nic.workloads import experiments
 
-    r = experiments.plane_failure(pick_lab(lab), size=size, plane=plane, after=after, mode=mode)
+    lab = pick_lab(lab)
+    r = experiments.repeated(
+        lambda: experiments.plane_failure(lab, size=size, plane=plane, after=after, mode=mode),
+        rounds,
+        "goodput_ratio",
+    )
     _report(
         r,
         fmt,
-        [
+        lambda r: [
             f"healthy {_mbit(r['healthy_goodput_bps'])}, plane {plane} {mode} after {after}s: "
             f"{_mbit(r['failed_goodput_bps'])} (ratio {r['goodput_ratio']:.2f}), "
             f"{r['retransmits']} resent, {r['timeouts']} timeouts"
@@ -375,29 +407,35 @@ On the lab that is up (a ring over its hosts, in order):
     help="When: this fraction of the job's steps (timed by the healthy run).",
 )
 @click.option("--limit", type=DURATION, default="120s", show_default=True, help="Per job.")
+@ROUNDS
 @lab_option
 @format_option
-def allreduce_failure(size, fault_target, mode, at, limit, lab, fmt):
+def allreduce_failure(size, fault_target, mode, at, limit, rounds, lab, fmt):
     """A ring all-reduce over the lab's hosts, healthy and then with a fault
     put in force mid-job: job time healthy against failed, every step's bytes
     verified."""
     from mrc_nic.workloads import experiments
 
     target = tuple(fault_target.split())
+    lab = pick_lab(lab)
     try:
-        r = experiments.allreduce_failure(
-            pick_lab(lab), size=size, fault=target, mode=mode, at=at, limit_s=limit
+        r = experiments.repeated(
+            lambda: experiments.allreduce_failure(
+                lab, size=size, fault=target, mode=mode, at=at, limit_s=limit
+            ),
+            rounds,
+            "slowdown",
         )
     except ValueError as e:
         raise click.UsageError(str(e)) from None
-    f = r["fault"]
     _report(
         r,
         fmt,
-        [
+        lambda r: [
             f"ring all-reduce of {size} bytes over {len(r['hosts'])} hosts, "
-            f"{r['steps']} steps: healthy {_secs(r['healthy_job_s'])}, with {f['target']} "
-            f"{mode} at step {f['step']} (+{f['into_step_s']:.3f} s): "
+            f"{r['steps']} steps: healthy {_secs(r['healthy_job_s'])}, with "
+            f"{r['fault']['target']} {mode} at step {r['fault']['step']} "
+            f"(+{r['fault']['into_step_s']:.3f} s): "
             f"{_secs(r['failed_job_s'])}"
             + (f" (slowdown {r['slowdown']:.2f})" if r["slowdown"] else ""),
             f"every step verified: {r['verified']}; resent {r['retransmits']['failed']} "

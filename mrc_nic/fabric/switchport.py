@@ -22,10 +22,10 @@ import errno
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from mrc_nic import resources
-from mrc_nic.abi import defs
+from mrc_nic.abi import switch_defs as defs  # not abi.defs: no NIC layouts
 from mrc_nic.kernel import bpfsys, pins, program, xdp
 from mrc_nic.kernel.pins import PIN_ROOT, MapsMismatch, MapsMissing  # noqa: F401 (re-exported)
 from mrc_nic.lab.topology import FORWARDING_MODES
@@ -101,6 +101,8 @@ ConfigLayout = defs.SpConfig
 
 FwdCountersLayout = defs.SpFwdCounters
 
+_Fault = TypeVar("_Fault", FaultConfig, EvFaultConfig)
+
 
 # ---- keys and pins ----------------------------------------------------------
 
@@ -133,6 +135,27 @@ def loss_threshold(loss_rate: float) -> int:
     if not (isinstance(loss_rate, int | float) and 0.0 <= loss_rate <= 1.0):
         raise ValueError(f"loss_rate must be a number in [0, 1], not {loss_rate!r}")
     return round(loss_rate * LOSS_SCALE)
+
+
+def _fault_config(
+    layout: type[_Fault],
+    mode: FaultMode,
+    *,
+    loss_rate: float,
+    seed: int,
+    until_ns: int,
+    fault_id: int,
+) -> _Fault:
+    """A fault of a port direction (struct sp_fault) or of one EV there (struct
+    sp_ev_fault), checked; its loss sequence starts again and its counters at 0."""
+    mode = FaultMode(mode)
+    threshold = loss_threshold(loss_rate)
+    pins.check_range("seed", seed, pins.U64_MAX)
+    pins.check_range("until_ns", until_ns, pins.U64_MAX)
+    pins.check_range("fault_id", fault_id, pins.U32_MAX)
+    return layout(
+        mode=mode, fault_id=fault_id, loss_threshold=threshold, seed=seed, until_ns=until_ns
+    )
 
 
 # ---- virtual output queue ---------------------------------------------------------
@@ -405,18 +428,8 @@ class SwitchPortMaps:
         until_ns is a CLOCK_MONOTONIC time (time.monotonic_ns()) after which the
         program stops applying the fault; 0 means no expiry.
         """
-        mode = FaultMode(mode)
-        threshold = loss_threshold(loss_rate)
-        pins.check_range("seed", seed, pins.U64_MAX)
-        pins.check_range("until_ns", until_ns, pins.U64_MAX)
-        pins.check_range("fault_id", fault_id, pins.U32_MAX)
-        config = FaultConfig(
-            mode=mode,
-            fault_id=fault_id,
-            loss_threshold=threshold,
-            seed=seed,
-            until_ns=until_ns,
-            seq=0,
+        config = _fault_config(
+            FaultConfig, mode, loss_rate=loss_rate, seed=seed, until_ns=until_ns, fault_id=fault_id
         )
         bpfsys.map_update(self._faults_fd, self._key(port_id, direction), bytes(config))
 
@@ -586,12 +599,13 @@ class SwitchPortMaps:
         port direction (struct sp_ev_fault)."""
         faults_fd, _ = self._ev_fds()
         key = self._ev_key(port_id, direction, dqpn, ev)
-        config = EvFaultConfig(
-            mode=FaultMode(mode),
-            fault_id=fault_id,
-            loss_threshold=loss_threshold(loss_rate),
+        config = _fault_config(
+            EvFaultConfig,
+            mode,
+            loss_rate=loss_rate,
             seed=seed,
             until_ns=until_ns,
+            fault_id=fault_id,
         )
         fresh = self.ev_fault(port_id, direction, dqpn, ev) is None
         bpfsys.map_update(faults_fd, key, bytes(config))

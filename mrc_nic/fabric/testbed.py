@@ -52,7 +52,7 @@ def up(topo: Topology) -> UpReport:
             nic_program = nic.NicProgram.load(
                 topo.lab,
                 host_net=str(topo.host_net),
-                mr_elems=nic_memory_elems(topo),
+                mr_elems=nic.memory_elems(topo.hosts),
                 skip_ns=nic_skip_ns(topo),
                 mtu=topo.mtu,  # the payload per packet follows it (nic.seg_size)
             )
@@ -112,23 +112,12 @@ def daemon_pid(lab: str, name: str) -> int | None:
     return next((pid for pid in workers.find(lab) if workers.is_service(pid, lab, name)), None)
 
 
-# Registered memory of the lab's NICs: 64 MiB per host (an emulated NIC's
-# host memory), at most 1 GiB for the lab, in the kernel as one mmapable map.
-NIC_MEMORY_PER_HOST = 64 * 2**20
-NIC_MEMORY_MAX = 2**30
-
-
 def nic_skip_ns(topo: Topology) -> int:
     """How long an EV stays in SKIP (NIC_SKIP_NS): the NIC's default (100 us,
     about two RTTs of the default lab), or the lab's design RTT ([queues]
     base_rtt) when that is longer: on slow links a queue takes that long to
     drain, and a SKIP shorter than an RTT ends before any reaction could."""
     return max(nic.DEFAULT_SKIP_NS, topo.queues.base_rtt_ns)
-
-
-def nic_memory_elems(topo: Topology) -> int:
-    total = min(NIC_MEMORY_PER_HOST * topo.hosts, NIC_MEMORY_MAX)
-    return total // nic.MR_ELEM_SIZE
 
 
 def _refuse_if_present(lab: str) -> None:

@@ -57,7 +57,12 @@ class LineService:
 
     # ---- to override ---------------------------------------------------------------
     def tick(self, now: float) -> None:
-        """The service's own work, at least every tick_s."""
+        """The service's own work, at least every tick_interval()."""
+
+    def tick_interval(self) -> float:
+        """Seconds the loop may sleep without a request: tick_s unless the service
+        knows it has nothing to do."""
+        return self.tick_s
 
     def on_drop(self, conn: Conn) -> None:
         """A client went away (a later reply to it goes nowhere)."""
@@ -92,7 +97,7 @@ class LineService:
         self.watch(listener, functools.partial(self._accept, listener))
         try:
             while self.running:
-                for key, _ in self.sel.select(self.tick_s):
+                for key, _ in self.sel.select(self.tick_interval()):
                     key.data()
                 self.tick(time.monotonic())
         finally:

@@ -390,7 +390,9 @@ def parse_size(value: object, units: dict[str, int] = SIZE_UNITS) -> int:
     unit = (m.group(2) or "b").lower() if m else ""
     if not m or unit not in units:
         raise ValueError(f"cannot read {value!r}: use a number and a unit ({', '.join(units)})")
-    from fractions import Fraction  # not at import: a short command reads no size
+    if "." not in m.group(1):
+        return int(m.group(1)) * units[unit]
+    from fractions import Fraction  # only for fractions: a short command reads whole sizes
 
     size = Fraction(m.group(1)) * units[unit]  # exact: 1.1 GiB is not rounded through a float
     if size.denominator != 1:

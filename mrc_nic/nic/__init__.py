@@ -172,6 +172,7 @@ from mrc_nic.nic.layout import (
     TxRing,
     Wq,
     Wqe,
+    memory_elems,
     rx_lock_slot,
     seg_size,
 )
@@ -250,6 +251,7 @@ __all__ = [
     "MAX_QP_EVS",
     "MPR_MAX",
     "MR_ELEM_SIZE",
+    "memory_elems",
     "MR_MAP",
     "MSG_F_IMM",
     "MSG_F_VALID",

@@ -52,14 +52,7 @@ class CqMaps:
     def cq_lost_memory(self) -> mmap.mmap:
         """nic_cq_lost mapped into this process (read-only): completions each CQ
         lost to a full ring, a __u64 per index."""
-        if self._cq_lost is None:
-            self._cq_lost = mmap.mmap(
-                self._fds[CQ_LOST_MAP],
-                self.max_cqs * CQ_LOST_BYTES,
-                flags=mmap.MAP_SHARED,
-                prot=mmap.PROT_READ,
-            )
-        return self._cq_lost
+        return self._mapped(CQ_LOST_MAP, self.max_cqs * CQ_LOST_BYTES, mmap.PROT_READ)
 
     def cq_lost(self, index: int) -> int:
         """Completions CQ index + 1 lost because its ring was full."""

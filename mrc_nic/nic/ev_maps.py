@@ -15,11 +15,10 @@ from mrc_nic.nic.layout import (
     EvKey,
     EvState,
     EvStateLayout,
-    EvStats,
     KickOp,
 )
 from mrc_nic.nic.maps_base import locked_lookup
-from mrc_nic.nic.snapshots import EvSnapshot, _enum_or_int
+from mrc_nic.nic.snapshots import EvSnapshot, _enum_or_int, _fields
 
 
 class EvMaps:
@@ -57,7 +56,7 @@ class EvMaps:
             srtt=raw.srtt,
             last_tx_psn=raw.last_tx_psn,
             last_tx_ts=raw.last_tx_ts,
-            stats={name: getattr(raw.stats, name) for name, _ in EvStats._fields_},
+            stats=_fields(raw.stats),
         )
 
     def set_ev_state(self, qpn: int, ev: int, state: EvState) -> None:

@@ -9,8 +9,9 @@ import mmap
 import os
 from typing import Self
 
-from mrc_nic.kernel import bpfsys, program
+from mrc_nic.kernel import bpfsys, pins, program
 from mrc_nic.kernel.pins import MapsMissing, pin_dir
+from mrc_nic.nic import auth, wireconst
 from mrc_nic.nic.layout import (
     BPF_F_LOCK,
     COUNTERS_MAP,
@@ -18,6 +19,8 @@ from mrc_nic.nic.layout import (
     CQ_TEMPLATE_MAP,
     EVS_MAP,
     MAP_PINS,
+    MAX_HOSTS,
+    MPR_MAX,
     MR_ELEM_SIZE,
     MR_MAP,
     PORT_UP_MAP,
@@ -56,6 +59,27 @@ def locked_lookup(map_fd: int, key: bytes, value_size: int) -> bytes:
     return bpfsys.map_lookup(map_fd, key, value_size, flags=BPF_F_LOCK)
 
 
+def check_qp_ends(
+    qpn: int, *, local_host: int, peer_host: int, peer_qpn: int, mpr: int, psn: int
+) -> None:
+    """What setup_rq and setup_sq check alike: the QP, both ends, the window, the PSN."""
+    pins.check_range("qpn", qpn, wireconst.QPN_MASK)
+    pins.check_range("local_host", local_host, MAX_HOSTS - 2)
+    pins.check_range("peer_host", peer_host, MAX_HOSTS - 2)
+    pins.check_range("peer_qpn", peer_qpn, wireconst.QPN_MASK)
+    if not (isinstance(mpr, int) and 1 <= mpr <= MPR_MAX):
+        raise ValueError(f"mpr must be an integer in [1, {MPR_MAX}], not {mpr!r}")
+    pins.check_range("psn", psn, wireconst.PSN_MASK)
+
+
+def set_auth_key(value: ctypes.Structure, auth_key: bytes | None) -> None:
+    """A QP's 16-byte key (nic/auth.py) into its state (RqState, SqState): its
+    packets then carry a MAC and must get answers that do. None: no MAC."""
+    if auth_key is not None:
+        value.auth = 1
+        value.auth_key[0], value.auth_key[1] = auth.key_words(auth_key)
+
+
 class MapsBase:
     """The pinned maps' fds, the mmaps, the pinned program: what every part of NicMaps uses."""
 
@@ -69,10 +93,7 @@ class MapsBase:
         self.max_cqs = bpfsys.map_info(fds[CQ_RINGS_MAP]).max_entries
         # A CQ's ring buffer size, bytes: the template's (what create_cq_ring makes).
         self.cq_ring_bytes = bpfsys.map_info(fds[CQ_TEMPLATE_MAP]).max_entries
-        self._mr: mmap.mmap | None = None
-        self._ring: mmap.mmap | None = None
-        self._wq: mmap.mmap | None = None
-        self._cq_lost: mmap.mmap | None = None
+        self._views: dict[str, mmap.mmap] = {}  # the mmapable maps mapped so far, by name
         self._prog_fd: int | None = None
 
     @classmethod
@@ -108,17 +129,27 @@ class MapsBase:
         self.close()
 
     def close(self) -> None:
-        for view in (self._mr, self._ring, self._wq, self._cq_lost):
-            if view is not None:
-                # A caller's memoryview (an MR's buffer, a numpy array over it)
-                # keeps its mapping alive until released; the fds go now.
-                with contextlib.suppress(BufferError):
-                    view.close()
-        self._mr = self._ring = self._wq = self._cq_lost = None
+        for view in self._views.values():
+            # A caller's memoryview (an MR's buffer, a numpy array over it)
+            # keeps its mapping alive until released; the fds go now.
+            with contextlib.suppress(BufferError):
+                view.close()
+        self._views.clear()
         program.close_fds(self._fds)
         if self._prog_fd is not None:
             os.close(self._prog_fd)
             self._prog_fd = None
+
+    def _mapped(
+        self, name: str, size: int, prot: int = mmap.PROT_READ | mmap.PROT_WRITE
+    ) -> mmap.mmap:
+        """The first `size` bytes of the mmapable map `name`, mapped into this
+        process (shared with BPF) on the first call; close unmaps them."""
+        view = self._views.get(name)
+        if view is None:
+            view = mmap.mmap(self._fds[name], size, flags=mmap.MAP_SHARED, prot=prot)
+            self._views[name] = view
+        return view
 
     def fd(self, name: str) -> int:
         """The fd of one of the pinned maps (owned by this object)."""

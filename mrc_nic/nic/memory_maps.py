@@ -22,11 +22,17 @@ class MemoryMaps:
         rkey: int,
         base_va: int = 0,
         owner: int = 0,
+        pd: int = 0,
+        remote_write: bool = True,
     ) -> None:
         """Define region `region` as n_elems elements of nic_mr from first_elem.
 
         owner: host + 1 of an application's MR, which WRITEs reach by its rkey
-        (setup_rq's REGION_BY_RKEY); 0 for a region a QP names itself."""
+        (setup_rq's REGION_BY_RKEY); 0 for a region a QP names itself.
+        pd: its protection domain (a number of the owner's host; 0: the
+        daemon's): only QPs of the same PD write into it (setup_rq pd) or send
+        from it (setup_sq pd). remote_write: WRITEs may be placed in it
+        (IBV_ACCESS_REMOTE_WRITE)."""
         pins.check_range("region", region, self.max_regions - 1)
         pins.check_range("rkey", rkey, pins.U32_MAX)
         pins.check_range("base_va", base_va, pins.U64_MAX)
@@ -38,9 +44,9 @@ class MemoryMaps:
                 f"({self.mr_elems} elements)"
             )
         pins.check_range("owner", owner, MAX_HOSTS)
-        value = RegionLayout(
-            base_va=base_va, first_elem=first_elem, n_elems=n_elems, rkey=rkey, owner=owner
-        )
+        pins.check_range("pd", pd, pins.U32_MAX)
+        value = RegionLayout(base_va=base_va, first_elem=first_elem, n_elems=n_elems, rkey=rkey)
+        value.owner, value.pd, value.remote_write = owner, pd, int(bool(remote_write))
         bpfsys.map_update(self._fds[REGIONS_MAP], u32_key(region), bytes(value))
 
     def zero_region_elems(self, first_elem: int, n_elems: int) -> None:
@@ -64,14 +70,7 @@ class MemoryMaps:
 
     def memory(self) -> mmap.mmap:
         """nic_mr mapped into this process: every region of the lab, shared with BPF."""
-        if self._mr is None:
-            self._mr = mmap.mmap(
-                self._fds[MR_MAP],
-                self.mr_elems * MR_ELEM_SIZE,
-                flags=mmap.MAP_SHARED,
-                prot=mmap.PROT_READ | mmap.PROT_WRITE,
-            )
-        return self._mr
+        return self._mapped(MR_MAP, self.mr_elems * MR_ELEM_SIZE)
 
     def _span(self, region: int, offset: int, length: int) -> int:
         layout = self.region(region)

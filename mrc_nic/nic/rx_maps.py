@@ -7,12 +7,11 @@ import errno
 import sys
 
 from mrc_nic.kernel import bpfsys, pins
-from mrc_nic.nic import auth, wireconst
+from mrc_nic.nic import wireconst
 from mrc_nic.nic.cq_maps import check_cq
 from mrc_nic.nic.layout import (
     BITMAP_BITS,
     BPF_F_LOCK,
-    MAX_HOSTS,
     MPR_MAX,
     MSG_F_IMM,
     MSG_F_VALID,
@@ -28,11 +27,10 @@ from mrc_nic.nic.layout import (
     TIMELINE_MAP,
     QpState,
     RqState,
-    RqStats,
     rx_lock_slot,
 )
-from mrc_nic.nic.maps_base import locked_lookup, u32_key
-from mrc_nic.nic.snapshots import RqSnapshot
+from mrc_nic.nic.maps_base import check_qp_ends, locked_lookup, set_auth_key, u32_key
+from mrc_nic.nic.snapshots import RqSnapshot, _enum_or_int, _fields
 
 
 class RxQpMaps:
@@ -54,6 +52,7 @@ class RxQpMaps:
         auth_key: bytes | None = None,
         max_wimm_dest: int = 0,
         dyn_mpr: bool = True,
+        pd: int = 0,
     ) -> None:
         """Create (or reset) the receive state of a QP: nothing received, cum_psn = psn.
 
@@ -64,21 +63,20 @@ class RxQpMaps:
         max_wimm_dest: the most WRITE_WITH_IMM messages held incomplete (OCP
         max_wimm_dest; 0: MSG_SLOTS); one more is NACKed NO_RESOURCE.
         dyn_mpr: our answers advertise mpr (OCP MRC_QP_CAP_DYNAMIC_MPR; else MPR 0).
+        pd: the QP's protection domain: a WRITE into a region of another PD
+        (set_region pd) is a remote access error (0: the daemon's QPs and regions).
         The whole value is written, so counters, bitmap and messages start at
         zero. Do it before data flows to this QP: a packet being processed
         meanwhile may be lost (the sender resends it).
         """
-        pins.check_range("qpn", qpn, wireconst.QPN_MASK)
-        pins.check_range("local_host", local_host, MAX_HOSTS - 2)
-        pins.check_range("peer_host", peer_host, MAX_HOSTS - 2)
-        pins.check_range("peer_qpn", peer_qpn, wireconst.QPN_MASK)
+        check_qp_ends(
+            qpn, local_host=local_host, peer_host=peer_host, peer_qpn=peer_qpn, mpr=mpr, psn=psn
+        )
         if region not in (REGION_BY_RKEY, REGION_NONE):  # else: rkey names the MR, or none
             pins.check_range("region", region, self.max_regions - 1)
-        if not (isinstance(mpr, int) and 1 <= mpr <= MPR_MAX):
-            raise ValueError(f"mpr must be an integer in [1, {MPR_MAX}], not {mpr!r}")
-        pins.check_range("psn", psn, wireconst.PSN_MASK)
         pins.check_range("msn", msn, wireconst.MSN_MASK)
         pins.check_range("max_wimm_dest", max_wimm_dest, MSG_SLOTS)
+        pins.check_range("pd", pd, pins.U32_MAX)
         check_cq("cq", cq, self.max_cqs)
         owner = self._rx_slot_owner(qpn)
         if owner not in (0, qpn | RQ_TAG_USED):
@@ -102,10 +100,9 @@ class RxQpMaps:
             recv_cq=cq,
             max_wimm_dest=max_wimm_dest,
             dyn_mpr=int(bool(dyn_mpr)),
+            pd=pd,
         )
-        if auth_key is not None:  # data must carry a MAC, our answers do (nic/auth.py)
-            value.auth = 1
-            value.auth_key[0], value.auth_key[1] = auth.key_words(auth_key)
+        set_auth_key(value, auth_key)  # data must carry a MAC, our answers do
         # The slot first, then its owner (and a QP set up again loses its owner
         # meanwhile): a packet that arrives after the write finds the new value
         # whole. One that passed the owner check before it may still finish
@@ -165,13 +162,9 @@ class RxQpMaps:
                         "imm": slot.imm if slot.flags & MSG_F_IMM else None,
                     }
                 )
-        try:
-            state: QpState | int = QpState(raw.state)
-        except ValueError:
-            state = raw.state
         return RqSnapshot(
             qpn=qpn,
-            state=state,
+            state=_enum_or_int(QpState, raw.state),
             local_host=raw.local_host,
             peer_host=raw.peer_host,
             peer_qpn=raw.peer_qpn,
@@ -181,7 +174,7 @@ class RxQpMaps:
             msn=raw.msn,
             received=received,
             pending_msgs=pending,
-            stats={name: getattr(raw.stats, name) for name, _ in RqStats._fields_},
+            stats=_fields(raw.stats),
             long_gaps=sorted((g.end_ns, g.gap_ns) for g in raw.gaps if g.end_ns),
             recv_cq=raw.recv_cq,
             max_wimm_dest=raw.max_wimm_dest,

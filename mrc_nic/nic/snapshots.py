@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import enum
 from typing import Any
@@ -119,6 +120,11 @@ class EvSnapshot:
     last_tx_psn: int
     last_tx_ts: int
     stats: dict[str, int]
+
+
+def _fields(struct: ctypes.Structure) -> dict[str, int]:
+    """A struct of counters (or any flat struct) as {field: value}, in field order."""
+    return {name: getattr(struct, name) for name, _ in struct._fields_}
 
 
 def _enum_or_int(kind: type[enum.IntEnum], value: int) -> Any:

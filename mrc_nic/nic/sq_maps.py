@@ -9,7 +9,7 @@ import mmap
 import sys
 
 from mrc_nic.kernel import bpfsys, pins
-from mrc_nic.nic import auth, wireconst
+from mrc_nic.nic import wireconst
 from mrc_nic.nic.cq_maps import check_cq
 from mrc_nic.nic.kick import run_kick
 from mrc_nic.nic.layout import (
@@ -17,10 +17,8 @@ from mrc_nic.nic.layout import (
     BITMAP_BITS,
     BPF_F_LOCK,
     EVS_MAP,
-    MAX_HOSTS,
     MAX_PLANES,
     MAX_QP_EVS,
-    MPR_MAX,
     MR_ELEM_SIZE,
     SQ_DEPTH,
     TIMEOUT_MAX,
@@ -36,15 +34,13 @@ from mrc_nic.nic.layout import (
     QpState,
     SqCc,
     SqState,
-    SqStats,
-    SqTxStats,
     TxPkt,
     TxRing,
     Wq,
     Wqe,
 )
-from mrc_nic.nic.maps_base import locked_lookup, u32_key
-from mrc_nic.nic.snapshots import SqSnapshot, _enum_or_int, _retx_entries
+from mrc_nic.nic.maps_base import check_qp_ends, locked_lookup, set_auth_key, u32_key
+from mrc_nic.nic.snapshots import SqSnapshot, _enum_or_int, _fields, _retx_entries
 
 
 class SendQpMaps:
@@ -75,6 +71,7 @@ class SendQpMaps:
         max_wimm: int = 0,
         dyn_mpr: bool = False,
         probe_good: int = 1,
+        pd: int = 0,
     ) -> None:
         """Create (or reset) the send state of a QP, its EVs, its PSN -> EV table and
         its send queue.
@@ -97,19 +94,18 @@ class SendQpMaps:
         completed (OCP max_wimm; 0: no bound). dyn_mpr: the window follows the
         MPR the peer's ACKs advertise when that is smaller (OCP
         MRC_QP_CAP_DYNAMIC_MPR). probe_good: the PROBE_REPLYs an ASSUMED_BAD EV
-        needs to be GOOD again (0 and 1: the first).
+        needs to be GOOD again (0 and 1: the first). pd: the QP's protection
+        domain: a WQE whose src_region is of another PD or host (set_region pd,
+        owner) moves the QP to ERR as a local protection error (0: the daemon's).
         The whole values are written: do it before packets flow for this QP.
         """
-        pins.check_range("qpn", qpn, wireconst.QPN_MASK)
+        check_qp_ends(
+            qpn, local_host=local_host, peer_host=peer_host, peer_qpn=peer_qpn, mpr=mpr, psn=psn
+        )
         pins.check_range("max_wimm", max_wimm, SQ_DEPTH)
         pins.check_range("probe_good", probe_good, pins.U32_MAX)
-        pins.check_range("local_host", local_host, MAX_HOSTS - 2)
-        pins.check_range("peer_host", peer_host, MAX_HOSTS - 2)
-        pins.check_range("peer_qpn", peer_qpn, wireconst.QPN_MASK)
+        pins.check_range("pd", pd, pins.U32_MAX)
         pins.check_range("ring", ring, self.tx_rings - 1)
-        if not (isinstance(mpr, int) and 1 <= mpr <= MPR_MAX):
-            raise ValueError(f"mpr must be an integer in [1, {MPR_MAX}], not {mpr!r}")
-        pins.check_range("psn", psn, wireconst.PSN_MASK)
         snd_nxt = psn if snd_nxt is None else snd_nxt
         pins.check_range("snd_nxt", snd_nxt, wireconst.PSN_MASK)
         if wireconst.psn_diff(snd_nxt, psn) not in range(mpr * wireconst.MPR_UNIT + 1):
@@ -152,10 +148,9 @@ class SendQpMaps:
             max_wimm=max_wimm,
             dyn_mpr=int(bool(dyn_mpr)),
             probe_good=probe_good,
+            pd=pd,
         )
-        if auth_key is not None:  # data carries a MAC, ACKs must (nic/auth.py)
-            value.auth = 1
-            value.auth_key[0], value.auth_key[1] = auth.key_words(auth_key)
+        set_auth_key(value, auth_key)  # data carries a MAC, ACKs must
         for i, ev in enumerate(evs):
             value.evs[i] = ev
         for ev, plane in evs.items():
@@ -205,7 +200,7 @@ class SendQpMaps:
             acked=in_ring(raw.acked),
             retx_pending=in_ring(raw.retx),
             retx_queue=_retx_entries(raw),
-            stats={name: getattr(raw.stats, name) for name, _ in SqStats._fields_},
+            stats=_fields(raw.stats),
             engine=bool(raw.engine),
             cwnd=raw.cwnd,
             snd_msn=raw.snd_msn,
@@ -213,8 +208,8 @@ class SendQpMaps:
             wqe_done=raw.wqe_done,
             wqe_off=raw.wqe_off,
             ev_next=raw.ev_next,
-            tx_stats={name: getattr(raw.tx_stats, name) for name, _ in SqTxStats._fields_},
-            cc={name: getattr(raw.cc, name) for name, _ in SqCc._fields_},
+            tx_stats=_fields(raw.tx_stats),
+            cc=_fields(raw.cc),
             rtt_recent_ns=raw.rtt_recent_ns,
             send_cq=raw.send_cq,
             max_wimm=raw.max_wimm,
@@ -277,14 +272,7 @@ class SendQpMaps:
 
     def wq_memory(self) -> mmap.mmap:
         """nic_wq mapped into this process: every send QP's queue (struct nic_wq)."""
-        if self._wq is None:
-            self._wq = mmap.mmap(
-                self._fds[WQ_MAP],
-                self.tx_rings * ctypes.sizeof(Wq),
-                flags=mmap.MAP_SHARED,
-                prot=mmap.PROT_READ | mmap.PROT_WRITE,
-            )
-        return self._wq
+        return self._mapped(WQ_MAP, self.tx_rings * ctypes.sizeof(Wq))
 
     def wq_head(self, ring: int) -> tuple[int, int]:
         """(posted, done) of the send queue in ring `ring`: WQEs given to the
@@ -419,14 +407,7 @@ class SendQpMaps:
 
     def tx_ring_memory(self) -> mmap.mmap:
         """nic_tx_ring mapped into this process: every send QP's PSN -> EV table."""
-        if self._ring is None:
-            self._ring = mmap.mmap(
-                self._fds[TX_RING_MAP],
-                self.tx_rings * ctypes.sizeof(TxRing),
-                flags=mmap.MAP_SHARED,
-                prot=mmap.PROT_READ | mmap.PROT_WRITE,
-            )
-        return self._ring
+        return self._mapped(TX_RING_MAP, self.tx_rings * ctypes.sizeof(TxRing))
 
     def _tx_offset(self, qpn: int, psn: int) -> int:
         pins.check_range("psn", psn, wireconst.PSN_MASK)

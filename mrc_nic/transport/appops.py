@@ -39,6 +39,17 @@ class Hello(Request[HelloReply]):
 
 
 @reply
+class AllocPdReply(Reply):
+    pd: int = arg("the protection domain's number: nonzero, unique on the host while allocated")
+
+
+@op("alloc_pd")
+class AllocPd(Request[AllocPdReply]):
+    """A protection domain for this session (ibv_alloc_pd): the NIC lets a QP
+    write into and send from the MRs of its own PD only."""
+
+
+@reply
 class RegMrReply(Reply):
     region: int = arg("the NIC's region id (the MR's lkey)")
     rkey: int = arg("the remote key a peer names in its WRITEs")
@@ -51,6 +62,7 @@ class RegMrReply(Reply):
 class RegMr(Request[RegMrReply]):
     """Register NIC memory for this session (ibv_reg_mr): zeroed, mapped by the caller."""
 
+    pd: int = arg("a PD of this session (alloc_pd)")
     length: int = arg("bytes, at least 1")
     access: int = arg("ibv_access_flags (LOCAL_WRITE 1, REMOTE_WRITE 2)")
 
@@ -58,6 +70,13 @@ class RegMr(Request[RegMrReply]):
 @reply
 class Done(Reply):
     pass
+
+
+@op("dealloc_pd")
+class DeallocPd(Request[Done]):
+    """Release a PD of this session (ibv_dealloc_pd; EBUSY while MRs or QPs use it)."""
+
+    pd: int = arg("alloc_pd's pd")
 
 
 @op("dereg_mr")
@@ -97,6 +116,7 @@ class CreateQpReply(Reply):
 class CreateQp(Request[CreateQpReply]):
     """A QP in RESET (mrc_create_qp)."""
 
+    pd: int = arg("a PD of this session (alloc_pd): the MRs it may use")
     send_cq: int = arg("the CQ of its send completions")
     recv_cq: int = arg("the CQ of its receive completions (WRITE_WITH_IMM)")
     max_send_wr: int = arg("send work requests outstanding, at most")
@@ -137,4 +157,16 @@ class DestroyQp(Request[Done]):
     qpn: int = arg("a QP of this session")
 
 
-APP_OPS = [Hello, RegMr, DeregMr, CreateCq, DestroyCq, CreateQp, ModifyQp, QueryQp, DestroyQp]
+APP_OPS = [
+    Hello,
+    AllocPd,
+    DeallocPd,
+    RegMr,
+    DeregMr,
+    CreateCq,
+    DestroyCq,
+    CreateQp,
+    ModifyQp,
+    QueryQp,
+    DestroyQp,
+]

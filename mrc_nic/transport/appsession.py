@@ -46,6 +46,8 @@ MAX_SGE = 16
 # A region's address space: region r's bytes start at r << 40, so an address
 # names its region and a stale one misses (RETH.va).
 REGION_VA_SHIFT = 40
+PD_MAX = 0xFFFFFFFF  # PD numbers are 1..PD_MAX (nic_region.pd; 0 is the daemon's own)
+MAX_PDS = 4096  # PDs allocated at once on one host
 PATH_MTUS = (256, 512, 1024, 2048, 4096)
 # A completion in a CQ ring at worst: one record behind the ring's 8-byte header.
 CQ_RECORD_BYTES = ctypes.sizeof(nic.Event) + 8
@@ -75,6 +77,7 @@ def _auth_key(attrs: dict) -> bytes | None:
 
 @dataclasses.dataclass
 class AppMr:
+    pd: int
     region: int
     rkey: int
     addr: int
@@ -89,6 +92,7 @@ class AppQp(supervisor.Supervised):
     """A QP an application owns (send and receive side)."""
 
     session: AppSession
+    pd: int
     ring: int
     send_cq: int
     recv_cq: int
@@ -120,6 +124,7 @@ class SendSetup:
 class AppSession:
     conn: Conn
     pid: int = 0
+    pds: set[int] = dataclasses.field(default_factory=set)
     mrs: dict[int, AppMr] = dataclasses.field(default_factory=dict)
     cqs: set[int] = dataclasses.field(default_factory=set)
     qps: dict[int, AppQp] = dataclasses.field(default_factory=dict)
@@ -137,6 +142,8 @@ class AppSessions:
         hosts = self.topo.hosts
         per_host = max(1, self.maps.max_cqs // hosts)
         self.cq_slots = hostmem.IdPool(self.index * per_host, per_host, "completion queue")
+        self.pds: set[int] = set()  # PD numbers allocated on this host, every session's
+        self._next_pd = 1
 
     # ---- sessions ------------------------------------------------------------------
     def session(self, conn: Conn, *, create: bool = False) -> AppSession:
@@ -177,13 +184,60 @@ class AppSessions:
             self._destroy_cq(session, cq)
         for region in list(session.mrs):
             self._dereg(session, region)
+        self.pds -= session.pds
+        session.pds.clear()
 
     def qps(self) -> list[AppQp]:
         return [aq for s in self.sessions.values() for aq in s.qps.values()]
 
+    # ---- protection domains ----------------------------------------------------------
+    def alloc_pd(self, req: appops.AllocPd, conn: Conn) -> appops.AllocPdReply:
+        """A PD number unique on this host while allocated (the NIC compares it
+        with the region's, nic_region.pd); numbers come round-robin, so a
+        released one is not given again at once."""
+        session = self.session(conn)
+        if len(self.pds) >= MAX_PDS:
+            raise QpError(
+                errno.ENOSPC,
+                f"this host has {MAX_PDS} protection domains allocated, the most it holds: "
+                "dealloc_pd the ones no longer used",
+            )
+        pd = self._next_pd
+        while pd in self.pds:
+            pd = pd % PD_MAX + 1
+        self._next_pd = pd % PD_MAX + 1
+        self.pds.add(pd)
+        session.pds.add(pd)
+        return appops.AllocPdReply(pd=pd)
+
+    def dealloc_pd(self, req: appops.DeallocPd, conn: Conn) -> appops.Done:
+        session = self.session(conn)
+        self._pd_of(session, req.pd)
+        users = [f"MR lkey {mr.region:#x}" for mr in session.mrs.values() if mr.pd == req.pd]
+        users += [f"QP {q:#x}" for q, aq in session.qps.items() if aq.pd == req.pd]
+        if users:
+            raise QpError(
+                errno.EBUSY,
+                f"PD {req.pd} is used by {', '.join(users)}: deregister and destroy them first",
+            )
+        session.pds.discard(req.pd)
+        self.pds.discard(req.pd)
+        return appops.Done()
+
+    @staticmethod
+    def _pd_of(session: AppSession, pd: Any) -> int:
+        if pd not in session.pds:
+            raise QpError(
+                errno.ENOENT,
+                f"pd {pd!r} is no protection domain of this session: allocate one with alloc_pd "
+                "(verbs.PD(ctx))",
+            )
+        return pd
+
     # ---- memory ----------------------------------------------------------------------
     def reg_mr(self, req: appops.RegMr, conn: Conn) -> appops.RegMrReply:
         session = self.session(conn)
+        pd = self._pd_of(session, req.pd)
         if not isinstance(req.length, int) or req.length < 1:
             raise _einval(f"length must be at least 1 byte, not {req.length}")
         if req.access & ~ACCESS_KNOWN:
@@ -202,8 +256,6 @@ class AppSessions:
         bits = max(1, (self.maps.max_regions - 1).bit_length())
         rkey = (secrets.randbits(32 - bits) << bits | region) & 0xFFFFFFFF
         addr = region << REGION_VA_SHIFT
-        # Without REMOTE_WRITE the MR has no owner: no WRITE's rkey reaches it.
-        owner = self.index + 1 if req.access & ACCESS_REMOTE_WRITE else 0
         try:
             self.maps.zero_region_elems(span.first_elem, span.n_elems)
             self.maps.set_region(
@@ -212,13 +264,16 @@ class AppSessions:
                 n_elems=span.n_elems,
                 rkey=rkey,
                 base_va=addr,
-                owner=owner,
+                owner=self.index + 1,
+                pd=pd,
+                # without REMOTE_WRITE no WRITE is placed in it, whatever its rkey
+                remote_write=bool(req.access & ACCESS_REMOTE_WRITE),
             )
         except BaseException:
             self.res.regions.give(region)
             pool.release(span)
             raise
-        mr = AppMr(region, rkey, addr, n_elems * nic.MR_ELEM_SIZE, req.access, span, pool)
+        mr = AppMr(pd, region, rkey, addr, n_elems * nic.MR_ELEM_SIZE, req.access, span, pool)
         session.mrs[region] = mr
         return appops.RegMrReply(
             region=region, rkey=rkey, addr=addr, first_elem=span.first_elem, length=mr.length
@@ -273,6 +328,7 @@ class AppSessions:
     # ---- queue pairs -----------------------------------------------------------------------
     def create_qp(self, req: appops.CreateQp, conn: Conn) -> appops.CreateQpReply:
         session = self.session(conn)
+        pd = self._pd_of(session, req.pd)
         for name in ("send_cq", "recv_cq"):
             if getattr(req, name) not in session.cqs:
                 raise QpError(
@@ -297,6 +353,7 @@ class AppSessions:
         aq = AppQp(
             qp=Qp(qpn, self.index),
             session=session,
+            pd=pd,
             ring=ring,
             send_cq=req.send_cq,
             recv_cq=req.recv_cq,
@@ -318,6 +375,7 @@ class AppSessions:
             **aq.qp.as_dict(),
             "role": "app",
             "pid": aq.session.pid,
+            "pd": aq.pd,
             "send_cq": aq.send_cq,
             "recv_cq": aq.recv_cq,
             "cap": dict(aq.caps),
@@ -470,6 +528,7 @@ class AppSessions:
                 max_wimm_dest=changes["max_wimm_dest"],
                 dyn_mpr=changes["dynamic_mpr"],
                 auth_key=key,
+                pd=aq.pd,
             )
             aq.rq_set, aq.remote = True, {"qpn": dest_qpn}
             self.daemon.reverse.open(aq.qp.qpn, dest_host, dest_qpn)  # its answers' paths
@@ -605,6 +664,7 @@ class AppSessions:
                 dyn_mpr=aq.qp.attrs.dynamic_mpr,
                 probe_good=self.daemon.controller.table.probe_good(aq.qp.attrs.ev_profile_id),
                 auth_key=send.auth_key,
+                pd=aq.pd,
             )
             aq.auth = aq.auth or send.auth_key is not None
             for ev in denied:  # the controller's DENIED EVs (MODIFY_EV_STATE)
@@ -646,7 +706,10 @@ class AppSessions:
             except KeyError:
                 continue
             if s.state == nic.QpState.ERR:  # a fatal NACK: the NIC told the application
-                aq.qp.to_err("the NIC put it in ERR (a fatal NACK: remote access error)")
+                aq.qp.to_err(
+                    "the NIC put it in ERR (a fatal NACK, or a WQE it could not read from: "
+                    "the QP's CQ has the error)"
+                )
                 self._stop_receiving(aq)
                 self._report_error(aq)
                 continue

@@ -20,7 +20,8 @@ and never touches a data packet:
   stops sending on that plane too;
 - the control socket (mrc_nic.lab.ctl, docs/daemon.md) the CLI talks to.
 
-Single-threaded: one selector loop with a 1 ms tick (mrc_nic.lab.service).
+Single-threaded: one selector loop with a 1 ms tick while there is work
+(mrc_nic.lab.service), 50 ms when idle.
 """
 
 from __future__ import annotations
@@ -48,6 +49,8 @@ from mrc_nic.transport import (
 )
 from mrc_nic.transport import protocol as ops
 from mrc_nic.transport.qp import QpError
+
+IDLE_TICK_S = 0.05  # the loop's tick with nothing to do (no QP sending, no probes)
 
 
 class Daemon(LineService):
@@ -87,6 +90,14 @@ class Daemon(LineService):
 
     def on_drop(self, conn: Conn) -> None:
         self.apps.drop(conn)  # an application's connection: everything it created goes
+
+    def tick_interval(self) -> float:
+        """1 ms while QPs send, receive QPs keep reverse EVs or probe batches wait;
+        otherwise every tick would find nothing to do, and an idle lab's daemons
+        would each spend a few % of a CPU waking 1000 times a second. Whatever
+        starts work is a request, which wakes the loop at once."""
+        busy = self.apps.sending() or self.reverse.active or self.controller.ep.batches
+        return self.tick_s if busy else IDLE_TICK_S
 
     def tick(self, now: float) -> None:
         try:
@@ -197,6 +208,12 @@ class Daemon(LineService):
     # ---- applications (mrc_nic.verbs): setup only, see transport.appsession ----------
     def op_app_hello(self, req: appops.Hello, conn: Conn) -> appops.HelloReply:
         return self.apps.hello(req, conn)
+
+    def op_alloc_pd(self, req: appops.AllocPd, conn: Conn) -> appops.AllocPdReply:
+        return self.apps.alloc_pd(req, conn)
+
+    def op_dealloc_pd(self, req: appops.DeallocPd, conn: Conn) -> appops.Done:
+        return self.apps.dealloc_pd(req, conn)
 
     def op_reg_mr(self, req: appops.RegMr, conn: Conn) -> appops.RegMrReply:
         return self.apps.reg_mr(req, conn)

@@ -8,7 +8,8 @@ QP's progress and, as the daemon does, resends what a stall leaves unacknowledge
 
 It is the building block of the tests and benchmarks until the transport
 daemon and `mrc-nic write` exist; it uses fixed QP numbers and regions, so
-one transfer at a time per lab.
+one transfer at a time per lab. Its regions and QPs are the daemon's: owner
+0 and protection domain 0, which the NIC lets work only with each other.
 """
 
 from __future__ import annotations

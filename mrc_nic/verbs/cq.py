@@ -163,6 +163,8 @@ def status_of_error(syndrome: int, error: int) -> WcStatus:
         return WcStatus.RETRY_EXC_ERR
     if error == nic.QpError.BAD_WQE:
         return WcStatus.LOC_QP_OP_ERR
+    if error == nic.QpError.LOC_PROT:  # a WQE's source of another PD
+        return WcStatus.LOC_PROT_ERR
     return {
         nic.wire.Syndrome.NAK_REM_ACCESS: WcStatus.REM_ACCESS_ERR,
         nic.wire.Syndrome.NAK_INV_REQ: WcStatus.REM_INV_REQ_ERR,

@@ -24,11 +24,16 @@ SUPPORTED_ACCESS = Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.RELAXED_ORD
 
 
 class PD:
-    """A protection domain: the MRs and QPs of one context that may work together."""
+    """A protection domain: the MRs and QPs of one context that may work
+    together. The NIC enforces it: a QP writes into (by rkey) and sends from
+    (by lkey) the MRs of its own PD only (docs/api.md, "Protection domains")."""
 
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
+        self.handle = ctx.call("alloc_pd", appops.AllocPd()).pd  # the NIC's PD number
         self.mrs: dict[int, MR] = {}  # by lkey
+        self.qps: dict[int, Any] = {}  # qpn -> verbs.QP of this PD
+        self._closed = False
 
     def reg_mr(self, length: int, access: int = Access.LOCAL_WRITE | Access.REMOTE_WRITE) -> MR:
         return MR(self, length, access)
@@ -42,8 +47,22 @@ class PD:
         return mr
 
     def close(self) -> None:
+        """ibv_dealloc_pd, after deregistering its MRs; EBUSY while QPs of it
+        are open (destroy them first)."""
+        if self._closed:
+            return
+        if self.qps:
+            raise VerbsError(
+                "dealloc_pd",
+                errno.EBUSY,
+                f"QPs {', '.join(f'{q:#x}' for q in self.qps)} use PD {self.handle}: "
+                "destroy them first",
+            )
         for mr in list(self.mrs.values()):
             mr.close()
+        self._closed = True
+        if not self.ctx._closed:
+            self.ctx.call("dealloc_pd", appops.DeallocPd(pd=self.handle))
 
     def __enter__(self) -> PD:
         return self
@@ -69,7 +88,8 @@ class MR:
                 "(LOCAL_WRITE, REMOTE_WRITE)",
             )
         self.pd, self.ctx = pd, pd.ctx
-        reply = self.ctx.call("reg_mr", appops.RegMr(length=length, access=int(access) & 3))
+        request = appops.RegMr(pd=pd.handle, length=length, access=int(access) & 3)
+        reply = self.ctx.call("reg_mr", request)
         self.lkey = reply.region
         self.rkey = reply.rkey
         self.addr = reply.addr

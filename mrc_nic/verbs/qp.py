@@ -193,6 +193,7 @@ class QP:
         reply = self.ctx.call(
             "create_qp",
             appops.CreateQp(
+                pd=pd.handle,
                 send_cq=init_attr.send_cq.index,
                 recv_cq=init_attr.recv_cq.index,
                 max_send_wr=cap.max_send_wr,
@@ -218,6 +219,7 @@ class QP:
         self._kick = _doorbell(self.ctx.prog_fd, self.qp_num, self.ctx.doorbell)
         init_attr.send_cq.qps[self.qp_num] = self
         init_attr.recv_cq.qps[self.qp_num] = self
+        pd.qps[self.qp_num] = self
         self._closed = False
 
     # ---- modify_qp --------------------------------------------------------------------
@@ -602,6 +604,7 @@ class QP:
         self._closed = True
         self.send_cq.qps.pop(self.qp_num, None)
         self.recv_cq.qps.pop(self.qp_num, None)
+        self.pd.qps.pop(self.qp_num, None)
         if not self.ctx._closed:
             self.ctx.call("destroy_qp", appops.DestroyQp(qpn=self.qp_num))
 

@@ -18,12 +18,17 @@
 
 Incast and permutation are mrc_nic.workloads.scenario's; scripts/bench_collective
 sets the all-reduce beside TCP and MPTCP (docs/fidelity.md).
+
+`repeated` runs one of them several times: each run pairs its healthy and
+faulty measurement back to back, so the spread over runs is the machine's.
 """
 
 from __future__ import annotations
 
+import statistics
 import threading
 import time
+from collections.abc import Callable
 
 from mrc_nic import nic
 from mrc_nic.fabric import faults
@@ -31,6 +36,29 @@ from mrc_nic.lab.state import open_lab
 from mrc_nic.workloads import collective, rdma_write
 
 MIB = 2**20
+
+
+def repeated(run: Callable[[], dict], rounds: int, key: str) -> dict:
+    """`rounds` runs of an experiment (run() -> its result): one run's result as
+    it is; for more, the median, min and max of `key` (the experiment's ratio)
+    over the runs that gave one, whether every run completed, and every run."""
+    if rounds < 1:
+        raise ValueError(f"rounds must be at least 1, not {rounds}")
+    runs = [run() for _ in range(rounds)]
+    if rounds == 1:
+        return runs[0]
+    values = [r[key] for r in runs if r.get(key) is not None]
+    return {
+        "scenario": runs[0]["scenario"],
+        "lab": runs[0]["lab"],
+        "rounds": rounds,
+        "key": key,
+        "median": statistics.median(values) if values else None,
+        "min": min(values, default=None),
+        "max": max(values, default=None),
+        "completed": all(r["completed"] for r in runs),
+        "runs": runs,
+    }
 
 
 def _pick_hosts(lab: str, src: str | None, dst: str | None) -> tuple[str, str]:

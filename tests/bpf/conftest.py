@@ -11,6 +11,7 @@ import pytest
 
 from tests.helpers import engine
 from tests.helpers.env import mark_tier, why_no_bpf
+from tests.helpers.nicprog import loaded_nic_program
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -19,11 +20,23 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture(scope="module")
-def maps(program):
-    """The map client of the module's `program` fixture (a NicProgram)."""
-    from mrc_nic import nic
+def program(request):
+    """The NIC program compiled for the module (pins removed after): for the lab
+    name LAB, with the sizes PROGRAM_SIZES (NicProgram.load's keywords), two
+    globals of the module. The switch port modules have their own."""
+    with loaded_nic_program(request.module.LAB, **request.module.PROGRAM_SIZES) as prog:
+        yield prog
 
-    with nic.NicMaps.open(program.lab) as m:
+
+@pytest.fixture(scope="module")
+def maps(program):
+    """The map client of the module's `program` fixture: NicMaps for a NicProgram,
+    SwitchPortMaps for a SwitchPortProgram."""
+    from mrc_nic import nic
+    from mrc_nic.fabric import switchport as sp
+
+    client = sp.SwitchPortMaps if isinstance(program, sp.SwitchPortProgram) else nic.NicMaps
+    with client.open(program.lab) as m:
         yield m
 
 

@@ -34,18 +34,16 @@ from tests.helpers.engine import (
     SRC_REGION,
     START,
     TX_HOST,
-    XDP_DROP,
-    XDP_REDIRECT,
-    XDP_TX,
     data_ends,
     post,
     setup_sq,
 )
-from tests.helpers.nicprog import delta, loaded_nic_program
+from tests.helpers.nicprog import XDP_DROP, XDP_REDIRECT, XDP_TX, delta
 
 LAB = f"zcq{os.getpid()}"
 MAX_CQS = 8
 CQ_RING_PAGES = 1
+PROGRAM_SIZES = SIZES | dict(max_cqs=MAX_CQS, cq_ring_pages=CQ_RING_PAGES)  # conftest's program
 QP_TX2 = TX_HOST << 16 | 9  # a second send QP, on ring 2
 DST_REGION = 3  # the receiver's memory, at REMOTE_VA
 # A full batch of send completions in a CQ's ring: one ring record, 8 bytes of
@@ -54,12 +52,6 @@ BATCH = 8 + 40 * nic.SQ_DEPTH
 
 
 pytestmark = pytest.mark.usefixtures("one_cpu")  # tests/bpf/conftest.py: why
-
-
-@pytest.fixture(scope="module")
-def program():
-    with loaded_nic_program(LAB, **SIZES, max_cqs=MAX_CQS, cq_ring_pages=CQ_RING_PAGES) as prog:
-        yield prog
 
 
 class Cq:

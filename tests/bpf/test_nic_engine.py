@@ -61,10 +61,6 @@ from tests.helpers.engine import (
     TX_HOST,
     TX_RINGS,
     WINDOW,
-    XDP_DROP,
-    XDP_PASS,
-    XDP_REDIRECT,
-    XDP_TX,
     Run,
     assert_data,
     data_ends,
@@ -80,7 +76,15 @@ from tests.helpers.engine import (
 from tests.helpers.header_probe import (
     struct_layout,
 )
-from tests.helpers.nicprog import delta, loaded_nic_program
+from tests.helpers.nicprog import (
+    XDP_DROP,
+    XDP_PASS,
+    XDP_REDIRECT,
+    XDP_TX,
+    delta,
+)
+
+PROGRAM_SIZES = SIZES  # conftest's program fixture (LAB is the engine's too)
 
 
 def ack_ends(plane: int) -> w.Endpoints:
@@ -88,50 +92,38 @@ def ack_ends(plane: int) -> w.Endpoints:
     return data_ends(plane).reversed()
 
 
+def _ack_fields(maps, psn: int, cum: int, plane: int | None, kw: dict) -> dict:
+    """What the SACK and the NACK of PSN psn share: the recorded EV and tx_ts echoed,
+    on the plane of that EV unless told; port_bitmap is taken out of kw when given."""
+    entry = maps.tx_entry(QP_TX, psn)
+    return dict(
+        ends=ack_ends(EVS[entry.ev] if plane is None else plane),
+        ev=entry.ev,
+        dqpn=QP_TX,
+        psn=psn,
+        cum_psn=cum,
+        echo_ts=entry.tx_ts,
+        port_bitmap=kw.pop("port_bitmap", PLANES),
+        mpr=MPR,
+    )
+
+
 def sack(maps, psn: int, cum: int, *, plane: int | None = None, bitmap: int = 0, **kw):
     """The SACK of PSN psn as the receiver sends it: echoes the recorded EV and tx_ts,
     arrives on the plane of that EV unless told."""
-    entry = maps.tx_entry(QP_TX, psn)
-    return w.sack_packet(
-        ack_ends(EVS[entry.ev] if plane is None else plane),
-        ev=entry.ev,
-        dqpn=QP_TX,
-        psn=psn,
-        cum_psn=cum,
-        echo_ts=entry.tx_ts,
-        sack_bitmap=bitmap,
-        port_bitmap=kw.pop("port_bitmap", PLANES),
-        mpr=MPR,
-        **kw,
-    )
+    fields = _ack_fields(maps, psn, cum, plane, kw)
+    return w.sack_packet(sack_bitmap=bitmap, **fields, **kw)
 
 
 def nack(maps, psn: int, reason: w.NackReason, cum: int, **kw):
-    entry = maps.tx_entry(QP_TX, psn)
-    return w.nack_packet(
-        ack_ends(EVS[entry.ev]),
-        reason=reason,
-        ev=entry.ev,
-        dqpn=QP_TX,
-        psn=psn,
-        cum_psn=cum,
-        echo_ts=entry.tx_ts,
-        port_bitmap=PLANES,
-        mpr=MPR,
-        **kw,
-    )
+    fields = _ack_fields(maps, psn, cum, None, kw)
+    return w.nack_packet(reason=reason, **fields, **kw)
 
 
 # ---- fixtures -------------------------------------------------------------------------
 
 
 pytestmark = pytest.mark.usefixtures("one_cpu")  # tests/bpf/conftest.py: why
-
-
-@pytest.fixture(scope="module")
-def program():
-    with loaded_nic_program(LAB, **SIZES) as prog:
-        yield prog
 
 
 def run(program, maps, frame: Packet | bytes) -> Run:
@@ -309,17 +301,18 @@ def test_unusable_evs_are_skipped(program, maps, sq):
 def test_an_ev_another_cpu_sent_on_just_now_is_held(program, maps, sq):
     post(maps, 4 * CE)
     cpu = min(os.sched_getaffinity(0))  # the one_cpu fixture's
-    # A's last packet left from another CPU, "now" (a little ahead: the hold,
-    # ENGINE_EV_HOLD_NS = 200 us from then, must outlast this test's syscalls).
+    # A's last packet left from another CPU, "now" (50 ms ahead: the hold,
+    # ENGINE_EV_HOLD_NS = 200 us from then, must outlast this test's syscalls
+    # on a loaded machine).
     a = maps.ev_raw(QP_TX, EV_A)
-    a.last_tx_cpu, a.last_tx_ts, a.last_tx_psn = cpu + 1, time.monotonic_ns() + 5_000_000, 7
+    a.last_tx_cpu, a.last_tx_ts, a.last_tx_psn = cpu + 1, time.monotonic_ns() + 50_000_000, 7
     a.stats.tx_pkts = 1
     bpfsys.map_update(
         maps.fd(nic.EVS_MAP), bytes(nic.EvKey(QP_TX, EV_A)), bytes(a), flags=nic.BPF_F_LOCK
     )
     r = kick(program, maps)  # held: B instead
     assert_data(r.frame, expected_data(START, EV_B, 0, CE, last=False), *_t(r))
-    time.sleep(0.006)  # the hold is over: A's turn comes again, and it is this CPU's
+    time.sleep(0.06)  # the hold is over: A's turn comes again, and it is this CPU's
     assert [Ether(kick(program, maps).frame)[UDP].sport for _ in range(3)] == [EV_C, EV_D, EV_A]
     assert maps.ev_raw(QP_TX, EV_A).last_tx_cpu == cpu
 
@@ -902,6 +895,54 @@ def test_wqe_whose_source_is_gone_moves_the_qp_to_err(program, maps, sq, event_r
     (event,) = event_reader.read()
     assert isinstance(event, nic.QpErrEvent)
     assert (event.qpn, event.psn, event.syndrome, event.reason) == (QP_TX, START, 0, 0)
+
+
+# ---- protection domains: a WQE reads only from a region of its QP's PD and host ----------------
+
+
+def pd_source(maps, **region) -> None:
+    maps.set_region(SRC_REGION, first_elem=0, n_elems=SRC_ELEMS, rkey=0x5555, **region)
+
+
+@pytest.mark.parametrize(
+    ("region", "qp"),
+    [
+        (dict(owner=TX_HOST + 1, pd=2), dict(pd=1)),
+        (dict(owner=TX_HOST + 2, pd=1), dict(pd=1)),
+        (dict(owner=TX_HOST + 1, pd=1), dict()),
+        (dict(), dict(pd=1)),
+    ],
+    ids=["another PD", "the same PD number on another host", "a PD-0 QP", "a PD-0 region"],
+)
+def test_wqe_whose_source_is_of_another_pd_is_a_local_protection_error(
+    program, maps, sq, event_reader, region, qp
+):
+    pd_source(maps, **region)
+    setup_sq(maps, **qp)
+    post(maps, 2 * CE, wr_id=5)
+    r = kick(program, maps)
+    assert (r.verdict, r.counters) == (XDP_DROP, {"kick_idle": 1, "tx_bad_wqe": 1, "events": 1})
+    s = maps.sq(QP_TX)
+    assert (s.state, s.wqe_done) == (nic.QpState.ERR, 0)
+    (event,) = event_reader.read()
+    assert isinstance(event, nic.QpErrEvent)
+    assert (event.qpn, event.psn, event.syndrome, event.error) == (
+        QP_TX,
+        START,
+        0,
+        nic.QpError.LOC_PROT,
+    )
+    assert maps.ev(QP_TX, EV_A).stats["tx_pkts"] == 0, "nothing read from that memory went out"
+
+
+def test_wqe_whose_source_is_of_its_qps_pd_is_sent(program, maps, sq):
+    pd_source(maps, owner=TX_HOST + 1, pd=7)
+    setup_sq(maps, pd=7)
+    post(maps, CE)
+    r = kick(program, maps)
+    assert r.verdict == XDP_REDIRECT
+    assert_data(r.frame, expected_data(START, EV_A, 0, CE, last=True), r.t0, r.t1)
+    assert r.counters == {"kick_sent": 1, "tx_data": 1, "tx_bytes": CE}
 
 
 def test_no_device_for_the_plane(program, maps, sq):

@@ -22,27 +22,25 @@ from scapy.layers.inet import IP
 from scapy.layers.l2 import Ether
 
 from mrc_nic.nic import wire as w
-from tests.helpers.nicprog import delta, loaded_nic_program
-
-XDP_DROP, XDP_TX = 1, 3
-LAB = f"zep{os.getpid()}"
-PROBER, RESPONDER, PLANE = 0, 1, 2
-PROBE_ENDS = w.Endpoints(
-    src_mac="02:00:00:00:00:01",
-    dst_mac="02:00:00:00:01:01",
-    src_ip=f"198.18.{PLANE}.{PROBER + 1}",
-    dst_ip=f"198.18.{PLANE}.{RESPONDER + 1}",
+from tests.helpers.nicprog import (
+    ANSWER,
+    DATA,
+    PLANE,
+    RX_HOST,
+    TX_HOST,
+    XDP_DROP,
+    XDP_TX,
+    delta,
+    run,
 )
-REPLY_ENDS = PROBE_ENDS.reversed()
+
+LAB = f"zep{os.getpid()}"
+PROGRAM_SIZES = dict(mr_elems=16, max_qps=16, max_regions=2, event_pages=1)  # conftest's program
+PROBER, RESPONDER = TX_HOST, RX_HOST
+PROBE_ENDS, REPLY_ENDS = DATA, ANSWER  # the golden tests' plan (nicprog): plane 2
 EV = 0xC123
 RESPONDER_PORTS = 0b1011
 ICRC = slice(-4, None)  # the ICRC slot: last 4 bytes of a PROBE_REPLY
-
-
-@pytest.fixture(scope="module")
-def program():
-    with loaded_nic_program(LAB, mr_elems=16, max_qps=16, max_regions=2, event_pages=1) as prog:
-        yield prog
 
 
 @pytest.fixture
@@ -51,12 +49,6 @@ def maps(maps):
     maps.set_ports_disabled(RESPONDER, 0)
     maps.clear_ep_probes(PROBER)
     return maps
-
-
-def run(program, frame):
-    from mrc_nic.kernel import bpfsys
-
-    return bpfsys.prog_test_run(program.fd, bytes(frame))
 
 
 def ep_probe(psn: int = 9, tx_ts: int = 1234, *, ends=PROBE_ENDS, **kw):

@@ -28,8 +28,8 @@ from tests.helpers.engine import (
     LIVE_ELEMS,
     QP_TX,
     REMOTE_VA,
+    SIZES,
     START,
-    XDP_REDIRECT,
     assert_data,
     expected_data,
     kick,
@@ -37,26 +37,12 @@ from tests.helpers.engine import (
     live_transfer,
     post,
 )
-from tests.helpers.nicprog import loaded_nic_program
+from tests.helpers.nicprog import XDP_REDIRECT
 
 LAB = f"zmtu{os.getpid()}"
 MTU = 3200
 SEG = nic.seg_size(MTU)
-
-
-@pytest.fixture(scope="module")
-def program():
-    with loaded_nic_program(
-        LAB,
-        mr_elems=4096,
-        max_qps=16,
-        max_regions=4,
-        event_pages=4,
-        max_evs=128,
-        tx_rings=4,
-        mtu=MTU,
-    ) as prog:
-        yield prog
+PROGRAM_SIZES = SIZES | dict(mtu=MTU)  # conftest's program fixture: the engine's sizes
 
 
 def test_engine_sends_three_elements_per_packet(program, maps, sq):

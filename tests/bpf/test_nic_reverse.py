@@ -2,8 +2,9 @@
 and rx_rev_probe_reply): which path a receive QP's SACKs and PROBE_REPLYs take
 back, and how the replies to the receiver's reverse EV probes are recorded.
 
-The receive QP, its packets and its expected SACKs are test_nic_rx's (data
-from host 0 to host 1 on plane 2); only the reverse EV set changes. Expected
+The receive QP, its packets and its expected SACKs are test_nic_rx's
+(tests/helpers/receiver.py: data from host 0 to host 1 on plane 2); only the
+reverse EV set changes. Expected
 frames are wire's, from explicit values, never a model of the choice.
 """
 
@@ -17,54 +18,47 @@ from scapy.layers.l2 import Ether
 
 from mrc_nic import nic
 from mrc_nic.nic import wire as w
-from tests.bpf.test_nic_rx import (
+from tests.helpers.nicprog import (
     ANSWER,
     DATA,
-    EV,
-    MPR,
     PLANE,
-    PORTS,
     QP_RX,
-    QP_TX,
+    RX_HOST,
+    TX_HOST,
+    XDP_DROP,
+    XDP_REDIRECT,
+    XDP_TX,
+    delta,
+    run,
+)
+from tests.helpers.receiver import (
+    EV,
+    PORTS,
     REGION,
     REGION_ELEMS,
     REGION_FIRST_ELEM,
     RKEY,
-    RX_HOST,
     START,
-    TS,
-    TX_HOST,
-    XDP_DROP,
-    XDP_TX,
     assert_answer,
     data,
-    run,
+    sack,
     setup_qp,
 )
-from tests.helpers.nicprog import delta, loaded_nic_program
 
-XDP_REDIRECT = 4
 LAB = f"zrev{os.getpid()}"
+PROGRAM_SIZES = dict(mr_elems=64, max_qps=64, max_regions=4, event_pages=1)  # conftest's program
 GOOD, BAD, UNTRIED = nic.RevState.GOOD, nic.RevState.ASSUMED_BAD, nic.RevState.UNTRIED
 REV_SAME, REV_SAME2, REV_OTHER = 41000, 41001, 41002  # plane 2, plane 2, plane 0
 OTHER = 0  # the other plane
 UP = PORTS | 1 << PLANE  # the receiving host's ports that are up: planes 0, 1, 2, 3
 
 
-def sack(psn: int, cum: int):
+def sack_up(psn: int, cum: int):
     """The SACK of data PSN psn, back in place (test_nic_rx's, with these ports up)."""
-    return w.sack_packet(
-        ANSWER, ev=EV, dqpn=QP_TX, psn=psn, cum_psn=cum, echo_ts=TS + psn, port_bitmap=UP, mpr=MPR
-    )
+    return sack(psn, cum, port_bitmap=UP)
 
 
 PORT_MAC, NH_MAC = "02:00:00:00:01:10", "02:00:00:00:00:10"  # host 1's port of plane 0
-
-
-@pytest.fixture(scope="module")
-def program():
-    with loaded_nic_program(LAB, mr_elems=64, max_qps=64, max_regions=4, event_pages=1) as prog:
-        yield prog
 
 
 @pytest.fixture
@@ -98,7 +92,7 @@ def other_plane_sack(psn: int, sport: int) -> bytes:
         src_ip=f"198.18.{OTHER}.{RX_HOST + 1}",
         dst_ip=f"198.18.{OTHER}.{TX_HOST + 1}",
     )
-    expected = sack(psn, cum=psn + 1)
+    expected = sack_up(psn, cum=psn + 1)
     eth = Ether(bytes(expected))
     eth.src, eth.dst = ends.src_mac, ends.dst_mac
     eth[IP].src, eth[IP].dst = ends.src_ip, ends.dst_ip
@@ -108,7 +102,7 @@ def other_plane_sack(psn: int, sport: int) -> bytes:
 
 
 def test_without_a_set_the_sack_goes_back_in_place(program, maps, qp):
-    assert_answer(run(program, data(START, elem=0)), sack(START, cum=START + 1))
+    assert_answer(run(program, data(START, elem=0)), sack_up(START, cum=START + 1))
 
 
 def test_sack_takes_a_good_reverse_ev_of_its_plane(program, maps, qp):
@@ -116,7 +110,7 @@ def test_sack_takes_a_good_reverse_ev_of_its_plane(program, maps, qp):
     result = run(program, data(START, elem=0))
     assert result.retval == XDP_TX
     # Only the source port changes: the EV echoed for the sender is still the data's.
-    assert result.data_out == with_sport(sack(START, cum=START + 1), REV_SAME)
+    assert result.data_out == with_sport(sack_up(START, cum=START + 1), REV_SAME)
     assert Ether(result.data_out)[w.MRCAck].echo_ev == EV
 
 
@@ -142,7 +136,7 @@ def test_bad_and_untried_evs_carry_no_sack(program, maps, qp):
 
 def test_no_usable_reverse_ev_at_all_answers_in_place(program, maps, qp):
     rev_set(maps, (REV_SAME, PLANE, BAD), (REV_OTHER, OTHER, UNTRIED))
-    assert_answer(run(program, data(START, elem=0)), sack(START, cum=START + 1))
+    assert_answer(run(program, data(START, elem=0)), sack_up(START, cum=START + 1))
 
 
 def test_a_plane_that_is_down_here_is_not_taken(program, maps, qp):
@@ -155,7 +149,7 @@ def test_a_plane_that_is_down_here_is_not_taken(program, maps, qp):
 def test_a_set_of_another_qp_is_not_used(program, maps, qp):
     other_qpn = QP_RX + 64  # the same slot (max_qps 64), another QP
     maps.set_rev_evs(other_qpn, [nic.RevEv(REV_SAME, PLANE, GOOD)])
-    assert_answer(run(program, data(START, elem=0)), sack(START, cum=START + 1))
+    assert_answer(run(program, data(START, elem=0)), sack_up(START, cum=START + 1))
 
 
 def test_data_ev_probe_is_answered_over_the_reverse_set(program, maps, qp):

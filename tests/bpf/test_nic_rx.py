@@ -8,7 +8,8 @@ Python model of the receiver.
 
 Addresses follow the lab's plan: host h on plane p is 198.18.p.(h+1). The
 data sender is host 0 (QP 0x000007), the receiver host 1 (QP 0x010005), and
-the packets travel on plane 2.
+the packets travel on plane 2. That plan is tests/helpers/nicprog.py's; the
+receive QP's setup and its packets are tests/helpers/receiver.py's.
 
 Each test starts from a freshly set-up receive QP (cum_psn = START, mpr 1:
 a 128-PSN window), a region of 8 elements at BASE_VA, a zeroed memory and an
@@ -29,7 +30,6 @@ import time
 from collections.abc import Callable
 
 import pytest
-from scapy.contrib.roce import AETH, BTH
 from scapy.layers.inet import ICMP, IP, UDP
 from scapy.layers.inet6 import IPv6
 from scapy.layers.l2 import ARP, Ether
@@ -40,9 +40,40 @@ from mrc_nic.kernel import bpfsys
 from mrc_nic.nic import auth
 from mrc_nic.nic import wire as w
 from tests.helpers.header_probe import struct_layout
-from tests.helpers.nicprog import delta, loaded_nic_program, patched
+from tests.helpers.nicprog import (
+    DATA,
+    PLANE,
+    QP_RX,
+    QP_TX,
+    RX_HOST,
+    TX_HOST,
+    XDP_DROP,
+    XDP_PASS,
+    XDP_TX,
+    delta,
+    patched,
+    run,
+    with_udp_payload,
+)
+from tests.helpers.receiver import (
+    BASE_VA,
+    EV,
+    MPR,
+    PORTS,
+    REGION,
+    REGION_ELEMS,
+    REGION_FIRST_ELEM,
+    RKEY,
+    START,
+    WINDOW,
+    assert_answer,
+    data,
+    nack,
+    payload_for,
+    sack,
+    setup_qp,
+)
 
-XDP_DROP, XDP_PASS, XDP_TX = 1, 2, 3
 LAB = f"znic{os.getpid()}"
 
 # The program's sizes in this module (small: the tests read whole maps).
@@ -50,122 +81,12 @@ MR_ELEMS = 64
 MAX_QPS = 64
 MAX_REGIONS = 4
 EVENT_PAGES = 1
-
-TX_HOST, RX_HOST, PLANE = 0, 1, 2
-QP_TX = TX_HOST << 16 | 7  # the data sender's QP: dest QP of every answer
-QP_RX = RX_HOST << 16 | 5  # the receiving QP: dest QP of every data packet
-DATA = w.Endpoints(
-    src_mac="02:00:00:00:00:01",
-    dst_mac="02:00:00:00:01:01",
-    src_ip=f"198.18.{PLANE}.{TX_HOST + 1}",
-    dst_ip=f"198.18.{PLANE}.{RX_HOST + 1}",
+PROGRAM_SIZES = dict(  # conftest's program fixture
+    mr_elems=MR_ELEMS, max_qps=MAX_QPS, max_regions=MAX_REGIONS, event_pages=EVENT_PAGES
 )
-ANSWER = DATA.reversed()
-EV = 0xC123
-TS = 0x0000_0102_0304_0000
-RKEY = 0x1234
-REGION = 1
-REGION_FIRST_ELEM = 16
-REGION_ELEMS = 8
-BASE_VA = 0x7F00_0000_0000
-PORTS = 0b1011  # the receiving host's ports that are up (copied into answers)
-START = 100  # cum_psn of the freshly set-up QP
-MPR = 1
-WINDOW = MPR * w.MPR_UNIT
-
-
-# ---- packets --------------------------------------------------------------------------
-
-
-def payload_for(psn: int, size: int = 1024) -> bytes:
-    """Distinct, recognisable bytes per PSN."""
-    seed = bytes([psn & 0xFF, (psn >> 8) & 0xFF, 0xA5, 0x5A])
-    return (seed * (size // 4 + 1))[:size]
-
-
-def data(
-    psn: int,
-    *,
-    elem: int | None = None,
-    payload: bytes | None = None,
-    ends: w.Endpoints = DATA,
-    dqpn: int = QP_RX,
-    **kw,
-) -> Packet:
-    """A data packet for PSN psn, placed in region element elem (default: psn - START)."""
-    elem = psn - START if elem is None else elem
-    kw.setdefault("last", False)
-    kw.setdefault("tx_ts", TS + psn)
-    kw.setdefault("rkey", RKEY)
-    return w.data_packet(
-        ends,
-        ev=kw.pop("ev", EV),
-        dqpn=dqpn,
-        psn=psn,
-        va=kw.pop("va", BASE_VA + elem * nic.MR_ELEM_SIZE),
-        payload=payload_for(psn) if payload is None else payload,
-        **kw,
-    )
-
-
-def sack(psn: int, cum: int, bitmap: int = 0, *, flags: int = 0, msn: int = 0, **kw) -> Packet:
-    """The SACK the receiver must send for data PSN psn."""
-    return w.sack_packet(
-        ANSWER,
-        ev=kw.pop("ev", EV),
-        dqpn=QP_TX,
-        psn=psn,
-        cum_psn=cum,
-        echo_ts=kw.pop("echo_ts", TS + psn),
-        sack_bitmap=bitmap,
-        flags=flags,
-        port_bitmap=PORTS,
-        msn=msn,
-        mpr=kw.pop("mpr", MPR),
-        **kw,
-    )
-
-
-def nack(psn: int, reason: w.NackReason, cum: int, bitmap: int = 0, **kw) -> Packet:
-    """The NACK the receiver must send for data PSN psn."""
-    return w.nack_packet(
-        ANSWER,
-        reason=reason,
-        ev=kw.pop("ev", EV),
-        dqpn=QP_TX,
-        psn=psn,
-        cum_psn=cum,
-        echo_ts=kw.pop("echo_ts", TS + psn),
-        sack_bitmap=bitmap,
-        port_bitmap=PORTS,
-        mpr=kw.pop("mpr", MPR),
-        **kw,
-    )
-
-
-def with_lengths_fixed(pkt: Packet, udp_payload: bytes) -> bytes:
-    """pkt's framing around another UDP payload, with consistent IPv4/UDP lengths."""
-    eth = Ether(bytes(pkt))
-    ip, udp = eth[IP], eth[UDP]
-    del ip.len, ip.chksum, udp.len
-    udp.remove_payload()
-    udp.add_payload(Raw(udp_payload))
-    return bytes(eth)
 
 
 # ---- fixtures -------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def program():
-    with loaded_nic_program(
-        LAB,
-        mr_elems=MR_ELEMS,
-        max_qps=MAX_QPS,
-        max_regions=MAX_REGIONS,
-        event_pages=EVENT_PAGES,
-    ) as prog:
-        yield prog
 
 
 @pytest.fixture
@@ -181,33 +102,8 @@ def qp(maps, event_reader):
     return QP_RX
 
 
-def setup_qp(maps, **kw) -> None:
-    args = dict(
-        local_host=RX_HOST, peer_host=TX_HOST, peer_qpn=QP_TX, region=REGION, mpr=MPR, psn=START
-    )
-    maps.setup_rq(QP_RX, **(args | kw))
-
-
-def run(program, frame: Packet | bytes) -> bpfsys.TestRunResult:
-    return bpfsys.prog_test_run(program.fd, bytes(frame))
-
-
 def elem_bytes(maps, elem: int) -> bytes:
     return maps.read_region(REGION, elem * nic.MR_ELEM_SIZE, nic.MR_ELEM_SIZE)
-
-
-def assert_answer(result: bpfsys.TestRunResult, expected: Packet) -> None:
-    assert result.retval == XDP_TX, f"verdict {result.retval}"
-    got, want = result.data_out, bytes(expected)
-    if got != want:
-        diffs = {
-            (layer.__name__, f): (getattr(Ether(got)[layer], f), getattr(Ether(want)[layer], f))
-            for layer in (Ether, IP, UDP, BTH, AETH, w.MRCAck)
-            for f in (fd.name for fd in layer.fields_desc)
-            if layer in Ether(got)
-            and getattr(Ether(got)[layer], f) != getattr(Ether(want)[layer], f)
-        }
-        pytest.fail(f"answer differs (got, expected): {diffs}\n{got.hex()}\n{want.hex()}")
 
 
 # ---- receiving data: placement and SACKs ------------------------------------------------------
@@ -710,14 +606,57 @@ def test_an_rkey_names_the_mr_its_write_lands_in(program, maps, app_qp):
 def test_an_rkey_that_names_no_mr_of_this_host_is_a_remote_access_error(
     program, maps, app_qp, change
 ):
+    assert_refused(program, maps, data(START, **({"va": APP_BASE} | change)))
+
+
+def app_mr(maps, **kw) -> None:
+    """Region 2, this host's MR, with its protection domain and access as given."""
+    maps.set_region(
+        2, first_elem=0, n_elems=4, rkey=app_rkey(2), base_va=APP_BASE, owner=RX_HOST + 1, **kw
+    )
+
+
+def test_an_rkey_of_the_qps_pd_is_placed(program, maps, app_qp):
+    app_mr(maps, pd=7)
+    setup_qp(maps, region=nic.REGION_BY_RKEY, pd=7)
+    pkt = data(START, rkey=app_rkey(2), va=APP_BASE)
+    assert_answer(run(program, pkt), sack(START, cum=START + 1))
+    assert maps.read_region(2, 0, 1024) == payload_for(START)
+
+
+def assert_refused(program, maps, pkt: Packet) -> None:
+    """pkt is a remote access error: NACKed (fatal), nothing written anywhere."""
     before = maps.counters()
-    result = run(program, data(START, **({"va": APP_BASE} | change)))
+    result = run(program, pkt)
     assert_answer(
         result,
         nack(START, w.NackReason.UNEXP_EVENT, cum=START, syndrome=w.Syndrome.NAK_REM_ACCESS),
     )
     assert delta(before, maps.counters()) == {"nack_rem_access": 1}
     assert maps.memory()[:] == bytes(MR_ELEMS * nic.MR_ELEM_SIZE), "nothing written"
+
+
+@pytest.mark.parametrize(
+    ("mr", "qp_pd"),
+    [
+        ({"pd": 8}, 7),
+        ({"pd": 7, "remote_write": False}, 7),
+        ({}, 7),  # an MR of PD 0 (the daemon's)
+        ({"pd": 7}, 0),  # a QP of PD 0
+    ],
+    ids=["another PD", "no REMOTE_WRITE", "a PD-0 MR", "a PD-0 QP"],
+)
+def test_an_rkey_of_another_pd_is_a_remote_access_error(program, maps, app_qp, mr, qp_pd):
+    app_mr(maps, **mr)
+    setup_qp(maps, region=nic.REGION_BY_RKEY, pd=qp_pd)
+    assert_refused(program, maps, data(START, rkey=app_rkey(2), va=APP_BASE))
+
+
+def test_a_region_by_id_of_another_pd_is_a_remote_access_error(program, maps, qp):
+    """The daemon's own QPs (a region by id) work in PD 0: a region of another PD is refused."""
+    maps.set_region(REGION, first_elem=REGION_FIRST_ELEM, n_elems=REGION_ELEMS, rkey=RKEY,
+                    base_va=BASE_VA, pd=3)  # fmt: skip
+    assert_refused(program, maps, data(START))
 
 
 def test_a_region_by_id_ignores_owned_regions(program, maps, qp):
@@ -846,14 +785,14 @@ for _keep, _what in [
     DROPS.append(
         Drop(
             f"short: {_what}",
-            lambda keep=_keep: with_lengths_fixed(WRITE, WRITE_UDP_PAYLOAD[:keep]),
+            lambda keep=_keep: with_udp_payload(WRITE, WRITE_UDP_PAYLOAD[:keep]),
             "drop_short",
         )
     )
 DROPS.append(
     Drop(
         "short: WRITE_IMM headers without ICRC",
-        lambda: with_lengths_fixed(
+        lambda: with_udp_payload(
             data(START, imm=1, last=True), bytes(data(START, imm=1, last=True)[UDP].payload)[:48]
         ),
         "drop_short",
@@ -862,7 +801,7 @@ DROPS.append(
 DROPS.append(
     Drop(
         "consistent lengths, payload shorter than RETH",
-        lambda: with_lengths_fixed(WRITE, WRITE_UDP_PAYLOAD[:-8]),
+        lambda: with_udp_payload(WRITE, WRITE_UDP_PAYLOAD[:-8]),
         "drop_bad_len",
     )
 )

@@ -27,18 +27,30 @@ import time
 from collections.abc import Callable
 
 import pytest
-from scapy.layers.inet import IP, UDP
-from scapy.layers.l2 import Ether
-from scapy.packet import Packet, Raw
+from scapy.layers.inet import UDP
+from scapy.packet import Packet
 
 from mrc_nic import nic
 from mrc_nic.kernel import bpfsys
 from mrc_nic.nic import auth
 from mrc_nic.nic import wire as w
 from tests.helpers.header_probe import struct_layout
-from tests.helpers.nicprog import delta, loaded_nic_program, patched
+from tests.helpers.nicprog import (
+    ANSWER,
+    DATA,
+    PLANE,
+    QP_RX,
+    QP_TX,
+    RX_HOST,
+    TX_HOST,
+    XDP_DROP,
+    XDP_TX,
+    delta,
+    patched,
+    run,
+    with_udp_payload,
+)
 
-XDP_DROP, XDP_PASS, XDP_TX = 1, 2, 3
 LAB = f"ztx{os.getpid()}"
 
 # The program's sizes in this module.
@@ -46,17 +58,18 @@ MAX_QPS = 16
 MAX_EVS = 64
 TX_RINGS = 8
 EVENT_PAGES = 1
-
-TX_HOST, RX_HOST, PLANE = 0, 1, 2
-QP_TX = TX_HOST << 16 | 7  # the send QP: dest QP of every SACK, NACK and PROBE_REPLY
-QP_RX = RX_HOST << 16 | 5  # the peer's receive QP: dest QP of PROBEs
-DATA = w.Endpoints(  # the data direction: sender -> receiver (PROBEs go this way)
-    src_mac="02:00:00:00:00:01",
-    dst_mac="02:00:00:00:01:01",
-    src_ip=f"198.18.{PLANE}.{TX_HOST + 1}",
-    dst_ip=f"198.18.{PLANE}.{RX_HOST + 1}",
+PROGRAM_SIZES = dict(  # conftest's program fixture
+    mr_elems=16,
+    max_qps=MAX_QPS,
+    max_regions=2,
+    event_pages=EVENT_PAGES,
+    max_evs=MAX_EVS,
+    tx_rings=TX_RINGS,
 )
-ACK = DATA.reversed()  # receiver -> sender: SACK, NACK, PROBE_REPLY
+
+# The plan (nicprog's): QP_TX, the send QP, is the dest QP of every SACK, NACK and
+# PROBE_REPLY; QP_RX, the peer's receive QP, of PROBEs (DATA's direction).
+ACK = ANSWER  # receiver -> sender: SACK, NACK, PROBE_REPLY
 EV_A, EV_B, EV_C = 0xC001, 0xC002, 0xC003
 EVS = {EV_A: PLANE, EV_B: PLANE, EV_C: PLANE + 1}
 RING = 3
@@ -77,10 +90,11 @@ def tx_ts(psn: int) -> int:
 # ---- packets --------------------------------------------------------------------------
 
 
-def sack(psn: int, cum: int, bitmap: int = 0, *, ev: int = EV_A, **kw) -> Packet:
-    """A SACK for the data packet psn sent on ev (echo_ts: tx_ts(psn) unless given)."""
-    return w.sack_packet(
-        kw.pop("ends", ACK),
+def _ack_fields(psn: int, cum: int, bitmap: int, ev: int, kw: dict) -> dict:
+    """What the SACK and the NACK of data packet psn sent on ev share; ends,
+    dqpn, echo_ts (tx_ts(psn)) and port_bitmap are taken out of kw when given there."""
+    return dict(
+        ends=kw.pop("ends", ACK),
         ev=ev,
         dqpn=kw.pop("dqpn", QP_TX),
         psn=psn,
@@ -89,25 +103,19 @@ def sack(psn: int, cum: int, bitmap: int = 0, *, ev: int = EV_A, **kw) -> Packet
         sack_bitmap=bitmap,
         port_bitmap=kw.pop("port_bitmap", PEER_PORTS),
         mpr=MPR,
-        **kw,
     )
+
+
+def sack(psn: int, cum: int, bitmap: int = 0, *, ev: int = EV_A, **kw) -> Packet:
+    """A SACK for the data packet psn sent on ev (echo_ts: tx_ts(psn) unless given)."""
+    fields = _ack_fields(psn, cum, bitmap, ev, kw)
+    return w.sack_packet(**fields, **kw)
 
 
 def nack(psn: int, reason: w.NackReason, cum: int, bitmap: int = 0, *, ev: int = EV_A, **kw):
     """A NACK of the data packet psn sent on ev."""
-    return w.nack_packet(
-        kw.pop("ends", ACK),
-        reason=reason,
-        ev=ev,
-        dqpn=kw.pop("dqpn", QP_TX),
-        psn=psn,
-        cum_psn=cum,
-        echo_ts=kw.pop("echo_ts", tx_ts(psn)),
-        sack_bitmap=bitmap,
-        port_bitmap=PEER_PORTS,
-        mpr=MPR,
-        **kw,
-    )
+    fields = _ack_fields(psn, cum, bitmap, ev, kw)
+    return w.nack_packet(reason=reason, **fields, **kw)
 
 
 def probe_reply(psn: int, *, ev: int = EV_A, **kw) -> Packet:
@@ -123,16 +131,6 @@ def probe_reply(psn: int, *, ev: int = EV_A, **kw) -> Packet:
     )
 
 
-def with_udp_payload(pkt: Packet, udp_payload: bytes) -> bytes:
-    """pkt's framing around another UDP payload, with consistent IPv4/UDP lengths."""
-    eth = Ether(bytes(pkt))
-    ip, udp = eth[IP], eth[UDP]
-    del ip.len, ip.chksum, udp.len
-    udp.remove_payload()
-    udp.add_payload(Raw(udp_payload))
-    return bytes(eth)
-
-
 # Frame offsets of a SACK/NACK: BTH 42, AETH 54 (syndrome byte), MRC_ACK 58,
 # nack_reason 85, ICRC 90.
 AETH_SYNDROME_AT = 54
@@ -140,20 +138,6 @@ NACK_REASON_AT = 85
 
 
 # ---- fixtures -------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def program():
-    with loaded_nic_program(
-        LAB,
-        mr_elems=16,
-        max_qps=MAX_QPS,
-        max_regions=2,
-        event_pages=EVENT_PAGES,
-        max_evs=MAX_EVS,
-        tx_rings=TX_RINGS,
-    ) as prog:
-        yield prog
 
 
 @pytest.fixture
@@ -182,10 +166,6 @@ def record(maps, plan: dict[int, int]) -> None:
     """Record transmissions as the send engine would: {psn: ev}, in send order."""
     for psn, ev in plan.items():
         maps.record_tx(QP_TX, psn, ev, tx_ts=tx_ts(psn))
-
-
-def run(program, frame: Packet | bytes) -> bpfsys.TestRunResult:
-    return bpfsys.prog_test_run(program.fd, bytes(frame))
 
 
 def state_bytes(maps) -> tuple[bytes, ...]:

@@ -31,13 +31,15 @@ from scapy.packet import Raw
 
 from mrc_nic.fabric import switchport as sp
 from mrc_nic.kernel import bpfsys, netns
-from tests.helpers.switchprog import loaded_switch_program
+from tests.helpers.switchprog import (
+    TC_ACT_OK,
+    TC_ACT_REDIRECT,
+    TC_ACT_SHOT,
+    clear_key0,
+    loaded_switch_program,
+)
 
-TC_ACT_OK = 0
-TC_ACT_SHOT = 2
-TC_ACT_REDIRECT = 7
 IP_TTL, IP_RECVTTL = 2, 12  # linux/in.h (Python 3.11's socket lacks IP_RECVTTL)
-MAX_PORTS = 4
 LAB = f"zfw{os.getpid()}"
 NS = f"zfw-{os.getpid()}r"
 
@@ -62,15 +64,8 @@ def ip_cmd(ns: str, *args: str) -> str:
 
 @pytest.fixture(scope="module")
 def program():
-    with loaded_switch_program(LAB, MAX_PORTS) as prog:
+    with loaded_switch_program(LAB) as prog:
         yield prog
-
-
-@pytest.fixture(scope="module")
-def maps(program):
-    with sp.SwitchPortMaps.open(LAB) as m:
-        m.set_forwarding("bpf")
-        yield m
 
 
 @pytest.fixture(scope="module")
@@ -133,10 +128,11 @@ def fwd_delta(maps, before: dict[str, int]) -> dict[str, int]:
 
 @pytest.fixture(autouse=True)
 def clean_key0(request):
+    # Each test that uses the maps (conftest's) starts with a clean key 0 and
+    # the lab's MRC packets forwarded by the program.
     if "maps" in request.fixturenames:
         m = request.getfixturevalue("maps")
-        m.clear_fault(0, sp.INGRESS)
-        m.clear_queue(0, sp.INGRESS)
+        clear_key0(m)
         m.set_forwarding("bpf")
     yield
 

@@ -35,11 +35,14 @@ from mrc_nic.nic import wire
 from mrc_nic.observe.port_table import PortCounterTable
 from tests.helpers.env import NETNS_DIR
 from tests.helpers.header_probe import struct_layout
-from tests.helpers.switchprog import loaded_switch_program
+from tests.helpers.switchprog import (
+    MAX_PORTS,
+    TC_ACT_OK,
+    TC_ACT_SHOT,
+    clear_key0,
+    loaded_switch_program,
+)
 
-TC_ACT_OK = 0
-TC_ACT_SHOT = 2
-MAX_PORTS = 4  # keys 0..7
 LAB = f"ztest{os.getpid()}"
 
 
@@ -67,19 +70,11 @@ def program():
         yield prog
 
 
-@pytest.fixture(scope="module")
-def maps(program):
-    with sp.SwitchPortMaps.open(LAB) as m:
-        yield m
-
-
 @pytest.fixture(autouse=True)
 def no_fault_on_key0(request):
-    # Only tests that use the maps need a clean key 0: no fault, no queue.
+    # Only tests that use the maps (conftest's) need a clean key 0: no fault, no queue.
     if "maps" in request.fixturenames:
-        m = request.getfixturevalue("maps")
-        m.clear_fault(0, sp.INGRESS)
-        m.clear_queue(0, sp.INGRESS)
+        clear_key0(request.getfixturevalue("maps"))
     yield
 
 

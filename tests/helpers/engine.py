@@ -18,7 +18,6 @@ from mrc_nic import nic
 from mrc_nic.nic import wire as w
 from tests.helpers.nicprog import delta
 
-XDP_DROP, XDP_PASS, XDP_TX, XDP_REDIRECT = 1, 2, 3, 4
 LAB = f"zeng{os.getpid()}"
 
 # The program's sizes in this module.

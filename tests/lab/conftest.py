@@ -50,3 +50,13 @@ def default_lab():
         yield topo
     finally:
         testbed.down(name)
+
+
+@pytest.fixture
+def healed(default_lab):
+    """Every fault of the module's lab healed after the test, whatever it did
+    (modules that break things use it for every test: usefixtures("healed"))."""
+    from mrc_nic.fabric import faults
+
+    yield
+    faults.heal(default_lab.lab, None)

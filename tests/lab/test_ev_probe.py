@@ -18,15 +18,15 @@ from mrc_nic.fabric import faults
 from mrc_nic.verbs import ctl
 from tests.helpers.env import run_cli
 
-pytestmark = [pytest.mark.root, pytest.mark.netns]
+pytestmark = [pytest.mark.root, pytest.mark.netns, pytest.mark.usefixtures("healed")]
 BASE = 49152  # AUTO EVs: EV BASE + i is on plane i % 4 (EV profile 0)
 TIMEOUT_NS = 300_000_000  # generous: a loaded 2-core machine
 
 
 @pytest.fixture(autouse=True)
-def healed(default_lab):
+def ports_enabled(default_lab):
+    """Every port of h0 and h1 ENABLED again after the test, whatever it did."""
     yield
-    faults.heal(default_lab.lab, None)
     for host in ("h0", "h1"):
         with ctl.CtlContext(default_lab.lab, host) as c:
             for port in range(1, default_lab.planes + 1):

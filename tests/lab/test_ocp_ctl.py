@@ -6,6 +6,7 @@ ONLINE profile reaches the QP using it (issue 20)."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -21,16 +22,11 @@ from mrc_nic.nic import wire
 from mrc_nic.transport import protocol as ops
 from mrc_nic.verbs import SendFlags, ctl
 from mrc_nic.workloads import experiments, rdma_write
+from tests.helpers.env import run_cli
 from tests.helpers.verbspair import Side, connect, poll_n, write
 
-pytestmark = [pytest.mark.root, pytest.mark.netns]
+pytestmark = [pytest.mark.root, pytest.mark.netns, pytest.mark.usefixtures("healed")]
 MIB = 2**20
-
-
-@pytest.fixture(autouse=True)
-def healed(default_lab):
-    yield
-    faults.heal(default_lab.lab, None)
 
 
 def test_a_qp_on_a_generated_4_ev_profile_sends_on_those_4_source_ports(default_lab):
@@ -223,3 +219,15 @@ def test_replace_ev_on_an_online_profile_reaches_the_qp_using_it(default_lab):
         with ctl.CtlContext(lab, "h0") as c:  # the profile is free again: back to INIT
             ctl.modify_ev_profile(c, 7, {"profile_state": "OFFLINE"})
             ctl.modify_ev_profile(c, 7, {"profile_state": "INIT"})
+
+
+def test_scenario_rounds_pair_healthy_and_lossy_runs_and_report_the_spread(default_lab):
+    p = run_cli(
+        "scenario", "single-ev-loss", "--size", "16M", "--rounds", "2", "--format", "json",
+        "-l", default_lab.lab, timeout=300,
+    )  # fmt: skip
+    r = json.loads(p.stdout)
+    assert r["rounds"] == 2 and len(r["runs"]) == 2 and r["completed"]
+    ratios = [run["goodput_ratio"] for run in r["runs"]]
+    assert r["min"] == min(ratios) and r["max"] == max(ratios) and r["key"] == "goodput_ratio"
+    assert all(run["fault_dropped"] > 0 for run in r["runs"])  # each run had its own fault

@@ -6,19 +6,14 @@ from __future__ import annotations
 
 import pytest
 
-from mrc_nic.fabric import faults
 from mrc_nic.observe import stats
 from mrc_nic.workloads import peers
 
 # ---- in a lab --------------------------------------------------------------------------
 
 
+@pytest.mark.usefixtures("healed")  # conftest's: faults healed after each test
 class TestInALab:
-    @pytest.fixture(autouse=True)
-    def healed(self, default_lab):
-        yield
-        faults.heal(default_lab.lab, None)
-
     def test_mptcp_uses_every_plane(self, default_lab):
         topo = default_lab
         before = stats.snapshot(topo.lab, kernel=False)

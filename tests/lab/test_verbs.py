@@ -4,6 +4,7 @@ byte, then bad input, a dead process, and two processes on one host."""
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import os
 import select
@@ -23,6 +24,7 @@ from mrc_nic.verbs import SGE, SendFlags, SendWR, WcOpcode, WcStatus, WrOpcode
 from tests.helpers.verbspair import MR_BYTES, Side, connect, poll_n, write
 
 KIB = 1024
+WqeLayout = nic.Wqe  # struct nic_wqe: what the NIC reads from the mapped send queue
 
 
 @pytest.fixture
@@ -352,3 +354,89 @@ def test_a_cq_that_overruns_is_in_error_after_what_it_held(default_lab):
     finally:
         a.close()
         b.close()
+
+
+# ---- protection domains: the NIC keeps a QP to the MRs of its own PD ---------------------------
+
+
+def test_an_rkey_of_another_pd_of_the_host_is_a_remote_access_error(pair):
+    """h1 has two PDs: its QP's (A) and B. A WRITE into A's MR lands byte-exact;
+    one through the same QP with the rkey of B's MR fails at the sender and
+    leaves that MR as it was."""
+    a, b = pair
+    pd_b = verbs.PD(b.ctx)
+    mr_b = pd_b.reg_mr(8 * KIB)
+    assert pd_b.handle not in (0, b.pd.handle)
+    mr_b.buf[:] = b"\x3c" * 8 * KIB
+    data = os.urandom(8 * KIB)
+    a.mr.buf[: 8 * KIB] = data
+    a.qp.post_send(write(a, b, 0, 8 * KIB, wr_id=1, send_flags=SendFlags.SIGNALED))
+    assert [(wc.wr_id, wc.status) for wc in poll_n(a.scq, 1)] == [(1, WcStatus.SUCCESS)]
+    assert bytes(b.mr.buf[: 8 * KIB]) == data, "same-PD traffic is byte-exact"
+    a.qp.post_send(
+        SendWR(
+            wr_id=2,
+            sg_list=[SGE(a.mr.addr, 8 * KIB, a.mr.lkey)],
+            remote_addr=mr_b.addr,
+            rkey=mr_b.rkey,
+            send_flags=SendFlags.SIGNALED,
+        )  # fmt: skip
+    )
+    assert [(wc.wr_id, wc.status) for wc in poll_n(a.scq, 1)] == [(2, WcStatus.REM_ACCESS_ERR)]
+    assert a.qp.state == verbs.QpState.ERR
+    time.sleep(0.05)
+    assert bytes(mr_b.buf) == b"\x3c" * 8 * KIB, "PD B's MR untouched"
+
+
+def test_a_wqe_naming_another_pds_mr_is_a_local_protection_error(pair):
+    """The send queue is the process's memory: a WQE written there naming an MR
+    of another PD (its lkey as src_region) is refused by the NIC, which sends
+    nothing from it (IBV_WC_LOC_PROT_ERR)."""
+    a, b = pair
+    other = verbs.PD(a.ctx)
+    secret = other.reg_mr(4 * KIB)
+    secret.buf[:] = b"\x77" * 4 * KIB
+    b.mr.buf[: 4 * KIB] = bytes(4 * KIB)
+    qp, ring = a.qp, a.qp._kick
+    field = WqeLayout.src_region.offset
+
+    def forged(packets: int):  # after the library wrote the WQE, before the doorbell
+        at = qp._wq_at + 8 + (qp._posted - 1) % qp.sq_depth * ctypes.sizeof(WqeLayout) + field
+        qp._wq[at : at + 4] = secret.lkey.to_bytes(4, "little")
+        return ring(packets)
+
+    qp._kick = forged
+    qp.post_send(write(a, b, 0, 4 * KIB, wr_id=3, send_flags=SendFlags.SIGNALED))
+    assert [(wc.wr_id, wc.status) for wc in poll_n(a.scq, 1)] == [(3, WcStatus.LOC_PROT_ERR)]
+    assert qp.state == verbs.QpState.ERR
+    time.sleep(0.05)
+    assert bytes(b.mr.buf[: 4 * KIB]) == bytes(4 * KIB), "nothing was sent from that memory"
+
+
+def test_pds_are_the_daemons_and_dealloc_waits_for_their_users(default_lab):
+    a = Side(default_lab.lab, "h0")
+    other = verbs.Context(default_lab.lab, "h0")
+    try:
+        other_pd = verbs.PD(other)
+        assert other_pd.handle not in (0, a.pd.handle), "unique on the host"
+        assert a.qp.query()["pd"] == a.pd.handle
+        for verb, request in [
+            ("reg_mr", appops.RegMr(pd=other_pd.handle, length=KIB, access=3)),
+            ("dealloc_pd", appops.DeallocPd(pd=other_pd.handle)),
+        ]:  # another session's PD is none of this one's
+            with pytest.raises(verbs.VerbsError, match="no protection domain of this session"):
+                a.ctx.call(verb, request)
+        with pytest.raises(verbs.VerbsError, match="use PD") as e:
+            a.pd.close()  # its QP is open
+        assert e.value.errno == errno.EBUSY and a.mr.valid, "nothing released"
+        with pytest.raises(verbs.VerbsError, match="is used by MR lkey .* QP") as e:
+            a.ctx.call("dealloc_pd", appops.DeallocPd(pd=a.pd.handle))
+        assert e.value.errno == errno.EBUSY
+        a.qp.close()
+        a.pd.close()  # its MR, then the PD
+        assert not a.mr.valid
+        with pytest.raises(verbs.VerbsError, match="no protection domain"):
+            a.pd.reg_mr(KIB)
+    finally:
+        a.close()
+        other.close()

@@ -149,8 +149,9 @@ def test_verbs_fields_of_the_shared_structs():
     assert nic.SqState.send_cq.offset == ctypes.sizeof(nic.SqState) - 24 - 32
     assert (nic.SqState.auth.offset, nic.SqState.auth_key.offset) == (3404, 3408)
     assert nic.SqState.max_wimm.offset == 3424
-    assert nic.RqState.auth_key.offset == ctypes.sizeof(nic.RqState) - 32
-    assert nic.RqState.max_wimm_dest.offset == ctypes.sizeof(nic.RqState) - 12
+    assert nic.RqState.auth_key.offset == ctypes.sizeof(nic.RqState) - 40
+    assert nic.RqState.max_wimm_dest.offset == ctypes.sizeof(nic.RqState) - 20
+    assert nic.RqState.pd.offset == ctypes.sizeof(nic.RqState) - 8  # then the PD
     assert (nic.QpErrEvent.error.offset, ctypes.sizeof(nic.QpErrEvent)) == (24, 40)
     assert nic.WQE_F_SIGNALED == 1 and nic.QpError.RETRY_EXCEEDED == 1
     frame = nic.kick_frame(0x000007, nic.KickOp.FAIL, nic.QpError.RETRY_EXCEEDED)

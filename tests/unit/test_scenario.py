@@ -175,3 +175,17 @@ def test_allreduce_failure_arguments_are_checked_before_anything_runs(kw, words)
 
     with pytest.raises(ValueError, match=words):
         experiments.allreduce_failure("nolab", **kw)
+
+
+def test_repeated_experiments_give_the_median_and_spread_of_their_ratio():
+    from mrc_nic.workloads import experiments
+
+    ratios = iter([0.9, None, 1.1, 0.95])
+    runs = lambda: {"scenario": "s", "lab": "l", "r": next(ratios), "completed": True}  # noqa: E731
+    one = experiments.repeated(runs, 1, "r")
+    assert one["r"] == 0.9 and "runs" not in one  # one run: its result as it is
+    many = experiments.repeated(runs, 3, "r")
+    assert (many["median"], many["min"], many["max"]) == (1.025, 0.95, 1.1)  # None left out
+    assert many["rounds"] == 3 and len(many["runs"]) == 3 and many["completed"]
+    with pytest.raises(ValueError, match="at least 1"):
+        experiments.repeated(runs, 0, "r")

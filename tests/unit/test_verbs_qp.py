@@ -52,6 +52,8 @@ class FakeContext:
 
     def call(self, verb: str, request):
         self.requests.append(request)
+        if isinstance(request, appops.AllocPd):
+            return appops.AllocPdReply(pd=1)
         if isinstance(request, appops.CreateQp):
             return appops.CreateQpReply(qpn=QPN, sq_depth=DEPTH, ring=RING)
         if isinstance(request, appops.RegMr):

@@ -42,51 +42,33 @@ QP_RX, QP_TX = 0x123, 0x456  # the receiver's QP (data goes there), the sender's
 # ---- the packets ------------------------------------------------------------------------
 
 
-def write() -> Packet:
+def _data(psn: int, payload: bytes = b"mrc-nic!", **kw) -> Packet:
+    """A data packet of the golden frames: the last of message 5, at 0x2000 into it."""
     return w.data_packet(
         ENDS,
         ev=EV,
         dqpn=QP_RX,
-        psn=0x10,
+        psn=psn,
         va=VA,
         rkey=RKEY,
-        payload=b"mrc-nic!",
+        payload=payload,
         msn=5,
         msg_off=0x2000,
         tx_ts=TS,
+        **kw,
     )
+
+
+def write() -> Packet:
+    return _data(0x10)
 
 
 def write_imm() -> Packet:
-    return w.data_packet(
-        ENDS,
-        ev=EV,
-        dqpn=QP_RX,
-        psn=0x11,
-        va=VA,
-        rkey=RKEY,
-        payload=b"mrc-nic!",
-        msn=5,
-        msg_off=0x2000,
-        tx_ts=TS,
-        imm=0xDEADBEEF,
-    )
+    return _data(0x11, imm=0xDEADBEEF)
 
 
 def write_trimmed() -> Packet:
-    full = w.data_packet(
-        ENDS,
-        ev=EV,
-        dqpn=QP_RX,
-        psn=0x12,
-        va=VA,
-        rkey=RKEY,
-        payload=bytes(range(64)),
-        msn=5,
-        msg_off=0x2000,
-        tx_ts=TS,
-    )
-    return w.trim(full, lasthop=True)
+    return w.trim(_data(0x12, bytes(range(64))), lasthop=True)
 
 
 def sack() -> Packet:
