@@ -286,6 +286,12 @@ _Static_assert(sizeof(struct mrc_probe_ext) == 16, "struct mrc_probe_ext layout 
 /* flag of an endpoint PROBE_REPLY: its ICRC slot holds the responder's service
  * time, ns (from the PROBE's dispatch to the reply's send; mrc-nic extension) */
 #define MRC_PROBE_F_SVC 0x40
+/* flag of an endpoint PROBE and its PROBE_REPLY: a port status update (OCP
+ * mrc_ctl_ep_batch_send_wait, MRC_CTL_EP_OP_PORT_STATUS_UPDATE). The PROBE's
+ * port_bitmap is the port status its sender reports, which the responder's NIC
+ * records for that peer (nic_peer_ports); the reply's is the responder's own
+ * (mrc-nic extension: how the update travels is the implementation's) */
+#define MRC_PROBE_F_PORT_STATUS 0x20
 
 /* The endpoint QPN: a PROBE to it is a controller's connectionless EV probe
  * (OCP mrc_ctl_ep_batch_send_wait, MRC_CTL_EP_OP_EV_PROBE), answered by the

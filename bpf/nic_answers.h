@@ -314,12 +314,37 @@ static __always_inline int ep_addrs(const struct mrc_pkt *p, __u32 *host, __u32 
 }
 
 /*
- * A controller's EV probe (mrc_ctl_ep_batch_send_wait): answered in place,
- * out of the port it came in on (the reply tests nothing, it must come back),
- * with a PROBE_REPLY to MRC_EP_QPN echoing tx_ts, ev and the probe number,
- * the ECN the probe saw, this host's port bitmap, and (MRC_PROBE_F_SVC) the
- * time this answer took, ns, in the ICRC slot: the prober takes it off the
- * round trip (adj_svc_time). No QP, no receive state.
+ * A peer's port status update (MRC_PROBE_F_PORT_STATUS): its port_bitmap is
+ * recorded as that peer's port status in host's nic_peer_ports entry, with
+ * when and on which port it came. Plain stores but the count: updates of one
+ * peer come one batch at a time, and either of two racing ones is news.
+ */
+static __always_inline void take_port_status(const struct mrc_pkt *p,
+					     const struct mrc_probe_ext *pe, __u32 host,
+					     __u32 plane, __u64 now)
+{
+	__u32 peer = (bpf_ntohl(p->ip->saddr) & 0xff) - 1; /* checked by ep_addrs */
+	struct nic_peer_ports *view = nic_peer_ports_lookup(&host);
+	struct nic_peer_port *e;
+
+	if (!view || peer >= NIC_MAX_HOSTS)
+		return;
+	e = &view->peers[peer];
+	e->ports = bpf_ntohl(pe->port_bitmap);
+	e->plane = plane;
+	e->rx_ns = now;
+	__sync_fetch_and_add(&e->updates, 1);
+	count(NIC_CNT_PORT_STATUS_UPDATE, 1);
+}
+
+/*
+ * A controller's EV probe or port status update (mrc_ctl_ep_batch_send_wait):
+ * answered in place, out of the port it came in on (the reply tests nothing,
+ * it must come back), with a PROBE_REPLY to MRC_EP_QPN echoing tx_ts, ev, the
+ * probe number and MRC_PROBE_F_PORT_STATUS, the ECN the probe saw, this host's
+ * port bitmap, and (MRC_PROBE_F_SVC) the time this answer took, ns, in the
+ * ICRC slot: the prober takes it off the round trip (adj_svc_time). An update
+ * is recorded first (take_port_status). No QP, no receive state.
  */
 static __always_inline int rx_ep_probe(struct xdp_md *ctx, struct mrc_pkt *p,
 				       struct mrc_probe_ext *pe)
@@ -335,6 +360,10 @@ static __always_inline int rx_ep_probe(struct xdp_md *ctx, struct mrc_pkt *p,
 
 	if (!ep_addrs(p, &host, &plane))
 		return drop(NIC_CNT_DROP_SPOOFED);
+	if (pe->flags & MRC_PROBE_F_PORT_STATUS) {
+		take_port_status(p, pe, host, plane, start);
+		flags |= MRC_PROBE_F_PORT_STATUS;
+	}
 	apsn = p->bth->apsn & bpf_htonl(MRC_BTH_PSN_MASK); /* A = 0 */
 	tx_ts = pe->tx_ts;
 	ev = pe->ev;
@@ -347,7 +376,8 @@ static __always_inline int rx_ep_probe(struct xdp_md *ctx, struct mrc_pkt *p,
 	if (!f)
 		return XDP_DROP;
 	count(NIC_CNT_PROBE_REPLY, 1);
-	count(NIC_CNT_EP_PROBE, 1);
+	if (!(flags & MRC_PROBE_F_PORT_STATUS))
+		count(NIC_CNT_EP_PROBE, 1);
 	f->icrc = bpf_htonl((__u32)(bpf_ktime_get_ns() - start));
 	return XDP_TX;
 }
@@ -394,8 +424,9 @@ static __always_inline int rx_ep_probe_reply(struct mrc_pkt *p, struct mrc_probe
 
 /*
  * A PROBE, answered in place with a PROBE_REPLY echoing tx_ts, ev and the
- * probe number (BTH.psn), with the ECN the probe saw and our port bitmap.
- * Two kinds: the sender's probe of a data EV, for one of our receive QPs,
+ * probe number (BTH.psn), with the ECN the probe saw and our port bitmap,
+ * unless it came in on a port this host has administratively DISABLED
+ * (dropped: a disabled port answers no probe). Two kinds: the sender's probe of a data EV, for one of our receive QPs,
  * whose reply takes the QP's reverse EV set as its SACKs do (the probe tests
  * the forward path; the reply must come back); and (MRC_PROBE_F_REVERSE) the
  * receiver's probe of a reverse EV, for one of our send QPs, answered where
@@ -417,8 +448,10 @@ static __always_inline int rx_probe(struct xdp_md *ctx, struct mrc_pkt *p)
 		return verdict;
 	if (parse_probe_ext(&p->c, p->end, &pe))
 		return drop(NIC_CNT_DROP_TRUNCATED);
+	if (arrived_on_disabled_port(p)) /* a DISABLED port answers nothing */
+		return drop(NIC_CNT_DROP_PORT_DISABLED);
 	qpn = bpf_ntohl(p->bth->qpn) & MRC_BTH_QPN_MASK;
-	if (qpn == MRC_EP_QPN) /* a controller's EV probe: no QP */
+	if (qpn == MRC_EP_QPN) /* a controller's EV probe or port status update: no QP */
 		return rx_ep_probe(ctx, p, pe);
 	/* What the reply echoes, before turn_around overwrites it. */
 	apsn = p->bth->apsn & bpf_htonl(MRC_BTH_PSN_MASK); /* A = 0 */

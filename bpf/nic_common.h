@@ -135,6 +135,20 @@ static __always_inline __u32 host_ports(__u32 host)
 	return ports ? *ports : 0;
 }
 
+/* Did the packet come in on a port its host has administratively DISABLED
+ * (nic_host_ctl.ports_disabled)? Its port is its destination's plane. */
+static __always_inline int arrived_on_disabled_port(const struct mrc_pkt *p)
+{
+	__u32 d = bpf_ntohl(p->ip->daddr) - NIC_HOST_NET;
+	__u32 host = (d & 0xff) - 1, plane = d >> 8;
+	struct nic_host_ctl *hc;
+
+	if (host >= NIC_MAX_HOSTS || plane >= NIC_MAX_PLANES)
+		return 0; /* not a host address of the lab: the role's checks drop it */
+	hc = nic_host_ctl_lookup(&host);
+	return hc && (hc->ports_disabled >> plane) & 1;
+}
+
 /* ---- The PSN rings: bit p % NIC_BITMAP_BITS is PSN p's ------------------ */
 
 /* Set bits of v: clang expands this without branches or lookup tables

@@ -52,6 +52,10 @@ _Static_assert((NIC_MAX_REGIONS & (NIC_MAX_REGIONS - 1)) == 0, "NIC_MAX_REGIONS 
 #define NIC_MAX_PLANES 16
 #endif
 
+/* A QP number is host << NIC_QPN_HOST_SHIFT | index (mrc_nic.transport.hostmem):
+ * the host whose daemon takes a send QP's EV state records. */
+#define NIC_QPN_HOST_SHIFT 16
+
 /* The lab's host network, host order (198.18.0.0): plane p is its p-th /24. */
 #ifndef NIC_HOST_NET
 #define NIC_HOST_NET 0xC6120000U
@@ -373,6 +377,9 @@ enum nic_counter {
 	/* Endpoint probes (MRC_EP_QPN; docs/nic-program.md, "Endpoint probes") */
 	NIC_CNT_EP_PROBE,       /* PROBEs to the endpoint QPN answered (also PROBE_REPLY) */
 	NIC_CNT_EP_PROBE_REPLY, /* their PROBE_REPLYs recorded in nic_ep_probes (also PROBE_REPLY_CONSUMED) */
+	NIC_CNT_PORT_STATUS_UPDATE, /* port status updates from peers recorded in nic_peer_ports and answered (also PROBE_REPLY) */
+	/* Port admin state (docs/nic-program.md, "Ports") */
+	NIC_CNT_DROP_PORT_DISABLED, /* PROBE that came in on an administratively DISABLED port: not answered */
 	NIC_CNT_MAX,
 };
 

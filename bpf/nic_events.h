@@ -54,7 +54,11 @@ static __always_inline void cq_write(__u32 cq, void *recs, __u32 n)
 	}
 }
 
-/* NIC_EV_EV_STATE: EV ev of QP qpn went from old to new. */
+/* NIC_EV_EV_STATE: EV ev of QP qpn went from old to new. To nic_events (the
+ * lab's event log) and, where it happens, to the EV event queue of the QP's
+ * host (nic_host_ctl.ev_event_cq, a CQ ring its daemon drains: every change
+ * reaches it, however soon the next one follows; a full ring counts the lost
+ * records in nic_cq_lost, the queue's precise drop count). */
 static __always_inline void emit_ev_state(__u32 qpn, __u32 ev, __u32 old, __u32 new,
 					  __u32 cause, __u32 psn, __u64 now)
 {
@@ -68,8 +72,12 @@ static __always_inline void emit_ev_state(__u32 qpn, __u32 ev, __u32 old, __u32 
 		.psn = psn,
 		.ts = now,
 	};
+	__u32 host = qpn >> NIC_QPN_HOST_SHIFT;
+	struct nic_host_ctl *hc = nic_host_ctl_lookup(&host);
 
 	emit(&e);
+	if (hc && hc->ev_event_cq)
+		cq_write(hc->ev_event_cq, &e, 1);
 }
 
 /* NIC_EV_LOSS: PSN psn, sent on ev at tx_ts, was declared lost when the

@@ -60,6 +60,10 @@ BPF_ARRAY(nic_rev_evs, struct nic_rev_ev_set, NIC_MAX_QPS);
 BPF_ARRAY(nic_rev_probes, struct nic_rev_probes, NIC_MAX_QPS);
 /* Endpoint PROBE_REPLYs per host id (connectionless EV probes): BPF writes, the host's daemon reads. */
 BPF_ARRAY(nic_ep_probes, struct nic_ep_probes, NIC_MAX_HOSTS);
+/* Per host id: its daemon's word to the NIC (DISABLED ports, its EV event queue); user space writes. */
+BPF_ARRAY(nic_host_ctl, struct nic_host_ctl, NIC_MAX_HOSTS);
+/* Port status updates per host id, by peer (struct nic_peer_ports): BPF writes, the host's daemon reads. */
+BPF_ARRAY(nic_peer_ports, struct nic_peer_ports, NIC_MAX_HOSTS);
 /* Scratch: what the locked part of the engine decided. */
 BPF_PERCPU_ARRAY(nic_tx_scratch, struct nic_tx_scratch, 1);
 /* Scratch: a timeout kick's lost PSNs and their EVs, marked after the QP's lock. */

@@ -185,6 +185,35 @@ struct nic_ep_probes {
 	struct nic_ep_probe slots[NIC_EP_SLOTS];
 };
 
+/* ---- Hosts: nic_host_ctl, nic_peer_ports --------------------------------- */
+
+/* What a host's daemon tells its NIC (nic_host_ctl, per host id): user space
+ * writes, BPF reads. */
+struct nic_host_ctl {
+	__u32 ports_disabled; /* bit p: port p is administratively DISABLED (mrc_ctl_modify_port):
+			       * it answers no PROBE (the daemon sends none from it either) */
+	__u32 ev_event_cq;    /* the CQ (index + 1 of nic_cq_rings) that takes a copy of the
+			       * NIC_EV_EV_STATE records of the host's send QPs: its daemon's EV
+			       * event queue (mrc_ctl_poll_ev_event); 0: none */
+};
+_Static_assert(sizeof(struct nic_host_ctl) == 8, "struct nic_host_ctl layout changed");
+
+/* The last port status update (MRC_PROBE_F_PORT_STATUS) a host took from one
+ * peer: BPF writes, the host's daemon reads. */
+struct nic_peer_port {
+	__u64 rx_ns;   /* when it came in (bpf_ktime_get_ns); 0: never */
+	__u32 ports;   /* the peer's port status: bit p, its port p (plane p) up */
+	__u32 updates; /* updates taken from that peer */
+	__u32 plane;   /* the port (plane) the last one came in on */
+	__u32 reserved;
+};
+_Static_assert(sizeof(struct nic_peer_port) == 24, "struct nic_peer_port layout changed");
+
+/* nic_peer_ports' value: one host's view of its peers' ports, by peer host id. */
+struct nic_peer_ports {
+	struct nic_peer_port peers[NIC_MAX_HOSTS];
+};
+
 /* ---- Send QPs: nic_tx_qps ----------------------------------------------- */
 
 /* One entry of the retransmit queue. */

@@ -124,6 +124,14 @@ static __always_inline struct nic_ep_probes *nic_ep_probes_lookup(__u32 *k)
 {
 	return nic_ep_probes.lookup(k);
 }
+static __always_inline struct nic_host_ctl *nic_host_ctl_lookup(__u32 *k)
+{
+	return nic_host_ctl.lookup(k);
+}
+static __always_inline struct nic_peer_ports *nic_peer_ports_lookup(__u32 *k)
+{
+	return nic_peer_ports.lookup(k);
+}
 
 /* ---- The roles ---------------------------------------------------------- */
 

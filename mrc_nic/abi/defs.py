@@ -93,6 +93,7 @@ MRC_NACK_PSN_OOR_WINDOW = 11
 MRC_NACK_UNEXP_EVENT = 25
 MRC_PROBE_F_REVERSE = 0x80
 MRC_PROBE_F_SVC = 0x40
+MRC_PROBE_F_PORT_STATUS = 0x20
 MRC_EP_QPN = 0xffffff
 MRC_ICRC_LEN = 4
 MRC_ICRC_UNUSED = 0
@@ -209,6 +210,7 @@ NIC_REGION_BY_RKEY = 0xffffffff
 NIC_REGION_NONE = 0xfffffffe
 NIC_MAX_HOSTS = 256  # tunable: the loader may override it
 NIC_MAX_PLANES = 16  # tunable: the loader may override it
+NIC_QPN_HOST_SHIFT = 16
 NIC_HOST_NET = 0xc6120000  # tunable: the loader may override it
 NIC_REV_EVS = 16  # tunable: the loader may override it
 NIC_EP_SLOTS = 128  # tunable: the loader may override it
@@ -386,9 +388,11 @@ class Counter(enum.IntEnum):
     REV_PROBE_REPLY = 62
     EP_PROBE = 63
     EP_PROBE_REPLY = 64
+    PORT_STATUS_UPDATE = 65
+    DROP_PORT_DISABLED = 66
 
 
-NIC_CNT_MAX = 65
+NIC_CNT_MAX = 67
 
 # ---- bpf/nic_structs.h ---------------------------------------------------------
 
@@ -548,6 +552,35 @@ class NicEpProbes(ctypes.Structure):
 
     _fields_ = [
         ("slots", NicEpProbe * 128),
+    ]
+
+
+class NicHostCtl(ctypes.Structure):
+    """struct nic_host_ctl (bpf/nic_structs.h)."""
+
+    _fields_ = [
+        ("ports_disabled", ctypes.c_uint32),
+        ("ev_event_cq", ctypes.c_uint32),
+    ]
+
+
+class NicPeerPort(ctypes.Structure):
+    """struct nic_peer_port (bpf/nic_structs.h)."""
+
+    _fields_ = [
+        ("rx_ns", ctypes.c_uint64),
+        ("ports", ctypes.c_uint32),
+        ("updates", ctypes.c_uint32),
+        ("plane", ctypes.c_uint32),
+        ("reserved", ctypes.c_uint32),
+    ]
+
+
+class NicPeerPorts(ctypes.Structure):
+    """struct nic_peer_ports (bpf/nic_structs.h)."""
+
+    _fields_ = [
+        ("peers", NicPeerPort * 256),
     ]
 
 

@@ -1,4 +1,4 @@
-"""ev profile|fmt|events|probe, cc profile, port admin|status: the OCP controller objects
+"""ev profile|fmt|events|probe, cc profile, port admin|status|update: the OCP controller objects
 (mrc_ctl.h).
 
 Each host's NIC has its own profiles (its daemon keeps them); a command goes
@@ -65,6 +65,25 @@ def _parse_ev(text: str) -> dict:
         raise click.BadParameter(f"an EV is VALUE@PORT (e.g. 0x1234@1), not {text!r}") from None
 
 
+def _profiles(lab, hosts, fmt, request, render, *, one: bool = False) -> None:
+    """The list and show commands of EV and CC profiles: the query to each host's
+    NIC, then {"hosts": {host: its profiles (one: the profile)}} as JSON, or
+    render(that dict) for people."""
+    replies = _call_all(lab, hosts, request)
+    data = {h: r.profiles[0] if one else r.profiles for h, r in replies.items()}
+    if fmt == "json":
+        output.emit_json({"hosts": data})
+    else:
+        render(data)
+
+
+def _table(title: str, cols: list[str], row):
+    """A render for _profiles: one row per (host, profile), row(profile) after the host."""
+    return lambda data: output.table(
+        title, cols, [[h, *row(p)] for h, ps in data.items() for p in ps]
+    )
+
+
 @ev_profile.command("list")
 @host_option
 @lab_option
@@ -73,28 +92,12 @@ def ev_profile_list(hosts, lab, fmt):
     """Every EV profile of each NIC, with its kind (ev_mode) and state."""
     from mrc_nic.transport import ctlops
 
-    replies = _call_all(lab, hosts, ctlops.EvProfileQuery())
-    data = {h: r.profiles for h, r in replies.items()}
-    if fmt == "json":
-        output.emit_json({"hosts": data})
-        return
-    rows = [
-        [
-            h,
-            p["id"],
-            p["ev_mode"],
-            p["state"],
-            p["ev_fmt_profile_id"],
-            p["ev_count"],
-            p["ev_min_active"],
-            ",".join(p["ev_event_mask"]),
-            len(p["qps"]),
-        ]
-        for h, ps in data.items()
-        for p in ps
-    ]
     cols = ["host", "#id", "kind", "state", "#fmt", "#ev_count", "#min_active", "events", "#qps"]
-    output.table("EV profiles", cols, rows)
+    row = lambda p: [  # noqa: E731
+        p["id"], p["ev_mode"], p["state"], p["ev_fmt_profile_id"], p["ev_count"],
+        p["ev_min_active"], ",".join(p["ev_event_mask"]), len(p["qps"]),
+    ]  # fmt: skip
+    _profiles(lab, hosts, fmt, ctlops.EvProfileQuery(), _table("EV profiles", cols, row))
 
 
 @ev_profile.command("show")
@@ -106,23 +109,22 @@ def ev_profile_show(profile_id, hosts, lab, fmt):
     """One EV profile: attributes, its EV array (value, port, wire EV) and states."""
     from mrc_nic.transport import ctlops
 
-    replies = _call_all(lab, hosts, ctlops.EvProfileQuery(id=profile_id, evs=True))
-    data = {h: r.profiles[0] for h, r in replies.items()}
-    if fmt == "json":
-        output.emit_json({"hosts": data})
-        return
-    for h, p in data.items():
-        output.info(
-            f"{h}: EV profile {p['id']} {p['ev_mode']} {p['state']}, {p['ev_count']} EVs, "
-            f"ev_min_active {p['ev_min_active']}, backup {p['backup']}, QPs {p['qps']}"
-        )
-        states = p.get("ev_states", {})
-        rows = [
-            [e["val"], e["port"], e.get("wire", ""), states.get(str(e.get("wire")), "")]
-            for e in p.get("evs", [])
-        ]
-        if rows:
-            output.table(None, ["#val", "#port", "#wire (UDP sport)", "state"], rows)
+    def render(data: dict) -> None:
+        for h, p in data.items():
+            output.info(
+                f"{h}: EV profile {p['id']} {p['ev_mode']} {p['state']}, {p['ev_count']} EVs, "
+                f"ev_min_active {p['ev_min_active']}, backup {p['backup']}, QPs {p['qps']}"
+            )
+            states = p.get("ev_states", {})
+            rows = [
+                [e["val"], e["port"], e.get("wire", ""), states.get(str(e.get("wire")), "")]
+                for e in p.get("evs", [])
+            ]
+            if rows:
+                output.table(None, ["#val", "#port", "#wire (UDP sport)", "state"], rows)
+
+    request = ctlops.EvProfileQuery(id=profile_id, evs=True)
+    _profiles(lab, hosts, fmt, request, render, one=True)
 
 
 @ev_profile.command(
@@ -267,7 +269,8 @@ def ev_profile_fmt(profile_id, state, mode, fields, hosts, lab, fmt):
 def ev_events(profile_id, num, hosts, lab, fmt):
     """Take EV events off each NIC's EV event queue (mrc_ctl_poll_ev_event):
     {profile_id, ev, drop_count, state} for each change in a profile's
-    ev_event_mask. `mrc-nic events` is the lab's whole log."""
+    ev_event_mask, as the NIC made it (with its cause), however soon the next
+    followed. `mrc-nic events` is the lab's whole log."""
     from mrc_nic.transport import ctlops
 
     replies = _call_all(lab, hosts, ctlops.EvEventPoll(num_entries=num, profile_id=profile_id))
@@ -282,13 +285,15 @@ def ev_events(profile_id, num, hosts, lab, fmt):
             hex(e["ev"]["val"]),
             e["ev"]["port"],
             e["state"],
+            e.get("cause", ""),
             e["drop_count"],
             hex(e["qpn"]),
         ]  # fmt: skip
         for h, events in data.items()
         for e in events
     ]
-    output.table("EV events", ["host", "#profile", "ev", "#port", "state", "#dropped", "qp"], rows)
+    cols = ["host", "#profile", "ev", "#port", "state", "cause", "#dropped", "qp"]
+    output.table("EV events", cols, rows)
 
 
 # ---- ev probe ------------------------------------------------------------------------------
@@ -347,14 +352,59 @@ def ev_probe(host, dsts, evs, port, timeout, tc, lab, fmt):
     """Probe EVs towards other hosts, without a QP (mrc_ctl_ep_batch_send_wait):
     per probe, answered or not, its RTT and whether the responder's service time
     was taken off it (adj_svc_time)."""
-    import ipaddress
-
-    from mrc_nic.lab import ctl
-    from mrc_nic.lab.state import open_lab
-    from mrc_nic.transport import ctlops
     from mrc_nic.transport.profiles import AUTO_EV_BASE
 
     pairs = parse_probe_evs(evs)
+    name, topo, dgids = _ep_targets(lab, host, dsts, timeout)
+    reqs, rows = [], []
+    for dst, dgid in zip(dsts, dgids, strict=True):
+        for ev, ev_port in pairs:
+            p = ev_port or port
+            if not p and ev >= AUTO_EV_BASE:
+                p = (ev - AUTO_EV_BASE) % topo.planes + 1
+            if not p:
+                raise click.BadParameter(
+                    f"EV {ev} is not an AUTO EV (from {AUTO_EV_BASE}): give its port, "
+                    f"--port N or {ev}@PORT",
+                    param_hint="--ev",
+                )
+            req_id = len(reqs)
+            reqs.append({"req_id": req_id, "dgid": dgid, "req_ev": {"val": ev, "port": p}})
+            rows.append({"req_id": req_id, "dst": dst, "ev": ev, "port": p})
+    keys = ("rtt", "adj_svc_time", "rtt_raw", "svc_time", "ecn")
+    reply, summary = _ep_send(name, host, "EV_PROBE", reqs, rows, timeout, keys)
+    if fmt == "json":
+        output.emit_json(summary | {"probes": rows})
+        return
+    table_rows = [
+        [
+            r["req_id"],
+            r["dst"],
+            r["ev"],
+            r["port"],
+            _answered(r),
+            "" if r["rtt"] is None else f"{r['rtt'] / 1000:.1f}",
+            "" if r["svc_time"] is None else r["svc_time"],
+            "" if r["adj_svc_time"] is None else r["adj_svc_time"],
+        ]
+        for r in rows
+    ]
+    cols = ["#req_id", "dst", "#ev", "#port", "answered", "#rtt_us", "#svc_ns", "#adj_svc_time"]
+    output.table(
+        f"EV probes from {host}: {len(reply.rsps)} of {len(rows)} answered within "
+        f"{timeout * 1e3:g} ms",
+        cols,
+        table_rows,
+    )
+
+
+def _ep_targets(lab, host: str, dsts, timeout: float):
+    """An endpoint batch's lab, topology and destinations (host names or
+    addresses) as dgids, checked."""
+    import ipaddress
+
+    from mrc_nic.lab.state import open_lab
+
     name = pick_lab(lab)
     _, topo = open_lab(name)
     names = topo.host_names()
@@ -373,64 +423,42 @@ def ev_probe(host, dsts, evs, port, timeout, tc, lab, fmt):
             raise click.UsageError(
                 f"--dst {d!r} is no host of lab {name!r} (hosts: {', '.join(names)}) nor an address"
             ) from None
-    reqs, rows = [], []
-    for dst, dgid in zip(dsts, dgids, strict=True):
-        for ev, ev_port in pairs:
-            p = ev_port or port
-            if not p and ev >= AUTO_EV_BASE:
-                p = (ev - AUTO_EV_BASE) % topo.planes + 1
-            if not p:
-                raise click.BadParameter(
-                    f"EV {ev} is not an AUTO EV (from {AUTO_EV_BASE}): give its port, "
-                    f"--port N or {ev}@PORT",
-                    param_hint="--ev",
-                )
-            req_id = len(reqs)
-            reqs.append({"req_id": req_id, "dgid": dgid, "req_ev": {"val": ev, "port": p}})
-            rows.append({"req_id": req_id, "dst": dst, "ev": ev, "port": p})
+    return name, topo, dgids
+
+
+def _ep_send(name: str, host: str, op_type: str, reqs, rows, timeout: float, keys):
+    """Send an endpoint batch and fill each row (by req_id) with its answer:
+    answered, its place in the arrival order, the port it came in on and keys
+    (None when unanswered), and whether it was sent (not from a DISABLED port).
+    The reply, and a summary for --format json."""
+    from mrc_nic.lab import ctl
+    from mrc_nic.transport import ctlops
+
     timeout_ns = max(1000, round(timeout * 1e9))
-    request = ctlops.EpBatchSendWait(reqs=reqs, rsp_timeout=timeout_ns)
+    request = ctlops.EpBatchSendWait(reqs=reqs, rsp_timeout=timeout_ns, op_type=op_type)
     reply = ctl.call(name, host, request, timeout=timeout + 5.0)
     by_id = {r["req_id"]: (i, r) for i, r in enumerate(reply.rsps)}
+    unsent = set(reply.unsent)
     for row in rows:
         i, r = by_id.get(row["req_id"], (None, None))
+        row["sent"] = row["req_id"] not in unsent
         row["answered"] = r is not None
         row["arrival"] = i  # its place in the arrival order
-        for k in ("rtt", "adj_svc_time", "rtt_raw", "svc_time", "ecn"):
+        for k in keys:
             row[k] = None if r is None else r[k]
         if r is not None:
             row["port"] = r["port"]
-    if fmt == "json":
-        output.emit_json(
-            {
-                "host": host,
-                "timeout_ns": timeout_ns,
-                "sent": len(rows),
-                "answered": len(reply.rsps),
-                "probes": rows,
-            }
-        )
-        return
-    table_rows = [
-        [
-            r["req_id"],
-            r["dst"],
-            r["ev"],
-            r["port"],
-            "yes" if r["answered"] else "no",
-            "" if r["rtt"] is None else f"{r['rtt'] / 1000:.1f}",
-            "" if r["svc_time"] is None else r["svc_time"],
-            "" if r["adj_svc_time"] is None else r["adj_svc_time"],
-        ]
-        for r in rows
-    ]
-    cols = ["#req_id", "dst", "#ev", "#port", "answered", "#rtt_us", "#svc_ns", "#adj_svc_time"]
-    output.table(
-        f"EV probes from {host}: {len(reply.rsps)} of {len(rows)} answered within "
-        f"{timeout * 1e3:g} ms",
-        cols,
-        table_rows,
-    )
+    summary = {
+        "host": host,
+        "timeout_ns": timeout_ns,
+        "sent": len(rows) - len(reply.unsent),
+        "answered": len(reply.rsps),
+    }
+    return reply, summary
+
+
+def _answered(row: dict) -> str:
+    return "yes" if row["answered"] else "no" if row["sent"] else "not sent (port DISABLED)"
 
 
 # ---- cc profile ----------------------------------------------------------------------------
@@ -452,17 +480,11 @@ def cc_profile_list(hosts, lab, fmt):
     """Every CC profile of each NIC: algorithm (uet-1.0-nscc, or none) and state."""
     from mrc_nic.transport import ctlops
 
-    replies = _call_all(lab, hosts, ctlops.CcProfileQuery())
-    data = {h: r.profiles for h, r in replies.items()}
-    if fmt == "json":
-        output.emit_json({"hosts": data})
-        return
-    rows = [
-        [h, p["id"], p["name"] or "", p["algorithm"] or "none", p["state"], len(p["qps"])]
-        for h, ps in data.items()
-        for p in ps
-    ]
-    output.table("CC profiles", ["host", "#id", "name", "algorithm", "state", "#qps"], rows)
+    cols = ["host", "#id", "name", "algorithm", "state", "#qps"]
+    row = lambda p: [  # noqa: E731
+        p["id"], p["name"] or "", p["algorithm"] or "none", p["state"], len(p["qps"]),
+    ]  # fmt: skip
+    _profiles(lab, hosts, fmt, ctlops.CcProfileQuery(), _table("CC profiles", cols, row))
 
 
 @cc_profile.command(
@@ -523,15 +545,13 @@ def cc_profile_show(profile_id, hosts, lab, fmt):
     """One CC profile with its NSCC configuration."""
     from mrc_nic.transport import ctlops
 
-    replies = _call_all(lab, hosts, ctlops.CcProfileQuery(id=profile_id))
-    data = {h: r.profiles[0] for h, r in replies.items()}
-    if fmt == "json":
-        output.emit_json({"hosts": data})
-        return
-    for h, p in data.items():
-        output.info(f"{h}: CC profile {p['id']} {p['algorithm'] or 'none'} {p['state']}")
-        for k, v in (p["cc_config"] or {}).items():
-            output.info(f"  {k} = {v}")
+    def render(data: dict) -> None:
+        for h, p in data.items():
+            output.info(f"{h}: CC profile {p['id']} {p['algorithm'] or 'none'} {p['state']}")
+            for k, v in (p["cc_config"] or {}).items():
+                output.info(f"  {k} = {v}")
+
+    _profiles(lab, hosts, fmt, ctlops.CcProfileQuery(id=profile_id), render, one=True)
 
 
 # ---- ports (NIC side) ----------------------------------------------------------------------
@@ -562,15 +582,129 @@ def port_admin(host, port_num, state, lab, fmt):
 @lab_option
 @format_option
 def port_status(host, lab, fmt):
-    """Administrative state, carrier and NIC state of each of HOST's ports (mrc_ctl_query_port)."""
+    """Administrative state, carrier and NIC state of each of HOST's ports
+    (mrc_ctl_query_port), and its peers' ports as their last port status
+    update (`mrc-nic port update`) told HOST."""
     from mrc_nic.transport import ctlops
 
-    ports = _call_all(lab, (host,), ctlops.PortQuery()).get(host).ports
+    reply = _call_all(lab, (host,), ctlops.PortQuery()).get(host)
     if fmt == "json":
-        output.emit_json({"host": host, "ports": ports})
+        output.emit_json({"host": host, "ports": reply.ports, "peers": reply.peers})
         return
-    rows = [[p["port"], p["plane"], p["port_admin_state"], p["carrier"], p["state"]] for p in ports]
+    rows = [
+        [p["port"], p["plane"], p["port_admin_state"], p["carrier"], p["state"]]
+        for p in reply.ports
+    ]
     output.table(f"ports of {host}", ["#port", "#plane", "admin", "carrier", "state"], rows)
+    rows = [
+        [
+            peer["host"],
+            " ".join(f"{q['port']}:{q['state']}" for q in peer["ports"]),
+            peer["updates"],
+            f"{peer['age_s']:.3f}",
+            peer["via_port"],
+        ]
+        for peer in reply.peers
+    ]
+    if rows:
+        cols = ["peer", "its ports (as it told us)", "#updates", "#age_s", "#via_port"]
+        output.table(f"peers' port status at {host}", cols, rows)
+
+
+def _parse_ports_up(text: str, planes: int) -> int:
+    """'1,2,4' (ports up, 1-based) or 'none' -> port_status (bit n: port n)."""
+    if text.strip().lower() in ("", "none"):
+        return 0
+    mask = 0
+    for part in text.split(","):
+        try:
+            n = int(part, 0)
+        except ValueError:
+            n = 0
+        if not 1 <= n <= planes:
+            raise click.BadParameter(
+                f"ports are 1..{planes}, comma-separated (e.g. 1,2), or 'none'; not {part!r}",
+                param_hint="--status",
+            )
+        mask |= 1 << n
+    return mask
+
+
+@click.command(
+    "update",
+    epilog="""\b
+Examples:
+  mrc-nic port update h0 --dst h1                 # h0's own port status, from every port
+  mrc-nic port update h0 --dst h1 --dst h2 --status 1,3 --port 1
+  mrc-nic port status h1 --format json            # h1's view of h0's ports: peers""",
+)
+@click.argument("host")
+@click.option(
+    "--dst", "dsts", multiple=True, required=True, help="A peer host (or address) to tell."
+)
+@click.option(
+    "--status",
+    "status_text",
+    default=None,
+    help="The ports to report up, 1-based (e.g. 1,2,4; 'none': all down). Default: "
+    "HOST's own (its NIC's port bitmap).",
+)
+@click.option(
+    "--port",
+    "from_ports",
+    multiple=True,
+    type=int,
+    help="Send from this port, 1-based (repeat). Default: every port of HOST.",
+)
+@click.option("--timeout", type=DURATION, default="10ms", show_default=True)
+@lab_option
+@format_option
+def port_update(host, dsts, status_text, from_ports, timeout, lab, fmt):
+    """Tell peers HOST's port status, without a QP (mrc_ctl_ep_batch_send_wait,
+    PORT_STATUS_UPDATE): one update per destination and port, on that port's
+    plane; each peer's NIC records it and answers with its own status."""
+    from mrc_nic.transport.profiles import AUTO_EV_BASE
+
+    name, topo, dgids = _ep_targets(lab, host, dsts, timeout)
+    for n in from_ports:
+        if not 1 <= n <= topo.planes:
+            raise click.BadParameter(f"ports are 1..{topo.planes}, not {n}", param_hint="--port")
+    status = None if status_text is None else _parse_ports_up(status_text, topo.planes)
+    op = None if status is None else {"port_status_update": {"port_status": status}}
+    reqs, rows = [], []
+    for dst, dgid in zip(dsts, dgids, strict=True):
+        for n in from_ports or range(1, topo.planes + 1):
+            ev = AUTO_EV_BASE + n - 1  # the AUTO EV of port n's plane (EV profile 0)
+            req = {"req_id": len(reqs), "dgid": dgid, "req_ev": {"val": ev, "port": n}}
+            reqs.append(req | ({"op": op} if op is not None else {}))
+            rows.append({"req_id": req["req_id"], "dst": dst, "ev": ev, "port": n})
+    keys = ("rtt", "peer_port_status")
+    reply, summary = _ep_send(name, host, "PORT_STATUS_UPDATE", reqs, rows, timeout, keys)
+    if fmt == "json":
+        output.emit_json(summary | {"port_status": status, "updates": rows})
+        return
+    table_rows = [
+        [
+            r["dst"],
+            r["port"],
+            _answered(r),
+            "" if r["rtt"] is None else f"{r['rtt'] / 1000:.1f}",
+            "" if r["peer_port_status"] is None else _ports_text(r["peer_port_status"]),
+        ]
+        for r in rows
+    ]
+    what = "its own" if status is None else _ports_text(status)
+    output.table(
+        f"port status updates from {host} ({what}): {len(reply.rsps)} of {len(rows)} answered",
+        ["dst", "#port", "answered", "#rtt_us", "dst's ports up"],
+        table_rows,
+    )
+
+
+def _ports_text(mask: int) -> str:
+    """A port status (bit n: port n) as the ports that are up."""
+    up = [str(n) for n in range(1, 33) if mask >> n & 1]
+    return ",".join(up) or "none"
 
 
 # `ev profile` and `port admin|status` join the `ev` and `port` groups

@@ -210,10 +210,11 @@ def _print_rows(rows: list[dict]) -> None:
 
 
 def _controller_commands() -> None:
-    from mrc_nic.cli.ctl_cmds import port_admin, port_status  # the NIC side of a port
+    from mrc_nic.cli.ctl_cmds import port_admin, port_status, port_update  # the NIC's side
 
     port.add_command(port_admin)
     port.add_command(port_status)
+    port.add_command(port_update)
 
 
 _controller_commands()

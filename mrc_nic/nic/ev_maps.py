@@ -74,10 +74,12 @@ class EvMaps:
             flags=BPF_F_LOCK | bpfsys.BPF_EXIST,
         )
 
-    def replace_ev(self, qpn: int, slot: int, old: int, new: int) -> bool:
+    def replace_ev(
+        self, qpn: int, slot: int, old: int, new: int, *, plane: int | None = None
+    ) -> bool:
         """Put EV `new` in slot `slot` of a sending QP's EV profile, where EV
-        `old` is (OCP: MRC_CTL_EV_OP_REPLACE_EV). The new EV gets the old one's
-        plane, state GOOD and zero counters. The swap itself is a
+        `old` is (OCP: MRC_CTL_EV_OP_REPLACE_EV). The new EV gets `plane` (None:
+        the old one's), state GOOD and zero counters. The swap itself is a
         NIC_KICK_EV_REPLACE kick, under the QP's lock, so it is safe while
         packets flow. False (and nothing changed) if the slot no longer holds
         `old`. KeyError: no such QP or EV.
@@ -92,8 +94,8 @@ class EvMaps:
         raw = self.sq_raw(qpn)
         if new in raw.evs[: raw.n_evs]:
             raise ValueError(f"EV {new} is in QP {qpn:#x}'s profile already")
-        plane = self.ev_raw(qpn, old).plane
-        self.setup_ev(qpn, new, plane=plane)
+        old_plane = self.ev_raw(qpn, old).plane
+        self.setup_ev(qpn, new, plane=old_plane if plane is None else plane)
         run_kick(self.program_fd(), qpn, 1, op=KickOp.EV_REPLACE, arg=slot, age_ns=old << 16 | new)
         swapped = self.sq_raw(qpn).evs[slot] == new
         if not swapped:  # never in the profile: no program has seen it

@@ -40,6 +40,10 @@ REV_EVS_MAP = "nic_rev_evs"
 REV_PROBES_MAP = "nic_rev_probes"
 # Replies to a host's endpoint probes (the controller's EV probes), per host id.
 EP_PROBES_MAP = "nic_ep_probes"
+# Per host: its daemon's word to the NIC (DISABLED ports, the EV event queue's CQ),
+# and the port status updates its peers sent it.
+HOST_CTL_MAP = "nic_host_ctl"
+PEER_PORTS_MAP = "nic_peer_ports"
 MAP_PINS = (
     RX_QPS_MAP,
     RX_SLOTS_MAP,
@@ -62,6 +66,8 @@ MAP_PINS = (
     REV_EVS_MAP,
     REV_PROBES_MAP,
     EP_PROBES_MAP,
+    HOST_CTL_MAP,
+    PEER_PORTS_MAP,
 )
 # The program itself, pinned next to its maps: BPF_OBJ_GET gives a kicker its fd.
 PROG_PIN = "nic_xdp_prog"
@@ -118,7 +124,7 @@ ALL_PLANES = (1 << defs.NIC_MAX_PLANES) - 1  # a port bitmap with every plane up
 # Tunables: the header's defaults (NicProgram.load passes its own with -D).
 DEFAULT_MAX_QPS = defs.NIC_MAX_QPS  # a power of two: QP q receives in slot q & (max_qps - 1)
 RQ_TAG_USED = defs.NIC_RQ_TAG_USED  # a slot's owner in nic_rx_slots is QPN | this
-QPN_INDEX_SPAN = 1 << 16  # a QPN is host << 16 | index (mrc_nic.transport.hostmem)
+QPN_INDEX_SPAN = 1 << defs.NIC_QPN_HOST_SHIFT  # a QPN is host << 16 | index (transport.hostmem)
 DEFAULT_MR_ELEMS = defs.NIC_MR_ELEMS  # 64 MiB
 DEFAULT_MAX_REGIONS = defs.NIC_MAX_REGIONS
 REGION_BY_RKEY = defs.NIC_REGION_BY_RKEY  # a receive QP whose WRITEs name their MR by rkey

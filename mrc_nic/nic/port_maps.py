@@ -1,4 +1,4 @@
-"""Host ports: port bitmaps, MACs, counters, the event ring."""
+"""Host ports: port bitmaps, admin state, peers' port status, MACs, counters, the event ring."""
 
 from __future__ import annotations
 
@@ -6,13 +6,16 @@ import contextlib
 import ctypes
 from typing import Any
 
+from mrc_nic.abi import defs
 from mrc_nic.kernel import bpfsys, pins
 from mrc_nic.nic.events import EventReader
 from mrc_nic.nic.layout import (
     COUNTERS_MAP,
     EVENTS_MAP,
+    HOST_CTL_MAP,
     MAX_HOSTS,
     MAX_PLANES,
+    PEER_PORTS_MAP,
     PORT_UP_MAP,
     PORTS_MAP,
     TX_PORTS_MAP,
@@ -34,6 +37,45 @@ class PortMaps:
     def port_bitmap(self, host: int) -> int:
         pins.check_range("host", host, MAX_HOSTS - 1)
         return int.from_bytes(bpfsys.map_lookup(self._fds[PORT_UP_MAP], u32_key(host), 4), "little")
+
+    def host_ctl(self, host: int) -> defs.NicHostCtl:
+        """What host's daemon told the NIC (struct nic_host_ctl)."""
+        pins.check_range("host", host, MAX_HOSTS - 1)
+        raw = bpfsys.map_lookup(
+            self._fds[HOST_CTL_MAP], u32_key(host), ctypes.sizeof(defs.NicHostCtl)
+        )
+        return defs.NicHostCtl.from_buffer_copy(raw)
+
+    def _set_host_ctl(self, host: int, **fields: int) -> None:
+        value = self.host_ctl(host)
+        for name, v in fields.items():
+            setattr(value, name, v)
+        bpfsys.map_update(self._fds[HOST_CTL_MAP], u32_key(host), bytes(value))
+
+    def set_ports_disabled(self, host: int, bitmap: int) -> None:
+        """Bit p: host's port p is administratively DISABLED: it answers no PROBE.
+        (The port bitmap, set_port_bitmap, is what tells peers; the caller takes
+        DISABLED ports out of it too.)"""
+        pins.check_range("bitmap", bitmap, pins.U32_MAX)
+        self._set_host_ctl(host, ports_disabled=bitmap)
+
+    def ports_disabled(self, host: int) -> int:
+        return self.host_ctl(host).ports_disabled
+
+    def set_ev_event_cq(self, host: int, cq: int) -> None:
+        """The CQ (index + 1 of nic_cq_rings; 0: none) whose ring takes a copy of
+        every EV state record of host's send QPs: its daemon's EV event queue."""
+        pins.check_range("cq", cq, self.max_cqs)
+        self._set_host_ctl(host, ev_event_cq=cq)
+
+    def peer_ports(self, host: int) -> list[defs.NicPeerPort]:
+        """The port status updates host took, by peer host id (rx_ns 0: none from
+        that peer). One lookup."""
+        pins.check_range("host", host, MAX_HOSTS - 1)
+        raw = bpfsys.map_lookup(
+            self._fds[PEER_PORTS_MAP], u32_key(host), ctypes.sizeof(defs.NicPeerPorts)
+        )
+        return list(defs.NicPeerPorts.from_buffer_copy(raw).peers)
 
     def counters(self) -> dict[str, int]:
         """Outcome counters (Counter names, lower case), summed over CPUs."""

@@ -54,6 +54,7 @@ AETH_TYPE_NAK = defs.MRC_AETH_TYPE_NAK
 DATA_F_LAST = defs.MRC_DATA_F_LAST
 PROBE_F_REVERSE = defs.MRC_PROBE_F_REVERSE  # a receiver's probe of a reverse EV
 PROBE_F_SVC = defs.MRC_PROBE_F_SVC  # an endpoint PROBE_REPLY: ICRC slot = service time, ns
+PROBE_F_PORT_STATUS = defs.MRC_PROBE_F_PORT_STATUS  # an endpoint PROBE: a port status update
 EP_QPN = defs.MRC_EP_QPN  # a controller's connectionless EV probes (no QP)
 DATA_FLAGS_MASK = defs.MRC_DATA_FLAGS_MASK
 DATA_FLAGS_SHIFT = defs.MRC_DATA_FLAGS_SHIFT

@@ -1,17 +1,27 @@
-"""The host daemon's controller side (OCP mrc_ctl.h): profiles, EV events, port admin.
+"""The host daemon's controller side (OCP mrc_ctl.h): profiles, EV events, ports.
 
 The daemon (mrc_nic.transport.daemon) owns one Controller; its op_* methods
 for mrc_nic.transport.ctlops hand the requests here. What changes QPs that
 are live goes to the NIC maps at once: an EV DENIED (MODIFY_EV_STATE) on a
 profile is DENIED on every QP of this host using it, and GOOD again when
-allowed; a DISABLED port leaves nic_port_up.
+allowed; an EV replaced (REPLACE_EV) on an ONLINE profile is swapped in every
+such QP as the EV replacer swaps its own (evreplace.Replacer.swap); a
+DISABLED port leaves nic_port_up and answers no probe (nic_host_ctl).
 
-EV events (mrc_ctl_poll_ev_event): the EV states the prober's scans read
-(every SCAN_INTERVAL_S while EVs fail, transport.prober) are compared with
-the last scan's; a change to a state in the profile's ev_event_mask is an
-event on the host's queue (EVENT_QUEUE entries; when it is full events are
-dropped and the next one delivered says how many: drop_count, precise). A
-state that flips and flips back between two scans is not seen.
+EV events (mrc_ctl_poll_ev_event) are made where the state changes: the NIC
+writes a copy of every EV state record of this host's send QPs into the
+host's EV event queue, a CQ ring the controller owns (nic_host_ctl.ev_event_cq,
+docs/nic-program.md "EV states"), and the daemon's loop drains it when its fd
+is readable; the changes the daemon makes itself (DENIED, GOOD, a port down)
+are posted as it makes them. Each change to a state in the profile's
+ev_event_mask is an event on the host's queue (EVENT_QUEUE entries; when it
+is full, or the ring was, events are dropped and the next one delivered says
+how many: drop_count, precise). So an EV that flips and flips back between
+two of the prober's scans leaves both events.
+
+Port status updates (mrc_ctl_ep_batch_send_wait, PORT_STATUS_UPDATE) go out
+with the EV probes (transport.epprobe); those peers sent to this host are in
+nic_peer_ports, shown by port_query as `peers`.
 """
 
 from __future__ import annotations
@@ -19,6 +29,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import errno
+import os
 import time
 from typing import Any
 
@@ -42,12 +53,35 @@ class Controller:
         self.table = profiles.ProfileTable(daemon.topo.planes)
         self.events: collections.deque[dict] = collections.deque()
         self._dropped = 0
-        self._seen: dict[tuple[int, int], EvState] = {}
         self.ports_disabled = 0  # bitmap of planes whose port is administratively DISABLED
+        daemon.maps.set_ports_disabled(daemon.index, 0)
         self.ep = epprobe.EpProber(daemon.topo, daemon.index, daemon.maps)  # EV probe batches
+        self._wall_minus_mono = time.time() - time.monotonic()  # the NIC's ts: CLOCK_MONOTONIC
+        self._open_ev_queue()
+
+    def _open_ev_queue(self) -> None:
+        """The host's EV event queue in the NIC: a CQ slot of this host's, its ring
+        (the NIC writes a copy of every EV state record of our send QPs there)."""
+        maps = self.d.maps
+        self.ev_cq = self.d.apps.cq_slots.take()
+        self._ev_fd = maps.create_cq_ring(name="mrc_ev_events")
+        try:
+            maps.set_cq_ring(self.ev_cq, self._ev_fd)
+            maps.reset_cq_lost(self.ev_cq)
+            self.ev_queue = nic.EventReader(self._ev_fd)
+        except BaseException:
+            os.close(self._ev_fd)
+            raise
+        self._ev_lost = 0
+        maps.set_ev_event_cq(self.d.index, self.ev_cq + 1)
 
     def close(self) -> None:
         self.ep.close()
+        with contextlib.suppress(OSError):
+            self.d.maps.set_ev_event_cq(self.d.index, 0)
+            self.d.maps.clear_cq_ring(self.ev_cq)
+        self.ev_queue.close()
+        os.close(self._ev_fd)
 
     # ---- QPs -------------------------------------------------------------------------
     def live_qps(self) -> list[Any]:
@@ -82,23 +116,49 @@ class Controller:
 
     def forget_qp(self, qpn: int) -> None:
         self.table.detach(qpn)
-        for key in [k for k in self._seen if k[0] == qpn]:
-            del self._seen[key]
+
+    def _users(self, p: profiles.EvProfile) -> list[Any]:
+        return [q for q in self.live_qps() if (q.qp.attrs.ev_profile_id or 0) == p.id]
 
     def _push_denied(self, p: profiles.EvProfile) -> None:
         """Apply a profile's DENIED set to the live QPs using it."""
         fmt = self.table.fmt.get(p.fmt_id) if p.fmt_id is not None else None
         denied = p.denied_wire(fmt)
-        for q in self.live_qps():
-            if q.qp.attrs.ev_profile_id != p.id:
-                continue
+        for q in self._users(p):
             for ev in q.evs:
                 with contextlib.suppress(KeyError, OSError):
                     state = self.d.maps.ev(q.qp.qpn, ev).state
                     if ev in denied and state != nic.EvState.DENIED:
-                        self.d.maps.set_ev_state(q.qp.qpn, ev, nic.EvState.DENIED)
+                        self.set_ev_state(q, ev, nic.EvState.DENIED, "MODIFY_EV_STATE")
                     elif ev not in denied and state == nic.EvState.DENIED:
-                        self.d.maps.set_ev_state(q.qp.qpn, ev, nic.EvState.GOOD)
+                        self.set_ev_state(q, ev, nic.EvState.GOOD, "MODIFY_EV_STATE")
+
+    def _push_replaced(self, old: profiles.EvProfile, p: profiles.EvProfile) -> list[dict]:
+        """REPLACE_EV on an ONLINE profile: each EV the call changed is swapped in
+        the live QPs using it that still hold it (one the NIC replaced of its own
+        accord keeps its replacement), onto the new EV's port. What was swapped."""
+        fmt = self.table.fmt.get(p.fmt_id) if p.fmt_id is not None else None
+        pairs = [
+            (p.wire(a.val, fmt), p.wire(b.val, fmt), b.port - 1)
+            for a, b in zip(old.evs, p.evs, strict=True)
+            if a != b and not a.unpopulated
+        ]
+        done = []
+        now = time.monotonic()
+        for q in self._users(p):
+            for was, new, plane in pairs:
+                live = was in q.evs and new not in q.evs
+                if live and self.d.replacer.swap(now, q, was, new, plane, cause="REPLACE_EV"):
+                    done.append({"qpn": q.qp.qpn, "old_wire": was, "new_wire": new})
+        return done
+
+    def set_ev_state(self, q: Any, wire: int, state: nic.EvState, cause: str) -> None:
+        """The daemon's own word on an EV of send QP q (the controller's DENIED or
+        GOOD, a port gone down): set in the NIC and posted as an event as it is
+        made (the NIC's own changes come from the EV event queue)."""
+        before = self.d.maps.ev(q.qp.qpn, wire).state
+        self.d.maps.set_ev_state(q.qp.qpn, wire, state)
+        self._ev_changed(q, wire, int(before), int(state), cause, time.time())
 
     # ---- operations --------------------------------------------------------------------
     def query_device(self, req: ctlops.CtlQueryDevice) -> ctlops.CtlDeviceReply:
@@ -112,10 +172,17 @@ class Controller:
         return ctlops.ProfilesReply(profiles=[self.table.query_ev_fmt(i).as_dict() for i in ids])
 
     def ev_modify(self, req: ctlops.EvProfileModify) -> ctlops.ProfileReply:
+        old = self.table.ev.get(req.id)
         p = self.table.modify_ev(req.id, req.attrs)
+        swapped = None
         if "ev_op" in req.attrs:
+            if old is not None and old.state == profiles.ProfileState.ONLINE:
+                swapped = self._push_replaced(old, p)
             self._push_denied(p)
-        return ctlops.ProfileReply(profile=self._ev_dict(p, False))
+        profile = self._ev_dict(p, False)
+        if swapped is not None:
+            profile["replaced_in_qps"] = swapped  # extension: the live QPs' swaps
+        return ctlops.ProfileReply(profile=profile)
 
     def ev_query(self, req: ctlops.EvProfileQuery) -> ctlops.ProfilesReply:
         ids = sorted(self.table.ev) if req.id is None else [req.id]
@@ -159,32 +226,53 @@ class Controller:
         return ctlops.ProfilesReply(profiles=out)
 
     # ---- EV events -----------------------------------------------------------------------
-    def scan(self, now: float, mine: dict, states: list) -> None:
-        """Turn EV state changes of one scan (prober.EvScan) into events."""
-        for e in states:
-            q = mine.get(e.qpn)
-            if q is None or e.ev not in q.evs:
-                continue
-            state = NIC_TO_OCP.get(int(e.state), EvState.UNKNOWN)
-            key = (e.qpn, e.ev)
-            before = self._seen.get(key, EvState.GOOD)
-            self._seen[key] = state
-            if state == before:
-                continue
-            pid = q.qp.attrs.ev_profile_id or 0
-            p = self.table.ev.get(pid)
-            if p is None or not p.ev_event_mask & state:
-                continue
-            self._post(
-                {
-                    "profile_id": pid,
-                    "ev": {"val": self._val_of(p, e.ev), "port": e.plane + 1},
-                    "state": state.name,
-                    "qpn": e.qpn,
-                    "wire": e.ev,
-                    "time": time.time(),
-                }
-            )
+    def drain_ev_queue(self) -> None:
+        """The NIC's EV state records of our send QPs (the EV event queue's ring is
+        readable) as events; records the full ring lost count as dropped."""
+        lost = self.d.maps.cq_lost(self.ev_cq)
+        if lost > self._ev_lost:
+            self._dropped += lost - self._ev_lost
+            self._ev_lost = lost
+        sending = self.d.apps.sending()
+        for r in self.ev_queue.read():
+            q = sending.get(r.qpn)
+            if r.type != nic.EventType.EV_STATE or q is None:
+                continue  # not ours, or the QP is gone
+            try:
+                cause = nic.EvCause(r.cause).name
+            except ValueError:
+                cause = str(r.cause)
+            when = r.ts / 1e9 + self._wall_minus_mono
+            self._ev_changed(q, r.ev, r.old_state, r.new_state, cause, when)
+
+    def _ev_changed(self, q: Any, wire: int, old: int, new: int, cause: str, when: float) -> None:
+        """An event for EV `wire` of send QP q going from NIC state old to new,
+        if that is a change of OCP state the profile's ev_event_mask takes."""
+        before = NIC_TO_OCP.get(old, EvState.UNKNOWN)
+        state = NIC_TO_OCP.get(new, EvState.UNKNOWN)
+        if state == before:
+            return
+        pid = q.qp.attrs.ev_profile_id or 0
+        p = self.table.ev.get(pid)
+        if p is None or not p.ev_event_mask & state:
+            return
+        plane = q.evs.get(wire)
+        if plane is None:  # replaced since: its state is still there for a while
+            try:
+                plane = self.d.maps.ev_raw(q.qp.qpn, wire).plane
+            except KeyError:
+                return
+        self._post(
+            {
+                "profile_id": pid,
+                "ev": {"val": self._val_of(p, wire), "port": plane + 1},
+                "state": state.name,
+                "qpn": q.qp.qpn,
+                "wire": wire,
+                "cause": cause,
+                "time": when,
+            }
+        )
 
     def _val_of(self, p: profiles.EvProfile, wire: int) -> int:
         if p.mode == profiles.EvMode.AUTO:
@@ -207,6 +295,7 @@ class Controller:
             raise ProfileError(
                 errno.EINVAL, f"num_entries must be 1..{EVENT_QUEUE}, not {req.num_entries}"
             )
+        self.drain_ev_queue()  # what the NIC wrote since the loop last woke
         out, keep = [], collections.deque()
         while self.events:
             ev = self.events.popleft()
@@ -239,7 +328,33 @@ class Controller:
                     "state": "ACTIVE" if up >> p & 1 else "DOWN",  # ibv_query_port's view
                 }
             )
-        return ctlops.PortsReply(ports=out)
+        return ctlops.PortsReply(ports=out, peers=self._peer_ports())
+
+    def _peer_ports(self) -> list[dict]:
+        """The port status each peer last sent this host (PORT_STATUS_UPDATE), as
+        its NIC recorded it (nic_peer_ports)."""
+        topo, now = self.d.topo, time.monotonic_ns()
+        view = self.d.maps.peer_ports(self.d.index)
+        out = []
+        for name in topo.host_names():
+            index = topo.nodes[name].index
+            e = view[index] if index < len(view) else None
+            if e is None or not e.rx_ns or index == self.d.index:
+                continue
+            out.append(
+                {
+                    "host": name,
+                    "port_status": e.ports << 1 & ((1 << topo.planes) - 1 << 1),
+                    "ports": [
+                        {"port": p + 1, "state": "UP" if e.ports >> p & 1 else "DOWN"}
+                        for p in range(topo.planes)
+                    ],
+                    "updates": e.updates,
+                    "age_s": round(max(0, now - e.rx_ns) / 1e9, 6),
+                    "via_port": e.plane + 1,
+                }
+            )
+        return out
 
     def port_modify(self, req: ctlops.PortModify) -> ctlops.PortsReply:
         planes = self.d.topo.planes
@@ -256,6 +371,7 @@ class Controller:
         self.ports_disabled = (
             self.ports_disabled | bit if state == "DISABLED" else self.ports_disabled & ~bit
         )
+        self.d.maps.set_ports_disabled(self.d.index, self.ports_disabled)  # answers no probe
         self.d.update_ports()
         return self.port_query(ctlops.PortQuery(port=req.port))
 
@@ -266,4 +382,7 @@ class Controller:
 
     def ep_step(self) -> list[tuple[Any, ctlops.EpBatchReply]]:
         """Batches that are done: (connection, reply)."""
-        return [(conn, ctlops.EpBatchReply(rsps=rsps)) for conn, rsps in self.ep.step()]
+        return [
+            (conn, ctlops.EpBatchReply(rsps=rsps, unsent=unsent))
+            for conn, rsps, unsent in self.ep.step()
+        ]

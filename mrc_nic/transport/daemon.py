@@ -77,6 +77,8 @@ class Daemon(LineService):
     # ---- the loop ----------------------------------------------------------------
     def serve(self) -> None:
         self._watch_ports()
+        # the NIC's EV state records of our send QPs: drained when they come
+        self.watch(self.controller.ev_queue, self.controller.drain_ev_queue)
         super().serve()
 
     def close(self) -> None:
@@ -119,7 +121,6 @@ class Daemon(LineService):
             if states is not None:
                 try:
                     self.replacer.step(now, sending, states)
-                    self.controller.scan(now, sending, states)
                 except Exception:  # noqa: BLE001 (a policy's bug must not end the transfers)
                     traceback.print_exc(file=sys.stderr)
 
@@ -179,7 +180,7 @@ class Daemon(LineService):
                     continue
                 with contextlib.suppress(KeyError, OSError):  # the QP or EV went meanwhile
                     if self.maps.ev(sq.qp.qpn, ev).state in evreplace.ACTIVE:
-                        self.maps.set_ev_state(sq.qp.qpn, ev, nic.EvState.ASSUMED_BAD)
+                        self.controller.set_ev_state(sq, ev, nic.EvState.ASSUMED_BAD, "PORT_DOWN")
 
     # ---- requests ----------------------------------------------------------------
     def op_ping(self, req: ops.Ping, conn: Conn) -> ops.PingReply:
@@ -192,13 +193,14 @@ class Daemon(LineService):
     def op_ev_set(self, req: ops.EvSet, conn: Conn) -> ops.EvSetReply:
         """The operator's word on an EV: deny (DENIED) or allow (GOOD)."""
         qpn, ev, state = req.qpn, req.ev, req.state.upper()
-        if qpn not in self.apps.sending():
+        sq = self.apps.sending().get(qpn)
+        if sq is None:
             raise QpError(errno.ENOENT, f"no send QP {qpn:#x} in RTS on {self.host}")
         states = {"DENIED": nic.EvState.DENIED, "GOOD": nic.EvState.GOOD}
         if state not in states:
             raise QpError(errno.EINVAL, f"state must be DENIED or GOOD, not {state!r}")
         try:
-            self.maps.set_ev_state(qpn, ev, states[state])
+            self.controller.set_ev_state(sq, ev, states[state], "OPERATOR")
         except KeyError:
             raise QpError(errno.ENOENT, f"QP {qpn:#x} has no EV {ev}") from None
         return ops.EvSetReply(qpn=qpn, ev=ev, state=state)

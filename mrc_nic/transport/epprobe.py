@@ -1,4 +1,5 @@
-"""A controller's connectionless EV probes (OCP mrc_ctl_ep_batch_send_wait, MRC_CTL_EP_OP_EV_PROBE).
+"""A controller's connectionless EV probes and port status updates (OCP
+mrc_ctl_ep_batch_send_wait, MRC_CTL_EP_OP_EV_PROBE and MRC_CTL_EP_OP_PORT_STATUS_UPDATE).
 
 A batch of (destination, EV, port) probes, each sent on its own path: a
 PROBE to the endpoint QPN (MRC_EP_QPN) with the EV as UDP source port, out
@@ -11,6 +12,16 @@ its slots every tick while a batch waits, and answers the batch once every
 probe is answered or its timeout has passed: the responses in arrival
 order, each with its req_id, port, RTT (arrival minus the PROBE's tx_ts,
 less the responder's service time: adj_svc_time 1) as mrc_ctl.h has them.
+
+A port status update (PORT_STATUS_UPDATE) is the same PROBE with
+MRC_PROBE_F_PORT_STATUS, its port_bitmap the port status the request gives
+(op.port_status_update.port_status, bit n: port n; left out: this host's
+own, nic_port_up): the destination's NIC records it for this host in its
+nic_peer_ports (rx_ep_probe; `mrc-nic port status` shows it as `peers`) and
+answers with its own port status, which the response carries as
+peer_port_status, with the RTT as for a probe. Neither leaves from a port
+this host has administratively DISABLED: such a request is not sent (the
+reply lists it in `unsent`) and goes unanswered.
 
 Slots, not psn ranges, are what batches share: each probe takes a free slot
 and a probe number psn = generation << log2(EP_SLOTS) | slot, so a late
@@ -51,6 +62,9 @@ class Probe:
     plane: int  # the port it leaves from, 0-based
     ev: int  # the wire EV: UDP source port
     dgid: str  # as asked
+    # PORT_STATUS_UPDATE: the status it sends, bit p = plane p (-1: the host's own when
+    # sent); None: an EV_PROBE
+    port_status: int | None = None
 
 
 @dataclasses.dataclass
@@ -68,6 +82,7 @@ class Batch:
     deadline_ns: int
     sent: list[Sent]
     answers: dict[int, dict] = dataclasses.field(default_factory=dict)  # slot -> response
+    unsent: list[int] = dataclasses.field(default_factory=list)  # req_ids of DISABLED ports
 
 
 def _bad(message: str) -> RequestError:
@@ -87,17 +102,35 @@ def _host_of(topo: Topology, gid: object, what: str) -> int:
     raise _bad(f"{what} {addr} is no host's address in lab {topo.lab!r}")
 
 
+def _port_status(topo: Topology, where: str, op: object) -> int | None:
+    """A PORT_STATUS_UPDATE request's op {port_status_update: {port_status}}: the
+    status as a plane bitmap (bit p: plane p), None when left out (the host's own)."""
+    if op is None:
+        return None
+    inner = op.get("port_status_update") if isinstance(op, dict) else None
+    if not isinstance(inner, dict) or set(op) != {"port_status_update"}:
+        raise _bad(f"{where}: op must be {{port_status_update: {{port_status}}}}, not {op!r}")
+    if set(inner) - {"port_status"}:
+        raise _bad(f"{where}: op.port_status_update takes port_status only")
+    mask = inner.get("port_status")
+    if mask is None:
+        return None
+    ports = (1 << topo.planes) - 1 << 1  # bit n: port n, 1..planes (phy_port_mask)
+    if not isinstance(mask, int) or isinstance(mask, bool) or mask < 0 or mask & ~ports:
+        raise _bad(
+            f"{where}: port_status is a mask of ports 1..{topo.planes} (bit n: port n, "
+            f"at most {ports:#x}), not {mask!r}"
+        )
+    return mask >> 1
+
+
 def check_requests(
     topo: Topology, host: int, op_type: str, reqs: list, rsp_timeout: int, req_tc: int
 ) -> list[Probe]:
     """The batch's requests as Probes, or the first refusal (errno and one line)."""
-    if op_type == "PORT_STATUS_UPDATE":
-        raise RequestError(
-            errno.EOPNOTSUPP,
-            "PORT_STATUS_UPDATE is not supported: the port bitmap rides every ACK and probe",
-        )
-    if op_type != "EV_PROBE":
+    if op_type not in OP_TYPES:
         raise _bad(f"op_type must be one of {', '.join(OP_TYPES)}, not {op_type!r}")
+    update = op_type == "PORT_STATUS_UPDATE"
     if not reqs:
         raise _bad("a batch needs at least one request")
     if len(reqs) > EP_SLOTS:
@@ -113,9 +146,12 @@ def check_requests(
         where = f"request {i}"
         if not isinstance(r, dict):
             raise _bad(f"{where} must be an object (struct mrc_ctl_ep_req)")
-        unknown = set(r) - {"req_id", "sgid", "dgid", "ev_fmt_mode", "req_ev"}
+        unknown = set(r) - {"req_id", "sgid", "dgid", "ev_fmt_mode", "req_ev", "op"}
         if unknown:
             raise _bad(f"{where}: unknown field(s) {', '.join(sorted(unknown))}")
+        if not update and r.get("op") is not None:
+            raise _bad(f"{where}: an EV_PROBE takes no op (op is for PORT_STATUS_UPDATE)")
+        status = _port_status(topo, where, r.get("op")) if update else None
         req_id = r.get("req_id")
         if not (isinstance(req_id, int) and 0 <= req_id <= 0xFFFF):
             raise _bad(f"{where}: req_id must be 0..65535, not {req_id!r}")
@@ -146,7 +182,9 @@ def check_requests(
                     f"{where}: EV {val} is not an AUTO EV (from {AUTO_EV_BASE}): give req_ev.port"
                 )
             port = (val - AUTO_EV_BASE) % topo.planes + 1  # EV profile 0's plane for it
-        out.append(Probe(req_id, dst, port - 1, val, str(r["dgid"])))
+        if update and status is None:
+            status = -1  # this host's own, when it is sent
+        out.append(Probe(req_id, dst, port - 1, val, str(r["dgid"]), status))
     return out
 
 
@@ -161,6 +199,7 @@ class EpProber:
         self._templates: dict[tuple, bytes] = {}
         self.batches: list[Batch] = []
         self.sent = 0
+        self.unsent = 0  # requests not sent: their port is DISABLED
 
     def close(self) -> None:
         for s in self._socks.values():
@@ -179,6 +218,10 @@ class EpProber:
                 f"slots free for {len(probes)}: retry later",
             )
         batch = Batch(conn, 0, [])
+        disabled = self.maps.ports_disabled(self.host)
+        batch.unsent = [p.req_id for p in probes if disabled >> p.plane & 1]
+        probes = [p for p in probes if not disabled >> p.plane & 1]  # a DISABLED port sends none
+        self.unsent += len(batch.unsent)
         taken = self._free[: len(probes)]
         del self._free[: len(probes)]
         try:
@@ -200,8 +243,11 @@ class EpProber:
         bpf_ktime_get_ns), taken once its frame is ready."""
         from mrc_nic.nic import wire
 
-        bitmap = self.maps.port_bitmap(self.host)
-        key = (p.dst_host, p.plane, bitmap, req_tc)
+        bitmap, flags = self.maps.port_bitmap(self.host), 0
+        if p.port_status is not None:  # a port status update: what it says
+            flags = wireconst.PROBE_F_PORT_STATUS
+            bitmap = bitmap if p.port_status < 0 else p.port_status
+        key = (p.dst_host, p.plane, bitmap, flags, req_tc)
         template = self._templates.get(key)
         if template is None:
             port = self.maps.port(self.host, p.plane)
@@ -211,7 +257,9 @@ class EpProber:
                 src_ip=str(self.topo.host_address(self.host, p.plane)),
                 dst_ip=str(self.topo.host_address(p.dst_host, p.plane)),
             )
-            frame = wire.probe(ends, ev=1, dqpn=wire.EP_QPN, psn=0, tx_ts=0, port_bitmap=bitmap)
+            frame = wire.probe(
+                ends, ev=1, dqpn=wire.EP_QPN, psn=0, tx_ts=0, port_bitmap=bitmap, flags=flags
+            )
             if req_tc:
                 from scapy.layers.inet import IP
 
@@ -229,9 +277,10 @@ class EpProber:
             pass  # the port is down: this probe goes unanswered
         return tx_ts
 
-    def step(self, now_ns: int | None = None) -> list[tuple[Any, list[dict]]]:
+    def step(self, now_ns: int | None = None) -> list[tuple[Any, list[dict], list[int]]]:
         """Collect what came back; the batches that are done, with their
-        responses in arrival order (and their slots freed)."""
+        responses in arrival order (and their slots freed) and the req_ids
+        not sent."""
         if not self.batches:
             return []
         now_ns = time.monotonic_ns() if now_ns is None else now_ns
@@ -251,7 +300,8 @@ class EpProber:
             self.batches.remove(b)
             self._free.extend(s.slot for s in b.sent)
             rsps = sorted(b.answers.values(), key=lambda r: r["_rx"])  # arrival order
-            out.append((b.conn, [{k: v for k, v in r.items() if k != "_rx"} for r in rsps]))
+            rsps = [{k: v for k, v in r.items() if k != "_rx"} for r in rsps]
+            out.append((b.conn, rsps, b.unsent))
         return out
 
 
@@ -270,5 +320,10 @@ def response(s: Sent, e: Any) -> dict:
         "rtt_raw": rtt_raw,
         "svc_time": svc,
         "ecn": bool(e.flags & wireconst.AckFlag.ECN),
+        **(
+            {"peer_port_status": e.port_bitmap << 1}  # the responder's ports, bit n: port n
+            if s.probe.port_status is not None
+            else {}
+        ),
         "_rx": e.rx_ns,
     }

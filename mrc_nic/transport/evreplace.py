@@ -181,23 +181,38 @@ class Replacer:
             sq.retired_tx_pkts[plane] = sq.retired_tx_pkts.get(plane, 0) + sent
 
     def _replace(self, now: float, sq, track: _Track, old: int, plane: int) -> bool:
+        return self.swap(now, sq, old, self._fresh_value(sq, track, plane), plane)
+
+    def swap(self, now: float, sq, old: int, new: int, plane: int, cause: str = "retired") -> bool:
+        """Put wire EV `new` (on `plane`) where `old` is in a sending QP's
+        profile, in the NIC (NicMaps.replace_ev) and in sq.evs; the old EV's
+        state is deleted RETIRE_AFTER_S later. Posted to the lab's event log
+        (ev_replaced, with its cause: the replacer's "retired", or the
+        controller's "REPLACE_EV"). False when nothing changed (the QP closed,
+        the slot moved on, nic_evs is full)."""
         qpn = sq.qp.qpn
+        track = self._tracks.get(qpn)
+        if track is None:
+            track = self._tracks[qpn] = _Track(next_value=_next(max(sq.evs)))
         slot = list(sq.evs).index(old)
-        new = self._fresh_value(sq, track, plane)
+        old_plane = sq.evs[old]
         try:
-            if not self.maps.replace_ev(qpn, slot, old, new):
+            if not self.maps.replace_ev(qpn, slot, old, new, plane=plane):
                 return False
         except KeyError:
             return False  # the QP closed meanwhile
-        except OSError as e:  # nic_evs full (E2BIG): the EV stays, its probes go on
+        except (OSError, ValueError) as e:  # nic_evs full (E2BIG), new in the profile already
             print(f"evreplace: QP {qpn:#x}: EV {old} not replaced: {e}", file=sys.stderr)
             return False
-        sq.evs = {new if ev == old else ev: p for ev, p in sq.evs.items()}
-        track.retired.append((now, old, plane))
+        sq.evs = {new if ev == old else ev: (plane if ev == old else p) for ev, p in sq.evs.items()}
+        track.retired.append((now, old, old_plane))
         track.acks.pop(old, None)
         track.lost.pop(old, None)
         track.failures.pop(old, None)
+        track.bad_since.pop(old, None)
         self.replaced += 1
         event = {"type": "ev_replaced", "host": self.host, "qpn": qpn, "plane": plane}
-        ctl.post_event(self.lab, {**event, "old_ev": old, "new_ev": new, "slot": slot})
+        ctl.post_event(
+            self.lab, {**event, "old_ev": old, "new_ev": new, "slot": slot, "cause": cause}
+        )
         return True

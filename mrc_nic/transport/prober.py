@@ -175,6 +175,8 @@ class Prober:
 
     def _send(self, sq, ev: int, plane: int) -> None:
         bitmap = self.maps.port_bitmap(self.host)
+        if not bitmap >> plane & 1:
+            return  # the port is down or DISABLED: no probe leaves it, the EV stays out
         key = (sq.qp.qpn, sq.remote["qpn"], plane, bitmap)
         template = self._templates.get(key)
         if template is None:

@@ -221,6 +221,8 @@ class ReverseEvs:
 
     # ---- probes -------------------------------------------------------------------
     def _probe(self, rs: _Set, e: _Ev, now: float) -> None:
+        if self.maps.ports_disabled(self.index) >> e.plane & 1:
+            return  # a DISABLED port sends no probe
         key = (rs.peer_qpn, rs.peer_host, e.plane)
         template = self._templates.get(key)
         if template is None:

@@ -27,6 +27,10 @@ the errno mrc_ctl.h documents.
                 enumerate((49152, 49153))]
         for rsp in ctl.ep_batch_send_wait(c, ctl.EP_OP_EV_PROBE, reqs, 2_000_000):
             print(rsp.req_id, rsp.port, rsp.rtt, rsp.adj_svc_time)
+        # Port status update: tell h1, over port 1, that our ports 1 and 3 are up
+        upd = [ctl.EpReq(req_id=0, dgid="198.18.0.2", req_ev=ctl.Ev(49152, 1),
+                         port_status=0b1010)]
+        ctl.ep_batch_send_wait(c, ctl.EP_OP_PORT_STATUS_UPDATE, upd, 2_000_000)
 
 A CtlContext needs only the host's daemon (no NIC maps); a verbs.Context
 serves as well. Profiles live in each host's NIC: configure every host a
@@ -40,20 +44,20 @@ import errno
 
 from mrc_nic.lab import ctl as _ctl
 from mrc_nic.transport import ctlops
-from mrc_nic.transport.profiles import (  # noqa: F401 (the API's names)
+from mrc_nic.verbs.context import Context, locate
+from mrc_nic.verbs.enums import (  # noqa: F401 (the API's names)
     EvFmtMode,
     EvMode,
     EvState,
     ProfileState,
 )
-from mrc_nic.verbs.context import Context, locate
 from mrc_nic.verbs.errors import VerbsError
 
 NSCC = "uet-1.0-nscc"  # the OCP name of UET's NSCC (mrc_ctl_device_attr.cc.algorithms)
 UNPOPULATED = {"val": 0, "port": 0}  # MRC_CTL_EV_UNPOPULATED
 EV_OP_F_ALL_COPIES = 1
 EP_OP_EV_PROBE = "EV_PROBE"  # enum mrc_ctl_ep_op_type
-EP_OP_PORT_STATUS_UPDATE = "PORT_STATUS_UPDATE"  # refused: EOPNOTSUPP
+EP_OP_PORT_STATUS_UPDATE = "PORT_STATUS_UPDATE"
 
 
 class CtlContext:
@@ -166,13 +170,16 @@ class Ev:
 @dataclasses.dataclass(frozen=True)
 class EpReq:
     """struct mrc_ctl_ep_req: dgid is the destination's address on any plane
-    (a host's GID), sgid optionally this host's."""
+    (a host's GID), sgid optionally this host's. port_status is
+    op.port_status_update.port_status of a PORT_STATUS_UPDATE (bit n: port n
+    up; None: this host's own)."""
 
     req_id: int
     dgid: str
     req_ev: Ev
     sgid: str | None = None
     ev_fmt_mode: str = "UDP"
+    port_status: int | None = None
 
     def as_dict(self) -> dict:
         d = {
@@ -183,6 +190,8 @@ class EpReq:
         }
         if self.sgid is not None:
             d["sgid"] = self.sgid
+        if self.port_status is not None:
+            d["op"] = {"port_status_update": {"port_status": self.port_status}}
         return d
 
 
@@ -190,7 +199,8 @@ class EpReq:
 class EpRsp:
     """struct mrc_ctl_ep_rsp (req_id, port, rtt in ns, adj_svc_time) and
     mrc-nic's extensions: the EV, the dgid asked, the RTT before the
-    responder's service time was taken off (rtt_raw), that time, and ECN."""
+    responder's service time was taken off (rtt_raw), that time, ECN, and
+    for a PORT_STATUS_UPDATE the responder's own port status (bit n: port n)."""
 
     req_id: int
     port: int
@@ -201,14 +211,17 @@ class EpRsp:
     rtt_raw: int = 0
     svc_time: int = 0
     ecn: bool = False
+    peer_port_status: int | None = None
 
 
 def ep_batch_send_wait(
     c, op_type: str, reqs: list[EpReq], rsp_timeout: int, *, req_tc: int = 0
 ) -> list[EpRsp]:
-    """mrc_ctl_ep_batch_send_wait: send the batch, wait up to rsp_timeout ns,
-    and return the responses in arrival order (fewer than the requests when
-    some went unanswered: match them by req_id). EV_PROBE only."""
+    """mrc_ctl_ep_batch_send_wait: send the batch (EP_OP_EV_PROBE or
+    EP_OP_PORT_STATUS_UPDATE), wait up to rsp_timeout ns, and return the
+    responses in arrival order (fewer than the requests when some went
+    unanswered, or were not sent because their port is DISABLED: match them
+    by req_id)."""
     req = ctlops.EpBatchSendWait(
         reqs=[r.as_dict() for r in reqs], rsp_timeout=rsp_timeout, op_type=op_type, req_tc=req_tc
     )

@@ -1,7 +1,8 @@
 """The verbs constants the API takes and returns, with libibverbs' values.
 
-Names follow verbs.h (IBV_WC_SUCCESS -> WcStatus.SUCCESS) and mrc.h
-(MRC_QP_MPR -> MrcAttrMask.MPR), so a reader of the C API finds them.
+Names follow verbs.h (IBV_WC_SUCCESS -> WcStatus.SUCCESS), mrc.h
+(MRC_QP_MPR -> MrcAttrMask.MPR) and mrc_ctl.h (MRC_CTL_EV_MODE_GEN ->
+EvMode.GEN), so a reader of the C API finds them.
 """
 
 from __future__ import annotations
@@ -123,3 +124,37 @@ class Mtu(enum.IntEnum):
     @property
     def bytes(self) -> int:
         return 128 << self.value
+
+
+# ---- mrc_ctl.h (the controller's objects: mrc_nic.verbs.ctl, transport.profiles) ----
+class ProfileState(enum.IntEnum):
+    """enum mrc_ctl_profile_state."""
+
+    INIT = 0
+    OFFLINE = 1
+    ONLINE = 2
+
+
+class EvFmtMode(enum.IntFlag):
+    """enum mrc_ctl_ev_fmt_mode."""
+
+    STEV = 1 << 0
+    SRV6 = 1 << 1
+    UDP = 1 << 2
+
+
+class EvMode(enum.IntFlag):
+    """enum mrc_ctl_ev_mode."""
+
+    AUTO = 1 << 0
+    EXP = 1 << 1
+    GEN = 1 << 2
+
+
+class EvState(enum.IntFlag):
+    """enum mrc_ctl_ev_state (the API's; the NIC's own is nic.EvState, with SKIP)."""
+
+    GOOD = 1 << 0
+    ASSUMED_BAD = 1 << 1
+    DENIED = 1 << 2
+    UNKNOWN = 1 << 31

@@ -1,7 +1,10 @@
 """Golden-packet tests of endpoint probes (bpf/nic_answers.h, rx_ep_probe and
 rx_ep_probe_reply): a controller's connectionless EV probe, a PROBE to the
 endpoint QPN (MRC_EP_QPN) that the NIC answers without a QP, and the reply's
-record in nic_ep_probes for the daemon that sent it.
+record in nic_ep_probes for the daemon that sent it; a port status update
+(MRC_PROBE_F_PORT_STATUS) recorded in the responder's nic_peer_ports; and a
+port administratively DISABLED (nic_host_ctl.ports_disabled), which answers
+no probe of any kind.
 
 Host 0 probes host 1 on plane 2 (198.18.2.1 -> 198.18.2.2). No QP exists in
 this module: that is the point. Expected frames are wire's, from explicit
@@ -43,6 +46,7 @@ ICRC = slice(-4, None)  # the ICRC slot: last 4 bytes of a PROBE_REPLY
 @pytest.fixture
 def maps(maps):
     maps.set_port_bitmap(RESPONDER, RESPONDER_PORTS)
+    maps.set_ports_disabled(RESPONDER, 0)
     maps.clear_ep_probes(PROBER)
     return maps
 
@@ -159,3 +163,75 @@ def test_a_probe_to_a_qp_number_is_not_an_endpoint_probe(program, maps):
     assert run(program, probe).retval == XDP_DROP
     assert delta(before, maps.counters()) == {"drop_unknown_qp": 1}
     assert Ether(bytes(probe))[IP].dst == PROBE_ENDS.dst_ip
+
+
+# ---- port status updates ---------------------------------------------------------------
+
+
+def test_port_status_update_is_recorded_for_its_peer_and_answered(program, maps):
+    before_view = maps.peer_ports(RESPONDER)[PROBER]
+    before = maps.counters()
+    t0 = time.monotonic_ns()
+    result = run(program, ep_probe(psn=11, flags=w.PROBE_F_PORT_STATUS, port_bitmap=0b0110))
+    t1 = time.monotonic_ns()
+    assert result.retval == XDP_TX
+    # The answer: the responder's own ports (a query of its status), the flag echoed.
+    reply = Ether(result.data_out)[w.MRCProbe]
+    assert reply.flags == w.PROBE_F_SVC | w.PROBE_F_PORT_STATUS
+    assert reply.port_bitmap == RESPONDER_PORTS and reply.tx_ts == 1234
+    view = maps.peer_ports(RESPONDER)
+    e = view[PROBER]
+    assert (e.ports, e.plane, e.updates) == (0b0110, PLANE, before_view.updates + 1)
+    assert t0 <= e.rx_ns <= t1
+    assert not any(v.rx_ns for i, v in enumerate(view) if i != PROBER)
+    assert not any(v.rx_ns for v in maps.peer_ports(PROBER))  # the prober's view is its own
+    assert delta(before, maps.counters()) == {"probe_reply": 1, "port_status_update": 1}
+
+    # The next update replaces it; its reply reaches the prober's slot like a probe's.
+    answered = run(program, ep_probe(psn=12, flags=w.PROBE_F_PORT_STATUS, port_bitmap=0b1000))
+    assert maps.peer_ports(RESPONDER)[PROBER].ports == 0b1000
+    assert run(program, answered.data_out).retval == XDP_DROP
+    slot = maps.ep_probes(PROBER)[12]
+    assert slot.port_bitmap == RESPONDER_PORTS and slot.flags & w.PROBE_F_PORT_STATUS
+
+
+def test_a_plain_endpoint_probe_records_no_port_status(program, maps):
+    before = maps.peer_ports(RESPONDER)[PROBER].updates
+    assert run(program, ep_probe(port_bitmap=0b1)).retval == XDP_TX
+    assert maps.peer_ports(RESPONDER)[PROBER].updates == before
+
+
+# ---- a DISABLED port answers no probe ----------------------------------------------------
+
+
+def test_a_disabled_port_answers_no_endpoint_probe_nor_port_status_update(program, maps):
+    maps.set_ports_disabled(RESPONDER, 1 << PLANE)
+    updates = maps.peer_ports(RESPONDER)[PROBER].updates
+    before = maps.counters()
+    assert run(program, ep_probe()).retval == XDP_DROP
+    assert run(program, ep_probe(flags=w.PROBE_F_PORT_STATUS, port_bitmap=1)).retval == XDP_DROP
+    assert delta(before, maps.counters()) == {"drop_port_disabled": 2}
+    assert maps.peer_ports(RESPONDER)[PROBER].updates == updates
+
+
+def test_a_disabled_port_answers_no_qp_probe(program, maps):
+    """Before any QP lookup: the same drop for a data EV's probe and a reverse one."""
+    maps.set_ports_disabled(RESPONDER, 1 << PLANE)
+    before = maps.counters()
+    for flags in (0, w.PROBE_F_REVERSE):
+        probe = w.probe(PROBE_ENDS, ev=EV, dqpn=RESPONDER << 16 | 5, psn=1, tx_ts=1, flags=flags)
+        assert run(program, probe).retval == XDP_DROP
+    assert delta(before, maps.counters()) == {"drop_port_disabled": 2}
+
+
+def test_only_the_disabled_port_is_silent(program, maps):
+    """Another plane of the same host, and the same plane of another host, answer."""
+    maps.set_ports_disabled(RESPONDER, 1 << PLANE)
+    other_plane = w.Endpoints(
+        PROBE_ENDS.src_mac, PROBE_ENDS.dst_mac, f"198.18.{PLANE + 1}.1", f"198.18.{PLANE + 1}.2"
+    )
+    assert run(program, ep_probe(ends=other_plane)).retval == XDP_TX
+    maps.set_port_bitmap(PROBER, RESPONDER_PORTS)
+    assert run(program, ep_probe(ends=PROBE_ENDS.reversed())).retval == XDP_TX  # to the prober
+    maps.set_ports_disabled(RESPONDER, 0)
+    assert run(program, ep_probe()).retval == XDP_TX  # ENABLED again: answered

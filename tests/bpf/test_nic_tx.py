@@ -1315,6 +1315,80 @@ def test_a_loss_restarts_the_count_of_good_probes(program, maps, event_reader):
     assert maps.ev(QP_TX, EV_B).state == nic.EvState.GOOD
 
 
+# ---- the host's EV event queue (nic_host_ctl.ev_event_cq) --------------------------------------
+
+
+@pytest.fixture
+def ev_queue(maps):
+    """A ring buffer made host TX_HOST's EV event queue, as its daemon does (CQ index 5),
+    read with an EventReader; taken away after."""
+    index = 5
+    fd = maps.create_cq_ring(name="ev_events")
+    maps.set_cq_ring(index, fd)
+    maps.reset_cq_lost(index)
+    maps.set_ev_event_cq(TX_HOST, index + 1)
+    reader = nic.EventReader(fd)
+    try:
+        yield index, reader
+    finally:
+        maps.set_ev_event_cq(TX_HOST, 0)
+        maps.clear_cq_ring(index)
+        reader.close()
+        os.close(fd)
+
+
+def test_a_quick_flip_leaves_both_records_in_the_hosts_ev_event_queue(
+    program, maps, sq, event_reader, ev_queue
+):
+    """ASSUMED_BAD by a loss and GOOD by a PROBE_REPLY, microseconds apart: no scan
+    could see both states, and both records are in the queue, where they happened."""
+    _, queue = ev_queue
+    record(maps, {START + i: EV_B for i in range(4)})
+    before = maps.counters()
+    consumed(program, maps, sack(START + 1, cum=START, bitmap=0b10, ev=EV_B))
+    consumed(program, maps, probe_reply(8, ev=EV_B))
+    assert maps.ev(QP_TX, EV_B).state == nic.EvState.GOOD  # all a scan now would see
+    got = [(e.qpn, e.ev, e.old_state, e.new_state, e.cause, e.psn) for e in queue.read()]
+    assert got == [
+        (QP_TX, EV_B, nic.EvState.GOOD, nic.EvState.ASSUMED_BAD, nic.EvCause.LOSS, START),
+        (QP_TX, EV_B, nic.EvState.ASSUMED_BAD, nic.EvState.GOOD, nic.EvCause.PROBE_REPLY, 8),
+    ]
+    moved = delta(before, maps.counters())
+    assert (moved["cq_events"], moved.get("cq_overrun", 0)) == (2, 0)
+    # The lab's event log has them as well.
+    logged = [e for e in event_reader.read() if isinstance(e, nic.EvEvent)]
+    assert [(e.old_state, e.new_state) for e in logged] == [r[2:4] for r in got]
+
+
+def test_another_hosts_ev_changes_stay_out_of_the_queue(program, maps, ev_queue):
+    other = (TX_HOST + 2) << 16 | 7
+    maps.setup_sq(
+        other, local_host=TX_HOST + 2, peer_host=RX_HOST, peer_qpn=QP_RX, ring=RING, evs=EVS,
+        mpr=MPR, psn=START, snd_nxt=START + SENT,
+    )  # fmt: skip
+    try:
+        maps.set_ev_state(other, EV_A, nic.EvState.ASSUMED_BAD)
+        ends = w.Endpoints(ACK.src_mac, ACK.dst_mac, ACK.src_ip, f"198.18.{PLANE}.{TX_HOST + 3}")
+        consumed(program, maps, probe_reply(1, dqpn=other, ends=ends))
+        assert maps.ev(other, EV_A).state == nic.EvState.GOOD
+        assert ev_queue[1].read() == []
+    finally:
+        maps.delete_sq(other)
+
+
+def test_a_full_queue_counts_what_it_lost(program, maps, sq, ev_queue):
+    """The queue's drop count is precise: nic_cq_lost of its CQ."""
+    index, queue = ev_queue
+    fits = maps.cq_ring_bytes // (8 + 40)  # a record each: header and 40 bytes
+    flips = fits + 5
+    for n in range(flips):
+        maps.set_ev_state(QP_TX, EV_A, nic.EvState.ASSUMED_BAD)  # no record: user space's
+        consumed(program, maps, probe_reply(n))  # ASSUMED_BAD -> GOOD: one record
+    kept = queue.read()
+    assert len(kept) + maps.cq_lost(index) == flips and maps.cq_lost(index) >= 5
+    assert all(e.new_state == nic.EvState.GOOD for e in kept)
+
+
 # ---- the map client ---------------------------------------------------------------------------
 
 

@@ -10,4 +10,5 @@ switchprog: the switch port program loaded for a test module, tc verdicts, key 0
 wire_tables: which scapy fields make up each wire struct; the function-like macros.
 engine: the send engine's test setup (tests/bpf/test_nic_engine.py, test_nic_mtu.py).
 fake_snapshot: stats snapshots without a lab.
+verbspair: a verbs QP pair between two hosts of a lab (the lab tests of applications).
 """

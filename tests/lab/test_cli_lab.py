@@ -50,6 +50,7 @@ ARGS = {
     "cc profile set": ["7", "--state", "init"],
     "port admin": ["h0", "1", "enabled"],
     "port status": ["h0"],
+    "port update": ["h0", "--dst", "h1"],
     "scenario single-ev-loss": [],
     "scenario plane-failure": [],
     "scenario allreduce-failure": [],

@@ -21,45 +21,10 @@ from mrc_nic.lab import ctl
 from mrc_nic.transport import appops
 from mrc_nic.transport import protocol as ops
 from mrc_nic.verbs import SGE, SendFlags, SendWR, WcOpcode, WcStatus, WrOpcode
+from tests.helpers.verbspair import MR_BYTES, Side, connect, poll_n, write
 
 KIB = 1024
-MR_BYTES = 1 << 20
 WqeLayout = nic.Wqe  # struct nic_wqe: what the NIC reads from the mapped send queue
-
-
-class Side:
-    """One host's context, PD, MR, CQs and QP."""
-
-    def __init__(self, lab: str, host: str, **cap) -> None:
-        self.ctx = verbs.Context(lab, host)
-        self.pd = verbs.PD(self.ctx)
-        self.mr = self.pd.reg_mr(MR_BYTES)
-        self.scq = verbs.CQ(self.ctx, 256)
-        self.rcq = verbs.CQ(self.ctx, 256)
-        attr = verbs.QPInitAttr(send_cq=self.scq, recv_cq=self.rcq, cap=verbs.QPCap(**cap))
-        self.qp = verbs.QP(self.pd, attr)
-
-    def close(self) -> None:
-        self.ctx.close()
-
-
-def connect(a: Side, b: Side) -> None:
-    for s in (a, b):
-        s.qp.to_init()
-    a.qp.to_rtr(b.qp.qp_num, b.ctx.gid())
-    b.qp.to_rtr(a.qp.qp_num, a.ctx.gid(1))  # any plane's address names the host
-    for s in (a, b):
-        s.qp.to_rts()
-
-
-def poll_n(cq: verbs.CQ, n: int, timeout: float = 10.0) -> list[verbs.WC]:
-    got: list[verbs.WC] = []
-    deadline = time.monotonic() + timeout
-    while len(got) < n and time.monotonic() < deadline:
-        got += cq.poll(n - len(got))
-        if len(got) < n:
-            cq.wait(0.05)
-    return got
 
 
 @pytest.fixture
@@ -69,15 +34,6 @@ def pair(default_lab):
     yield a, b
     a.close()
     b.close()
-
-
-def write(a: Side, b: Side, offset: int, length: int, **kw) -> SendWR:
-    return SendWR(
-        sg_list=[SGE(a.mr.addr + offset, length, a.mr.lkey)],
-        remote_addr=b.mr.addr + offset,
-        rkey=b.mr.rkey,
-        **kw,
-    )
 
 
 def test_a_write_with_imm_lands_byte_exact_and_completes_on_both_sides(pair):

@@ -3,7 +3,9 @@ refusal is one line with mrc_ctl.h's errno; the answers the NIC recorded are
 matched to their probes by slot, probe number, tx_ts and responder (a late
 reply to an earlier probe of the slot is not taken), returned in arrival
 order, with the responder's service time taken off the RTT; a batch ends when
-all are answered or at its deadline, and frees its slots."""
+all are answered or at its deadline, and frees its slots. Port status updates
+go out as flagged endpoint probes carrying the status asked (or the host's
+own); nothing leaves from a DISABLED port."""
 
 from __future__ import annotations
 
@@ -31,6 +33,11 @@ def req(req_id=0, dgid="198.18.0.2", val=49153, port=0, **kw):
     return {"req_id": req_id, "dgid": dgid, "req_ev": {"val": val, "port": port}, **kw}
 
 
+def status(mask):
+    """op of a PORT_STATUS_UPDATE request (struct mrc_ctl_ep_req.op.port_status_update)."""
+    return {"port_status_update": {"port_status": mask}}
+
+
 def check(topo, reqs, *, op_type="EV_PROBE", timeout=2_000_000, tc=0):
     return epprobe.check_requests(topo, H0, op_type, reqs, timeout, tc)
 
@@ -46,7 +53,11 @@ def test_requests_checked(topo):
 @pytest.mark.parametrize(
     "reqs, kw, code, words",
     [
-        ([req()], {"op_type": "PORT_STATUS_UPDATE"}, errno.EOPNOTSUPP, "PORT_STATUS_UPDATE"),
+        ([req(op={"port_status_update": {"port_status": 2}})], {}, errno.EINVAL, "no op"),
+        ([req(op={"port_status": 2})], {"op_type": "PORT_STATUS_UPDATE"}, errno.EINVAL, "op must"),
+        ([req(op=status(1))], {"op_type": "PORT_STATUS_UPDATE"}, errno.EINVAL, "port_status"),
+        ([req(op=status(1 << 5))], {"op_type": "PORT_STATUS_UPDATE"}, errno.EINVAL, "ports 1..4"),
+        ([req(op=status("up"))], {"op_type": "PORT_STATUS_UPDATE"}, errno.EINVAL, "port_status"),
         ([req()], {"op_type": "PING"}, errno.EINVAL, "op_type"),
         ([], {}, errno.EINVAL, "at least one"),
         ([req(i) for i in range(epprobe.EP_SLOTS + 1)], {}, errno.EINVAL, "at most"),
@@ -81,6 +92,10 @@ class FakeMaps:
 
     def __init__(self) -> None:
         self.slots = [defs.NicEpProbe() for _ in range(epprobe.EP_SLOTS)]
+        self.disabled = 0
+
+    def ports_disabled(self, host):
+        return self.disabled
 
     def ep_probes(self, host):
         assert host == H0
@@ -118,8 +133,9 @@ def ep(topo, monkeypatch):
     return p
 
 
-def batch(ep, reqs, timeout=2_000_000):
-    return ep.start(ctlops.EpBatchSendWait(reqs=reqs, rsp_timeout=timeout), conn="c")
+def batch(ep, reqs, timeout=2_000_000, op_type="EV_PROBE"):
+    request = ctlops.EpBatchSendWait(reqs=reqs, rsp_timeout=timeout, op_type=op_type)
+    return ep.start(request, conn="c")
 
 
 def test_probes_go_out_on_their_ev_to_the_endpoint_qpn(ep):
@@ -147,7 +163,8 @@ def test_answers_in_arrival_order_with_the_service_time_taken_off(ep):
     ep.maps.answer(second, rx_ns=t + 50_000, svc_ns=300)
     assert ep.step(now_ns=t + 60_000) == []  # one still out: wait
     ep.maps.answer(first, rx_ns=t + 70_000, svc_ns=0, flags=0)
-    ((conn, rsps),) = ep.step(now_ns=t + 80_000)
+    ((conn, rsps, unsent),) = ep.step(now_ns=t + 80_000)
+    assert unsent == []
     assert conn == "c"
     assert [r["req_id"] for r in rsps] == [1, 0]  # arrival order
     assert rsps[0] == {
@@ -169,7 +186,7 @@ def test_a_probe_unanswered_at_the_deadline_is_left_out(ep):
     b = batch(ep, [req(0, val=49152), req(1, val=49153)], timeout=1_000_000)
     ep.maps.answer(b.sent[0], rx_ns=b.sent[0].tx_ts + 10_000)
     assert ep.step(now_ns=b.sent[0].tx_ts + 500_000) == []
-    ((_, rsps),) = ep.step(now_ns=b.deadline_ns)
+    ((_, rsps, _),) = ep.step(now_ns=b.deadline_ns)
     assert [r["req_id"] for r in rsps] == [0]
 
 
@@ -185,7 +202,7 @@ def test_a_probe_unanswered_at_the_deadline_is_left_out(ep):
 def test_a_record_that_is_not_this_probes_reply_is_not_taken(ep, stale):
     b = batch(ep, [req(0)], timeout=1_000)
     ep.maps.answer(b.sent[0], **({"rx_ns": b.sent[0].tx_ts + 10} | stale))
-    ((_, rsps),) = ep.step(now_ns=b.deadline_ns)
+    ((_, rsps, _),) = ep.step(now_ns=b.deadline_ns)
     assert rsps == []
 
 
@@ -200,6 +217,44 @@ def test_batches_share_the_slots_and_eagain_when_none_are_left(ep):
     c = batch(ep, [req(0)])
     assert c.sent[0].psn % epprobe.EP_SLOTS == c.sent[0].slot
     assert c.sent[0].psn not in {s.psn for s in a.sent + b.sent}  # a new probe number
+
+
+def test_port_status_updates_carry_the_status_asked_or_the_hosts_own(ep):
+    from scapy.layers.l2 import Ether
+
+    from mrc_nic.nic import wire
+
+    b = batch(
+        ep,
+        [req(0, val=49153, op=status(0b01010)), req(1, val=49152)],  # ports 1 and 3 up; own
+        op_type="PORT_STATUS_UPDATE",
+    )
+    sent = [Ether(f)[wire.MRCProbe] for f in ep.sock.frames]
+    assert [(m.flags, m.port_bitmap) for m in sent] == [
+        (wire.PROBE_F_PORT_STATUS, 0b0101),  # on the wire: bit p for plane p
+        (wire.PROBE_F_PORT_STATUS, 0b1111),  # FakeMaps.port_bitmap: this host's own
+    ]
+    assert [Ether(f)[wire.BTH].dqpn for f in ep.sock.frames] == [wire.EP_QPN] * 2
+    first, second = b.sent
+    t = max(first.tx_ts, second.tx_ts)
+    flags = wireconst.PROBE_F_SVC | wireconst.PROBE_F_PORT_STATUS
+    ep.maps.answer(first, rx_ns=t + 10, flags=flags, port_bitmap=0b0011)
+    ep.maps.answer(second, rx_ns=t + 20, flags=flags, port_bitmap=0b1111)
+    ((_, rsps, _),) = ep.step(now_ns=t + 30)
+    assert [(r["req_id"], r["peer_port_status"]) for r in rsps] == [(0, 0b00110), (1, 0b11110)]
+
+
+def test_a_disabled_port_sends_no_probe_nor_update(ep):
+    ep.maps.disabled = 0b0010  # port 2 (plane 1)
+    for op_type, extra in (("EV_PROBE", {}), ("PORT_STATUS_UPDATE", {"op": status(2)})):
+        ep.sock.frames.clear()
+        b = batch(ep, [req(0, val=49152, **extra), req(1, val=49153, **extra)], op_type=op_type)
+        assert [s.probe.req_id for s in b.sent] == [0] and b.unsent == [1]
+        assert len(ep.sock.frames) == 1  # only plane 0's left
+        ep.maps.answer(b.sent[0], rx_ns=b.sent[0].tx_ts + 10)
+        ((_, rsps, unsent),) = ep.step(now_ns=b.sent[0].tx_ts + 20)  # done: nothing else waits
+        assert [r["req_id"] for r in rsps] == [0] and unsent == [1]
+    assert ep.unsent == 2 and len(ep._free) == epprobe.EP_SLOTS
 
 
 def test_cli_ev_list_parsing():

@@ -27,6 +27,7 @@ class RecordingMaps:
 
     def __init__(self, sent: int = 5) -> None:
         self.replaced: list[tuple[int, int, int, int]] = []
+        self.planes: list[int | None] = []  # the plane each new EV was given
         self.sent = sent
         self.refuse = False
         self.local_ports = self.peer_ports = 0b11
@@ -44,10 +45,11 @@ class RecordingMaps:
     def ev_raw(self, qpn: int, ev: int):
         return types.SimpleNamespace(stats=types.SimpleNamespace(tx_pkts=self.sent))
 
-    def replace_ev(self, qpn: int, slot: int, old: int, new: int) -> bool:
+    def replace_ev(self, qpn: int, slot: int, old: int, new: int, *, plane=None) -> bool:
         if self.refuse:
             return False
         self.replaced.append((qpn, slot, old, new))
+        self.planes.append(plane)
         return True
 
 
@@ -128,8 +130,9 @@ def test_an_ev_bad_long_enough_on_a_working_plane_is_replaced_in_its_slot(no_eve
     assert replacer.replaced == 1
     assert no_event_log == [
         {"type": "ev_replaced", "host": "h0", "qpn": QPN, "plane": 0, "old_ev": 102}
-        | {"new_ev": new, "slot": 2}
+        | {"new_ev": new, "slot": 2, "cause": "retired"}
     ]
+    assert maps.planes == [0]
 
 
 def test_a_plane_with_nothing_acknowledged_gets_no_replacements():
@@ -231,3 +234,20 @@ def test_forget_deletes_the_replaced_evs_still_kept_and_starts_afresh():
     replacer.forget(sq)
     assert maps.deleted == [(QPN, 103)]
     assert replacer._tracks == {}
+
+
+def test_a_controllers_swap_moves_the_ev_to_the_new_port(no_event_log):
+    """REPLACE_EV (transport.controller): the new EV takes the old one's slot on its
+    own plane; the old one's packets still count for the old plane."""
+    maps = RecordingMaps(sent=9)
+    replacer = evreplace.Replacer("lab", "h0", 0, maps)
+    sq = make_sq()
+    assert replacer.swap(1.0, sq, 101, 0x4242, 0, cause="REPLACE_EV")  # plane 1 -> plane 0
+    assert maps.replaced == [(QPN, 1, 101, 0x4242)] and maps.planes == [0]
+    assert list(sq.evs)[1] == 0x4242 and sq.evs[0x4242] == 0
+    assert no_event_log[-1]["cause"] == "REPLACE_EV" and no_event_log[-1]["plane"] == 0
+    replacer._delete_retired(1.0 + evreplace.RETIRE_AFTER_S + 0.001, sq, replacer._tracks[QPN])
+    assert maps.deleted == [(QPN, 101)] and sq.retired_tx_pkts == {1: 9}
+    maps.refuse = True  # the slot moved on meanwhile: nothing changes
+    assert not replacer.swap(1.1, sq, 0x4242, 0x4343, 1)
+    assert 0x4242 in sq.evs and 0x4343 not in sq.evs
