@@ -334,30 +334,32 @@ class Connection:
                 f"depth {opts.depth} needs {opts.depth} slots of {opts.slot} bytes; the "
                 f"buffers (2 x {self.chunk} bytes) hold {slots}"
             )
-        if not self.connected:
-            qp_opts = QpOptions(
-                mpr=self.mpr, timeout=timeout, retry=retry, cc_profile=cc_profile,
-                ev_profile=ev_profile, auth_key=secrets.token_hex(16) if auth else None,
-                cwnd=cwnd, reorder_ns=reorder_ns, cc=cc, ev_count=ev_count,
-                ev_min_active=ev_min_active,
-            )  # fmt: skip
-            try:
-                for lane in self.lanes:
-                    lane.connect(self, qp_opts)
-            except verbs.VerbsError as e:
-                raise ValueError(str(e).split(": ", 1)[-1]) from None
-            self.connected = True
-        self._send_open = keep_open
-        transfer = Transfer(self, opts)
-        self._running, self._stop = True, None
+        self._running = True  # from here on, a stop() from another thread ends this write
         try:
+            if not self.connected:
+                qp_opts = QpOptions(
+                    mpr=self.mpr, timeout=timeout, retry=retry, cc_profile=cc_profile,
+                    ev_profile=ev_profile, auth_key=secrets.token_hex(16) if auth else None,
+                    cwnd=cwnd, reorder_ns=reorder_ns, cc=cc, ev_count=ev_count,
+                    ev_min_active=ev_min_active,
+                )  # fmt: skip
+                try:
+                    for lane in self.lanes:
+                        lane.connect(self, qp_opts)
+                except verbs.VerbsError as e:
+                    raise ValueError(str(e).split(": ", 1)[-1]) from None
+                self.connected = True
+            self._send_open = keep_open
+            transfer = Transfer(self, opts)
             transfer.run(wait)
             result = transfer.result()
         except KeyboardInterrupt:
             self.cancel("cancelled by the user (Ctrl-C)")
             raise
         finally:
-            self._running = False
+            # A stop() asked for while connecting or before the loop began is this
+            # write's too (clearing it at the start lost it); the next starts clean.
+            self._running, self._stop = False, None
         result["chunk"] = self.chunk
         result["src"], result["dst"] = self.src, self.dst
         return result
@@ -376,8 +378,8 @@ class Connection:
 
     def stop(self, reason: str) -> None:
         """Make a write running in another thread end soon (within a poll,
-        50 ms), its QPs in ERR with the reason. Thread-safe: the writing
-        thread does the rest."""
+        50 ms), its QPs in ERR with the reason; asked for before a write
+        starts, it ends that write. Thread-safe: the writing thread does the rest."""
         self._stop = reason
 
     def close(self, settle_s: float = 10.0) -> dict:
