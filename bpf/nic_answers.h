@@ -448,8 +448,6 @@ static __always_inline int rx_probe(struct xdp_md *ctx, struct mrc_pkt *p)
 		return verdict;
 	if (parse_probe_ext(&p->c, p->end, &pe))
 		return drop(NIC_CNT_DROP_TRUNCATED);
-	if (arrived_on_disabled_port(p)) /* a DISABLED port answers nothing */
-		return drop(NIC_CNT_DROP_PORT_DISABLED);
 	qpn = bpf_ntohl(p->bth->qpn) & MRC_BTH_QPN_MASK;
 	if (qpn == MRC_EP_QPN) /* a controller's EV probe or port status update: no QP */
 		return rx_ep_probe(ctx, p, pe);

@@ -379,7 +379,7 @@ enum nic_counter {
 	NIC_CNT_EP_PROBE_REPLY, /* their PROBE_REPLYs recorded in nic_ep_probes (also PROBE_REPLY_CONSUMED) */
 	NIC_CNT_PORT_STATUS_UPDATE, /* port status updates from peers recorded in nic_peer_ports and answered (also PROBE_REPLY) */
 	/* Port admin state (docs/nic-program.md, "Ports") */
-	NIC_CNT_DROP_PORT_DISABLED, /* PROBE that came in on an administratively DISABLED port: not answered */
+	NIC_CNT_DROP_PORT_DISABLED, /* MRC packet that came in on an administratively DISABLED port */
 	NIC_CNT_MAX,
 };
 

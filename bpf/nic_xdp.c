@@ -183,6 +183,10 @@ static __always_inline int nic_rx(struct xdp_md *ctx, struct engine_req *req)
 	if (parse_bth(&p.c, data_end, &p.bth))
 		return drop(NIC_CNT_DROP_TRUNCATED);
 
+	/* A DISABLED port is out of service, as a down one: it takes no MRC
+	 * packet and answers none (its peers learn it from the port bitmaps). */
+	if (arrived_on_disabled_port(&p))
+		return drop(NIC_CNT_DROP_PORT_DISABLED);
 	opcode = p.bth->opcode;
 	switch (opcode) {
 	case MRC_OP_WRITE:

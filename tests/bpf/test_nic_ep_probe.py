@@ -235,3 +235,20 @@ def test_only_the_disabled_port_is_silent(program, maps):
     assert run(program, ep_probe(ends=PROBE_ENDS.reversed())).retval == XDP_TX  # to the prober
     maps.set_ports_disabled(RESPONDER, 0)
     assert run(program, ep_probe()).retval == XDP_TX  # ENABLED again: answered
+
+
+def test_a_disabled_port_takes_no_data_nor_ack(program, maps):
+    """Out of service as a down port: a WRITE and a SACK to it are dropped before any
+    QP is looked up (none exists here), and counted as the port's."""
+    maps.set_ports_disabled(RESPONDER, 1 << PLANE)
+    qpn = RESPONDER << 16 | 5
+    write = w.data_packet(PROBE_ENDS, ev=EV, dqpn=qpn, psn=1, va=0, rkey=1, payload=bytes(64))
+    sack = w.sack_packet(PROBE_ENDS, ev=EV, dqpn=qpn, psn=1, cum_psn=1, echo_ts=0)
+    before = maps.counters()
+    for pkt in (write, sack):
+        assert run(program, pkt).retval == XDP_DROP
+    assert delta(before, maps.counters()) == {"drop_port_disabled": 2}
+    maps.set_ports_disabled(RESPONDER, 0)
+    before = maps.counters()
+    run(program, write)  # ENABLED: it goes on to the QP lookup (and finds none)
+    assert "drop_port_disabled" not in delta(before, maps.counters())
