@@ -108,32 +108,6 @@ def test_links_are_rate_limited_by_a_real_queue(make_lab, tmp_path):
     assert queue_drops > 0
 
 
-def test_rps_on_the_spines_spreads_their_ports_over_every_cpu(make_lab, tmp_path):
-    spread = tmp_path / "rps.toml"
-    spread.write_text(
-        (NETNS_DIR / "default.toml").read_text().replace("[links]", 'rps = "spines"\n\n[links]')
-    )
-    topo = make_lab("rps", str(spread))
-    assert topo.rps == "spines"
-
-    def rps_cpus(node: str, ifname: str) -> int:
-        out = subprocess.run(
-            ["ip", "netns", "exec", topo.netns(node), "cat"]
-            + [f"/sys/class/net/{ifname}/queues/rx-0/rps_cpus"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
-        return int(out.strip().replace(",", ""), 16)
-
-    every = (1 << (os.cpu_count() or 1)) - 1
-    for node in ("p0.t1a", "p3.t1b"):
-        for port in topo.ports_of(node):
-            assert rps_cpus(node, port.ifname) == every
-    assert rps_cpus("p0.t0a", "t1a") == 0, "only the spines steer"
-    assert traffic.ping(topo, "h0", "h1", 0, count=1)["received"] == 1
-
-
 def test_second_up_of_same_lab_is_refused_and_changes_nothing(default_lab):
     before = system_view(default_lab.lab)
     proc = run_cli(
