@@ -66,13 +66,6 @@ HOST_SYSCTLS = {
 }
 
 
-def cpu_mask(cpus: int) -> str:
-    """Every CPU as sysfs takes a CPU mask: hex, 32-bit words comma-separated."""
-    digits = format((1 << cpus) - 1, "x")
-    words = [digits[max(0, i - 8) : i] for i in range(len(digits), 0, -8)]
-    return ",".join(reversed(words))
-
-
 class FabricError(MrcNicError, RuntimeError):
     """A netlink operation failed; the message names the object and the cause."""
 
@@ -178,24 +171,7 @@ class Fabric:
                         ) from None
         if nic is not None:
             self._attach_nic(program, nic)
-        if self.topo.rps == "spines":
-            self._steer_spines()
         _failpoint("attach")
-
-    def _steer_spines(self) -> None:
-        """RPS over every CPU on each T1's ports: a packet's trip through the
-        fabric runs in the softirq of the CPU that sent it, so a write's ACK
-        clock stays on one CPU; the spines hand each packet to a CPU by its
-        flow hash (the EV), which puts the work on all of them."""
-        mask = cpu_mask(os.cpu_count() or 1)
-        for node in self.topo.nodes.values():
-            if node.kind != "t1":
-                continue
-            ports = self.topo.ports_of(node.name)
-            netns.write_sysfs(
-                self.topo.netns(node.name),
-                {f"class/net/{p.ifname}/queues/rx-0/rps_cpus": mask for p in ports},
-            )
 
     def _attach_nic(self, program: Any, nic: Any) -> None:
         """The NIC's XDP program on every host port, and what its send engine

@@ -131,33 +131,6 @@ def write_sysctls(name: str, values: dict[str, str | int]) -> None:
                 f.write(str(value))
 
 
-CLONE_NEWNS = 0x00020000
-MS_REC, MS_SLAVE = 0x4000, 0x80000
-
-
-def _write_sysfs(values: dict[str, str]) -> int:
-    """In a child already inside the namespace: a mount namespace of its own
-    with a sysfs of this network namespace (as `ip netns exec` makes), then
-    the writes. /sys/class/net shows the devices of the namespace that
-    mounted it, so the caller's /sys would show the wrong ones."""
-    if _libc.unshare(CLONE_NEWNS) != 0:
-        raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWNS)")
-    if _libc.mount(b"none", b"/", None, MS_REC | MS_SLAVE, None) != 0:
-        raise OSError(ctypes.get_errno(), "mount --make-rslave /")
-    if _libc.mount(b"sysfs", b"/sys", b"sysfs", 0, None) != 0:
-        raise OSError(ctypes.get_errno(), "mount sysfs on /sys")
-    for rel, value in values.items():
-        with open("/sys/" + rel, "w") as f:
-            f.write(value)
-    return len(values)
-
-
-def write_sysfs(name: str, values: dict[str, str]) -> None:
-    """Write sysfs files of namespace `name` (paths under /sys, e.g.
-    class/net/eth0/queues/rx-0/rps_cpus), in a forked child."""
-    run_in(name, _write_sysfs, values, timeout=10)
-
-
 def run_in(name: str, fn, *args, timeout: float | None = None):
     """Fork, move the child into namespace `name`, run fn(*args) there and
     return its (JSON-able) result. The child's exception is re-raised here."""

@@ -78,13 +78,6 @@ QUEUE_BYTES_MAX = 1 << 30
 # goodput, but a longer blackhole gap in 3 of 3 loaded runs).
 FORWARDING_MODES = ("bpf", "kernel")
 FORWARDING_DEFAULT = "kernel"
-# Packet steering ([fabric] rps): "spines" spreads the packets each T1 receives
-# over every CPU (RPS), so a write's packet work, which otherwise stays on one
-# CPU at a time, runs on both. Off by default: -15% to +27% goodput by the A/B
-# on the shared 2-core machine, +2% in the median, 15-25% more CPU a packet
-# (docs/benchmarks.md, "What holds the rate").
-RPS_MODES = ("off", "spines")
-RPS_DEFAULT = "off"
 
 # Every key a topology file may hold, per section, with a short description
 # used in error messages.
@@ -101,7 +94,6 @@ SCHEMA: dict[str, dict[str, str]] = {
             'who forwards MRC packets in the switches: "bpf" (the port program, '
             'bpf_fib_lookup and bpf_redirect) or "kernel" (the IP stack)'
         ),
-        "rps": '"spines": the T1 switches spread what they receive over every CPU (RPS); "off"',
     },
     "links": {
         "rate": 'host link rate, e.g. "1gbit", "400mbit", or "none" for no cap',
@@ -254,7 +246,6 @@ class Topology:
     fabric_net: ipaddress.IPv4Network
     queues: QueueParams = field(default_factory=QueueParams)
     forwarding: str = FORWARDING_DEFAULT  # who forwards MRC packets in the switches
-    rps: str = RPS_DEFAULT  # packet steering over the CPUs: off, or on the spines' ports
     raw: dict = field(default_factory=dict)  # the TOML as parsed, kept in the lab state
     nodes: dict[str, Node] = field(default_factory=dict)
     links: dict[str, Link] = field(default_factory=dict)
@@ -688,7 +679,6 @@ def from_dict(path: Path, data: dict, lab: str | None = None) -> Topology:
         fabric_net=r.network("addressing.fabric", "198.19.0.0/16"),
         queues=r.queues(),
         forwarding=r.choice("fabric.forwarding", FORWARDING_MODES, FORWARDING_DEFAULT),
-        rps=r.choice("fabric.rps", RPS_MODES, RPS_DEFAULT),
         raw=data,
     )
     if topo.host_net.overlaps(topo.fabric_net):

@@ -15,8 +15,6 @@ from mrc_nic.lab.topology import (
     FORWARDING_DEFAULT,
     FORWARDING_MODES,
     QUEUE_BYTES_MAX,
-    RPS_DEFAULT,
-    RPS_MODES,
     QueueParams,
     TopologyError,
     format_rate,
@@ -946,21 +944,6 @@ def test_forwarding_defaults_and_choices(tmp_path):
         assert load(write(tmp_path, base + f'forwarding = "{mode}"\n')).forwarding == mode
     with pytest.raises(TopologyError, match=r"fabric\.forwarding: must be one of bpf, kernel"):
         load(write(tmp_path, base + 'forwarding = "xdp"\n'))
-
-
-def test_rps_defaults_off_and_takes_spines(tmp_path):
-    base = "[fabric]\nhosts = 2\nplanes = 1\n"
-    assert load(write(tmp_path, base)).rps == RPS_DEFAULT == "off"
-    for mode in RPS_MODES:
-        assert load(write(tmp_path, base + f'rps = "{mode}"\n')).rps == mode
-    with pytest.raises(TopologyError, match=r"fabric\.rps: must be one of off, spines"):
-        load(write(tmp_path, base + "rps = true\n"))
-
-
-def test_rps_mask_names_every_cpu_in_32_bit_words():
-    from mrc_nic.fabric.builder import cpu_mask
-
-    assert [cpu_mask(n) for n in (1, 2, 32, 33)] == ["1", "3", "ffffffff", "1,ffffffff"]
 
 
 def test_with_forwarding_keeps_the_rest_and_records_it(default):
