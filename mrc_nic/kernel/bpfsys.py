@@ -209,6 +209,7 @@ def _libc() -> ctypes.CDLL:
     return libc
 
 
+@functools.cache
 def _syscall_nr() -> int:
     machine = os.uname().machine
     try:

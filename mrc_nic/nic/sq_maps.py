@@ -43,6 +43,24 @@ from mrc_nic.nic.maps_base import check_qp_ends, locked_lookup, set_auth_key, u3
 from mrc_nic.nic.snapshots import SqSnapshot, _enum_or_int, _fields, _retx_entries
 
 
+def ring_psns(bitmap: ctypes.Array, start: int, count: int) -> list[int]:
+    """The PSNs in [start, start + count) whose bit is set in a PSN ring
+    (bit psn % BITMAP_BITS of the c_uint64 words), in order. Walks the set
+    bits only, as one integer: the daemon reads a send QP's rings every
+    tick, and a Python loop over every PSN in flight cost it 0.1 ms a tick."""
+    pos = start % BITMAP_BITS
+    ring = 0
+    for i, word in enumerate(bitmap):
+        ring |= word << (64 * i)
+    ring = (ring >> pos | ring << (BITMAP_BITS - pos)) & ((1 << count) - 1)
+    out = []
+    while ring:
+        low = ring & -ring
+        out.append((start + low.bit_length() - 1) & wireconst.PSN_MASK)
+        ring ^= low
+    return out
+
+
 class SendQpMaps:
     """NicMaps' part for send QPs: nic_tx_qps, work queues, PSN -> EV rings, kicks."""
 
@@ -175,13 +193,7 @@ class SendQpMaps:
         in_flight = min((raw.snd_nxt - raw.snd_una) & wireconst.PSN_MASK, BITMAP_BITS)
 
         def in_ring(bitmap: ctypes.Array) -> list[int]:
-            out = []
-            for i in range(in_flight):
-                psn = (raw.snd_una + i) & wireconst.PSN_MASK
-                pos = psn % BITMAP_BITS
-                if bitmap[pos // 64] >> (pos % 64) & 1:
-                    out.append(psn)
-            return out
+            return ring_psns(bitmap, raw.snd_una, in_flight)
 
         return SqSnapshot(
             qpn=qpn,

@@ -157,3 +157,17 @@ def test_verbs_fields_of_the_shared_structs():
     frame = nic.kick_frame(0x000007, nic.KickOp.FAIL, nic.QpError.RETRY_EXCEEDED)
     assert frame[:8] == bytes.fromhex("0700000004000100")
     assert {nic.CQ_RINGS_MAP, nic.CQ_TEMPLATE_MAP} <= set(nic.MAP_PINS)
+
+
+def test_ring_psns_walks_the_set_bits_of_a_wrapping_window():
+    from mrc_nic.nic import layout, sq_maps, wireconst
+
+    bits = layout.BITMAP_BITS
+    words = (ctypes.c_uint64 * (bits // 64))()
+    start = wireconst.PSN_MASK - 5  # the window wraps the PSN space and the ring
+    want = [(start + i) & wireconst.PSN_MASK for i in (0, 3, 6, 63, 64, 200)]
+    for psn in [*want, (start + 300) & wireconst.PSN_MASK]:  # the last one: past count
+        pos = psn % bits
+        words[pos // 64] |= 1 << (pos % 64)
+    assert sq_maps.ring_psns(words, start, 300) == want
+    assert sq_maps.ring_psns(words, start, 0) == []

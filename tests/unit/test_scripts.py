@@ -112,3 +112,27 @@ def test_small_helpers():
     assert benchkit.verdict(None).startswith("unknown") and benchkit.verdict(False) == "NOT MET"
     assert benchkit.default_out(ROOT / "scripts" / "bench.py") == ROOT / "out" / "bench"
     assert benchkit.rel(ROOT / "netns" / "default.toml", ROOT) == "netns/default.toml"
+
+
+def test_profile_netcpu_reads_perf_script_stacks(monkeypatch):
+    mod = load_script(ROOT / "scripts" / "profile_netcpu.py", monkeypatch)
+    text = (
+        "     ksoftirqd/0 [000] 100.0001: \n"
+        "\t ffffffff81000001 veth_poll\n\t ffffffff81000002 net_rx_action\n"
+        "\t ffffffff81000003 run_ksoftirqd\n\n"
+        "          python [001] 100.0002: \n"
+        "\t ffffffff81000004 veth_xmit\n\t ffffffff81000002 net_rx_action\n"
+        "\t ffffffff81000005 __irq_exit_rcu\n\n"
+        "          python [001] 100.0031: \n\t 7f0000000001 _PyEval_EvalFrameDefault\n\n"
+    )
+    samples = mod.parse_perf_script(text)
+    assert [(cpu, comm) for cpu, _, comm, _ in samples] == [
+        (0, "ksoftirqd/0"),
+        (1, "python"),
+        (1, "python"),
+    ]
+    a = mod.analyse(samples)
+    assert a["net_samples"] == 2
+    assert a["net_share_per_cpu"] == {0: 1.0, 1: 0.5}
+    assert (a["bins_with_net_work"], a["bins_all_cpus_net"]) == (1, 1)  # both CPUs in 100.000 s
+    assert a["contexts"] == {"ksoftirqd": 0.5, "interrupt exit": 0.5}
