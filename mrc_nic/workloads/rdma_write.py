@@ -73,7 +73,7 @@ def lab_defaults(topo: topology.Topology, cc_profile: int | None = None) -> tupl
     while qp.TIMEOUT_UNIT_S * 2**timeout * 1e9 < TIMEOUT_RTTS * rtt and timeout < qp.TIMEOUT_MAX:
         timeout += 1
     reorder = qp.DEFAULT_REORDER_NS
-    if rtt > topology.QueueParams.base_rtt_ns:  # slower than the default lab
+    if rtt > topology.BASE_RTT_NS:  # slower than the default lab
         rtts = REORDER_RTTS_FIXED if cc_profile == nscc.FIXED else REORDER_RTTS
         reorder = min(max(reorder, rtts * rtt), qp.REORDER_NS_MAX)
     return timeout, reorder
