@@ -8,11 +8,7 @@ of any plane (bpf/nic_answers.h, route_reverse). This module decides the
 states, from probes: while the QP receives, each reverse EV is probed every
 PROBE_INTERVAL_S (a PROBE with MRC_PROBE_F_REVERSE, sent on that EV and
 plane to the peer's send QP, which answers in place; BPF records the reply
-in nic_rev_probes), and every SETTLED_INTERVAL_S while the whole set is GOOD
-and no probe was missed: on this machine a probe's trip costs the write's CPU,
-and probing a healthy set every 4 ms took 10-13% of a write's goodput
-(docs/benchmarks.md). The first probe a failed path misses brings the
-PROBE_INTERVAL_S back. An EV starts UNTRIED, unused until a probe on it is
+in nic_rev_probes). An EV starts UNTRIED, unused until a probe on it is
 answered (so a fresh value whose path is broken never carries an ACK;
 until some EV of the set is GOOD, answers go back in place). An EV whose
 last MISSES probes, each older than REPLY_WAIT_S and followed by data (a
@@ -46,8 +42,7 @@ from mrc_nic.nic import wire
 from mrc_nic.transport.prober import plane_socket, probe_frame
 
 REV_PER_PLANE = 2  # reverse EVs per plane; a set holds at most nic.REV_EVS
-PROBE_INTERVAL_S = 0.004  # per reverse EV, while the QP receives and its set is in doubt
-SETTLED_INTERVAL_S = 0.016  # per reverse EV while every EV is GOOD and no probe was missed
+PROBE_INTERVAL_S = 0.004  # per reverse EV, while the QP receives
 REPLY_WAIT_S = 0.003  # a probe unanswered this long is missed (the lab's RTT: 0.1-0.3 ms)
 MISSES = 2  # consecutive missed probes: ASSUMED_BAD (one lost probe is not a failure)
 REPLACE_AFTER_S = 0.02
@@ -69,7 +64,6 @@ class _Ev:
     answered: int | None = None  # the latest probe number answered
     replies: int = 0  # nic_rev_probes' count at the last scan
     bad_since: float = 0.0
-    last_probe: float = 0.0  # when it was last probed
 
 
 @dataclasses.dataclass
@@ -81,7 +75,6 @@ class _Set:
     data_pkts: int = -1
     active_until: float = 0.0
     next_probe: float = 0.0
-    settled: bool = False  # every EV GOOD and no probe missed at the last judgement
 
 
 def _after(a: int, b: int) -> bool:
@@ -158,15 +151,13 @@ class ReverseEvs:
         if changed:
             self._write(rs)
         ports = self.maps.port_bitmap(self.index)
-        # judged every PROBE_INTERVAL_S; probed that often only while in doubt
-        interval = SETTLED_INTERVAL_S if rs.settled else PROBE_INTERVAL_S
         for e in rs.evs:
-            if (ports >> e.plane) & 1 and now - e.last_probe >= interval - PROBE_INTERVAL_S / 2:
+            if (ports >> e.plane) & 1:
                 self._probe(rs, e, now)
 
     def _judge(self, now: float, rs: _Set) -> bool:
-        """New states from the replies BPF recorded (and rs.settled); True if any changed."""
-        changed, doubt = False, False
+        """New states from the replies BPF recorded; True if any changed."""
+        changed = False
         for e, rec in zip(rs.evs, self.maps.rev_probes(rs.qpn), strict=False):
             if rec.ev == e.ev and rec.replies != e.replies:
                 e.replies = rec.replies
@@ -184,14 +175,12 @@ class ReverseEvs:
                 if now - sent < REPLY_WAIT_S or rs.data_pkts == data or n in due
             ]
             missed = [n for n in due if e.answered is None or _after(n, e.answered)]
-            doubt |= bool(missed)
             if e.state == nic.RevState.UNTRIED and e.answered is not None:
                 changed |= self._set_state(rs, e, nic.RevState.GOOD, now, "answered")
             elif e.state != nic.RevState.ASSUMED_BAD and len(missed) >= MISSES:
                 changed |= self._set_state(rs, e, nic.RevState.ASSUMED_BAD, now, "unanswered")
             elif e.state == nic.RevState.ASSUMED_BAD and due and due[-1] not in missed:
                 changed |= self._set_state(rs, e, nic.RevState.GOOD, now, "answered")
-        rs.settled = not doubt and all(e.state == nic.RevState.GOOD for e in rs.evs)
         return changed
 
     def _set_state(self, rs: _Set, e: _Ev, state: int, now: float, cause: str) -> bool:
@@ -255,5 +244,4 @@ class ReverseEvs:
         except OSError:
             return  # the port is down: its EVs are not used (port bitmap)
         self.sent += 1
-        e.last_probe = now
         e.probes.append((number, now, rs.data_pkts))
