@@ -280,6 +280,7 @@ static __always_inline void ack_locked(struct nic_sq *sq, struct nic_tx_ring *ri
 		BM_SET(sq->echoed, a->psn);
 		sc->fb = 1;
 		sq->peer_ports = a->ports;
+		sq->peer_ports_ns = now;
 		sq->peer_mpr = a->mpr; /* dynamic MPR: the engine's window follows it */
 	}
 

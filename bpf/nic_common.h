@@ -135,6 +135,22 @@ static __always_inline __u32 host_ports(__u32 host)
 	return ports ? *ports : 0;
 }
 
+/* The peer's ports a send QP may send to: what the peer's latest port status
+ * update said (nic_peer_ports, mrc_ctl PORT_STATUS_UPDATE) when it came after
+ * the ACK that last set sq->peer_ports, else that ACK's bitmap. Racy reads
+ * are fine: either answer is a recent report of the peer's own. */
+static __always_inline __u32 sq_peer_ports(const struct nic_sq *sq, __u32 host)
+{
+	struct nic_peer_ports *view = nic_peer_ports_lookup(&host);
+	__u32 peer = sq->peer_host;
+	struct nic_peer_port *e;
+
+	if (!view || peer >= NIC_MAX_HOSTS)
+		return sq->peer_ports;
+	e = &view->peers[peer];
+	return e->rx_ns > sq->peer_ports_ns ? e->ports : sq->peer_ports;
+}
+
 /* Did the packet come in on a port its host has administratively DISABLED
  * (nic_host_ctl.ports_disabled)? Its port is its destination's plane. */
 static __always_inline int arrived_on_disabled_port(const struct mrc_pkt *p)

@@ -767,7 +767,7 @@ static __always_inline int engine_run(struct xdp_md *ctx, const struct engine_re
 	if (!ring || !wq || !sc)
 		return engine_idle(req, NIC_CNT_DROP_QP_CONFIG);
 	host = sq->local_host;
-	planes = host_ports(host) & sq->peer_ports;
+	planes = host_ports(host) & sq_peer_ports(sq, host);
 	now = bpf_ktime_get_ns();
 	found = engine_look(ctx, sq, wq, qpn, planes, now, &p1, &p2, &avoid);
 

@@ -335,6 +335,8 @@ struct nic_sq {
 			   * (0 and 1: the first) */
 	__u32 pd;         /* setup: the QP's protection domain: a WQE's src_region must be of
 			   * it (nic_region.pd), else a local protection error; 0: the daemon's */
+	__u64 peer_ports_ns; /* BPF: when an ACK last set peer_ports; a port status update
+			      * from the peer after it overrides them (sq_peer_ports) */
 };
 _Static_assert(__builtin_offsetof(struct nic_sq, snd_una) == 36, "struct nic_sq layout changed");
 _Static_assert(__builtin_offsetof(struct nic_sq, acked) == 64, "struct nic_sq layout changed");
@@ -344,7 +346,7 @@ _Static_assert(__builtin_offsetof(struct nic_sq, engine) ==
 	       "struct nic_sq has hidden padding");
 _Static_assert(sizeof(struct nic_sq) == __builtin_offsetof(struct nic_sq, engine) + 32 +
 					     4 * NIC_MSG_SLOTS + sizeof(struct nic_sq_tx_stats) +
-					     sizeof(struct nic_sq_cc) + 8 + 16 + 32,
+					     sizeof(struct nic_sq_cc) + 8 + 16 + 32 + 8,
 	       "struct nic_sq has hidden padding");
 
 /* ---- EVs: nic_evs -------------------------------------------------------- */

@@ -692,6 +692,7 @@ class NicSq(ctypes.Structure):
         ("wimm_full", ctypes.c_uint64),
         ("probe_good", ctypes.c_uint32),
         ("pd", ctypes.c_uint32),
+        ("peer_ports_ns", ctypes.c_uint64),
     ]
 
 

@@ -77,6 +77,13 @@ class PortMaps:
         )
         return list(defs.NicPeerPorts.from_buffer_copy(raw).peers)
 
+    def forget_peer_ports(self, host: int) -> None:
+        """Forget every port status update host took (its send QPs go by ACKs alone)."""
+        pins.check_range("host", host, MAX_HOSTS - 1)
+        bpfsys.map_update(
+            self._fds[PEER_PORTS_MAP], u32_key(host), bytes(ctypes.sizeof(defs.NicPeerPorts))
+        )
+
     def counters(self) -> dict[str, int]:
         """Outcome counters (Counter names, lower case), summed over CPUs."""
         return {c.name.lower(): self.counter(c) for c in Counter}

@@ -77,6 +77,7 @@ from tests.helpers.header_probe import (
     struct_layout,
 )
 from tests.helpers.nicprog import (
+    RX_HOST,
     XDP_DROP,
     XDP_PASS,
     XDP_REDIRECT,
@@ -361,6 +362,29 @@ def test_peer_port_bitmap_comes_from_its_acks(program, maps, sq):
         EV_D.to_bytes(2, "big"),
         EV_B.to_bytes(2, "big"),
     ]
+
+
+def test_a_port_status_update_newer_than_the_last_ack_steers_the_engine(program, maps, sq):
+    """The peer's PORT_STATUS_UPDATE (an EP probe recorded in nic_peer_ports) says its
+    plane 0 port is down: the engine keeps to plane 1 until an ACK newer than it
+    brings the peer's own bitmap again."""
+    post(maps, 6 * CE)
+    send(program, maps, 1)  # START on A (plane 0)
+    update = w.probe(
+        ack_ends(1), ev=0xC0FE, dqpn=w.EP_QPN, psn=1, tx_ts=1,
+        flags=w.PROBE_F_PORT_STATUS, port_bitmap=0b10,
+    )  # fmt: skip
+    run(program, maps, update)
+    try:
+        assert maps.peer_ports(TX_HOST)[RX_HOST].ports == 0b10  # recorded
+        ev_of = lambda r: int.from_bytes(r.frame[34:36], "big")  # noqa: E731
+        assert [ev_of(kick(program, maps)) for _ in range(2)] == [EV_B, EV_D]  # not C (plane 0)
+        # A SACK after the update says both of the peer's ports are up: plane 0 again.
+        r = run(program, maps, sack(maps, START, START + 1, port_bitmap=PLANES))
+        assert r.verdict in (XDP_TX, XDP_REDIRECT)  # the next packet, out of either port
+        assert {ev_of(r), ev_of(kick(program, maps))} & {EV_A, EV_C}
+    finally:
+        maps.forget_peer_ports(TX_HOST)  # the module's other tests go by ACKs alone
 
 
 # ---- the window ----------------------------------------------------------------------------
