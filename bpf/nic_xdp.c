@@ -141,6 +141,7 @@ static __always_inline struct nic_peer_ports *nic_peer_ports_lookup(__u32 *k)
 #include "nic_rx.h"
 #include "nic_ack.h"
 #include "nic_engine.h"
+#include "nic_ctl_kicks.h"
 
 /* ---- Entry point --------------------------------------------------------- */
 
