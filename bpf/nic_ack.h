@@ -502,10 +502,12 @@ static __always_inline int rx_probe_reply(struct xdp_md *ctx, struct mrc_pkt *p)
 	if (qpn == MRC_EP_QPN) /* to one of our endpoint probes (nic_answers.h) */
 		return rx_ep_probe_reply(p, pe);
 	if (pe->flags & MRC_PROBE_F_REVERSE) /* for a receive QP's reverse EV (nic_answers.h) */
-		return rx_rev_probe_reply(p, pe);
+		return rx_rev_probe_reply(ctx, p, pe);
 	verdict = tx_qp_check(p, qpn, &sq);
 	if (verdict != PKT_GO)
 		return verdict;
+	if (sq->auth && !probe_mac_ok(ctx, p, pe, sq->auth_key))
+		return drop(NIC_CNT_DROP_AUTH);
 	key.qpn = qpn;
 	key.ev = bpf_ntohs(pe->ev);
 	ev = nic_evs_lookup(&key);

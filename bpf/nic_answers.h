@@ -270,12 +270,25 @@ static __always_inline int probe_len_ok(struct mrc_pkt *p)
 	return PKT_GO;
 }
 
+/* A PROBE's or PROBE_REPLY's MAC (nic_auth.h) is the one key gives its fields. */
+static __always_inline int probe_mac_ok(struct xdp_md *ctx, struct mrc_pkt *p,
+					const struct mrc_probe_ext *pe, const __u64 *key)
+{
+	return pkt_icrc(ctx, p) == probe_mac(key, p->bth->opcode,
+					     bpf_ntohl(p->bth->qpn) & MRC_BTH_QPN_MASK,
+					     bpf_ntohl(p->bth->apsn) & MRC_BTH_PSN_MASK,
+					     bpf_ntohll(pe->tx_ts), bpf_ntohs(pe->ev), pe->flags,
+					     bpf_ntohl(pe->port_bitmap));
+}
+
 /* Turn a PROBE around into its PROBE_REPLY to qpn, with what it echoes
- * (read before: turn_around overwrites the PROBE). The frame, or NULL. */
+ * (read before: turn_around overwrites the PROBE) and icrc in the ICRC slot
+ * (a MAC, or MRC_ICRC_UNUSED). The frame, or NULL. */
 static __always_inline struct probe_frame *probe_reply_frame(struct xdp_md *ctx,
 							     const struct answer_route *r,
 							     __u32 qpn, __be32 apsn, __be64 tx_ts,
-							     __be16 ev, __u8 flags, __u32 ports)
+							     __be16 ev, __u8 flags, __u32 ports,
+							     __be32 icrc)
 {
 	struct probe_frame *f = turn_around(ctx, r, sizeof(*f));
 
@@ -291,7 +304,7 @@ static __always_inline struct probe_frame *probe_reply_frame(struct xdp_md *ctx,
 	f->probe.ev = ev;
 	f->probe.flags = flags;
 	f->probe.port_bitmap = bpf_htonl(ports);
-	f->icrc = MRC_ICRC_UNUSED;
+	f->icrc = icrc;
 	return f;
 }
 
@@ -372,7 +385,8 @@ static __always_inline int rx_ep_probe(struct xdp_md *ctx, struct mrc_pkt *p,
 	port_bitmap = host_ports(host);
 	route_in_place(&route, p);
 
-	f = probe_reply_frame(ctx, &route, MRC_EP_QPN, apsn, tx_ts, ev, flags, port_bitmap);
+	f = probe_reply_frame(ctx, &route, MRC_EP_QPN, apsn, tx_ts, ev, flags, port_bitmap,
+			      MRC_ICRC_UNUSED);
 	if (!f)
 		return XDP_DROP;
 	count(NIC_CNT_PROBE_REPLY, 1);
@@ -437,8 +451,9 @@ static __always_inline int rx_probe(struct xdp_md *ctx, struct mrc_pkt *p)
 	struct answer_route route;
 	struct probe_frame *f;
 	struct mrc_probe_ext *pe;
+	const __u64 *key = NULL; /* the QP's MAC key, if it takes only MAC'd packets */
 	__u32 port_bitmap, peer_qpn, qpn;
-	__be32 apsn;
+	__be32 apsn, icrc = MRC_ICRC_UNUSED;
 	__be64 tx_ts;
 	__be16 ev;
 	__u8 flags = 0;
@@ -459,6 +474,8 @@ static __always_inline int rx_probe(struct xdp_md *ctx, struct mrc_pkt *p)
 		verdict = tx_qp_check(p, qpn, &sq);
 		if (verdict != PKT_GO)
 			return verdict;
+		if (sq->auth)
+			key = sq->auth_key;
 		port_bitmap = host_ports(sq->local_host);
 		peer_qpn = sq->peer_qpn;
 		flags = MRC_PROBE_F_REVERSE;
@@ -469,16 +486,23 @@ static __always_inline int rx_probe(struct xdp_md *ctx, struct mrc_pkt *p)
 		verdict = rx_qp_check(p, qpn, &rq);
 		if (verdict != PKT_GO)
 			return verdict;
+		if (rq->auth)
+			key = rq->auth_key;
 		port_bitmap = host_ports(rq->local_host);
 		peer_qpn = rq->peer_qpn;
 		route_reverse(&route, p, qpn, bpf_ntohl(apsn), port_bitmap);
 	}
 	tx_ts = pe->tx_ts;
 	ev = pe->ev;
+	if (key && !probe_mac_ok(ctx, p, pe, key))
+		return drop(NIC_CNT_DROP_AUTH);
 	if ((p->ip->tos & MRC_ECN_MASK) == MRC_ECN_CE)
 		flags |= MRC_ACK_F_ECN;
+	if (key) /* the reply carries the connection's MAC as the probe did */
+		icrc = bpf_htonl(probe_mac(key, MRC_OP_PROBE_REPLY, peer_qpn, bpf_ntohl(apsn),
+					   bpf_ntohll(tx_ts), bpf_ntohs(ev), flags, port_bitmap));
 
-	f = probe_reply_frame(ctx, &route, peer_qpn, apsn, tx_ts, ev, flags, port_bitmap);
+	f = probe_reply_frame(ctx, &route, peer_qpn, apsn, tx_ts, ev, flags, port_bitmap, icrc);
 	if (!f)
 		return XDP_DROP;
 	count(NIC_CNT_PROBE_REPLY, 1);
@@ -490,7 +514,8 @@ static __always_inline int rx_probe(struct xdp_md *ctx, struct mrc_pkt *p)
  * rx_probe_reply hands it here): recorded in nic_rev_probes for the
  * receiver's daemon, which decides the EV's state from it; consumed.
  */
-static __always_inline int rx_rev_probe_reply(struct mrc_pkt *p, struct mrc_probe_ext *pe)
+static __always_inline int rx_rev_probe_reply(struct xdp_md *ctx, struct mrc_pkt *p,
+					      struct mrc_probe_ext *pe)
 {
 	__u32 qpn = bpf_ntohl(p->bth->qpn) & MRC_BTH_QPN_MASK, slot = qpn & (NIC_MAX_QPS - 1), i;
 	__u16 ev = bpf_ntohs(pe->ev);
@@ -503,6 +528,8 @@ static __always_inline int rx_rev_probe_reply(struct mrc_pkt *p, struct mrc_prob
 
 	if (verdict != PKT_GO)
 		return verdict;
+	if (rq->auth && !probe_mac_ok(ctx, p, pe, rq->auth_key))
+		return drop(NIC_CNT_DROP_AUTH);
 	set = nic_rev_evs_lookup(&slot);
 	pr = nic_rev_probes_lookup(&slot);
 	count(NIC_CNT_PROBE_REPLY_CONSUMED, 1);

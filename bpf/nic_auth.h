@@ -86,4 +86,21 @@ static __always_inline __u32 ack_mac(const __u64 *key, __u32 qpn, __u32 psn, __u
 	return sip_mac5(key[0], key[1], w);
 }
 
+/* A PROBE's or PROBE_REPLY's MAC: the EV it names, the time it echoes and
+ * the port bitmap the receiver records, so a forged reply cannot bring an
+ * ASSUMED_BAD EV back. The opcode is in it: a captured PROBE is no reply. */
+static __always_inline __u32 probe_mac(const __u64 *key, __u32 opcode, __u32 qpn, __u32 psn,
+				       __u64 tx_ts, __u32 ev, __u32 flags, __u32 ports)
+{
+	__u64 w[5] = {
+		mac_bth_word(opcode, qpn, psn),
+		tx_ts,
+		(__u64)(ev & 0xffff) << 48 | (__u64)(flags & 0xff) << 40 | ports,
+		0,
+		0,
+	};
+
+	return sip_mac5(key[0], key[1], w);
+}
+
 #endif /* MRC_NIC_AUTH_H */

@@ -117,3 +117,25 @@ def ack_mac(
         port_bitmap,
     ]
     return _mac(key, words)
+
+
+def probe_mac(
+    key: bytes,
+    *,
+    opcode: int,
+    qpn: int,
+    psn: int,
+    tx_ts: int,
+    ev: int,
+    flags: int,
+    port_bitmap: int,
+) -> int:
+    """The MAC of a PROBE or PROBE_REPLY (bpf/nic_auth.h probe_mac): the ICRC slot's value."""
+    words = [
+        _bth_word(opcode, qpn, psn),
+        tx_ts,
+        (ev & 0xFFFF) << 48 | (flags & 0xFF) << 40 | port_bitmap,
+        0,
+        0,
+    ]
+    return _mac(key, words)

@@ -106,6 +106,7 @@ class AppQp(supervisor.Supervised):
     rq_set: bool = False
     sq_set: bool = False
     auth: bool = False  # its packets carry a MAC (an auth_key at RTR or RTS)
+    send_key: bytes | None = None  # RTS's auth_key: the prober MACs its probes with it
 
 
 @dataclasses.dataclass
@@ -531,7 +532,7 @@ class AppSessions:
                 pd=aq.pd,
             )
             aq.rq_set, aq.remote = True, {"qpn": dest_qpn}
-            self.daemon.reverse.open(aq.qp.qpn, dest_host, dest_qpn)  # its answers' paths
+            self.daemon.reverse.open(aq.qp.qpn, dest_host, dest_qpn, key)  # its answers' paths
             aq.auth = aq.auth or key is not None
 
         return apply
@@ -667,6 +668,7 @@ class AppSessions:
                 pd=aq.pd,
             )
             aq.auth = aq.auth or send.auth_key is not None
+            aq.send_key = send.auth_key
             for ev in denied:  # the controller's DENIED EVs (MODIFY_EV_STATE)
                 self.maps.set_ev_state(aq.qp.qpn, ev, nic.EvState.DENIED)
         except OSError as e:

@@ -23,7 +23,7 @@ from mrc_nic import nic
 from mrc_nic.abi import defs
 from mrc_nic.kernel import bpfsys
 from mrc_nic.lab.topology import Topology
-from mrc_nic.nic import wire
+from mrc_nic.nic import auth, wire
 
 PROBE_INTERVAL_S = 0.002  # per EV; about 20 RTTs of this lab
 SCAN_INTERVAL_S = 0.002  # how often EV states are read (one batch read)
@@ -74,15 +74,35 @@ def _probe_offsets() -> tuple[int, int, int, int]:
 SPORT_AT, EV_AT, PSN_AT, TX_TS_AT = _probe_offsets()
 
 
-def probe_frame(template: bytes, ev: int, psn: int, tx_ts: int) -> bytes:
+_BTH_AT = len(wire.probe(ev=1, dqpn=1, psn=0, tx_ts=0)) - wire.PROBE_HDRS_LEN - wire.ICRC_LEN
+_BTH_HEAD = struct.Struct(">B3xII")  # opcode, QPN word, A/PSN word
+_PROBE_EXT = struct.Struct(">QHBxI")  # tx_ts, ev, flags, port_bitmap
+
+
+def probe_frame(template: bytes, ev: int, psn: int, tx_ts: int, key: bytes | None = None) -> bytes:
     """A probe from its template (wire.probe of EV 1, psn 0, tx_ts 0 on the same
     path): the bytes wire.probe builds for ev, psn and tx_ts (the UDP checksum
-    is 0 and the ICRC slot unused, so nothing else changes), without scapy's
-    several ms a frame."""
+    is 0, so nothing else changes), without scapy's several ms a frame. With
+    the connection's key (a QP whose packets are MAC'd), its MAC (nic.auth) is
+    in the ICRC slot: the peer's NIC drops a probe without it."""
     frame = bytearray(template)
     frame[SPORT_AT : SPORT_AT + 2] = frame[EV_AT : EV_AT + 2] = ev.to_bytes(2, "big")
     frame[PSN_AT : PSN_AT + 3] = (psn & wire.PSN_MASK).to_bytes(3, "big")
     frame[TX_TS_AT : TX_TS_AT + 8] = tx_ts.to_bytes(8, "big")
+    if key is not None:
+        opcode, qpn, apsn = _BTH_HEAD.unpack_from(frame, _BTH_AT)
+        ts, ev_, flags, ports = _PROBE_EXT.unpack_from(frame, _BTH_AT + wire.BTH_LEN)
+        mac = auth.probe_mac(
+            key,
+            opcode=opcode,
+            qpn=qpn & wire.QPN_MASK,
+            psn=apsn & wire.PSN_MASK,
+            tx_ts=ts,
+            ev=ev_,
+            flags=flags,
+            port_bitmap=ports,
+        )
+        frame[-wire.ICRC_LEN :] = mac.to_bytes(wire.ICRC_LEN, "big")
     return bytes(frame)
 
 
@@ -194,7 +214,7 @@ class Prober:
                 self._templates.clear()
             template = self._templates[key] = bytes(probe)
         # tx_ts: CLOCK_MONOTONIC, as the NIC's bpf_ktime_get_ns
-        frame = probe_frame(template, ev, self.sent, time.monotonic_ns())
+        frame = probe_frame(template, ev, self.sent, time.monotonic_ns(), sq.send_key)
         try:
             self._sock(plane).send(frame)
             self.sent += 1

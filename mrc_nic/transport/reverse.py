@@ -75,6 +75,7 @@ class _Set:
     data_pkts: int = -1
     active_until: float = 0.0
     next_probe: float = 0.0
+    key: bytes | None = None  # the connection's MAC key: the probes carry a MAC
 
 
 def _after(a: int, b: int) -> bool:
@@ -103,16 +104,17 @@ class ReverseEvs:
         self._socks.clear()
 
     # ---- sets ---------------------------------------------------------------------
-    def open(self, qpn: int, peer_host: int, peer_qpn: int) -> None:
+    def open(self, qpn: int, peer_host: int, peer_qpn: int, key: bytes | None = None) -> None:
         """Give receive QP qpn (set up in the NIC) a reverse EV set, every EV
-        UNTRIED: its answers go back in place until probes are answered."""
+        UNTRIED: its answers go back in place until probes are answered. key:
+        the connection's MAC key, if its packets are MAC'd (probes are too)."""
         per_plane = min(REV_PER_PLANE, nic.REV_EVS // self.topo.planes)
         evs = [
             _Ev(self._fresh(), plane)
             for plane in range(self.topo.planes)
             for _ in range(max(1, per_plane))
         ]
-        rs = self._sets[qpn] = _Set(qpn, peer_host, peer_qpn, evs[: nic.REV_EVS])
+        rs = self._sets[qpn] = _Set(qpn, peer_host, peer_qpn, evs[: nic.REV_EVS], key=key)
         self._write(rs)
 
     def forget(self, qpn: int) -> None:
@@ -238,7 +240,7 @@ class ReverseEvs:
             )
             template = self._templates[key] = bytes(frame)
         number = self.sent & wire.PSN_MASK
-        frame = probe_frame(template, e.ev, number, time.monotonic_ns())
+        frame = probe_frame(template, e.ev, number, time.monotonic_ns(), rs.key)
         try:
             plane_socket(self._socks, e.plane).send(frame)
         except OSError:

@@ -18,6 +18,7 @@ from scapy.layers.l2 import Ether
 
 from mrc_nic import nic
 from mrc_nic.nic import wire as w
+from tests.helpers import engine
 from tests.helpers.nicprog import (
     ANSWER,
     DATA,
@@ -29,6 +30,7 @@ from tests.helpers.nicprog import (
     XDP_REDIRECT,
     XDP_TX,
     delta,
+    probe_mac,
     run,
 )
 from tests.helpers.receiver import (
@@ -191,18 +193,22 @@ def test_reverse_probe_reply_for_an_ev_not_in_the_set(program, maps, qp):
     assert all(r.replies == 0 for r in maps.rev_probes(QP_RX))
 
 
-def test_reverse_probe_to_a_send_qp_is_answered_in_place(program, maps, qp):
-    """At the sender: a reverse probe names its send QP (peer: the receiver)."""
-    from tests.helpers import engine
-
+def sender_side(maps, **kw) -> w.Endpoints:
+    """engine's send QP QP_TX on host 0 (peer: host 1), ports 0 and 1 up; the
+    addresses of a reverse probe to it on plane 1, from its peer."""
     maps.set_port_bitmap(engine.TX_HOST, 0b11)
-    engine.setup_sq(maps)  # QP engine.QP_TX on host 0, peer host 1
-    ends = w.Endpoints(
+    engine.setup_sq(maps, **kw)
+    return w.Endpoints(
         src_mac="02:00:00:00:01:01",
         dst_mac="02:00:00:00:00:01",
         src_ip=f"198.18.1.{engine.RX_HOST + 1}",
         dst_ip=f"198.18.1.{engine.TX_HOST + 1}",
     )
+
+
+def test_reverse_probe_to_a_send_qp_is_answered_in_place(program, maps, qp):
+    """At the sender: a reverse probe names its send QP (peer: the receiver)."""
+    ends = sender_side(maps)
     probe = w.probe(ends, ev=REV_SAME, dqpn=engine.QP_TX, psn=5, tx_ts=99, flags=w.PROBE_F_REVERSE)
     result = run(program, probe)
     expected = w.probe_reply(
@@ -213,6 +219,82 @@ def test_reverse_probe_to_a_send_qp_is_answered_in_place(program, maps, qp):
         echo_ts=99,
         flags=w.PROBE_F_REVERSE,
         port_bitmap=0b11,
+    )
+    assert result.retval == XDP_TX
+    assert result.data_out == bytes(expected)
+
+
+# ---- MAC'd reverse probes (a connection with a key) ---------------------------------------------
+
+KEY = bytes(range(16, 32))
+
+
+def rev_mac(opcode: int, qpn: int, psn: int, ev: int, tx_ts: int, ports: int) -> int:
+    return probe_mac(KEY, opcode, qpn, psn, ev, tx_ts, ports, flags=w.PROBE_F_REVERSE)
+
+
+def test_a_receive_qp_with_a_key_records_only_reverse_probe_replies_with_its_mac(maps, program):
+    """A forged reply must not make a failed reverse path look alive."""
+    maps.set_region(
+        REGION, first_elem=REGION_FIRST_ELEM, n_elems=REGION_ELEMS, rkey=RKEY, base_va=0x7F00 << 32
+    )
+    maps.set_port_bitmap(RX_HOST, UP)
+    setup_qp(maps, auth_key=KEY)
+    rev_set(maps, (REV_SAME, PLANE, GOOD), (REV_OTHER, OTHER, BAD))
+    mac = rev_mac(w.Opcode.PROBE_REPLY, QP_RX, 77, REV_OTHER, 1, 0)
+
+    def reply(icrc: int):
+        return w.probe_reply(
+            ANSWER.reversed(),
+            ev=REV_OTHER,
+            dqpn=QP_RX,
+            psn=77,
+            echo_ts=1,
+            flags=w.PROBE_F_REVERSE,
+            icrc=icrc,
+        )
+
+    for icrc in (w.ICRC_UNUSED, mac ^ 4):
+        before = maps.counters()
+        assert run(program, reply(icrc)).retval == XDP_DROP
+        assert delta(before, maps.counters()) == {"drop_auth": 1}
+    assert maps.rev_probes(QP_RX)[1].replies == 0
+
+    before = maps.counters()
+    assert run(program, reply(mac)).retval == XDP_DROP
+    assert delta(before, maps.counters()) == {"probe_reply_consumed": 1, "rev_probe_reply": 1}
+    assert maps.rev_probes(QP_RX)[1].replies == 1
+
+
+def test_a_send_qp_with_a_key_answers_only_reverse_probes_with_its_mac(program, maps):
+    ends = sender_side(maps, auth_key=KEY)
+    mac = rev_mac(w.Opcode.PROBE, engine.QP_TX, 5, REV_SAME, 99, 0)
+
+    def probe(icrc: int):
+        return w.probe(
+            ends,
+            ev=REV_SAME,
+            dqpn=engine.QP_TX,
+            psn=5,
+            tx_ts=99,
+            flags=w.PROBE_F_REVERSE,
+            icrc=icrc,
+        )
+
+    before = maps.counters()
+    assert run(program, probe(mac ^ 1)).retval == XDP_DROP
+    assert delta(before, maps.counters()) == {"drop_auth": 1}
+
+    result = run(program, probe(mac))
+    expected = w.probe_reply(
+        ends.reversed(),
+        ev=REV_SAME,
+        dqpn=engine.QP_RX,
+        psn=5,
+        echo_ts=99,
+        flags=w.PROBE_F_REVERSE,
+        port_bitmap=0b11,
+        icrc=rev_mac(w.Opcode.PROBE_REPLY, engine.QP_RX, 5, REV_SAME, 99, 0b11),
     )
     assert result.retval == XDP_TX
     assert result.data_out == bytes(expected)

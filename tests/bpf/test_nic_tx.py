@@ -34,6 +34,8 @@ from mrc_nic import nic
 from mrc_nic.kernel import bpfsys
 from mrc_nic.nic import auth
 from mrc_nic.nic import wire as w
+from mrc_nic.transport import prober
+from tests.helpers import nicprog
 from tests.helpers.header_probe import struct_layout
 from tests.helpers.nicprog import (
     ANSWER,
@@ -1313,6 +1315,78 @@ def test_a_loss_restarts_the_count_of_good_probes(program, maps, event_reader):
     assert maps.ev(QP_TX, EV_B).state == nic.EvState.ASSUMED_BAD
     consumed(program, maps, probe_reply(3, ev=EV_B))
     assert maps.ev(QP_TX, EV_B).state == nic.EvState.GOOD
+
+
+# ---- MAC'd probes (a QP with a key, nic_auth.h probe_mac) ------------------------------------
+
+
+def probe_mac(opcode: int, qpn: int, psn: int, ev: int, tx_ts: int, ports: int) -> int:
+    """The MAC of a PROBE or PROBE_REPLY with these fields under KEY."""
+    return nicprog.probe_mac(KEY, opcode, qpn, psn, ev, tx_ts, ports)
+
+
+def test_a_qp_with_a_key_takes_only_probe_replies_with_its_mac(program, maps, event_reader):
+    """A forged PROBE_REPLY must not bring back an EV the sender took out."""
+    setup_sq(maps, auth_key=KEY)
+    event_reader.read()
+    maps.set_ev_state(QP_TX, EV_A, nic.EvState.ASSUMED_BAD)
+    mac = probe_mac(w.Opcode.PROBE_REPLY, QP_TX, 9, EV_A, TS, PEER_PORTS)
+    forged = [
+        probe_reply(9),  # no MAC
+        probe_reply(9, icrc=mac ^ 1),
+        probe_reply(10, icrc=mac),  # the MAC of another probe number
+        probe_reply(9, echo_ts=TS + 1, icrc=mac),  # ... of another time
+        probe_reply(9, ev=EV_B, icrc=mac),  # ... of another EV
+    ]
+    for pkt in forged:
+        assert consumed(program, maps, pkt) == {"drop_auth": 1}
+    a = maps.ev(QP_TX, EV_A)
+    assert (a.state, a.stats["probe_replies"]) == (nic.EvState.ASSUMED_BAD, 0)
+    assert event_reader.read() == []
+
+    got = consumed(program, maps, probe_reply(9, icrc=mac))
+    assert got == {"probe_reply_consumed": 1, "events": 1}
+    assert maps.ev(QP_TX, EV_A).state == nic.EvState.GOOD
+
+
+def test_a_receive_qp_with_a_key_answers_only_probes_with_its_mac(program, maps, sq):
+    maps.set_port_bitmap(RX_HOST, RX_PORTS)
+    maps.setup_rq(
+        QP_RX, local_host=RX_HOST, peer_host=TX_HOST, peer_qpn=QP_TX, region=0, auth_key=KEY
+    )
+    mac = probe_mac(w.Opcode.PROBE, QP_RX, 0x42, EV_B, TS, 0b1111)
+    for icrc in (w.ICRC_UNUSED, mac ^ 0x8000_0000):
+        assert consumed(program, maps, probe(0x42, icrc=icrc)) == {"drop_auth": 1}
+    before = maps.counters()
+
+    result = run(program, probe(0x42, icrc=mac))
+
+    assert result.retval == XDP_TX
+    reply_mac = probe_mac(w.Opcode.PROBE_REPLY, QP_TX, 0x42, EV_B, TS, RX_PORTS)
+    expected = w.probe_reply(
+        DATA.reversed(),
+        ev=EV_B,
+        dqpn=QP_TX,
+        psn=0x42,
+        echo_ts=TS,
+        port_bitmap=RX_PORTS,
+        icrc=reply_mac,
+    )
+    assert result.data_out == bytes(expected), "the reply carries the connection's MAC"
+    assert delta(before, maps.counters()) == {"probe_reply": 1}
+
+
+def test_the_probers_frames_carry_the_mac_a_keyed_receive_qp_wants(program, maps, sq):
+    """The daemon's probes (transport.prober.probe_frame, from a template) pass
+    the NIC's check with the connection's key, and fail it without."""
+    maps.set_port_bitmap(RX_HOST, RX_PORTS)
+    maps.setup_rq(
+        QP_RX, local_host=RX_HOST, peer_host=TX_HOST, peer_qpn=QP_TX, region=0, auth_key=KEY
+    )
+    template = bytes(w.probe(DATA, ev=1, dqpn=QP_RX, psn=0, tx_ts=0, port_bitmap=0b1111))
+    assert consumed(program, maps, prober.probe_frame(template, EV_B, 7, TS)) == {"drop_auth": 1}
+    for psn in (7, 0xFFFFFF):
+        assert run(program, prober.probe_frame(template, EV_B, psn, TS + psn, KEY)).retval == XDP_TX
 
 
 # ---- the host's EV event queue (nic_host_ctl.ev_event_cq) --------------------------------------

@@ -16,6 +16,7 @@ from scapy.packet import Packet, Raw
 
 from mrc_nic import nic
 from mrc_nic.kernel import bpfsys
+from mrc_nic.nic import auth
 from mrc_nic.nic import wire as w
 from tests.helpers.env import require_root_and_bcc
 
@@ -50,6 +51,15 @@ def loaded_nic_program(lab: str, **sizes):
 def run(program, frame: Packet | bytes) -> bpfsys.TestRunResult:
     """One frame through the program (BPF_PROG_TEST_RUN)."""
     return bpfsys.prog_test_run(program.fd, bytes(frame))
+
+
+def probe_mac(
+    key: bytes, opcode: int, qpn: int, psn: int, ev: int, tx_ts: int, ports: int, flags: int = 0
+) -> int:
+    """The MAC (nic.auth) of a PROBE or PROBE_REPLY with these fields."""
+    return auth.probe_mac(
+        key, opcode=opcode, qpn=qpn, psn=psn, tx_ts=tx_ts, ev=ev, flags=flags, port_bitmap=ports
+    )
 
 
 def delta(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:

@@ -23,6 +23,7 @@ import socket
 import time
 
 from mrc_nic import nic
+from mrc_nic.fabric import faults
 from mrc_nic.kernel import netns
 from mrc_nic.nic import wire
 from tests.helpers.writes import Repeating
@@ -341,3 +342,91 @@ def test_with_a_key_forged_packets_at_live_psns_are_dropped(default_lab):
     assert all(q["auth"] for r in results for q in r["qps"])
     assert got.get("drop_auth", 0) == sent, got
     print(f"\n  {sent} forged packets at live PSNs, {len(results)} MAC'd writes: all drop_auth")
+
+
+def _plane_evs(maps, qpn: int, plane: int) -> dict[int, tuple[int, int]]:
+    """{ev: (state, probe replies taken)} of send QP qpn's EVs on `plane`."""
+    return {
+        ev: (s.state, s.stats.probe_replies)
+        for (q, ev), s in maps.evs_raw().items()
+        if q == qpn and s.plane == plane
+    }
+
+
+def _until(what, timeout_s: float = 10.0):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        got = what()
+        if got:
+            return got
+        time.sleep(0.005)
+    return what()
+
+
+def test_with_a_key_a_forged_probe_reply_brings_no_ev_back(default_lab):
+    """Plane 1 blackholed under a MAC'd transfer: its EVs go ASSUMED_BAD, and
+    forged PROBE_REPLYs for them (right QPN, EV and addresses, no MAC) are
+    dropped as drop_auth and bring none back. Healed, the daemons' own probes
+    (MAC'd) bring the plane back, forward and reverse."""
+    topo = default_lab
+    rng = random.Random(SEED + 2)
+    at_h0 = Forger(topo, "h1", "h0", rng)
+    writes = Repeating(topo.lab, SIZE, auth=True)
+    tx_qp, rx_qp = writes.conn.qpns[0], writes.conn.remote[0]["qpn"]
+    bad, sent, fault = nic.EvState.ASSUMED_BAD, 0, None
+    with nic.NicMaps.open(topo.lab) as maps:
+        try:
+            _wait_sending(maps, tx_qp)
+            fault = faults.apply(topo.lab, ("plane", "1"), faults.FaultSpec("blackhole"))["id"]
+            first = _until(
+                lambda: {e for e, (st, _) in _plane_evs(maps, tx_qp, 1).items() if st == bad}
+            )
+            assert first, "a blackholed plane's EVs go ASSUMED_BAD"
+            before = maps.counters()
+            forged: dict[int, int] = {}  # ev: probe replies taken when first forged
+            for _ in range(50):
+                for ev, (st, replies) in _plane_evs(maps, tx_qp, 1).items():
+                    if st != bad:
+                        continue
+                    forged.setdefault(ev, replies)
+                    frame = wire.probe_reply(
+                        at_h0.ends[0],  # plane 0's addresses: the path that works
+                        ev=ev,
+                        dqpn=tx_qp,
+                        psn=rng.randrange(1 << 24),
+                        echo_ts=time.monotonic_ns() - 50_000,
+                        port_bitmap=0xF,
+                    )
+                    at_h0.send(0, bytes(frame))
+                    sent += 1
+                time.sleep(0.002)
+            time.sleep(0.05)
+            got = {k: v - before[k] for k, v in maps.counters().items() if v != before[k]}
+            after = _plane_evs(maps, tx_qp, 1)
+            faults.heal(topo.lab, [fault])
+            fault = None
+            back = _until(
+                lambda: [
+                    ev for ev, (st, n) in _plane_evs(maps, tx_qp, 1).items() if st != bad and n
+                ]
+            )
+            rev_good = _until(
+                lambda: (
+                    {e.plane for e in maps.rev_evs(rx_qp) or [] if e.state == nic.RevState.GOOD}
+                    == set(range(topo.planes))
+                )
+            )
+        finally:
+            if fault is not None:
+                faults.heal(topo.lab, [fault])
+            at_h0.close()
+            results = writes.stop()  # every write byte-exact
+
+    assert sent >= 50 and got.get("drop_auth", 0) == sent, (sent, got)
+    still = {ev: after[ev] for ev in forged if ev in after}
+    assert still and all(st == bad for st, _ in still.values()), still
+    assert all(still[ev][1] == forged[ev] for ev in still), "no forged reply was taken"
+    assert back, "the daemon's MAC'd probes bring plane 1's EVs back once healed"
+    assert rev_good, "every plane has a GOOD reverse EV: the MAC'd reverse probes are answered"
+    assert all(q["auth"] for r in results for q in r["qps"])
+    print(f"\n  {sent} forged PROBE_REPLYs for {len(forged)} ASSUMED_BAD EVs: all drop_auth")

@@ -33,3 +33,11 @@ def test_every_field_the_receiver_acts_on_changes_the_mac():
         changed = base | {field: not base[field] if field == "last" else base[field] + 1}
         assert auth.data_mac(KEY, **changed) != mac, field
     assert auth.data_mac(bytes(16), **base) != mac
+
+
+def test_every_field_of_a_probe_changes_its_mac():
+    base = dict(opcode=0xD8, qpn=5, psn=7, tx_ts=1 << 40, ev=0xC001, flags=0x80, port_bitmap=0b1011)
+    mac = auth.probe_mac(KEY, **base)
+    for field in base:
+        assert auth.probe_mac(KEY, **(base | {field: base[field] + 1})) != mac, field
+    assert auth.probe_mac(bytes(16), **base) != mac
