@@ -30,6 +30,7 @@ import contextlib
 import errno
 import os
 import sys
+import time
 import traceback
 
 from mrc_nic import nic
@@ -92,12 +93,15 @@ class Daemon(LineService):
         self.apps.drop(conn)  # an application's connection: everything it created goes
 
     def tick_interval(self) -> float:
-        """1 ms while QPs send, receive QPs keep reverse EVs or probe batches wait;
-        otherwise every tick would find nothing to do, and an idle lab's daemons
-        would each spend a few % of a CPU waking 1000 times a second. Whatever
-        starts work is a request, which wakes the loop at once."""
-        busy = self.apps.sending() or self.reverse.active or self.controller.ep.batches
-        return self.tick_s if busy else IDLE_TICK_S
+        """1 ms while QPs send or probe batches wait; until the next reverse EV
+        step (every 4 ms) while receive QPs only keep their reverse EVs: a
+        receiver's daemon waking 1000 times a second took the CPU its transfer's
+        softirq needed (docs/benchmarks.md, "The receiver's daemon"). Otherwise
+        IDLE_TICK_S: whatever starts work is a request, which wakes the loop."""
+        if self.apps.sending() or self.controller.ep.batches:
+            return self.tick_s
+        until = self.reverse.next_due() - time.monotonic()
+        return min(IDLE_TICK_S, max(self.tick_s, until))
 
     def tick(self, now: float) -> None:
         try:

@@ -5,10 +5,16 @@ receiver keeps healthy. Each receive QP here gets one (REV_PER_PLANE EVs per
 plane, values of their own); the NIC picks one of its GOOD EVs for every
 answer, of the plane the packet came in on while that plane has one, else
 of any plane (bpf/nic_answers.h, route_reverse). This module decides the
-states, from probes: while the QP receives, each reverse EV is probed every
-PROBE_INTERVAL_S (a PROBE with MRC_PROBE_F_REVERSE, sent on that EV and
-plane to the peer's send QP, which answers in place; BPF records the reply
-in nic_rev_probes). An EV starts UNTRIED, unused until a probe on it is
+states, from probes: while the QP receives, each reverse EV is probed (a
+PROBE with MRC_PROBE_F_REVERSE, sent on that EV and plane to the peer's send
+QP, which answers in place; BPF records the reply in nic_rev_probes) every
+PROBE_INTERVAL_S while it is in doubt (not GOOD, or its last probe missed),
+and every SETTLED_INTERVAL_S (with jitter, so a set's probes do not go out
+together) while GOOD: each probe a daemon sends pulls the fabric's softirq
+work onto the daemon's CPU, and at 4 ms a healthy set's probes reordered
+the transfer enough to cost 10-15% of its goodput (docs/benchmarks.md, "The
+receiver's probes"). The first missed probe brings PROBE_INTERVAL_S back at
+once. An EV starts UNTRIED, unused until a probe on it is
 answered (so a fresh value whose path is broken never carries an ACK;
 until some EV of the set is GOOD, answers go back in place). An EV whose
 last MISSES probes, each older than REPLY_WAIT_S and followed by data (a
@@ -32,6 +38,7 @@ Every change of state and every replacement goes to the lab's event log
 from __future__ import annotations
 
 import dataclasses
+import random
 import socket
 import time
 
@@ -42,7 +49,8 @@ from mrc_nic.nic import wire
 from mrc_nic.transport.prober import plane_socket, probe_frame
 
 REV_PER_PLANE = 2  # reverse EVs per plane; a set holds at most nic.REV_EVS
-PROBE_INTERVAL_S = 0.004  # per reverse EV, while the QP receives
+PROBE_INTERVAL_S = 0.004  # per reverse EV in doubt, while the QP receives; the judging step
+SETTLED_INTERVAL_S = 0.064  # per GOOD reverse EV whose last probe was answered
 REPLY_WAIT_S = 0.003  # a probe unanswered this long is missed (the lab's RTT: 0.1-0.3 ms)
 MISSES = 2  # consecutive missed probes: ASSUMED_BAD (one lost probe is not a failure)
 REPLACE_AFTER_S = 0.02
@@ -64,6 +72,8 @@ class _Ev:
     answered: int | None = None  # the latest probe number answered
     replies: int = 0  # nic_rev_probes' count at the last scan
     bad_since: float = 0.0
+    doubt: bool = True  # not GOOD, or a probe missed at the last judgement
+    next_probe: float = 0.0
 
 
 @dataclasses.dataclass
@@ -91,12 +101,17 @@ class ReverseEvs:
         self._templates: dict[tuple, bytes] = {}
         self._next_value = REV_EV_BASE
         self.sent = 0
+        self._rng = random.Random()  # the settled probes' jitter
         self.replaced = 0
 
     @property
     def active(self) -> bool:
         """Some receive QP has a set to keep."""
         return bool(self._sets)
+
+    def next_due(self) -> float:
+        """When the next set is due a step (time.monotonic); inf with no set."""
+        return min((rs.next_probe for rs in self._sets.values()), default=float("inf"))
 
     def close(self) -> None:
         for s in self._socks.values():
@@ -154,8 +169,10 @@ class ReverseEvs:
             self._write(rs)
         ports = self.maps.port_bitmap(self.index)
         for e in rs.evs:
-            if (ports >> e.plane) & 1:
+            if now >= e.next_probe and (ports >> e.plane) & 1:
                 self._probe(rs, e, now)
+                settled = SETTLED_INTERVAL_S * self._rng.uniform(0.75, 1.0)
+                e.next_probe = now + (PROBE_INTERVAL_S if e.doubt else settled)
 
     def _judge(self, now: float, rs: _Set) -> bool:
         """New states from the replies BPF recorded; True if any changed."""
@@ -177,12 +194,15 @@ class ReverseEvs:
                 if now - sent < REPLY_WAIT_S or rs.data_pkts == data or n in due
             ]
             missed = [n for n in due if e.answered is None or _after(n, e.answered)]
+            if missed and not e.doubt:
+                e.next_probe = now  # a settled EV missed one: probe it often again
             if e.state == nic.RevState.UNTRIED and e.answered is not None:
                 changed |= self._set_state(rs, e, nic.RevState.GOOD, now, "answered")
             elif e.state != nic.RevState.ASSUMED_BAD and len(missed) >= MISSES:
                 changed |= self._set_state(rs, e, nic.RevState.ASSUMED_BAD, now, "unanswered")
             elif e.state == nic.RevState.ASSUMED_BAD and due and due[-1] not in missed:
                 changed |= self._set_state(rs, e, nic.RevState.GOOD, now, "answered")
+            e.doubt = bool(missed) or e.state != nic.RevState.GOOD
         return changed
 
     def _set_state(self, rs: _Set, e: _Ev, state: int, now: float, cause: str) -> bool:

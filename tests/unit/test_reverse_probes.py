@@ -1,0 +1,154 @@
+"""When a receiver's daemon probes its reverse EVs (transport.reverse), on a
+fake NIC that answers what the test says: every probe a daemon sends costs the
+transfer (docs/benchmarks.md, "The receiver's probes"), so a GOOD EV whose
+probes are answered is probed about every SETTLED_INTERVAL_S, an EV in doubt
+every PROBE_INTERVAL_S, and a settled EV that misses one probe is probed
+again at once and is ASSUMED_BAD after MISSES misses, as before."""
+
+from __future__ import annotations
+
+import itertools
+import struct
+from types import SimpleNamespace
+
+import pytest
+
+from mrc_nic import nic
+from mrc_nic.lab import topology
+from mrc_nic.transport import reverse
+from tests.helpers.env import NETNS_DIR
+
+QPN, PEER_QPN = 0x11, 0x22
+PSN_AT = 42 + 9  # the probe number: BTH.psn's 3 bytes (BTH at 42; opcode, flags, pkey, QPN, A)
+
+
+class FakeNic:
+    """What ReverseEvs reads and writes of the NIC; replies as `answer` says."""
+
+    def __init__(self, planes: int) -> None:
+        self.ports = (1 << planes) - 1
+        self.data_pkts = 0
+        self.replies: dict[int, SimpleNamespace] = {}  # set index: its nic_rev_probes entry
+        self.sets: list[list[nic.RevEv]] = []
+        self.evs: list[int] = []  # the set's EV values, by index
+
+    def rq_raw(self, qpn):
+        return SimpleNamespace(stats=SimpleNamespace(data_pkts=self.data_pkts))
+
+    def rev_probes(self, qpn):
+        return [
+            self.replies.get(i, SimpleNamespace(ev=0, replies=0, last_psn=0))
+            for i in range(len(self.evs))
+        ]
+
+    def set_rev_evs(self, qpn, evs):
+        self.sets.append(evs)
+        self.evs = [e.ev for e in evs]
+
+    def forget_rev_probe(self, qpn, index):
+        self.replies.pop(index, None)
+
+    def port_bitmap(self, host):
+        return self.ports
+
+    def ports_disabled(self, host):
+        return 0
+
+    def port(self, host, plane):
+        return {"mac": "02:00:00:00:01:00", "nh_mac": "02:00:00:00:00:00", "ifindex": 1}
+
+    def answer(self, ev: int, number: int) -> None:
+        """The peer answered probe `number` of reverse EV `ev` (BPF records it)."""
+        i = self.evs.index(ev)
+        old = self.replies.get(i)
+        self.replies[i] = SimpleNamespace(
+            ev=ev, replies=(old.replies if old else 0) + 1, last_psn=number
+        )
+
+
+class Socket:
+    def __init__(self, sent: list) -> None:
+        self.sent = sent
+
+    def send(self, frame: bytes) -> None:
+        self.sent.append(frame)
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    topo = topology.load(NETNS_DIR / "default.toml")
+    maps = FakeNic(topo.planes)
+    monkeypatch.setattr(reverse.ctl, "post_event", lambda *a, **kw: None)
+    rev = reverse.ReverseEvs(topo, "h1", 1, maps)
+    sent: list[bytes] = []
+    rev._socks = {p: Socket(sent) for p in range(topo.planes)}
+    rev.open(QPN, 0, PEER_QPN)
+    return rev, maps, sent
+
+
+def probes(frames: list[bytes]) -> list[tuple[int, int]]:
+    """(EV, probe number) of each probe frame: UDP source port and BTH.psn."""
+    return [
+        (struct.unpack_from(">H", f, 34)[0], int.from_bytes(f[PSN_AT : PSN_AT + 3], "big"))
+        for f in frames
+    ]
+
+
+def run(rev, maps, sent, start: float, end: float, *, answer=lambda ev: True) -> list[tuple]:
+    """Step every millisecond from start to end with data coming in; the probes
+    sent, as (time, EV); the ones `answer` allows are answered at once."""
+    out = []
+    t = start
+    while t < end:
+        maps.data_pkts += 10
+        before = len(sent)
+        rev.step(t)
+        for ev, number in probes(sent[before:]):
+            out.append((round(t, 3), ev))
+            if answer(ev):
+                maps.answer(ev, number)
+        t += 0.001
+    return out
+
+
+def test_a_healthy_set_is_probed_at_the_settled_interval(fake):
+    rev, maps, sent = fake
+    evs = list(maps.evs)
+    first = run(rev, maps, sent, 0.0, 0.02)
+    # UNTRIED: probed at once and again at the next step, then GOOD and settled
+    assert {ev for _, ev in first if _ == 0.0} == set(evs)
+    assert all(s.state == nic.RevState.GOOD for s in maps.sets[-1]), maps.sets[-1]
+    later = run(rev, maps, sent, 0.02, 0.5)
+    per_ev = {ev: [t for t, e in later if e == ev] for ev in evs}
+    for ev, times in per_ev.items():
+        gaps = [b - a for a, b in itertools.pairwise(times)]
+        assert gaps and all(
+            reverse.SETTLED_INTERVAL_S * 0.75 - 0.005 <= g <= reverse.SETTLED_INTERVAL_S + 0.005
+            for g in gaps
+        ), (ev, times)
+    # 8 EVs over 0.48 s: about 8 * 0.48 / 0.056, against 8 * 120 at PROBE_INTERVAL_S
+    assert len(later) <= len(evs) * 0.48 / (reverse.SETTLED_INTERVAL_S * 0.75) + len(evs)
+
+
+def test_a_settled_ev_that_misses_a_probe_is_probed_often_again_and_goes_bad(fake):
+    rev, maps, sent = fake
+    run(rev, maps, sent, 0.0, 0.2)
+    dead = maps.evs[2]
+    missed = run(rev, maps, sent, 0.2, 0.4, answer=lambda ev: ev != dead)
+    times = [t for t, ev in missed if ev == dead]
+    # the first unanswered probe is judged within a step, then probed every 4 ms
+    gaps = [b - a for a, b in itertools.pairwise(times)]
+    assert min(gaps) <= reverse.PROBE_INTERVAL_S + 0.0015, times
+    went_bad = [
+        i
+        for i, evs in enumerate(maps.sets)
+        if (dead, nic.RevState.ASSUMED_BAD) in {(e.ev, e.state) for e in evs}
+    ]
+    assert went_bad, "the EV whose probes go unanswered is ASSUMED_BAD"
+    # ... and, its plane's other EV being GOOD, replaced by a fresh value that works
+    final = {e.ev: e.state for e in maps.sets[-1]}
+    assert dead not in final and all(s == nic.RevState.GOOD for s in final.values()), final
+    # detected within a settled interval, a reply wait and MISSES probes
+    bad_at = times[0] + reverse.REPLY_WAIT_S + reverse.MISSES * reverse.PROBE_INTERVAL_S + 0.002
+    assert times[0] <= 0.2 + reverse.SETTLED_INTERVAL_S + 0.002
+    assert bad_at < 0.4
