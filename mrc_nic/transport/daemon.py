@@ -96,7 +96,7 @@ class Daemon(LineService):
         """1 ms while QPs send or probe batches wait; until the next reverse EV
         step (every 4 ms) while receive QPs only keep their reverse EVs: a
         receiver's daemon waking 1000 times a second took the CPU its transfer's
-        softirq needed (docs/benchmarks.md, "The receiver's daemon"). Otherwise
+        softirq needed (docs/benchmarks.md, "The receiver's probes"). Otherwise
         IDLE_TICK_S: whatever starts work is a request, which wakes the loop."""
         if self.apps.sending() or self.controller.ep.batches:
             return self.tick_s

@@ -10,12 +10,11 @@ PROBE with MRC_PROBE_F_REVERSE, sent on that EV and plane to the peer's send
 QP, which answers in place; BPF records the reply in nic_rev_probes) every
 PROBE_INTERVAL_S while it is in doubt (not GOOD, or its last probe missed),
 and every SETTLED_INTERVAL_S (with jitter, so a set's probes do not go out
-together) while GOOD: each probe a daemon sends pulls the fabric's softirq
-work onto the daemon's CPU, and at 4 ms a healthy set's probes reordered
-the transfer enough to cost 10-15% of its goodput (docs/benchmarks.md, "The
-receiver's probes"). The first missed probe brings PROBE_INTERVAL_S back at
-once. An EV starts UNTRIED, unused until a probe on it is
-answered (so a fresh value whose path is broken never carries an ACK;
+together) while GOOD: at 4 ms a healthy set's probes reordered the
+transfer's packets enough to cost 10-15% of its goodput in spurious resends
+(docs/benchmarks.md, "The receiver's probes"). The first missed probe
+brings PROBE_INTERVAL_S back at once. An EV starts UNTRIED, unused until a
+probe on it is answered (so a fresh value whose path is broken never carries an ACK;
 until some EV of the set is GOOD, answers go back in place). An EV whose
 last MISSES probes, each older than REPLY_WAIT_S and followed by data (a
 sender that closed or paused fails no path), went unanswered is
@@ -73,7 +72,7 @@ class _Ev:
     replies: int = 0  # nic_rev_probes' count at the last scan
     bad_since: float = 0.0
     doubt: bool = True  # not GOOD, or a probe missed at the last judgement
-    next_probe: float = 0.0
+    next_probe: float = 0.0  # when it is next probed
 
 
 @dataclasses.dataclass
@@ -84,7 +83,7 @@ class _Set:
     evs: list[_Ev]
     data_pkts: int = -1
     active_until: float = 0.0
-    next_probe: float = 0.0
+    next_step: float = 0.0  # when it is next judged (every PROBE_INTERVAL_S)
     key: bytes | None = None  # the connection's MAC key: the probes carry a MAC
 
 
@@ -111,7 +110,7 @@ class ReverseEvs:
 
     def next_due(self) -> float:
         """When the next set is due a step (time.monotonic); inf with no set."""
-        return min((rs.next_probe for rs in self._sets.values()), default=float("inf"))
+        return min((rs.next_step for rs in self._sets.values()), default=float("inf"))
 
     def close(self) -> None:
         for s in self._socks.values():
@@ -153,9 +152,9 @@ class ReverseEvs:
                 self._sets.pop(rs.qpn, None)  # its receive state is gone
 
     def _step_set(self, now: float, rs: _Set) -> None:
-        if now < rs.next_probe:
+        if now < rs.next_step:
             return
-        rs.next_probe = now + PROBE_INTERVAL_S
+        rs.next_step = now + PROBE_INTERVAL_S
         data = self.maps.rq_raw(rs.qpn).stats.data_pkts
         if data != rs.data_pkts:
             rs.data_pkts, rs.active_until = data, now + IDLE_AFTER_S
