@@ -67,11 +67,17 @@ def plane_share(results: list[dict], plane: int) -> float:
     return sum(r["per_plane_share"][str(plane)] * r["bytes"] for r in results) / total
 
 
-def send_qp(labname: str) -> int:
+def send_qp(labname: str, old: frozenset[int] = frozenset()) -> int:
+    """h0's send QP to h1 once it is in RTS (not one of `old`: a session that
+    just ended may still be listed while its daemon releases it)."""
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         qps = ctl.call(labname, "h0", ops.QpList()).qps
-        live = [q["qpn"] for q in qps if q["dest_host"] == 1 and q["state"] == "RTS"]
+        live = [
+            q["qpn"]
+            for q in qps
+            if q["dest_host"] == 1 and q["state"] == "RTS" and q["qpn"] not in old
+        ]
         if live:
             return live[0]
         time.sleep(0.01)
@@ -237,13 +243,14 @@ def test_stop_ends_a_running_write_and_the_daemon_goes_on(default_lab):
 
 def test_ctrl_c_on_write_cancels_the_transfer(default_lab):
     name = default_lab.lab
+    old = frozenset(q["qpn"] for q in ctl.call(name, "h0", ops.QpList()).qps)
     cli = subprocess.Popen(
         [*MRC, "write", "h0", "h1", "--size", "1G", "-l", name],
         stderr=subprocess.PIPE,
         text=True,
     )
     try:
-        send_qp(name)
+        send_qp(name, old)  # the CLI's own QP: it is past start-up and connecting
         cli.send_signal(signal.SIGINT)
         _, err = cli.communicate(timeout=30)
     finally:
