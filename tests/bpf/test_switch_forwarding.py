@@ -319,7 +319,9 @@ def test_redirected_packets_meet_the_egress_hook_and_its_tbf(program, maps):
         try:
             drops0 = maps.counters(2, sp.EGRESS).drop_blackhole
             netns.run_in(ns_a, _send_udp, "10.78.1.2", 5, timeout=30)
-            assert maps.counters(2, sp.EGRESS).drop_blackhole - drops0 == 5
+            # the 5 datagrams, and perhaps an ARP refresh of the next hop, which
+            # the blackhole takes too
+            assert maps.counters(2, sp.EGRESS).drop_blackhole - drops0 in (5, 6)
             rx.settimeout(0.3)
             with pytest.raises(TimeoutError):
                 rx.recvmsg(256, 64)
