@@ -16,9 +16,9 @@ the event log's in mrc_nic.lab.eventops; docs/daemon.md lists them.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import socket
+import threading
 import time
 from pathlib import Path
 
@@ -143,10 +143,28 @@ class Session:
         return decode(line)
 
 
+# One connection to each lab's event log per process, kept: a daemon posts
+# hundreds of events a second under churn (EV replacements), and a connection
+# each was a tenth of its CPU. The lock: a CLI may post from two threads (chaos).
+_event_sessions: dict[str, Session] = {}
+_event_lock = threading.Lock()
+
+
 def post_event(lab: str, event: dict, source: str = "cli") -> None:
     """Record an event (a fault put in force, a QP in ERR) in the lab's event
     log. Best effort: without a running log the event is lost, and
     `mrc-nic events` says the log is not running."""
     request = eventops.Post(event=event, source=source)
-    with contextlib.suppress(DaemonError, OSError):
-        call(lab, EVENTS_SERVICE, request, timeout=2.0)
+    with _event_lock:
+        for _ in range(2):  # a kept connection the log closed (it restarted): once more
+            session = _event_sessions.pop(lab, None)
+            try:
+                if session is None:
+                    session = Session(lab, EVENTS_SERVICE, timeout=2.0)
+                session.call(request)
+            except (DaemonError, OSError):
+                if session is not None:
+                    session.close()
+                continue
+            _event_sessions[lab] = session
+            return
