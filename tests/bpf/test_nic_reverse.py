@@ -206,12 +206,16 @@ def sender_side(maps, **kw) -> w.Endpoints:
     )
 
 
-def test_reverse_probe_to_a_send_qp_is_answered_in_place(program, maps, qp):
-    """At the sender: a reverse probe names its send QP (peer: the receiver)."""
-    ends = sender_side(maps)
-    probe = w.probe(ends, ev=REV_SAME, dqpn=engine.QP_TX, psn=5, tx_ts=99, flags=w.PROBE_F_REVERSE)
-    result = run(program, probe)
-    expected = w.probe_reply(
+def reverse_probe(ends: w.Endpoints, icrc: int = w.ICRC_UNUSED):
+    """The receiver's probe number 5 of reverse EV REV_SAME, to the send QP."""
+    return w.probe(
+        ends, ev=REV_SAME, dqpn=engine.QP_TX, psn=5, tx_ts=99, flags=w.PROBE_F_REVERSE, icrc=icrc
+    )
+
+
+def reverse_probe_reply(ends: w.Endpoints, icrc: int = w.ICRC_UNUSED):
+    """The sender's answer to reverse_probe, in place, with its ports 0 and 1 up."""
+    return w.probe_reply(
         ends.reversed(),
         ev=REV_SAME,
         dqpn=engine.QP_RX,
@@ -219,9 +223,16 @@ def test_reverse_probe_to_a_send_qp_is_answered_in_place(program, maps, qp):
         echo_ts=99,
         flags=w.PROBE_F_REVERSE,
         port_bitmap=0b11,
+        icrc=icrc,
     )
+
+
+def test_reverse_probe_to_a_send_qp_is_answered_in_place(program, maps, qp):
+    """At the sender: a reverse probe names its send QP (peer: the receiver)."""
+    ends = sender_side(maps)
+    result = run(program, reverse_probe(ends))
     assert result.retval == XDP_TX
-    assert result.data_out == bytes(expected)
+    assert result.data_out == bytes(reverse_probe_reply(ends))
 
 
 # ---- MAC'd reverse probes (a connection with a key) ---------------------------------------------
@@ -270,31 +281,11 @@ def test_a_send_qp_with_a_key_answers_only_reverse_probes_with_its_mac(program, 
     ends = sender_side(maps, auth_key=KEY)
     mac = rev_mac(w.Opcode.PROBE, engine.QP_TX, 5, REV_SAME, 99, 0)
 
-    def probe(icrc: int):
-        return w.probe(
-            ends,
-            ev=REV_SAME,
-            dqpn=engine.QP_TX,
-            psn=5,
-            tx_ts=99,
-            flags=w.PROBE_F_REVERSE,
-            icrc=icrc,
-        )
-
     before = maps.counters()
-    assert run(program, probe(mac ^ 1)).retval == XDP_DROP
+    assert run(program, reverse_probe(ends, mac ^ 1)).retval == XDP_DROP
     assert delta(before, maps.counters()) == {"drop_auth": 1}
 
-    result = run(program, probe(mac))
-    expected = w.probe_reply(
-        ends.reversed(),
-        ev=REV_SAME,
-        dqpn=engine.QP_RX,
-        psn=5,
-        echo_ts=99,
-        flags=w.PROBE_F_REVERSE,
-        port_bitmap=0b11,
-        icrc=rev_mac(w.Opcode.PROBE_REPLY, engine.QP_RX, 5, REV_SAME, 99, 0b11),
-    )
+    result = run(program, reverse_probe(ends, mac))
+    reply_mac = rev_mac(w.Opcode.PROBE_REPLY, engine.QP_RX, 5, REV_SAME, 99, 0b11)
     assert result.retval == XDP_TX
-    assert result.data_out == bytes(expected)
+    assert result.data_out == bytes(reverse_probe_reply(ends, reply_mac))
