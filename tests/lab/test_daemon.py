@@ -143,21 +143,24 @@ def test_write_survives_a_fault_started_mid_transfer(default_lab, target, args):
             with nic.NicMaps.open(name) as maps:
                 wait_for(lambda: maps.port_bitmap(0) >> plane & 1, lambda up: not up)
                 wait_for(lambda: maps.sq(qpn).peer_ports >> plane & 1, lambda up: not up)
-        bad = wait_for(
-            lambda: ev_states(name, qpn),
-            lambda c: (
-                c[(plane, "ASSUMED_BAD")]
-                >= (32 if args[1] == "blackhole" and target[0] == "plane" else 1)
-            ),
-        )
-        # The fault stays local: most EVs of the other planes stay GOOD (a few may
-        # be blamed wrongly for a moment when scheduling delays one path's packets
-        # beyond the reorder window; probes give them back).
+        # The fault stays local: the faulted plane's EVs go bad while most EVs of
+        # the other planes are GOOD. Some may be blamed wrongly for a moment when
+        # scheduling delays one path's packets beyond the reorder window (on a
+        # loaded machine 19 of plane 0's at once); probes give them back, so the
+        # test waits for a moment where both hold, not for the first snapshot.
         # A link flapping every 100 ms stalls this machine's softirq for 1-60 ms at
         # each edge (docs/benchmarks.md), so every plane's packets trail for a
         # moment: more are blamed, still three quarters of them stay GOOD.
         floor = 72 if args[1] == "flap" else 80
-        assert sum(n for (p, s), n in bad.items() if p != plane and s == "GOOD") >= floor, bad
+        wait_for(
+            lambda: ev_states(name, qpn),
+            lambda c: (
+                c[(plane, "ASSUMED_BAD")]
+                >= (32 if args[1] == "blackhole" and target[0] == "plane" else 1)
+                and sum(n for (p, s), n in c.items() if p != plane and s == "GOOD") >= floor
+            ),
+            timeout=8.0,
+        )
         time.sleep(0.3)
         run_cli("heal", "--all", "-l", name)
         if "loss" not in args:  # under 20% loss some EVs may go bad again at any time
