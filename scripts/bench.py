@@ -11,6 +11,12 @@ machine is shared and absolute figures drift (DESIGN.md section 3).
    on the verbs API: mrc_nic.workloads.rdma_write, what `mrc-nic write` does)
    vs MPTCP with 4 subflows, one per plane, vs single-path TCP on plane 0
    (mrc_nic.workloads.peers: kernel sockets, the receiver counts delivered bytes).
+   MPTCP runs twice: over a plain kernel fabric of the same shape (bp<pid>:
+   the same namespaces, veths, routes and TBFs, no BPF program anywhere, so
+   TCP keeps GSO), which is what a user would run instead and the peer of the
+   target; and through this lab's own switches (XDP on the ports turns GSO
+   off), as the loss part measures it. Each run gives data packets a second
+   and the machine's CPU time per data packet (TCP: payload / MSS).
 2. loss: goodput under random loss on every plane (0, 0.1%, 1%, 5%) and 20%
    on one plane, applied as `mrc-nic fail h0.ethP --mode loss --rate R
    --seed S` does: on each of h0's host links, both directions, one seed per
@@ -41,7 +47,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from mrc_nic import resources
+from mrc_nic import nic, resources
 from mrc_nic.fabric import faults
 from mrc_nic.kernel import cpustat
 from mrc_nic.lab import ctl, topology
@@ -50,15 +56,18 @@ from mrc_nic.workloads import peers, rdma_write
 from mrc_nic.workloads.benchkit import (
     add_common_args,
     begin,
+    cpu_figures,
     load_avg,
     log,
     median,
     own_lab,
+    plain_fabric,
     print_table,
     pyplot,
     ratio,
     save_png,
     table_row,
+    tcp_segments,
     verdict,
 )
 
@@ -75,9 +84,11 @@ LOSS_CASES = [  # (label, rate, planes it applies to; None: every plane)
 PLOT_BIN_S = 0.05  # timelines are drawn in bins of this width (or the run's, if wider)
 PEER_LABEL = {
     "mrc": "mrc-nic WRITE",
-    "mptcp": "MPTCP, 4 subflows",
-    "tcp": "TCP, plane 0",
+    "plain": "MPTCP, 4 subflows, plain kernel fabric (no BPF)",
+    "mptcp": "MPTCP, 4 subflows, in mrc-nic's lab",
+    "tcp": "TCP, plane 0, in mrc-nic's lab",
 }
+GOODPUT_ORDER = ("mrc", "plain", "mptcp", "tcp")
 
 
 def fmt(value: float | None, spec: str = ".3f") -> str:
@@ -123,9 +134,15 @@ def settle(name: str, limit: float = 60.0) -> str:
     return f"its QPs still sending after {limit:g} s"
 
 
-def run_peer(topo, proto: str, args: argparse.Namespace, events=()) -> dict[str, Any]:
+def run_peer(
+    topo, proto: str, args: argparse.Namespace, events=(), *, plain: bool = False
+) -> dict[str, Any]:
+    """A kernel stream; `plain`: over the plain fabric (no per-plane BPF counters there)."""
     try:
-        res = peers.run_stream(topo, "h0", "h1", proto, args.seconds, args.bin_s, events=events)
+        res = peers.run_stream(
+            topo, "h0", "h1", proto, args.seconds, args.bin_s, events=events,
+            count_planes=not plain,
+        )  # fmt: skip
     except Exception as e:
         return {"peer": proto, "ok": False, "error": f"{type(e).__name__}: {e}"}
     retx = sum(s.get("bytes_retrans", 0) for s in res.subflows) if res.subflows else None
@@ -163,6 +180,8 @@ def summarize(runs: list[dict[str, Any]], msg_bytes: int) -> dict[str, Any]:
         "msg_rate_mpps": total_b / msg_bytes / total_s / 1e6 if total_s else None,
         "runs_ok": f"{len(ok)}/{len(runs)}",
         "machine_busy_cpus": median([r.get("machine_busy_cpus") for r in runs]),
+        "mpps_median": median([r.get("mpps") for r in ok]),
+        "cpu_us_per_packet_median": median([r.get("cpu_us_per_packet") for r in ok]),
     }
 
 
@@ -171,17 +190,38 @@ def msg_bytes_of(peer: str, write_size: int) -> int:
 
 
 # ---- the two parts -----------------------------------------------------------------
-def part_goodput(name: str, topo, args: argparse.Namespace) -> dict[str, Any]:
-    order = ["mrc", "mptcp", "tcp"]
+def data_packets(peer: str, run: dict[str, Any], topo) -> int:
+    """Data packets a run put on the wire: WRITE segments and resends, or TCP segments."""
+    if not run.get("ok"):
+        return 0
+    if peer == "mrc":
+        return -(-run["bytes"] // nic.seg_size(topo.mtu)) + (run.get("retransmits") or 0)
+    return tcp_segments(run["bytes"], topo.mtu)
+
+
+def part_goodput(name: str, topo, plain, args: argparse.Namespace) -> dict[str, Any]:
+    order = list(GOODPUT_ORDER)
     runs: dict[str, list] = {p: [] for p in order}
     for r in range(args.rounds):
-        for peer in order[r % 3 :] + order[: r % 3]:  # a different peer first each round
+        k = r % len(order)
+        for peer in order[k:] + order[:k]:  # a different peer first each round
             cpu = cpustat.sample()
-            run = run_mrc(name, args.size, args) if peer == "mrc" else run_peer(topo, peer, args)
-            run["machine_busy_cpus"] = cpustat.busy_cores(cpu, cpustat.sample())
+            if peer == "mrc":
+                run = run_mrc(name, args.size, args)
+            elif peer == "plain":
+                run = run_peer(plain, "mptcp", args, plain=True)
+            else:
+                run = run_peer(topo, peer, args)
+            cpu_end = cpustat.sample()
+            run["machine_busy_cpus"] = cpustat.busy_cores(cpu, cpu_end)
+            run.update(cpu_figures(cpu, cpu_end, run.get("seconds"), data_packets(peer, run, topo)))
             run["round"] = r
             runs[peer].append(run)
-            log(f"  goodput round {r + 1}/{args.rounds} {peer}: {fmt(run.get('gbps'))} Gbit/s")
+            log(
+                f"  goodput round {r + 1}/{args.rounds} {peer}: {fmt(run.get('gbps'))} Gbit/s, "
+                f"{fmt(run.get('mpps'), '.4f')} Mpps, {fmt(run.get('cpu_us_per_packet'), '.2f')} "
+                "us CPU a packet"
+            )
     rows = {p: summarize(runs[p], msg_bytes_of(p, args.size)) for p in order}
     mrc = rows["mrc"]["bw_median_gbps"]
     for p in order:
@@ -269,23 +309,43 @@ def table_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
     rows = []
     if "goodput" in result:
         g = result["goodput"]["rows"]
-        mrc, mptcp = g["mrc"]["bw_median_gbps"], g["mptcp"]["bw_median_gbps"]
+        # Older JSONs (before the plain-fabric peer) have no "plain" row.
+        fair = "plain" if "plain" in g else "mptcp"
+        mrc, peer_bw = g["mrc"]["bw_median_gbps"], g[fair]["bw_median_gbps"]
         bar = GOODPUT_TARGET * AGGREGATE_BPS / 1e9
-        met = None if mrc is None else mrc >= bar and (mptcp is None or mrc > mptcp)
-        for peer in ("mptcp", "tcp"):
-            target = f">= {bar:.2f} Gbit/s and ahead of MPTCP: {verdict(met)}"
+        met = None if mrc is None else mrc >= bar and (peer_bw is None or mrc > peer_bw)
+        case = "4 planes x 1 Gbit/s, median of rounds"
+        for peer in [p for p in GOODPUT_ORDER[1:] if p in g]:
+            target = f">= {bar:.2f} Gbit/s and ahead of MPTCP (plain fabric): {verdict(met)}"
             rows.append(
                 table_row(
                     "goodput",
-                    "4 planes x 1 Gbit/s, median of rounds",
+                    case,
                     "aggregate goodput",
                     "Gbit/s",
                     mrc,
                     PEER_LABEL[peer],
                     g[peer]["bw_median_gbps"],
-                    target=target if peer == "mptcp" else "-",
+                    target=target if peer == fair else "-",
                 )
             )
+        if "cpu_us_per_packet_median" in g["mrc"]:
+            for figure, key, unit, ratio_is in (
+                ("data packets a second", "mpps_median", "Mpps", "mrc/peer"),
+                ("machine CPU per data packet", "cpu_us_per_packet_median", "us", "peer/mrc"),
+            ):
+                rows.append(
+                    table_row(
+                        "goodput",
+                        case,
+                        figure,
+                        unit,
+                        g["mrc"][key],
+                        PEER_LABEL[fair],
+                        g[fair][key],
+                        ratio_is=ratio_is,
+                    )
+                )
     for case in result.get("loss", {}).get("cases", []):
         r, text = case["rows"], loss_case_text(case)
         rows.append(
@@ -341,9 +401,10 @@ def report_goodput(res: dict[str, Any], args: argparse.Namespace) -> str:
         f"{args.seconds:g} s",
         PERFTEST_HEAD,
     ]
-    lines += [perftest_line(PEER_LABEL[p], rows[p]) for p in rows]
+    lines += [perftest_line(p, rows[p]) for p in rows]
+    lines += [f"  {p}: {PEER_LABEL[p]}" for p in rows]
     m = rows["mrc"]["bw_median_gbps"]
-    for p in ("mptcp", "tcp"):
+    for p in GOODPUT_ORDER[1:]:
         lines.append(
             f"  mrc-nic {fmt(m)} Gb/s vs {PEER_LABEL[p]} {fmt(rows[p]['bw_median_gbps'])} "
             f"Gb/s: ratio {fmt(rows[p]['mrc_ratio'], '.2f')} (medians)"
@@ -354,6 +415,13 @@ def report_goodput(res: dict[str, Any], args: argparse.Namespace) -> str:
         + f" (target for mrc-nic: {GOODPUT_TARGET})"
     )
     lines.append(busy_line(rows))
+    lines.append(
+        "  data packets a second (Mpps) and the machine's CPU per data packet (us), medians: "
+        + ", ".join(
+            f"{p} {fmt(r['mpps_median'], '.4f')} / {fmt(r['cpu_us_per_packet_median'], '.2f')}"
+            for p, r in rows.items()
+        )
+    )
     return "\n".join(lines)
 
 
@@ -409,11 +477,11 @@ def plots(result: dict[str, Any], out: Path) -> list[str]:
         for i, p in enumerate(names):
             ax.plot([i] * len(runs[p]), [r.get("gbps") or 0 for r in runs[p]], "k.")
         ax.axhline(AGGREGATE_BPS / 1e9, ls="--", c="gray", label="4 x 1 Gbit/s")
-        ax.set_xticks(range(len(names)), [PEER_LABEL[p] for p in names], fontsize=7)
+        ax.set_xticks(range(len(names)), names, fontsize=7)
         ax.set_ylabel("goodput [Gbit/s]")
         ax.set_title("aggregate goodput (bars: median, dots: rounds)", fontsize=9)
         ax.legend(fontsize=7)
-        for p in ("mptcp", "tcp"):
+        for p in GOODPUT_ORDER[1:]:
             for run in runs[p][-1:]:
                 if run.get("bins"):
                     k = max(1, round(PLOT_BIN_S / run["bin_s"]))  # bins merged by k
@@ -474,6 +542,7 @@ def main(argv: list[str] | None = None) -> int:
     header = begin(__file__, argv)
     name = f"bn{PID}"[:12]
     topo = topology.load(args.topology, lab=name)
+    plain = topology.load(args.topology, lab=f"bp{PID}"[:12])
     if topo.planes * (topo.rate_bps or 0) != AGGREGATE_BPS:
         print(f"bench: {args.topology} is not 4 planes x 1 Gbit/s", file=sys.stderr)
         return 2
@@ -494,8 +563,11 @@ def main(argv: list[str] | None = None) -> int:
         log(f"lab {name} up in {up_seconds} s")
         result["mptcp_setup"] = peers.mptcp_setup(topo, "h0", "h1")
         if args.only in (None, "goodput"):
-            log("1. aggregate goodput: mrc-nic vs MPTCP vs TCP")
-            result["goodput"] = part_goodput(name, topo, args)
+            log("1. aggregate goodput: mrc-nic vs MPTCP (plain fabric and in-lab) vs TCP")
+            with plain_fabric(plain):
+                result["plain_fabric"] = plain.lab
+                result["mptcp_setup_plain"] = peers.mptcp_setup(plain, "h0", "h1")
+                result["goodput"] = part_goodput(name, topo, plain, args)
             texts.append(report_goodput(result["goodput"], args))
         if args.only in (None, "loss"):
             log("2. goodput under loss: mrc-nic vs MPTCP")

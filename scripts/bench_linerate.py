@@ -44,11 +44,14 @@ from mrc_nic.workloads import peers, rdma_write
 from mrc_nic.workloads.benchkit import (
     add_common_args,
     begin,
+    cpu_figures,
     log,
     median,
     own_lab,
+    plain_fabric,
     print_table,
     table_row,
+    tcp_segments,
     verdict,
 )
 
@@ -60,25 +63,6 @@ LABEL = {
     "mptcp": "MPTCP, 4 subflows, plain kernel fabric (no BPF)",
 }
 TARGET_OF_LINK = 0.97
-
-
-@contextlib.contextmanager
-def plain_fabric(topo) -> Any:
-    """The fabric of `topo` with no BPF program anywhere; removed by exact
-    name at the end (mrc-nic down -l <lab> also finds them if this dies)."""
-    from mrc_nic.fabric.builder import Fabric
-
-    made = topo.all_netns()
-    if any(netns.exists(n) for n in made):
-        raise SystemExit(f"namespaces of {topo.lab} already exist here: not touched")
-    try:
-        with Fabric(topo) as fabric:
-            fabric.build(None, None)
-        yield topo
-    finally:
-        for name in made:
-            netns.remove(name)
-        log(f"plain fabric {topo.lab} removed")
 
 
 def foreign_labs(mine: tuple[str, ...]) -> list[str]:
@@ -141,8 +125,7 @@ def run_mptcp(plain, seconds: float) -> dict[str, Any]:
     except Exception as e:
         return {"case": "mptcp", "ok": False, "error": f"{type(e).__name__}: {e}"}
     cpu1 = cpustat.sample()
-    # Segments of at most the MSS (MTU - 52: IPv4, TCP with timestamps).
-    packets = -(-res.bytes_window // (plain.mtu - 52))
+    packets = tcp_segments(res.bytes_window, plain.mtu)
     return {
         "case": "mptcp",
         "ok": res.bytes_window > 0,
@@ -155,22 +138,6 @@ def run_mptcp(plain, seconds: float) -> dict[str, Any]:
         # The sender's warm-up and drain are inside the CPU window: per
         # packet, this slightly overstates MPTCP's cost.
         **cpu_figures(cpu0, cpu1, None, packets),
-    }
-
-
-def cpu_figures(cpu0, cpu1, seconds: float | None, packets: int, hops: int = 0) -> dict[str, Any]:
-    """Busy CPUs over the run; CPU time per data packet and, given the
-    packet-hops, per packet per switch (an upper bound: the hosts' work and
-    everything else on the machine is in the busy time too)."""
-    busy = cpustat.busy_cores(cpu0, cpu1)
-    wall = (cpu1[1] - cpu0[1]) / (os.sysconf("SC_CLK_TCK") * (os.cpu_count() or 1))
-    secs = seconds or wall
-    cpu_s = (busy or 0) * wall
-    return {
-        "busy_cores": busy,
-        "mpps": round(packets / secs / 1e6, 4) if secs else None,
-        "cpu_us_per_packet": round(cpu_s / packets * 1e6, 2) if cpu_s and packets else None,
-        "cpu_us_per_packet_hop": round(cpu_s / hops * 1e6, 3) if cpu_s and hops else None,
     }
 
 

@@ -254,6 +254,54 @@ def own_lab(topo) -> Iterator[float]:
             log(f"lab {topo.lab}: down failed ({e}); run: mrc-nic down -l {topo.lab}")
 
 
+@contextlib.contextmanager
+def plain_fabric(topo) -> Iterator[Any]:
+    """The fabric of `topo` with no BPF program anywhere (namespaces, veths,
+    routes, sysctls and TBFs only, so TCP keeps GSO): where a kernel peer runs
+    as a user would run it instead of mrc-nic. Removed by exact name at the
+    end (mrc-nic down -l <lab> also finds them if this dies)."""
+    from mrc_nic.fabric.builder import Fabric
+    from mrc_nic.kernel import netns
+
+    made = topo.all_netns()
+    if any(netns.exists(n) for n in made):
+        raise SystemExit(f"namespaces of {topo.lab} already exist here: not touched")
+    try:
+        with Fabric(topo) as fabric:
+            fabric.build(None, None)
+        yield topo
+    finally:
+        for name in made:
+            netns.remove(name)
+        log(f"plain fabric {topo.lab} removed")
+
+
+def cpu_figures(cpu0, cpu1, seconds: float | None, packets: int, hops: int = 0) -> dict[str, Any]:
+    """Busy CPUs between two cpustat samples; data packets a second and CPU
+    time per data packet and, given the packet-hops, per packet per switch (an
+    upper bound: the hosts' work and everything else on the machine is in the
+    busy time too). `seconds` is the transfer's own time (default: the wall
+    time between the samples)."""
+    from mrc_nic.kernel import cpustat
+
+    busy = cpustat.busy_cores(cpu0, cpu1)
+    wall = (cpu1[1] - cpu0[1]) / (os.sysconf("SC_CLK_TCK") * (os.cpu_count() or 1))
+    secs = seconds or wall
+    cpu_s = (busy or 0) * wall
+    return {
+        "busy_cores": busy,
+        "mpps": round(packets / secs / 1e6, 4) if secs and packets else None,
+        "cpu_us_per_packet": round(cpu_s / packets * 1e6, 2) if cpu_s and packets else None,
+        "cpu_us_per_packet_hop": round(cpu_s / hops * 1e6, 3) if cpu_s and hops else None,
+    }
+
+
+def tcp_segments(payload_bytes: int, mtu: int) -> int:
+    """Wire packets of a TCP stream: segments of at most the MSS (MTU - 52:
+    IPv4, TCP with timestamps)."""
+    return -(-payload_bytes // (mtu - 52))
+
+
 # ---- plots ---------------------------------------------------------------------------
 def pyplot(what: str = "plots"):
     """matplotlib's pyplot without a screen, or None (said once) when it is missing."""
