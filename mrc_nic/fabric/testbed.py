@@ -17,7 +17,7 @@ from mrc_nic import nic
 from mrc_nic.errors import MrcNicError
 from mrc_nic.fabric import preflight, queues, switchport
 from mrc_nic.fabric.builder import Fabric
-from mrc_nic.kernel import netns
+from mrc_nic.kernel import netns, pins
 from mrc_nic.lab import ctl, protocol, state, workers
 from mrc_nic.lab.topology import NS_PREFIX, Topology
 
@@ -186,5 +186,6 @@ def _remove_everything(lab: str, record: state.LabState | None) -> list[str]:
     removed = [n for n in sorted(names) if netns.remove(n)]
     switchport.unpin(lab)
     nic.unpin(lab)
+    pins.unpin_all(lab)  # what another build of mrc-nic pinned under other names
     state.forget(lab)
     return removed

@@ -52,6 +52,18 @@ def unpin(lab: str, names: tuple[str, ...] | list[str]) -> None:
             raise
 
 
+def unpin_all(lab: str) -> list[str]:
+    """Remove every pin left in the lab's own directory, then the directory:
+    pins this build does not name (another build's map, a renamed one) would
+    otherwise block the next `up` of the lab for good. Returns their names."""
+    directory = pin_dir(lab)
+    if not directory.is_dir():
+        return []
+    left = sorted(p.name for p in directory.iterdir() if p.is_file())
+    unpin(lab, left)
+    return left
+
+
 def open_pinned(lab: str, path: Path, what: str, value_size: int | None = None) -> int:
     """fd of a pinned map; MapsMissing if absent, MapsMismatch if its value size
     is not `value_size` (a pin left by an older build would be misread)."""

@@ -17,7 +17,7 @@ import pytest
 
 from mrc_nic.fabric import faults, switchport, testbed
 from mrc_nic.fabric.builder import Fabric
-from mrc_nic.kernel import netns
+from mrc_nic.kernel import bpfsys, netns, pins
 from mrc_nic.lab import state, workers
 from mrc_nic.observe import stats
 from mrc_nic.workloads import traffic
@@ -134,6 +134,24 @@ def test_down_leaves_the_system_as_before_up():
     assert system_view(name) == before
     assert lab_leftovers(name) == []
     run_cli("down", "-l", name)  # safe to repeat
+
+
+def test_down_removes_a_pin_another_build_left_so_up_works_again():
+    """A pin under a name this build does not know (a map an older or newer
+    build pinned) made `up` refuse the lab and `down` leave it there."""
+    name = unique_lab("p")
+    directory = pins.pin_dir(name)
+    directory.mkdir(parents=True)
+    fd = bpfsys.map_create(bpfsys.BPF_MAP_TYPE_ARRAY, 4, 4, 1)
+    try:
+        bpfsys.obj_pin(fd, directory / "nic_from_another_build")
+    finally:
+        os.close(fd)
+    refused = run_cli("up", "-t", str(NETNS_DIR / "default.toml"), "--name", name, check=False)
+    assert refused.returncode == 1 and "leftover BPF pins" in refused.stderr
+    run_cli("down", "-l", name)
+    assert not directory.exists()
+    assert lab_leftovers(name) == []
 
 
 @pytest.mark.parametrize("step", ["namespaces", "links", "attach"])
