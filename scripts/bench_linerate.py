@@ -20,7 +20,9 @@ forwarding, the same with kernel forwarding, and an MPTCP stream of
 --seconds. For each: goodput, busy CPUs over the run (/proc/stat, the whole
 machine: softirq work belongs to no process), data packets per second and
 CPU time per packet. Both fabrics stay up for the whole run (the idle one
-costs nothing measurable); nobody else's lab should be up.
+costs nothing measurable); nobody else's lab should be up. With an uncapped
+topology (`--topology netns/uncapped.toml`) the target is goodput per busy
+CPU above MPTCP's (issue 18), and the table says that instead.
 
 Usage (root; the project's venv):
     .venv/bin/python scripts/bench_linerate.py [--quick] [--rounds N] [--size 1G] [--out DIR]
