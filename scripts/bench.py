@@ -69,6 +69,7 @@ from mrc_nic.workloads.benchkit import (
     table_row,
     tcp_segments,
     verdict,
+    write_packets,
 )
 
 PID = os.getpid()
@@ -89,6 +90,8 @@ PEER_LABEL = {
     "tcp": "TCP, plane 0, in mrc-nic's lab",
 }
 GOODPUT_ORDER = ("mrc", "plain", "mptcp", "tcp")
+PLOT_LABEL = {"mrc": "mrc-nic", "plain": "MPTCP\nplain fabric", "mptcp": "MPTCP\nin the lab",
+              "tcp": "TCP plane 0\nin the lab"}  # fmt: skip
 
 
 def fmt(value: float | None, spec: str = ".3f") -> str:
@@ -152,6 +155,7 @@ def run_peer(
         "ok": res.bytes_window > 0,
         "error": "; ".join(res.errors) or None,
         "bytes": res.bytes_window,
+        "bytes_total": res.bytes_total,  # warm-up and drain included
         "seconds": res.seconds,
         "gbps": round(res.goodput_bps / 1e9, 4),
         "subflows": len(res.subflows) if proto == "mptcp" else 1,
@@ -190,13 +194,17 @@ def msg_bytes_of(peer: str, write_size: int) -> int:
 
 
 # ---- the two parts -----------------------------------------------------------------
-def data_packets(peer: str, run: dict[str, Any], topo) -> int:
-    """Data packets a run put on the wire: WRITE segments and resends, or TCP segments."""
+def data_packets(peer: str, run: dict[str, Any], topo) -> tuple[int, int]:
+    """Data packets of a run: (in its measured seconds, in all). A WRITE's
+    segments and resends; a stream's TCP segments, and in all also its
+    warm-up, drain and retransmissions, which its CPU time includes."""
     if not run.get("ok"):
-        return 0
+        return 0, 0
     if peer == "mrc":
-        return -(-run["bytes"] // nic.seg_size(topo.mtu)) + (run.get("retransmits") or 0)
-    return tcp_segments(run["bytes"], topo.mtu)
+        n = write_packets(run["bytes"], nic.seg_size(topo.mtu), run.get("retransmits"))
+        return n, n
+    sent = run.get("bytes_total", run["bytes"]) + (run.get("retrans_bytes") or 0)
+    return tcp_segments(run["bytes"], topo.mtu), tcp_segments(sent, topo.mtu)
 
 
 def part_goodput(name: str, topo, plain, args: argparse.Namespace) -> dict[str, Any]:
@@ -213,8 +221,12 @@ def part_goodput(name: str, topo, plain, args: argparse.Namespace) -> dict[str, 
             else:
                 run = run_peer(topo, peer, args)
             cpu_end = cpustat.sample()
-            run["machine_busy_cpus"] = cpustat.busy_cores(cpu, cpu_end)
-            run.update(cpu_figures(cpu, cpu_end, run.get("seconds"), data_packets(peer, run, topo)))
+            in_window, in_all = data_packets(peer, run, topo)
+            figures = cpu_figures(cpu, cpu_end, None, in_all)
+            run["machine_busy_cpus"] = figures.pop("busy_cores")
+            run.update(figures)
+            secs = run.get("seconds")
+            run["mpps"] = round(in_window / secs / 1e6, 4) if secs and in_window else None
             run["round"] = r
             runs[peer].append(run)
             log(
@@ -309,13 +321,12 @@ def table_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
     rows = []
     if "goodput" in result:
         g = result["goodput"]["rows"]
-        # Older JSONs (before the plain-fabric peer) have no "plain" row.
-        fair = "plain" if "plain" in g else "mptcp"
+        fair = "plain"  # the target's peer: what a user would run instead
         mrc, peer_bw = g["mrc"]["bw_median_gbps"], g[fair]["bw_median_gbps"]
         bar = GOODPUT_TARGET * AGGREGATE_BPS / 1e9
         met = None if mrc is None else mrc >= bar and (peer_bw is None or mrc > peer_bw)
         case = "4 planes x 1 Gbit/s, median of rounds"
-        for peer in [p for p in GOODPUT_ORDER[1:] if p in g]:
+        for peer in GOODPUT_ORDER[1:]:
             target = f">= {bar:.2f} Gbit/s and ahead of MPTCP (plain fabric): {verdict(met)}"
             rows.append(
                 table_row(
@@ -329,23 +340,22 @@ def table_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
                     target=target if peer == fair else "-",
                 )
             )
-        if "cpu_us_per_packet_median" in g["mrc"]:
-            for figure, key, unit, ratio_is in (
-                ("data packets a second", "mpps_median", "Mpps", "mrc/peer"),
-                ("machine CPU per data packet", "cpu_us_per_packet_median", "us", "peer/mrc"),
-            ):
-                rows.append(
-                    table_row(
-                        "goodput",
-                        case,
-                        figure,
-                        unit,
-                        g["mrc"][key],
-                        PEER_LABEL[fair],
-                        g[fair][key],
-                        ratio_is=ratio_is,
-                    )
+        for figure, key, unit, ratio_is in (
+            ("data packets a second", "mpps_median", "Mpps", "mrc/peer"),
+            ("machine CPU per data packet", "cpu_us_per_packet_median", "us", "peer/mrc"),
+        ):
+            rows.append(
+                table_row(
+                    "goodput",
+                    case,
+                    figure,
+                    unit,
+                    g["mrc"][key],
+                    PEER_LABEL[fair],
+                    g[fair][key],
+                    ratio_is=ratio_is,
                 )
+            )
     for case in result.get("loss", {}).get("cases", []):
         r, text = case["rows"], loss_case_text(case)
         rows.append(
@@ -477,7 +487,7 @@ def plots(result: dict[str, Any], out: Path) -> list[str]:
         for i, p in enumerate(names):
             ax.plot([i] * len(runs[p]), [r.get("gbps") or 0 for r in runs[p]], "k.")
         ax.axhline(AGGREGATE_BPS / 1e9, ls="--", c="gray", label="4 x 1 Gbit/s")
-        ax.set_xticks(range(len(names)), names, fontsize=7)
+        ax.set_xticks(range(len(names)), [PLOT_LABEL[p] for p in names], fontsize=7)
         ax.set_ylabel("goodput [Gbit/s]")
         ax.set_title("aggregate goodput (bars: median, dots: rounds)", fontsize=9)
         ax.legend(fontsize=7)

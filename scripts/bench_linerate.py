@@ -55,6 +55,7 @@ from mrc_nic.workloads.benchkit import (
     table_row,
     tcp_segments,
     verdict,
+    write_packets,
 )
 
 PID = os.getpid()
@@ -96,7 +97,7 @@ def run_write(lab: str, mode: str, size: int, seg: int) -> dict[str, Any]:
         fwd = maps.fwd_totals()["redirected"] - fwd0
         hops = packet_hops(maps) - hops0
     ok = bool(r.get("completed"))
-    packets = -(-r["bytes"] // seg) + (r.get("retransmits") or 0)
+    packets = write_packets(r["bytes"], seg, r.get("retransmits"))
     return {
         "case": mode,
         "ok": ok,
@@ -184,7 +185,7 @@ def table_rows(summary: dict[str, dict], line_bps: float) -> list[dict[str, Any]
                     "linerate",
                     where,
                     "goodput per busy CPU",
-                    "Gbit/s",
+                    "Gbit/s per busy CPU",
                     per_core,
                     "MPTCP, plain kernel fabric",
                     peer_per_core,

@@ -5,7 +5,8 @@ program, writes the state (listing every namespace it will make) and only
 then creates namespaces, links, addresses, routes, queues and BPF hooks. If
 anything fails, or the process is interrupted, it removes what it made
 before the error is reported. `down` removes exactly the lab's namespaces,
-BPF pins, workers and state, by exact name, also after a kill -9 of `up`.
+workers and state, by exact name, and every pin in the lab's own pin
+directory, also after a kill -9 of `up`.
 """
 
 from __future__ import annotations

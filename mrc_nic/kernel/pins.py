@@ -2,8 +2,9 @@
 
 Every program of a lab pins its maps under /sys/fs/bpf/mrc-nic/<lab>/, each
 with its own names, so that short-lived CLI calls reach them through raw
-bpf(2) syscalls (bpfsys) without compiling anything. Each loader removes only
-the pins it made; the directory goes when the last of them is gone.
+bpf(2) syscalls (bpfsys) without compiling anything. Each loader removes the
+pins it made; `down` then removes whatever else is pinned directly in the
+lab's own directory (unpin_all), and the directory goes with the last pin.
 """
 
 from __future__ import annotations
@@ -53,9 +54,11 @@ def unpin(lab: str, names: tuple[str, ...] | list[str]) -> None:
 
 
 def unpin_all(lab: str) -> list[str]:
-    """Remove every pin left in the lab's own directory, then the directory:
-    pins this build does not name (another build's map, a renamed one) would
-    otherwise block the next `up` of the lab for good. Returns their names."""
+    """Remove every pin left directly in the lab's own directory, then the
+    directory: pins this build does not name (another build's map, a renamed
+    one) would otherwise block the next `up` of the lab. A subdirectory (no
+    build of mrc-nic makes one) is left, and so is the directory then. Returns
+    the names removed."""
     directory = pin_dir(lab)
     if not directory.is_dir():
         return []

@@ -296,6 +296,11 @@ def cpu_figures(cpu0, cpu1, seconds: float | None, packets: int, hops: int = 0) 
     }
 
 
+def write_packets(payload_bytes: int, seg_bytes: int, resends: int | None) -> int:
+    """Data packets an mrc-nic WRITE put on the wire: its segments and resends."""
+    return -(-payload_bytes // seg_bytes) + (resends or 0)
+
+
 def tcp_segments(payload_bytes: int, mtu: int) -> int:
     """Wire packets of a TCP stream: segments of at most the MSS (MTU - 52:
     IPv4, TCP with timestamps)."""

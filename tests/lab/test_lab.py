@@ -147,11 +147,15 @@ def test_down_removes_a_pin_another_build_left_so_up_works_again():
         bpfsys.obj_pin(fd, directory / "nic_from_another_build")
     finally:
         os.close(fd)
-    refused = run_cli("up", "-t", str(NETNS_DIR / "default.toml"), "--name", name, check=False)
-    assert refused.returncode == 1 and "leftover BPF pins" in refused.stderr
-    run_cli("down", "-l", name)
-    assert not directory.exists()
-    assert lab_leftovers(name) == []
+    try:
+        refused = run_cli("up", "-t", str(NETNS_DIR / "default.toml"), "--name", name, check=False)
+        assert refused.returncode == 1 and "leftover BPF pins" in refused.stderr
+        run_cli("down", "-l", name)
+        assert not directory.exists()
+        assert lab_leftovers(name) == []
+    finally:  # whatever failed above, nothing of the lab stays
+        run_cli("down", "-l", name, check=False)
+        pins.unpin_all(name)
 
 
 @pytest.mark.parametrize("step", ["namespaces", "links", "attach"])
