@@ -42,7 +42,7 @@ test-lab: setup
 bench: setup
 	$(PY) scripts/bench_all.py
 
-## Regenerate mrc_nic/abi/defs.py and switch_defs.py (layouts, constants, enums) from bpf/*.h.
+## Regenerate mrc_nic/abi/*defs.py (layouts, constants, enums), one module per header of bpf/.
 abi: setup
 	$(PY) -m mrc_nic.abi.generate
 

@@ -1,10 +1,13 @@
-"""Write mrc_nic/abi/defs.py and switch_defs.py from the ABI headers of bpf/ (make abi).
+"""Write mrc_nic/abi/*_defs.py and defs.py from the ABI headers of bpf/ (make abi).
 
 Run as `python -m mrc_nic.abi.generate`.
 
-The switch port's ABI is a module of its own so that the fault commands,
-which touch only switches, do not build the NIC's 40-odd ctypes layouts at
-start-up; defs.py re-exports it, so defs stays the whole ABI.
+One module per header, by role (MODULES): the switch port's (switch_defs, so
+that the fault commands, which touch only switches, do not build the NIC's
+40-odd ctypes layouts at start-up), the NIC's constants and enums
+(nic_const_defs), the NIC's map values and records (nic_struct_defs), and the
+wire format, which defs.py holds itself. defs.py re-exports the others, so
+defs stays the whole ABI.
 
 `--check` exits 1 when a committed file differs from what the headers give
 today (the unit tier runs the same comparison). Names: constants keep their C
@@ -17,6 +20,7 @@ of #defines that Python uses as one enum are listed in DEFINE_ENUMS below.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -24,11 +28,27 @@ from mrc_nic import resources
 from mrc_nic.abi import cheader
 
 ABI_DIR = Path(__file__).resolve().parent
-# The headers that hold what user space shares with the programs (the others
-# hold code: parse helpers, the receiver, the engine, ...).
-ABI_HEADERS = ("mrc_wire.h", "nic_consts.h", "nic_structs.h", "switch_port.h")
-SWITCH_HEADERS = ("switch_port.h",)  # -> switch_defs.py, re-exported by defs.py
-OUTPUTS = (ABI_DIR / "defs.py", ABI_DIR / "switch_defs.py")
+
+
+@dataclasses.dataclass(frozen=True)
+class Module:
+    name: str  # mrc_nic/abi/<name>.py
+    header: str  # the bpf/ header it renders
+    title: str
+    kernel_structs: bool = False  # the kernel's structs its own embed (bpf_spin_lock)
+
+
+# What user space shares with the programs, a module per header (the other
+# headers hold code: parse helpers, the receiver, the engine, ...). defs is
+# last: it star-imports every other one.
+MODULES = (
+    Module("switch_defs", "switch_port.h", "The C ABI of the switch port program"),
+    Module("nic_const_defs", "nic_consts.h", "The NIC program's constants and enums"),
+    Module("nic_struct_defs", "nic_structs.h", "The NIC program's map values and records", True),
+    Module("defs", "mrc_wire.h", "The C ABI of the BPF programs (the wire format here)"),
+)
+ABI_HEADERS = tuple(m.header for m in MODULES)
+OUTPUTS = tuple(ABI_DIR / f"{m.name}.py" for m in MODULES)
 
 # Python enums made of #define groups: (class, base, prefix, only these names or None for all,
 # names to leave out)
@@ -75,20 +95,13 @@ def _ctype(field: cheader.Field) -> str:
 
 
 def render(
-    headers: list[cheader.Header], title: str, imports: list[str], tunables: list[str]
+    headers: list[cheader.Header],
+    title: str,
+    imports: list[str],
+    tunables: list[str],
+    prelude: list[str] = (),
 ) -> str:
-    out = [
-        f'"""{title}, generated from bpf/*.h: do not edit.',
-        "",
-        "Regenerate with `make abi` (python -m mrc_nic.abi.generate); a unit test fails",
-        "when a header changed and this file was not regenerated.",
-        '"""',
-        "",
-        "import ctypes",
-        "import enum",
-        *imports,
-        "",
-    ]
+    out = list(prelude)
     constants = {c.name: c for h in headers for c in h.constants}
     for h in headers:
         out += ["", f"# ---- bpf/{h.name} " + "-" * max(4, 70 - len(h.name)), ""]
@@ -116,7 +129,18 @@ def render(
     out += ["", "", "TUNABLES = frozenset(", "    {"]
     out += [f'        "{t}",' for t in tunables]
     out += ["    }", ")", ""]
-    return "\n".join(out)
+    body = "\n".join(out)
+    head = [
+        f'"""{title}, generated from bpf/*.h: do not edit.',
+        "",
+        "Regenerate with `make abi` (python -m mrc_nic.abi.generate); a unit test fails",
+        "when a header changed and this file was not regenerated.",
+        '"""',
+        "",
+        *(f"import {m}" for m in ("ctypes", "enum") if f"{m}." in body),
+        *imports,
+    ]
+    return "\n".join(head) + "\n" + body
 
 
 def _literal(name: str, value: int) -> str:
@@ -177,20 +201,27 @@ def _kernel_structs() -> list[str]:
 
 def generate(bpf_dir: Path = resources.BPF_DIR) -> dict[Path, str]:
     """Each output file -> its text."""
-    headers = cheader.read_all(bpf_dir, ABI_HEADERS)
-    nic = [h for h in headers if h.name not in SWITCH_HEADERS]
-    switch = [h for h in headers if h.name in SWITCH_HEADERS]
-    star = "from mrc_nic.abi.switch_defs import *  # noqa: F403 (defs is the whole ABI)"
+    headers = {h.name: h for h in cheader.read_all(bpf_dir, ABI_HEADERS)}
 
     def tunables(hs: list[cheader.Header]) -> list[str]:
         return sorted(c.name for h in hs for c in h.constants if c.tunable)
 
-    text = render(nic, "The C ABI of the BPF programs", [star], tunables(headers))
-    # Kernel structs go first: our structs embed them.
-    head, sep, rest = text.partition(star + "\n")
-    defs = head + sep + "\n".join(_kernel_structs()) + "\n" + rest
-    switch_defs = render(switch, "The C ABI of the switch port program", [], tunables(switch))
-    return dict(zip(OUTPUTS, (defs, switch_defs), strict=True))
+    files = {}
+    for module, path in zip(MODULES, OUTPUTS, strict=True):
+        own = [headers[module.header]]
+        if module.name == "defs":  # the whole ABI: the others re-exported, every tunable
+            imports = [
+                f"from mrc_nic.abi.{m.name} import *  # noqa: F403 (defs is the whole ABI)"
+                for m in MODULES
+                if m.name != "defs"
+            ]
+            every = tunables(list(headers.values()))
+        else:
+            imports, every = [], tunables(own)
+        # Kernel structs go first: the module's structs embed them.
+        prelude = _kernel_structs() if module.kernel_structs else []
+        files[path] = render(own, module.title, imports, every, prelude)
+    return files
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,7 +7,6 @@ when a header changed and this file was not regenerated.
 import ctypes
 import enum
 
-
 # ---- bpf/switch_port.h ---------------------------------------------------------
 
 MAX_PORT_KEYS = 1024  # tunable: the loader may override it
