@@ -56,7 +56,7 @@ from mrc_nic.workloads import peers, rdma_write
 from mrc_nic.workloads.benchkit import (
     add_common_args,
     begin,
-    cpu_figures,
+    cpu_per_packet_and_rate,
     load_avg,
     log,
     median,
@@ -66,8 +66,8 @@ from mrc_nic.workloads.benchkit import (
     pyplot,
     ratio,
     save_png,
+    stream_packets,
     table_row,
-    tcp_segments,
     verdict,
     write_packets,
 )
@@ -203,8 +203,7 @@ def data_packets(peer: str, run: dict[str, Any], topo) -> tuple[int, int]:
     if peer == "mrc":
         n = write_packets(run["bytes"], nic.seg_size(topo.mtu), run.get("retransmits"))
         return n, n
-    sent = run.get("bytes_total", run["bytes"]) + (run.get("retrans_bytes") or 0)
-    return tcp_segments(run["bytes"], topo.mtu), tcp_segments(sent, topo.mtu)
+    return stream_packets(run["bytes"], run["bytes_total"], run.get("retrans_bytes"), topo.mtu)
 
 
 def part_goodput(name: str, topo, plain, args: argparse.Namespace) -> dict[str, Any]:
@@ -222,11 +221,9 @@ def part_goodput(name: str, topo, plain, args: argparse.Namespace) -> dict[str, 
                 run = run_peer(topo, peer, args)
             cpu_end = cpustat.sample()
             in_window, in_all = data_packets(peer, run, topo)
-            figures = cpu_figures(cpu, cpu_end, None, in_all)
+            figures = cpu_per_packet_and_rate(cpu, cpu_end, in_window, in_all, run.get("seconds"))
             run["machine_busy_cpus"] = figures.pop("busy_cores")
             run.update(figures)
-            secs = run.get("seconds")
-            run["mpps"] = round(in_window / secs / 1e6, 4) if secs and in_window else None
             run["round"] = r
             runs[peer].append(run)
             log(

@@ -47,13 +47,14 @@ from mrc_nic.workloads.benchkit import (
     add_common_args,
     begin,
     cpu_figures,
+    cpu_per_packet_and_rate,
     log,
     median,
     own_lab,
     plain_fabric,
     print_table,
+    stream_packets,
     table_row,
-    tcp_segments,
     verdict,
     write_packets,
 )
@@ -128,7 +129,8 @@ def run_mptcp(plain, seconds: float) -> dict[str, Any]:
     except Exception as e:
         return {"case": "mptcp", "ok": False, "error": f"{type(e).__name__}: {e}"}
     cpu1 = cpustat.sample()
-    packets = tcp_segments(res.bytes_window, plain.mtu)
+    retrans = sum(s.get("bytes_retrans", 0) for s in res.subflows)
+    packets, in_all = stream_packets(res.bytes_window, res.bytes_total, retrans, plain.mtu)
     return {
         "case": "mptcp",
         "ok": res.bytes_window > 0,
@@ -138,9 +140,7 @@ def run_mptcp(plain, seconds: float) -> dict[str, Any]:
         "subflows": len(res.subflows),
         "longest_gap_s": res.longest_gap_s,
         "packets": packets,
-        # The sender's warm-up and drain are inside the CPU window: per
-        # packet, this slightly overstates MPTCP's cost.
-        **cpu_figures(cpu0, cpu1, None, packets),
+        **cpu_per_packet_and_rate(cpu0, cpu1, packets, in_all, res.seconds),
     }
 
 

@@ -307,6 +307,25 @@ def tcp_segments(payload_bytes: int, mtu: int) -> int:
     return -(-payload_bytes // (mtu - 52))
 
 
+def stream_packets(
+    bytes_window: int, bytes_total: int, retrans_bytes: int | None, mtu: int
+) -> tuple[int, int]:
+    """A kernel stream's TCP segments: (in its measured seconds, in all). All
+    counts its warm-up, drain and retransmissions, which the CPU time
+    sampled around the stream includes."""
+    return tcp_segments(bytes_window, mtu), tcp_segments(bytes_total + (retrans_bytes or 0), mtu)
+
+
+def cpu_per_packet_and_rate(
+    cpu0, cpu1, in_window: int, in_all: int, seconds: float | None
+) -> dict[str, Any]:
+    """cpu_figures with the CPU time over every packet of the run and the
+    rate over the packets of its measured seconds."""
+    figures = cpu_figures(cpu0, cpu1, None, in_all)
+    figures["mpps"] = round(in_window / seconds / 1e6, 4) if seconds and in_window else None
+    return figures
+
+
 # ---- plots ---------------------------------------------------------------------------
 def pyplot(what: str = "plots"):
     """matplotlib's pyplot without a screen, or None (said once) when it is missing."""
