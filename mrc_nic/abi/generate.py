@@ -99,7 +99,7 @@ def render(
     title: str,
     imports: list[str],
     tunables: list[str],
-    prelude: list[str] = (),
+    prelude: tuple[str, ...] | list[str] = (),
 ) -> str:
     out = list(prelude)
     constants = {c.name: c for h in headers for c in h.constants}
