@@ -15,6 +15,10 @@ On a default lab of its own (2 hosts, 4 planes), h0 writes to h1:
    each answering the other's completion, one way = round trip / 2 (as
    ib_write_lat), against a TCP ping-pong (TCP_NODELAY) between the same hosts,
    and against itself with every doorbell a BPF_PROG_RUN (before the doorbell port).
+   The NIC's own share of it, without the library: from a side's doorbell to
+   the peer NIC's completion record (both CLOCK_MONOTONIC), the floor any API
+   on this fabric gets. And both ping-pongs again busy-polling (ib_write_lat's
+   default; the TCP peer spins on a non-blocking recv).
 3. Large messages (1 MiB WRITEs): the API's goodput against `mrc-nic write`.
 """
 
@@ -164,19 +168,29 @@ def api_rate(lab: str, seconds: float, size: int, port: bool = True) -> dict[str
 
 
 def _lat_side(
-    lab: str, host: str, server: str | None, iters: int, size: int, port: bool = True
-) -> list[float]:
+    lab: str, host: str, server: str | None, iters: int, size: int, port: bool, busy: bool
+) -> dict[str, list]:
     """One process of the WRITE_WITH_IMM ping-pong, in its host: the server (None)
     answers each message it receives; the client times each round trip. port:
-    False rings every doorbell with BPF_PROG_RUN, as before the doorbell port."""
+    False rings every doorbell with BPF_PROG_RUN, as before the doorbell port.
+    busy: spin on poll_cq (ib_write_lat's default) instead of sleeping on the
+    CQ's fd. Also returns, per round, when this side rang its doorbell and when
+    its NIC recorded the peer's message (CLOCK_MONOTONIC, both): the NIC's own
+    one-way, without the library, is the difference across the two sides."""
     with verbs.Context(lab, host) as ctx:
         pd = verbs.PD(ctx)
         mr = pd.reg_mr(MIB)
         cq = verbs.CQ(ctx, 256)
         cap = verbs.QPCap(max_send_wr=64, max_recv_wr=64)
         qp = verbs.QP(pd, verbs.QPInitAttr(send_cq=cq, recv_cq=cq, cap=cap))
-        if not port:
-            qp._kick = _doorbell(ctx.prog_fd, qp.qp_num, None)
+        ring = qp._kick if port else _doorbell(ctx.prog_fd, qp.qp_num, None)
+        kick_ns = [0]
+
+        def timed_ring(packets: int):
+            kick_ns[0] = time.monotonic_ns()
+            return ring(packets)
+
+        qp._kick = timed_ring
         qp.to_init()
         with cm.Link.open(server, PORT + 2, timeout=30) as link:
             peer = link.swap(cm.Endpoint.of(qp, mr, ctx.gid()))
@@ -187,48 +201,79 @@ def _lat_side(
             recv = verbs.RecvWR()
             qp.post_recv([recv] * 32)
             link.barrier()
-            out = []
+            out, kicks, arrivals = [], [], []
             for _ in range(iters):
                 t0 = time.perf_counter_ns()
                 if server is not None:
                     qp.post_send(wr)
-                while not cq.poll(1):
-                    cq.wait(1.0)  # blocks, as the TCP peer's recv does
+                    kicks.append(kick_ns[0])
+                while not (wcs := cq.poll(1)):
+                    if not busy:
+                        cq.wait(1.0)  # blocks, as the TCP peer's recv does
+                arrivals.append(wcs[0].timestamp_ns)
                 qp.post_recv(recv)
                 if server is None:
                     qp.post_send(wr)
+                    kicks.append(kick_ns[0])
                 out.append((time.perf_counter_ns() - t0) / 2e3)
             link.barrier()
-    return out[iters // 10 :]  # the first tenth warms up
+    warm = iters // 10  # the first tenth warms up
+    return {"one_way_us": out[warm:], "kick_ns": kicks[warm:], "arrival_ns": arrivals[warm:]}
 
 
-def api_latency(topo, iters: int, size: int = 64, port: bool = True) -> list[float]:
-    """One-way latencies (us) of a WRITE_WITH_IMM ping-pong between two processes."""
+def api_latency(
+    topo, iters: int, size: int = 64, port: bool = True, busy: bool = False
+) -> dict[str, list[float]]:
+    """One-way latencies (us) of a WRITE_WITH_IMM ping-pong between two processes,
+    and the NIC's share of each: the mean of the two doorbell-to-peer-NIC times
+    of a round (the client's message, then the server's answer)."""
     lab = topo.lab
-    server = netns.start_in(topo.netns("h1"), _lat_side, lab, "h1", None, iters, size, port)
+    server = netns.start_in(topo.netns("h1"), _lat_side, lab, "h1", None, iters, size, port, busy)
     try:
         addr = str(topo.host_address(topo.nodes["h1"].index, 0))
-        return netns.run_in(
-            topo.netns("h0"), _lat_side, lab, "h0", addr, iters, size, port, timeout=120
+        client = netns.run_in(
+            topo.netns("h0"), _lat_side, lab, "h0", addr, iters, size, port, busy, timeout=120
         )
     finally:
-        server.result(timeout=30)
+        served = server.result(timeout=30)
+    nic = [
+        ((s_arr - c_kick) + (c_arr - s_kick)) / 2e3
+        for c_kick, s_arr, s_kick, c_arr in zip(
+            client["kick_ns"],
+            served["arrival_ns"],
+            served["kick_ns"],
+            client["arrival_ns"],
+            strict=True,
+        )
+    ]
+    return {"one_way": client["one_way_us"], "nic": nic}
 
 
-def _tcp_server(port: int, iters: int, size: int) -> int:
+def _recv_exactly(sock: socket.socket, size: int, busy: bool) -> bytes:
+    """size bytes; busy: spinning on a non-blocking recv (as a busy-polling peer)."""
+    data = b""
+    while len(data) < size:
+        try:
+            chunk = sock.recv(size - len(data), socket.MSG_DONTWAIT if busy else 0)
+        except BlockingIOError:
+            continue
+        if not chunk:
+            raise ConnectionError("the TCP peer closed mid-message")
+        data += chunk
+    return data
+
+
+def _tcp_server(port: int, iters: int, size: int, busy: bool) -> int:
     with socket.create_server(("", port)) as srv:
         srv.settimeout(20)
         conn, _ = srv.accept()
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         for _ in range(iters):
-            data = b""
-            while len(data) < size:
-                data += conn.recv(size - len(data))
-            conn.sendall(data)
+            conn.sendall(_recv_exactly(conn, size, busy))
     return 0
 
 
-def _tcp_client(addr: str, port: int, iters: int, size: int) -> list[float]:
+def _tcp_client(addr: str, port: int, iters: int, size: int, busy: bool) -> list[float]:
     deadline = time.monotonic() + 20
     while True:
         try:
@@ -239,23 +284,24 @@ def _tcp_client(addr: str, port: int, iters: int, size: int) -> list[float]:
                 raise
             time.sleep(0.02)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sock.settimeout(None)  # with a timeout every recv is a poll() and a recv: not at its best
     msg, out = b"x" * size, []
     for _ in range(iters):
         t0 = time.perf_counter_ns()
         sock.sendall(msg)
-        got = 0
-        while got < size:
-            got += len(sock.recv(size - got))
+        _recv_exactly(sock, size, busy)
         out.append((time.perf_counter_ns() - t0) / 2e3)
     sock.close()
     return out[iters // 10 :]
 
 
-def tcp_latency(topo, iters: int, size: int = 64) -> list[float]:
-    server = netns.start_in(topo.netns("h1"), _tcp_server, PORT, iters, size)
+def tcp_latency(topo, iters: int, size: int = 64, busy: bool = False) -> list[float]:
+    server = netns.start_in(topo.netns("h1"), _tcp_server, PORT, iters, size, busy)
     try:
         addr = str(topo.host_address(topo.nodes["h1"].index, 0))
-        return netns.run_in(topo.netns("h0"), _tcp_client, addr, PORT, iters, size, timeout=60)
+        return netns.run_in(
+            topo.netns("h0"), _tcp_client, addr, PORT, iters, size, busy, timeout=60
+        )
     finally:
         server.result(timeout=30)
 
@@ -301,6 +347,11 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
+def spread(values: list[float]) -> dict[str, float]:
+    return {"p50": statistics.median(values), "p99": percentile(values, 0.99),
+            "p99_9": percentile(values, 0.999)}  # fmt: skip
+
+
 def measure(topo, seconds: float, iters: int) -> dict[str, Any]:
     lab = topo.lab
     log("64 B: the NIC alone")
@@ -312,16 +363,19 @@ def measure(topo, seconds: float, iters: int) -> dict[str, Any]:
     tcp = tcp_rate(topo, seconds)
     log("64 B latency: WRITE_WITH_IMM ping-pong (doorbell port, BPF_PROG_RUN), TCP ping-pong")
     lat_api, lat_tcp = api_latency(topo, iters), tcp_latency(topo, iters)
-    lat_run = api_latency(topo, iters, port=False)
+    lat_run = api_latency(topo, iters, port=False)["one_way"]
+    log("64 B latency, busy-polling: WRITE_WITH_IMM ping-pong, TCP ping-pong")
+    lat_busy = api_latency(topo, iters, busy=True)
+    lat_tcp_busy = tcp_latency(topo, iters, busy=True)
     log("1 MiB WRITEs: the verbs API, mrc-nic write")
     big = api_rate(lab, seconds, MIB)
     write = mrc_write_gbps(lab, "256M")
     return {
         "nic_mpps": nic, "api": api, "api_prog_run_mpps": api_run["mpps"], "tcp_mpps": tcp,
-        "lat_api_us": {"p50": statistics.median(lat_api), "p99": percentile(lat_api, 0.99),
-                       "p99_9": percentile(lat_api, 0.999)},
-        "lat_tcp_us": {"p50": statistics.median(lat_tcp), "p99": percentile(lat_tcp, 0.99)},
-        "lat_prog_run_us": {"p50": statistics.median(lat_run), "p99": percentile(lat_run, 0.99)},
+        "lat_api_us": spread(lat_api["one_way"]), "lat_nic_us": spread(lat_api["nic"]),
+        "lat_tcp_us": spread(lat_tcp), "lat_prog_run_us": spread(lat_run),
+        "lat_busy_us": spread(lat_busy["one_way"]), "lat_busy_nic_us": spread(lat_busy["nic"]),
+        "lat_tcp_busy_us": spread(lat_tcp_busy),
         "big_api_gbps": big["gbps"], "write_gbps": write,
     }  # fmt: skip
 
@@ -350,6 +404,19 @@ def table(rounds: list[dict[str, Any]]) -> list[dict[str, Any]]:
         table_row("verbs", "64 B one-way latency p50 (RTT/2)", "latency", "us",
                   med(lambda r: r["lat_api_us"]["p50"]), "the same, BPF_PROG_RUN doorbell (before)",
                   med(lambda r: r["lat_prog_run_us"]["p50"]), ratio_is="peer/mrc",
+                  target="peer/mrc > 1"),
+        table_row("verbs", "64 B one-way p50, the NIC alone: doorbell to peer NIC's record",
+                  "latency", "us", med(lambda r: r["lat_nic_us"]["p50"]),
+                  "TCP ping-pong, TCP_NODELAY (socket to socket)",
+                  med(lambda r: r["lat_tcp_us"]["p50"]), ratio_is="peer/mrc",
+                  target="(the floor any API gets)"),
+        table_row("verbs", "64 B one-way latency p50, busy-polling", "latency", "us",
+                  med(lambda r: r["lat_busy_us"]["p50"]), "TCP ping-pong, busy-polling recv",
+                  med(lambda r: r["lat_tcp_busy_us"]["p50"]), ratio_is="peer/mrc",
+                  target="peer/mrc > 1"),
+        table_row("verbs", "64 B one-way latency p50, busy-polling", "latency", "us",
+                  med(lambda r: r["lat_busy_us"]["p50"]), "TCP ping-pong, blocking recv",
+                  med(lambda r: r["lat_tcp_us"]["p50"]), ratio_is="peer/mrc",
                   target="peer/mrc > 1"),
         table_row("verbs", "1 MiB WRITEs, one QP", "goodput", "Gbit/s",
                   med(lambda r: r["big_api_gbps"]), "mrc-nic write 256M",
