@@ -384,45 +384,39 @@ def table(rounds: list[dict[str, Any]]) -> list[dict[str, Any]]:
     def med(get) -> float | None:
         return median([get(r) for r in rounds])
 
-    api = med(lambda r: r["api"]["mpps"])
-    rows = [
-        table_row("verbs", "64 B WRITE rate, one QP, one process", "message rate", "Mpps", api,
-                  "the NIC alone (no library)", med(lambda r: r["nic_mpps"]),
-                  target=f"mrc/peer >= {RATE_TARGET}"),
-        table_row("verbs", "64 B WRITE rate, one QP, one process", "message rate", "Mpps", api,
-                  "before the API (daemon socket)", OLD_RATE_MPPS, target=">= 10x"),
-        table_row("verbs", "64 B WRITE rate, one QP, one process", "message rate", "Mpps", api,
-                  "the same, BPF_PROG_RUN doorbell (before)", med(lambda r: r["api_prog_run_mpps"]),
-                  target="mrc/peer >= 1"),
-        table_row("verbs", "64 B WRITE rate, one QP, one process", "message rate", "Mpps", api,
-                  "TCP iperf3 -l 64, plane 0 (stretch)", med(lambda r: r["tcp_mpps"]),
-                  target="stretch: >= 1"),
-        table_row("verbs", "64 B one-way latency p50 (RTT/2)", "latency", "us",
-                  med(lambda r: r["lat_api_us"]["p50"]), "TCP ping-pong, TCP_NODELAY",
-                  med(lambda r: r["lat_tcp_us"]["p50"]), ratio_is="peer/mrc",
-                  target="peer/mrc > 1"),
-        table_row("verbs", "64 B one-way latency p50 (RTT/2)", "latency", "us",
-                  med(lambda r: r["lat_api_us"]["p50"]), "the same, BPF_PROG_RUN doorbell (before)",
-                  med(lambda r: r["lat_prog_run_us"]["p50"]), ratio_is="peer/mrc",
-                  target="peer/mrc > 1"),
-        table_row("verbs", "64 B one-way p50, the NIC alone: doorbell to peer NIC's record",
-                  "latency", "us", med(lambda r: r["lat_nic_us"]["p50"]),
-                  "TCP ping-pong, TCP_NODELAY (socket to socket)",
-                  med(lambda r: r["lat_tcp_us"]["p50"]), ratio_is="peer/mrc",
-                  target="(the floor any API gets)"),
-        table_row("verbs", "64 B one-way latency p50, busy-polling", "latency", "us",
-                  med(lambda r: r["lat_busy_us"]["p50"]), "TCP ping-pong, busy-polling recv",
-                  med(lambda r: r["lat_tcp_busy_us"]["p50"]), ratio_is="peer/mrc",
-                  target="peer/mrc > 1"),
-        table_row("verbs", "64 B one-way latency p50, busy-polling", "latency", "us",
-                  med(lambda r: r["lat_busy_us"]["p50"]), "TCP ping-pong, blocking recv",
-                  med(lambda r: r["lat_tcp_us"]["p50"]), ratio_is="peer/mrc",
-                  target="peer/mrc > 1"),
+    def rate(peer_name: str, peer: float | None, target: str) -> dict[str, Any]:
+        case = "64 B WRITE rate, one QP, one process"
+        api = med(lambda r: r["api"]["mpps"])
+        return table_row("verbs", case, "message rate", "Mpps", api, peer_name, peer, target=target)
+
+    def p50(key: str) -> float | None:
+        return med(lambda r: r[key]["p50"])
+
+    def latency(case: str, mrc: str, peer_name: str, peer: str, target: str) -> dict[str, Any]:
+        return table_row("verbs", case, "latency", "us", p50(mrc), peer_name, p50(peer),
+                         ratio_is="peer/mrc", target=target)  # fmt: skip
+
+    one_way, busy = "64 B one-way latency p50 (RTT/2)", "64 B one-way latency p50, busy-polling"
+    return [
+        rate("the NIC alone (no library)", med(lambda r: r["nic_mpps"]),
+             f"mrc/peer >= {RATE_TARGET}"),
+        rate("before the API (daemon socket)", OLD_RATE_MPPS, ">= 10x"),
+        rate("the same, BPF_PROG_RUN doorbell (before)", med(lambda r: r["api_prog_run_mpps"]),
+             "mrc/peer >= 1"),
+        rate("TCP iperf3 -l 64, plane 0 (stretch)", med(lambda r: r["tcp_mpps"]), "stretch: >= 1"),
+        latency(one_way, "lat_api_us", "TCP ping-pong, TCP_NODELAY", "lat_tcp_us", "peer/mrc > 1"),
+        latency(one_way, "lat_api_us", "the same, BPF_PROG_RUN doorbell (before)",
+                "lat_prog_run_us", "peer/mrc > 1"),
+        latency("64 B one-way p50, the NIC alone: doorbell to peer NIC's record", "lat_nic_us",
+                "TCP ping-pong, TCP_NODELAY (socket to socket)", "lat_tcp_us",
+                "(the floor any API gets)"),
+        latency(busy, "lat_busy_us", "TCP ping-pong, busy-polling recv", "lat_tcp_busy_us",
+                "peer/mrc > 1"),
+        latency(busy, "lat_busy_us", "TCP ping-pong, blocking recv", "lat_tcp_us", "peer/mrc > 1"),
         table_row("verbs", "1 MiB WRITEs, one QP", "goodput", "Gbit/s",
                   med(lambda r: r["big_api_gbps"]), "mrc-nic write 256M",
                   med(lambda r: r["write_gbps"]), target="mrc/peer >= 1 (within noise)"),
     ]  # fmt: skip
-    return rows
 
 
 def main(argv: list[str] | None = None) -> int:
