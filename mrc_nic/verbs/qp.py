@@ -533,12 +533,14 @@ class QP:
         """The WRITE_WITH_IMMs of one read of the ring, in message order (MSN):
         two CPUs may have written their records in the other order. (Messages
         without an immediate take MSNs too, so order is all MSNs can give.)"""
-        if not self._arrived:
+        arrived = self._arrived
+        if not arrived:
             return
-        base = self._arrived[0][0]
-        self._arrived.sort(key=lambda m: (m[0] - base + (1 << 23)) & 0xFFFFFF)
-        self._early.extend((imm, length, ts) for _, imm, length, ts in self._arrived)
-        self._arrived.clear()
+        if len(arrived) > 1:
+            base = arrived[0][0]
+            arrived.sort(key=lambda m: (m[0] - base + (1 << 23)) & 0xFFFFFF)
+        self._early.extend((imm, length, ts) for _, imm, length, ts in arrived)
+        arrived.clear()
         while self._early and self._recvs:
             self._complete_recv(*self._early.popleft())
 
