@@ -389,9 +389,11 @@ class QP:
         """A WR's record and its WQEs, checked: (wr_id, remote_va, rkey, len,
         src_region, src_off, imm, opcode, flags, the record on the last WQE)."""
         opcode, sgl, remote, wr_id = int(wr.opcode), wr.sg_list, wr.remote_addr, wr.wr_id
-        if opcode not in _POSTABLE or len(sgl) > self.cap.max_send_sge or remote % self._align:
+        if opcode not in _POSTABLE or len(sgl) > self.cap.max_send_sge:
             raise self._bad(index, wr)
-        if not (0 <= wr.imm_data <= U32 and 0 <= wr_id < _U64_LIMIT):
+        if not (0 <= wr.imm_data <= U32 and 0 <= wr_id < _U64_LIMIT and 0 <= wr.rkey <= U32):
+            raise self._bad(index, wr)
+        if not 0 <= remote < _U64_LIMIT:
             raise self._bad(index, wr)
         imm = wr.imm_data if opcode == _WRITE_IMM else 0
         signaled = sig_all or bool(int(wr.send_flags) & _SIGNALED)
@@ -407,6 +409,8 @@ class QP:
             wqes.append([wr_id, remote, wr.rkey, n, mr.lkey, off, imm, OP_WRITE, 0, None])
             remote += n
             length += n
+        if remote > _U64_LIMIT:  # the last byte past the 64-bit address space
+            raise self._bad(index, wr)
         if not wqes:  # a zero-length WRITE: one packet, no payload (as verbs)
             wqes.append([wr_id, remote, wr.rkey, 0, 0, 0, imm, OP_WRITE, 0, None])
         rec = _Wr(wr_id, signaled, length, opcode == _WRITE_IMM, len(wqes))
@@ -418,17 +422,21 @@ class QP:
 
     def _bad(self, index: int, wr: SendWR) -> VerbsError:
         """Why WR `index` is refused (worked out only once it is: posting stays cheap)."""
-        align, cap = self._align, self.cap.max_send_sge
+        cap = self.cap.max_send_sge
         if int(wr.opcode) not in _POSTABLE:
             why = f"opcode {wr.opcode!r}: MRC posts RDMA_WRITE and RDMA_WRITE_WITH_IMM only"
         elif len(wr.sg_list) > cap:
             why = f"{len(wr.sg_list)} SGEs, the QP's max_send_sge is {cap}"
-        elif wr.remote_addr % align:
-            why = f"remote_addr {wr.remote_addr:#x} is not a multiple of {align} (mr_align)"
         elif not 0 <= wr.imm_data <= U32:
             why = f"imm_data must fit 32 bits, not {wr.imm_data!r}"
         elif not 0 <= wr.wr_id < _U64_LIMIT:
             why = f"wr_id must fit 64 bits, not {wr.wr_id!r}"
+        elif not 0 <= wr.rkey <= U32:
+            why = f"rkey must fit 32 bits, not {wr.rkey!r} (the peer's mr.rkey)"
+        elif not 0 <= wr.remote_addr < _U64_LIMIT:
+            why = f"remote_addr must be a 64-bit address, not {wr.remote_addr!r}"
+        elif wr.remote_addr + sum(sge.length for sge in wr.sg_list) > _U64_LIMIT:
+            why = f"remote_addr {wr.remote_addr:#x} plus the SGEs' bytes runs past 2**64"
         else:
             why = self._bad_sge(wr)
         return VerbsError(
@@ -447,6 +455,8 @@ class QP:
                 return f"SGE length must not be negative, not {sge.length}"
             if sge.length and off % align:
                 return f"SGE addr {sge.addr:#x} is not a multiple of {align} from its MR's start"
+            if sge.length and remote % align and remote == wr.remote_addr:
+                return f"remote_addr {remote:#x} is not a multiple of {align} (mr_align)"
             if sge.length and remote % align:
                 return f"an SGE before the last must be a multiple of {align} bytes long"
             remote += sge.length

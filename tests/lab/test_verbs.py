@@ -135,6 +135,14 @@ def test_bad_requests_are_refused_and_corrupt_nothing(pair):
         "unknown lkey": SendWR(sg_list=[SGE(mr.addr, 64, 0xFFFF)], rkey=b.mr.rkey),
         "two SGEs on a 1-SGE QP": SendWR(sg_list=[SGE(mr.addr, KIB, mr.lkey)] * 2, rkey=b.mr.rkey),
     }
+    for why, field, value in (
+        ("rkey over 32 bits", "rkey", 1 << 32),
+        ("negative rkey", "rkey", -1),
+        ("negative remote_addr", "remote_addr", -KIB),
+        ("remote_addr past 2**64", "remote_addr", (1 << 64) - 512),
+    ):
+        refusals[why] = write(a, b, 0, KIB)
+        setattr(refusals[why], field, value)
     for why, wr in refusals.items():
         with pytest.raises(verbs.VerbsError) as e:
             a.qp.post_send([write(a, b, 0, KIB, wr_id=100), wr])
@@ -190,6 +198,13 @@ def test_a_zero_length_write_with_imm_completes_with_no_bytes(pair):
     assert [(wc.wr_id, wc.status) for wc in poll_n(a.scq, 1)] == [(3, WcStatus.SUCCESS)]
     (got,) = poll_n(b.rcq, 1)
     assert (got.wr_id, got.imm_data, got.byte_len) == (9, 7, 0)
+    # Its address is not checked, as in verbs: any va completes, with nothing written.
+    b.qp.post_recv(verbs.RecvWR(wr_id=10))
+    odd = SendWR(wr_id=4, opcode=WrOpcode.RDMA_WRITE_WITH_IMM, imm_data=8, rkey=b.mr.rkey,
+                 remote_addr=b.mr.addr + 8, send_flags=SendFlags.SIGNALED)  # fmt: skip
+    a.qp.post_send(odd)
+    assert [(wc.wr_id, wc.status) for wc in poll_n(a.scq, 1)] == [(4, WcStatus.SUCCESS)]
+    assert [(wc.wr_id, wc.imm_data) for wc in poll_n(b.rcq, 1)] == [(10, 8)]
 
 
 def test_a_cq_fd_is_readable_when_completions_wait(pair):

@@ -214,6 +214,10 @@ def test_receives_match_messages_in_order_even_when_posted_late(setup):
         ({"remote_addr": (5 << 40) + 8}, "not a multiple of 1024"),
         ({"imm_data": 1 << 32}, "imm_data must fit 32 bits"),
         ({"sg_list": [SGE(0, 1, 0x99)]}, "no MR of this PD"),
+        ({"rkey": 1 << 32}, "rkey must fit 32 bits"),
+        ({"rkey": -1}, "rkey must fit 32 bits"),
+        ({"remote_addr": -1024}, "remote_addr must be a 64-bit address"),
+        ({"remote_addr": (1 << 64) - 512}, "runs past 2\\*\\*64"),
     ],
 )
 def test_a_bad_wr_refuses_the_whole_list(setup, change, message):
