@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import errno
 import mmap
@@ -80,6 +79,29 @@ def set_auth_key(value: ctypes.Structure, auth_key: bytes | None) -> None:
         value.auth_key[0], value.auth_key[1] = auth.key_words(auth_key)
 
 
+_DETACHED: list[mmap.mmap] = []  # closed maps' mappings that views still use
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.mmap.restype = ctypes.c_void_p
+_libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                       ctypes.c_int, ctypes.c_long]  # fmt: skip
+
+
+def detach(view: mmap.mmap) -> None:
+    """Put private zero pages where a writable shared mapping of a BPF map was
+    (mmap MAP_FIXED over it): what still points there touches this process's
+    memory only. A read-only mapping stays as it is."""
+    try:
+        anchor = ctypes.c_char.from_buffer(view)
+    except (TypeError, ValueError):  # read-only, or closed
+        return
+    addr = ctypes.addressof(anchor)
+    del anchor
+    flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | 0x10  # MAP_FIXED
+    got = _libc.mmap(addr, len(view), mmap.PROT_READ | mmap.PROT_WRITE, flags, -1, 0)
+    if got != addr:
+        raise OSError(ctypes.get_errno(), "mmap(MAP_FIXED) over a closed map's pages")
+
+
 class MapsBase:
     """The pinned maps' fds, the mmaps, the pinned program: what every part of NicMaps uses."""
 
@@ -130,10 +152,14 @@ class MapsBase:
 
     def close(self) -> None:
         for view in self._views.values():
-            # A caller's memoryview (an MR's buffer, a numpy array over it)
-            # keeps its mapping alive until released; the fds go now.
-            with contextlib.suppress(BufferError):
+            # A caller's view (an MR's buffer, a numpy array over it) may outlive
+            # this: its pages become private zeros first, so that it can never
+            # write into memory the NIC has since given to someone else.
+            detach(view)
+            try:
                 view.close()
+            except BufferError:  # views of it are alive: unmapped when they go
+                _DETACHED.append(view)
         self._views.clear()
         program.close_fds(self._fds)
         if self._prog_fd is not None:

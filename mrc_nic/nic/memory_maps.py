@@ -72,6 +72,20 @@ class MemoryMaps:
         """nic_mr mapped into this process: every region of the lab, shared with BPF."""
         return self._mapped(MR_MAP, self.mr_elems * MR_ELEM_SIZE)
 
+    def memory_window(self, start: int, length: int) -> tuple[mmap.mmap, memoryview]:
+        """Bytes [start, start + length) of nic_mr in a mapping of their own (the
+        whole pages around them) and a view of exactly them. The mapping is the
+        caller's: closing it fails (BufferError) while a view of it is alive."""
+        if not (start >= 0 and length >= 1 and start + length <= self.mr_elems * MR_ELEM_SIZE):
+            raise ValueError(f"bytes [{start}, {start + length}) are outside nic_mr")
+        page = mmap.PAGESIZE
+        first, end = start - start % page, -(-(start + length) // page) * page
+        mapping = mmap.mmap(
+            self._fds[MR_MAP], end - first, flags=mmap.MAP_SHARED,
+            prot=mmap.PROT_READ | mmap.PROT_WRITE, offset=first,
+        )  # fmt: skip
+        return mapping, memoryview(mapping)[start - first : start - first + length]
+
     def _span(self, region: int, offset: int, length: int) -> int:
         layout = self.region(region)
         size = layout.n_elems * MR_ELEM_SIZE

@@ -14,6 +14,7 @@ import errno
 import os
 import socket
 from pathlib import Path
+from typing import Any
 
 from mrc_nic import nic
 from mrc_nic.kernel import pins
@@ -147,7 +148,6 @@ class Context:
         )
         try:
             self.prog_fd = self.maps.program_fd()
-            self.memory = self.maps.memory()  # nic_mr: every MR is a window of it
             self.wq_memory = self.maps.wq_memory()
             ns = NETNS_DIR / f"{NS_PREFIX}{self.lab}-{self.host}"
             # The host's doorbell port (None: kicks take BPF_PROG_RUN); shared by the QPs.
@@ -156,6 +156,8 @@ class Context:
             self.session.close()
             self.maps.close()
             raise VerbsError("open_device", e.errno or errno.EIO, str(e)) from None
+        self.pds: list[Any] = []  # verbs.PD and CQ made here: close releases them
+        self.cqs: list[Any] = []
         self._closed = False
 
     def query_device(self) -> DeviceAttr:
@@ -199,7 +201,12 @@ class Context:
         if self.doorbell is not None:
             self.doorbell[0].close()
         self.session.close()
-        self.maps.close()
+        for cq in list(self.cqs):
+            cq.close()  # no daemon call: the session is closed
+        for pd in self.pds:
+            for mr in pd.mrs.values():
+                mr.invalidate()
+        self.maps.close()  # pages that views still reach become private ones
 
     def __enter__(self) -> Context:
         return self

@@ -3,8 +3,11 @@
 Each CQ is a BPF ring buffer this process creates and owns; the daemon gives
 it a slot of the lab's array of rings (nic_cq_rings), where the NIC posts
 the completions of the QPs that use the CQ. poll() reads the ring through
-shared memory (no syscall); fileno() is the ring's fd, readable when
-completions wait, for select/epoll/asyncio.
+shared memory (no syscall). fileno() is an epoll fd over the ring and an
+eventfd, for select/epoll/asyncio: readable while the NIC has posted
+completions or the library holds some (flushes, receives matched late, what
+a poll left behind); the eventfd is written only when that set goes from
+empty to not, so a poll that takes what it found makes no syscall.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import contextlib
 import dataclasses
 import errno
 import os
+import select
 import struct
 from typing import TYPE_CHECKING, Any
 
@@ -73,21 +77,44 @@ class CQ:
                 "create_cq", getattr(e, "errno", None) or errno.EIO, f"its ring buffer: {e}"
             ) from None
         self._ready: collections.deque[WC] = collections.deque()
+        self._held = self._polling = False  # the eventfd says _ready is not empty; in poll()
+        self._event = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        self._channel = select.epoll()  # fileno(): readable if either is
+        self._channel.register(self._fd, select.EPOLLIN)
+        self._channel.register(self._event, select.EPOLLIN)
         self.qps: dict[int, Any] = {}  # qpn -> verbs.QP whose completions come here
         self._closed = False
+        ctx.cqs.append(self)
 
     # ---- polling --------------------------------------------------------------------
     def poll(self, num_entries: int = 1) -> list[WC]:
         """Up to num_entries completions, oldest first ([] if none)."""
+        if self._closed:
+            raise VerbsError("poll_cq", errno.EBADF, "the CQ is destroyed (or its context closed)")
         if len(self._ready) < num_entries:
-            self._drain()
+            self._polling = True
+            try:
+                self._drain()
+            finally:
+                self._polling = False
         out = []
         ready = self._ready
         while ready and len(out) < num_entries:
             out.append(ready.popleft())
+        if bool(ready) != self._held:
+            self._hold(bool(ready))
         if not out:  # what was read before an overrun is delivered first
             self._check_overrun()
         return out
+
+    def _hold(self, held: bool) -> None:
+        """The eventfd readable (the library holds completions) or not."""
+        if held:
+            os.eventfd_write(self._event, 1)
+        else:
+            with contextlib.suppress(BlockingIOError):
+                os.eventfd_read(self._event)
+        self._held = held
 
     def _check_overrun(self) -> None:
         at = self.index * 8
@@ -120,25 +147,30 @@ class CQ:
             qp._push()
 
     def deliver(self, wc: WC) -> None:
-        """A completion the library makes (a flush, a matched receive)."""
+        """A completion the library makes (a flush, a matched receive). Outside
+        a poll of this CQ (a flush on modify, a receive posted late, another
+        CQ's poll) the fd becomes readable; a poll settles it itself."""
         self._ready.append(wc)
+        if not (self._held or self._polling):
+            self._hold(True)
 
     # ---- waiting ------------------------------------------------------------------
     def fileno(self) -> int:
-        """The ring's fd: readable when the NIC has posted completions."""
-        return self._fd
+        """Readable while completions wait: posted by the NIC, or held here."""
+        return self._channel.fileno()
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until a completion is there (True) or timeout seconds pass."""
         if self._ready:
             return True
-        return self._ring.wait(timeout)
+        return self._ring.wait(timeout)  # the ring's own poller: held ones are in _ready
 
     def close(self) -> None:
-        """Destroy the CQ (its QPs first: EBUSY otherwise)."""
+        """Destroy the CQ (its QPs first: EBUSY otherwise; a closed context's
+        CQ goes with it)."""
         if self._closed:
             return
-        if self.qps:
+        if self.qps and not self.ctx._closed:
             raise VerbsError(
                 "destroy_cq",
                 errno.EBUSY,
@@ -147,7 +179,10 @@ class CQ:
         self._closed = True
         if not self.ctx._closed:
             self.ctx.call("destroy_cq", appops.DestroyCq(cq=self.index))
+        self.ctx.cqs.remove(self)
         self._ring.close()
+        self._channel.close()
+        os.close(self._event)
         os.close(self._fd)
 
     def __enter__(self) -> CQ:

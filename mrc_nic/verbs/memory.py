@@ -10,9 +10,13 @@ as ibv_reg_mr's address is the buffer's.
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import mmap
+import weakref
 from typing import TYPE_CHECKING, Any
 
+from mrc_nic.nic.maps_base import detach
 from mrc_nic.transport import appops
 from mrc_nic.verbs.enums import Access
 from mrc_nic.verbs.errors import VerbsError
@@ -20,6 +24,7 @@ from mrc_nic.verbs.errors import VerbsError
 if TYPE_CHECKING:
     from mrc_nic.verbs.context import Context
 
+_KEPT: list[mmap.mmap] = []  # closed contexts' MR mappings that numpy arrays use
 SUPPORTED_ACCESS = Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.RELAXED_ORDERING
 
 
@@ -34,6 +39,7 @@ class PD:
         self.mrs: dict[int, MR] = {}  # by lkey
         self.qps: dict[int, Any] = {}  # qpn -> verbs.QP of this PD
         self._closed = False
+        ctx.pds.append(self)
 
     def reg_mr(self, length: int, access: int = Access.LOCAL_WRITE | Access.REMOTE_WRITE) -> MR:
         return MR(self, length, access)
@@ -61,6 +67,7 @@ class PD:
         for mr in list(self.mrs.values()):
             mr.close()
         self._closed = True
+        self.ctx.pds.remove(self)
         if not self.ctx._closed:
             self.ctx.call("dealloc_pd", appops.DeallocPd(pd=self.handle))
 
@@ -96,16 +103,32 @@ class MR:
         self.length = length
         self.access = Access(access)
         start = reply.first_elem * self.ctx.attr.mr_align
-        self._start = start
-        self.buf = memoryview(self.ctx.memory)[start : start + length]
+        self._in_map = start % mmap.PAGESIZE  # where the MR starts in its own mapping
+        try:
+            self._map, self.buf = self.ctx.maps.memory_window(start, length)
+        except (OSError, ValueError) as e:
+            with contextlib.suppress(VerbsError):
+                self.ctx.call("dereg_mr", appops.DeregMr(region=self.lkey))
+            raise VerbsError("reg_mr", getattr(e, "errno", None) or errno.EIO, str(e)) from None
         self.valid = True
+        self._arrays: list[weakref.ref] = []  # numpy() arrays: dereg waits for them
         pd.mrs[self.lkey] = self
 
     def numpy(self, dtype: Any = "uint8") -> Any:
-        """The MR's bytes as a numpy array (no copy): writing it is writing NIC memory."""
+        """The MR's bytes as a numpy array (no copy): writing it is writing NIC
+        memory. Delete it (and arrays made from it) before deregistering the MR."""
         import numpy as np
 
-        return np.frombuffer(self.buf, dtype=dtype)
+        if not self.valid:
+            raise VerbsError("numpy", errno.EINVAL, f"MR {self.lkey:#x} is deregistered")
+        array = np.frombuffer(self.buf, dtype=dtype)
+        self._arrays = [ref for ref in self._arrays if ref() is not None]
+        self._arrays.append(weakref.ref(array))
+        return array
+
+    def views_alive(self) -> bool:
+        """A numpy() array of it is alive (numpy holds no buffer export to tell)."""
+        return any(ref() is not None for ref in self._arrays)
 
     def offset_of(self, addr: int, length: int, verb: str) -> int:
         """Where [addr, addr + length) is in this MR; VerbsError if outside it."""
@@ -122,14 +145,41 @@ class MR:
         return off
 
     def close(self) -> None:
-        """ibv_dereg_mr: the memory goes back to the NIC; WRITEs to it fail."""
+        """ibv_dereg_mr: the memory goes back to the NIC; WRITEs to it fail.
+        EBUSY while a view of it is alive: the NIC may give its memory to
+        another MR, which that view would write into."""
         if not self.valid:
             return
+        busy = "a numpy() array over it" if self.views_alive() else None
+        if busy is None:
+            self.buf.release()
+            try:
+                self._map.close()
+            except BufferError:  # mr.buf's slices share its export: they live on
+                busy = "a view of mr.buf (a slice, or a memoryview made from it)"
+                self.buf = memoryview(self._map)[self._in_map : self._in_map + self.length]
+        if busy is not None:
+            raise VerbsError(
+                "dereg_mr", errno.EBUSY, f"MR {self.lkey:#x} has {busy} alive: delete it first"
+            )
         self.valid = False
-        self.buf.release()
         self.pd.mrs.pop(self.lkey, None)
         if not self.ctx._closed:
             self.ctx.call("dereg_mr", appops.DeregMr(region=self.lkey))
+
+    def invalidate(self) -> None:
+        """The context closed: the MR is gone whatever views of it remain. Their
+        pages become private ones (never the NIC memory the next owner gets);
+        a mapping that numpy arrays still point into is never unmapped."""
+        if not self.valid:
+            return
+        self.valid = False
+        detach(self._map)
+        self.buf.release()
+        with contextlib.suppress(BufferError):  # else unmapped when the last view goes
+            self._map.close()
+        if self.views_alive():
+            _KEPT.append(self._map)
 
     def __enter__(self) -> MR:
         return self

@@ -356,6 +356,8 @@ class QP:
         """mrc_post_send: every WR or none (VerbsError names the bad one, bad_wr)."""
         if isinstance(wrs, SendWR):
             wrs = [wrs]
+        if self.ctx._closed or self._closed:
+            raise VerbsError("post_send", errno.EBADF, f"QP {self.qp_num:#x} is destroyed")
         if self.state != QpState.RTS:
             if self.state == QpState.ERR:  # as verbs: posted to ERR, flushed
                 for wr in wrs:

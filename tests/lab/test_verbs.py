@@ -215,6 +215,77 @@ def test_a_cq_fd_is_readable_when_completions_wait(pair):
     assert len(a.scq.poll(4)) == 1
 
 
+def test_a_cq_fd_is_readable_for_completions_the_library_makes(pair):
+    """Flushes and a receive matched late come from the library, not the NIC's
+    ring: the fd says so too, until they are polled."""
+    a, b = pair
+    b.qp.post_send(write(b, a, 0, KIB, opcode=WrOpcode.RDMA_WRITE_WITH_IMM, imm_data=5))
+    deadline = time.monotonic() + 10
+    while not a.qp._early and time.monotonic() < deadline:  # arrived, no receive posted
+        a.rcq.poll(1)
+        time.sleep(0.01)
+    assert select.select([a.rcq], [], [], 0)[0] == []
+    a.qp.post_recv(verbs.RecvWR(wr_id=6))  # matches the message that waited
+    assert select.select([a.rcq], [], [], 0)[0] == [a.rcq]
+    assert [(wc.wr_id, wc.imm_data) for wc in a.rcq.poll(4)] == [(6, 5)]
+    assert select.select([a.rcq], [], [], 0)[0] == []
+    a.qp.post_recv([verbs.RecvWR(wr_id=7), verbs.RecvWR(wr_id=8)])
+    a.qp.modify(verbs.QPAttr(qp_state=verbs.QpState.ERR), verbs.QpAttrMask.STATE)
+    assert select.select([a.rcq], [], [], 0)[0] == [a.rcq]
+    assert [wc.wr_id for wc in a.rcq.poll(1)] == [7]
+    assert select.select([a.rcq], [], [], 0)[0] == [a.rcq], "one flush is still held"
+    assert [(wc.wr_id, wc.status) for wc in a.rcq.poll(4)] == [(8, WcStatus.WR_FLUSH_ERR)]
+    assert select.select([a.rcq], [], [], 0)[0] == []
+
+
+def test_an_mr_with_a_live_view_is_not_deregistered(default_lab):
+    a = Side(default_lab.lab, "h0")
+    try:
+        mr = a.pd.reg_mr(4 * KIB)
+        array = mr.numpy()
+        with pytest.raises(verbs.VerbsError, match="numpy") as e:
+            mr.close()
+        assert e.value.errno == errno.EBUSY and mr.valid
+        derived = array[8:]  # a view of the array keeps it alive
+        del array
+        with pytest.raises(verbs.VerbsError, match="numpy"):
+            mr.close()
+        del derived
+        piece = mr.buf[:16]
+        with pytest.raises(verbs.VerbsError, match="mr.buf"):
+            mr.close()
+        piece.release()
+        mr.close()
+        assert not mr.valid
+    finally:
+        a.close()
+
+
+def test_what_outlives_a_closed_context_reaches_no_one_elses_memory(default_lab):
+    """After close, a kept view of an MR writes into private pages, not into the
+    NIC memory a later session got; the objects refuse with EBADF."""
+    a = Side(default_lab.lab, "h0")
+    addr, buf, array = a.mr.addr, a.mr.buf[:64], a.mr.numpy()  # a slice outlives mr.buf
+    a.close()
+    b = Side(default_lab.lab, "h0")  # the same host: the NIC hands out the freed memory
+    try:
+        assert b.mr.addr == addr, "the test needs the same window again"
+        buf[:4] = b"EVIL"
+        array[4:8] = 7
+        assert bytes(b.mr.buf[:8]) == bytes(8), "the stale views wrote into b's MR"
+        with pytest.raises(ValueError, match="released"):
+            a.mr.buf[:4] = b"gone"
+        with pytest.raises(verbs.VerbsError) as e:
+            a.qp.post_send(SendWR(sg_list=[SGE(a.mr.addr, 64, a.mr.lkey)]))
+        assert e.value.errno == errno.EBADF
+        with pytest.raises(verbs.VerbsError) as e:
+            a.scq.poll(1)
+        assert e.value.errno == errno.EBADF
+        assert not a.mr.valid
+    finally:
+        b.close()
+
+
 CHILD = textwrap.dedent(
     """
     import sys, time

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import mmap
 import types
 
 import pytest
@@ -44,11 +45,13 @@ class FakeContext:
     def __init__(self) -> None:
         self.attr = ATTR
         self.wq_memory = bytearray(WQ_SIZE * 4)
-        self.memory = bytearray(1 << 20)
+        self.maps = types.SimpleNamespace(memory_window=self.memory_window)
         self.prog_fd = -1
         self.doorbell = None  # no doorbell port: BPF_PROG_RUN (faked here)
         self._closed = False
         self.requests: list = []
+        self.pds: list = []
+        self.cqs: list = []
 
     def call(self, verb: str, request):
         self.requests.append(request)
@@ -63,6 +66,12 @@ class FakeContext:
         if isinstance(request, appops.ModifyQp):
             return appops.ModifyQpReply(qp={"state": request.state})
         return appops.Done()
+
+    @staticmethod
+    def memory_window(start: int, length: int) -> tuple[mmap.mmap, memoryview]:
+        """NIC memory: anonymous pages here."""
+        mapping = mmap.mmap(-1, start % mmap.PAGESIZE + length)
+        return mapping, memoryview(mapping)[start % mmap.PAGESIZE :][:length]
 
     def wq(self) -> defs.NicWq:
         return defs.NicWq.from_buffer_copy(self.wq_memory, RING * WQ_SIZE)
