@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 
 import click
 
@@ -16,7 +17,8 @@ from mrc_nic.cli.common import lab_option, pick_lab
     epilog="""\b
 The program runs in the host's network namespace (its ports, addresses and
 routes) with MRC_NIC_LAB and MRC_NIC_HOST set, so mrc_nic.verbs.Context()
-opens that host's NIC. Unlike `ip netns exec`, /sys stays as it is: the
+opens that host's NIC, and with the directory of mrc-nic's own Python first
+on PATH, so `python` is one that has mrc_nic. Unlike `ip netns exec`, /sys stays as it is: the
 lab's pinned BPF maps under /sys/fs/bpf remain visible.
 
 \b
@@ -48,11 +50,14 @@ def exec_cmd(host: str, command: tuple[str, ...], lab: str | None) -> None:
         raise click.UsageError(
             f"{host!r} is not a host of lab {name!r} (hosts: {', '.join(topo.host_names())})"
         )
-    program = shutil.which(command[0])
+    # The interpreter running mrc-nic comes first on PATH: `python` is the one
+    # that has mrc_nic (a venv's), whatever PATH sudo or the shell left.
+    path = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
+    program = shutil.which(command[0], path=path)
     if program is None:
         raise click.UsageError(f"{command[0]!r}: no such program (is it on PATH?)")
     netns.enter_for_good(topo.netns(host))
-    env = dict(os.environ, **{ENV_LAB: name, ENV_HOST: host})
+    env = dict(os.environ, PATH=path, **{ENV_LAB: name, ENV_HOST: host})
     os.execve(program, list(command), env)
 
 

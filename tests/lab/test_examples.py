@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 from tests.helpers.env import MRC, ROOT
 
@@ -48,6 +49,17 @@ def run_pair(topo, script: str, server_args: list[str], client_args: list[str]):
 
 def json_lines(text: str) -> list[dict]:
     return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+
+
+def test_exec_runs_a_python_that_has_mrc_nic_whatever_path_the_caller_has(default_lab):
+    """As under sudo, PATH without the venv: `python` is still mrc-nic's own."""
+    probe = "import mrc_nic.verbs, os, sys; print(sys.executable, os.environ['MRC_NIC_HOST'])"
+    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": "/root"}
+    cmd = [*MRC, "exec", "-l", default_lab.lab, "h1", "--", "python", "-c", probe]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT, env=env)
+    assert done.returncode == 0, done.stderr
+    executable, host = done.stdout.split()
+    assert Path(executable).parent == Path(sys.executable).parent and host == "h1"
 
 
 def test_write_bw_sweeps_sizes_and_the_server_checks_every_byte(default_lab):
