@@ -58,7 +58,8 @@ class ElemAllocator:
             errno.ENOMEM,
             f"no {n_elems * KIB} bytes free for {what} (this host has "
             f"{self.count * KIB} bytes for it, {self.free_elems * KIB} free): "
-            "use fewer QPs or a smaller chunk",
+            "deregister memory first or register less (mrc-nic write: fewer QPs "
+            "or a smaller chunk)",
         )
 
     def release(self, span: Span) -> None:

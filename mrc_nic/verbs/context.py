@@ -63,6 +63,13 @@ def locate(lab: str | None = None, host: str | None = None) -> tuple[str, str]:
         up = [name for name in state.labs_on_disk() if _is_up(name)]
         if len(up) == 1:
             lab = up[0]
+        elif len(up) > 1 and host:
+            raise VerbsError(
+                "open_device",
+                errno.ENODEV,
+                f"labs {', '.join(up)} are up: name one (Context(lab=...), {ENV_LAB}, "
+                "or mrc-nic exec -l LAB HOST -- CMD)",
+            )
     if not (lab and host):
         raise VerbsError(
             "open_device",

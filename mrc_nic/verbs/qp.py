@@ -251,6 +251,10 @@ class QP:
                 errno.EINVAL,
                 "port_num must be 1: one port per NIC, one plane each inside",
             )
+        if mask & QpAttrMask.RETRY_CNT and not 0 <= attr.retry_cnt <= 7:
+            raise VerbsError(
+                "modify_qp", errno.EINVAL, f"retry_cnt is 3 bits (0..7), not {attr.retry_cnt!r}"
+            )
         attrs: dict[str, Any] = {}
         pick = [
             (mask & QpAttrMask.ACCESS_FLAGS, "qp_access_flags", lambda: int(attr.qp_access_flags)),
@@ -260,7 +264,7 @@ class QP:
             (mask & QpAttrMask.PATH_MTU, "path_mtu", lambda: Mtu(attr.path_mtu).bytes),
             (mask & QpAttrMask.SQ_PSN, "sq_psn", lambda: attr.sq_psn),
             (mask & QpAttrMask.TIMEOUT, "timeout", lambda: attr.timeout),
-            (mask & QpAttrMask.RETRY_CNT, "retry_linear_cnt", lambda: min(attr.retry_cnt, 7)),
+            (mask & QpAttrMask.RETRY_CNT, "retry_linear_cnt", lambda: attr.retry_cnt),
             (mmask & MrcAttrMask.TIMEOUT, "timeout", lambda: mrc_attr.timeout),
             (mmask & MrcAttrMask.MPR, "mpr", lambda: mrc_attr.mpr),
             (mmask & MrcAttrMask.MPR_DEST, "mpr_dest", lambda: mrc_attr.mpr_dest),
@@ -372,13 +376,15 @@ class QP:
         self._retire()  # what the NIC completed since frees room
         room = self.cap.max_send_wr - len(self._wrs)
         if len(wrs) > room:
-            raise VerbsError(
-                "post_send",
-                errno.ENOMEM,
-                f"the send queue holds {self.cap.max_send_wr} WRs and {len(self._wrs)} are "
-                f"outstanding: {len(wrs)} do not fit; poll the CQ for completions first",
-                bad_wr=room,
+            limit = self.cap.max_send_wr
+            why = (
+                f"a post of {len(wrs)} WRs is more than the send queue holds ({limit}): post at "
+                "most that many at a time, or create the QP with a larger max_send_wr"
+                if len(wrs) > limit
+                else f"the send queue holds {limit} WRs and {len(self._wrs)} are outstanding: "
+                f"{len(wrs)} do not fit; poll the CQ for completions first"
             )
+            raise VerbsError("post_send", errno.ENOMEM, why, bad_wr=room)
         sig_all = self.init_attr.sq_sig_all
         planned = [self._plan(i, wr, sig_all) for i, wr in enumerate(wrs)]  # all checked first
         wrs_out, queued = self._wrs, self._queued

@@ -17,7 +17,7 @@ between steps. What is not: the reduction arithmetic and the accelerator
 memory (the emulator moves bytes; the adds take no time), and the overlap
 of one step's tail with the next step's head that pipelined collectives
 get. mrc-nic: every step is, on each ring edge, one transfer of the chunk
-through the sender's daemon (mrc_nic.workloads.rdma_write.Connection, opened once per
+posted through the verbs API (mrc_nic.workloads.rdma_write.Connection, opened once per
 edge and kept for every step, as a collective's QPs are): WRITEs through
 the NIC's 64 MiB host memory, as large as it allows when each host receives
 from one other (MrcRing: up to 16 MiB), the last with an immediate

@@ -15,7 +15,7 @@ import pytest
 from mrc_nic import nic
 from mrc_nic.abi import defs
 from mrc_nic.transport import appops
-from mrc_nic.verbs import SGE, QpState, SendFlags, SendWR, WcStatus, WrOpcode
+from mrc_nic.verbs import SGE, QpAttrMask, QpState, SendFlags, SendWR, WcStatus, WrOpcode
 from mrc_nic.verbs.context import DeviceAttr
 from mrc_nic.verbs.errors import VerbsError
 from mrc_nic.verbs.memory import MR, PD
@@ -243,11 +243,11 @@ def test_a_bad_wr_refuses_the_whole_list(setup, change, message):
 def test_modify_translates_masks_into_the_daemons_attributes(setup):
     s = setup
     s.ctx.requests.clear()
-    attr = QPAttr(qp_state=QpState.RTS, sq_psn=5, timeout=14, retry_cnt=9)
+    attr = QPAttr(qp_state=QpState.RTS, sq_psn=5, timeout=14, retry_cnt=6)
     s.qp.modify(attr, 1 | (1 << 16) | (1 << 9) | (1 << 10), MrcQPAttr(mpr=4), 1 << 2)
     (req,) = s.ctx.requests
     assert req.state == "RTS"
-    assert req.attrs == {"sq_psn": 5, "timeout": 14, "retry_linear_cnt": 7, "mpr": 4}
+    assert req.attrs == {"sq_psn": 5, "timeout": 14, "retry_linear_cnt": 6, "mpr": 4}
     with pytest.raises(VerbsError, match="not an MRC QP attribute"):
         s.qp.modify(QPAttr(qp_state=QpState.RTS), 1 | (1 << 14))  # ALT_PATH
 
@@ -261,6 +261,32 @@ def test_a_host_the_lab_does_not_have_is_named_as_such(monkeypatch):
     why = context._no_daemon("lab1", "h8", OSError("the daemon does not answer"))
     assert why == "lab 'lab1' has no host 'h8' (hosts: h0, h1)"
     assert context._no_daemon("lab1", "h1", OSError("down")) == "down"
+
+
+def test_several_labs_up_and_no_lab_named_says_so(monkeypatch, tmp_path):
+    from mrc_nic.lab import state
+    from mrc_nic.verbs import context
+
+    monkeypatch.delenv(context.ENV_LAB, raising=False)
+    monkeypatch.setattr(context, "NETNS_DIR", tmp_path)  # not inside any lab's host
+    monkeypatch.setattr(state, "labs_on_disk", lambda: ["a", "b"])
+    monkeypatch.setattr(context, "_is_up", lambda lab: True)
+    with pytest.raises(VerbsError, match="labs a, b are up: name one") as e:
+        context.locate(host="h0")
+    assert e.value.errno == errno.ENODEV
+
+
+def test_a_post_larger_than_the_send_queue_says_to_post_less(setup):
+    s = setup
+    with pytest.raises(VerbsError, match="more than the send queue holds \\(100\\)") as e:
+        s.qp.post_send([wr(s, 0)] * 101)
+    assert e.value.errno == errno.ENOMEM and "poll the CQ" not in str(e.value)
+
+
+def test_retry_cnt_is_three_bits(setup):
+    s = setup
+    with pytest.raises(VerbsError, match="retry_cnt is 3 bits"):
+        s.qp.modify(QPAttr(qp_state=QpState.RTS, retry_cnt=9), 1 | QpAttrMask.RETRY_CNT)
 
 
 def test_a_fatal_nack_after_the_nic_completed_earlier_work_blames_the_first_not_done(setup):
