@@ -52,7 +52,8 @@ def exec_cmd(host: str, command: tuple[str, ...], lab: str | None) -> None:
         )
     # The interpreter running mrc-nic comes first on PATH: `python` is the one
     # that has mrc_nic (a venv's), whatever PATH sudo or the shell left.
-    path = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
+    own = os.path.dirname(sys.executable)  # empty if Python cannot tell: not the cwd
+    path = os.pathsep.join([*([own] if own else []), os.environ.get("PATH") or os.defpath])
     program = shutil.which(command[0], path=path)
     if program is None:
         raise click.UsageError(f"{command[0]!r}: no such program (is it on PATH?)")

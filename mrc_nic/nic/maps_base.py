@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import mmap
@@ -79,7 +80,6 @@ def set_auth_key(value: ctypes.Structure, auth_key: bytes | None) -> None:
         value.auth_key[0], value.auth_key[1] = auth.key_words(auth_key)
 
 
-_DETACHED: list[mmap.mmap] = []  # closed maps' mappings that views still use
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.mmap.restype = ctypes.c_void_p
 _libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
@@ -156,10 +156,8 @@ class MapsBase:
             # this: its pages become private zeros first, so that it can never
             # write into memory the NIC has since given to someone else.
             detach(view)
-            try:
+            with contextlib.suppress(BufferError):  # else unmapped when its views go
                 view.close()
-            except BufferError:  # views of it are alive: unmapped when they go
-                _DETACHED.append(view)
         self._views.clear()
         program.close_fds(self._fds)
         if self._prog_fd is not None:

@@ -204,16 +204,20 @@ class Context:
         the session ends) and this process's maps."""
         if self._closed:
             return
-        self._closed = True
-        if self.doorbell is not None:
-            self.doorbell[0].close()
-        self.session.close()
-        for cq in list(self.cqs):
-            cq.close()  # no daemon call: the session is closed
-        for pd in self.pds:
-            for mr in pd.mrs.values():
-                mr.invalidate()
-        self.maps.close()  # pages that views still reach become private ones
+        self._closed = True  # from here no call reaches the daemon
+        try:
+            # This process's side first: once the session ends, the daemon may
+            # give its memory and send queues to another session at once.
+            for pd in self.pds:
+                for mr in pd.mrs.values():
+                    mr.invalidate()
+            for cq in list(self.cqs):
+                cq.close()
+            self.maps.close()  # pages that views still reach become private ones
+        finally:
+            if self.doorbell is not None:
+                self.doorbell[0].close()
+            self.session.close()
 
     def __enter__(self) -> Context:
         return self

@@ -62,15 +62,21 @@ class CQ:
         self.ctx, self.cq_context = ctx, cq_context
         self.index = ctx.call("create_cq", appops.CreateCq(cqe=cqe)).cq
         self.cqe = cqe
-        self._fd = -1
+        self._fds: list[int] = []  # the ring, the eventfd, the epoll: close() closes them
+        self._ring = self._channel = None
         try:
             self._fd = ctx.maps.create_cq_ring()
+            self._fds.append(self._fd)
             ctx.maps.set_cq_ring(self.index, self._fd)
             self._ring = nic.EventReader(self._fd)  # the mapped ring, read without syscalls
             self._lost = ctx.maps.cq_lost_memory()  # what the NIC lost to a full ring
+            self._event = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+            self._fds.append(self._event)
+            self._channel = select.epoll()  # fileno(): readable if either is
+            self._channel.register(self._fd, select.EPOLLIN)
+            self._channel.register(self._event, select.EPOLLIN)
         except (OSError, ValueError) as e:
-            if self._fd >= 0:
-                os.close(self._fd)  # the daemon clears the ring's slot with the CQ
+            self._release()  # the daemon clears the ring's slot with the CQ
             with contextlib.suppress(VerbsError):
                 ctx.call("destroy_cq", appops.DestroyCq(cq=self.index))
             raise VerbsError(
@@ -78,10 +84,6 @@ class CQ:
             ) from None
         self._ready: collections.deque[WC] = collections.deque()
         self._held = self._polling = False  # the eventfd says _ready is not empty; in poll()
-        self._event = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
-        self._channel = select.epoll()  # fileno(): readable if either is
-        self._channel.register(self._fd, select.EPOLLIN)
-        self._channel.register(self._event, select.EPOLLIN)
         self.qps: dict[int, Any] = {}  # qpn -> verbs.QP whose completions come here
         self._closed = False
         ctx.cqs.append(self)
@@ -91,14 +93,16 @@ class CQ:
         """Up to num_entries completions, oldest first ([] if none)."""
         if self._closed:
             raise VerbsError("poll_cq", errno.EBADF, "the CQ is destroyed (or its context closed)")
-        if len(self._ready) < num_entries:
+        ready = self._ready
+        if len(ready) < num_entries:
             self._polling = True
             try:
                 self._drain()
             finally:
                 self._polling = False
+                if bool(ready) != self._held:  # a drain that failed leaves the fd true too
+                    self._hold(bool(ready))
         out = []
-        ready = self._ready
         while ready and len(out) < num_entries:
             out.append(ready.popleft())
         if bool(ready) != self._held:
@@ -150,6 +154,8 @@ class CQ:
         """A completion the library makes (a flush, a matched receive). Outside
         a poll of this CQ (a flush on modify, a receive posted late, another
         CQ's poll) the fd becomes readable; a poll settles it itself."""
+        if self._closed:
+            return  # its context closed: nobody polls it, its fds are gone
         self._ready.append(wc)
         if not (self._held or self._polling):
             self._hold(True)
@@ -177,13 +183,22 @@ class CQ:
                 f"QPs {', '.join(f'{q:#x}' for q in self.qps)} use it: destroy them first",
             )
         self._closed = True
-        if not self.ctx._closed:
-            self.ctx.call("destroy_cq", appops.DestroyCq(cq=self.index))
-        self.ctx.cqs.remove(self)
-        self._ring.close()
-        self._channel.close()
-        os.close(self._event)
-        os.close(self._fd)
+        try:
+            if not self.ctx._closed:
+                self.ctx.call("destroy_cq", appops.DestroyCq(cq=self.index))
+        finally:
+            self.ctx.cqs.remove(self)
+            self._release()
+
+    def _release(self) -> None:
+        """This process's side of the CQ: its mappings and fds."""
+        if self._ring is not None:
+            self._ring.close()
+        if self._channel is not None:
+            self._channel.close()
+        for fd in self._fds:
+            os.close(fd)
+        self._fds.clear()
 
     def __enter__(self) -> CQ:
         return self

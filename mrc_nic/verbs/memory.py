@@ -24,7 +24,6 @@ from mrc_nic.verbs.errors import VerbsError
 if TYPE_CHECKING:
     from mrc_nic.verbs.context import Context
 
-_KEPT: list[mmap.mmap] = []  # closed contexts' MR mappings that numpy arrays use
 SUPPORTED_ACCESS = Access.LOCAL_WRITE | Access.REMOTE_WRITE | Access.RELAXED_ORDERING
 
 
@@ -127,7 +126,8 @@ class MR:
         return array
 
     def views_alive(self) -> bool:
-        """A numpy() array of it is alive (numpy holds no buffer export to tell)."""
+        """A numpy() array of it is alive (to say so: the mapping's close would
+        only say that some view is)."""
         return any(ref() is not None for ref in self._arrays)
 
     def offset_of(self, addr: int, length: int, verb: str) -> int:
@@ -147,7 +147,8 @@ class MR:
     def close(self) -> None:
         """ibv_dereg_mr: the memory goes back to the NIC; WRITEs to it fail.
         EBUSY while a view of it is alive: the NIC may give its memory to
-        another MR, which that view would write into."""
+        another MR, which that view would write into. (Telling a slice of
+        mr.buf takes releasing mr.buf: after that EBUSY, mr.buf is a new view.)"""
         if not self.valid:
             return
         busy = "a numpy() array over it" if self.views_alive() else None
@@ -168,9 +169,9 @@ class MR:
             self.ctx.call("dereg_mr", appops.DeregMr(region=self.lkey))
 
     def invalidate(self) -> None:
-        """The context closed: the MR is gone whatever views of it remain. Their
-        pages become private ones (never the NIC memory the next owner gets);
-        a mapping that numpy arrays still point into is never unmapped."""
+        """The context closes: the MR is gone whatever views of it remain. Their
+        pages become private ones, never the NIC memory the next owner gets;
+        the views (numpy's included) hold the mapping until they go."""
         if not self.valid:
             return
         self.valid = False
@@ -178,8 +179,6 @@ class MR:
         self.buf.release()
         with contextlib.suppress(BufferError):  # else unmapped when the last view goes
             self._map.close()
-        if self.views_alive():
-            _KEPT.append(self._map)
 
     def __enter__(self) -> MR:
         return self

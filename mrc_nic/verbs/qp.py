@@ -515,6 +515,8 @@ class QP:
         """mrc_post_recv: each WRITE_WITH_IMM message that completes takes one."""
         if isinstance(wrs, RecvWR):
             wrs = [wrs]
+        if self.ctx._closed or self._closed:
+            raise VerbsError("post_recv", errno.EBADF, f"QP {self.qp_num:#x} is destroyed")
         if self.state == QpState.RESET:
             raise VerbsError(
                 "post_recv",

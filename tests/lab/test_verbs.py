@@ -281,6 +281,9 @@ def test_what_outlives_a_closed_context_reaches_no_one_elses_memory(default_lab)
         with pytest.raises(verbs.VerbsError) as e:
             a.scq.poll(1)
         assert e.value.errno == errno.EBADF
+        with pytest.raises(verbs.VerbsError) as e:
+            a.qp.post_recv(verbs.RecvWR())
+        assert e.value.errno == errno.EBADF
         assert not a.mr.valid
     finally:
         b.close()
