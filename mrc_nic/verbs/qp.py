@@ -403,16 +403,30 @@ class QP:
             raise self._bad(index, wr)
         if not 0 <= remote < _U64_LIMIT:
             raise self._bad(index, wr)
-        imm = wr.imm_data if opcode == _WRITE_IMM else 0
+        with_imm = opcode == _WRITE_IMM
+        imm = wr.imm_data if with_imm else 0
         signaled = sig_all or bool(int(wr.send_flags) & _SIGNALED)
-        wqes, length, mrs = [], 0, self.pd.mrs
+        mrs, align = self.pd.mrs, self._align
+        if len(sgl) == 1:  # the common WR: one WQE, made as its tuple at once
+            sge = sgl[0]
+            mr, n = mrs.get(sge.lkey), sge.length
+            off = sge.addr - mr.addr if mr is not None else -1
+            if mr is None or not mr.valid or off < 0 or off + n > mr.length or n < 0:
+                raise self._bad(index, wr)
+            if (n and (off % align or remote % align)) or remote + n > _U64_LIMIT:
+                raise self._bad(index, wr)
+            rec = _Wr(wr_id, signaled, n, with_imm, 1)
+            op = OP_WRITE_IMM if with_imm else OP_WRITE
+            flags = WQE_SIGNALED if signaled else 0
+            return rec, [(wr_id, remote, wr.rkey, n, mr.lkey, off, imm, op, flags, rec)]
+        wqes, length = [], 0
         for sge in sgl:
             mr = mrs.get(sge.lkey)
             off = sge.addr - mr.addr if mr is not None else -1
             n = sge.length
             if mr is None or not mr.valid or off < 0 or off + n > mr.length or n < 0:
                 raise self._bad(index, wr)
-            if n and (off % self._align or remote % self._align):
+            if n and (off % align or remote % align):
                 raise self._bad(index, wr)
             wqes.append([wr_id, remote, wr.rkey, n, mr.lkey, off, imm, OP_WRITE, 0, None])
             remote += n
@@ -421,9 +435,9 @@ class QP:
             raise self._bad(index, wr)
         if not wqes:  # a zero-length WRITE: one packet, no payload (as verbs)
             wqes.append([wr_id, remote, wr.rkey, 0, 0, 0, imm, OP_WRITE, 0, None])
-        rec = _Wr(wr_id, signaled, length, opcode == _WRITE_IMM, len(wqes))
+        rec = _Wr(wr_id, signaled, length, with_imm, len(wqes))
         last = wqes[-1]
-        last[7] = OP_WRITE_IMM if opcode == _WRITE_IMM else OP_WRITE
+        last[7] = OP_WRITE_IMM if with_imm else OP_WRITE
         last[8] = WQE_SIGNALED if signaled else 0
         last[9] = rec
         return rec, [tuple(w) for w in wqes]
@@ -482,17 +496,15 @@ class QP:
         if free <= 0:
             return
         packets, posted, seg, queued = 0, self._posted, self._seg, self._queued
-        while queued and free:
+        pack, slots, size, seg1 = WQE.pack_into, at + 8, WQE.size, seg - 1
+        for _ in range(min(free, len(queued))):
             wr_id, remote, rkey, length, region, off, imm, opcode, flags, rec = queued.popleft()
-            WQE.pack_into(
-                wq, at + 8 + (posted % depth) * WQE.size,
-                wr_id, remote, rkey, length, region, off, imm, opcode, flags,
-            )  # fmt: skip
+            pack(wq, slots + (posted % depth) * size,
+                 wr_id, remote, rkey, length, region, off, imm, opcode, flags)  # fmt: skip
             if rec is not None:
                 rec.last_wqe = posted
             posted = (posted + 1) & U32
-            packets += max(1, -(-length // seg))
-            free -= 1
+            packets += (length + seg1) // seg or 1  # a zero-length WRITE is a packet too
         self._posted = posted
         struct.pack_into("<I", wq, at, posted)  # after the WQEs: the NIC reads them then
         self._kick(packets)
