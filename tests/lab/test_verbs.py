@@ -238,6 +238,24 @@ def test_a_cq_fd_is_readable_for_completions_the_library_makes(pair):
     assert select.select([a.rcq], [], [], 0)[0] == []
 
 
+def test_a_completion_made_by_a_poll_that_failed_keeps_the_fd_readable(pair, monkeypatch):
+    a, b = pair
+    a.qp.post_recv(verbs.RecvWR(wr_id=3))
+    b.qp.post_send(write(b, a, 0, KIB, opcode=WrOpcode.RDMA_WRITE_WITH_IMM, imm_data=9))
+    assert select.select([a.rcq], [], [], 5)[0] == [a.rcq], "the NIC's record is in the ring"
+
+    def failing_push() -> None:
+        raise OSError(errno.EIO, "the doorbell failed")
+
+    monkeypatch.setattr(a.qp, "_push", failing_push)
+    with pytest.raises(OSError):
+        a.rcq.poll(1)  # the record became a WC, then the drain failed
+    monkeypatch.undo()
+    assert select.select([a.rcq], [], [], 0)[0] == [a.rcq], "the WC the failed poll made waits"
+    assert [(wc.wr_id, wc.imm_data) for wc in a.rcq.poll(4)] == [(3, 9)]
+    assert select.select([a.rcq], [], [], 0)[0] == []
+
+
 def test_an_mr_with_a_live_view_is_not_deregistered(default_lab):
     a = Side(default_lab.lab, "h0")
     try:
