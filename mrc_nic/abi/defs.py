@@ -9,6 +9,7 @@ import enum
 from mrc_nic.abi.switch_defs import *  # noqa: F403 (defs is the whole ABI)
 from mrc_nic.abi.nic_const_defs import *  # noqa: F403 (defs is the whole ABI)
 from mrc_nic.abi.nic_struct_defs import *  # noqa: F403 (defs is the whole ABI)
+from mrc_nic.abi import switch_defs, nic_const_defs, nic_struct_defs  # their TUNABLES
 
 # ---- bpf/mrc_wire.h ------------------------------------------------------------
 
@@ -260,8 +261,6 @@ class Ecn(enum.IntEnum):
 
 TUNABLES = frozenset(
     {
-        "ENGINE_EV_HOLD_NS",
-        "MAX_PORT_KEYS",
         "MRC_DSCP_CONTROL",
         "MRC_DSCP_NO_TRIM",
         "MRC_DSCP_TRIMMABLE",
@@ -271,26 +270,5 @@ TUNABLES = frozenset(
         "MRC_MTU",
         "MRC_TRIM_LEN",
         "MRC_WIRE_ALIGN",
-        "NIC_CQ_RING_PAGES",
-        "NIC_EP_SLOTS",
-        "NIC_EVENT_PAGES",
-        "NIC_GAP_MIN_NS",
-        "NIC_HEAD_SCAN",
-        "NIC_HOST_NET",
-        "NIC_LOSS_WALK_MAX",
-        "NIC_MAX_CQS",
-        "NIC_MAX_EVS",
-        "NIC_MAX_HOSTS",
-        "NIC_MAX_PLANES",
-        "NIC_MAX_QPS",
-        "NIC_MAX_REGIONS",
-        "NIC_MR_ELEMS",
-        "NIC_REV_EVS",
-        "NIC_SKIP_NS",
-        "NIC_TIMELINE_BINS",
-        "NIC_TIMELINE_SHIFT",
-        "NIC_TIMEOUT_MAX",
-        "NIC_TX_RINGS",
-        "SP_EV_FAULTS_MAX",
     }
-)
+) | switch_defs.TUNABLES | nic_const_defs.TUNABLES | nic_struct_defs.TUNABLES

@@ -100,7 +100,9 @@ def render(
     imports: list[str],
     tunables: list[str],
     prelude: tuple[str, ...] | list[str] = (),
+    tunables_of: tuple[str, ...] | list[str] = (),
 ) -> str:
+    """tunables_of: modules whose TUNABLES this one's include (imported by name)."""
     out = list(prelude)
     constants = {c.name: c for h in headers for c in h.constants}
     for h in headers:
@@ -128,7 +130,7 @@ def render(
         out += [f"    {m} = {_literal(m, v)}" for m, v in members]
     out += ["", "", "TUNABLES = frozenset(", "    {"]
     out += [f'        "{t}",' for t in tunables]
-    out += ["    }", ")", ""]
+    out += ["    }", ")" + "".join(f" | {m}.TUNABLES" for m in tunables_of), ""]
     body = "\n".join(out)
     head = [
         f'"""{title}, generated from bpf/*.h: do not edit.',
@@ -209,18 +211,18 @@ def generate(bpf_dir: Path = resources.BPF_DIR) -> dict[Path, str]:
     files = {}
     for module, path in zip(MODULES, OUTPUTS, strict=True):
         own = [headers[module.header]]
+        others = [m.name for m in MODULES if m.name != module.name]
         if module.name == "defs":  # the whole ABI: the others re-exported, every tunable
             imports = [
-                f"from mrc_nic.abi.{m.name} import *  # noqa: F403 (defs is the whole ABI)"
-                for m in MODULES
-                if m.name != "defs"
+                f"from mrc_nic.abi.{m} import *  # noqa: F403 (defs is the whole ABI)"
+                for m in others
             ]
-            every = tunables(list(headers.values()))
+            imports.append(f"from mrc_nic.abi import {', '.join(others)}  # their TUNABLES")
         else:
-            imports, every = [], tunables(own)
+            imports, others = [], []
         # Kernel structs go first: the module's structs embed them.
         prelude = _kernel_structs() if module.kernel_structs else []
-        files[path] = render(own, module.title, imports, every, prelude)
+        files[path] = render(own, module.title, imports, tunables(own), prelude, others)
     return files
 
 

@@ -185,8 +185,6 @@ def _remove_everything(lab: str, record: state.LabState | None) -> list[str]:
     workers.stop_all(lab)  # found by command line: also those no record names
     names = set(record.namespaces if record else []) | set(leftover_namespaces(lab))
     removed = [n for n in sorted(names) if netns.remove(n)]
-    switchport.unpin(lab)
-    nic.unpin(lab)
-    pins.unpin_all(lab)  # what another build of mrc-nic pinned under other names
+    pins.unpin_all(lab)  # the NIC's and switches' pins, and any another build made
     state.forget(lab)
     return removed

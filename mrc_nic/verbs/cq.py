@@ -98,18 +98,23 @@ class CQ:
             self._polling = True
             try:
                 self._drain()
+            except BaseException:
+                self._settle()  # what the failed drain made is held: the fd says so
+                raise
             finally:
                 self._polling = False
-                if bool(ready) != self._held:  # a drain that failed leaves the fd true too
-                    self._hold(bool(ready))
         out = []
         while ready and len(out) < num_entries:
             out.append(ready.popleft())
-        if bool(ready) != self._held:
-            self._hold(bool(ready))
+        self._settle()
         if not out:  # what was read before an overrun is delivered first
             self._check_overrun()
         return out
+
+    def _settle(self) -> None:
+        """The eventfd readable exactly while the library holds completions."""
+        if bool(self._ready) != self._held:
+            self._hold(bool(self._ready))
 
     def _hold(self, held: bool) -> None:
         """The eventfd readable (the library holds completions) or not."""

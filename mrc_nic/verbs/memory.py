@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import mmap
-import weakref
 from typing import TYPE_CHECKING, Any
 
 from mrc_nic.nic.maps_base import detach
@@ -110,7 +109,6 @@ class MR:
                 self.ctx.call("dereg_mr", appops.DeregMr(region=self.lkey))
             raise VerbsError("reg_mr", getattr(e, "errno", None) or errno.EIO, str(e)) from None
         self.valid = True
-        self._arrays: list[weakref.ref] = []  # numpy() arrays: dereg waits for them
         pd.mrs[self.lkey] = self
 
     def numpy(self, dtype: Any = "uint8") -> Any:
@@ -120,15 +118,7 @@ class MR:
 
         if not self.valid:
             raise VerbsError("numpy", errno.EINVAL, f"MR {self.lkey:#x} is deregistered")
-        array = np.frombuffer(self.buf, dtype=dtype)
-        self._arrays = [ref for ref in self._arrays if ref() is not None]
-        self._arrays.append(weakref.ref(array))
-        return array
-
-    def views_alive(self) -> bool:
-        """A numpy() array of it is alive (to say so: the mapping's close would
-        only say that some view is)."""
-        return any(ref() is not None for ref in self._arrays)
+        return np.frombuffer(self.buf, dtype=dtype)  # it holds an export of the mapping
 
     def offset_of(self, addr: int, length: int, verb: str) -> int:
         """Where [addr, addr + length) is in this MR; VerbsError if outside it."""
@@ -147,22 +137,21 @@ class MR:
     def close(self) -> None:
         """ibv_dereg_mr: the memory goes back to the NIC; WRITEs to it fail.
         EBUSY while a view of it is alive: the NIC may give its memory to
-        another MR, which that view would write into. (Telling a slice of
-        mr.buf takes releasing mr.buf: after that EBUSY, mr.buf is a new view.)"""
+        another MR, which that view would write into. (Telling takes releasing
+        mr.buf: after that EBUSY, mr.buf is a new view.)"""
         if not self.valid:
             return
-        busy = "a numpy() array over it" if self.views_alive() else None
-        if busy is None:
-            self.buf.release()
-            try:
-                self._map.close()
-            except BufferError:  # mr.buf's slices share its export: they live on
-                busy = "a view of mr.buf (a slice, or a memoryview made from it)"
-                self.buf = memoryview(self._map)[self._in_map : self._in_map + self.length]
-        if busy is not None:
+        self.buf.release()
+        try:
+            self._map.close()  # refused while any view of the mapping lives
+        except BufferError:
+            self.buf = memoryview(self._map)[self._in_map : self._in_map + self.length]
             raise VerbsError(
-                "dereg_mr", errno.EBUSY, f"MR {self.lkey:#x} has {busy} alive: delete it first"
-            )
+                "dereg_mr",
+                errno.EBUSY,
+                f"MR {self.lkey:#x} has a view alive (a numpy() array, or a slice of "
+                "mr.buf): delete it first",
+            ) from None
         self.valid = False
         self.pd.mrs.pop(self.lkey, None)
         if not self.ctx._closed:
