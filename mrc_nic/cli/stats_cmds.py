@@ -181,7 +181,7 @@ def _prom(take, listen: str | None, duration: float | None) -> None:
     except ValueError as e:
         raise click.BadParameter(str(e), param_hint="--listen") from None
     try:
-        prom.serve(host, port, lambda: prom.render(take()), duration or LISTEN_DURATION)
+        prom.serve(host, port, take, duration or LISTEN_DURATION)
     except OSError as e:
         raise click.ClickException(f"cannot listen on {listen}: {e.strerror}") from None
 

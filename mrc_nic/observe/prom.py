@@ -1,8 +1,9 @@
-"""Prometheus text exposition (format 0.0.4) of a snapshot, and a /metrics endpoint.
+"""A snapshot as Prometheus metrics, through prometheus_client: a custom collector
+over the snapshot, its text exposition (format 0.0.4) and its WSGI app for /metrics.
 
-Families are grouped, each with one HELP and one TYPE line; counters end in
-`_total` (the family name keeps the suffix in this format); label values are
-escaped (backslash, double quote, newline). Rates are left to PromQL
+Families are declared once below (name, type, help); counters end in `_total`.
+The library does the format: grouping, escaping of label values and help,
+number formatting. Rates are left to PromQL
 (rate(...)): only counters and gauges of the snapshot are exposed. Labels:
 plane, path, ev, qp, host (and peer), link, direction, reason, state.
 Per-EV series come only with `--by ev` (up to 256 per QP).
@@ -10,22 +11,22 @@ Per-EV series come only with `--by ev` (up to 256 per QP).
 
 from __future__ import annotations
 
-import http.server
 import ipaddress
-import math
 import re
 import socket
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+from prometheus_client import CollectorRegistry, Metric, generate_latest, make_wsgi_app
+from prometheus_client.registry import Collector
 
 from mrc_nic.observe.aggregate import DROP_REASONS
 
 # Drop reasons a link direction or path counts in BPF (drop_<reason> counters).
 LINK_DROP_REASONS = ("blackhole", "loss", "buffer")
 
-CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
-_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 _LABEL = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 
 # name: (type, help). The order here is the order of the exposition.
@@ -93,10 +94,11 @@ FAMILIES = {
 
 
 class Exposition:
-    """Samples grouped by family, rendered in the order of FAMILIES."""
+    """Samples of one snapshot grouped by family, as prometheus_client metric
+    families (in the order of FAMILIES); `text()` is the library's exposition."""
 
     def __init__(self) -> None:
-        self._samples: dict[str, list[str]] = {}
+        self._samples: dict[str, list[tuple[dict[str, str], float]]] = {}
 
     def add(self, name: str, labels: dict[str, object], value: float | int | None) -> None:
         if value is None:
@@ -106,44 +108,56 @@ class Exposition:
         for label in labels:
             if not _LABEL.fullmatch(label) or label.startswith("__"):
                 raise ValueError(f"bad label name {label!r}")
-        inner = ",".join(f'{k}="{escape_label(str(v))}"' for k, v in labels.items())
         self._samples.setdefault(name, []).append(
-            f"{name}{{{inner}}} {format_value(value)}" if inner else f"{name} {format_value(value)}"
+            ({k: "" if v is None else str(v) for k, v in labels.items()}, float(value))
         )
 
-    def text(self) -> str:
-        lines = []
+    def families(self) -> list[Metric]:
+        out = []
         for name, (kind, help_text) in FAMILIES.items():
-            if name not in self._samples:
+            samples = self._samples.get(name)
+            if not samples:
                 continue
-            lines.append(f"# HELP {name} {escape_help(help_text)}")
-            lines.append(f"# TYPE {name} {kind}")
-            lines.extend(self._samples[name])
-        return "\n".join(lines) + "\n" if lines else ""
+            # The library appends _total to a counter's name itself.
+            family = Metric(
+                name.removesuffix("_total") if kind == "counter" else name, help_text, kind
+            )
+            for labels, value in samples:
+                family.add_sample(name, labels, value)
+            out.append(family)
+        return out
+
+    def text(self) -> str:
+        return generate_latest(_Fixed(self.families())).decode()
 
 
-def escape_label(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+class _Fixed:
+    """A registry-shaped holder of ready families: generate_latest only calls collect()."""
+
+    def __init__(self, families: list[Metric]) -> None:
+        self._families = families
+
+    def collect(self) -> Iterator[Metric]:
+        return iter(self._families)
 
 
-def escape_help(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("\n", "\\n")
+class SnapshotCollector(Collector):
+    """A custom collector: every scrape renders a fresh snapshot of the lab."""
 
+    def __init__(self, take: Callable[[], dict]) -> None:
+        self._take = take
 
-def format_value(value: float | int) -> str:
-    if isinstance(value, bool):
-        return "1" if value else "0"
-    if isinstance(value, int):
-        return str(value)
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
-    return repr(float(value))
+    def collect(self) -> Iterator[Metric]:
+        return iter(exposition(self._take()).families())
 
 
 def render(snap: dict) -> str:
-    """The exposition of one snapshot."""
+    """The text exposition of one snapshot."""
+    return exposition(snap).text()
+
+
+def exposition(snap: dict) -> Exposition:
+    """Every family of one snapshot."""
     out = Exposition()
     _links(out, snap)
     _planes(out, snap)
@@ -165,7 +179,7 @@ def render(snap: dict) -> str:
     for f in snap["faults"]:
         labels = {"fault": f["id"], "target": f["target"], "mode": f["mode"]}
         out.add("mrc_fault_drops_total", labels, f["drops"])
-    return out.text()
+    return out
 
 
 def _links(out: Exposition, snap: dict) -> None:
@@ -293,37 +307,35 @@ def parse_listen(text: str) -> tuple[str, int]:
 def serve(
     host: str,
     port: int,
-    metrics: Callable[[], str],
+    take: Callable[[], dict],
     duration: float,
     *,
     announce: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True),
 ) -> int:
-    """Serve GET /metrics (a fresh exposition per request) for `duration` seconds,
-    one request at a time; returns how many scrapes were answered."""
-
-    class Server(http.server.HTTPServer):
-        address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
-
+    """Serve GET /metrics (prometheus_client's WSGI app over a fresh snapshot per
+    scrape) for `duration` seconds, one request at a time; returns how many
+    scrapes were answered."""
+    registry = CollectorRegistry()
+    registry.register(SnapshotCollector(take))
+    metrics_app = make_wsgi_app(registry)
     answered = 0
 
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            nonlocal answered
-            if self.path.split("?")[0] != "/metrics":
-                self.send_error(404, "only /metrics is served here")
-                return
-            body = metrics().encode()
-            self.send_response(200)
-            self.send_header("Content-Type", CONTENT_TYPE)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-            answered += 1
+    def app(environ, start_response):
+        nonlocal answered
+        if environ.get("PATH_INFO") != "/metrics":
+            start_response("404 Not Found", [("Content-Type", "text/plain")])
+            return [b"only /metrics is served here\n"]
+        answered += 1
+        return metrics_app(environ, start_response)
 
+    class Server(WSGIServer):
+        address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
+
+    class QuietHandler(WSGIRequestHandler):
         def log_message(self, format: str, *args: object) -> None:
             pass  # one line per scrape would drown the terminal
 
-    with Server((host, port), Handler) as server:
+    with make_server(host, port, app, server_class=Server, handler_class=QuietHandler) as server:
         bound = server.server_address[1]
         where = f"[{host}]" if ":" in host else host
         announce(f"serving http://{where}:{bound}/metrics for {duration:g}s")
