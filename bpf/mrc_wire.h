@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * mrc_wire.h: the MRC wire format, the one definition that every MRC BPF
- * program includes. mrc_nic/wire.py mirrors it (scapy layers and constants)
- * and tests/test_wire.py checks every constant and struct layout below
+ * program includes. mrc_nic/nic/wire.py builds scapy layers on it and
+ * tests/unit/test_wire.py and tests/bpf/test_wire.py check every constant and struct layout below
  * against what bcc compiles from this file. docs/wire-format.md draws each
  * packet and says why it is so.
  *

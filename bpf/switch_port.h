@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * switch_port.h: what the switch-port tc program (switch_port.c) shares with
- * user space (mrc_nic/switchport.py). One source of truth: Python keeps a
- * ctypes copy of each struct and a test compares it, field by field, with the
- * layout bcc compiled from this file, and checks the constants below.
+ * user space (mrc_nic/fabric/switchport.py). One source of truth: Python's
+ * view of each struct and constant is generated from this file
+ * (mrc_nic/abi/switch_defs.py, `make abi`), and a test compares it, field by
+ * field, with the layout bcc compiled.
  *
  * Map layouts are packed (no hidden padding), 8-byte aligned (so 64-bit
  * atomics on them are aligned) and their sizes are pinned with _Static_assert.

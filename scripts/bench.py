@@ -5,7 +5,7 @@ Brings up its own default-shape lab (netns/default.toml: 2 hosts, 4 planes,
 every link capped at 1 Gbit/s), named bn<pid>, and takes it down by that
 exact name at the end, also on an error, Ctrl-C or SIGTERM. Each case runs in
 rounds, the peers interleaved and their order turned every round, since the
-machine is shared and absolute figures drift (DESIGN.md section 3).
+machine is shared and absolute figures drift (docs/design.md).
 
 1. goodput: the aggregate of 4 planes of 1 Gbit/s. mrc-nic WRITE (one QP,
    on the verbs API: mrc_nic.workloads.rdma_write, what `mrc-nic write` does)

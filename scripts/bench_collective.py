@@ -7,7 +7,7 @@ links), named bcol<pid>, for everything. The job: a ring all-reduce of
 h0 -> h1 -> ... -> h7 -> h0 (mrc_nic.workloads.collective: 14 steps, reduce-scatter
 then all-gather, each moving S/8 bytes over every ring edge at once, a
 barrier after each step). What is modelled and what is not is said in
-mrc_nic/collective.py: the bytes and the step dependency, not the adds.
+mrc_nic/workloads/collective.py: the bytes and the step dependency, not the adds.
 
 - mrc-nic: one connection per ring edge (send QP at h_i, receive QP at
   h_i+1, on the verbs API), opened before the job; each step is, on every

@@ -3,7 +3,7 @@
 
 Absolute figures drift on this shared 2-core machine; what holds is the ratio
 to a peer measured side by side, on the same links, with the same traffic, in
-the same run (DESIGN.md section 3). Each part runs its cases in rounds,
+the same run (docs/design.md). Each part runs its cases in rounds,
 interleaved, and reports medians.
 
 1. SACK generation vs a bare XDP_TX reflector. Two namespaces zbfp-<pid>a/b
@@ -345,7 +345,7 @@ class SackBench:
         for ipr, index in ((self._ipa, self.if_a), (self._ipb, self.if_b)):
             ipr.link("set", index=index, mtu=P1_MTU, state="up")
         # Side a counts and drops; an XDP program there is also what lets b's
-        # XDP_TX into the veth through (DESIGN.md section 3).
+        # XDP_TX into the veth through (docs/design.md).
         xdp.attach(self._ipa, self.if_a, self.count.fd)
         mac_a = self._ipa.get_links(self.if_a)[0].get_attr("IFLA_ADDRESS")
         mac_b = self._ipb.get_links(self.if_b)[0].get_attr("IFLA_ADDRESS")
@@ -768,7 +768,7 @@ def part_write(args: argparse.Namespace, log) -> dict[str, Any]:
     name = f"bfp{PID}"
     topo = topology.load(resources.TOPOLOGY_DIR / "uncapped.toml", lab=name)
     mprs = [m for m in args.mprs if m <= nic.MPR_MAX]
-    why = f"above MPR_MAX = {nic.MPR_MAX} (mrc_nic/nic.py: a {nic.BITMAP_BITS}-PSN bitmap)"
+    why = f"above MPR_MAX = {nic.MPR_MAX} (mrc_nic/nic/: a {nic.BITMAP_BITS}-PSN bitmap)"
     skipped = [{"mpr": m, "reason": why} for m in args.mprs if m > nic.MPR_MAX]
     out: dict[str, Any] = {
         "lab": name,

@@ -150,6 +150,11 @@ def _literal(name: str, value: int) -> str:
     return hex(value) if masky and value >= 0 else str(value)
 
 
+def _where(header: str) -> str:
+    """Where a type is declared: a header of bpf/, or the kernel's uapi."""
+    return "the kernel's uapi" if header == "kernel" else f"bpf/{header}"
+
+
 def _render_enum(e: cheader.Enum) -> list[str]:
     names = [m for m, _ in e.members]
     prefix = _common_prefix(names)
@@ -162,7 +167,7 @@ def _render_enum(e: cheader.Enum) -> list[str]:
         "",
         "",
         f"class {cls}(enum.IntEnum):",
-        f'    """enum {e.name} (bpf/{e.header})."""',
+        f'    """enum {e.name} ({_where(e.header)})."""',
         "",
     ]
     lines += [f"    {m.removeprefix(prefix)} = {v}" for m, v in members]
@@ -173,7 +178,7 @@ def _render_enum(e: cheader.Enum) -> list[str]:
 
 def _render_struct(s: cheader.Struct) -> list[str]:
     lines = ["", "", f"class {camel(s.name)}(ctypes.Structure):"]
-    lines += [f'    """struct {s.name} (bpf/{s.header})."""', ""]
+    lines += [f'    """struct {s.name} ({_where(s.header)})."""', ""]
     if s.packed:
         lines.append("    _pack_ = 1")
     if s.align:

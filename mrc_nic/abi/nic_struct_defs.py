@@ -8,7 +8,7 @@ import ctypes
 
 
 class BpfSpinLock(ctypes.Structure):
-    """struct bpf_spin_lock (bpf/kernel)."""
+    """struct bpf_spin_lock (the kernel's uapi)."""
 
     _fields_ = [
         ("val", ctypes.c_uint32),

@@ -4,7 +4,7 @@ Two kinds, both detached from the command that starts them:
 - a fault worker (python -m mrc_nic.fabric.fault_worker LAB ID) runs a timed or
   flapping fault;
 - a host daemon (python -m mrc_nic.transport.daemon LAB HOST) runs a host's queue
-  pairs (mrc_nic/daemon.py);
+  pairs (mrc_nic/transport/daemon.py);
 - the event log (python -m mrc_nic.observe.eventlog LAB events), one per lab.
 Each is identified by its command line, not only by a pid recorded in the
 lab state: a pid can be reused, and a command killed between starting a

@@ -16,7 +16,7 @@
   fraction of the job's steps, timed by the healthy run; job time healthy
   against failed.
 
-Incast and permutation are mrc_nic.workloads.scenario's; scripts/bench_collective
+Incast and permutation are mrc_nic.workloads.scenario's; scripts/bench_collective.py
 sets the all-reduce beside TCP and MPTCP (docs/fidelity.md).
 
 `repeated` runs one of them several times: each run pairs its healthy and

@@ -1,7 +1,7 @@
 """Real kernel peers inside a lab: MPTCP over every plane, and single-path TCP.
 
 mrc-nic is measured against what the Linux kernel does with the same fabric,
-in the same run (DESIGN.md section 3). A peer is a bulk stream between two
+in the same run (docs/design.md). A peer is a bulk stream between two
 hosts of a lab: a sender in the source host's namespace writes as fast as the
 kernel takes data for `seconds`, a receiver in the destination's namespace
 reads it and counts the bytes delivered to the application into fixed time
