@@ -1,8 +1,8 @@
 """A reader of the restricted C that bpf/*.h is written in: constants, enums, structs.
 
 Why a reader of our own and not clang or BTF: the drift test must run without
-root, bcc or a compiler, and the headers keep to a small, checked subset
-(docs/nic-program.md): object-like `#define NAME <integer expression>`, tunables as
+root, bcc or a compiler, and the headers keep to a small, checked subset:
+object-like `#define NAME <integer expression>`, tunables as
 `#ifndef NAME / #define NAME default / #endif`, `enum name { A = 1, B, };`,
 and `struct name { <fixed-width type> field[dims]; ... } <attributes>;` with
 no bitfields. Anything outside that subset inside a struct or enum is an

@@ -1,8 +1,8 @@
 """The MRC wire format in Python: constants, scapy layers and packet builders.
 
 bpf/mrc_wire.h is the source of truth; this module mirrors it, and
-tests/unit/test_wire.py and tests/bpf/test_wire.py check every constant here against the compiled header
-and every layer against the compiled struct layouts. docs/wire-format.md
+tests/unit/test_wire.py and tests/bpf/test_wire.py check every constant here
+against the compiled header and every layer against the compiled struct layouts. docs/wire-format.md
 draws each packet and explains the choices.
 
 The InfiniBand headers come from ``scapy.contrib.roce`` (BTH, AETH); scapy
