@@ -1,4 +1,4 @@
 """The MRC transport's control plane.
 
-The host daemon: QPs, send jobs, NSCC, probes, EV replacement.
+The host daemon: QPs and their timeouts, NSCC, probes, EV replacement.
 """
