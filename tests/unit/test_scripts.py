@@ -136,3 +136,31 @@ def test_profile_netcpu_reads_perf_script_stacks(monkeypatch):
     assert a["net_share_per_cpu"] == {0: 1.0, 1: 0.5}
     assert (a["bins_with_net_work"], a["bins_all_cpus_net"]) == (1, 1)  # both CPUs in 100.000 s
     assert a["contexts"] == {"ksoftirqd": 0.5, "interrupt exit": 0.5}
+
+
+def test_results_go_whole_to_docs_and_only_targets_to_the_readme(monkeypatch):
+    bench_all = load_script(ROOT / "scripts" / "bench_all.py", monkeypatch)
+    rows = [
+        benchkit.table_row("goodput", "4 planes", "goodput", "Gbit/s", 0.96, "MPTCP", 0.94),
+        benchkit.table_row(
+            "goodput", "4 planes", "ratio", "", 0.97, "links", 1.0, target=">= 0.95: met"
+        ),
+    ]
+    data = {
+        "started": "2026-11-27T10:00:00",
+        "machine": {"cpus": 2, "kernel": "6.18", "load_avg": [0.5]},
+        "command": ".venv/bin/python scripts/bench.py --quick",
+        "table": rows,
+    }
+    results = [(bench_all.Bench("bench", 60), data)]
+    full = bench_all.results_markdown(results)
+    assert full.count("scripts/bench.py --quick") == 1  # the command once, above its rows
+    assert "| 4 planes: goodput | 0.96 Gbit/s | MPTCP 0.94 Gbit/s |" in full
+    summary = bench_all.summary_markdown(results)
+    assert ">= 0.95: met | 2026-11-27 |" in summary
+    assert "4 planes: goodput |" not in summary  # no target: only in docs/results.md
+    section = bench_all.replace_readme_section(
+        f"top\n{bench_all.MARK_START}\nold\n{bench_all.MARK_END}\nrest", summary
+    )
+    assert section.startswith("top\n") and section.endswith(f"{bench_all.MARK_END}\nrest")
+    assert "old" not in section
