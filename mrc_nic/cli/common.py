@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import difflib
+import os
 import re
 
 import click
@@ -33,24 +35,99 @@ class Duration(click.ParamType):
 DURATION = Duration()
 
 
-def _check_lab(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    if value is not None:
-        try:
-            state.check_lab_name(value)
-        except state.BadLabName as e:
-            raise click.BadParameter(str(e)) from None
-    return value
+# The lab a command names: `-l NAME` after the command, or before it
+# (`mrc-nic -l NAME status`, the group's option, kept in the root context's
+# meta under this key), else $MRC_NIC_LAB.
+GROUP_LAB_KEY = "mrc_nic.lab"
 
+
+def canonical_lab(value: str) -> str:
+    """A lab name as given, in its one stored form (a shipped topology's file
+    name works: `clos-8` is the lab clos8); BadParameter if it cannot be one."""
+    from mrc_nic.lab import names, topology
+
+    try:
+        return names.canonical_lab_name(value)
+    except topology.TopologyError as e:
+        raise click.BadParameter(str(e)) from None
+
+
+def _check_group_lab(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    if value is not None:
+        ctx.meta[GROUP_LAB_KEY] = canonical_lab(value)
+
+
+def _check_lab(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    before = ctx.find_root().meta.get(GROUP_LAB_KEY)
+    if value is not None:
+        value = canonical_lab(value)
+        if before is not None and before != value:
+            raise click.BadParameter(
+                f"two labs named: {before} before the command and {value} after it; give one"
+            )
+        return value
+    if before is not None:
+        return before
+    env = os.environ.get("MRC_NIC_LAB")
+    if env:
+        try:
+            return canonical_lab(env)
+        except click.BadParameter as e:
+            raise click.BadParameter(f"$MRC_NIC_LAB: {e.message}") from None
+    return None
+
+
+LAB_HELP = "Lab name (default: $MRC_NIC_LAB, or the only lab that is up)."
+
+group_lab_option = click.option(
+    "-l",
+    "--lab",
+    "lab",
+    default=None,
+    expose_value=False,
+    is_eager=True,
+    callback=_check_group_lab,
+    help=f"{LAB_HELP} Also taken after the command.",
+)
 
 lab_option = click.option(
     "-l",
     "--lab",
     "lab",
-    envvar="MRC_NIC_LAB",
     default=None,
     callback=_check_lab,
-    help="Lab name (default: $MRC_NIC_LAB, or the only lab that is up).",
+    help=LAB_HELP,
 )
+
+
+class SuggestChoice(click.Choice):
+    """click.Choice that says which choice was probably meant ("lossy": loss)."""
+
+    def get_invalid_choice_message(self, value, ctx):
+        message = super().get_invalid_choice_message(value, ctx)
+        names = [str(c) for c in self.choices]
+        if not self.case_sensitive:
+            by_lower = {n.lower(): n for n in names}
+            close = difflib.get_close_matches(str(value).lower(), list(by_lower), n=1)
+            close = [by_lower[c] for c in close]
+        else:
+            close = difflib.get_close_matches(str(value), names, n=1)
+        if not close:
+            close = [n for n in names if n.startswith(str(value)) or str(value).startswith(n)]
+        return f"{message.rstrip('.')}: did you mean {close[0]}?" if close else message
+
+
+def suggest_choices(command: click.Command) -> click.Command:
+    """Give every Choice of a command (and its subcommands) SuggestChoice's
+    message: one place, so no command module has to remember it."""
+    for param in command.params:
+        if isinstance(param.type, click.Choice) and not isinstance(param.type, SuggestChoice):
+            param.type = SuggestChoice(param.type.choices, case_sensitive=param.type.case_sensitive)
+    if isinstance(command, click.Group):
+        for sub in command.commands.values():
+            suggest_choices(sub)
+    return command
+
 
 format_option = click.option(
     "--format",
@@ -62,6 +139,13 @@ format_option = click.option(
 )
 
 
+class NoLabChosen(click.UsageError):
+    """Which lab is meant cannot be told: the line says what to do, and
+    pointing at --help would add nothing (mrc_nic.cli.usage_line)."""
+
+    help_hint = False
+
+
 def pick_lab(lab: str | None) -> str:
     if lab:
         return lab
@@ -69,8 +153,8 @@ def pick_lab(lab: str | None) -> str:
     if len(present) == 1:
         return present[0]
     if not present:
-        raise click.UsageError("no lab is up; start one with: mrc-nic up")
-    raise click.UsageError(f"several labs are up ({', '.join(present)}); choose one with -l NAME")
+        raise NoLabChosen("no lab is up; start one with: mrc-nic up")
+    raise NoLabChosen(f"several labs are up ({', '.join(present)}); choose one with -l NAME")
 
 
 def default_topology_path() -> str:
