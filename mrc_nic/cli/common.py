@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
+import datetime
 import difflib
 import os
 import re
+import time
 
 import click
 
@@ -33,6 +36,56 @@ class Duration(click.ParamType):
 
 
 DURATION = Duration()
+
+
+@dataclasses.dataclass(frozen=True)
+class Since:
+    """Where a history starts: after a sequence number, or at a wall-clock time."""
+
+    seq: int | None = None
+    time: float | None = None
+
+
+AGE_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_since(text: str, now: float | None = None) -> Since:
+    """'403' (a sequence number), '30s', '5m ago', '1h' (an age), '22:11:40'
+    (today, or yesterday if that is still to come), '2026-11-27T22:11:40' (ISO)."""
+    now = time.time() if now is None else now
+    text = text.strip()
+    if text.isdigit():
+        return Since(seq=int(text))
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)\s*([smh])(?:\s+ago)?", text)
+    if m:
+        return Since(time=now - float(m.group(1)) * AGE_UNITS[m.group(2)])
+    try:
+        if re.fullmatch(r"\d{1,2}:\d{2}(:\d{2}(\.\d+)?)?", text):
+            clock = datetime.time.fromisoformat(text.zfill(len(text) + (text.index(":") == 1)))
+            today = datetime.datetime.fromtimestamp(now).date()
+            at = datetime.datetime.combine(today, clock).timestamp()
+            return Since(time=at - 86400 if at > now else at)
+        return Since(time=datetime.datetime.fromisoformat(text).timestamp())
+    except ValueError:
+        raise ValueError(
+            f"cannot read {text!r}: give a sequence number (403), a time (22:11:40 or "
+            "2026-11-27T22:11:40) or an age (30s, 5m, 1h)"
+        ) from None
+
+
+class SinceType(click.ParamType):
+    name = "seq|time|age"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, Since):
+            return value
+        try:
+            return parse_since(value)
+        except ValueError as e:
+            self.fail(str(e), param, ctx)
+
+
+SINCE = SinceType()
 
 
 # The lab a command names: `-l NAME` after the command, or before it
