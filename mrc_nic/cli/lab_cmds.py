@@ -6,6 +6,7 @@ import click
 
 from mrc_nic.cli import output
 from mrc_nic.cli.common import (
+    GROUP_LAB_KEY,
     canonical_lab,
     default_topology_path,
     format_option,
@@ -22,7 +23,9 @@ def topology_option(help_text: str):
 
 
 def _canonical_name(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    return None if value is None else canonical_lab(value)
+    if value is None:  # `mrc-nic -l NAME up` names the lab to build too
+        return ctx.find_root().meta.get(GROUP_LAB_KEY)
+    return canonical_lab(value)
 
 
 @click.command(
@@ -46,7 +49,8 @@ kmin, kmax, trim, seed (docs/queues.md)."""
     "--name",
     default=None,
     callback=_canonical_name,
-    help="Lab name, overriding [lab].name of the file (dashes are dropped).",
+    help="Lab name, overriding [lab].name of the file (dashes are dropped; "
+    "`mrc-nic -l NAME up` names it too).",
 )
 @click.option(
     "--reuse",

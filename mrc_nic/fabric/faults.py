@@ -263,14 +263,14 @@ def apply(lab: str, target: tuple[str, ...], spec: FaultSpec) -> dict:
         # before the post first).
         from mrc_nic.lab import ctl
 
-        ctl.post_event(lab, {"type": "fault", "time": now_wall, **_event_fields(fault)})
+        ctl.post_event(lab, {"type": "fault", **_event_fields(fault)})  # timed by the log
         try:
             _enforce(topo, links, fault)
         except BaseException as e:
             _lift(topo, fault)
             del record.faults[str(fault_id)]
             record.save()
-            undone = {"type": "heal", "time": time.time(), "note": f"not applied: {e}"}
+            undone = {"type": "heal", "note": f"not applied: {e}"}
             ctl.post_event(lab, {**undone, **_event_fields(fault)})
             raise
         if spec.duration or spec.mode == "flap":
@@ -365,10 +365,11 @@ def heal(
                 from mrc_nic.lab import workers
 
                 workers.stop(fault.get("worker_pid"), lab)
-            # Like a fault's, a heal's record goes to the log before it acts:
-            # what the daemons do once the links carry again comes after it.
+            # Like a fault's, a heal's record goes to the log (which times it)
+            # before it acts: what the daemons do once the links carry again
+            # comes after it.
             fault["healed"] = time.time()
-            event = {"type": "heal", "time": fault["healed"], **_event_fields(fault)}
+            event = {"type": "heal", **_event_fields(fault)}
             ctl.post_event(lab, event, source="fault_worker" if from_worker else "cli")
             _lift(topo, fault)
             del record.faults[str(fault["id"])]

@@ -175,12 +175,14 @@ class EventLog(LineService):
             raise ctl.RequestError(
                 errno.EINVAL, f"event must be an object with type one of {', '.join(POSTED_TYPES)}"
             )
+        # What the NIC recorded before this post gets its numbers first, and
+        # an event posted without a time gets the time it is numbered at: a
+        # fault posted just before it is applied then comes after everything
+        # that happened before it and before everything it causes, in
+        # sequence numbers and in time alike.
+        self.drain()
         event = dict(req.event, source=req.source)
         event.setdefault("time", time.time())
-        # What the NIC recorded before this post gets its numbers first: a
-        # fault posted before it is applied then comes after everything that
-        # happened before it and before everything it causes.
-        self.drain()
         return eventops.PostReply(seq=self.add(event))
 
     def op_ping(self, req: eventops.Ping, conn: Conn) -> eventops.PingReply:
