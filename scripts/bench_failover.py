@@ -693,7 +693,11 @@ def plot(report: dict[str, Any], path: Path) -> str | None:
             label = TRANSPORT_NAME[transport]
             if got.get("fault_gap_s") is not None:
                 label += f", gap {got['fault_gap_s'] * 1e3:.1f} ms"
-            ax.step(xs, ys, where="post", lw=1.0, label=label)
+            # mrc-nic on top, thinner: where both carry the same, both show
+            top = transport == "mrc"
+            ax.step(
+                xs, ys, where="post", lw=0.9 if top else 1.8, zorder=3 if top else 2, label=label
+            )
         ax.axvline(0, color="red", ls="--", lw=1)
         ax.text(0, 1.02, " fault", color="red", transform=ax.get_xaxis_transform(), fontsize=8)
         ax.set_xlim(*plot_window(case, key, report))

@@ -113,6 +113,13 @@ def usage_line(e: click.UsageError) -> str:
     return f"{message} (`{where} --help` shows the usage)"
 
 
+def _message(e: Exception) -> str:
+    """An error's line: an OSError's own words and file, not "[Errno 2] ..."."""
+    if isinstance(e, OSError) and e.strerror:
+        return f"{e.strerror}: {e.filename}" if e.filename else e.strerror
+    return str(e)
+
+
 def main() -> None:
     """Entry point: every known error becomes one line on stderr; the exit
     code says which kind (EXIT_USAGE, EXIT_FAILED, EXIT_INTERRUPTED)."""
@@ -131,7 +138,7 @@ def main() -> None:
         error(" ".join(e.format_message().split()))
         sys.exit(EXIT_FAILED)
     except MrcNicError as e:
-        error(str(e))
+        error(_message(e))
         sys.exit(EXIT_FAILED)
     except PermissionError as e:
         if os.geteuid() == 0:

@@ -138,7 +138,6 @@ group_lab_option = click.option(
     "lab",
     default=None,
     expose_value=False,
-    is_eager=True,
     callback=_check_group_lab,
     help=f"{LAB_HELP} Also taken after the command.",
 )

@@ -757,3 +757,18 @@ def test_dead_daemon_hint_is_up_reuse_with_the_labs_file_and_name(monkeypatch):
     )
     monkeypatch.setattr(state.LabState, "load", staticmethod(lambda lab: None))
     assert "mrc-nic up --name lab2" in ctl.restart_hint("lab2")
+
+
+def test_an_os_error_of_ours_reads_as_words_not_errno(monkeypatch, capsys):
+    import errno
+
+    from mrc_nic.kernel import pins
+    from mrc_nic.observe import stats
+
+    def missing(lab, **_):
+        raise pins.MapsMissing(errno.ENOENT, "NIC maps of lab 'zz' are missing", "/sys/x")
+
+    monkeypatch.setattr(stats, "snapshot", missing)
+    code, out = _run_main(monkeypatch, capsys, ["status", "-l", "zz"], euid=0)
+    assert code == 1
+    assert out.err.splitlines() == ["error: NIC maps of lab 'zz' are missing: /sys/x"]
