@@ -9,7 +9,7 @@ rows and hands a row out once its second is over (or at the end).
 Counted per plane:
 - bad: a send QP's EV went to ASSUMED_BAD (or DENIED) (ev_state);
 - replaced: a send QP's EV was replaced by a fresh one (ev_replaced);
-- back: a send QP's EV came back to GOOD (ev_state);
+- back: a send QP's EV came back to GOOD from ASSUMED_BAD or DENIED (ev_state);
 - rev bad / rev back: the same for the receive QPs' reverse EVs, the paths
   of their ACKs (reverse_ev_state), and rev replaced (reverse_ev_replaced).
 Faults and heals are listed in the row of their second, on the planes of
@@ -82,7 +82,11 @@ class Summary:
         prefix = "rev_" if kind.startswith("reverse_") else ""
         if kind in ("ev_state", "reverse_ev_state"):
             new = event.get("new_state", event.get("new"))
-            what = "bad" if new in BAD_STATES else "back" if new == "GOOD" else None
+            old = event.get("old_state", event.get("old"))
+            # back: GOOD again after being bad; a new EV's first GOOD (UNTRIED
+            # -> GOOD, a new QP's reverse EVs) is no recovery
+            back = new == "GOOD" and old in BAD_STATES
+            what = "bad" if new in BAD_STATES else "back" if back else None
             if what:
                 self._row(event, event.get("plane")).counts[prefix + what] += 1
         elif kind in ("ev_replaced", "reverse_ev_replaced"):

@@ -102,7 +102,17 @@ def blackhole_story() -> list[dict]:
     events.append(dict(fault, type="heal", time=NOW + 2.1))
     events += [ev(NOW + 2.2, 2, "GOOD", ev_id=0xC003 + i) for i in range(2)]
     events.append(
-        {"type": "reverse_ev_state", "time": NOW + 2.3, "plane": 2, "new": "GOOD", "old": "x"}
+        {
+            "type": "reverse_ev_state",
+            "time": NOW + 2.3,
+            "plane": 2,
+            "new": "GOOD",
+            "old": "ASSUMED_BAD",
+        }
+    )
+    # a new QP's reverse EV answered for the first time: not a recovery
+    events.append(
+        {"type": "reverse_ev_state", "time": NOW + 2.4, "plane": 2, "new": "GOOD", "old": "UNTRIED"}
     )
     return events
 
