@@ -124,9 +124,17 @@ SERVER_WAIT_S = 2.0
 
 def open_link(args: argparse.Namespace, script: str) -> cm.Link:
     """The TCP link of a two-sided example: listen (no SERVER) or connect."""
+
+    def listening(port: int) -> None:  # as perftest's servers say it
+        print(f"{script}: waiting for a client on port {port}", file=sys.stderr, flush=True)
+
     try:
         return cm.Link.open(
-            args.server, args.port, timeout=args.timeout, wait_for_server=SERVER_WAIT_S
+            args.server,
+            args.port,
+            timeout=args.timeout,
+            wait_for_server=SERVER_WAIT_S,
+            on_listening=listening,
         )
     except cm.NoServer as e:
         raise ExampleError(

@@ -18,6 +18,7 @@ import dataclasses
 import json
 import socket
 import time
+from collections.abc import Callable
 from typing import Any
 
 DEFAULT_PORT = 18185  # the OCP example's
@@ -59,15 +60,19 @@ class Link:
         *,
         timeout: float = 60.0,
         wait_for_server: float | None = None,
+        on_listening: Callable[[int], None] | None = None,
     ) -> Link:
         """Listen for one peer (server None) or connect to `server`, retrying
         until it listens or `wait_for_server` seconds pass (None: `timeout`;
         peers that start together, like an all-reduce's ranks, wait; a client
         started by hand does not, as perftest's: NoServer at once).
-        `timeout` then bounds every read."""
+        `timeout` then bounds every read. on_listening(port) is called once a
+        server listens: a client started after it finds it."""
         if server is None:
             with socket.create_server(("", port), reuse_port=False) as listener:
                 listener.settimeout(timeout)
+                if on_listening is not None:
+                    on_listening(port)
                 sock, _ = listener.accept()
         else:
             wait = timeout if wait_for_server is None else wait_for_server
