@@ -151,3 +151,74 @@ def test_summary_line_is_readable_under_its_header():
     assert first.endswith("fault 4 blackhole on plane 2")
     # the numbers sit under their column names
     assert first.index("5") + 1 == header.index("bad") + len("bad")
+
+
+# ---- the log itself: a post after the NIC's records, the plane on each -----------------
+class _Ring:
+    """The NIC's ring buffer as the log reads it: what is in it, taken once."""
+
+    def __init__(self) -> None:
+        self.records: list = []
+
+    def read(self) -> list:
+        out, self.records = self.records, []
+        return out
+
+
+class _Maps:
+    """An EV's plane, from nic_evs (mrc_nic.nic.ev_maps.ev_raw); EV 0xD000 is gone."""
+
+    def ev_raw(self, qpn: int, ev: int):
+        import types
+
+        if ev == 0xD000:
+            raise KeyError(ev)
+        return types.SimpleNamespace(plane=ev % 4)
+
+
+def _log():
+    import collections
+
+    from mrc_nic.observe.eventlog import EventLog
+
+    log = EventLog.__new__(EventLog)  # its state without a lab's maps and socket
+    log.log, log.seq, log.planes = collections.deque(maxlen=100), 0, {}
+    log.hosts, log.wall_minus_mono = {0: "h0"}, 0.0
+    log.reader, log.maps = _Ring(), _Maps()
+    return log
+
+
+def _ev_record(ev: int, ts_s: float):
+    from mrc_nic import nic
+    from mrc_nic.nic.events import EvEvent
+
+    return EvEvent(
+        type=nic.EventType.EV_STATE,
+        qpn=0x100,
+        ev=ev,
+        old_state=nic.EvState.GOOD,
+        new_state=nic.EvState.ASSUMED_BAD,
+        cause=nic.EvCause.TIMEOUT,
+        psn=1,
+        ts=int(ts_s * 1e9),
+    )
+
+
+def test_a_post_comes_after_the_nic_records_already_in_the_ring_and_is_timed_then():
+    import time
+
+    from mrc_nic.lab import eventops
+
+    log = _log()
+    now = time.time()
+    # what the NIC wrote before the fault was posted, not read by the log yet
+    log.reader.records = [_ev_record(0xC001, now - 0.002), _ev_record(0xD000, now - 0.001)]
+    reply = log.op_post(eventops.Post(event={"type": "fault", "id": 1, "mode": "down"}), None)
+    assert reply.seq == 3
+    events = list(log.log)
+    assert [e["type"] for e in events] == ["ev_state", "ev_state", "fault"]
+    assert events[2]["time"] >= max(e["time"] for e in events[:2])
+    # the plane on every EV record: looked up in the EV map; None for an EV gone
+    assert [e["plane"] for e in events[:2]] == [0xC001 % 4, None]
+    # and kept: the EV's entry may be deleted (a replaced EV) before its next record
+    assert log.plane_of(0x100, 0xC001) == 0xC001 % 4 and (0x100, 0xC001) in log.planes
