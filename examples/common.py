@@ -102,7 +102,7 @@ def client_server_parser(script: str, description: str, default_port: int) -> Pa
         ),
     )
     p.add_argument("server", nargs="?", type=address_arg, help="an address of the server's host")
-    add_port_and_timeout(p, default_port, 60.0, "to wait for the peer and for each completion")
+    add_port_and_timeout(p, default_port, 60.0, "to wait for the client and for each completion")
     return p
 
 
@@ -113,6 +113,34 @@ def add_port_and_timeout(p: Parser, default_port: int, timeout: float, what: str
     p.add_argument(
         "--timeout", type=seconds_arg, default=timeout, help=f"seconds {what} (default {timeout:g})"
     )
+
+
+# A client waits this long for its server to listen, then fails with a line
+# saying so, as perftest's do: a server started at the same moment (`&`) has
+# time to open its NIC; one never started is reported at once, not after
+# --timeout seconds of silence.
+SERVER_WAIT_S = 2.0
+
+
+def open_link(args: argparse.Namespace, script: str) -> cm.Link:
+    """The TCP link of a two-sided example: listen (no SERVER) or connect."""
+
+    def listening(port: int) -> None:  # as perftest's servers say it
+        print(f"{script}: waiting for a client on port {port}", file=sys.stderr, flush=True)
+
+    try:
+        return cm.Link.open(
+            args.server,
+            args.port,
+            timeout=args.timeout,
+            wait_for_server=SERVER_WAIT_S,
+            on_listening=listening,
+        )
+    except cm.NoServer as e:
+        raise ExampleError(
+            f"{e}: start the server first, on the server's host: "
+            f"mrc-nic exec HOST -- python examples/{script} --port {args.port}"
+        ) from None
 
 
 def run(main: Callable[[], int | None]) -> NoReturn:

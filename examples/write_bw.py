@@ -39,6 +39,7 @@ from common import (
     check,
     client_server_parser,
     int_arg,
+    open_link,
     round_up,
     run,
     size_arg,
@@ -102,7 +103,7 @@ def main() -> int:
     args = parse_args()
     with (
         verbs.Context() as ctx,
-        cm.Link.open(args.server, args.port, timeout=args.timeout) as link,
+        open_link(args, "write_bw.py") as link,
     ):
         if args.server is None:
             return serve(ctx, link, args)

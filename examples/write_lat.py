@@ -34,6 +34,7 @@ from common import (
     check,
     client_server_parser,
     int_arg,
+    open_link,
     round_up,
     run,
     size_arg,
@@ -74,7 +75,7 @@ def main() -> int:
     args = parse_args()
     with (
         verbs.Context() as ctx,
-        cm.Link.open(args.server, args.port, timeout=args.timeout) as link,
+        open_link(args, "write_lat.py") as link,
     ):
         if args.server is None:
             params = link.recv()

@@ -32,7 +32,7 @@ exact), its goodput per ~1 ms bin the NIC's receive timeline (2^20 ns bins,
 nic.NicMaps.rx_timeline). MPTCP: 4 subflows, one per plane
 (mrc_nic.workloads.peers.run_stream); its gap from the receiving application's own
 timestamps (in-order bytes, as an application sees them), its goodput in
-1 ms bins, drawn in 10 ms bins. Full rate is the rate over the 0.5 s before
+1 ms bins. Both are drawn in the same 10 ms bins. Full rate is the rate over the 0.5 s before
 the fault, capped at what the surviving planes carry (3 x 1 Gbit/s); back to
 full rate means 0.9 of it held for 3 windows of 50 ms (peers.recovery_time),
 both transports alike. Where a clock's longest gap ended before the fault,
@@ -41,7 +41,8 @@ lower one (fault_gap), so that no bound flatters mrc-nic.
 
 Output: every figure with the peer's and the ratio, then the results table;
 DIR/failover.json and DIR/failover.png (goodput vs time around each fault,
-one panel per fault, both transports, the fault marked), DIR = --out
+one panel per fault, both transports in the same 10 ms bins over the same
+window, the fault marked), DIR = --out
 (default out/bench). The lab is taken down by its exact name at the end,
 also on an error, Ctrl-C or SIGTERM.
 
@@ -100,7 +101,11 @@ GAP_LOG_FLOOR_S = nic.GAP_MIN_NS / 1e9
 # machine, which the no-fault run shows too (its own longest gap).
 AT_FAULT_S = 0.1
 PEER_BIN_S = 0.001  # MPTCP's bins as measured (its gap is from timestamps anyway)
-PLOT_PEER_BIN_S = 0.01  # MPTCP as drawn
+# Both transports are drawn in the same bins, on one grid from the fault: one
+# transport in 1 ms bins beside the other in 10 ms would draw noise against a
+# smooth line (a 1 ms bin touches zero between two packets' arrival at 1.2 Gbit/s).
+PLOT_BIN_S = 0.01
+PLOT_BEFORE_S = 0.5  # drawn before the fault
 TIMELINE_READ_S = 2.0  # the NIC timeline keeps 8.6 s: read it during long transfers
 FAULT_KEYS = ("blackhole", "down", "flap", "loss")
 
@@ -513,6 +518,17 @@ def not_back_note(got: dict) -> str | None:
     return f"not back within {got['observed_after_s']:.1f} s"
 
 
+# A time of 0 is no figure to compare or divide by (a ratio of 0 or of
+# infinity): the transport never fell below full rate, or no gap was seen.
+# The table shows "-" and says so, instead of "0 ms | ratio 0".
+ZERO_MEANS = {
+    "recovery_s": f"never below {FULL_FRAC:g} of full rate",
+    "fault_gap_s": "no gap after the fault",
+    "gap_at_fault_s": "no gap at the fault",
+    "longest_gap_s": "no gap",
+}
+
+
 def table_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
     rows = []
     healthy = report["cases"].get("none", {})
@@ -521,17 +537,27 @@ def table_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
         got = case.get(transport) or {}
         return None if got.get("error") else got.get(key)
 
-    def add(case: dict, metric: str, unit: str, key: str, scale: float, **kw) -> None:
-        m, p = fig(case, "mrc", key), fig(case, "mptcp", key)
+    def add(
+        case: dict, metric: str, unit: str, key: str, scale: float, target: str = "-", **kw
+    ) -> None:
+        values, said = {}, ""
+        for t in ("mrc", "mptcp"):
+            values[t] = fig(case, t, key)
+            if values[t] == 0 and key in ZERO_MEANS:  # not a figure: say what it means
+                values[t] = None
+                said += f"; {TRANSPORT_NAME[t]}: {ZERO_MEANS[key]}"
+        if values["mrc"] is None and values["mptcp"] is None:
+            return  # a row of two dashes says nothing
         rows.append(
             table_row(
                 "failover",
                 case["label"],
                 metric,
                 unit,
-                None if m is None else m * scale,
+                None if values["mrc"] is None else values["mrc"] * scale,
                 "MPTCP",
-                None if p is None else p * scale,
+                None if values["mptcp"] is None else values["mptcp"] * scale,
+                target=target + said,
                 **kw,
             )
         )
@@ -592,12 +618,64 @@ def table_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 # ---- the plot ----------------------------------------------------------------------
-def rebin(bins: list[int], bin_s: float, width_s: float) -> tuple[list[float], list[float]]:
-    """(bin start s, Gbit/s) with bins merged to about width_s."""
-    k = max(1, round(width_s / bin_s))
-    w = k * bin_s
-    sums = [sum(bins[i : i + k]) for i in range(0, len(bins), k)]
-    return [i * w for i in range(len(sums))], [s * 8 / w / 1e9 for s in sums]
+def on_grid(
+    bins: list[int], bin_s: float, origin_s: float, start_s: float, width_s: float, n: int
+) -> list[float]:
+    """Gbit/s in n bins of width_s from start_s, on a time axis whose 0 is
+    origin_s of the trace (the fault). Each measured bin's bytes are shared
+    among the drawn bins it overlaps, in proportion: any two transports
+    measured in any bins land on the same grid."""
+    out = [0.0] * n
+    for i, nbytes in enumerate(bins):
+        if not nbytes:
+            continue
+        lo = i * bin_s - origin_s - start_s  # the measured bin, on the grid's axis
+        hi = lo + bin_s
+        for j in range(max(0, int(lo // width_s)), min(n, int(hi // width_s) + 1)):
+            overlap = min(hi, (j + 1) * width_s) - max(lo, j * width_s)
+            if overlap > 0:
+                out[j] += nbytes * overlap / bin_s
+    return [b * 8 / width_s / 1e9 for b in out]
+
+
+def plot_window(case: dict, key: str, report: dict) -> tuple[float, float]:
+    """(start, end) from the fault, the same for both transports: from
+    PLOT_BEFORE_S before it (a fault from the start: from the start) to as
+    far as MPTCP's stream was watched, cut to where the shorter series ends
+    (mrc-nic's WRITE may be over sooner; a line must not stop short of the
+    other's). Ends on whole bins; a series' last measured bin is partial
+    (the transfer ended inside it) and is left out."""
+    start = 0.0 if key == "loss" else -PLOT_BEFORE_S
+    end = report["mptcp_seconds"] - (0.0 if key == "loss" else report["fault_at"])
+    for got in _series(case).values():
+        at = _origin(got, key)
+        start = max(start, -at)  # not before the series' own start
+        end = min(end, (len(got["bins"]) - 1) * got["bin_s"] - at)
+    end = start + max(0, int((end - start) / PLOT_BIN_S + 1e-9)) * PLOT_BIN_S
+    return start, end
+
+
+def _series(case: dict) -> dict[str, dict]:
+    return {t: case[t] for t in ("mrc", "mptcp") if (case.get(t) or {}).get("bins")}
+
+
+def _origin(got: dict, key: str) -> float:
+    """Where a series' time axis puts 0: its fault (a fault from the start: 0)."""
+    return 0.0 if key == "loss" else got.get("fault_s") or 0.0
+
+
+def plot_series(case: dict, key: str, report: dict) -> dict[str, tuple[list[float], list[float]]]:
+    """transport -> (x from the fault, Gbit/s), both in PLOT_BIN_S bins over
+    plot_window's span; the bins' left edges."""
+    if not _series(case):
+        return {}
+    start, end = plot_window(case, key, report)
+    n = round((end - start) / PLOT_BIN_S)
+    xs = [start + j * PLOT_BIN_S for j in range(n)]
+    out = {}
+    for t, got in _series(case).items():
+        out[t] = (xs, on_grid(got["bins"], got["bin_s"], _origin(got, key), start, PLOT_BIN_S, n))
+    return out
 
 
 def plot(report: dict[str, Any], path: Path) -> str | None:
@@ -610,27 +688,28 @@ def plot(report: dict[str, Any], path: Path) -> str | None:
     fig, axes = plt.subplots(len(keys), 1, figsize=(9, 2.6 * len(keys)), squeeze=False)
     for ax, key in zip(axes[:, 0], keys, strict=True):
         case = report["cases"][key]
-        for transport, width, lw in (("mrc", MRC_BIN_S, 0.6), ("mptcp", PLOT_PEER_BIN_S, 1.6)):
-            got = case.get(transport)
-            if not got or not got.get("bins"):
-                continue
-            xs, ys = rebin(got["bins"], got["bin_s"], width)
-            at = got.get("fault_s") or 0.0
-            label = f"{TRANSPORT_NAME[transport]} ({width * 1e3:.0f} ms bins)"
+        for transport, (xs, ys) in plot_series(case, key, report).items():
+            got = case[transport]
+            label = TRANSPORT_NAME[transport]
             if got.get("fault_gap_s") is not None:
                 label += f", gap {got['fault_gap_s'] * 1e3:.1f} ms"
-            ax.plot([x - at for x in xs], ys, "-", lw=lw, label=label)
+            # mrc-nic on top, thinner: where both carry the same, both show
+            top = transport == "mrc"
+            ax.step(
+                xs, ys, where="post", lw=0.9 if top else 1.8, zorder=3 if top else 2, label=label
+            )
         ax.axvline(0, color="red", ls="--", lw=1)
         ax.text(0, 1.02, " fault", color="red", transform=ax.get_xaxis_transform(), fontsize=8)
-        # Around the fault: as far as MPTCP's stream was watched after it.
-        after = max(1.0, report["mptcp_seconds"] - report["fault_at"])
-        ax.set_xlim(*((-0.5, after) if key != "loss" else (-0.1, report["mptcp_seconds"])))
+        ax.set_xlim(*plot_window(case, key, report))
         ax.set_ylim(bottom=0)
         ax.set_ylabel("Gbit/s")
         ax.set_title(case["label"], fontsize=9)
         ax.legend(fontsize=7, loc="lower right")
     axes[-1, 0].set_xlabel("time from the fault (a fault from the start: from the start) [s]")
-    fig.suptitle("delivered goodput around each fault, same lab, same run", fontsize=10)
+    fig.suptitle(
+        f"delivered goodput around each fault, same lab, same run, {PLOT_BIN_S * 1e3:g} ms bins",
+        fontsize=10,
+    )
     return save_png(fig, path)
 
 

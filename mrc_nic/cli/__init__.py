@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import os
 import sys
@@ -9,6 +10,7 @@ import sys
 import click
 
 from mrc_nic import __version__
+from mrc_nic.cli.common import group_lab_option
 
 EPILOG = """\b
 Examples:
@@ -59,15 +61,26 @@ class LazyGroup(click.Group):
         return sorted(COMMAND_MODULES)
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        from mrc_nic.cli.common import suggest_choices
+
         module_name = COMMAND_MODULES.get(cmd_name)
         if module_name is None:
             return None
         module = importlib.import_module(f"mrc_nic.cli.{module_name}")
-        return next(c for c in module.COMMANDS if c.name == cmd_name)
+        return suggest_choices(next(c for c in module.COMMANDS if c.name == cmd_name))
+
+    def resolve_command(self, ctx: click.Context, args: list[str]):
+        name = args[0] if args else ""
+        if name and not name.startswith("-") and name not in COMMAND_MODULES:
+            close = difflib.get_close_matches(name, list(COMMAND_MODULES), n=1)
+            hint = f"; did you mean {close[0]}?" if close else "; `mrc-nic --help` lists them"
+            raise click.UsageError(f"no such command {name!r}{hint}", ctx)
+        return super().resolve_command(ctx, args)
 
 
 @click.group(cls=LazyGroup, epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="mrc-nic")
+@group_lab_option
 def cli() -> None:
     """Emulated MRC NICs and a multi-plane fabric in network namespaces."""
 
@@ -83,27 +96,55 @@ def needs_root(e: PermissionError) -> str:
     return f"mrc-nic needs root: {what}; run it with sudo"
 
 
+# Exit codes (README, "Errors and exit codes"): every mistake is one line on
+# stderr starting with "error: ".
+EXIT_FAILED = 1  # the command ran and failed (the lab, the fabric, a daemon said no)
+EXIT_USAGE = 2  # the command line is wrong: an option, a value, an argument, which lab
+EXIT_INTERRUPTED = 130  # Ctrl-C
+
+
+def usage_line(e: click.UsageError) -> str:
+    """click's usage error as one line: its message, then where the help is
+    (click's own show() prints a Usage:/Try:/Error: block of three)."""
+    message = " ".join(e.format_message().split()).rstrip(".")
+    if not getattr(e, "help_hint", True):
+        return message
+    where = e.ctx.command_path if e.ctx is not None else "mrc-nic"
+    return f"{message} (`{where} --help` shows the usage)"
+
+
+def _message(e: Exception) -> str:
+    """An error's line: an OSError's own words and file, not "[Errno 2] ..."."""
+    if isinstance(e, OSError) and e.strerror:
+        return f"{e.strerror}: {e.filename}" if e.filename else e.strerror
+    return str(e)
+
+
 def main() -> None:
-    """Entry point: known errors become one line on stderr and exit code 1."""
+    """Entry point: every known error becomes one line on stderr; the exit
+    code says which kind (EXIT_USAGE, EXIT_FAILED, EXIT_INTERRUPTED)."""
     from mrc_nic.cli.output import error
     from mrc_nic.errors import MrcNicError
 
     try:
-        cli.main(standalone_mode=False)
+        cli.main(prog_name="mrc-nic", standalone_mode=False)
     except click.exceptions.Abort:
         error("aborted")
-        sys.exit(130)
+        sys.exit(EXIT_INTERRUPTED)
+    except click.UsageError as e:
+        error(usage_line(e))
+        sys.exit(EXIT_USAGE)
     except click.ClickException as e:
-        e.show()
-        sys.exit(e.exit_code)
+        error(" ".join(e.format_message().split()))
+        sys.exit(EXIT_FAILED)
     except MrcNicError as e:
-        error(str(e))
-        sys.exit(1)
+        error(_message(e))
+        sys.exit(EXIT_FAILED)
     except PermissionError as e:
         if os.geteuid() == 0:
             raise  # root refused: not the user's doing, keep the traceback
         error(needs_root(e))
-        sys.exit(1)
+        sys.exit(EXIT_FAILED)
     except KeyboardInterrupt:
         error("interrupted")
-        sys.exit(130)
+        sys.exit(EXIT_INTERRUPTED)

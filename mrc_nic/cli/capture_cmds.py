@@ -50,6 +50,9 @@ def capture(link, path, count, duration, end, lab, fmt) -> None:
     _, topo = state.open_lab(pick_lab(lab))
     spot = capture_mod.resolve(topo, link, end)
     capture_mod.check_bounds(count, duration)
+    from mrc_nic.fabric import preflight
+
+    preflight.require_root()  # before it makes the file or says it is capturing
     say = output.err_console.print if path == "-" else output.console.print
     with capture_mod.open_output(path) as out:
         if fmt == "table":

@@ -9,7 +9,8 @@ import time
 import click
 
 from mrc_nic.abi.defs import QpError
-from mrc_nic.cli.common import DURATION, lab_option, pick_lab
+from mrc_nic.cli.common import DURATION, SINCE, lab_option, pick_lab
+from mrc_nic.observe import eventsummary
 
 # What `events` shows unless told otherwise: state changes, not the per-packet
 # and per-message records (loss, send_done, recv_imm), which --all adds.
@@ -40,7 +41,8 @@ def describe(e: dict) -> str:
     kind = e["type"]
     if kind == "ev_state":
         change = f"{e['old_state']} -> {e['new_state']}"
-        return f"{qp} EV {e['ev']}: {change} ({e['cause']}, PSN {e['psn']})"
+        plane = "?" if e.get("plane") is None else e["plane"]
+        return f"{qp} EV {e['ev']} (plane {plane}): {change} ({e['cause']}, PSN {e['psn']})"
     if kind == "ev_replaced":
         return f"{qp} EV {e['old_ev']} replaced by EV {e['new_ev']} (plane {e['plane']})"
     if kind == "reverse_ev_state":  # the receive QP's: the path of its SACKs to the sender
@@ -68,7 +70,8 @@ def describe(e: dict) -> str:
         )
         return f"fault {e['id']} on {e['target']}: {e['mode']}{extra}"
     if kind == "heal":
-        return f"fault {e['id']} on {e['target']} ({e['mode']}) healed"
+        note = f": {e['note']}" if e.get("note") else ""
+        return f"fault {e['id']} on {e['target']} ({e['mode']}) healed{note}"
     if kind in ("send_done", "recv_imm"):
         return f"{qp} message MSN {e['msn']}, {e['len']} bytes"
     return json.dumps(e)
@@ -85,19 +88,37 @@ def _line(e: dict) -> str:
     epilog="""\b
 Examples:
   mrc-nic events                          # the state changes so far
-  mrc-nic events --follow                 # and new ones as they come (Ctrl-C ends)
+  mrc-nic events --follow                 # new ones as they come, from now (Ctrl-C ends)
+  mrc-nic events --follow --since 5m      # the last five minutes, then new ones
+  mrc-nic events --since 22:11:40         # since a time today (or 2026-11-27T22:11:40)
+  mrc-nic events --since 403              # after sequence number 403
+  mrc-nic events --summary --follow       # per plane and second: EVs bad, replaced, back
   mrc-nic events --all --host h0          # every record of h0's QPs, losses included
   mrc-nic events --type fault,heal --format jsonl
 \b
+A fault's record comes before the EV changes it causes: it is logged just
+before it is applied (its heal too).
 Missed events are counted exactly: "evicted" ones left the log (it keeps the
 last 65536) before they were read; "lost in the NIC" ones never reached it
 (the ring buffer was full)."""
 )
-@click.option("--follow", "-f", is_flag=True, help="Keep printing new events.")
+@click.option("--follow", "-f", is_flag=True, help="Keep printing new events, from now.")
 @click.option("--all", "all_types", is_flag=True, help="Losses and completions too.")
 @click.option("--type", "types", default=None, help=f"Comma list of: {', '.join(ALL_TYPES)}.")
 @click.option("--host", default=None, help="Only events of this host's QPs (and lab-wide ones).")
-@click.option("--since", type=click.IntRange(0), default=0, help="After this sequence number.")
+@click.option(
+    "--since",
+    type=SINCE,
+    default=None,
+    help="History from here: a sequence number (403), a time (22:11:40, ISO "
+    "2026-11-27T22:11:40) or an age (30s, 5m ago). Default: all so far, or now with --follow.",
+)
+@click.option(
+    "--summary",
+    is_flag=True,
+    help="One line per plane and second: EVs that went bad, were replaced, came back; "
+    "faults and heals.",
+)
 @click.option("--duration", type=DURATION, default=None, help="With --follow: stop after this.")
 @click.option(
     "--format",
@@ -108,14 +129,24 @@ last 65536) before they were read; "lost in the NIC" ones never reached it
     help="json: one array; jsonl: one object per line (with --follow too).",
 )
 @lab_option
-def events(follow, all_types, types, host, since, duration, fmt, lab):
+def events(follow, all_types, types, host, since, summary, duration, fmt, lab):
     """EV state changes, faults applied and healed, QPs in error: with times."""
     from mrc_nic.lab import ctl, eventops
 
     name = pick_lab(lab)
     wanted = _types(types, all_types)
     collected: list[dict] = []
-    next_seq, evicted, lost = since, 0, 0
+    after_time = None
+    if since is None:
+        next_seq = _last_seq(name) if follow else 0
+    elif since.seq is not None:
+        next_seq = since.seq
+    else:
+        next_seq, after_time = 0, since.time
+    evicted, lost = 0, 0
+    tally = eventsummary.Summary() if summary else None
+    if tally is not None and fmt == "table":
+        click.echo(eventsummary.HEADER)
     deadline = None if duration is None else time.monotonic() + duration
     try:
         while True:
@@ -126,17 +157,24 @@ def events(follow, all_types, types, host, since, duration, fmt, lab):
             try:
                 reply = ctl.call(name, ctl.EVENTS_SERVICE, request, timeout=wait + 10)
             except ctl.DaemonError as e:
-                raise click.ClickException(
-                    f"the event log of lab {name} is not running ({e}); "
-                    f"`mrc-nic up --reuse -l {name}` restarts it"
-                ) from None
-            batch = [e for e in reply.events if host is None or e.get("host") in (None, host)]
+                raise click.ClickException(_not_running(name, e)) from None
+            batch = [
+                e
+                for e in reply.events
+                if (host is None or e.get("host") in (None, host))
+                and (after_time is None or e["time"] >= after_time)
+            ]
             _missed(reply.evicted, "evicted from the log before they were read", fmt)
             _missed(reply.nic_lost - lost, "lost in the NIC (its ring buffer was full)", fmt)
             evicted += reply.evicted
             lost = reply.nic_lost
             next_seq = reply.next
-            if fmt == "json":
+            if tally is not None:
+                rows = tally.add(batch, now=time.time() if follow else None)
+                if not follow and not reply.events:
+                    rows += tally.flush()
+                _print_rows(rows, fmt, collected)
+            elif fmt == "json":
                 collected += batch
             else:
                 for e in batch:
@@ -148,13 +186,42 @@ def events(follow, all_types, types, host, since, duration, fmt, lab):
                 break
     except KeyboardInterrupt:
         pass
+    if tally is not None and (follow or deadline is not None):
+        _print_rows(tally.flush(), fmt, collected)
     if fmt == "json":
+        key = "summary" if tally is not None else "events"
         click.echo(
             json.dumps(
-                {"events": collected, "next": next_seq, "evicted": evicted, "nic_lost": lost},
+                {key: collected, "next": next_seq, "evicted": evicted, "nic_lost": lost},
                 indent=1,
             )
         )
+
+
+def _not_running(name: str, e: Exception) -> str:
+    return (
+        f"the event log of lab {name} is not running ({e}); "
+        f"`mrc-nic up --reuse -l {name}` restarts it"
+    )
+
+
+def _last_seq(name: str) -> int:
+    """The log's last sequence number: --follow starts after it."""
+    from mrc_nic.lab import ctl, eventops
+
+    try:
+        return ctl.call(name, ctl.EVENTS_SERVICE, eventops.Ping(), timeout=10).seq
+    except ctl.DaemonError as e:
+        raise click.ClickException(_not_running(name, e)) from None
+
+
+def _print_rows(rows: list[dict], fmt: str, collected: list[dict]) -> None:
+    if fmt == "json":
+        collected += rows
+        return
+    for row in rows:
+        click.echo(json.dumps(row) if fmt == "jsonl" else eventsummary.line(row))
+    sys.stdout.flush()
 
 
 def _types(types: str | None, all_types: bool) -> tuple[str, ...]:

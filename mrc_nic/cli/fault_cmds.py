@@ -88,9 +88,9 @@ def heal(what: tuple[str, ...], heal_all: bool, lab: str | None, fmt: str) -> No
     """End faults: restore carrier, addresses and routes, clear BPF drops."""
     from mrc_nic.fabric import faults
 
-    name = pick_lab(lab)
     if heal_all == bool(what):
         raise click.UsageError("give fault ids or a target, or --all")
+    name = pick_lab(lab)
     if heal_all:
         healed = faults.heal(name)
     elif all(w.isdigit() for w in what):

@@ -5,20 +5,34 @@ from __future__ import annotations
 import click
 
 from mrc_nic.cli import output
-from mrc_nic.cli.common import default_topology_path, format_option, lab_option, snapshot_for
+from mrc_nic.cli.common import (
+    GROUP_LAB_KEY,
+    canonical_lab,
+    default_topology_path,
+    format_option,
+    lab_option,
+    snapshot_for,
+)
 from mrc_nic.lab.topology import FORWARDING_MODES
 
 
 def topology_option(help_text: str):
     return click.option(
-        "-t", "--topology", "topology_file", default=None, metavar="FILE", help=help_text
+        "-t", "--topology", "topology_file", default=None, metavar="FILE|NAME", help=help_text
     )
+
+
+def _canonical_name(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    if value is None:  # `mrc-nic -l NAME up` names the lab to build too
+        return ctx.find_root().meta.get(GROUP_LAB_KEY)
+    return canonical_lab(value)
 
 
 @click.command(
     epilog="""\b
 Examples:
   mrc-nic up
+  mrc-nic up -t clos-8                           # a shipped topology by name: lab clos8
   mrc-nic up -t netns/clos-8.toml
   mrc-nic up -t netns/default.toml --name lab2   # a second lab beside the first
   mrc-nic up --switch-forwarding kernel          # switches forward through the IP stack
@@ -27,8 +41,17 @@ Topology sections: [lab], [fabric], [links], [addressing] (README, "Topology
 files") and [queues]: switch egress queues, base_rtt, ecn, ecn_last_hop,
 kmin, kmax, trim, seed (docs/queues.md)."""
 )
-@topology_option("Topology TOML (default: netns/default.toml).")
-@click.option("--name", default=None, help="Lab name, overriding [lab].name of the file.")
+@topology_option(
+    "Topology TOML, or a shipped one by name: default, clos-8, single-plane, uncapped "
+    "(default: default)."
+)
+@click.option(
+    "--name",
+    default=None,
+    callback=_canonical_name,
+    help="Lab name, overriding [lab].name of the file (dashes are dropped; "
+    "`mrc-nic -l NAME up` names it too).",
+)
 @click.option(
     "--reuse",
     is_flag=True,
@@ -52,9 +75,10 @@ def up(
 ) -> None:
     """Build a lab: namespaces, veth links, routes, queues and BPF port programs."""
     from mrc_nic.fabric import preflight, testbed
-    from mrc_nic.lab import state, topology
+    from mrc_nic.lab import names, state, topology
 
-    topo = topology.load(topology_file or default_topology_path(), lab=name)
+    path = names.topology_file(topology_file) if topology_file else default_topology_path()
+    topo = topology.load(path, lab=name)
     if switch_forwarding is not None:
         topo = topology.with_forwarding(topo, switch_forwarding, lab=name)
     preflight.require_root()  # before saying what it would build
@@ -65,6 +89,12 @@ def up(
         if restarted:
             output.info(f"restarted the daemon of {', '.join(restarted)}")
         return
+    if reuse and existing and existing.phase == "up":
+        raise testbed.LabError(
+            f"lab {topo.lab} is up from another topology ({existing.topology_file}): "
+            f"--reuse keeps only the same one; take it down first: mrc-nic down -l {topo.lab}"
+        )
+    testbed.refuse_if_present(topo.lab)  # before it says what it would build
     if fmt == "table":
         output.info(
             f"bringing up lab [bold]{topo.lab}[/]: {topo.hosts} hosts, {topo.planes} "
@@ -88,10 +118,10 @@ def up(
 def down(lab: str | None, topology_file: str | None, all_labs: bool) -> None:
     """Remove exactly what `up` made (also after a crash). Safe to repeat."""
     from mrc_nic.fabric import testbed
-    from mrc_nic.lab import topology
+    from mrc_nic.lab import names, topology
 
     if topology_file:
-        lab = lab or topology.load(topology_file).lab
+        lab = lab or topology.load(names.topology_file(topology_file)).lab
     if all_labs:
         labs = testbed.labs_present()
     else:

@@ -258,21 +258,26 @@ def apply(lab: str, target: tuple[str, ...], spec: FaultSpec) -> dict:
         record.faults[str(fault_id)] = fault
         record.next_fault_id = fault_id + 1
         record.save()
+        # The event log hears of it before it acts: the fault's record comes
+        # before the EV changes it causes (the log numbers what the NIC wrote
+        # before the post first).
+        from mrc_nic.lab import ctl
+
+        ctl.post_event(lab, {"type": "fault", **_event_fields(fault)})  # timed by the log
         try:
             _enforce(topo, links, fault)
-        except BaseException:
+        except BaseException as e:
             _lift(topo, fault)
             del record.faults[str(fault_id)]
             record.save()
+            undone = {"type": "heal", "note": f"not applied: {e}"}
+            ctl.post_event(lab, {**undone, **_event_fields(fault)})
             raise
         if spec.duration or spec.mode == "flap":
             from mrc_nic.lab import workers
 
             fault["worker_pid"] = workers.spawn(lab, fault_id)
         record.save()
-    from mrc_nic.lab import ctl
-
-    ctl.post_event(lab, {"type": "fault", "time": now_wall, **_event_fields(fault)})
     return fault
 
 
@@ -353,22 +358,22 @@ def heal(
             chosen = [record.faults[str(i)] for i in ids if str(i) in record.faults]
         else:
             chosen = list(record.faults.values())
+        from mrc_nic.lab import ctl
+
         for fault in chosen:
             if not from_worker:
                 from mrc_nic.lab import workers
 
                 workers.stop(fault.get("worker_pid"), lab)
-            # Like a fault's, a heal's time is taken before it acts: what the
-            # daemons do once the links carry again comes after it in the log.
+            # Like a fault's, a heal's record goes to the log (which times it)
+            # before it acts: what the daemons do once the links carry again
+            # comes after it.
             fault["healed"] = time.time()
+            event = {"type": "heal", **_event_fields(fault)}
+            ctl.post_event(lab, event, source="fault_worker" if from_worker else "cli")
             _lift(topo, fault)
             del record.faults[str(fault["id"])]
             record.save()  # per fault: if a later one fails, the record matches the kernel
-    for fault in chosen:
-        event = {"type": "heal", "time": fault["healed"], **_event_fields(fault)}
-        from mrc_nic.lab import ctl
-
-        ctl.post_event(lab, event, source="fault_worker" if from_worker else "cli")
     return chosen
 
 

@@ -39,7 +39,7 @@ class UpReport:
 def up(topo: Topology) -> UpReport:
     preflight.require_all()
     with state.locked(topo.lab, wait=0.5):
-        _refuse_if_present(topo.lab)
+        refuse_if_present(topo.lab)
         record = state.LabState(
             lab=topo.lab,
             topology_file=str(topo.path.resolve()),
@@ -121,12 +121,15 @@ def nic_skip_ns(topo: Topology) -> int:
     return max(nic.DEFAULT_SKIP_NS, topo.queues.base_rtt_ns)
 
 
-def _refuse_if_present(lab: str) -> None:
+def refuse_if_present(lab: str) -> None:
+    """LabError if anything of the lab exists: `up` checks before it says
+    what it will build, and again under the lab's lock."""
     record = state.LabState.load(lab)
     if record is not None and record.phase == "up":
         raise LabError(
             f"lab {lab!r} is already up ({len(record.namespaces)} namespaces, from "
-            f"{record.topology_file}); take it down first with: mrc-nic down -l {lab}"
+            f"{record.topology_file}); keep it with `mrc-nic up --reuse` (same topology), "
+            f"or take it down first: mrc-nic down -l {lab}"
         )
     leftovers = leftover_namespaces(lab)
     if record is not None or leftovers:

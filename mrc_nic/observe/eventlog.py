@@ -40,6 +40,7 @@ from mrc_nic.lab.service import Conn, LineService
 
 SERVICE = ctl.EVENTS_SERVICE  # its socket: ctl.socket_path(lab, SERVICE)
 QUEUE_MAX = 65536
+PLANES_KEPT = 65536  # (QP, EV) -> plane entries remembered
 WAIT_MAX_S = 30.0
 
 NIC_TYPES = {
@@ -78,6 +79,10 @@ class EventLog(LineService):
         # bpf_ktime_get_ns() is CLOCK_MONOTONIC: this turns it into wall-clock time.
         self.wall_minus_mono = time.time() - time.monotonic()
         self.waiters: list[Waiter] = []
+        # (qpn, ev) -> plane, of EVs an ev_state record named: the plane is
+        # in the EV's map entry, not in the NIC's record; kept because a
+        # replaced EV's entry is deleted a few ms after the swap.
+        self.planes: dict[tuple[int, int], int] = {}
         self.watch(self.reader, self.drain)
 
     def close(self) -> None:
@@ -101,7 +106,21 @@ class EventLog(LineService):
                 fields[key] = _name(nic.EvState, fields[key])
         if "cause" in fields:
             fields["cause"] = _name(nic.EvCause, fields["cause"])
+        if kind == "ev_state":
+            event["plane"] = self.plane_of(qpn, fields["ev"])
         return event | fields
+
+    def plane_of(self, qpn: int, ev: int) -> int | None:
+        """The plane of a send QP's EV (None once its state is gone, unseen)."""
+        key = (qpn, ev)
+        if key not in self.planes:
+            try:
+                self.planes[key] = self.maps.ev_raw(qpn, ev).plane
+            except KeyError:
+                return None
+            if len(self.planes) > PLANES_KEPT:  # QPs come and go: forget the oldest
+                del self.planes[next(iter(self.planes))]
+        return self.planes[key]
 
     def add(self, event: dict) -> int:
         self.seq += 1
@@ -156,6 +175,12 @@ class EventLog(LineService):
             raise ctl.RequestError(
                 errno.EINVAL, f"event must be an object with type one of {', '.join(POSTED_TYPES)}"
             )
+        # What the NIC recorded before this post gets its numbers first, and
+        # an event posted without a time gets the time it is numbered at: a
+        # fault posted just before it is applied then comes after everything
+        # that happened before it and before everything it causes, in
+        # sequence numbers and in time alike.
+        self.drain()
         event = dict(req.event, source=req.source)
         event.setdefault("time", time.time())
         return eventops.PostReply(seq=self.add(event))

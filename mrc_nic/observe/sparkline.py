@@ -65,14 +65,19 @@ class History:
 
 
 def sparkline(values: list[float | None], top: float) -> str:
-    """One character per value: blank for nothing (no sample, or zero), else a
-    block of height value/top (at least the lowest, so a trickle shows)."""
+    """One character per value: blank for no sample; the lowest block for
+    zero (a dead plane's line drops to a floor, it does not vanish); else a
+    block of height value/top, at least the second lowest so a trickle
+    stands apart from zero."""
     out = []
     for v in values:
-        if not v or top <= 0:
+        if v is None:
             out.append(" ")
+        elif v <= 0 or top <= 0:
+            out.append(BLOCKS[0])
         else:
-            out.append(BLOCKS[min(int(v / top * len(BLOCKS)), len(BLOCKS) - 1)])
+            rise = len(BLOCKS) - 1
+            out.append(BLOCKS[1 + min(int(v / top * rise), rise - 1)])
     return "".join(out)
 
 

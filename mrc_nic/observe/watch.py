@@ -176,21 +176,42 @@ def link_table(snap: dict, budget: int) -> Table:
     return _fill(t, rows, budget, "links (--host, --plane, a taller terminal)")
 
 
+# The EV letters of the QP and EV views, on screen with them.
+EV_LEGEND = "EVs: G good, B assumed bad, S skip, D denied, U unknown"
+# Marks an infl/win cell whose PSNs in flight exceed the window: NSCC cut the
+# window (cwnd) after they were sent; no new data leaves until ACKs bring
+# the flight under it.
+OVER_WINDOW = "↓"
+
+
+def _flight_cell(in_flight: int, window: int) -> str:
+    return f"{in_flight}/{window}{OVER_WINDOW if in_flight > window else ''}"
+
+
+def _recv_shown(qp: dict) -> bool:
+    """A QP's receive side gets a row when it is the QP's only side or it has
+    placed data: a sending QP's idle receive side (RTR, 0 Gb/s) is noise."""
+    recv = qp["recv"]
+    if recv is None:
+        return False
+    placed = (recv.get("counters") or {}).get("placed_pkts", 0)
+    return qp["send"] is None or bool(placed) or bool(_rate(qp, "recv", "goodput_bits_per_s"))
+
+
 def _qp_rows(qp: dict, with_planes: bool) -> list[list[str]]:
     rows = []
-    route = f"{qp['host']}>{qp['peer']}"
     send, recv = qp["send"], qp["recv"]
     if send is not None:
         rtt = send["rtt_ns"]
         rows.append(
             [
                 qp["qp"],
-                route,
+                f"{qp['host']}>{qp['peer']}",  # the direction data flows: out of this host
                 "send",
                 send["state"],
                 gbits(_rate(qp, "send", "goodput_bits_per_s")),
                 count(_rate(qp, "send", "retx_pkts_per_s")),
-                f"{send['in_flight']}/{send['cwnd'] or send['window']}",
+                _flight_cell(send["in_flight"], send["cwnd"] or send["window"]),
                 micros(rtt["srtt_mean"]),
                 micros(rtt["min"]),
                 _evs_cell(send["evs"]["by_state"]),
@@ -214,11 +235,11 @@ def _qp_rows(qp: dict, with_planes: bool) -> list[list[str]]:
                         _evs_cell(p["evs_by_state"]),
                     ]
                 )
-    if recv is not None:
+    if _recv_shown(qp):
         rows.append(
             [
                 qp["qp"],
-                route,
+                f"{qp['peer']}>{qp['host']}",  # data flows from the peer into this host
                 "recv",
                 recv["state"],
                 gbits(_rate(qp, "recv", "goodput_bits_per_s")),
@@ -233,11 +254,13 @@ def _qp_rows(qp: dict, with_planes: bool) -> list[list[str]]:
 
 
 def qp_table(snap: dict, budget: int, *, with_planes: bool) -> Table:
+    rows = [row for qp in snap["qps"] for row in _qp_rows(qp, with_planes)]
+    over = any(str(r[6]).endswith(OVER_WINDOW) for r in rows)
+    note = f"; {OVER_WINDOW}: more in flight than the window (NSCC cut it)" if over else ""
     t = _table(
-        "QPs: goodput (send acked, recv placed), RTT µs, EVs by state",
+        f"QPs: goodput (send acked, recv placed), RTT µs; {EV_LEGEND}{note}",
         ["qp", "route", "side", "state", "#Gb/s", "#retx/s", "#infl/win", "#srtt", "#min", "EVs"],
     )
-    rows = [row for qp in snap["qps"] for row in _qp_rows(qp, with_planes)]
     if not rows:
         return _caption(t, "no QP in the NIC maps")
     return _fill(t, rows, budget, "QP rows (--by qp, --host)")
@@ -245,7 +268,7 @@ def qp_table(snap: dict, budget: int, *, with_planes: bool) -> Table:
 
 def ev_table(snap: dict, budget: int) -> Table:
     t = _table(
-        "EVs of send QPs (G good, S skip, B assumed bad, D denied)",
+        f"EVs of send QPs ({EV_LEGEND.removeprefix('EVs: ')})",
         ["qp", "ev", "#plane", "state", "#srtt µs", "#tx pkt/s", "#ack/s", "#lost", "#retx"],
     )
     rows = []

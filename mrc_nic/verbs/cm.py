@@ -18,6 +18,7 @@ import dataclasses
 import json
 import socket
 import time
+from collections.abc import Callable
 from typing import Any
 
 DEFAULT_PORT = 18185  # the OCP example's
@@ -40,6 +41,10 @@ class Endpoint:
         return cls(qpn=qp.qp_num, psn=psn, gid=gid, rkey=mr.rkey, addr=mr.addr, length=mr.length)
 
 
+class NoServer(TimeoutError):
+    """Nothing accepted the connection to the server's address and port in time."""
+
+
 class Link:
     """The out-of-band TCP connection between the two processes."""
 
@@ -48,23 +53,39 @@ class Link:
         self._buf = b""
 
     @classmethod
-    def open(cls, server: str | None, port: int = DEFAULT_PORT, *, timeout: float = 60.0) -> Link:
+    def open(
+        cls,
+        server: str | None,
+        port: int = DEFAULT_PORT,
+        *,
+        timeout: float = 60.0,
+        wait_for_server: float | None = None,
+        on_listening: Callable[[int], None] | None = None,
+    ) -> Link:
         """Listen for one peer (server None) or connect to `server`, retrying
-        until it listens or `timeout` seconds pass."""
+        until it listens or `wait_for_server` seconds pass (None: `timeout`;
+        peers that start together, like an all-reduce's ranks, wait; a client
+        started by hand does not, as perftest's: NoServer at once).
+        `timeout` then bounds every read. on_listening(port) is called once a
+        server listens: a client started after it finds it."""
         if server is None:
             with socket.create_server(("", port), reuse_port=False) as listener:
                 listener.settimeout(timeout)
+                if on_listening is not None:
+                    on_listening(port)
                 sock, _ = listener.accept()
         else:
-            deadline = time.monotonic() + timeout
+            wait = timeout if wait_for_server is None else wait_for_server
+            deadline = time.monotonic() + wait
             while True:
                 try:
-                    sock = socket.create_connection((server, port), timeout=timeout)
+                    sock = socket.create_connection((server, port), timeout=max(wait, 1.0))
                     break
-                except (ConnectionRefusedError, OSError):
+                except OSError as e:
                     if time.monotonic() > deadline:
-                        raise TimeoutError(
-                            f"no server at {server}:{port} after {timeout:g} s"
+                        why = e.strerror or type(e).__name__
+                        raise NoServer(
+                            f"no server at {server}:{port} ({why.lower()}, for {wait:g} s)"
                         ) from None
                     time.sleep(0.05)
         sock.settimeout(timeout)

@@ -18,8 +18,8 @@ from typing import Any
 
 from mrc_nic import nic
 from mrc_nic.kernel import pins
-from mrc_nic.lab import ctl, state
-from mrc_nic.lab.topology import NS_PREFIX
+from mrc_nic.lab import ctl, names, state
+from mrc_nic.lab.topology import NS_PREFIX, TopologyError
 from mrc_nic.transport import appops
 from mrc_nic.verbs.errors import VerbsError
 
@@ -49,6 +49,11 @@ def locate(lab: str | None = None, host: str | None = None) -> tuple[str, str]:
     """(lab, host) of the NIC to open: as given, else from the environment,
     else from the network namespace this process runs in."""
     lab = lab or os.environ.get(ENV_LAB)
+    if lab:
+        try:  # `clos-8`, the shipped file's name, is the lab clos8 (mrc_nic.lab.names)
+            lab = names.canonical_lab_name(lab)
+        except TopologyError as e:
+            raise VerbsError("open_device", errno.EINVAL, str(e)) from None
     host = host or os.environ.get(ENV_HOST)
     if lab and host:
         return lab, host

@@ -39,14 +39,14 @@ import threading
 import time
 import tomllib
 from collections.abc import Callable
-from pathlib import Path
 
-from mrc_nic import nic, resources
+from mrc_nic import nic
 from mrc_nic.errors import MrcNicError
 from mrc_nic.fabric import testbed
 from mrc_nic.fabric.switchport import EGRESS
 from mrc_nic.kernel import cpustat
 from mrc_nic.lab import ctl, topology
+from mrc_nic.lab.names import topology_file
 from mrc_nic.lab.state import open_lab
 from mrc_nic.lab.topology import Topology
 from mrc_nic.nic import wire
@@ -54,7 +54,6 @@ from mrc_nic.observe.port_table import PortCounterTable
 from mrc_nic.transport import nscc
 from mrc_nic.workloads import rdma_write
 
-NETNS_DIR = resources.TOPOLOGY_DIR
 MIB = 2**20
 SAMPLE_S = 0.02  # receive counters read this often
 WARMUP_S = 0.1  # a window of comparison starts this long after its last flow started
@@ -105,20 +104,6 @@ class Flow:
 
 
 # ---- topologies ---------------------------------------------------------------------------
-
-
-def topology_file(name: str) -> Path:
-    """A topology by path, or by name in netns/ (clos-8, netns/clos-8.toml)."""
-    path = Path(name)
-    if path.exists():
-        return path
-    shipped = NETNS_DIR / (name if name.endswith(".toml") else f"{name}.toml")
-    if shipped.exists():
-        return shipped
-    raise topology.TopologyError(
-        f"{name}: no such topology file (shipped: "
-        f"{', '.join(sorted(p.stem for p in NETNS_DIR.glob('*.toml')))})"
-    )
 
 
 def scenario_topology(

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 
 import click
 import pytest
@@ -136,3 +137,77 @@ def test_chaos_with_verified_traffic_heals_everything(default_lab):
     )
     assert result["completed"] and result["verified"]
     assert all(share > 0 for share in result["per_plane_share"].values()), result
+
+
+# The NIC's records are timed by its monotonic clock, turned into wall-clock
+# time once when the log starts; posted ones by the wall clock: they may
+# disagree by this much.
+CLOCKS_S = 0.005
+
+
+def events_json(lab: str, *args: str) -> dict:
+    return json.loads(run_cli("events", "-l", lab, "--format", "json", *args).stdout)
+
+
+def test_events_tell_the_story_in_order(default_lab):
+    """A blackholed plane under a write: the fault's record comes before the
+    EV changes it causes, every EV record names its plane, --follow starts
+    from now, and --summary counts the plane's EVs that went bad."""
+    lab = default_lab.lab
+    start = events_json(lab, "--since", "0")["next"]
+    writer = subprocess.Popen(
+        # long enough to outlast the CLI's start-up on a loaded machine
+        [*MRC, "write", "h0", "h1", "--size", "2G", "-l", lab, "--format", "json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not run_cli("qp", "list", "-l", lab).stdout.count("0x"):
+            assert time.monotonic() < deadline and writer.poll() is None, writer.stderr.read()
+            time.sleep(0.1)
+        time.sleep(0.3)
+        fault = json.loads(
+            run_cli(
+                "fail", "plane", "2", "--mode", "blackhole", "-l", lab, "--format", "json"
+            ).stdout
+        )
+        assert writer.poll() is None, "the write ended before the fault: nothing to see"
+        time.sleep(1.0)
+        run_cli("heal", str(fault["id"]), "-l", lab)
+        out, err = writer.communicate(timeout=120)
+    finally:
+        if writer.poll() is None:
+            writer.kill()
+            writer.wait()
+    assert writer.returncode == 0, err
+    log = events_json(lab, "--since", str(start))["events"]
+    (record,) = [e for e in log if e["type"] == "fault" and e["id"] == fault["id"]]
+    evs = [e for e in log if e["type"] == "ev_state"]
+    assert evs and all(isinstance(e["plane"], int) for e in evs), evs[:3]
+    bad_on_2 = [
+        e
+        for e in evs
+        if e["plane"] == 2
+        and e["new_state"] == "ASSUMED_BAD"
+        and e["time"] >= record["time"] + CLOCKS_S
+    ]
+    assert bad_on_2, "the blackhole made no EV of plane 2 go bad"
+    assert all(e["seq"] > record["seq"] for e in bad_on_2)
+    # nothing numbered before the fault happened after it
+    assert all(e["time"] <= record["time"] + CLOCKS_S for e in log if e["seq"] < record["seq"])
+    (heal,) = [e for e in log if e["type"] == "heal" and e["id"] == fault["id"]]
+    assert heal["seq"] > record["seq"]
+
+    # --follow starts from now: none of the records above comes back
+    follow = events_json(lab, "--follow", "--duration", "1s")
+    assert all(e["seq"] > heal["seq"] for e in follow["events"])
+    # --summary: the plane's row in the fault's second counts what went bad there
+    summary = events_json(lab, "--since", str(start), "--summary")["summary"]
+    rows = [r for r in summary if r["plane"] == 2]
+    assert sum(r["bad"] for r in rows) == sum(
+        1 for e in evs if e["plane"] == 2 and e["new_state"] in ("ASSUMED_BAD", "DENIED")
+    )
+    assert any(f"fault {fault['id']} blackhole" in note for r in rows for note in r["faults"])

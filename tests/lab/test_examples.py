@@ -1,5 +1,6 @@
 """The programs of examples/ on real labs, run as a user runs them: through
-`mrc-nic exec HOST -- python examples/X.py`, server first, then the client.
+`mrc-nic exec HOST -- python examples/X.py`, server first, then, once it
+listens, the client.
 Their outputs parse, the receiver's byte check passed, and the all-reduce
 agrees with numpy on every rank of clos-8."""
 
@@ -31,6 +32,10 @@ def run_pair(topo, script: str, server_args: list[str], client_args: list[str]):
         text=True,
     )
     try:
+        # a client does not wait long for its server (as perftest's): start
+        # it once the server says it listens
+        said = server.stderr.readline()
+        assert "waiting for a client" in said, said + server.stderr.read()
         address = str(topo.host_address(1, 0))
         client = subprocess.run(
             in_host(topo.lab, "h0", script, address, "--timeout", "60", *client_args),

@@ -115,7 +115,13 @@ def test_second_up_of_same_lab_is_refused_and_changes_nothing(default_lab):
     )
     assert proc.returncode == 1
     assert "already up" in proc.stderr and "mrc-nic down" in proc.stderr
+    assert "--reuse" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+    assert proc.stdout == ""  # refused before it says what it would build
+    assert system_view(default_lab.lab) == before
+    # the shipped file by name; --reuse of the same topology keeps it
+    proc = run_cli("up", "-t", "default", "--name", default_lab.lab, "--reuse")
+    assert "already up" in proc.stdout and "reusing it" in proc.stdout
     assert system_view(default_lab.lab) == before
 
 

@@ -24,6 +24,7 @@ from mrc_nic.cli.common import DURATION, parse_duration
 from mrc_nic.fabric import faults
 from mrc_nic.fabric.faults import FaultError, FaultSpec, enforcement_points, resolve_target
 from mrc_nic.fabric.switchport import EGRESS, INGRESS
+from mrc_nic.lab import state as state_errors
 from mrc_nic.lab import topology
 from tests.helpers.env import NETNS_DIR, ROOT
 
@@ -371,7 +372,13 @@ def test_fail_choices_match_fault_module():
         (["fail", "h0", "--mode", "flap", "--period", "soon"], "cannot read duration 'soon'"),
         (["fail", "h0", "--mode", "loss", "--rate", "lots"], "'lots' is not a valid float"),
         (["fail", "h0", "--mode", "down", "--format", "xml"], "'xml' is not one of"),
-        (["nosuchcommand"], "No such command"),
+        (["nosuchcommand"], "no such command 'nosuchcommand'"),
+        (["statuss"], "did you mean status?"),
+        (["fail", "h0", "--mode", "lossy"], "did you mean loss?"),
+        (["fail", "h0", "--mode", "down", "--direction", "upp"], "did you mean up?"),
+        (["stats", "--by", "planes"], "did you mean plane?"),
+        (["-l", "Bad", "status"], "bad lab name 'Bad'"),
+        (["-l", "aa", "status", "-l", "bb"], "two labs named: aa before the command and bb"),
     ],
 )
 def test_usage_errors(args, fragment):
@@ -448,6 +455,70 @@ def test_main_usage_error_exit_code(tmp_path):
     assert proc.returncode == 2
     assert "'explode' is not one of" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+# One scheme for every mistake (README, "Errors and exit codes"): one line on
+# stderr starting "error: ", exit 2 when the command line is wrong, click's own
+# usage errors included (not its Usage:/Try:/Error: block).
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (["status", "--bogus"], "No such option '--bogus'"),  # a bad option
+        (["fail", "h0", "--mode", "lossy"], "did you mean loss?"),  # a bad choice
+        (["fail", "--mode", "down"], "Missing argument 'TARGET...'"),  # a missing argument
+        (["heal"], "give fault ids or a target, or --all"),  # the command's own usage error
+        (["events", "--since", "yesterday"], "--since"),
+        (["nosuch"], "no such command 'nosuch'"),
+        (["-l", "UPPER", "status"], "bad lab name 'UPPER'"),
+    ],
+)
+def test_usage_errors_are_one_line_and_exit_2(tmp_path, args, fragment):
+    proc = run_mrc(tmp_path, *args)
+    assert proc.returncode == 2, (proc.returncode, proc.stderr)
+    (line,) = proc.stderr.splitlines()
+    assert line.startswith("error: ") and fragment in line, line
+    assert "--help` shows the usage" in line
+    assert proc.stdout == ""
+
+
+def test_lab_option_before_and_after_the_command(monkeypatch):
+    from mrc_nic.observe import stats
+
+    asked = []
+
+    def snapshot(lab, **_):
+        asked.append(lab)
+        raise state_errors.LabNotUp(f"lab {lab!r} is not up")
+
+    monkeypatch.setattr(stats, "snapshot", snapshot)
+    monkeypatch.delenv("MRC_NIC_LAB", raising=False)
+    for args in (["-l", "zz", "status"], ["status", "-l", "zz"], ["--lab", "zz", "status"]):
+        result = CliRunner().invoke(cli, args)
+        assert result.exit_code == 1, result.output
+    # a shipped topology's file name names its lab (clos-8.toml makes the lab clos8)
+    CliRunner().invoke(cli, ["-l", "clos-8", "status"])
+    monkeypatch.setenv("MRC_NIC_LAB", "yy")
+    CliRunner().invoke(cli, ["status"])
+    CliRunner().invoke(cli, ["-l", "zz", "status"])  # -l wins over the environment
+    assert asked == ["zz", "zz", "zz", "clos8", "yy", "zz"]
+
+
+def test_shipped_topologies_by_name_and_their_labs():
+    from mrc_nic.lab import names
+
+    for stem in names.shipped_names():
+        path = names.topology_file(stem)
+        assert path == NETNS_DIR / f"{stem}.toml" or path.name == f"{stem}.toml"
+        lab = topology.load(path).lab
+        # one name for a topology and its lab: the file's name, dashes dropped
+        assert lab == stem.replace("-", "")
+        assert names.canonical_lab_name(stem) == lab
+        assert names.topology_file(lab).name == f"{stem}.toml"
+    with pytest.raises(topology.TopologyError, match="shipped, by name: .*clos-8"):
+        names.topology_file("clos-9")
+    for bad in ("../etc", "a/b", "UPPER", "", "a" * 13, "a.b"):
+        with pytest.raises(topology.TopologyError, match="bad lab name"):
+            names.canonical_lab_name(bad)
 
 
 # The messages carry user text (paths, targets) and literal brackets ("allowed in
@@ -686,3 +757,18 @@ def test_dead_daemon_hint_is_up_reuse_with_the_labs_file_and_name(monkeypatch):
     )
     monkeypatch.setattr(state.LabState, "load", staticmethod(lambda lab: None))
     assert "mrc-nic up --name lab2" in ctl.restart_hint("lab2")
+
+
+def test_an_os_error_of_ours_reads_as_words_not_errno(monkeypatch, capsys):
+    import errno
+
+    from mrc_nic.kernel import pins
+    from mrc_nic.observe import stats
+
+    def missing(lab, **_):
+        raise pins.MapsMissing(errno.ENOENT, "NIC maps of lab 'zz' are missing", "/sys/x")
+
+    monkeypatch.setattr(stats, "snapshot", missing)
+    code, out = _run_main(monkeypatch, capsys, ["status", "-l", "zz"], euid=0)
+    assert code == 1
+    assert out.err.splitlines() == ["error: NIC maps of lab 'zz' are missing: /sys/x"]

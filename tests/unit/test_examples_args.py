@@ -53,3 +53,26 @@ def test_a_bad_argument_is_one_line(script, args, message, monkeypatch, capsys):
 def test_help_says_how_to_run_it(script, monkeypatch, capsys):
     code, out, _ = parse(script, ["--help"], monkeypatch, capsys)
     assert code == 0 and "mrc-nic exec h" in out
+
+
+def test_a_client_with_no_server_fails_at_once_saying_so(monkeypatch):
+    """As perftest's clients: no server listening is one line after a short
+    grace, not --timeout seconds of silence."""
+    import argparse
+    import socket
+    import time
+
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    import common
+
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    args = argparse.Namespace(server="127.0.0.1", port=port, timeout=60.0)
+    started = time.monotonic()
+    with pytest.raises(common.ExampleError) as error:
+        common.open_link(args, "write_bw.py")
+    assert time.monotonic() - started < args.timeout / 2
+    message = str(error.value)
+    assert f"no server at 127.0.0.1:{port} (connection refused" in message
+    assert "start the server first" in message and f"write_bw.py --port {port}" in message

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import pytest
 
-from mrc_nic.lab import topology
+from mrc_nic.lab import names, topology
 from mrc_nic.transport import nscc, qp
 from mrc_nic.workloads import rdma_write, scenario
 from mrc_nic.workloads.scenario import Flow
 
-CLOS8 = scenario.topology_file("clos-8")
+CLOS8 = names.topology_file("clos-8")
 
 
 @pytest.fixture(scope="module")

@@ -132,9 +132,12 @@ def test_plane_view_tells_the_blackhole_story(topo):
     cells = rows[2].split()
     assert cells[cells.index("#1") + 3] == "0"  # delivered pkt/s: nothing
     spark = _spark_of_plane(lines, 2)
-    # Full from the first rate (t = 1 s) to the blackhole (t = 20 s), then nothing.
-    assert spark.lstrip().startswith("█") and spark.endswith(" ")
+    # Full from the first rate (t = 1 s) to the blackhole (t = 20 s), then a
+    # zero bar: the dead plane's line drops to the floor, it does not vanish.
+    assert spark.lstrip().startswith("█") and spark.endswith("▁")
     assert spark.count("█") == pytest.approx(len(spark) * 19 / 30, abs=2)
+    assert spark.count("▁") == pytest.approx(len(spark) * 10 / 30, abs=2)
+    assert spark.rstrip("▁").endswith("█")  # no blank between the rate and the floor
     text = "\n".join(lines)
     assert "G96 B32" in text  # the QP's EVs: plane 2's 32 are ASSUMED_BAD
     assert "retx/s 3" in text
@@ -147,10 +150,58 @@ def test_the_first_frame_has_no_rates_yet(topo):
     assert plane0.split()[1:6] == ["-"] * 5
 
 
-def test_sparkline_heights_and_blanks():
-    assert sparkline.sparkline([None, 0, 1, 4, 8], top=8) == "  ▂▅█"
-    assert sparkline.sparkline([0.01, 100], top=100) == "▁█"  # a trickle still shows
-    assert sparkline.sparkline([5, 5], top=0) == "  "
+def test_sparkline_heights_blanks_and_the_zero_bar():
+    # no sample: blank; zero: the floor; a rate: at least the block above it
+    assert sparkline.sparkline([None, 0, 1, 4, 8], top=8) == " ▁▂▅█"
+    assert sparkline.sparkline([0.01, 100], top=100) == "▂█"  # a trickle is not zero
+    assert sparkline.sparkline([5, 5], top=0) == "▁▁"
+
+
+def qp_lines(snap: dict, view: str = "qp", width: int = 120) -> list[str]:
+    return frame_text(watch.render(snap, sparkline.History(), view, width, None), width, 200)
+
+
+def test_qp_rows_are_labelled_by_the_direction_data_flows(topo):
+    sender = send_qp(1, acked=100)
+    sender["recv"] = {  # the sending QP's receive side: RTR, nothing placed
+        **recv_qp(1, 0)["recv"],
+        "counters": {"placed_pkts": 0, "placed_bytes": 0, "dup_pkts": 0},
+    }
+    receiver = recv_qp(0x10001, 100)  # on h1, its peer h0: data flows h0 -> h1
+    lines = qp_lines(snapshot(topo, 1.0, qps=[sender, receiver]))
+    rows = [line.split() for line in lines if re.match(r"0x0", line)]
+    assert [(r[0], r[1], r[2]) for r in rows] == [
+        ("0x000001", "h0>h1", "send"),
+        ("0x010001", "h0>h1", "recv"),
+    ]  # and no `recv RTR 0.00` row for the sending QP
+
+
+def test_a_qp_that_only_receives_keeps_its_row_before_any_data(topo):
+    idle = recv_qp(0x10001, 0)
+    rows = [
+        line.split() for line in qp_lines(snapshot(topo, 1.0, qps=[idle])) if "0x010001" in line
+    ]
+    assert [r[2] for r in rows] == ["recv"]
+
+
+def test_in_flight_above_the_window_is_marked_and_explained(topo):
+    cut = send_qp(1, acked=100)
+    cut["send"]["in_flight"], cut["send"]["cwnd"] = 29, 24
+    lines = qp_lines(snapshot(topo, 1.0, qps=[cut]))
+    text = "\n".join(lines)
+    assert "29/24↓" in text
+    assert "↓: more in flight than the window (NSCC cut it)" in " ".join(text.split())
+    calm = qp_lines(snapshot(topo, 1.0, qps=[send_qp(1, acked=100)]))
+    assert "12/256" in "\n".join(calm) and "↓" not in "\n".join(calm)
+
+
+@pytest.mark.parametrize("view", ["plane", "qp", "ev"])
+def test_the_ev_letters_are_explained_on_screen(topo, view):
+    history, snap = story(topo)
+    text = " ".join(
+        " ".join(frame_text(watch.render(snap, history, view, 120, 40), 120, 40)).split()
+    )
+    assert "G good" in text and "B assumed bad" in text and "S skip" in text and "D denied" in text
 
 
 def test_history_buckets_the_last_30_seconds(topo):

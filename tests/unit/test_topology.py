@@ -56,7 +56,7 @@ def write(tmp_path: Path, text: str, name: str = "topo.toml") -> Path:
 SHIPPED = [
     # file, lab, hosts, planes, tiers, t0, t1, hosts_per_t0, nodes, links
     ("default.toml", "default", 2, 4, 2, 2, 2, 1, 18, 24),
-    ("single-plane.toml", "single", 2, 1, 1, 1, 0, 2, 3, 2),
+    ("single-plane.toml", "singleplane", 2, 1, 1, 1, 0, 2, 3, 2),
     ("clos-8.toml", "clos8", 8, 8, 2, 4, 2, 2, 56, 128),
 ]
 
