@@ -65,6 +65,9 @@ def up(
         if restarted:
             output.info(f"restarted the daemon of {', '.join(restarted)}")
         return
+    unfaithful = doctor_warning(topo)
+    if unfaithful:
+        output.warn(unfaithful)
     if fmt == "table":
         output.info(
             f"bringing up lab [bold]{topo.lab}[/]: {topo.hosts} hosts, {topo.planes} "
@@ -79,6 +82,24 @@ def up(
             f"lab {report.lab} is up in {report.seconds:.2f}s "
             f"({report.namespaces} namespaces, {report.links} links)"
         )
+
+
+def doctor_warning(topo) -> str | None:
+    """One line when the topology's links are faster than `mrc-nic doctor`
+    found faithful for its shape on this machine (None without its figures)."""
+    from mrc_nic.lab import doctor_store
+
+    figures = doctor_store.load()
+    if figures is None or not topo.rate_bps:
+        return None
+    faithful = doctor_store.faithful_rate(figures, topo.hosts, topo.planes)
+    if faithful is None or topo.rate_bps <= faithful:
+        return None
+    return (
+        f"{topo.lab}: links at {topo.rate_bps / 1e6:g} Mbit/s, above the "
+        f"{faithful / 1e6:.0f} Mbit/s mrc-nic doctor found faithful for "
+        f"{topo.hosts} hosts x {topo.planes} planes here: results may measure the CPU"
+    )
 
 
 @click.command()

@@ -4,6 +4,7 @@ patterns through the host daemons (issue 5) and the papers' failure experiments 
 from __future__ import annotations
 
 import os
+import types
 from collections.abc import Callable
 
 import click
@@ -260,6 +261,22 @@ def _print(r: dict) -> None:
     output.info(
         f"QPs in ERR: {r['qps_in_err']}; CPUs busy: {r['cpu_busy_cores']} of {os.cpu_count()}"
     )
+    _fidelity(r)
+
+
+def _fidelity(r: dict) -> None:
+    """The run's fidelity verdict, and what to change when the CPU bound it."""
+    from mrc_nic.lab.state import open_lab
+    from mrc_nic.observe import fidelity
+
+    fid = r.get("fidelity")
+    output.plain(fidelity.summary(fid))
+    shape = r.get("topology")
+    if shape is not None:  # a scenario's own lab is down by now: its shape is in the report
+        topo = types.SimpleNamespace(hosts=shape["hosts"], planes=shape["planes"])
+    else:
+        _, topo = open_lab(r["lab"])
+    output.fidelity_advice(fid, topo)
 
 
 # ---- the papers' failure experiments (workloads.experiments) --------------------------------
@@ -300,6 +317,8 @@ def _report(r: dict, fmt: str, lines: Callable[[dict], list[str]]) -> None:
                 f"{r['key']} over {r['rounds']} rounds: median {r['median']:.2f} "
                 f"(min {r['min']:.2f}, max {r['max']:.2f})"
             )
+    if fmt != "json":
+        _fidelity(r)
     if not r.get("completed"):
         raise SystemExit(1)
 

@@ -164,8 +164,12 @@ def ratio(a: float | None, b: float | None) -> float | None:
     return round(a / b, 3) if a is not None and b else None
 
 
-def verdict(met: bool | None) -> str:
-    """How a target reads in the table: never softened."""
+def verdict(met: bool | None, fid: dict[str, Any] | None = None) -> str:
+    """How a target reads in the table: never softened, and never judged on a
+    run the CPU bound (fid: the run's fidelity object, observe.fidelity):
+    such a figure measures the machine, not MRC."""
+    if fid is not None and fid.get("verdict") == "cpu":
+        return "not judged: CPU-bound"
     return "unknown (no figure)" if met is None else ("met" if met else "NOT MET")
 
 

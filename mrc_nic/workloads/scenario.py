@@ -50,6 +50,7 @@ from mrc_nic.lab import ctl, topology
 from mrc_nic.lab.state import open_lab
 from mrc_nic.lab.topology import Topology
 from mrc_nic.nic import wire
+from mrc_nic.observe import fidelity
 from mrc_nic.observe.port_table import PortCounterTable
 from mrc_nic.transport import nscc
 from mrc_nic.workloads import rdma_write
@@ -338,13 +339,18 @@ def run_flows(
                 cwnd=cwnd,
                 on_open=opened,
                 wait=timeout,
+                judge=False,  # the scenario judges all its flows at once
             )
             flow.error = flow.result.get("error")
         except (MrcNicError, ctl.DaemonError, ValueError, OSError) as e:
             flow.error = str(e)
         flow.done_at = time.monotonic() - t0
 
-    with PortCounterTable(lab_name) as ports, nic.NicMaps.open(lab_name) as maps:
+    with (
+        PortCounterTable(lab_name) as ports,
+        nic.NicMaps.open(lab_name) as maps,
+        fidelity.Meter(topo=topo) as meter,
+    ):
         before = _port_totals(topo, ports.read())
         nic_before = maps.counters()
         cpu0 = cpustat.sample()
@@ -357,6 +363,7 @@ def run_flows(
             time.sleep(SAMPLE_S)
         _sample(maps, flows, t0, lock)
         cpu = cpustat.busy_cores(cpu0, cpustat.sample())
+        fid = meter.stop()
         after = _port_totals(topo, ports.read())
         nic_after = maps.counters()
     for f in flows:
@@ -367,6 +374,7 @@ def run_flows(
     return {
         "seconds": round(time.monotonic() - t0, 3),
         "cpu_busy_cores": cpu,
+        "fidelity": fid,
         "switch": switch,
         "nic": {
             k: nic_delta.get(k, 0)

@@ -315,6 +315,7 @@ COMMANDS = [
     "ev",
     "events",
     "scenario",
+    "doctor",
 ]
 
 
