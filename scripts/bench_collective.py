@@ -64,6 +64,7 @@ from mrc_nic import resources
 from mrc_nic.fabric import faults
 from mrc_nic.kernel import cpustat
 from mrc_nic.lab import topology
+from mrc_nic.observe import fidelity
 from mrc_nic.workloads import collective, collective_sockets, rdma_write
 from mrc_nic.workloads.benchkit import (
     add_common_args,
@@ -115,6 +116,8 @@ def run_job(
         step_events.append((*fault_at, inject))
     cpu = cpustat.sample()
     load = load_avg()[0]
+    meter = fidelity.Meter(topo=topo, judge_veth_drops=args.fault_mode != "down")
+    meter.start()
     try:
         job = _run(name, topo, transport, args, size, limit_s, step_events)
     except Exception as e:  # a ring that could not be set up: said, and the next job runs
@@ -125,6 +128,7 @@ def run_job(
             with contextlib.suppress(faults.FaultError):  # a --fault-duration one ended itself
                 faults.heal(name, applied)
     out = job.to_dict()
+    out["fidelity"] = meter.stop()  # which resource bound the job (observe.fidelity)
     out["busy_cpus"] = cpustat.busy_cores(cpu, cpustat.sample())
     out["load_avg_1m"] = load
     out["fault_plan"] = list(fault_at) if fault_at else None

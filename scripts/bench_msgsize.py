@@ -79,6 +79,7 @@ from typing import Any
 
 from mrc_nic import nic, resources, verbs
 from mrc_nic.lab import ctl, topology
+from mrc_nic.observe import fidelity
 from mrc_nic.workloads import peers, rdma_write
 from mrc_nic.workloads.benchkit import (
     add_common_args,
@@ -156,12 +157,14 @@ def run_mrc(
         }
         with nic.NicMaps.open(name) as maps:
             t0 = time.monotonic_ns()
-            bw = mrc_write(conn, size, args.seconds, depth=p["bw_depth"], fill=False)
+            meter = fidelity.Meter(topo=conn.topo)  # which resource bound the goodput
+            bw = mrc_write(conn, size, args.seconds, depth=p["bw_depth"], fill=False, meter=meter)
             t1 = time.monotonic_ns()
             timeline = maps.rx_timeline()
         peak = peak_bps(timeline, 1 << nic.TIMELINE_SHIFT, t0, t1)
         out["bw"] = bw_stats(size, bw["bytes"], bw["seconds"], peak)
         out["bw"].update(retransmits=bw["retransmits"], per_plane_share=bw["per_plane_share"])
+        out["bw"]["fidelity"] = bw.get("fidelity")
     return out, samples
 
 

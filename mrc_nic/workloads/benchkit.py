@@ -173,6 +173,15 @@ def verdict(met: bool | None, fid: dict[str, Any] | None = None) -> str:
     return "unknown (no figure)" if met is None else ("met" if met else "NOT MET")
 
 
+def fidelity_of(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """One fidelity verdict over a benchmark's runs (each run's "fidelity",
+    observe.fidelity; runs without one are left out): what verdict() takes."""
+    from mrc_nic.observe import fidelity
+
+    parts = {f"run {i}": r.get("fidelity") for i, r in enumerate(runs, 1) if r.get("fidelity")}
+    return fidelity.combine(parts) if parts else None
+
+
 def check_result(data: Any, where: str) -> list[dict[str, Any]]:
     """The table rows of one benchmark JSON, after checking the convention."""
     if not isinstance(data, dict):
