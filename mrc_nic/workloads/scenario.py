@@ -145,6 +145,8 @@ def scenario_topology(
     if rate is not None:
         links["rate"] = rate
         links["fabric_rate"] = rate
+        if base_rtt is None:  # the file's fits the file's rate; the floor below, this one
+            queues.pop("base_rtt", None)
     if fabric_rate is not None:
         links["fabric_rate"] = fabric_rate
     if mtu is not None:

@@ -121,17 +121,24 @@ def test_slow_topology_gets_a_longer_design_rtt():
     assert t.queues.base_rtt_ns == 2_000_000
     t = scenario.scenario_topology("clos-8", "x", rate="5mbit", fabric_rate="10mbit")
     assert (t.rate_bps, t.fabric_rate_bps) == (5 * 10**6, 10**7)
-    t = scenario.scenario_topology("clos-8", "x")
+    t = scenario.scenario_topology("clos-8-1g", "x")
     # at 1 Gbit/s: 4 MTUs of 3214 bytes (102.8 us) are a little above the file's 100 us
     assert t.queues.base_rtt_ns == 103_000
-    t = scenario.scenario_topology("clos-8", "x", mtu=1500)
+    t = scenario.scenario_topology("clos-8-1g", "x", mtu=1500)
     assert t.queues.base_rtt_ns == 100_000  # the file's
+    # the shipped clos-8 is slow already: its own design RTT, the same floor
+    t = scenario.scenario_topology("clos-8", "x")
+    assert (t.rate_bps, t.queues.base_rtt_ns) == (10**7, 10_285_000)
+    # another rate drops the file's design RTT for that rate's floor
+    t = scenario.scenario_topology("clos-8", "x", rate="1gbit")
+    assert t.queues.base_rtt_ns == 103_000
     with pytest.raises(topology.TopologyError, match="no such topology"):
         scenario.scenario_topology("nosuch", "x")
 
 
 def test_qp_timeouts_follow_the_labs_design_rtt():
-    assert rdma_write.lab_defaults(topology.load(CLOS8, lab="t")) == (
+    fast = topology.load(scenario.topology_file("clos-8-1g"), lab="t")
+    assert rdma_write.lab_defaults(fast) == (
         12,
         qp.DEFAULT_REORDER_NS,
     )
