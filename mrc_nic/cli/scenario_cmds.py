@@ -317,6 +317,14 @@ def _report(r: dict, fmt: str, lines: Callable[[dict], list[str]]) -> None:
                 f"{r['key']} over {r['rounds']} rounds: median {r['median']:.2f} "
                 f"(min {r['min']:.2f}, max {r['max']:.2f})"
             )
+        lb = r["links_bound"]
+        if lb["median"] is not None:
+            output.info(
+                f"{r['key']} over the {lb['rounds']} link-bound round(s): median "
+                f"{lb['median']:.2f} (min {lb['min']:.2f}, max {lb['max']:.2f})"
+            )
+        else:
+            output.info(f"no round was link-bound: {r['key']} not judged")
     if fmt != "json":
         _fidelity(r)
     if not r.get("completed"):

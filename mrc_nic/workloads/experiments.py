@@ -50,8 +50,21 @@ def repeated(run: Callable[[], dict], rounds: int, key: str) -> dict:
         return runs[0]
     values = [r[key] for r in runs if r.get(key) is not None]
     verdicts = {f"round {i}": r.get("fidelity") for i, r in enumerate(runs, 1)}
+    # The rounds the links bound: the only ones whose ratio says something about MRC
+    # (a round the CPU bound measures the machine; observe.fidelity).
+    bound = [
+        r[key]
+        for r in runs
+        if r.get(key) is not None and (r.get("fidelity") or {}).get("verdict") == "links"
+    ]
     return {
         "fidelity": fidelity.combine(verdicts),
+        "links_bound": {
+            "rounds": len(bound),
+            "median": statistics.median(bound) if bound else None,
+            "min": min(bound, default=None),
+            "max": max(bound, default=None),
+        },
         "scenario": runs[0]["scenario"],
         "lab": runs[0]["lab"],
         "rounds": rounds,

@@ -196,3 +196,20 @@ def test_repeated_experiments_give_the_median_and_spread_of_their_ratio():
     assert many["rounds"] == 3 and len(many["runs"]) == 3 and many["completed"]
     with pytest.raises(ValueError, match="at least 1"):
         experiments.repeated(runs, 0, "r")
+
+
+def test_repeated_experiments_judge_only_the_link_bound_rounds():
+    from mrc_nic.workloads import experiments
+
+    rounds = iter([(0.78, "links"), (2.17, "cpu"), (0.74, "links")])
+
+    def run():
+        ratio, verdict = next(rounds)
+        fid = {"verdict": verdict, "why": verdict, "busiest_link": 0.9}
+        return {"scenario": "s", "lab": "l", "r": ratio, "completed": True, "fidelity": fid}
+
+    many = experiments.repeated(run, 3, "r")
+    assert many["median"] == 0.78  # every round
+    lb = many["links_bound"]
+    assert (lb["rounds"], lb["median"], lb["min"], lb["max"]) == (2, 0.76, 0.74, 0.78)
+    assert many["fidelity"]["verdict"] == "cpu"  # one round was CPU-bound: said
