@@ -86,11 +86,14 @@ def up(
 
 def doctor_warning(topo) -> str | None:
     """One line when the topology's links are faster than `mrc-nic doctor`
-    found faithful for its shape on this machine (None without its figures)."""
+    found faithful for its shape on this machine (None without its figures),
+    or have no cap at all."""
     from mrc_nic.lab import doctor_store
 
+    if not topo.rate_bps:
+        return f"{topo.lab}: uncapped links: what runs here is bound by the CPU, not by links"
     figures = doctor_store.load()
-    if figures is None or not topo.rate_bps:
+    if figures is None:
         return None
     faithful = doctor_store.faithful_rate(figures, topo.hosts, topo.planes)
     if faithful is None or topo.rate_bps <= faithful:

@@ -16,8 +16,9 @@ EPILOG = """\b
 Without --topology it runs on the lab that is up (-l NAME). With --topology
 (a file, or a name in netns/: clos-8) it brings up a lab of its own, named
 scn<pid>, runs, and takes that lab down, also on error; --rate then sets
-every link's rate, so that the links, not this machine's CPUs, are the
-bottleneck (10mbit on clos-8 here; see docs/congestion.md)."""
+every link's rate (clos-8 ships at 10mbit, where the links, not this
+machine's CPUs, are the bottleneck: docs/fidelity.md). Every run ends with
+its fidelity verdict: which resource bound it."""
 
 
 def _common(f):

@@ -165,3 +165,19 @@ def test_benchkit_never_prints_met_for_a_cpu_bound_run():
     link_bound = fidelity.judge(cpu([0.5, 0.5]), links([0.95]))
     assert benchkit.verdict(True, link_bound) == "met"
     assert benchkit.verdict(True) == "met"
+
+
+def test_up_warns_when_a_topology_asks_for_more_than_doctor_found_faithful(tmp_path, monkeypatch):
+    from mrc_nic.cli.lab_cmds import doctor_warning
+
+    netns = topology.Path(__file__).parents[2] / "netns"
+    store = tmp_path / "doctor.json"
+    monkeypatch.setenv("MRC_NIC_DOCTOR_FILE", str(store))
+    assert doctor_warning(topology.load(netns / "default-1g.toml")) is None  # no figures yet
+    # one QP faithful up to 928 Mbit/s of links in all: 232 Mbit/s a link on 4 planes
+    frame = 3162
+    doctor_store.save({"faithful_hop_pps": round(928e6 / (8 * frame) * 6.5), "frame_bytes": frame})
+    warning = doctor_warning(topology.load(netns / "default-1g.toml"))
+    assert warning.startswith("default1g: links at 1000 Mbit/s, above the 232 Mbit/s")
+    assert doctor_warning(topology.load(netns / "default.toml")) is None  # 200 Mbit/s
+    assert "uncapped links" in doctor_warning(topology.load(netns / "uncapped.toml"))
