@@ -348,6 +348,21 @@ class Meter:
     def start(self) -> None:
         self._before = self._sample()
 
+    def raw(self) -> tuple[CpuSample, LinkSample | None]:
+        """A sample now, to judge a stretch of the run later (judge_between)."""
+        return self._sample()
+
+    def judge_between(
+        self, a: tuple[CpuSample, LinkSample | None], b: tuple[CpuSample, LinkSample | None]
+    ) -> dict[str, Any]:
+        """The fidelity object between two raw() samples: a run whose figures
+        come from a window of it (a scenario's) is judged on that window."""
+        cpu = cpu_figures(a[0], b[0])
+        links = None
+        if a[1] is not None and b[1] is not None and self._rates:
+            links = link_figures(self._rates, a[1], b[1])
+        return judge(cpu, links, judge_veth_drops=self.judge_veth_drops)
+
     def stop(self) -> dict[str, Any]:
         """The fidelity object since start(); the reader is closed."""
         try:
@@ -364,11 +379,7 @@ class Meter:
     def _judge(self, now: tuple[CpuSample, LinkSample | None]) -> dict[str, Any]:
         if self._before is None:
             raise RuntimeError("Meter.stop() without start()")
-        cpu = cpu_figures(self._before[0], now[0])
-        links = None
-        if self._before[1] is not None and now[1] is not None and self._rates:
-            links = link_figures(self._rates, self._before[1], now[1])
-        return judge(cpu, links, judge_veth_drops=self.judge_veth_drops)
+        return self.judge_between(self._before, now)
 
 
 # ---- words ------------------------------------------------------------------------------
@@ -421,3 +432,12 @@ def advice(fid: dict[str, Any] | None, topo=None, doctor: dict | None = None) ->
     else:
         text += "lower the link rate (run mrc-nic doctor for the rate this machine carries), "
     return text + "fewer hosts, or fewer planes"
+
+
+def in_window(
+    samples: list[tuple[float, Any]], start: float, end: float
+) -> tuple[Any, Any] | None:
+    """The first and the last of (time, raw sample) within [start, end]: the
+    stretch a windowed figure was measured over; None if fewer than two."""
+    inside = [x for t, x in samples if start <= t <= end]
+    return (inside[0], inside[-1]) if len(inside) >= 2 else None

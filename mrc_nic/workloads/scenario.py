@@ -58,6 +58,7 @@ from mrc_nic.workloads import rdma_write
 NETNS_DIR = resources.TOPOLOGY_DIR
 MIB = 2**20
 SAMPLE_S = 0.02  # receive counters read this often
+FIDELITY_EVERY_S = 0.25  # the fidelity verdict's samples (CPU, TBF bytes): this often
 WARMUP_S = 0.1  # a window of comparison starts this long after its last flow started
 BYSTANDER_DELAY = 0.25  # the bystander starts this fraction of the duration after the incast
 BYSTANDER_SPAN = 0.5  # and is sized to last this fraction of it at its fair share
@@ -348,6 +349,7 @@ def run_flows(
             flow.error = str(e)
         flow.done_at = time.monotonic() - t0
 
+    judged: list = []  # (seconds, fidelity raw sample) every FIDELITY_EVERY_S
     with (
         PortCounterTable(lab_name) as ports,
         nic.NicMaps.open(lab_name) as maps,
@@ -362,10 +364,13 @@ def run_flows(
         deadline = t0 + timeout + 10
         while any(t.is_alive() for t in threads) and time.monotonic() < deadline:
             _sample(maps, flows, t0, lock)
+            if time.monotonic() - t0 >= len(judged) * FIDELITY_EVERY_S:
+                judged.append((time.monotonic() - t0, meter.raw()))
             time.sleep(SAMPLE_S)
         _sample(maps, flows, t0, lock)
         cpu = cpustat.busy_cores(cpu0, cpustat.sample())
         fid = meter.stop()
+        fid_meter = meter
         after = _port_totals(topo, ports.read())
         nic_after = maps.counters()
     for f in flows:
@@ -377,6 +382,8 @@ def run_flows(
         "seconds": round(time.monotonic() - t0, 3),
         "cpu_busy_cores": cpu,
         "fidelity": fid,
+        # raw samples for the verdict over the report's window (run_scenario)
+        "_fidelity": (fid_meter, judged),
         "switch": switch,
         "nic": {
             k: nic_delta.get(k, 0)
@@ -656,4 +663,11 @@ def run_scenario(
         cwnd=cwnd,
         timeout=timeout or max(60.0, 15 * duration),
     )
-    return _header(name, topo, profile, duration) | run | report(flows, capacity, seg)
+    out = _header(name, topo, profile, duration) | run | report(flows, capacity, seg)
+    # Judged over the window the figures come from (all flows running), when
+    # it holds two samples; else over the whole run.
+    meter, samples = out.pop("_fidelity")
+    pair = fidelity.in_window(samples, *out["window_s"])
+    if pair is not None:
+        out["fidelity"] = {**meter.judge_between(*pair), "over": "window"}
+    return out

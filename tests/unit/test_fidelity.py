@@ -181,3 +181,9 @@ def test_up_warns_when_a_topology_asks_for_more_than_doctor_found_faithful(tmp_p
     assert warning.startswith("default1g: links at 1000 Mbit/s, above the 232 Mbit/s")
     assert doctor_warning(topology.load(netns / "default.toml")) is None  # 200 Mbit/s
     assert "uncapped links" in doctor_warning(topology.load(netns / "uncapped.toml"))
+
+
+def test_a_window_is_judged_between_its_first_and_last_sample():
+    samples = [(0.0, "a"), (0.5, "b"), (1.0, "c"), (1.5, "d"), (2.0, "e")]
+    assert fidelity.in_window(samples, 0.4, 1.6) == ("b", "d")
+    assert fidelity.in_window(samples, 0.4, 0.9) is None  # one sample: no stretch
