@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """mrc-nic against real kernel peers, side by side in the same run (issue 7).
 
-Brings up its own default-shape lab (netns/default.toml: 2 hosts, 4 planes,
+Brings up its own default-shape lab (netns/default-1g.toml: 2 hosts, 4 planes,
 every link capped at 1 Gbit/s), named bn<pid>, and takes it down by that
 exact name at the end, also on an error, Ctrl-C or SIGTERM. Each case runs in
 rounds, the peers interleaved and their order turned every round, since the
@@ -538,7 +538,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--mpr", type=int, default=8, help="mrc-nic WRITE's MPR (default 8, as mrc-nic write)"
     )
     p.add_argument("--bin-ms", type=float, default=10.0, help="peers' time bins (default 10)")
-    p.add_argument("--topology", default=str(resources.DEFAULT_TOPOLOGY))
+    p.add_argument("--topology", default=str(resources.TOPOLOGY_DIR / "default-1g.toml"))
     args = p.parse_args(argv)
     args.rounds = args.rounds or (1 if args.quick else 5)
     args.seconds = args.seconds or (2.0 if args.quick else 3.0)

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Collective: ring all-reduce on clos-8, mrc-nic vs TCP and MPTCP, with and without a failure.
 
-One lab (netns/clos-8.toml: 8 hosts, 8 planes of 4 T0s and 2 spines, 1 Gbit/s
+One lab (netns/clos-8-1g.toml: 8 hosts, 8 planes of 4 T0s and 2 spines, 1 Gbit/s
 links), named bcol<pid>, for everything. The job: a ring all-reduce of
 --size bytes (default 256 MiB, --quick 64 MiB) among the 8 hosts in the order
 h0 -> h1 -> ... -> h7 -> h0 (mrc_nic.workloads.collective: 14 steps, reduce-scatter
@@ -408,7 +408,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--healthy-limit", type=float, help="seconds per healthy job (default 0.5 s per MiB, >= 60)"
     )
-    p.add_argument("--topology", default=str(resources.TOPOLOGY_DIR / "clos-8.toml"))
+    p.add_argument("--topology", default=str(resources.TOPOLOGY_DIR / "clos-8-1g.toml"))
     args = p.parse_args(argv)
     args.size = rdma_write.parse_size(args.size or ("64M" if args.quick else "256M"))
     args.rounds = args.rounds or (1 if args.quick else 2)

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Failover: mrc-nic vs MPTCP when a plane, a link or a flapping link fails mid-transfer.
 
-One lab (netns/default.toml: 2 hosts, 4 planes of 2 spines, 1 Gbit/s links),
+One lab (netns/default-1g.toml: 2 hosts, 4 planes of 2 spines, 1 Gbit/s links),
 named bfo<pid>, for everything; each case runs mrc-nic and then its peer,
 back to back, with the same fault at the same time into the run:
 
@@ -688,7 +688,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     report = begin(__file__, argv)
     name = f"bfo{os.getpid()}"
-    topo = topology.load(resources.DEFAULT_TOPOLOGY, lab=name)
+    topo = topology.load(resources.TOPOLOGY_DIR / "default-1g.toml", lab=name)
     if not 0 <= args.plane < topo.planes:
         print(f"bench_failover: no plane {args.plane} (0..{topo.planes - 1})", file=sys.stderr)
         return 2

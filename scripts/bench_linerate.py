@@ -228,7 +228,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--rounds", type=int, help="rounds (default 3, quick 1)")
     p.add_argument("--size", help="each WRITE (default 1G, quick 256M)")
     p.add_argument("--seconds", type=float, help="each MPTCP stream (default 8, quick 3)")
-    p.add_argument("--topology", default=str(resources.DEFAULT_TOPOLOGY))
+    p.add_argument("--topology", default=str(resources.TOPOLOGY_DIR / "default-1g.toml"))
     p.add_argument(
         "--wait-quiet",
         type=float,

@@ -4,7 +4,7 @@
 For 64 B, 1 KiB, 4 KiB, 64 KiB, 1 MiB, 16 MiB and 64 MiB messages, perftest
 style (ib_write_lat, ib_write_bw), with the kernel's TCP and MPTCP measured
 in the same run on the same lab. The lab is the default shape
-(netns/default.toml: 2 hosts, 4 planes, every link at 1 Gbit/s), named
+(netns/default-1g.toml: 2 hosts, 4 planes, every link at 1 Gbit/s), named
 bm<pid>, brought up here and taken down by that exact name at the end, also
 on an error, Ctrl-C or SIGTERM. Sizes run in turn; for each, mrc-nic, TCP and
 MPTCP run one after the other (their order turned every size), each bounded
@@ -509,7 +509,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--sizes", help="message sizes, e.g. 64,1K,64K,16M (default: 64 B .. 64 MiB)")
     p.add_argument("--no-mptcp", action="store_true", help="TCP only as the peer")
     p.add_argument("--mpr", type=int, default=8, help="mrc-nic QP's MPR (default 8)")
-    p.add_argument("--topology", default=str(resources.DEFAULT_TOPOLOGY))
+    p.add_argument("--topology", default=str(resources.TOPOLOGY_DIR / "default-1g.toml"))
     args = p.parse_args(argv)
     args.seconds = args.seconds or (0.6 if args.quick else 2.0)
     args.warmup = args.warmup if args.warmup is not None else (0.1 if args.quick else 0.3)
