@@ -110,10 +110,13 @@ def cpu_figures(before: CpuSample, after: CpuSample) -> dict[str, Any]:
 
 # ---- links ------------------------------------------------------------------------------
 class LinkSample(NamedTuple):
-    """{(link, direction): (bytes, packets, drops) of its egress TBF}; the
-    lab's veth drops (tx_dropped + rx_dropped, every interface); when."""
+    """{(link, direction): (bytes, packets, drops, when read) of its egress
+    TBF}; the lab's veth drops (tx_dropped + rx_dropped, every interface);
+    when the sample ended. Each namespace's counters carry the time they were
+    read: reading a big lab's namespaces one after the other takes a while on
+    a loaded machine, and a window's rate is its own counters' time apart."""
 
-    queues: dict[tuple[str, str], tuple[int, int, int]]
+    queues: dict[tuple[str, str], tuple[int, int, int, float]]
     veth_drops: int
     at: float
 
@@ -140,7 +143,10 @@ def link_figures(
     sent_pkts = queue_drops = 0
     for key, rate in rates.items():
         b0, a0 = before.queues.get(key), after.queues.get(key)
-        if b0 is None or a0 is None or seconds <= 0:
+        if b0 is None or a0 is None:
+            continue
+        span = a0[3] - b0[3]
+        if span <= 0:
             continue
         sent = max(0, a0[0] - b0[0])
         sent_pkts += max(0, a0[1] - b0[1])
@@ -150,7 +156,7 @@ def link_figures(
                 "link": key[0],
                 "dir": key[1],
                 "rate_bps": rate,
-                "utilisation": round(sent * 8 / (rate * seconds), 3),
+                "utilisation": round(sent * 8 / (rate * span), 3),
             }
         )
     dirs.sort(key=lambda d: -d["utilisation"])
@@ -333,12 +339,13 @@ class Meter:
                 info = self._reader.read(node)
             except OSError:
                 continue  # a namespace gone (a lab going down): judged on the rest
+            at = time.monotonic()
             for rec in info.values():
                 veth_drops += rec["tx_dropped"] + rec["rx_dropped"]
             for ifname, q in self._reader.queues(node).items():
                 key = wanted.get((node, ifname))
                 if key is not None:
-                    queues[key] = q
+                    queues[key] = (*q, at)
         return LinkSample(queues, veth_drops, time.monotonic())
 
     def _sample(self) -> tuple[CpuSample, LinkSample | None]:
@@ -434,9 +441,7 @@ def advice(fid: dict[str, Any] | None, topo=None, doctor: dict | None = None) ->
     return text + "fewer hosts, or fewer planes"
 
 
-def in_window(
-    samples: list[tuple[float, Any]], start: float, end: float
-) -> tuple[Any, Any] | None:
+def in_window(samples: list[tuple[float, Any]], start: float, end: float) -> tuple[Any, Any] | None:
     """The first and the last of (time, raw sample) within [start, end]: the
     stretch a windowed figure was measured over; None if fewer than two."""
     inside = [x for t, x in samples if start <= t <= end]

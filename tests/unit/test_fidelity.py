@@ -29,9 +29,12 @@ def links(utils: list[float], *, rate: int = GBIT, seconds: float = 2.0, veth: i
     """link_figures for link directions carrying the given shares of `rate`."""
     rates = {(f"l{i}", "up"): rate for i in range(len(utils))}
     pkts = 100_000
-    before = LinkSample({k: (0, 0, 0) for k in rates}, 0, 10.0)
+    before = LinkSample({k: (0, 0, 0, 10.0) for k in rates}, 0, 10.0)
     after = LinkSample(
-        {k: (int(u * rate * seconds / 8), pkts, 0) for k, u in zip(rates, utils, strict=True)},
+        {
+            k: (int(u * rate * seconds / 8), pkts, 0, 10.0 + seconds)
+            for k, u in zip(rates, utils, strict=True)
+        },
         veth,
         10.0 + seconds,
     )
@@ -187,3 +190,16 @@ def test_a_window_is_judged_between_its_first_and_last_sample():
     samples = [(0.0, "a"), (0.5, "b"), (1.0, "c"), (1.5, "d"), (2.0, "e")]
     assert fidelity.in_window(samples, 0.4, 1.6) == ("b", "d")
     assert fidelity.in_window(samples, 0.4, 0.9) is None  # one sample: no stretch
+
+
+def test_each_namespace_is_timed_by_its_own_read():
+    # l0 read 0.5 s later in the second sample than in the first: 2.5 s apart, not 2
+    rates = {("l0", "up"): GBIT, ("l1", "up"): GBIT}
+    before = LinkSample({("l0", "up"): (0, 0, 0, 0.0), ("l1", "up"): (0, 0, 0, 0.0)}, 0, 0.1)
+    sent = int(GBIT * 2.5 / 8)
+    after = LinkSample({("l0", "up"): (sent, 1, 0, 2.5), ("l1", "up"): (sent, 1, 0, 2.0)}, 0, 2.6)
+    got = {
+        d["link"]: d["utilisation"]
+        for d in fidelity.link_figures(rates, before, after)["directions"]
+    }
+    assert got == {"l0": 1.0, "l1": 1.25}

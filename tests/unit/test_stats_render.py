@@ -299,8 +299,8 @@ def test_watch_shows_the_live_fidelity_verdict_last(topo):
     rates = {("p0.t0a-h0", "up"): 10**9}
     links = fidelity.link_figures(
         rates,
-        LinkSample({k: (0, 0, 0) for k in rates}, 0, 0.0),
-        LinkSample({k: (10**8, 1000, 0) for k in rates}, 0, 1.0),
+        LinkSample({k: (0, 0, 0, 0.0) for k in rates}, 0, 0.0),
+        LinkSample({k: (10**8, 1000, 0, 1.0) for k in rates}, 0, 1.0),
     )
     snap["fidelity"] = fidelity.judge(fidelity.cpu_figures(before, after), links)
     lines = frame_text(watch.render(snap, history, "plane", 80, 24), 80, 24)
