@@ -32,7 +32,7 @@ from typing import Any
 from mrc_nic import nic, resources
 from mrc_nic.fabric import queues, testbed
 from mrc_nic.fabric.builder import Fabric
-from mrc_nic.lab import doctor_store, state, topology, workers
+from mrc_nic.lab import ctl, doctor_store, protocol, state, topology, workers
 from mrc_nic.lab.topology import Topology
 from mrc_nic.nic import wire
 from mrc_nic.observe import fidelity
@@ -44,6 +44,7 @@ STEP_S = 1.0  # each bisection step's write lasts about this long at its rate
 STEPS = 4
 FIRST_STEP = 0.6  # the first rate tried: this share of what the uncapped write reached
 MIN_SIZE = 4 * 2**20
+DAEMON_WAIT_S = 30.0  # a restarted daemon answers within this, even on a loaded machine
 
 
 def lab_name() -> str:
@@ -82,8 +83,25 @@ def set_rate(topo: Topology, rate_bps: int) -> Topology:
     record.save()
     for host in new.host_names():
         workers.stop(testbed.daemon_pid(new.lab, host), new.lab)
-    testbed.start_daemons(new, new.host_names())
+    try:
+        testbed.start_daemons(new, new.host_names())
+    except testbed.LabError:
+        _await_daemons(new)  # slow to answer on a loaded machine: give them longer
     return new
+
+
+def _await_daemons(topo: Topology, limit_s: float = DAEMON_WAIT_S) -> None:
+    """Every host daemon of the lab answers, within limit_s; else LabError."""
+    deadline = time.monotonic() + limit_s
+    for host in topo.host_names():
+        while True:
+            try:
+                ctl.call(topo.lab, host, protocol.Ping(), timeout=1.0)
+                break
+            except ctl.DaemonError:
+                if time.monotonic() > deadline or testbed.daemon_pid(topo.lab, host) is None:
+                    raise testbed.LabError(f"doctor: the {host} daemon did not restart") from None
+                time.sleep(0.05)
 
 
 def frame_bytes(topo: Topology) -> int:
