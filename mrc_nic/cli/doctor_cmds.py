@@ -64,7 +64,7 @@ def doctor(show: bool, no_save: bool, fmt: str) -> None:
         f"{free['cpu_us_per_hop']} us of CPU per packet-hop"
     )
     output.plain(
-        f"  one QP stays link-bound (>= 95% of the links' payload) up to "
+        f"  one QP stays link-bound (verdict links, >= 90% of the links' payload) up to "
         f"{_rate(figures['faithful_aggregate_bps'])} of links in all "
         f"(= {figures['faithful_hop_pps']:,} packet-hops/s); a lab of N senders x P planes "
         "is faithful at that / (N x P) per link"

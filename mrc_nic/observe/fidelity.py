@@ -21,7 +21,7 @@ before and after a workload (or between two ticks of a live view):
 judge() turns those figures into a verdict, pure Python so that it is
 tested on synthetic samples:
 
-- `links`: some link direction carried >= LINK_BOUND of its configured rate
+- `links`: some link direction carried >= LINK_BOUND (0.85) of its configured rate
   (the fabric is what limited the run) and the kernel dropped nothing of
   its own. A link at its rate is the answer even when the cores were busy
   too (on a shared machine other tenants' work is in the busy time);
@@ -38,7 +38,11 @@ import os
 import time
 from typing import Any, NamedTuple
 
-LINK_BOUND = 0.9  # a link direction at this share of its rate bound the run
+# A link direction at this share of its rate bound the run. Not 0.9: a write
+# of a second or two spends its start and its last round trips below the
+# rate, and link-bound writes measured 0.88-0.95 of the raw rate here while
+# CPU-bound ones stayed at 0.3-0.84 (docs/fidelity.md).
+LINK_BOUND = 0.85
 CPU_BUSY = 0.9  # a core (or all of them) busy this share of the time is saturated
 # Kernel drops (backlog, veth rings) above this share of the packets the lab's
 # queues sent say the kernel could not keep up; a handful in a long run is
