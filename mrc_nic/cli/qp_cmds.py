@@ -183,10 +183,10 @@ def _print_write(r: dict, topo) -> None:
         output.success(f"{line}; {verified}")
     else:
         output.error(f"{line}\n{r['error']}")
-    print_fidelity(r, topo)
+    _print_fidelity(r, topo)
 
 
-def print_fidelity(r: dict, topo=None) -> None:
+def _print_fidelity(r: dict, topo=None) -> None:
     """The links' share and the fidelity verdict: which resource bound the write."""
     from mrc_nic.observe import fidelity
 
