@@ -49,6 +49,9 @@ CPU_BUSY = 0.9  # a core (or all of them) busy this share of the time is saturat
 # a burst, not a regime.
 KERNEL_DROP_SHARE = 0.001
 BUSIEST_SHOWN = 4  # link directions kept in the JSON, busiest first
+# Fewer packets than this through the lab's queues: an idle lab (a live view
+# between runs), judged `application` whatever other tenants do to the cores.
+IDLE_PACKETS = 10
 ETH_HLEN = 14
 
 VERDICTS = ("links", "cpu", "application")
@@ -195,7 +198,11 @@ def judge(
     )
     packets = (links or {}).get("queue_packets", 0)
     drops_bind = kernel_drops > max(1, KERNEL_DROP_SHARE * packets)
-    if drops_bind:
+    idle = links is not None and packets < IDLE_PACKETS
+    if idle:
+        verdict = "application"
+        why = "the lab carried (almost) nothing: nothing to judge"
+    elif drops_bind:
         verdict = "cpu"
         why = f"the kernel dropped {kernel_drops} packets of its own (backlog or veth rings)"
     elif at_rate:

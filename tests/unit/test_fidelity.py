@@ -203,3 +203,15 @@ def test_each_namespace_is_timed_by_its_own_read():
         for d in fidelity.link_figures(rates, before, after)["directions"]
     }
     assert got == {"l0": 1.0, "l1": 1.25}
+
+
+def test_an_idle_lab_is_not_called_cpu_bound_by_other_tenants_busy_cores():
+    rates = {("l0", "up"): GBIT}
+    quiet = fidelity.link_figures(
+        rates,
+        LinkSample({("l0", "up"): (0, 0, 0, 0.0)}, 0, 0.0),
+        LinkSample({("l0", "up"): (3000, 2, 0, 1.0)}, 0, 1.0),
+    )
+    fid = fidelity.judge(cpu([1.0, 1.0]), quiet)
+    assert fid["verdict"] == "application" and fid["cpu_saturated"]
+    assert fidelity.judge(cpu([1.0, 1.0]), links([0.05]))["verdict"] == "cpu"
