@@ -45,6 +45,7 @@ from common import (
     ExampleError,
     Parser,
     add_port_and_timeout,
+    fidelity_meter,
     int_arg,
     run,
     size_arg,
@@ -248,6 +249,7 @@ def launch(args) -> int:
     rank_args += ["--timeout", f"{args.timeout:g}", "--world", str(world)]
     rank_args += ["--peer-addr", ",".join(addrs)] + (["--json"] if args.json else [])
     procs: list[subprocess.Popen] = []
+    meter = fidelity_meter(args.lab) if args.json else None  # over the whole job
     with contextlib.ExitStack() as files:
         outs = [files.enter_context(tempfile.TemporaryFile("w+")) for _ in range(world)]
         try:
@@ -270,7 +272,9 @@ def launch(args) -> int:
     stopped = [k for k, c in enumerate(codes) if c is None]
     ok = not failed and not stopped
     if args.json:
-        print(json.dumps({"world": world, "ok": ok, "failed": failed, "stopped": stopped}))
+        fid = meter.stop() if meter is not None else None
+        report = {"world": world, "ok": ok, "failed": failed, "stopped": stopped, "fidelity": fid}
+        print(json.dumps(report))
     elif ok:
         print(f"all-reduce on {world} hosts of lab {args.lab}: {world} of {world} ranks OK")
     else:

@@ -228,3 +228,15 @@ def wait_one(cq: verbs.CQ, timeout: float, what: str, *, busy: bool = False) -> 
 
 def round_up(n: int, to: int = KIB) -> int:
     return -(-n // to) * to
+
+
+def fidelity_meter(lab: str):
+    """A started observe.fidelity.Meter on `lab`: which resource (the links,
+    the CPU, the application) bound what runs until its tick() or stop().
+    mrc-nic's observation, not the verbs API: what --json reports beside
+    the figures, so that a result measured while the CPU bound it says so."""
+    from mrc_nic.observe import fidelity
+
+    meter = fidelity.Meter(lab)
+    meter.start()
+    return meter

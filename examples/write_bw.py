@@ -38,6 +38,7 @@ from common import (
     ExampleError,
     check,
     client_server_parser,
+    fidelity_meter,
     int_arg,
     open_link,
     round_up,
@@ -119,6 +120,7 @@ def send(ctx: verbs.Context, link: cm.Link, args) -> int:
     if c.peer.length < region + SIGNAL_BYTES:
         raise ExampleError(f"the server's MR holds {c.peer.length} bytes, not {region + KIB}")
     c.mr.buf[: args.size] = pattern(args.size)
+    meter = fidelity_meter(ctx.lab) if args.json else None
     if not args.json:
         print(f"\n {'MsgSize':<10} {'TotalOps':<14} {'BW_avg(Gbps)':<18} MsgRate(Mpps)")
     for n, size in enumerate(sizes, 1):
@@ -133,7 +135,10 @@ def send(ctx: verbs.Context, link: cm.Link, args) -> int:
             warm.wr_id = i
             c.qp.post_send(warm)
             wait_one(c.send_cq, args.timeout, f"warmup WRITE of {size} B", busy=True)
+        if meter is not None:
+            meter.tick()  # judged from here ...
         elapsed = bench(c, size, args.iters, args.timeout)
+        fid = meter.tick() if meter is not None else None  # ... to here
         signal(c, region, n, size, args.timeout)
         verdict = link.recv()
         if verdict.get("errors"):
@@ -144,11 +149,14 @@ def send(ctx: verbs.Context, link: cm.Link, args) -> int:
         gbps = args.iters * size * 8 / elapsed / 1e9
         mpps = args.iters / elapsed / 1e6
         if args.json:
-            print(json.dumps({"size": size, "ops": args.iters, "gbps": gbps, "mpps": mpps}))
+            row = {"size": size, "ops": args.iters, "gbps": gbps, "mpps": mpps, "fidelity": fid}
+            print(json.dumps(row))
         else:
             print(f" {size:<10} {args.iters:<14} {gbps:<18.3f} {mpps:.4f}")
         sys.stdout.flush()
     link.barrier("done")
+    if meter is not None:
+        meter.close()
     return 0
 
 

@@ -33,6 +33,7 @@ from common import (
     ExampleError,
     check,
     client_server_parser,
+    fidelity_meter,
     int_arg,
     open_link,
     round_up,
@@ -85,7 +86,9 @@ def main() -> int:
             link.send({"size": size, "iters": args.iters, "warmup": args.warmup})
         c = Conn.open(ctx, link, max(KIB, round_up(size)), one_cq=True)
         client = args.server is not None
+        meter = fidelity_meter(ctx.lab) if client and args.json else None
         rtts = ping_pong(c, size, rounds, args.timeout, client=client, event=args.event)
+        fid = meter.stop() if meter is not None else None
     if args.server is None:
         if not args.json:
             print(f"served {rounds} round trips of {size} B")
@@ -94,7 +97,7 @@ def main() -> int:
     p50, p99, p999 = (percentile(one_way_us, q) for q in (50, 99, 99.9))
     if args.json:
         result = {"size": size, "p50_us": p50, "p99_us": p99, "p99_9_us": p999}
-        print(json.dumps({**result, "iters": args.iters}))
+        print(json.dumps({**result, "iters": args.iters, "fidelity": fid}))
     else:
         print(f" {'#bytes':<8} {'#iterations':<12} {'p50[us]':<10} {'p99[us]':<10} p99.9[us]")
         print(f" {size:<8} {args.iters:<12} {p50:<10.2f} {p99:<10.2f} {p999:.2f}")

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Collective: ring all-reduce on clos-8, mrc-nic vs TCP and MPTCP, with and without a failure.
 
-One lab (netns/clos-8.toml: 8 hosts, 8 planes of 4 T0s and 2 spines, 1 Gbit/s
+One lab (netns/clos-8-1g.toml: 8 hosts, 8 planes of 4 T0s and 2 spines, 1 Gbit/s
 links), named bcol<pid>, for everything. The job: a ring all-reduce of
 --size bytes (default 256 MiB, --quick 64 MiB) among the 8 hosts in the order
 h0 -> h1 -> ... -> h7 -> h0 (mrc_nic.workloads.collective: 14 steps, reduce-scatter
@@ -64,6 +64,7 @@ from mrc_nic import resources
 from mrc_nic.fabric import faults
 from mrc_nic.kernel import cpustat
 from mrc_nic.lab import topology
+from mrc_nic.observe import fidelity
 from mrc_nic.workloads import collective, collective_sockets, rdma_write
 from mrc_nic.workloads.benchkit import (
     add_common_args,
@@ -115,6 +116,8 @@ def run_job(
         step_events.append((*fault_at, inject))
     cpu = cpustat.sample()
     load = load_avg()[0]
+    meter = fidelity.Meter(topo=topo, judge_veth_drops=args.fault_mode != "down")
+    meter.start()
     try:
         job = _run(name, topo, transport, args, size, limit_s, step_events)
     except Exception as e:  # a ring that could not be set up: said, and the next job runs
@@ -125,6 +128,7 @@ def run_job(
             with contextlib.suppress(faults.FaultError):  # a --fault-duration one ended itself
                 faults.heal(name, applied)
     out = job.to_dict()
+    out["fidelity"] = meter.stop()  # which resource bound the job (observe.fidelity)
     out["busy_cpus"] = cpustat.busy_cores(cpu, cpustat.sample())
     out["load_avg_1m"] = load
     out["fault_plan"] = list(fault_at) if fault_at else None
@@ -404,7 +408,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--healthy-limit", type=float, help="seconds per healthy job (default 0.5 s per MiB, >= 60)"
     )
-    p.add_argument("--topology", default=str(resources.TOPOLOGY_DIR / "clos-8.toml"))
+    p.add_argument("--topology", default=str(resources.TOPOLOGY_DIR / "clos-8-1g.toml"))
     args = p.parse_args(argv)
     args.size = rdma_write.parse_size(args.size or ("64M" if args.quick else "256M"))
     args.rounds = args.rounds or (1 if args.quick else 2)

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Failover: mrc-nic vs MPTCP when a plane, a link or a flapping link fails mid-transfer.
 
-One lab (netns/default.toml: 2 hosts, 4 planes of 2 spines, 1 Gbit/s links),
+One lab (netns/default-1g.toml: 2 hosts, 4 planes of 2 spines, 1 Gbit/s links),
 named bfo<pid>, for everything; each case runs mrc-nic and then its peer,
 back to back, with the same fault at the same time into the run:
 
@@ -74,6 +74,7 @@ from mrc_nic.workloads import peers, rdma_write
 from mrc_nic.workloads.benchkit import (
     add_common_args,
     begin,
+    fidelity_of,
     load_avg,
     log,
     own_lab,
@@ -386,6 +387,7 @@ def _mrc_figures(trace: Trace, result: dict, t0_ns: int) -> Trace:
         "timeouts": result["timeouts"],
         "reorder_kicks": result.get("reorder_kicks"),
         "per_plane_share": result["per_plane_share"],
+        "fidelity": result.get("fidelity"),
     }
     return trace
 
@@ -537,6 +539,10 @@ def table_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
         got = case.get(transport) or {}
         return None if got.get("error") else got.get(key)
 
+    def fid(*cases: dict) -> dict | None:
+        """The fidelity of mrc-nic's runs behind a figure (observe.fidelity)."""
+        return fidelity_of([(c.get("mrc") or {}).get("detail") or {} for c in cases])
+
     def add(
         case: dict, metric: str, unit: str, key: str, scale: float, target: str = "-", **kw
     ) -> None:
@@ -573,7 +579,8 @@ def table_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
         met = None
         if m_gap is not None and p_gap is not None:
             met = m_gap < GAP_TARGET_S and p_gap / m_gap >= GAP_TARGET_RATIO
-        target = f"< {GAP_TARGET_S * 1e3:g} ms and {GAP_TARGET_RATIO}x below MPTCP: {verdict(met)}"
+        judged = verdict(met, fid(case))
+        target = f"< {GAP_TARGET_S * 1e3:g} ms and {GAP_TARGET_RATIO}x below MPTCP: {judged}"
         metric = f"longest gap ending within {AT_FAULT_S * 1e3:g} ms of the fault"
         add(case, metric, "ms", "gap_at_fault_s", 1e3, ratio_is="peer/mrc", target=target)
         rest = "- (whole rest of the run: scheduling gaps too, see no fault)"
@@ -611,7 +618,7 @@ def table_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
                 m,
                 "MPTCP",
                 p,
-                target=f"mrc-nic >= {LOSS_TARGET}: {verdict(met)}",
+                target=f"mrc-nic >= {LOSS_TARGET}: {verdict(met, fid(healthy, loss))}",
             )
         )
     return rows
@@ -760,7 +767,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     report = begin(__file__, argv)
     name = f"bfo{os.getpid()}"
-    topo = topology.load(resources.DEFAULT_TOPOLOGY, lab=name)
+    topo = topology.load(resources.TOPOLOGY_DIR / "default-1g.toml", lab=name)
     if not 0 <= args.plane < topo.planes:
         print(f"bench_failover: no plane {args.plane} (0..{topo.planes - 1})", file=sys.stderr)
         return 2

@@ -48,6 +48,7 @@ from mrc_nic.workloads.benchkit import (
     begin,
     cpu_figures,
     cpu_per_packet_and_rate,
+    fidelity_of,
     log,
     median,
     own_lab,
@@ -110,6 +111,7 @@ def run_write(lab: str, mode: str, size: int, seg: int) -> dict[str, Any]:
         "packets": packets,
         "redirected_by_switches": fwd,
         "packet_hops": hops,
+        "fidelity": r.get("fidelity"),
         **cpu_figures(cpu0, cpu1, r["seconds"], packets, hops),
     }
 
@@ -151,6 +153,7 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "ok": len(ok),
         "gbps": [r.get("gbps") for r in runs],
         "gbps_median": median([r["gbps"] for r in ok]),
+        "fidelity": fidelity_of(runs),
         "busy_cores_median": median([r.get("busy_cores") for r in ok]),
         "mpps_median": median([r.get("mpps") for r in ok]),
         "cpu_us_per_packet_median": median([r.get("cpu_us_per_packet") for r in ok]),
@@ -173,7 +176,7 @@ def table_rows(summary: dict[str, dict], line_bps: float) -> list[dict[str, Any]
         if line_bps:
             bar = TARGET_OF_LINK * line_bps / 1e9
             met = None if mrc is None else mrc >= bar and (peer is None or mrc > peer)
-            target = f">= {bar:.2f} and above MPTCP: {verdict(met)}"
+            target = f">= {bar:.2f} and above MPTCP: {verdict(met, summary[case]['fidelity'])}"
         else:
             where += ", uncapped links"
             target = "-"
@@ -225,7 +228,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--rounds", type=int, help="rounds (default 3, quick 1)")
     p.add_argument("--size", help="each WRITE (default 1G, quick 256M)")
     p.add_argument("--seconds", type=float, help="each MPTCP stream (default 8, quick 3)")
-    p.add_argument("--topology", default=str(resources.DEFAULT_TOPOLOGY))
+    p.add_argument("--topology", default=str(resources.TOPOLOGY_DIR / "default-1g.toml"))
     p.add_argument(
         "--wait-quiet",
         type=float,

@@ -4,7 +4,7 @@
 For 64 B, 1 KiB, 4 KiB, 64 KiB, 1 MiB, 16 MiB and 64 MiB messages, perftest
 style (ib_write_lat, ib_write_bw), with the kernel's TCP and MPTCP measured
 in the same run on the same lab. The lab is the default shape
-(netns/default.toml: 2 hosts, 4 planes, every link at 1 Gbit/s), named
+(netns/default-1g.toml: 2 hosts, 4 planes, every link at 1 Gbit/s), named
 bm<pid>, brought up here and taken down by that exact name at the end, also
 on an error, Ctrl-C or SIGTERM. Sizes run in turn; for each, mrc-nic, TCP and
 MPTCP run one after the other (their order turned every size), each bounded
@@ -79,6 +79,7 @@ from typing import Any
 
 from mrc_nic import nic, resources, verbs
 from mrc_nic.lab import ctl, topology
+from mrc_nic.observe import fidelity
 from mrc_nic.workloads import peers, rdma_write
 from mrc_nic.workloads.benchkit import (
     add_common_args,
@@ -156,12 +157,14 @@ def run_mrc(
         }
         with nic.NicMaps.open(name) as maps:
             t0 = time.monotonic_ns()
-            bw = mrc_write(conn, size, args.seconds, depth=p["bw_depth"], fill=False)
+            meter = fidelity.Meter(topo=conn.topo)  # which resource bound the goodput
+            bw = mrc_write(conn, size, args.seconds, depth=p["bw_depth"], fill=False, meter=meter)
             t1 = time.monotonic_ns()
             timeline = maps.rx_timeline()
         peak = peak_bps(timeline, 1 << nic.TIMELINE_SHIFT, t0, t1)
         out["bw"] = bw_stats(size, bw["bytes"], bw["seconds"], peak)
         out["bw"].update(retransmits=bw["retransmits"], per_plane_share=bw["per_plane_share"])
+        out["bw"]["fidelity"] = bw.get("fidelity")
     return out, samples
 
 
@@ -506,7 +509,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--sizes", help="message sizes, e.g. 64,1K,64K,16M (default: 64 B .. 64 MiB)")
     p.add_argument("--no-mptcp", action="store_true", help="TCP only as the peer")
     p.add_argument("--mpr", type=int, default=8, help="mrc-nic QP's MPR (default 8)")
-    p.add_argument("--topology", default=str(resources.DEFAULT_TOPOLOGY))
+    p.add_argument("--topology", default=str(resources.TOPOLOGY_DIR / "default-1g.toml"))
     args = p.parse_args(argv)
     args.seconds = args.seconds or (0.6 if args.quick else 2.0)
     args.warmup = args.warmup if args.warmup is not None else (0.1 if args.quick else 0.3)

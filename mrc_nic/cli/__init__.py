@@ -51,6 +51,7 @@ COMMAND_MODULES = {
     "cc": "ctl_cmds",
     "scenario": "scenario_cmds",
     "exec": "exec_cmds",
+    "doctor": "doctor_cmds",
 }
 
 

@@ -143,6 +143,12 @@ def _print(r: dict) -> None:
         output.error(f"QPs in ERR: {r['qps_in_err']}")
     else:
         output.success("QPs in ERR: none")
+    if r.get("fidelity"):
+        from mrc_nic.lab.state import open_lab
+        from mrc_nic.observe import fidelity
+
+        output.plain(fidelity.summary(r["fidelity"]))
+        output.fidelity_advice(r["fidelity"], open_lab(r["lab"])[1])
 
 
 COMMANDS = [chaos]

@@ -95,6 +95,9 @@ def up(
             f"--reuse keeps only the same one; take it down first: mrc-nic down -l {topo.lab}"
         )
     testbed.refuse_if_present(topo.lab)  # before it says what it would build
+    unfaithful = doctor_warning(topo)
+    if unfaithful:
+        output.warn(unfaithful)
     if fmt == "table":
         output.info(
             f"bringing up lab [bold]{topo.lab}[/]: {topo.hosts} hosts, {topo.planes} "
@@ -109,6 +112,27 @@ def up(
             f"lab {report.lab} is up in {report.seconds:.2f}s "
             f"({report.namespaces} namespaces, {report.links} links)"
         )
+
+
+def doctor_warning(topo) -> str | None:
+    """One line when the topology's links are faster than `mrc-nic doctor`
+    found faithful for its shape on this machine (None without its figures),
+    or have no cap at all."""
+    from mrc_nic.lab import doctor_store
+
+    if not topo.rate_bps:
+        return f"{topo.lab}: uncapped links: what runs here is bound by the CPU, not by links"
+    figures = doctor_store.load()
+    if figures is None:
+        return None
+    faithful = doctor_store.faithful_rate(figures, topo.hosts, topo.planes)
+    if faithful is None or topo.rate_bps <= faithful:
+        return None
+    return (
+        f"{topo.lab}: links at {topo.rate_bps / 1e6:g} Mbit/s, above the "
+        f"{faithful / 1e6:.0f} Mbit/s mrc-nic doctor found faithful for "
+        f"{topo.hosts} hosts x {topo.planes} planes here: results may measure the CPU"
+    )
 
 
 @click.command()

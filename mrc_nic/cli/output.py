@@ -67,6 +67,13 @@ def success(message: str) -> None:
     _line(sys.stdout, message, GREEN)
 
 
+def warn(message: str) -> None:
+    """A warning line on stderr (plain text), bold on a terminal."""
+    prefix = f"{BOLD_RED}warning:{RESET}" if _colour(sys.stderr) else "warning:"
+    sys.stderr.write(f"{prefix} {message}\n")
+    sys.stderr.flush()
+
+
 def plain(message: str) -> None:
     """A line of plain text (never markup)."""
     sys.stdout.write(message + "\n")
@@ -156,3 +163,13 @@ def counter_cells(first: dict, second: dict) -> list[str]:
         human_bytes(second["bytes"]),
         human_count(drops),
     ]
+
+
+def fidelity_advice(fid: dict | None, topo=None) -> None:
+    """When the CPU bound a run, the one line on what to change (stderr)."""
+    from mrc_nic.lab import doctor_store
+    from mrc_nic.observe import fidelity
+
+    tip = fidelity.advice(fid, topo, doctor_store.load())
+    if tip:
+        warn(tip)

@@ -161,12 +161,14 @@ def write(
     if fmt == "json":
         output.emit_json(result)
     else:
-        _print_write(result)
+        from mrc_nic.lab.state import open_lab
+
+        _print_write(result, open_lab(name)[1])
     if not result.get("completed"):
         raise SystemExit(1)
 
 
-def _print_write(r: dict) -> None:
+def _print_write(r: dict, topo) -> None:
     shares = " ".join(f"p{p}:{v:.0%}" for p, v in r["per_plane_share"].items())
     line = (
         f"{r['src']} -> {r['dst']}: {r['bytes']:,} of {r['size']:,} bytes in {r['seconds']:.3f} s, "
@@ -181,6 +183,24 @@ def _print_write(r: dict) -> None:
         output.success(f"{line}; {verified}")
     else:
         output.error(f"{line}\n{r['error']}")
+    _print_fidelity(r, topo)
+
+
+def _print_fidelity(r: dict, topo=None) -> None:
+    """The links' share and the fidelity verdict: which resource bound the write."""
+    from mrc_nic.observe import fidelity
+
+    share = r.get("links_share")
+    if share:
+        click.echo(
+            f"{share['of_payload']:.0%} of the links' payload capacity "
+            f"({share['payload_capacity_bps'] / 1e9:.3g} Gbit/s after per-packet headers; "
+            f"{share['of_rate']:.0%} of their raw rate)"
+        )
+    fid = r.get("fidelity")
+    if fid:
+        click.echo(fidelity.summary(fid))
+        output.fidelity_advice(fid, topo)
 
 
 @click.group()

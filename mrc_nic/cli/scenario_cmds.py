@@ -4,6 +4,7 @@ patterns through the host daemons (issue 5) and the papers' failure experiments 
 from __future__ import annotations
 
 import os
+import types
 from collections.abc import Callable
 
 import click
@@ -15,8 +16,9 @@ EPILOG = """\b
 Without --topology it runs on the lab that is up (-l NAME). With --topology
 (a file, or a name in netns/: clos-8) it brings up a lab of its own, named
 scn<pid>, runs, and takes that lab down, also on error; --rate then sets
-every link's rate, so that the links, not this machine's CPUs, are the
-bottleneck (10mbit on clos-8 here; see docs/congestion.md)."""
+every link's rate (clos-8 ships at 10mbit, where the links, not this
+machine's CPUs, are the bottleneck: docs/fidelity.md). Every run ends with
+its fidelity verdict: which resource bound it."""
 
 
 def _common(f):
@@ -260,6 +262,22 @@ def _print(r: dict) -> None:
     output.info(
         f"QPs in ERR: {r['qps_in_err']}; CPUs busy: {r['cpu_busy_cores']} of {os.cpu_count()}"
     )
+    _fidelity(r)
+
+
+def _fidelity(r: dict) -> None:
+    """The run's fidelity verdict, and what to change when the CPU bound it."""
+    from mrc_nic.lab.state import open_lab
+    from mrc_nic.observe import fidelity
+
+    fid = r.get("fidelity")
+    output.plain(fidelity.summary(fid))
+    shape = r.get("topology")
+    if shape is not None:  # a scenario's own lab is down by now: its shape is in the report
+        topo = types.SimpleNamespace(hosts=shape["hosts"], planes=shape["planes"])
+    else:
+        _, topo = open_lab(r["lab"])
+    output.fidelity_advice(fid, topo)
 
 
 # ---- the papers' failure experiments (workloads.experiments) --------------------------------
@@ -300,6 +318,16 @@ def _report(r: dict, fmt: str, lines: Callable[[dict], list[str]]) -> None:
                 f"{r['key']} over {r['rounds']} rounds: median {r['median']:.2f} "
                 f"(min {r['min']:.2f}, max {r['max']:.2f})"
             )
+        lb = r["links_bound"]
+        if lb["median"] is not None:
+            output.info(
+                f"{r['key']} over the {lb['rounds']} link-bound round(s): median "
+                f"{lb['median']:.2f} (min {lb['min']:.2f}, max {lb['max']:.2f})"
+            )
+        else:
+            output.info(f"no round was link-bound: {r['key']} not judged")
+    if fmt != "json":
+        _fidelity(r)
     if not r.get("completed"):
         raise SystemExit(1)
 

@@ -149,12 +149,19 @@ def _whole_line(line: str) -> None:
 
 
 def _watch(frames, view: str, sampler) -> None:
-    from mrc_nic.observe import live
+    from mrc_nic.observe import fidelity, live
 
     def on_view(new_view: str) -> None:
         sampler.ev_detail = new_view == "ev"
 
-    live.run(frames, view, output.console, on_view=on_view)
+    def judged(sleep=time.sleep):
+        """Each frame with the fidelity verdict since the frame before (live)."""
+        with fidelity.Meter(topo=sampler.topo) as meter:
+            meter.tick()
+            for snap in frames(sleep):
+                yield {**snap, "fidelity": meter.tick()}
+
+    live.run(judged, view, output.console, on_view=on_view)
 
 
 def _one_frame(frames, view: str, interval: float) -> None:

@@ -115,6 +115,8 @@ class _Namespace:
         self.links: dict[int, tuple[str, bool, bool, str | None]] = {}
         self.stale = True  # the link dump is (again) needed
         self.last: dict[str, Frozen] = {}  # the previous read's records, by name
+        # The previous read's root queues: {ifname: (bytes, packets, drops)}.
+        self.queues: dict[str, tuple[int, int, int]] = {}
 
 
 class LinkStatsReader:
@@ -227,18 +229,18 @@ class LinkStatsReader:
             stats[ifindex] = _STATS64_HEAD.unpack_from(buf, at + 4)
         return stats
 
-    def _queue_drops(self, space: _Namespace) -> dict[int, int]:
-        """{ifindex: drops of its root qdisc}."""
+    def _queue_stats(self, space: _Namespace) -> dict[int, tuple[int, int, int]]:
+        """{ifindex: (bytes, packets, drops) of its root qdisc}."""
         seq = self._request(space.sock, RTM_GETQDISC, _TCMSG.pack(0, 0, 0, 0, 0))
-        queue_drops: dict[int, int] = {}
+        queues: dict[int, tuple[int, int, int]] = {}
         for buf, body, end in self._replies(space, seq, RTM_NEWQDISC):
             _, ifindex, _, parent, _ = _TCMSG.unpack_from(buf, body)
             if parent != TC_H_ROOT:
                 continue
             stats = _attrs(buf, body + _TCMSG.size, end, _QDISC_ATTRS).get(TCA_STATS)
             if stats is not None and len(stats) >= _TC_STATS_HEAD.size:
-                queue_drops[ifindex] = _TC_STATS_HEAD.unpack_from(stats)[2]
-        return queue_drops
+                queues[ifindex] = _TC_STATS_HEAD.unpack_from(stats)
+        return queues
 
     def read(self, node: str) -> dict[str, dict]:
         """{ifname: state and counters} of every interface but lo in node's namespace."""
@@ -246,7 +248,7 @@ class LinkStatsReader:
         if space.stale:
             self._dump_links(space)
         stats = self._stats(space)
-        queue_drops = self._queue_drops(space)
+        queue_stats = self._queue_stats(space)
         if space.stale or not stats.keys() <= space.links.keys():
             # Notifications lost, or an interface we were not told about: start over.
             self._dump_links(space)
@@ -267,7 +269,7 @@ class LinkStatsReader:
                 c[3],
                 c[6],
                 c[7],
-                queue_drops.get(index, 0),
+                queue_stats.get(index, (0, 0, 0))[2],
             )
             same = before.get(name)
             if same is not None and tuple(same.values()) == values:
@@ -275,7 +277,17 @@ class LinkStatsReader:
             else:
                 info[name] = Frozen(zip(_KEYS, values, strict=True))
         space.last = info
+        space.queues = {
+            space.links[index][0]: q for index, q in queue_stats.items() if index in space.links
+        }
         return info
+
+    def queues(self, node: str) -> dict[str, tuple[int, int, int]]:
+        """{ifname: (bytes, packets, drops)} of each root qdisc (the TBFs) in
+        node's namespace, as of the last read(node): bytes and packets are
+        what the queue sent, which its rate limits."""
+        space = self._spaces.get(node)
+        return dict(space.queues) if space is not None else {}
 
     def read_all(self) -> dict[str, dict[str, dict]]:
         """{node: read(node)} for every namespace of the lab."""

@@ -333,6 +333,18 @@ def faults_line(snap: dict) -> Text:
     return text
 
 
+def fidelity_line(snap: dict) -> Text:
+    """The live verdict: which resource bound the lab since the frame before."""
+    from mrc_nic.observe import fidelity
+
+    fid = snap.get("fidelity")
+    colour = {"links": "green", "cpu": "red"}.get(fid["verdict"] if fid else "", "yellow")
+    text = Text(fidelity.summary(fid), style=colour)
+    text.no_wrap = True
+    text.overflow = "ellipsis"
+    return text
+
+
 def header(snap: dict, view: str, keys: bool) -> Text:
     when = time.strftime("%H:%M:%S", time.localtime(snap["time"]))
     f = snap["filter"]
@@ -367,6 +379,8 @@ def render(
 
     top = [header(snap, view, keys)]
     bottom = [drops_line(snap), faults_line(snap)]
+    if "fidelity" in snap:
+        bottom.append(fidelity_line(snap))
 
     def main(budget: int) -> RenderableType:
         if view == "plane":

@@ -164,9 +164,22 @@ def ratio(a: float | None, b: float | None) -> float | None:
     return round(a / b, 3) if a is not None and b else None
 
 
-def verdict(met: bool | None) -> str:
-    """How a target reads in the table: never softened."""
+def verdict(met: bool | None, fid: dict[str, Any] | None = None) -> str:
+    """How a target reads in the table: never softened, and never judged on a
+    run the CPU bound (fid: the run's fidelity object, observe.fidelity):
+    such a figure measures the machine, not MRC."""
+    if fid is not None and fid.get("verdict") == "cpu":
+        return "not judged: CPU-bound"
     return "unknown (no figure)" if met is None else ("met" if met else "NOT MET")
+
+
+def fidelity_of(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """One fidelity verdict over a benchmark's runs (each run's "fidelity",
+    observe.fidelity; runs without one are left out): what verdict() takes."""
+    from mrc_nic.observe import fidelity
+
+    parts = {f"run {i}": r.get("fidelity") for i, r in enumerate(runs, 1) if r.get("fidelity")}
+    return fidelity.combine(parts) if parts else None
 
 
 def check_result(data: Any, where: str) -> list[dict[str, Any]]:

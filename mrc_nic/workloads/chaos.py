@@ -35,6 +35,7 @@ from mrc_nic.fabric import faults
 from mrc_nic.lab import ctl
 from mrc_nic.lab.state import open_lab
 from mrc_nic.lab.topology import Topology
+from mrc_nic.observe import fidelity
 from mrc_nic.transport import protocol as ops
 from mrc_nic.workloads import rdma_write
 
@@ -245,6 +246,10 @@ def run(lab: str, spec: ChaosSpec, *, on_fault=None) -> dict:
     traffic = Traffic(lab, src, dst, spec.write_size) if spec.traffic else None
     thread = threading.Thread(target=traffic.run, daemon=True) if traffic else None
     stop = threading.Event()
+    # Which resource bound the run's traffic: a link taken down drops at its
+    # veths, the fault's doing, so those drops are not judged.
+    meter = fidelity.Meter(topo=topo, judge_veth_drops=False)
+    meter.start()
     start = time.monotonic()
     with _ctrl_c_sets(stop):
         try:
@@ -268,6 +273,7 @@ def run(lab: str, spec: ChaosSpec, *, on_fault=None) -> dict:
                     if thread.is_alive():
                         traffic.cancel()
                         thread.join(10)
+    fid = meter.stop()
     interrupted = stop.is_set()
     seconds = time.monotonic() - start
     left = faults_left(lab, schedule)
@@ -287,6 +293,7 @@ def run(lab: str, spec: ChaosSpec, *, on_fault=None) -> dict:
         "faults": schedule.applied,
         "traffic": None,
         "qps_in_err": qps_in_err(lab, topo) + (traffic.qps_in_err if traffic else []),
+        "fidelity": fid,
     }
     if traffic:
         report["traffic"] = {

@@ -33,6 +33,7 @@ from collections.abc import Callable
 from mrc_nic import nic
 from mrc_nic.fabric import faults
 from mrc_nic.lab.state import open_lab
+from mrc_nic.observe import fidelity
 from mrc_nic.workloads import collective, rdma_write
 
 MIB = 2**20
@@ -48,7 +49,22 @@ def repeated(run: Callable[[], dict], rounds: int, key: str) -> dict:
     if rounds == 1:
         return runs[0]
     values = [r[key] for r in runs if r.get(key) is not None]
+    verdicts = {f"round {i}": r.get("fidelity") for i, r in enumerate(runs, 1)}
+    # The rounds the links bound: the only ones whose ratio says something about MRC
+    # (a round the CPU bound measures the machine; observe.fidelity).
+    bound = [
+        r[key]
+        for r in runs
+        if r.get(key) is not None and (r.get("fidelity") or {}).get("verdict") == "links"
+    ]
     return {
+        "fidelity": fidelity.combine(verdicts),
+        "links_bound": {
+            "rounds": len(bound),
+            "median": statistics.median(bound) if bound else None,
+            "min": min(bound, default=None),
+            "max": max(bound, default=None),
+        },
         "scenario": runs[0]["scenario"],
         "lab": runs[0]["lab"],
         "rounds": rounds,
@@ -84,7 +100,7 @@ def single_ev_loss(
         raise ValueError(f"evs must be a multiple of the lab's {topo.planes} planes, not {evs}")
     fault = None
     with rdma_write.Connection(lab, src, dst, size_hint=size) as conn:
-        healthy = conn.write(size, ev_count=evs, keep_open=True)
+        healthy = conn.write(size, ev_count=evs, keep_open=True, meter=fidelity.Meter(topo=topo))
         qpn = conn.qpns[0]
         with nic.NicMaps.open(lab) as maps:
             raw = maps.sq_raw(qpn)
@@ -93,7 +109,7 @@ def single_ev_loss(
         spec = faults.FaultSpec("loss", rate=rate, seed=seed)
         fault = faults.apply(lab, ("qp", hex(qpn), "ev", str(ev)), spec)
         try:
-            lossy = conn.write(size, keep_open=True)
+            lossy = conn.write(size, keep_open=True, meter=fidelity.Meter(topo=topo))
             with nic.NicMaps.open(lab) as maps:
                 raw = maps.sq_raw(qpn)
                 now = list(raw.evs[: raw.n_evs])
@@ -129,6 +145,9 @@ def single_ev_loss(
         "completed": bool(healthy["completed"] and lossy["completed"]),
         "retransmits": {"healthy": healthy["retransmits"], "lossy": lossy["retransmits"]},
         "timeouts": {"healthy": healthy["timeouts"], "lossy": lossy["timeouts"]},
+        "fidelity": fidelity.combine(
+            {"healthy": healthy.get("fidelity"), "lossy": lossy.get("fidelity")}
+        ),
     }
 
 
@@ -157,8 +176,9 @@ def plane_failure(
 ) -> dict:
     """The same WRITE healthy, then with plane `plane` failing `after` seconds in."""
     src, dst = _pick_hosts(lab, src, dst)
+    _, topo = open_lab(lab)
     with rdma_write.Connection(lab, src, dst, size_hint=size) as conn:
-        healthy = conn.write(size, keep_open=True)
+        healthy = conn.write(size, keep_open=True, meter=fidelity.Meter(topo=topo))
         fault: dict = {}
 
         def fail_later() -> None:
@@ -168,7 +188,9 @@ def plane_failure(
         t = threading.Thread(target=fail_later, daemon=True)
         t.start()
         try:
-            failed = conn.write(size, keep_open=True)
+            # a plane taken down drops at its veths: the fault's doing, not the CPU's
+            meter = fidelity.Meter(topo=topo, judge_veth_drops=mode != "down")
+            failed = conn.write(size, keep_open=True, meter=meter)
         finally:
             t.join()
             if fault:
@@ -190,6 +212,9 @@ def plane_failure(
         "completed": bool(healthy["completed"] and failed["completed"]),
         "retransmits": failed["retransmits"],
         "timeouts": failed["timeouts"],
+        "fidelity": fidelity.combine(
+            {"healthy": healthy.get("fidelity"), "failed": failed.get("fidelity")}
+        ),
     }
 
 
@@ -238,12 +263,16 @@ def allreduce_failure(
         return {"fault_id": record["id"], "target": record["target"], "links": len(record["links"])}
 
     with collective.MrcRing(lab, hosts, size) as ring:
-        healthy = ring.run(limit_s=limit_s, verify=True, seed=1)
+        with fidelity.Meter(topo=topo) as meter:
+            healthy = ring.run(limit_s=limit_s, verify=True, seed=1)
+            fid_healthy = meter.stop()
         step, into = fault_point(healthy, at)
         try:
-            failed = ring.run(
-                limit_s=limit_s, verify=True, seed=2, step_events=[(step, into, inject)]
-            )
+            with fidelity.Meter(topo=topo, judge_veth_drops=mode != "down") as meter:
+                failed = ring.run(
+                    limit_s=limit_s, verify=True, seed=2, step_events=[(step, into, inject)]
+                )
+                fid_failed = meter.stop()
         finally:
             if applied:
                 faults.heal(lab, applied)
@@ -288,4 +317,5 @@ def allreduce_failure(
             "failed": failed.detail.get("timeouts"),
         },
         "errors": {"healthy": healthy.error, "failed": failed.error},
+        "fidelity": fidelity.combine({"healthy": fid_healthy, "failed": fid_failed}),
     }

@@ -24,6 +24,7 @@ from mrc_nic import nic, verbs
 from mrc_nic.errors import MrcNicError
 from mrc_nic.lab import topology
 from mrc_nic.lab.state import open_lab
+from mrc_nic.observe import fidelity
 from mrc_nic.transport import hostmem, nscc, qp
 from mrc_nic.workloads.writeplan import DEPTH_MAX, Pieces, WriteOptions, chunk_data
 
@@ -311,6 +312,7 @@ class Connection:
         ev_count: int | None = None,
         ev_min_active: int | None = None,
         auth: bool = False,
+        meter=None,
         **fields,
     ) -> dict:
         """One transfer of `size` bytes (in WRITEs of at most a chunk); the
@@ -321,7 +323,9 @@ class Connection:
         connects the QPs; later writes go on with the QPs' state (PSNs, EVs,
         window), as a verbs QP's work requests do. keep_open=False: no write
         after this one. fields: WriteOptions' message options (msg, depth,
-        msgs_in_flight, duration, timing, fill). wait: seconds at most."""
+        msgs_in_flight, duration, timing, fill). wait: seconds at most.
+        meter: an observe.fidelity.Meter started just before the transfer and
+        stopped after it: its verdict is the result's "fidelity"."""
         if not self._send_open:
             raise RuntimeError("this connection's send QPs are closed")
         opts = WriteOptions(
@@ -351,8 +355,13 @@ class Connection:
                 self.connected = True
             self._send_open = keep_open
             transfer = Transfer(self, opts)
+            if meter is not None:
+                meter.start()
             transfer.run(wait)
             result = transfer.result()
+            if meter is not None:
+                result["fidelity"] = meter.stop()
+                result["links_share"] = fidelity.links_share(result["goodput_bps"], self.topo)
         except KeyboardInterrupt:
             self.cancel("cancelled by the user (Ctrl-C)")
             raise
@@ -634,19 +643,27 @@ def write(
     chunk: int | None = None,
     mpr: int = qp.DEFAULT_MPR,
     on_open=None,
+    judge: bool = True,
     **options,
 ) -> dict:
     """Run one transfer on a Connection of its own; returns its result (see
     Transfer.result) with the receive QPs' NIC stats under "receiver".
     options: those of Connection.write (imm, verify, cwnd, reorder_ns,
     timeout, retry, seed, wait, cc_profile: the send QPs' CC profile,
-    mrc_nic.transport.nscc.PROFILES, default NSCC; cc: NSCC fields to override)."""
+    mrc_nic.transport.nscc.PROFILES, default NSCC; cc: NSCC fields to override).
+    judge: measure which resource bound the transfer (observe.fidelity; the
+    result's "fidelity" and "links_share"); a caller running several
+    transfers at once judges them together instead."""
     conn = Connection(
         lab_name, src, dst, qps=qps, size_hint=size, chunk=chunk, mpr=mpr, on_open=on_open
     )
+    meter = None
     try:
-        result = conn.write(size, keep_open=False, **options)
+        meter = fidelity.Meter(topo=conn.topo) if judge else None
+        result = conn.write(size, keep_open=False, meter=meter, **options)
     finally:
+        if meter is not None:
+            meter.close()
         receiver = conn.close()
     result["receiver"] = receiver
     return result

@@ -50,12 +50,14 @@ from mrc_nic.lab.names import topology_file
 from mrc_nic.lab.state import open_lab
 from mrc_nic.lab.topology import Topology
 from mrc_nic.nic import wire
+from mrc_nic.observe import fidelity
 from mrc_nic.observe.port_table import PortCounterTable
 from mrc_nic.transport import nscc
 from mrc_nic.workloads import rdma_write
 
 MIB = 2**20
 SAMPLE_S = 0.02  # receive counters read this often
+FIDELITY_EVERY_S = 0.25  # the fidelity verdict's samples (CPU, TBF bytes): this often
 WARMUP_S = 0.1  # a window of comparison starts this long after its last flow started
 BYSTANDER_DELAY = 0.25  # the bystander starts this fraction of the duration after the incast
 BYSTANDER_SPAN = 0.5  # and is sized to last this fraction of it at its fair share
@@ -129,6 +131,8 @@ def scenario_topology(
     if rate is not None:
         links["rate"] = rate
         links["fabric_rate"] = rate
+        if base_rtt is None:  # the file's fits the file's rate; the floor below, this one
+            queues.pop("base_rtt", None)
     if fabric_rate is not None:
         links["fabric_rate"] = fabric_rate
     if mtu is not None:
@@ -323,13 +327,19 @@ def run_flows(
                 cwnd=cwnd,
                 on_open=opened,
                 wait=timeout,
+                judge=False,  # the scenario judges all its flows at once
             )
             flow.error = flow.result.get("error")
         except (MrcNicError, ctl.DaemonError, ValueError, OSError) as e:
             flow.error = str(e)
         flow.done_at = time.monotonic() - t0
 
-    with PortCounterTable(lab_name) as ports, nic.NicMaps.open(lab_name) as maps:
+    judged: list = []  # (seconds, fidelity raw sample) every FIDELITY_EVERY_S
+    with (
+        PortCounterTable(lab_name) as ports,
+        nic.NicMaps.open(lab_name) as maps,
+        fidelity.Meter(topo=topo) as meter,
+    ):
         before = _port_totals(topo, ports.read())
         nic_before = maps.counters()
         cpu0 = cpustat.sample()
@@ -339,9 +349,13 @@ def run_flows(
         deadline = t0 + timeout + 10
         while any(t.is_alive() for t in threads) and time.monotonic() < deadline:
             _sample(maps, flows, t0, lock)
+            if time.monotonic() - t0 >= len(judged) * FIDELITY_EVERY_S:
+                judged.append((time.monotonic() - t0, meter.raw()))
             time.sleep(SAMPLE_S)
         _sample(maps, flows, t0, lock)
         cpu = cpustat.busy_cores(cpu0, cpustat.sample())
+        fid = meter.stop()
+        fid_meter = meter
         after = _port_totals(topo, ports.read())
         nic_after = maps.counters()
     for f in flows:
@@ -352,6 +366,9 @@ def run_flows(
     return {
         "seconds": round(time.monotonic() - t0, 3),
         "cpu_busy_cores": cpu,
+        "fidelity": fid,
+        # raw samples for the verdict over the report's window (run_scenario)
+        "_fidelity": (fid_meter, judged),
         "switch": switch,
         "nic": {
             k: nic_delta.get(k, 0)
@@ -631,4 +648,11 @@ def run_scenario(
         cwnd=cwnd,
         timeout=timeout or max(60.0, 15 * duration),
     )
-    return _header(name, topo, profile, duration) | run | report(flows, capacity, seg)
+    out = _header(name, topo, profile, duration) | run | report(flows, capacity, seg)
+    # Judged over the window the figures come from (all flows running), when
+    # it holds two samples; else over the whole run.
+    meter, samples = out.pop("_fidelity")
+    pair = fidelity.in_window(samples, *out["window_s"])
+    if pair is not None:
+        out["fidelity"] = {**meter.judge_between(*pair), "over": "window"}
+    return out

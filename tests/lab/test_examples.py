@@ -80,6 +80,9 @@ def test_write_bw_sweeps_sizes_and_the_server_checks_every_byte(default_lab):
     rows = json_lines(client.stdout)
     assert [(r["size"], r["ops"]) for r in rows] == [(1000, 200), (3000, 200), (9000, 200)]
     assert all(r["gbps"] > 0 and r["mpps"] > 0 for r in rows), rows
+    # each size's verdict: which resource bound it, with the figures it rests on
+    assert all(r["fidelity"]["verdict"] in ("links", "cpu", "application") for r in rows), rows
+    assert all(r["fidelity"]["cpu"]["cores"] for r in rows)
     checks = json_lines(server.stdout)
     assert [(c["size"], c["checked"], c["errors"]) for c in checks] == [
         (1000, 1000, 0),
@@ -100,6 +103,7 @@ def test_write_lat_reports_one_way_percentiles(default_lab):
     (result,) = json_lines(client.stdout)
     assert (result["size"], result["iters"]) == (64, 200)
     assert 0 < result["p50_us"] <= result["p99_us"] <= result["p99_9_us"], result
+    assert result["fidelity"]["verdict"] in ("links", "cpu", "application")
     assert "served 210 round trips of 64 B" in server.stdout
 
 
@@ -114,7 +118,9 @@ def test_allreduce_on_every_host_of_clos8_matches_numpy(make_lab):
     )
     assert done.returncode == 0, done.stdout + done.stderr
     *ranks, summary = json_lines(done.stdout)
+    fid = summary.pop("fidelity")
     assert summary == {"world": 8, "ok": True, "failed": [], "stopped": []}
+    assert fid["verdict"] in ("links", "cpu", "application") and fid["links"] is not None
     assert sorted(r["rank"] for r in ranks) == list(range(8))
     assert {r["host"] for r in ranks} == {f"h{k}" for k in range(8)}
     assert all(r["ok"] and r["max_error"] < 1e-4 and r["elements"] == 16384 for r in ranks)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import threading
@@ -96,7 +97,8 @@ def test_links_are_rate_limited_by_a_real_queue(make_lab, tmp_path):
     # A 20 Mbit/s lab, so that even a slow, loaded machine's Python sender
     # offers far more than the cap: what arrives is held to the link rate.
     slow = tmp_path / "slow.toml"
-    slow.write_text((NETNS_DIR / "single-plane.toml").read_text().replace("1gbit", "20mbit"))
+    text = (NETNS_DIR / "single-plane.toml").read_text()
+    slow.write_text(re.sub(r'(?m)^rate = "[^"]*"', 'rate = "20mbit"', text))
     topo = make_lab("r", str(slow))
     result = traffic.udp(topo, "h0", "h1", source_ports=2, seconds=1.5, size=1400)
     offered_bps = result["sent"] * 1400 * 8 / result["seconds"]

@@ -316,6 +316,7 @@ COMMANDS = [
     "ev",
     "events",
     "scenario",
+    "doctor",
 ]
 
 

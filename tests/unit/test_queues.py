@@ -24,7 +24,8 @@ NETNS = NETNS_DIR
 
 @pytest.fixture(scope="module")
 def default():
-    return topology.load(NETNS / "default.toml", lab="zq")
+    # the default shape at 1 Gbit/s: round numbers for the BDP arithmetic below
+    return topology.load(NETNS / "default-1g.toml", lab="zq")
 
 
 def ref(topo, name: str) -> queues.PortRef:

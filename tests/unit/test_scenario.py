@@ -121,17 +121,24 @@ def test_slow_topology_gets_a_longer_design_rtt():
     assert t.queues.base_rtt_ns == 2_000_000
     t = scenario.scenario_topology("clos-8", "x", rate="5mbit", fabric_rate="10mbit")
     assert (t.rate_bps, t.fabric_rate_bps) == (5 * 10**6, 10**7)
-    t = scenario.scenario_topology("clos-8", "x")
+    t = scenario.scenario_topology("clos-8-1g", "x")
     # at 1 Gbit/s: 4 MTUs of 3214 bytes (102.8 us) are a little above the file's 100 us
     assert t.queues.base_rtt_ns == 103_000
-    t = scenario.scenario_topology("clos-8", "x", mtu=1500)
+    t = scenario.scenario_topology("clos-8-1g", "x", mtu=1500)
     assert t.queues.base_rtt_ns == 100_000  # the file's
+    # the shipped clos-8 is slow already: its own design RTT, the same floor
+    t = scenario.scenario_topology("clos-8", "x")
+    assert (t.rate_bps, t.queues.base_rtt_ns) == (10**7, 10_285_000)
+    # another rate drops the file's design RTT for that rate's floor
+    t = scenario.scenario_topology("clos-8", "x", rate="1gbit")
+    assert t.queues.base_rtt_ns == 103_000
     with pytest.raises(topology.TopologyError, match="no such topology"):
         scenario.scenario_topology("nosuch", "x")
 
 
 def test_qp_timeouts_follow_the_labs_design_rtt():
-    assert rdma_write.lab_defaults(topology.load(CLOS8, lab="t")) == (
+    fast = topology.load(scenario.topology_file("clos-8-1g"), lab="t")
+    assert rdma_write.lab_defaults(fast) == (
         12,
         qp.DEFAULT_REORDER_NS,
     )
@@ -189,3 +196,20 @@ def test_repeated_experiments_give_the_median_and_spread_of_their_ratio():
     assert many["rounds"] == 3 and len(many["runs"]) == 3 and many["completed"]
     with pytest.raises(ValueError, match="at least 1"):
         experiments.repeated(runs, 0, "r")
+
+
+def test_repeated_experiments_judge_only_the_link_bound_rounds():
+    from mrc_nic.workloads import experiments
+
+    rounds = iter([(0.78, "links"), (2.17, "cpu"), (0.74, "links")])
+
+    def run():
+        ratio, verdict = next(rounds)
+        fid = {"verdict": verdict, "why": verdict, "busiest_link": 0.9}
+        return {"scenario": "s", "lab": "l", "r": ratio, "completed": True, "fidelity": fid}
+
+    many = experiments.repeated(run, 3, "r")
+    assert many["median"] == 0.78  # every round
+    lb = many["links_bound"]
+    assert (lb["rounds"], lb["median"], lb["min"], lb["max"]) == (2, 0.76, 0.74, 0.78)
+    assert many["fidelity"]["verdict"] == "cpu"  # one round was CPU-bound: said

@@ -341,3 +341,22 @@ def test_stats_option_mistakes_are_usage_errors(args, fragment):
     result = CliRunner().invoke(cli, ["stats", "-l", "nolab", *args])
     assert result.exit_code == 2, result.output
     assert fragment in result.output
+
+
+def test_watch_shows_the_live_fidelity_verdict_last(topo):
+    from mrc_nic.observe import fidelity
+    from mrc_nic.observe.fidelity import CpuSample, LinkSample
+
+    history, snap = story(topo)
+    before = CpuSample([(0, 0, 100), (0, 0, 100)], [])
+    after = CpuSample([(99, 60, 200), (98, 10, 200)], [])
+    rates = {("p0.t0a-h0", "up"): 10**9}
+    links = fidelity.link_figures(
+        rates,
+        LinkSample({k: (0, 0, 0, 0.0) for k in rates}, 0, 0.0),
+        LinkSample({k: (10**8, 1000, 0, 1.0) for k in rates}, 0, 1.0),
+    )
+    snap["fidelity"] = fidelity.judge(fidelity.cpu_figures(before, after), links)
+    lines = frame_text(watch.render(snap, history, "plane", 80, 24), 80, 24)
+    assert len(lines) <= 24
+    assert lines[-1].startswith("fidelity: cpu-bound: a core busy 99%")

@@ -54,19 +54,23 @@ def write(tmp_path: Path, text: str, name: str = "topo.toml") -> Path:
 
 # ---- the shipped files ---------------------------------------------------------
 SHIPPED = [
-    # file, lab, hosts, planes, tiers, t0, t1, hosts_per_t0, nodes, links
-    ("default.toml", "default", 2, 4, 2, 2, 2, 1, 18, 24),
-    ("single-plane.toml", "singleplane", 2, 1, 1, 1, 0, 2, 3, 2),
-    ("clos-8.toml", "clos8", 8, 8, 2, 4, 2, 2, 56, 128),
+    # file, lab, hosts, planes, tiers, t0, t1, hosts_per_t0, nodes, links, rate
+    ("default.toml", "default", 2, 4, 2, 2, 2, 1, 18, 24, "200mbit"),
+    ("default-1g.toml", "default1g", 2, 4, 2, 2, 2, 1, 18, 24, "1gbit"),
+    ("single-plane.toml", "singleplane", 2, 1, 1, 1, 0, 2, 3, 2, "800mbit"),
+    ("clos-8.toml", "clos8", 8, 8, 2, 4, 2, 2, 56, 128, "10mbit"),
+    ("clos-8-1g.toml", "clos81g", 8, 8, 2, 4, 2, 2, 56, 128, "1gbit"),
 ]
 
 
 @pytest.mark.parametrize(
-    "fname, lab, hosts, planes, tiers, t0, t1, per_t0, n_nodes, n_links",
+    "fname, lab, hosts, planes, tiers, t0, t1, per_t0, n_nodes, n_links, rate",
     SHIPPED,
     ids=[s[0] for s in SHIPPED],
 )
-def test_shipped_file_counts(fname, lab, hosts, planes, tiers, t0, t1, per_t0, n_nodes, n_links):
+def test_shipped_file_counts(
+    fname, lab, hosts, planes, tiers, t0, t1, per_t0, n_nodes, n_links, rate
+):
     topo = load(NETNS_DIR / fname)
     assert topo.lab == lab
     assert (topo.hosts, topo.planes, topo.tiers) == (hosts, planes, tiers)
@@ -79,8 +83,8 @@ def test_shipped_file_counts(fname, lab, hosts, planes, tiers, t0, t1, per_t0, n
     assert len(fabric_links) == planes * t0 * t1
     assert sorted(topo.host_names()) == sorted(f"h{h}" for h in range(hosts))
     assert len(topo.switch_names()) == planes * (t0 + t1)
-    assert topo.rate_bps == 10**9
-    assert topo.fabric_rate_bps == 10**9
+    # the faithful rates (README, "Which rates are faithful") and the 1 Gbit/s variants
+    assert topo.rate_bps == topo.fabric_rate_bps == parse_rate(rate)
     assert topo.mtu == 3200  # 3 KiB per data packet
     assert topo.buffer_bytes == 256 * 1024
     assert topo.host_net == NET("198.18.0.0/16")
@@ -88,7 +92,7 @@ def test_shipped_file_counts(fname, lab, hosts, planes, tiers, t0, t1, per_t0, n
     summary = topo.summary()
     assert summary["namespaces"] == n_nodes
     assert summary["links"] == n_links
-    assert summary["rate"] == "1gbit"
+    assert summary["rate"] == rate
     assert summary["t1_per_plane"] == t1
 
 
