@@ -192,7 +192,11 @@ class Daemon(LineService):
 
     def op_qp_list(self, req: ops.QpList, conn: Conn) -> ops.QpListReply:
         qps = [self.apps.describe(aq) for aq in self.apps.qps()]
-        return ops.QpListReply(host=self.host, qps=sorted(qps, key=lambda q: q["qpn"]))
+        return ops.QpListReply(
+            host=self.host,
+            qps=sorted(qps, key=lambda q: q["qpn"]),
+            sessions=self.apps.describe_sessions(),
+        )
 
     def op_ev_set(self, req: ops.EvSet, conn: Conn) -> ops.EvSetReply:
         """The operator's word on an EV: deny (DENIED) or allow (GOOD)."""
