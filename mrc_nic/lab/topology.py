@@ -121,7 +121,10 @@ SCHEMA: dict[str, dict[str, str]] = {
     },
     # Shares of each host's NIC per application session (mrc_nic/transport/shares.py)
     "tenants": {
-        "memory": 'NIC memory one session may hold: a fraction of the host\'s (0.5, "50%") or a size ("8MiB")',
+        "memory": (
+            'NIC memory one session may hold: a fraction of the host\'s (0.5, "50%") '
+            'or a size ("8MiB")'
+        ),
         "qps": 'QPs one session may hold: a fraction of the host\'s (0.5, "50%") or a count',
         "cqs": 'CQs one session may hold: a fraction of the host\'s (0.5, "50%") or a count',
         "pds": 'PDs one session may hold: a fraction of the host\'s (0.5, "50%") or a count',
