@@ -199,9 +199,11 @@ def qp_list(lab, fmt):
 
     name = pick_lab(lab)
     _, topo = open_lab(name)
-    rows, qps = [], []
+    rows, qps, sessions = [], [], []
     for host in topo.host_names():
-        for q in ctl.call(name, host, ops.QpList()).qps:
+        reply = ctl.call(name, host, ops.QpList())
+        sessions += reply.sessions
+        for q in reply.qps:
             qps.append(q)
             rows.append(
                 [
@@ -216,10 +218,37 @@ def qp_list(lab, fmt):
                 ]
             )
     if fmt == "json":
-        output.emit_json({"qps": qps})
+        output.emit_json({"qps": qps, "sessions": sessions})
         return
     output.table(
         "queue pairs", ["qpn", "host", "role", "state", "#peer", "peer qpn", "#mpr", "error"], rows
+    )
+    _sessions_table(sessions)
+
+
+def _sessions_table(sessions: list[dict]) -> None:
+    """Who holds what of each host's NIC: each held count over its share."""
+
+    def of(s: dict, name: str, fmt=str) -> str:
+        limit = s["shares"].get(name)
+        return f"{fmt(s[name])}/{fmt(limit)}" if limit is not None else fmt(s[name])
+
+    if not sessions:
+        return
+    rows = [
+        [
+            s["host"],
+            s["pid"],
+            of(s, "memory", output.human_bytes),
+            of(s, "qps"),
+            of(s, "cqs"),
+            of(s, "pds"),
+            s["command"],
+        ]
+        for s in sessions
+    ]
+    output.table(
+        "sessions (held/share)", ["host", "pid", "memory", "qps", "cqs", "pds", "command"], rows
     )
 
 
