@@ -47,6 +47,7 @@ from mrc_nic.transport import (
     hostmem,
     prober,
     reverse,
+    tenancy,
 )
 from mrc_nic.transport import protocol as ops
 from mrc_nic.transport.qp import QpError
@@ -292,6 +293,7 @@ def main(argv: list[str]) -> int:
     if host not in topo.host_names():
         print(f"mrc-nic daemon: no host {host!r} in lab {lab!r}", file=sys.stderr)
         return 2
+    tenancy.remember_home()  # the machine's namespace: root there may name any host
     netns.enter_for_good(topo.netns(host))
     daemon = Daemon(topo, host)
     daemon.serve_until_signalled()

@@ -7,7 +7,10 @@ an application's session (app_hello) only from
 - a process in its own network namespace (its host: what `mrc-nic exec`
   runs programs in), or
 - a root process in the machine's own namespace: mrc-nic's tools (`write`,
-  benchmarks, the tests), which name lab and host explicitly.
+  benchmarks, the tests), which name lab and host explicitly. The machine's
+  namespace is the one the daemon was started from (`mrc-nic up`), taken
+  before it entered its host's (remember_home): /proc/1/ns/net cannot always
+  be read, not even by root (a VM's init, a container's).
 Anything else (a program in another host, another lab's host, a switch) is
 refused with EPERM and what to do. The peer is the kernel's word
 (SO_PEERCRED: pid and uid at connect), its namespace /proc/PID/ns/net.
@@ -27,6 +30,7 @@ from mrc_nic.transport.qp import QpError
 
 NETNS_DIR = Path("/run/netns")
 _UCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
+_home: tuple[int, int] | None = None  # the machine's network namespace (remember_home)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,6 +47,17 @@ def _ns(path: str | Path) -> tuple[int, int] | None:
     except OSError:
         return None
     return st.st_dev, st.st_ino
+
+
+def remember_home() -> None:
+    """Take this process's network namespace as the machine's (the daemon,
+    before it enters its host's)."""
+    global _home
+    _home = _ns("/proc/self/ns/net")
+
+
+def home() -> tuple[int, int] | None:
+    return _home or _ns("/proc/1/ns/net")
 
 
 def _command(pid: int) -> str:
@@ -63,7 +78,7 @@ def where(ns: tuple[int, int] | None) -> str:
     """A namespace in words: a lab's host or switch, the machine's, or another."""
     if ns is None:
         return "a process that is gone (or whose namespace cannot be read)"
-    if ns == _ns("/proc/1/ns/net"):
+    if ns == home():
         return "the machine's own network namespace"
     for path in sorted(NETNS_DIR.glob(f"{NS_PREFIX}*")) if NETNS_DIR.is_dir() else []:
         if _ns(path) == ns:
@@ -76,7 +91,7 @@ def check(peer: Peer, lab: str, host: str) -> None:
     """Refuse (EPERM) a peer that may not open host's NIC (see the module's doc)."""
     if peer.netns is not None and peer.netns == _ns("/proc/self/ns/net"):
         return  # a program of this host
-    if peer.netns is not None and peer.netns == _ns("/proc/1/ns/net"):
+    if peer.netns is not None and peer.netns == home():
         if peer.uid == 0:
             return  # mrc-nic's own tools, as root, naming lab and host
         raise QpError(
