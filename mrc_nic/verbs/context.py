@@ -18,7 +18,6 @@ import dataclasses
 import errno
 import os
 import select
-import socket
 from pathlib import Path
 from typing import Any
 
@@ -208,16 +207,9 @@ class Context:
     def device_fatal(self) -> bool:
         """IBV_EVENT_DEVICE_FATAL: the daemon of this NIC ended (its session
         closed); the QPs are in error and nothing made here works any more."""
-        if self._fatal:
-            return True
-        try:
-            gone = self.session.sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
-        except BlockingIOError:
-            gone = False
-        except OSError:
-            gone = True
-        self._fatal = self._fatal or gone
-        return gone
+        if not self._fatal and fatal.hung_up(self.session.sock.fileno()):
+            self._fatal = True
+        return self._fatal
 
     def get_async_event(self, timeout: float | None = None) -> AsyncEventType | None:
         """ibv_get_async_event: the context's event (DEVICE_FATAL, the one it

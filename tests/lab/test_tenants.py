@@ -42,7 +42,8 @@ def in_host(lab: str, host: str, code: str, *args: str, share: tuple[str, ...] =
 
 OPEN = textwrap.dedent(
     """
-        from mrc_nic import verbs
+    import sys
+    from mrc_nic import verbs
     for target in sys.argv[1:]:
         lab, host = target.split(":")
         try:
