@@ -223,10 +223,25 @@ def qp_list(lab, fmt):
     output.table(
         "queue pairs", ["qpn", "host", "role", "state", "#peer", "peer qpn", "#mpr", "error"], rows
     )
-    _sessions_table(sessions)
+    sessions_table(sessions)
 
 
-def _sessions_table(sessions: list[dict]) -> None:
+def lab_sessions(lab_name: str) -> list[dict]:
+    """Every application session of the lab's hosts (daemons that do not answer: none)."""
+    from mrc_nic.lab import ctl
+    from mrc_nic.lab.state import open_lab
+    from mrc_nic.transport import protocol as ops
+
+    sessions = []
+    for host in open_lab(lab_name)[1].host_names():
+        try:
+            sessions += ctl.call(lab_name, host, ops.QpList(), timeout=2.0).sessions
+        except (ctl.DaemonError, OSError):
+            continue  # status says what is up; a dead daemon holds nothing
+    return sessions
+
+
+def sessions_table(sessions: list[dict]) -> None:
     """Who holds what of each host's NIC: each held count over its share."""
 
     def of(s: dict, name: str, fmt=str) -> str:

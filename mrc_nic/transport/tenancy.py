@@ -66,7 +66,7 @@ def _command(pid: int) -> str:
     except OSError:
         return "?"
     words = [w.decode(errors="replace") for w in raw.split(b"\0") if w]
-    return " ".join(words)[:120] or "?"
+    return " ".join(" ".join(words).split())[:120] or "?"  # one line: newlines of `-c` code go
 
 
 def peer_of(sock: socket.socket) -> Peer:
