@@ -177,8 +177,8 @@ def stalled(
     """Why a send QP in RTS must fail for its queue's state, or None:
     its head counters inconsistent for longer than its timeout (waiting cannot
     mend them: the engine would send stale WQEs, or the library never frees a
-    slot), or WQEs posted and not sent while nothing moves for the whole retry
-    budget (a finite one)."""
+    slot), or WQEs posted and not sent, with nothing in the network and
+    nothing moving, for the whole retry budget (a finite one)."""
     attrs = sq.qp.attrs
     state = (*head, s.wqe_sent, s.wqe_done)
     fault = head_fault(head, s, depth, state == sq.head_state)
@@ -193,8 +193,11 @@ def stalled(
             f"{(now - sq.bad_head_since) * 1e3:.3g} ms: {fault} (posted {head[0]}, done "
             f"{head[1]}; the NIC sent {s.wqe_sent}, completed {s.wqe_done})"
         )
-    marker = (s.wqe_sent, s.wqe_done, s.snd_una)
-    if marker != sq.queue_marker or head[0] == s.wqe_sent or not sq.queue_moved:
+    # Work posted and nothing in the network: the retransmission timeout treats
+    # it as idle, so it is this rule's (with packets out, the timeout's).
+    marker = (s.wqe_sent, s.wqe_done, s.snd_una, s.snd_nxt)
+    idle = head[0] == s.wqe_sent or s.in_flight > 0
+    if marker != sq.queue_marker or idle or not sq.queue_moved:
         sq.queue_marker, sq.queue_moved = marker, now
         return None
     budget = retry_budget_s(attrs.retry, attrs.timeout_s)

@@ -168,8 +168,10 @@ def stall_qp(timeout_s: float = 0.004, linear: int = 1, exp: int = 1) -> supervi
     return supervisor.Supervised(qp=types.SimpleNamespace(qpn=0x105, attrs=attrs))
 
 
-def queue(sent: int, done: int, una: int = 0):
-    return types.SimpleNamespace(wqe_sent=sent, wqe_done=done, snd_una=una)
+def queue(sent: int, done: int, una: int = 0, in_flight: int = 0):
+    return types.SimpleNamespace(
+        wqe_sent=sent, wqe_done=done, snd_una=una, snd_nxt=una + in_flight, in_flight=in_flight
+    )
 
 
 @pytest.mark.parametrize(
@@ -219,6 +221,11 @@ def test_posted_work_that_never_moves_fails_after_the_whole_retry_budget():
         now += 0.001
     assert 1.07 < now < 1.075
     assert "2 WQEs posted and not sent" in why
+    out = stall_qp(timeout_s=0.01, linear=1, exp=2)  # packets out: the timeout's case
+    assert all(
+        supervisor.stalled(out, queue(10, 10, in_flight=5), (12, 10), 1 + i / 100, 32) is None
+        for i in range(50)
+    )
     forever = stall_qp(linear=7, exp=25)  # 25: retry for ever
     assert supervisor.retry_budget_s(forever.qp.attrs.retry, 0.01) is None
     assert all(
