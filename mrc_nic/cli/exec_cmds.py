@@ -20,17 +20,31 @@ routes) with MRC_NIC_LAB and MRC_NIC_HOST set, so mrc_nic.verbs.Context()
 opens that host's NIC, and with the directory of mrc-nic's own Python first
 on PATH, so `python` is one that has mrc_nic. Unlike `ip netns exec`, /sys stays as it is: the
 lab's pinned BPF maps under /sys/fs/bpf remain visible.
+The program's NIC opens only from this host (another host's or lab's is
+refused with EPERM), and its session holds at most its shares of the host's
+NIC memory, QPs, CQs and PDs: the lab's [tenants] (half of each by default),
+or what --share NAME=VALUE sets (memory, qps, cqs, pds; a fraction "25%",
+0.25, or an amount: 8, "8MiB").
 
 \b
 Examples:
   mrc-nic exec h1 -- python examples/write_bw.py                # server on h1
   mrc-nic exec h0 -- python examples/write_bw.py 198.18.0.2     # client on h0
-  mrc-nic exec h0 -- ip -br addr""",
+  mrc-nic exec h0 -- ip -br addr
+  mrc-nic exec --share memory=75% --share qps=100 h0 -- python big.py""",
 )
 @click.argument("host")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 @lab_option
-def exec_cmd(host: str, command: tuple[str, ...], lab: str | None) -> None:
+@click.option(
+    "--share",
+    "share",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="the program's share of the host's NIC: memory, qps, cqs or pds; a fraction "
+    '("25%", 0.25) or an amount (8, "8MiB"). Repeat for several.',
+)
+def exec_cmd(host: str, command: tuple[str, ...], lab: str | None, share: tuple[str, ...]) -> None:
     """Run COMMAND inside HOST's namespace, with the environment the verbs API uses."""
     from mrc_nic.kernel import netns
     from mrc_nic.lab import state
@@ -44,6 +58,7 @@ def exec_cmd(host: str, command: tuple[str, ...], lab: str | None) -> None:
         command = command[1:]
     if not command:
         raise click.UsageError("no COMMAND after `--`")
+    share_env = _share_env(share)  # checked before anything else
     name = pick_lab(lab)
     _, topo = state.open_lab(name)
     if host not in topo.host_names():
@@ -57,9 +72,26 @@ def exec_cmd(host: str, command: tuple[str, ...], lab: str | None) -> None:
     program = shutil.which(command[0], path=path)
     if program is None:
         raise click.UsageError(f"{command[0]!r}: no such program (is it on PATH?)")
+    env = dict(os.environ, PATH=path, **{ENV_LAB: name, ENV_HOST: host}, **share_env)
     netns.enter_for_good(topo.netns(host))
-    env = dict(os.environ, PATH=path, **{ENV_LAB: name, ENV_HOST: host})
     os.execve(program, list(command), env)
+
+
+def _share_env(items: tuple[str, ...]) -> dict[str, str]:
+    """--share NAME=VALUE as the MRC_NIC_SHARE_<NAME> the library reads, checked."""
+    from mrc_nic.transport import shares
+
+    env = {}
+    for item in items:
+        name, eq, value = item.partition("=")
+        try:
+            if not eq:
+                raise ValueError(f"{item!r} is not NAME=VALUE (e.g. memory=25%)")
+            shares.parse(name, value)
+        except ValueError as e:
+            raise click.BadParameter(str(e), param_hint="--share") from None
+        env[shares.ENV_PREFIX + name.upper()] = value
+    return env
 
 
 COMMANDS = [exec_cmd]

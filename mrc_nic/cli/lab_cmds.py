@@ -166,10 +166,14 @@ def down(lab: str | None, topology_file: str | None, all_labs: bool) -> None:
 @lab_option
 @format_option
 def status(lab: str | None, fmt: str) -> None:
-    """What is up: hosts, planes, switches, links, their state, faults and counters."""
+    """What is up: hosts, planes, switches, links, their state, faults and counters,
+    and the applications' sessions (who holds what of each host's NIC)."""
     snap = snapshot_for(lab, fmt)
     if snap is not None:
         render_status(snap)
+        from mrc_nic.cli.qp_cmds import lab_sessions, sessions_table
+
+        sessions_table(lab_sessions(snap["lab"]))
 
 
 def render_status(snap: dict) -> None:

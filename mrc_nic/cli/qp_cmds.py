@@ -219,9 +219,11 @@ def qp_list(lab, fmt):
 
     name = pick_lab(lab)
     _, topo = open_lab(name)
-    rows, qps = [], []
+    rows, qps, sessions = [], [], []
     for host in topo.host_names():
-        for q in ctl.call(name, host, ops.QpList()).qps:
+        reply = ctl.call(name, host, ops.QpList())
+        sessions += reply.sessions
+        for q in reply.qps:
             qps.append(q)
             rows.append(
                 [
@@ -236,10 +238,52 @@ def qp_list(lab, fmt):
                 ]
             )
     if fmt == "json":
-        output.emit_json({"qps": qps})
+        output.emit_json({"qps": qps, "sessions": sessions})
         return
     output.table(
         "queue pairs", ["qpn", "host", "role", "state", "#peer", "peer qpn", "#mpr", "error"], rows
+    )
+    sessions_table(sessions)
+
+
+def lab_sessions(lab_name: str) -> list[dict]:
+    """Every application session of the lab's hosts (daemons that do not answer: none)."""
+    from mrc_nic.lab import ctl
+    from mrc_nic.lab.state import open_lab
+    from mrc_nic.transport import protocol as ops
+
+    sessions = []
+    for host in open_lab(lab_name)[1].host_names():
+        try:
+            sessions += ctl.call(lab_name, host, ops.QpList(), timeout=2.0).sessions
+        except (ctl.DaemonError, OSError):
+            continue  # status says what is up; a dead daemon holds nothing
+    return sessions
+
+
+def sessions_table(sessions: list[dict]) -> None:
+    """Who holds what of each host's NIC: each held count over its share."""
+
+    def of(s: dict, name: str, fmt=str) -> str:
+        limit = s["shares"].get(name)
+        return f"{fmt(s[name])}/{fmt(limit)}" if limit is not None else fmt(s[name])
+
+    if not sessions:
+        return
+    rows = [
+        [
+            s["host"],
+            s["pid"],
+            of(s, "memory", output.human_bytes),
+            of(s, "qps"),
+            of(s, "cqs"),
+            of(s, "pds"),
+            s["command"],
+        ]
+        for s in sessions
+    ]
+    output.table(
+        "sessions (held/share)", ["host", "pid", "memory", "qps", "cqs", "pds", "command"], rows
     )
 
 

@@ -119,6 +119,16 @@ SCHEMA: dict[str, dict[str, str]] = {
         "trim": 'trim MRC data above this backlog: a fraction of the BDP, a size, or "off"',
         "seed": "seed of the marking draws (port p uses seed + p)",
     },
+    # Shares of each host's NIC per application session (mrc_nic/transport/shares.py)
+    "tenants": {
+        "memory": (
+            'NIC memory one session may hold: a fraction of the host\'s (0.5, "50%") '
+            'or a size ("8MiB")'
+        ),
+        "qps": 'QPs one session may hold: a fraction of the host\'s (0.5, "50%") or a count',
+        "cqs": 'CQs one session may hold: a fraction of the host\'s (0.5, "50%") or a count',
+        "pds": 'PDs one session may hold: a fraction of the host\'s (0.5, "50%") or a count',
+    },
 }
 
 
@@ -687,6 +697,7 @@ def from_dict(path: Path, data: dict, lab: str | None = None) -> Topology:
     if topo.host_net.overlaps(topo.fabric_net):
         raise r.fail("addressing", f"hosts {topo.host_net} and fabric {topo.fabric_net} overlap")
     _check_queues(r, topo)
+    _check_tenants(r)
     _build(topo)
     return topo
 
@@ -697,6 +708,17 @@ def with_forwarding(topo: Topology, forwarding: str, lab: str | None = None) -> 
     data = {section: dict(body) for section, body in topo.raw.items()}
     data.setdefault("fabric", {})["forwarding"] = forwarding
     return from_dict(topo.path, data, lab)
+
+
+def _check_tenants(r: _Reader) -> None:
+    """[tenants]: each share parses (the daemons read them from the lab's record)."""
+    from mrc_nic.transport import shares  # pure; here to keep the import of topology light
+
+    for key, value in r.data.get("tenants", {}).items():
+        try:
+            shares.parse(key, value)
+        except ValueError as e:
+            raise r.fail(f"tenants.{key}", str(e)) from None
 
 
 def _check_queues(r: _Reader, topo: Topology) -> None:

@@ -29,13 +29,25 @@ class HelloReply(Reply):
     max_wimm: int = arg("WRITE_WITH_IMMs in flight per QP, at most (OCP wimm_attr.max_wimm)")
     cq_ring_bytes: int = arg("the size of a CQ's ring buffer")
     host_addrs: list[str] = arg("the host's address on each plane: its GIDs")
+    shares: dict = arg(
+        "this session's limits on the host: memory (bytes), qps, cqs, pds "
+        "(transport.shares; a refusal past one is ENOMEM or ENOSPC)",
+        factory=dict,
+    )
 
 
 @op("app_hello")
 class Hello(Request[HelloReply]):
-    """An application opens its session: what this NIC offers (mrc_query_device)."""
+    """An application opens its session: what this NIC offers (mrc_query_device).
+    Only a process in the host's network namespace, or root in the machine's,
+    may (EPERM otherwise: transport.tenancy)."""
 
-    pid: int = arg("the application's process id (shown by qp list)")
+    pid: int = arg("the application's process id (the kernel's, SO_PEERCRED, is what counts)")
+    shares: dict | None = arg(
+        "shares it asks for instead of the lab's ([tenants]): memory, qps, cqs, pds, each a "
+        'fraction (0.5, "50%") or an amount (64, "8MiB")',
+        None,
+    )
 
 
 @reply

@@ -25,7 +25,7 @@ from mrc_nic import nic
 from mrc_nic.lab import ctl
 from mrc_nic.lab.protocol import RequestError
 from mrc_nic.lab.service import Conn
-from mrc_nic.transport import appops, hostmem, nscc, supervisor
+from mrc_nic.transport import appops, hostmem, nscc, shares, supervisor, tenancy
 from mrc_nic.transport.qp import (
     DEFAULT_CWND,
     DEFAULT_MPR,
@@ -125,10 +125,25 @@ class SendSetup:
 class AppSession:
     conn: Conn
     pid: int = 0
+    command: str = ""
+    limits: shares.Limits | None = None  # its shares of the host (app_hello)
     pds: set[int] = dataclasses.field(default_factory=set)
     mrs: dict[int, AppMr] = dataclasses.field(default_factory=dict)
     cqs: set[int] = dataclasses.field(default_factory=set)
     qps: dict[int, AppQp] = dataclasses.field(default_factory=dict)
+
+    @property
+    def mr_bytes(self) -> int:
+        return sum(mr.length for mr in self.mrs.values())
+
+    def held(self) -> dict[str, int]:
+        """What it holds, by share name (transport.shares.RESOURCES)."""
+        return {
+            "memory": self.mr_bytes,
+            "qps": len(self.qps),
+            "cqs": len(self.cqs),
+            "pds": len(self.pds),
+        }
 
 
 class AppSessions:
@@ -145,6 +160,13 @@ class AppSessions:
         self.cq_slots = hostmem.IdPool(self.index * per_host, per_host, "completion queue")
         self.pds: set[int] = set()  # PD numbers allocated on this host, every session's
         self._next_pd = 1
+        self.capacity = {  # what one host has of each shared resource (transport.shares)
+            "memory": (self.res.send_mem.count + self.res.recv_mem.count) * nic.MR_ELEM_SIZE,
+            "qps": min(self.res.qp_index.size, self.res.rings.size),
+            "cqs": per_host,
+            "pds": MAX_PDS,
+        }
+        self.lab_shares = shares.parse_all(self.topo.raw.get("tenants", {}), "[tenants]")
 
     # ---- sessions ------------------------------------------------------------------
     def session(self, conn: Conn, *, create: bool = False) -> AppSession:
@@ -156,7 +178,15 @@ class AppSessions:
         return found
 
     def hello(self, req: appops.Hello, conn: Conn) -> appops.HelloReply:
-        self.session(conn, create=True).pid = req.pid
+        peer = tenancy.peer_of(conn.sock)
+        tenancy.check(peer, self.topo.lab, self.host)  # a host's NIC from that host only
+        try:
+            asked = shares.parse_all(req.shares or {}, "shares")
+        except ValueError as e:
+            raise _einval(str(e)) from None
+        session = self.session(conn, create=True)
+        session.pid, session.command = peer.pid, peer.command
+        session.limits = shares.limits(self.capacity, self.lab_shares, asked)
         topo = self.topo
         return appops.HelloReply(
             host=self.host,
@@ -172,7 +202,29 @@ class AppSessions:
             max_wimm=nic.SQ_DEPTH,
             cq_ring_bytes=self.maps.cq_ring_bytes,
             host_addrs=[str(topo.host_address(self.index, p)) for p in range(topo.planes)],
+            shares=dict(session.limits.limits),
         )
+
+    def _within_share(self, session: AppSession, name: str, more: int) -> None:
+        """Refuse what would take the session past its share (ENOMEM for memory)."""
+        if session.limits is None:
+            return
+        why = session.limits.check(name, session.held()[name], more, self.host)
+        if why is not None:
+            raise QpError(errno.ENOMEM if name == "memory" else errno.ENOSPC, why)
+
+    def describe_sessions(self) -> list[dict]:
+        """Who holds what on this host (qp list)."""
+        return [
+            {
+                "host": self.host,
+                "pid": s.pid,
+                "command": s.command,
+                **s.held(),
+                "shares": dict(s.limits.limits) if s.limits else {},
+            }
+            for s in self.sessions.values()
+        ]
 
     def drop(self, conn: Conn) -> None:
         """The session's connection closed: release all it created, QPs first."""
@@ -197,6 +249,7 @@ class AppSessions:
         with the region's, nic_region.pd); numbers come round-robin, so a
         released one is not given again at once."""
         session = self.session(conn)
+        self._within_share(session, "pds", 1)
         if len(self.pds) >= MAX_PDS:
             raise QpError(
                 errno.ENOSPC,
@@ -247,6 +300,7 @@ class AppSessions:
                 "LOCAL_WRITE (1) and REMOTE_WRITE (2)"
             )
         n_elems = -(-req.length // nic.MR_ELEM_SIZE)
+        self._within_share(session, "memory", n_elems * nic.MR_ELEM_SIZE)
         pool = max((self.res.recv_mem, self.res.send_mem), key=lambda p: p.free_elems)
         span = pool.alloc(n_elems, f"a memory registration of {req.length} bytes")
         try:
@@ -299,6 +353,7 @@ class AppSessions:
         most = self.maps.cq_ring_bytes // CQ_RECORD_BYTES
         if not isinstance(req.cqe, int) or not 1 <= req.cqe <= most:
             raise _einval(f"cqe must be 1..{most} (a CQ ring holds {most} completions)")
+        self._within_share(session, "cqs", 1)
         cq = self.cq_slots.take()
         try:
             self.maps.reset_cq_lost(cq)  # an earlier CQ's overrun is not this one's
@@ -345,6 +400,7 @@ class AppSessions:
             value = getattr(req, name)
             if not isinstance(value, int) or not lo <= value <= hi:
                 raise _einval(f"cap.{name} must be {lo}..{hi}, not {value!r}")
+        self._within_share(session, "qps", 1)
         qpn = self.res.new_qpn()
         try:
             ring = self.res.rings.take()
@@ -704,6 +760,7 @@ class AppSessions:
     def tick(self, now: float) -> None:
         for aq in self.sending().values():
             try:
+                head = self.maps.wq_head(aq.ring)  # before the snapshot: supervisor.head_fault
                 s = self.maps.sq(aq.qp.qpn)
             except KeyError:
                 continue
@@ -717,14 +774,21 @@ class AppSessions:
                 continue
             if not aq.last_progress:
                 aq.last_progress = aq.last_kick = now
-            work = self.maps.wq_head(aq.ring)[0] != s.wqe_sent
-            reason = supervisor.step(self.maps, aq, s, now, work)
+            stall = supervisor.stalled(aq, s, head, now, nic.SQ_DEPTH)
+            if stall is not None:  # LOC_QP_OP_ERR: the queue itself is wrong
+                self._fail(aq, stall, nic.QpError.BAD_WQE)
+                continue
+            reason = supervisor.step(self.maps, aq, s, now, head[0] != s.wqe_sent)
             if reason is not None:
-                aq.qp.to_err(reason)
-                # the application hears it from its CQ
-                self.maps.fail_qp(aq.qp.qpn, nic.QpError.RETRY_EXCEEDED)
-                self._stop_receiving(aq)
-                self._report_error(aq)
+                self._fail(aq, reason, nic.QpError.RETRY_EXCEEDED)
+
+    def _fail(self, aq: AppQp, reason: str, error: nic.QpError) -> None:
+        """ERR with a reason; the application hears it from its CQ (the NIC's
+        QP_ERR record: its oldest WR gets the error, the rest flush)."""
+        aq.qp.to_err(reason)
+        self.maps.fail_qp(aq.qp.qpn, error)
+        self._stop_receiving(aq)
+        self._report_error(aq)
 
     def _stop_receiving(self, aq: AppQp) -> None:
         """A QP in ERR takes no more data (verbs: the whole QP is in error)."""

@@ -47,6 +47,7 @@ from mrc_nic.transport import (
     hostmem,
     prober,
     reverse,
+    tenancy,
 )
 from mrc_nic.transport import protocol as ops
 from mrc_nic.transport.qp import QpError
@@ -192,7 +193,11 @@ class Daemon(LineService):
 
     def op_qp_list(self, req: ops.QpList, conn: Conn) -> ops.QpListReply:
         qps = [self.apps.describe(aq) for aq in self.apps.qps()]
-        return ops.QpListReply(host=self.host, qps=sorted(qps, key=lambda q: q["qpn"]))
+        return ops.QpListReply(
+            host=self.host,
+            qps=sorted(qps, key=lambda q: q["qpn"]),
+            sessions=self.apps.describe_sessions(),
+        )
 
     def op_ev_set(self, req: ops.EvSet, conn: Conn) -> ops.EvSetReply:
         """The operator's word on an EV: deny (DENIED) or allow (GOOD)."""
@@ -288,6 +293,7 @@ def main(argv: list[str]) -> int:
     if host not in topo.host_names():
         print(f"mrc-nic daemon: no host {host!r} in lab {lab!r}", file=sys.stderr)
         return 2
+    tenancy.remember_home()  # the machine's namespace: root there may name any host
     netns.enter_for_good(topo.netns(host))
     daemon = Daemon(topo, host)
     daemon.serve_until_signalled()

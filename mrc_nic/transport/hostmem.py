@@ -84,6 +84,7 @@ class IdPool:
     def __init__(self, first: int, count: int, what: str) -> None:
         self._free = list(range(first, first + max(0, count)))
         self.what = what
+        self.size = max(0, count)
 
     def take(self) -> int:
         if not self._free:

@@ -38,6 +38,11 @@ class Ping(lp.Ping, Request[PingReply]):
 class QpListReply(Reply):
     host: str = arg("the daemon's host")
     qps: list[dict] = arg("every QP: state, role, OCP attributes, `err_reason`")
+    sessions: list[dict] = arg(
+        "every application session: pid, command, what it holds (pds, cqs, qps, "
+        "memory bytes) and its limits (shares)",
+        factory=list,
+    )
 
 
 @op("qp_list")

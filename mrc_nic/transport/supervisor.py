@@ -7,7 +7,11 @@ on its own. The daemon adds what needs a clock or a policy, once per tick
 - the top-up kick: a starving ACK clock (packets or SACKs lost) restarted;
 - RACK's reorder timer: a tick without any SACK while packets are out;
 - the retransmission timeout and its retry budget (OCP `timeout`,
-  `retry.linear_cnt`, `retry.exp_cnt`); a spent budget fails the QP.
+  `retry.linear_cnt`, `retry.exp_cnt`); a spent budget fails the QP;
+- the send queue's own state (`stalled`): its head counters live in the
+  application's memory, so a program can corrupt them; a queue whose counters
+  cannot be right for longer than the timeout, or whose posted work makes no
+  progress for the whole retry budget, fails instead of hanging silently.
 
 Every QP an application posts to (mrc_nic.verbs, through
 transport.appsession; `mrc-nic write` is one such application) gets it.
@@ -45,6 +49,11 @@ class Supervised:
     reorder_left: int = 0  # reorder kicks left in this stall
     last_reorder_kick: float = 0.0
     reorder_kicks: int = 0
+    # stalled(): since when the queue's counters are wrong, and the last progress seen
+    bad_head_since: float | None = None
+    head_state: tuple[int, ...] = ()  # (posted, done, wqe_sent, wqe_done) at the last tick
+    queue_marker: tuple[int, int, int] = (0, 0, 0)
+    queue_moved: float = 0.0
 
 
 def step(
@@ -136,3 +145,78 @@ def top_up(maps: nic.NicMaps, sq: Supervised, s: nic.SqSnapshot, now: float, wor
     if live < max(1, target // 2) and work and now - sq.last_kick >= TOPUP_KICK_S:
         maps.kick(sq.qp.qpn, target - max(0, live), batch_size=256)
         sq.last_kick = now
+
+
+U32 = 0xFFFFFFFF
+
+
+def head_fault(head: tuple[int, int], s: nic.SqSnapshot, depth: int, same: bool) -> str | None:
+    """What is wrong with a send queue's head counters, or None. The
+    application writes `posted`, the NIC `done` (a copy of its wqe_done,
+    written after it); done <= wqe_done <= wqe_sent <= posted <= done + depth.
+    `head` is read before the snapshot `s`, so in a working queue done never
+    runs ahead of s.wqe_done; a done behind it, or a posted behind s.wqe_sent,
+    is only a fault when nothing changed since the last tick (`same`): the
+    NIC or the application may have moved in between the two reads."""
+    posted, done = head
+    ahead = (posted - done) & U32
+    if ahead > depth:
+        return f"posted {posted} is not within the queue's {depth} WQEs past done {done}"
+    if (s.wqe_done - done) & U32 >= 1 << 31:
+        return f"done {done} is past the {s.wqe_done} WQEs the NIC completed"
+    if same and done != s.wqe_done:
+        return f"done {done} is not the {s.wqe_done} WQEs the NIC completed (done is the NIC's)"
+    if same and (posted - s.wqe_done) & U32 < (s.wqe_sent - s.wqe_done) & U32:
+        return f"posted {posted} is behind the {s.wqe_sent} WQEs the NIC already sent"
+    return None
+
+
+def stalled(
+    sq: Supervised, s: nic.SqSnapshot, head: tuple[int, int], now: float, depth: int
+) -> str | None:
+    """Why a send QP in RTS must fail for its queue's state, or None:
+    its head counters inconsistent for longer than its timeout (waiting cannot
+    mend them: the engine would send stale WQEs, or the library never frees a
+    slot), or WQEs posted and not sent, with nothing in the network and
+    nothing moving, for the whole retry budget (a finite one)."""
+    attrs = sq.qp.attrs
+    state = (*head, s.wqe_sent, s.wqe_done)
+    fault = head_fault(head, s, depth, state == sq.head_state)
+    sq.head_state = state
+    if fault is None:
+        sq.bad_head_since = None
+    elif sq.bad_head_since is None:
+        sq.bad_head_since = now
+    elif now - sq.bad_head_since > attrs.timeout_s:
+        return (
+            f"send queue stalled: its head counters are inconsistent for "
+            f"{(now - sq.bad_head_since) * 1e3:.3g} ms: {fault} (posted {head[0]}, done "
+            f"{head[1]}; the NIC sent {s.wqe_sent}, completed {s.wqe_done})"
+        )
+    # Work posted and nothing in the network: the retransmission timeout treats
+    # it as idle, so it is this rule's (with packets out, the timeout's).
+    marker = (s.wqe_sent, s.wqe_done, s.snd_una, s.snd_nxt)
+    idle = head[0] == s.wqe_sent or s.in_flight > 0
+    if marker != sq.queue_marker or idle or not sq.queue_moved:
+        sq.queue_marker, sq.queue_moved = marker, now
+        return None
+    budget = retry_budget_s(attrs.retry, attrs.timeout_s)
+    if budget is not None and now - sq.queue_moved > budget:
+        return (
+            f"send queue stalled: {(head[0] - s.wqe_sent) & U32} WQEs posted and not sent, "
+            f"no progress for {now - sq.queue_moved:.3g} s, longer than the retry budget "
+            f"({budget:.3g} s) (posted {head[0]}, done {head[1]}; the NIC sent {s.wqe_sent}, "
+            f"completed {s.wqe_done})"
+        )
+    return None
+
+
+def retry_budget_s(retry: Any, timeout_s: float) -> float | None:
+    """Seconds the whole retry schedule waits; None when it never ends."""
+    if retry.infinite:
+        return None
+    total, attempt = 0.0, 0
+    while (wait := retry.delay(attempt, timeout_s)) is not None:
+        total += wait
+        attempt += 1
+    return total

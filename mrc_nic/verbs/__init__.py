@@ -22,6 +22,7 @@ from mrc_nic.verbs.context import Context, DeviceAttr
 from mrc_nic.verbs.cq import CQ, WC
 from mrc_nic.verbs.enums import (
     Access,
+    AsyncEventType,
     MrcAttrMask,
     MrcQpCap,
     Mtu,
@@ -45,6 +46,7 @@ __all__ = [
     "WC",
     "AHAttr",
     "Access",
+    "AsyncEventType",
     "Context",
     "DeviceAttr",
     "MrcAttrMask",

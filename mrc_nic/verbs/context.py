@@ -4,7 +4,12 @@ A Context finds its lab and host (arguments, then MRC_NIC_LAB / MRC_NIC_HOST,
 which `mrc-nic exec` sets, then the network namespace the process runs in),
 opens the lab's pinned NIC maps (the NIC's memory, work queues and program),
 and keeps one session with the host's daemon for setup. Posting and polling
-never use that session.
+never use that session; its end is the NIC's death (verbs.fatal).
+
+The daemon takes the session only from a process in the host's network
+namespace, or from root in the machine's (transport.tenancy), and holds it to
+its shares of the host (transport.shares: the lab's [tenants], or what the
+program asks for: `shares=`, MRC_NIC_SHARE_<NAME>, `mrc-nic exec --share`).
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import errno
 import os
-import socket
+import select
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +25,9 @@ from mrc_nic import nic
 from mrc_nic.kernel import pins
 from mrc_nic.lab import ctl, names, state
 from mrc_nic.lab.topology import NS_PREFIX, TopologyError
-from mrc_nic.transport import appops
+from mrc_nic.transport import appops, shares
+from mrc_nic.verbs import fatal
+from mrc_nic.verbs.enums import AsyncEventType
 from mrc_nic.verbs.errors import VerbsError
 
 ENV_LAB, ENV_HOST = "MRC_NIC_LAB", "MRC_NIC_HOST"
@@ -107,6 +114,10 @@ def _is_up(lab: str) -> bool:
     return record is not None and record.phase == "up"
 
 
+def _shares_from_env() -> dict[str, str]:
+    return shares.from_env(dict(os.environ))
+
+
 def _no_daemon(lab: str, host: str, error: Exception) -> str:
     """Why a host's daemon does not answer: no such host, or the daemon's own reason."""
     try:
@@ -122,7 +133,12 @@ class Context:
     """An open NIC of one host. Close it (or use `with`) to release everything
     made through it; a process that dies releases the same, through the daemon."""
 
-    def __init__(self, lab: str | None = None, host: str | None = None) -> None:
+    def __init__(
+        self, lab: str | None = None, host: str | None = None, *, shares: dict | None = None
+    ) -> None:
+        """shares: this session's limits on the host instead of the lab's
+        ({"memory": "25%", "qps": 8, ...}; transport.shares), over those of
+        MRC_NIC_SHARE_<NAME>."""
         self.lab, self.host = locate(lab, host)
         if os.geteuid() != 0:
             raise VerbsError(
@@ -138,9 +154,14 @@ class Context:
             ) from None
         try:
             self.session = ctl.Session(self.lab, self.host)
-            hello = self.session.call(appops.Hello(pid=os.getpid()))
+            asked = {**_shares_from_env(), **(shares or {})}
+            hello = self.session.call(appops.Hello(pid=os.getpid(), shares=asked or None))
         except ctl.DaemonError as e:
             self.maps.close()
+            if e.errno_name in ("EPERM", "EINVAL"):  # refused: not this host's, bad shares
+                self.session.close()
+                message = str(e).split(": ", 1)[-1]
+                raise VerbsError("open_device", getattr(errno, e.errno_name), message) from None
             raise VerbsError(
                 "open_device", errno.ENODEV, _no_daemon(self.lab, self.host, e)
             ) from None
@@ -158,6 +179,7 @@ class Context:
             cq_ring_bytes=hello.cq_ring_bytes,
             gids=tuple(hello.host_addrs),
         )
+        self.shares = dict(hello.shares)  # this session's limits on the host
         try:
             self.prog_fd = self.maps.program_fd()
             self.wq_memory = self.maps.wq_memory()
@@ -171,6 +193,9 @@ class Context:
         self.pds: list[Any] = []  # verbs.PD and CQ made here: close releases them
         self.cqs: list[Any] = []
         self._closed = False
+        self._fatal = False  # the daemon died (set by the watcher thread, or a CQ's wait)
+        self._lost = False  # ... and this context has failed everything (device_lost)
+        self._watch = fatal.DaemonWatch(self.session.sock.fileno(), self._daemon_died)
 
     def query_device(self) -> DeviceAttr:
         return self.attr
@@ -186,23 +211,57 @@ class Context:
 
     def device_fatal(self) -> bool:
         """IBV_EVENT_DEVICE_FATAL: the daemon of this NIC ended (its session
-        closed); the QPs are gone and nothing made here works any more."""
-        try:
-            return self.session.sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
-        except BlockingIOError:
-            return False
-        except OSError:
-            return True
+        closed); the QPs are in error and nothing made here works any more."""
+        if not self._fatal and fatal.hung_up(self.session.sock.fileno()):
+            self._fatal = True
+        return self._fatal
+
+    def get_async_event(self, timeout: float | None = None) -> AsyncEventType | None:
+        """ibv_get_async_event: the context's event (DEVICE_FATAL, the one it
+        has), waiting up to timeout seconds (None: for ever); None if none came."""
+        if not self._fatal:
+            select.select([self], [], [], timeout)
+        return AsyncEventType.DEVICE_FATAL if self.device_fatal() else None
+
+    def _daemon_died(self) -> None:
+        """The watcher thread's word: only a flag here; the program's own
+        thread fails the QPs at its next verb (device_lost)."""
+        self._fatal = True
+
+    def device_lost(self) -> None:
+        """The NIC is gone: every QP to ERR with its WRs flushed to its CQs,
+        this process's NIC mappings private (MRs keep their bytes, and nothing
+        written from here reaches memory a new daemon gives another session)."""
+        if self._lost or self._closed:
+            return
+        self._lost = self._fatal = True
+        for pd in self.pds:
+            for qp in list(pd.qps.values()):
+                qp._device_lost()
+            for mr in pd.mrs.values():
+                mr.privatize()
+        self.maps.close()  # the send queues' pages become private ones
+
+    def fatal_error(self, verb: str) -> VerbsError:
+        self.device_lost()
+        return fatal.error(verb, self.lab, self.host)
 
     def call(self, verb: str, request, *, timeout: float | None = None):
         """A setup request to the daemon; its refusal as a VerbsError."""
         if self._closed:
             raise VerbsError(verb, errno.EBADF, "the context is closed")
+        if self._fatal:
+            raise self.fatal_error(verb)
         try:
             return self.session.call(request, timeout=timeout)
         except ctl.DaemonError as e:
+            if self.device_fatal():
+                raise self.fatal_error(verb) from None
             code = getattr(errno, e.errno_name or "", errno.EIO)
             raise VerbsError(verb, code, str(e).split(": ", 1)[-1]) from None
+        except OSError:  # the daemon went while we wrote to it
+            self._fatal = True
+            raise self.fatal_error(verb) from None
 
     def close(self) -> None:
         """Release every MR, CQ and QP of this context (the daemon does, as
@@ -210,6 +269,7 @@ class Context:
         if self._closed:
             return
         self._closed = True  # from here no call reaches the daemon
+        self._watch.stop()
         try:
             # This process's side first: once the session ends, the daemon may
             # give its memory and send queues to another session at once.
@@ -218,7 +278,8 @@ class Context:
                     mr.invalidate()
             for cq in list(self.cqs):
                 cq.close()
-            self.maps.close()  # pages that views still reach become private ones
+            if not self._lost:
+                self.maps.close()  # pages that views still reach become private ones
         finally:
             if self.doorbell is not None:
                 self.doorbell[0].close()

@@ -7,7 +7,9 @@ shared memory (no syscall). fileno() is an epoll fd over the ring and an
 eventfd, for select/epoll/asyncio: readable while the NIC has posted
 completions or the library holds some (flushes, receives matched late, what
 a poll left behind); the eventfd is written only when that set goes from
-empty to not, so a poll that takes what it found makes no syscall.
+empty to not, so a poll that takes what it found makes no syscall. The
+context's session socket is in it too (POLLRDHUP): the NIC's death wakes a
+program asleep on its CQs (verbs.fatal).
 """
 
 from __future__ import annotations
@@ -75,6 +77,12 @@ class CQ:
             self._channel = select.epoll()  # fileno(): readable if either is
             self._channel.register(self._fd, select.EPOLLIN)
             self._channel.register(self._event, select.EPOLLIN)
+            # the daemon's end: only a hangup, never its replies (those are read in calls)
+            self._session_fd = ctx.session.sock.fileno()
+            self._channel.register(self._session_fd, select.EPOLLRDHUP)
+            self._poller = select.poll()  # wait(): the ring and the daemon's end
+            self._poller.register(self._fd, select.POLLIN)
+            self._poller.register(self._session_fd, select.POLLRDHUP)
         except (OSError, ValueError) as e:
             self._release()  # the daemon clears the ring's slot with the CQ
             with contextlib.suppress(VerbsError):
@@ -93,6 +101,8 @@ class CQ:
         """Up to num_entries completions, oldest first ([] if none)."""
         if self._closed:
             raise VerbsError("poll_cq", errno.EBADF, "the CQ is destroyed (or its context closed)")
+        if self.ctx._fatal:
+            self.ctx.device_lost()  # the flushes into _ready; the error once they are taken
         ready = self._ready
         if len(ready) < num_entries:
             self._polling = True
@@ -107,7 +117,9 @@ class CQ:
         while ready and len(out) < num_entries:
             out.append(ready.popleft())
         self._settle()
-        if not out:  # what was read before an overrun is delivered first
+        if not out:  # what was read before an overrun (or the NIC's death) is delivered first
+            if self.ctx._lost:
+                raise self.ctx.fatal_error("poll_cq")
             self._check_overrun()
         return out
 
@@ -172,9 +184,12 @@ class CQ:
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until a completion is there (True) or timeout seconds pass."""
-        if self._ready:
-            return True
-        return self._ring.wait(timeout)  # the ring's own poller: held ones are in _ready
+        if self._ready or self.ctx._fatal:
+            return True  # (the NIC's death: poll gives the flushes, then raises)
+        got = self._poller.poll(None if timeout is None else int(timeout * 1000))
+        if any(fd == self._session_fd for fd, _ in got):
+            self.ctx._fatal = True  # the daemon's end, before the watcher thread says it
+        return bool(got)
 
     def close(self) -> None:
         """Destroy the CQ (its QPs first: EBUSY otherwise; a closed context's
@@ -189,7 +204,7 @@ class CQ:
             )
         self._closed = True
         try:
-            if not self.ctx._closed:
+            if not (self.ctx._closed or self.ctx._lost):
                 self.ctx.call("destroy_cq", appops.DestroyCq(cq=self.index))
         finally:
             self.ctx.cqs.remove(self)

@@ -44,6 +44,7 @@ import errno
 
 from mrc_nic.lab import ctl as _ctl
 from mrc_nic.transport import ctlops
+from mrc_nic.verbs import fatal
 from mrc_nic.verbs.context import Context, locate
 from mrc_nic.verbs.enums import (  # noqa: F401 (the API's names)
     EvFmtMode,
@@ -73,6 +74,11 @@ class CtlContext:
         self._closed = False
 
     call = Context.call  # the same session call and errors as a verbs Context
+    device_fatal = Context.device_fatal
+    _fatal = False
+
+    def fatal_error(self, verb: str) -> VerbsError:
+        return fatal.error(verb, self.lab, self.host)
 
     def close(self) -> None:
         if not self._closed:

@@ -27,6 +27,14 @@ class WcStatus(enum.IntEnum):
     GENERAL_ERR = 21
 
 
+class AsyncEventType(enum.IntEnum):
+    """enum ibv_event_type (the ones this NIC raises)."""
+
+    CQ_ERR = 0
+    QP_FATAL = 1
+    DEVICE_FATAL = 8
+
+
 class WcOpcode(enum.IntEnum):
     """enum ibv_wc_opcode."""
 

@@ -66,7 +66,7 @@ class PD:
             mr.close()
         self._closed = True
         self.ctx.pds.remove(self)
-        if not self.ctx._closed:
+        if not (self.ctx._closed or self.ctx._lost):
             self.ctx.call("dealloc_pd", appops.DeallocPd(pd=self.handle))
 
     def __enter__(self) -> PD:
@@ -154,7 +154,7 @@ class MR:
             ) from None
         self.valid = False
         self.pd.mrs.pop(self.lkey, None)
-        if not self.ctx._closed:
+        if not (self.ctx._closed or self.ctx._lost):
             self.ctx.call("dereg_mr", appops.DeregMr(region=self.lkey))
 
     def invalidate(self) -> None:
@@ -168,6 +168,17 @@ class MR:
         self.buf.release()
         with contextlib.suppress(BufferError):  # else unmapped when the last view goes
             self._map.close()
+
+    def privatize(self) -> None:
+        """The NIC is gone (verbs.fatal): the MR's pages become private ones
+        of this process with the bytes they held, so the program still reads
+        what it had, and nothing it writes reaches NIC memory a new daemon
+        gives another session."""
+        if not self.valid:
+            return
+        held = bytes(self._map)
+        detach(self._map)
+        self._map[:] = held
 
     def __enter__(self) -> MR:
         return self

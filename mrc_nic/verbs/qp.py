@@ -360,7 +360,10 @@ class QP:
         """mrc_post_send: every WR or none (VerbsError names the bad one, bad_wr)."""
         if isinstance(wrs, SendWR):
             wrs = [wrs]
-        if self.ctx._closed or self._closed:
+        ctx = self.ctx
+        if ctx._closed or self._closed or ctx._fatal:
+            if not (ctx._closed or self._closed):
+                raise ctx.fatal_error("post_send")  # the NIC is gone (verbs.fatal)
             raise VerbsError("post_send", errno.EBADF, f"QP {self.qp_num:#x} is destroyed")
         if self.state != QpState.RTS:
             if self.state == QpState.ERR:  # as verbs: posted to ERR, flushed
@@ -512,9 +515,11 @@ class QP:
     def _retire(self, done: int | None = None) -> None:
         """Forget completed WRs: unsignaled ones when the NIC's `done` passes
         them, signaled ones once their completion was read."""
+        wrs = self._wrs
+        if not wrs:
+            return  # (nor reads the queue: a lost NIC's is unmapped)
         if done is None:
             done = WQ_HEAD.unpack_from(self._wq, self._wq_at)[1]
-        wrs = self._wrs
         while wrs:
             head = wrs[0]
             if head.last_wqe is None or ((done - 1 - head.last_wqe) & U32) >= 1 << 31:
@@ -529,6 +534,8 @@ class QP:
             wrs = [wrs]
         if self.ctx._closed or self._closed:
             raise VerbsError("post_recv", errno.EBADF, f"QP {self.qp_num:#x} is destroyed")
+        if self.ctx._fatal:
+            raise self.ctx.fatal_error("post_recv")
         if self.state == QpState.RESET:
             raise VerbsError(
                 "post_recv",
@@ -622,6 +629,13 @@ class QP:
         while self._recvs:
             self.recv_cq.deliver(self._wc(self._recvs.popleft(), status, recv=True))
 
+    def _device_lost(self) -> None:
+        """The NIC is gone (verbs.fatal): ERR, every outstanding WR and
+        receive flushed to the CQs; what the NIC still writes is ignored."""
+        self._take_arrivals()
+        self.state = QpState.ERR
+        self._flush(WcStatus.WR_FLUSH_ERR)
+
     def _wc(self, wr_id: int, status: WcStatus, *, recv: bool = False) -> WC:
         op = WcOpcode.RECV_RDMA_WITH_IMM if recv else WcOpcode.RDMA_WRITE
         return WC(wr_id, status, op, self.qp_num)
@@ -639,7 +653,7 @@ class QP:
         self.send_cq.qps.pop(self.qp_num, None)
         self.recv_cq.qps.pop(self.qp_num, None)
         self.pd.qps.pop(self.qp_num, None)
-        if not self.ctx._closed:
+        if not (self.ctx._closed or self.ctx._lost):
             self.ctx.call("destroy_qp", appops.DestroyQp(qpn=self.qp_num))
 
     def __enter__(self) -> QP:

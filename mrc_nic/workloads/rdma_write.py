@@ -454,6 +454,23 @@ class Transfer:
 
     # ---- running --------------------------------------------------------------------
     def run(self, wait: float) -> None:
+        contexts = (self.conn.src_ctx, self.conn.dst_ctx)
+        try:
+            self._run(wait)
+        except verbs.VerbsError:  # a verb that found the NIC gone (verbs.fatal) says which
+            dead = [ctx.host for ctx in contexts if ctx.device_fatal()]
+            if dead:
+                raise self._gone(dead[0]) from None
+            raise
+
+    def _gone(self, host: str) -> DaemonGone:
+        lab = self.conn.lab
+        return DaemonGone(
+            f"the daemon of {host} in lab {lab!r} ended during the write "
+            f"(did it die?); `mrc-nic up --reuse -l {lab}` restarts it"
+        )
+
+    def _run(self, wait: float) -> None:
         conn, lanes = self.conn, self.conn.lanes
         self.started = now = time.monotonic()
         give_up = now + wait
@@ -471,10 +488,7 @@ class Transfer:
             why = conn._stop or (f"not done after {wait:g} s (wait)" if now > give_up else None)
             dead = [ctx.host for fd, ctx in contexts.items() if fd in ready and ctx.device_fatal()]
             if dead:
-                raise DaemonGone(
-                    f"the daemon of {dead[0]} in lab {conn.lab!r} ended during the write "
-                    f"(did it die?); `mrc-nic up --reuse -l {conn.lab}` restarts it"
-                )
+                raise self._gone(dead[0])
             if why is not None:
                 for lane in lanes:
                     if not lane.done:

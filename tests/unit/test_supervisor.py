@@ -12,6 +12,7 @@ import pytest
 
 from mrc_nic import nic
 from mrc_nic.transport import supervisor
+from mrc_nic.transport.qp import Retry
 from mrc_nic.workloads import writeplan
 
 
@@ -157,3 +158,82 @@ def test_reorder_timer_waits_for_queues_and_stays_off_without_a_window():
     supervisor.reorder_timer(maps, sq, acks_state(6, out=0), now=1.02)
     supervisor.reorder_timer(maps, sq, acks_state(6, out=0), now=1.03)  # nothing in the network
     assert maps.timeout_kicks == []
+
+
+# ---- stalled queues: the head counters live in the application's memory --------------------
+
+
+def stall_qp(timeout_s: float = 0.004, linear: int = 1, exp: int = 1) -> supervisor.Supervised:
+    attrs = types.SimpleNamespace(timeout_s=timeout_s, retry=Retry(linear, exp))
+    return supervisor.Supervised(qp=types.SimpleNamespace(qpn=0x105, attrs=attrs))
+
+
+def queue(sent: int, done: int, una: int = 0, in_flight: int = 0):
+    return types.SimpleNamespace(
+        wqe_sent=sent, wqe_done=done, snd_una=una, snd_nxt=una + in_flight, in_flight=in_flight
+    )
+
+
+@pytest.mark.parametrize(
+    ("head", "sent", "done", "fault"),
+    [
+        ((10, 10), 10, 10, None),  # idle
+        ((14, 10), 12, 10, None),  # 4 posted, 2 sent
+        ((10, 7), 10, 10, None),  # done read before the NIC wrote it: a later tick mends it
+        ((50, 10), 12, 10, "posted 50 is not within the queue's 32 WQEs past done 10"),
+        ((10, 15), 10, 10, "posted 10 is not within"),  # done past posted wraps: far ahead
+        ((12, 11), 12, 10, "done 11 is past the 10 WQEs the NIC completed"),
+    ],
+)
+def test_a_head_that_cannot_be_right_is_named(head, sent, done, fault):
+    got = supervisor.head_fault(head, queue(sent, done), 32, same=False)
+    assert got == fault if fault is None else fault in got
+
+
+def test_a_lagging_done_or_posted_is_a_fault_only_when_nothing_moved():
+    lag = ((10, 7), queue(10, 10))
+    assert supervisor.head_fault(*lag, 32, same=False) is None
+    assert "done 7 is not the 10 WQEs the NIC completed" in supervisor.head_fault(*lag, 32, True)
+    behind = ((11, 10), queue(12, 10))  # posted 11, the NIC sent 12
+    assert supervisor.head_fault(*behind, 32, same=False) is None
+    assert "behind the 12 WQEs" in supervisor.head_fault(*behind, 32, same=True)
+
+
+def test_an_inconsistent_queue_fails_after_its_timeout_and_a_good_one_never():
+    bad, good = stall_qp(), stall_qp()
+    for t in range(20):  # 1 ms ticks
+        now = 1.0 + t / 1000
+        assert supervisor.stalled(good, queue(10, 10), (10, 10), now, 32) is None
+        why = supervisor.stalled(bad, queue(10, 10), (10, 40), now, 32)
+        if why is not None:
+            break
+    assert why is not None and 0.004 < now - 1.0 <= 0.006, "failed one timeout after"
+    assert why.startswith("send queue stalled: its head counters are inconsistent")
+    assert "(posted 10, done 40; the NIC sent 10, completed 10)" in why
+
+
+def test_posted_work_that_never_moves_fails_after_the_whole_retry_budget():
+    sq = stall_qp(timeout_s=0.01, linear=1, exp=2)  # 10 + 20 + 40 ms
+    assert supervisor.retry_budget_s(sq.qp.attrs.retry, 0.01) == pytest.approx(0.07)
+    now, why = 1.0, None
+    while why is None and now < 2.0:
+        why = supervisor.stalled(sq, queue(10, 10), (12, 10), now, 32)  # 2 posted, none sent
+        now += 0.001
+    assert 1.07 < now < 1.075
+    assert "2 WQEs posted and not sent" in why
+    out = stall_qp(timeout_s=0.01, linear=1, exp=2)  # packets out: the timeout's case
+    assert all(
+        supervisor.stalled(out, queue(10, 10, in_flight=5), (12, 10), 1 + i / 100, 32) is None
+        for i in range(50)
+    )
+    forever = stall_qp(linear=7, exp=25)  # 25: retry for ever
+    assert supervisor.retry_budget_s(forever.qp.attrs.retry, 0.01) is None
+    assert all(
+        supervisor.stalled(forever, queue(10, 10), (12, 10), 1 + i, 32) is None for i in range(9)
+    )
+
+
+def test_progress_resets_the_stall_clock():
+    sq = stall_qp(timeout_s=0.01, linear=1, exp=0)  # budget 10 ms
+    for i in range(100):  # a WQE sent every 5 ms: never stalled
+        assert supervisor.stalled(sq, queue(10 + i // 5, 10), (40, 10), 1 + i / 1000, 32) is None

@@ -48,7 +48,7 @@ class FakeContext:
         self.maps = types.SimpleNamespace(memory_window=self.memory_window)
         self.prog_fd = -1
         self.doorbell = None  # no doorbell port: BPF_PROG_RUN (faked here)
-        self._closed = False
+        self._closed = self._fatal = self._lost = False
         self.requests: list = []
         self.pds: list = []
         self.cqs: list = []
