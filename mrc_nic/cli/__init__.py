@@ -83,13 +83,29 @@ def needs_root(e: PermissionError) -> str:
     return f"mrc-nic needs root: {what}; run it with sudo"
 
 
+def _run() -> None:
+    """A command on a cluster lab goes to the agents that own its target
+    (mrc_nic.cluster); any other runs here."""
+    from mrc_nic.cluster.route import cluster_command
+
+    routed = cluster_command(sys.argv[1:])
+    if routed is None:
+        cli.main(standalone_mode=False)
+        return
+    from mrc_nic.cluster import commands
+
+    code = commands.run(*routed)
+    if code:
+        sys.exit(code)
+
+
 def main() -> None:
     """Entry point: known errors become one line on stderr and exit code 1."""
     from mrc_nic.cli.output import error
     from mrc_nic.errors import MrcNicError
 
     try:
-        cli.main(standalone_mode=False)
+        _run()
     except click.exceptions.Abort:
         error("aborted")
         sys.exit(130)

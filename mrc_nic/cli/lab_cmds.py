@@ -42,12 +42,22 @@ kmin, kmax, trim, seed (docs/queues.md)."""
     help="Who forwards MRC packets in the switches, overriding [fabric].forwarding: "
     "the port program (bpf_fib_lookup, bpf_redirect) or the IP stack.",
 )
+@click.option(
+    "--cluster",
+    "cluster_address",
+    envvar="RAY_ADDRESS",
+    default=None,
+    metavar="ADDRESS",
+    help="Spread the lab over the machines of this Ray cluster (host:6379 on a node "
+    "of it, or ray://host:10001), one agent per machine (docs/cluster.md); or $RAY_ADDRESS.",
+)
 @format_option
 def up(
     topology_file: str | None,
     name: str | None,
     reuse: bool,
     switch_forwarding: str | None,
+    cluster_address: str | None,
     fmt: str,
 ) -> None:
     """Build a lab: namespaces, veth links, routes, queues and BPF port programs."""
@@ -58,6 +68,11 @@ def up(
     if switch_forwarding is not None:
         topo = topology.with_forwarding(topo, switch_forwarding, lab=name)
     preflight.require_root()  # before saying what it would build
+    if cluster_address:
+        from mrc_nic.cluster import commands
+
+        commands.up(topo, cluster_address, fmt)
+        return
     existing = state.LabState.load(topo.lab)
     if reuse and existing and existing.phase == "up" and existing.topology == topo.raw:
         output.info(f"lab {topo.lab} is already up (from {existing.topology_file}); reusing it")
