@@ -230,7 +230,7 @@ def snapshot(rec: ClusterRecord) -> dict:
         snap = None
         if reached and value[0] == 0:
             snap = json.loads(value[1])
-            merged = _merge(merged, snap, m)
+            merged = _merge(merged, snap, m, plan)
         why = None if ok else info
         if why is None and snap is None:
             why = (value[2] if reached else value).strip().splitlines()[-1:] or ["no snapshot"]
@@ -258,11 +258,12 @@ def snapshot(rec: ClusterRecord) -> dict:
     return merged
 
 
-def _merge(into: dict | None, snap: dict, machine: int) -> dict:
-    """Add one machine's snapshot: hosts are one machine's each; a link seen
-    by two machines (cut by VXLAN) adds up its counters, each machine's maps
-    counting only the ports it has."""
-    for h in snap.get("hosts", []):
+def _merge(into: dict | None, snap: dict, machine: int, plan: placement.Placement) -> dict:
+    """Add one machine's snapshot: a host is its machine's; a link's counters
+    add up over the machines (each machine's maps count only its own ports,
+    so a link cut between two has its directions counted one on each)."""
+    snap["hosts"] = [h for h in snap.get("hosts", []) if plan.node_machine[h["name"]] == machine]
+    for h in snap["hosts"]:
         h["machine"] = machine
     for f in snap.get("faults", []):
         f["machine"] = machine

@@ -154,7 +154,7 @@ class Fabric:
             elif here(link.upper.node) or here(link.lower.node):
                 self._make_tunnel_end(link)
         _failpoint("links")
-        for node in self.topo.switch_names():
+        for node in filter(here, self.topo.switch_names()):
             # Proxy ARP replies are delayed up to 0.8 s by default; answer at
             # once. Per interface: a non-initial namespace has no neigh.default.
             ports = [p.ifname for p in self.topo.ports_of(node)]
@@ -210,7 +210,7 @@ class Fabric:
                     nh_mac=self._mac(up.node, up.ifname),
                     netns=self.topo.netns(host.node),
                 )
-            for name in self.topo.host_names():
+            for name in filter(self.topo.is_here, self.topo.host_names()):
                 self._make_doorbell(name, nic)
                 maps.set_port_bitmap(self.topo.nodes[name].index, (1 << self.topo.planes) - 1)
 

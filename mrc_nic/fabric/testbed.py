@@ -87,7 +87,7 @@ def start_daemons(topo: Topology, hosts: list[str] | None = None) -> list[str]:
     (mrc_nic.observe.eventlog, named ctl.EVENTS_SERVICE), and wait until each answers
     on its control socket. Returns the names started. One that does not come
     up is a LabError."""
-    names = hosts or [ctl.EVENTS_SERVICE, *topo.host_names()]
+    names = hosts or [ctl.EVENTS_SERVICE, *filter(topo.is_here, topo.host_names())]
     started = []
     for name in names:
         if daemon_pid(topo.lab, name) is None:

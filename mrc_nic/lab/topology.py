@@ -276,8 +276,9 @@ class Topology:
     raw: dict = field(default_factory=dict)  # the TOML as parsed, kept in the lab state
     nodes: dict[str, Node] = field(default_factory=dict)
     links: dict[str, Link] = field(default_factory=dict)
-    # A lab spread over machines (mrc_nic.cluster): this machine's part. The
-    # names below (namespaces, hosts, switches) are then this machine's only.
+    # A lab spread over machines (mrc_nic.cluster): this machine's part.
+    # all_netns() is then this machine's namespaces; the other names stay the
+    # lab's (a QP's peer may be a host of another machine).
     shard: Shard | None = None
 
     def is_here(self, node: str) -> bool:
@@ -292,10 +293,10 @@ class Topology:
         return [self.netns(n) for n in self.nodes if self.is_here(n)]
 
     def host_names(self) -> list[str]:
-        return [n.name for n in self.nodes.values() if n.kind == "host" and self.is_here(n.name)]
+        return [n.name for n in self.nodes.values() if n.kind == "host"]
 
     def switch_names(self) -> list[str]:
-        return [n.name for n in self.nodes.values() if n.is_switch and self.is_here(n.name)]
+        return [n.name for n in self.nodes.values() if n.is_switch]
 
     def host_address(self, host: int, plane: int) -> ipaddress.IPv4Address:
         return plane_subnet(self.host_net, plane).network_address + host + 1
