@@ -247,6 +247,7 @@ def snapshot(rec: ClusterRecord) -> dict:
             }
         )
     merged = merged or {"lab": rec.lab, "hosts": [], "links": [], "faults": []}
+    merged["faults"] = _merge_faults(_load(rec.lab), merged.get("faults", []))
     merged["cluster"] = {
         "address": rec.address,
         "machines": rows,
@@ -287,6 +288,28 @@ def _merge(into: dict | None, snap: dict, machine: int, plan: placement.Placemen
     into["hosts"] += snap.get("hosts", [])
     into["faults"] = into.get("faults", []) + snap.get("faults", [])
     return into
+
+
+def _merge_faults(rec: ClusterRecord, faults: list[dict]) -> list[dict]:
+    """One entry per cluster fault (its id, its machines' drops added up),
+    then faults applied on one machine directly, as that machine has them."""
+    out, claimed = [], set()
+    for gid, cf in rec.faults.items():
+        parts = [
+            f
+            for f in faults
+            if str(f["machine"]) in cf["parts"] and f["id"] == cf["parts"][str(f["machine"])]
+        ]
+        if not parts:
+            continue
+        claimed.update(id(f) for f in parts)
+        counted = [f["drops"] for f in parts if f.get("drops") is not None]
+        merged = dict(parts[0], id=int(gid), machines=[f["machine"] for f in parts])
+        merged["drops"] = sum(counted) if counted else None
+        merged["links"] = sorted({lk for f in parts for lk in f.get("links", [])})
+        merged.pop("machine", None)
+        out.append(merged)
+    return out + [f for f in faults if id(f) not in claimed]
 
 
 def _add(a: object, b: object) -> object:

@@ -119,7 +119,7 @@ def test_verified_write_across_machines(cluster, lab):
 def test_remote_plane_blackhole_is_bypassed(cluster, lab):
     # p1.t0b is h1's T0 on plane 1: on the second machine.
     fail = cli(cluster, "fail", "p1.t0b", "--mode", "blackhole", "-l", lab)
-    assert "on m1" in fail.stdout and "on m0" not in fail.stdout
+    assert "on m1" in fail.stdout
     try:
         done = cli(
             cluster, "write", "h0", "h1", "-l", lab, "--size", "64M", "--verify", "--format", "json"
@@ -127,8 +127,9 @@ def test_remote_plane_blackhole_is_bypassed(cluster, lab):
         result = json.loads(done.stdout)
         assert result["errors"] == 0 and result["verified_bytes"] == 64 * 2**20
         snap = status(cluster, lab)
-        dropped = [f for f in snap["faults"] if f["target"] == "p1.t0b"]
-        assert dropped and dropped[0]["machine"] == 1 and dropped[0]["drops"] > 0
+        (fault,) = snap["faults"]
+        assert fault["target"] == "switch p1.t0b" and 1 in fault["machines"]
+        assert fault["drops"] > 0  # the write met it, and went round it
     finally:
         cli(cluster, "heal", "--all", "-l", lab)
     assert status(cluster, lab)["faults"] == []
