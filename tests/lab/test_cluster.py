@@ -101,7 +101,9 @@ def test_placement_and_vxlan(cluster, lab):
 
 
 def test_verified_write_across_machines(cluster, lab):
-    done = cli(cluster, "write", "h0", "h1", "-l", lab, "--size", "256M", "--verify", "--format", "json")
+    done = cli(
+        cluster, "write", "h0", "h1", "-l", lab, "--size", "256M", "--verify", "--format", "json"
+    )
     result = json.loads(done.stdout)
     assert result["machines"] == [0, 1]
     assert result["verified_bytes"] == 256 * 2**20
