@@ -92,9 +92,9 @@ def _run() -> None:
     if routed is None:
         cli.main(standalone_mode=False)
         return
-    from mrc_nic.cluster import commands
+    from mrc_nic.cli import cluster_lab
 
-    code = commands.run(*routed)
+    code = cluster_lab.run(*routed)
     if code:
         sys.exit(code)
 

@@ -1,7 +1,7 @@
 """Whether a command line is for a cluster lab (cheap: no Ray, no click).
 
 The CLI asks this first; a command on a lab whose cluster record is here
-(record.py) goes to mrc_nic.cluster.commands instead of the local code. An
+(record.py) goes to mrc_nic.cli.cluster_lab instead of the local code. An
 agent running a command for the cluster sets AGENT_ENV: there the lab is the
 machine's own shard, even on the machine that also holds the cluster record.
 """

@@ -1,4 +1,4 @@
-"""The CLI's commands on a cluster lab: each reaches the agents that own its target.
+"""The CLI on a cluster lab (mrc_nic.cluster): each command reaches the agents owning its target.
 
 `up --cluster` places and builds; `down` removes what it can reach and says
 what it could not; `status` and `stats --format json` merge the machines'
@@ -20,6 +20,7 @@ from pathlib import Path
 import click
 
 from mrc_nic.cli import output
+from mrc_nic.cli.status_view import render_status
 from mrc_nic.cluster import machines, placement
 from mrc_nic.cluster.record import ClusterRecord
 from mrc_nic.errors import MrcNicError
@@ -330,8 +331,6 @@ def _status(rec: ClusterRecord, args: list[str]) -> int:
     else:
         _render_cluster(snap)
         if snap.get("topology"):
-            from mrc_nic.cli.lab_cmds import render_status
-
             render_status(snap)
     return 0 if all(r["error"] is None for r in snap["cluster"]["machines"]) else 1
 
@@ -470,8 +469,6 @@ def _exec(rec: ClusterRecord, args: list[str]) -> int:
 
 
 def _write(rec: ClusterRecord, args: list[str]) -> int:
-    from mrc_nic.cluster import splitwrite
-
     words, opts = _split_target(args)
     if len(words) != 2:
         raise click.UsageError("write needs SRC DST (hosts), e.g. mrc-nic write h0 h1 --size 1G")
@@ -479,4 +476,66 @@ def _write(rec: ClusterRecord, args: list[str]) -> int:
     ms, md = _machines_of_host(rec, src), _machines_of_host(rec, dst)
     if ms == md:
         return _relay(_run_on(rec, [ms], ["write", *args])[ms], ms)
-    return splitwrite.run_split(rec, _topo(rec), src, dst, ms, md, opts, _run_on)
+    return _split_write(rec, _topo(rec), src, dst, ms, md, opts)
+
+
+def _split_write(
+    rec: ClusterRecord,
+    topo: topology.Topology,
+    src: str,
+    dst: str,
+    ms: int,
+    md: int,
+    opts: list[str],
+) -> int:
+    """Both ends at once, through the agents of machines ms (src) and md (dst)."""
+    from mrc_nic.workloads.rdma_write import parse_size
+
+    size, verify, fmt, plane = 2**30, False, "table", 0
+    it = iter(opts)
+    for a in it:
+        if a == "--size":
+            size = parse_size(next(it, ""))
+        elif a == "--verify":
+            verify = True
+        elif a == "--format":
+            fmt = next(it, "table")
+        elif a == "--cm-plane":
+            plane = int(next(it, "0"))
+        else:
+            raise click.UsageError(
+                f"write between machines takes --size, --verify, --format, --cm-plane; not {a!r}"
+            )
+    address = str(topo.host_address(topo.nodes[dst].index, plane))
+    base = ["python", "-m", "mrc_nic.cluster.splitwrite"]
+    extra = ["--size", str(size), *(["--verify"] if verify else [])]
+    plan = placement.Placement.from_dict(rec.placement)
+    handles = machines.each(rec.lab, len(plan.machines))
+    calls = [
+        (handles[md], "run", (["exec", dst, "--", *base, "recv", *extra], 900.0)),
+        (handles[ms], "run", (["exec", src, "--", *base, "send", address, *extra], 900.0)),
+    ]
+    results = machines.call_many(calls, timeout=960.0)
+    ends = []
+    for (ok, value), m in zip(results, (md, ms), strict=True):
+        if not ok:
+            raise click.ClickException(f"m{m}: {value}")
+        rc, out, err = value
+        lines = [ln for ln in out.splitlines() if ln.startswith("{")]
+        if not lines:
+            raise click.ClickException(f"m{m}: {err.strip() or 'no result'}")
+        ends.append(json.loads(lines[-1]))
+    bad = [e["error"] for e in ends if "error" in e]
+    if bad:
+        raise click.ClickException(f"write {src} -> {dst} failed: {'; '.join(bad)}")
+    sender = ends[1]
+    result = {"src": src, "dst": dst, "machines": [ms, md], **sender, "verify": verify}
+    if fmt == "json":
+        output.emit_json(result)
+    else:
+        checked = f", {sender['verified_bytes']} bytes verified" if verify else ""
+        output.success(
+            f"wrote {size} bytes {src} (m{ms}) -> {dst} (m{md}) in {sender['seconds']:.3f} s: "
+            f"{sender['gbps']:.3f} Gbit/s{checked}, {sender['errors']} wrong"
+        )
+    return 1 if sender["errors"] else 0
