@@ -34,11 +34,14 @@ class ClusterLabError(MrcNicError, RuntimeError):
 
 
 # ---- up / down ---------------------------------------------------------------------
-def up(topo: topology.Topology, address: str, fmt: str) -> None:
+def up(topo: topology.Topology, address: str, fmt: str, reuse: bool = False) -> None:
     from mrc_nic.fabric import preflight
 
     preflight.require_root()
     old = ClusterRecord.load(topo.lab)
+    if reuse and old is not None and old.phase == "up" and old.topology == topo.raw:
+        _restart_agents(old)
+        return
     if old is not None and old.phase == "up":
         raise ClusterLabError(
             f"lab {topo.lab!r} is already up on the cluster at {old.address}; "
@@ -100,6 +103,35 @@ def up(topo: topology.Topology, address: str, fmt: str) -> None:
         f"lab {topo.lab} is up in {rec.bringup_seconds:.2f}s over {len(plan.machines)} machines "
         f"({len(topo.nodes)} namespaces, {len(topo.links)} links, {len(plan.vnis)} VXLAN)"
     )
+
+
+def _restart_agents(rec: ClusterRecord) -> None:
+    """--reuse on a cluster lab that is up: a new agent for each machine
+    whose agent died while its Ray node lives (an agent keeps nothing in
+    memory: the new one takes over its machine's shard from its lab state)."""
+    machines.connect(rec.address)
+    plan = placement.Placement.from_dict(rec.placement)
+    nodes = {m["address"]: m["node_id"] for m in machines.machines()}
+    restarted, missing = [], []
+    for m, handle in enumerate(machines.each(rec.lab, len(plan.machines))):
+        if handle is not None and machines.call_many([(handle, "info", ())], 20.0)[0][0]:
+            continue
+        address = plan.machines[m]
+        if address not in nodes:
+            missing.append(f"m{m} ({address})")
+            continue
+        machines.start_agent(rec.lab, m, nodes[address])
+        restarted.append(f"m{m}")
+        rec.note("agent-restarted", m, f"m{m} ({address}): a new agent took over")
+    rec.save()
+    output.info(f"lab {rec.lab} is already up on the cluster at {rec.address}; reusing it")
+    if restarted:
+        output.info(f"restarted the agent of {', '.join(restarted)}")
+    if missing:
+        raise ClusterLabError(
+            f"no Ray node at {', '.join(missing)}: start it again (ray start --address ...) "
+            "and repeat, or take the lab down"
+        )
 
 
 def _down(rec: ClusterRecord, quiet: bool = False) -> tuple[int, list[str]]:

@@ -72,7 +72,7 @@ def up(
     if cluster_address:
         from mrc_nic.cli import cluster_lab
 
-        cluster_lab.up(topo, cluster_address, fmt)
+        cluster_lab.up(topo, cluster_address, fmt, reuse=reuse)
         return
     existing = state.LabState.load(topo.lab)
     if reuse and existing and existing.phase == "up" and existing.topology == topo.raw:

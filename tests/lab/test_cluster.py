@@ -142,6 +142,30 @@ def test_exec_runs_on_the_hosts_machine(cluster, lab):
     assert "198.18.0.2" in done.stdout
 
 
+def test_a_dead_agent_is_reported_and_replaced(cluster, lab):
+    (agent,) = [p for p in cluster.pids(1) if b"ray::Agent" in _cmdline(p)]
+    os.kill(agent, 9)  # the agent of the second machine dies; its shard lives on
+    done = cli(cluster, "status", "-l", lab, "--format", "json", check=False)
+    assert done.returncode == 1
+    rows = json.loads(done.stdout)["cluster"]["machines"]
+    assert [r["agent"] for r in rows] == ["alive", "dead"] and rows[1]["error"]
+    assert "agent-lost m1" in cli(cluster, "events", "-l", lab, check=False).stdout
+    # up --reuse starts a new agent, which takes over the machine's shard.
+    topo = str(NETNS_DIR / "default.toml")
+    again = cli(cluster, "up", "-t", topo, "--name", lab, "--cluster", cluster.address, "--reuse")
+    assert "restarted the agent of m1" in again.stdout + again.stderr
+    assert [r["agent"] for r in status(cluster, lab)["cluster"]["machines"]] == ["alive"] * 2
+    cli(cluster, "exec", "h1", "-l", lab, "--", "true")
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
+
+
 def test_down_leaves_nothing(cluster, lab):
     done = cli(cluster, "down", "-l", lab)
     assert "down" in done.stdout
