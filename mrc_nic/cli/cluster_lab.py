@@ -236,12 +236,15 @@ def _machines_of_host(rec: ClusterRecord, host: str) -> int:
     return plan.node_machine[host]
 
 
-def _relay(result: tuple[bool, object], machine: int) -> int:
+def _relay(result: tuple[bool, object], machine: int, tag: bool = False) -> int:
+    """Print what a machine's command printed (tag: each line after its machine)."""
     ok, value = result
     if not ok:
         output.error(f"m{machine}: {value}")
         return 1
     rc, out, err = value
+    if tag:
+        out = "".join(f"m{machine}: {line}" for line in out.splitlines(keepends=True))
     click.echo(out, nl=False)
     if err:
         click.echo(err, nl=False, err=True)
@@ -484,7 +487,7 @@ def _heal(rec: ClusterRecord, args: list[str]) -> int:
         healed_ids = [g for g, f in rec.faults.items() if f["target"] == " ".join(words)]
     code = 0
     for m, argv in jobs.items():
-        code = max(code, _relay(_run_on(rec, [m], argv)[m], m))
+        code = max(code, _relay(_run_on(rec, [m], argv)[m], m, tag=True))
     rec = _load(rec.lab)
     for gid in healed_ids:
         rec.faults.pop(gid, None)
