@@ -121,6 +121,22 @@ def _message(e: Exception) -> str:
     return str(e)
 
 
+def _run() -> None:
+    """A command on a cluster lab goes to the agents that own its target
+    (mrc_nic.cluster); any other runs here."""
+    from mrc_nic.cluster.route import cluster_command
+
+    routed = cluster_command(sys.argv[1:])
+    if routed is None:
+        cli.main(prog_name="mrc-nic", standalone_mode=False)
+        return
+    from mrc_nic.cli import cluster_lab
+
+    code = cluster_lab.run(*routed)
+    if code:
+        sys.exit(code)
+
+
 def main() -> None:
     """Entry point: every known error becomes one line on stderr; the exit
     code says which kind (EXIT_USAGE, EXIT_FAILED, EXIT_INTERRUPTED)."""
@@ -128,7 +144,7 @@ def main() -> None:
     from mrc_nic.errors import MrcNicError
 
     try:
-        cli.main(prog_name="mrc-nic", standalone_mode=False)
+        _run()
     except click.exceptions.Abort:
         error("aborted")
         sys.exit(EXIT_INTERRUPTED)

@@ -13,6 +13,7 @@ from mrc_nic.cli.common import (
     lab_option,
     snapshot_for,
 )
+from mrc_nic.cli.status_view import render_status
 from mrc_nic.lab.topology import FORWARDING_MODES
 
 
@@ -65,12 +66,22 @@ kmin, kmax, trim, seed (docs/queues.md)."""
     help="Who forwards MRC packets in the switches, overriding [fabric].forwarding: "
     "the port program (bpf_fib_lookup, bpf_redirect) or the IP stack.",
 )
+@click.option(
+    "--cluster",
+    "cluster_address",
+    envvar="RAY_ADDRESS",
+    default=None,
+    metavar="ADDRESS",
+    help="Spread the lab over the machines of this Ray cluster (host:6379 on a node "
+    "of it, or ray://host:10001), one agent per machine (docs/cluster.md); or $RAY_ADDRESS.",
+)
 @format_option
 def up(
     topology_file: str | None,
     name: str | None,
     reuse: bool,
     switch_forwarding: str | None,
+    cluster_address: str | None,
     fmt: str,
 ) -> None:
     """Build a lab: namespaces, veth links, routes, queues and BPF port programs."""
@@ -82,6 +93,11 @@ def up(
     if switch_forwarding is not None:
         topo = topology.with_forwarding(topo, switch_forwarding, lab=name)
     preflight.require_root()  # before saying what it would build
+    if cluster_address:
+        from mrc_nic.cli import cluster_lab
+
+        cluster_lab.up(topo, cluster_address, fmt, reuse=reuse)
+        return
     existing = state.LabState.load(topo.lab)
     if reuse and existing and existing.phase == "up" and existing.topology == topo.raw:
         output.info(f"lab {topo.lab} is already up (from {existing.topology_file}); reusing it")
@@ -174,77 +190,6 @@ def status(lab: str | None, fmt: str) -> None:
         from mrc_nic.cli.qp_cmds import lab_sessions, sessions_table
 
         sessions_table(lab_sessions(snap["lab"]))
-
-
-def render_status(snap: dict) -> None:
-    t = snap["topology"]
-    output.plain(
-        f"lab {snap['lab']} ({t['file']}): {t['hosts']} hosts, "
-        f"{t['planes']} planes, "
-        f"{t['tiers']} tier(s), rate {t['rate']}, mtu {t['mtu']}, up in {snap['bringup_seconds']}s"
-    )
-    rows = []
-    for h in snap["hosts"]:
-        for p in h["ports"]:
-            k = p["kernel"] or {}
-            rows.append(
-                [
-                    h["name"],
-                    p["ifname"],
-                    p["plane"],
-                    p["address"],
-                    "up" if k.get("carrier") else "down",
-                    output.human_count(k.get("tx_packets", 0)),
-                    output.human_count(k.get("rx_packets", 0)),
-                ]
-            )
-    output.table(
-        "hosts", ["host", "port", "plane", "address", "state", "#tx pkts", "#rx pkts"], rows
-    )
-    rows = []
-    for lk in snap["links"]:
-        state = lk["state"]
-        rows.append(
-            [
-                lk["name"],
-                lk["plane"],
-                output.styled(state, "green" if state == "up" else "red"),
-                "" if lk["fault"] is None else f"#{lk['fault']}",
-                *output.counter_cells(lk["up"], lk["down"]),
-            ]
-        )
-    output.table(
-        "links (pkts/bytes counted by the BPF port program)",
-        [
-            "link",
-            "plane",
-            "state",
-            "fault",
-            "#up pkts",
-            "#up bytes",
-            "#down pkts",
-            "#down bytes",
-            "#drops",
-        ],
-        rows,
-    )
-    if snap["faults"]:
-        rows = [
-            [
-                f"#{f['id']}",
-                f["target"],
-                f["text"],
-                len(f["links"]),
-                output.human_count(f["drops"]) if f["drops_counted"] else "not counted",
-                {True: "running", False: "dead", None: ""}[f["worker_alive"]],
-            ]
-            for f in snap["faults"]
-        ]
-        output.table(
-            "faults in force", ["id", "target", "fault", "#links", "#drops", "worker"], rows
-        )
-    else:
-        output.plain("no faults in force")
 
 
 COMMANDS = [up, down, status]

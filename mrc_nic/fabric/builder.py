@@ -139,16 +139,22 @@ class Fabric:
         fabric, with no BPF on any port (the benchmarks' kernel peers). nic:
         the NIC's XDP program, attached to every host port; None builds a
         fabric without NICs."""
+        here = self.topo.is_here  # a machine of a cluster lab builds its shard only
         for node in self.topo.nodes.values():
+            if not here(node.name):
+                continue
             netns.create(self.topo.netns(node.name))
             netns.write_sysctls(self.topo.netns(node.name), self._sysctls(node))
             lo = self.ifindex(node.name, "lo")
             self._call(f"{node.name}: lo up", self.ipr(node.name).link, "set", index=lo, state="up")
         _failpoint("namespaces")
         for link in self.topo.links.values():
-            self._make_link(link)
+            if here(link.upper.node) and here(link.lower.node):
+                self._make_link(link)
+            elif here(link.upper.node) or here(link.lower.node):
+                self._make_tunnel_end(link)
         _failpoint("links")
-        for node in self.topo.switch_names():
+        for node in filter(here, self.topo.switch_names()):
             # Proxy ARP replies are delayed up to 0.8 s by default; answer at
             # once. Per interface: a non-initial namespace has no neigh.default.
             ports = [p.ifname for p in self.topo.ports_of(node)]
@@ -157,9 +163,12 @@ class Fabric:
                 {f"net.ipv4.neigh.{ifname}.proxy_delay": 0 for ifname in ports},
             )
         for route in self.topo.routes():
-            self._set_route(route)
+            if here(route.node):
+                self._set_route(route)
         for link in self.topo.links.values():
             for port in link.ends():
+                if not here(port.node):
+                    continue
                 self._set_queue(link, port)
                 if port.port_id is not None and program is not None:
                     idx = self.ifindex(port.node, port.ifname)
@@ -181,7 +190,7 @@ class Fabric:
 
         with NicMaps.open(self.topo.lab) as maps:
             for link in self.topo.links.values():
-                if link.kind != "host":
+                if link.kind != "host" or not self.topo.is_here(link.lower.node):
                     continue
                 up, host = link.upper, link.lower
                 # The switch end first: the host end's XDP_TX needs a program there.
@@ -201,7 +210,7 @@ class Fabric:
                     nh_mac=self._mac(up.node, up.ifname),
                     netns=self.topo.netns(host.node),
                 )
-            for name in self.topo.host_names():
+            for name in filter(self.topo.is_here, self.topo.host_names()):
                 self._make_doorbell(name, nic)
                 maps.set_port_bitmap(self.topo.nodes[name].index, (1 << self.topo.planes) - 1)
 
@@ -249,19 +258,49 @@ class Fabric:
             peer={"ifname": low.ifname, "net_ns_fd": self.topo.netns(low.node)},
         )
         for port in (up, low):
-            idx = self.ifindex(port.node, port.ifname)
-            ipr = self.ipr(port.node)
-            self._call(f"{link.name}: mtu", ipr.link, "set", index=idx, mtu=self.topo.mtu)
-            if port.address is not None:
-                self._call(
-                    f"{link.name}: address {port.address} on {port.node}:{port.ifname}",
-                    ipr.addr,
-                    "add",
-                    index=idx,
-                    address=str(port.address.ip),
-                    prefixlen=port.address.network.prefixlen,
-                )
-            self._call(f"{link.name}: up", ipr.link, "set", index=idx, state="up")
+            self._port_up(link, port)
+
+    def _port_up(self, link: Link, port: Port) -> None:
+        idx = self.ifindex(port.node, port.ifname)
+        ipr = self.ipr(port.node)
+        self._call(f"{link.name}: mtu", ipr.link, "set", index=idx, mtu=self.topo.mtu)
+        if port.address is not None:
+            self._call(
+                f"{link.name}: address {port.address} on {port.node}:{port.ifname}",
+                ipr.addr,
+                "add",
+                index=idx,
+                address=str(port.address.ip),
+                prefixlen=port.address.network.prefixlen,
+            )
+        self._call(f"{link.name}: up", ipr.link, "set", index=idx, state="up")
+
+    def _make_tunnel_end(self, link: Link) -> None:
+        """This machine's end of a link to another machine: a VXLAN device made
+        from this process's namespace, the machine's underlay (where its UDP
+        socket stays), straight into the switch's namespace under the port's
+        name; then as a veth end: MTU, address, up. The queue and the port
+        program follow as on every port (build). VXLAN over IPv4 adds 50
+        bytes: the underlay carries lab MTU + 50 (docs/cluster.md)."""
+        from mrc_nic.lab.topology import VXLAN_PORT
+
+        tunnel = self.topo.shard.tunnels[link.name]
+        port = link.upper if self.topo.is_here(link.upper.node) else link.lower
+        with netns.iproute_here() as ipr:
+            self._call(
+                f"{link.name}: create VXLAN {tunnel.vni} to {tunnel.remote}",
+                ipr.link,
+                "add",
+                ifname=port.ifname,
+                kind="vxlan",
+                vxlan_id=tunnel.vni,
+                vxlan_local=tunnel.local,
+                vxlan_group=tunnel.remote,
+                vxlan_port=VXLAN_PORT,
+                vxlan_learning=0,
+                net_ns_fd=self.topo.netns(port.node),
+            )
+        self._port_up(link, port)
 
     def _set_route(self, route: Route) -> None:
         ipr = self.ipr(route.node)
@@ -306,6 +345,8 @@ class Fabric:
     def set_link_state(self, link: Link, up: bool) -> None:
         """Admin state of both ends: down takes the carrier away on both."""
         for port in link.ends():
+            if not self.topo.is_here(port.node):
+                continue  # the other machine's agent sets its end (mrc_nic.cluster)
             idx = self.ifindex(port.node, port.ifname)
             state = "up" if up else "down"
             self._call(
@@ -319,6 +360,7 @@ class Fabric:
         Next hops over a link whose local end is still admin down (another
         fault) are left out: the kernel refuses them (ENETUNREACH). They come
         back when that link is healed, through this same function."""
+        nodes = {node for node in nodes if self.topo.is_here(node)}
         dead = {node: self._admin_down_links(node) for node in nodes}
         for planned in self.topo.routes():
             if planned.node in nodes:

@@ -36,15 +36,18 @@ class UpReport:
 
 
 # ---- up ----------------------------------------------------------------------
-def up(topo: Topology) -> UpReport:
+def up(topo: Topology, cluster: dict | None = None) -> UpReport:
+    """cluster: on a machine of a lab spread over several (mrc_nic.cluster),
+    the record of its shard (topo.shard): this machine builds that part."""
     preflight.require_all()
     with state.locked(topo.lab, wait=0.5):
-        refuse_if_present(topo.lab)
+        refuse_if_present(topo.lab, topo)
         record = state.LabState(
             lab=topo.lab,
             topology_file=str(topo.path.resolve()),
             topology=topo.raw,
             namespaces=topo.all_netns(),
+            cluster=cluster,
         )
         record.save()  # before anything exists: a crash from here on is recoverable
         started = time.monotonic()
@@ -84,7 +87,7 @@ def start_daemons(topo: Topology, hosts: list[str] | None = None) -> list[str]:
     (mrc_nic.observe.eventlog, named ctl.EVENTS_SERVICE), and wait until each answers
     on its control socket. Returns the names started. One that does not come
     up is a LabError."""
-    names = hosts or [ctl.EVENTS_SERVICE, *topo.host_names()]
+    names = hosts or [ctl.EVENTS_SERVICE, *filter(topo.is_here, topo.host_names())]
     started = []
     for name in names:
         if daemon_pid(topo.lab, name) is None:
@@ -121,9 +124,10 @@ def nic_skip_ns(topo: Topology) -> int:
     return max(nic.DEFAULT_SKIP_NS, topo.queues.base_rtt_ns)
 
 
-def refuse_if_present(lab: str) -> None:
+def refuse_if_present(lab: str, topo: Topology | None = None) -> None:
     """LabError if anything of the lab exists: `up` checks before it says
-    what it will build, and again under the lab's lock."""
+    what it will build, and again under the lab's lock. On a machine of a lab
+    spread over several (topo.shard), only this machine's namespaces count."""
     record = state.LabState.load(lab)
     if record is not None and record.phase == "up":
         raise LabError(
@@ -131,7 +135,9 @@ def refuse_if_present(lab: str) -> None:
             f"{record.topology_file}); keep it with `mrc-nic up --reuse` (same topology), "
             f"or take it down first: mrc-nic down -l {lab}"
         )
-    leftovers = leftover_namespaces(lab)
+    leftovers = leftover_namespaces(
+        lab, topo.all_netns() if topo is not None and topo.shard else None
+    )
     if record is not None or leftovers:
         raise LabError(
             f"lab {lab!r} has leftovers of an interrupted run ({len(leftovers)} namespaces); "
@@ -145,23 +151,27 @@ def refuse_if_present(lab: str) -> None:
 
 
 # ---- down --------------------------------------------------------------------
-def leftover_namespaces(lab: str) -> list[str]:
-    """Namespaces named like this lab's: mrc-<lab>-<node>, node without a dash.
+def leftover_namespaces(lab: str, only: list[str] | None = None) -> list[str]:
+    """Namespaces named like this lab's: mrc-<lab>-<node>, node without a dash;
+    with `only` (a machine of a cluster lab: its shard's), those of them only.
 
     Neither lab names ([a-z0-9]) nor node names (h0, p1.t0a: see topology's
     naming) contain a dash, so the first dash after the prefix ends the lab
     name: lab "a" never matches lab "ab"'s mrc-ab-h0, nor "a-b" anything.
     """
     prefix = f"{NS_PREFIX}{lab}-"
-    return [n for n in netns.list_names() if n.startswith(prefix) and "-" not in n[len(prefix) :]]
+    names = [n for n in netns.list_names() if n.startswith(prefix) and "-" not in n[len(prefix) :]]
+    return names if only is None else [n for n in names if n in only]
 
 
-def down(lab: str) -> list[str]:
-    """Remove the lab; return the namespaces removed. Safe to repeat."""
+def down(lab: str, only: list[str] | None = None) -> list[str]:
+    """Remove the lab; return the namespaces removed. Safe to repeat. only: a
+    machine of a cluster lab names its shard's namespaces (others of the lab
+    may be another machine's), also when its record is gone."""
     preflight.require_root()
     with state.locked(lab):
         record = state.LabState.load(lab)
-        removed = _remove_everything(lab, record)
+        removed = _remove_everything(lab, record, only)
         # Unlinked while held: a waiter on this file sees the path gone and
         # retries on a new file (state.locked), so no two holders at once.
         state.lock_path(lab).unlink(missing_ok=True)
@@ -184,9 +194,15 @@ def _pinned_labs() -> list[str]:
     return sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
 
 
-def _remove_everything(lab: str, record: state.LabState | None) -> list[str]:
+def _remove_everything(
+    lab: str, record: state.LabState | None, only: list[str] | None = None
+) -> list[str]:
     workers.stop_all(lab)  # found by command line: also those no record names
-    names = set(record.namespaces if record else []) | set(leftover_namespaces(lab))
+    # A machine of a cluster lab removes its shard's namespaces only: others of
+    # the same lab may be another machine's (on one box, in tests).
+    if only is None and record is not None and record.cluster is not None:
+        only = record.namespaces
+    names = set(record.namespaces if record else []) | set(leftover_namespaces(lab, only))
     removed = [n for n in sorted(names) if netns.remove(n)]
     pins.unpin_all(lab)  # the NIC's and switches' pins, and any another build made
     state.forget(lab)

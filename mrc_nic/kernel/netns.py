@@ -68,6 +68,13 @@ def iproute(name: str) -> IPRoute:
     return IPRoute(netns=name, flags=0)
 
 
+def iproute_here() -> IPRoute:
+    """An RTNL socket in this process's own namespace (a cluster machine's underlay)."""
+    from pyroute2 import IPRoute
+
+    return IPRoute()
+
+
 def _setns(fd: int) -> None:
     if _libc.setns(fd, CLONE_NEWNET) != 0:
         err = ctypes.get_errno()

@@ -17,7 +17,9 @@ from pathlib import Path
 from mrc_nic.errors import MrcNicError
 from mrc_nic.kernel import bpfsys
 
-PIN_ROOT = Path("/sys/fs/bpf/mrc-nic")
+# MRC_NIC_PIN_ROOT: another root for a machine of a cluster lab that shares
+# its bpffs with other such machines (one box in tests; docs/cluster.md).
+PIN_ROOT = Path(os.environ.get("MRC_NIC_PIN_ROOT", "/sys/fs/bpf/mrc-nic"))
 U32_MAX = (1 << 32) - 1  # the widest map fields, for check_range
 U64_MAX = (1 << 64) - 1
 _LAB_NAME = re.compile(r"[a-z0-9]+")

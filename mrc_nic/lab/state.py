@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from mrc_nic.errors import MrcNicError
-from mrc_nic.lab.topology import LAB_NAME_RE, Topology, from_dict
+from mrc_nic.lab.topology import LAB_NAME_RE, Shard, Topology, Tunnel, from_dict
 
 RUN_DIR = Path(os.environ.get("MRC_NIC_RUN_DIR", "/run/mrc-nic"))
 
@@ -68,6 +68,9 @@ class LabState:
     bringup_seconds: float | None = None
     faults: dict[str, dict] = field(default_factory=dict)  # id -> fault record
     next_fault_id: int = 1
+    # On a machine of a cluster lab (mrc_nic.cluster): its shard, as
+    # cluster.placement.shard_record writes it; None on a lab of one machine.
+    cluster: dict | None = None
 
     def save(self) -> None:
         d = lab_dir(self.lab)
@@ -159,4 +162,16 @@ def open_lab(lab: str) -> tuple[LabState, Topology]:
     record = LabState.load(lab)
     if record is None or record.phase != "up":
         raise LabNotUp(f"lab {lab!r} is not up; start it with: mrc-nic up")
-    return record, from_dict(Path(record.topology_file), record.topology, lab)
+    topo = from_dict(Path(record.topology_file), record.topology, lab)
+    if record.cluster is not None:
+        topo.shard = shard_from_record(record.cluster)
+    return record, topo
+
+
+def shard_from_record(cluster: dict) -> Shard:
+    """The Shard a machine's record keeps (placement.shard_record's dict)."""
+    return Shard(
+        machine=cluster["machine"],
+        nodes=frozenset(cluster["nodes"]),
+        tunnels={name: Tunnel(**t) for name, t in cluster["tunnels"].items()},
+    )

@@ -39,6 +39,10 @@ MTU_MAX = 3506
 
 
 NS_PREFIX = "mrc-"
+# Cross-machine links of a cluster lab: VXLAN over IPv4 on the IANA port; it
+# adds 50 bytes (outer IPv4 20, UDP 8, VXLAN 8, inner Ethernet 14).
+VXLAN_PORT = 4789
+VXLAN_OVERHEAD = 50
 LAB_NAME_RE = re.compile(r"[a-z0-9]{1,12}")
 MAX_PLANES = 16
 MAX_HOSTS = 253  # .1 to .253 in a plane's /24; .254 is the T0 gateway
@@ -109,6 +113,10 @@ SCHEMA: dict[str, dict[str, str]] = {
     "addressing": {
         "hosts": "IPv4 /16 for host addresses: plane p is its p-th /24, host h is .h+1",
         "fabric": "IPv4 /16 for T0-T1 links: plane p is its p-th /24, one /31 per link",
+    },
+    "cluster": {
+        "machines": "how many machines of the cluster a lab spreads over (default: all)",
+        "place": 'nodes pinned to machines, e.g. { h1 = 1, "p0.t1a" = "10.0.0.2" }',
     },
     "queues": {
         "base_rtt": 'base RTT of a plane, e.g. "100us": a port\'s BDP is its link rate x base_rtt',
@@ -215,6 +223,24 @@ class Link(NamedTuple):
         return (self.upper, self.lower)
 
 
+class Tunnel(NamedTuple):
+    """This machine's end of a cross-machine link: a VXLAN device from this
+    machine's underlay address to the peer machine's (docs/cluster.md)."""
+
+    vni: int
+    local: str  # underlay addresses
+    remote: str
+
+
+class Shard(NamedTuple):
+    """The part of a lab one machine of a cluster builds and runs: its nodes,
+    and the links it shares with other machines (by link name)."""
+
+    machine: int
+    nodes: frozenset[str]
+    tunnels: dict[str, Tunnel]
+
+
 class Route(NamedTuple):
     node: str
     dst: ipaddress.IPv4Network
@@ -260,13 +286,21 @@ class Topology:
     raw: dict = field(default_factory=dict)  # the TOML as parsed, kept in the lab state
     nodes: dict[str, Node] = field(default_factory=dict)
     links: dict[str, Link] = field(default_factory=dict)
+    # A lab spread over machines (mrc_nic.cluster): this machine's part.
+    # all_netns() is then this machine's namespaces; the other names stay the
+    # lab's (a QP's peer may be a host of another machine).
+    shard: Shard | None = None
+
+    def is_here(self, node: str) -> bool:
+        """Whether this machine runs the node (always, on a lab of one machine)."""
+        return self.shard is None or node in self.shard.nodes
 
     # ---- names -----------------------------------------------------------
     def netns(self, node: str) -> str:
         return f"{NS_PREFIX}{self.lab}-{node}"
 
     def all_netns(self) -> list[str]:
-        return [self.netns(n) for n in self.nodes]
+        return [self.netns(n) for n in self.nodes if self.is_here(n)]
 
     def host_names(self) -> list[str]:
         return [n.name for n in self.nodes.values() if n.kind == "host"]

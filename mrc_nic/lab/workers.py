@@ -28,6 +28,7 @@ DAEMON_MODULE = "mrc_nic.transport.daemon"
 EVENTLOG_MODULE = "mrc_nic.observe.eventlog"
 EVENTLOG_ARG = ctl.EVENTS_SERVICE  # its name, as its control socket's
 MODULES = (WORKER_MODULE, DAEMON_MODULE, EVENTLOG_MODULE)
+RUN_DIR_ENV = "MRC_NIC_RUN_DIR"  # state.RUN_DIR's
 
 
 def spawn(lab: str, fault_id: int) -> int:
@@ -101,12 +102,28 @@ def _is_any(pid: int, lab: str) -> bool:
 
 
 def find(lab: str) -> list[int]:
-    """Every live worker and daemon of this lab."""
+    """Every live worker and daemon of this lab, of this machine's state
+    directory (state.RUN_DIR: machines of a cluster lab on one box each have
+    their own, docs/cluster.md)."""
     pids = []
     for entry in os.listdir("/proc"):
-        if entry.isdigit() and int(entry) != os.getpid() and _is_any(int(entry), lab):
-            pids.append(int(entry))
+        pid = int(entry) if entry.isdigit() else 0
+        if pid and pid != os.getpid() and _is_any(pid, lab) and _same_run_dir(pid):
+            pids.append(pid)
     return pids
+
+
+def _same_run_dir(pid: int) -> bool:
+    """Whether the process was started with this process's MRC_NIC_RUN_DIR (or none)."""
+    mine = os.environ.get(RUN_DIR_ENV, "").encode()
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            env = f.read().split(b"\0")
+    except OSError:
+        return False
+    key = RUN_DIR_ENV.encode() + b"="
+    theirs = next((e[len(key) :] for e in env if e.startswith(key)), b"")
+    return theirs == mine
 
 
 def stop(pid: int | None, lab: str) -> None:

@@ -1,0 +1,122 @@
+"""The agent: one per machine and lab, a Ray actor running as root there.
+
+It builds and removes its machine's shard with the same code as a local lab
+(fabric.testbed, fabric.builder: same namespaces, veths, TBFs, BPF programs),
+and runs the CLI's commands on its machine for the CLI on another one. It
+keeps nothing in memory: the shard's record is the machine's lab state
+(lab.state, with its `cluster` part), so a restarted agent picks up where
+the last one was, and `mrc-nic down -l LAB` run on the machine itself works.
+Ray wraps this class (machines.agent_class); it imports no Ray itself.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+
+from mrc_nic.errors import MrcNicError
+
+RUN_TIMEOUT_S = 600.0
+
+
+class ShardError(MrcNicError, RuntimeError):
+    """Building or removing this machine's shard failed; the message says why."""
+
+
+class UnderlayError(MrcNicError, RuntimeError):
+    """The machine's underlay cannot carry the lab's cross-machine links."""
+
+
+class Agent:
+    def __init__(self, lab: str) -> None:
+        self.lab = lab
+
+    def info(self) -> dict:
+        """Who and where: for status, and to check the actor runs where placed."""
+        from mrc_nic.kernel import pins
+        from mrc_nic.lab import state
+
+        return {
+            "hostname": socket.gethostname(),
+            "pid": os.getpid(),
+            "netns": os.readlink("/proc/self/ns/net"),
+            "run_dir": str(state.RUN_DIR),
+            "pin_root": str(pins.PIN_ROOT),
+        }
+
+    def up(self, topology_file: str, raw: dict, shard: dict, mtu: int) -> dict:
+        """Clear what an earlier run of this lab left on this machine, then
+        build this machine's shard (cluster.shard, in a process of its own).
+        Returns the bring-up report and what was cleared."""
+        request = {"topology_file": topology_file, "raw": raw, "shard": shard, "mtu": mtu}
+        return self._shard("up", request)
+
+    def down(self, nodes: list[str]) -> list[str]:
+        """Remove this machine's shard: its record's and these nodes' namespaces."""
+        return self._shard("clear", {"nodes": nodes})
+
+    def _shard(self, op: str, request: dict) -> object:
+        body = json.dumps({"op": op, "lab": self.lab, **request})
+        done = subprocess.run(
+            [sys.executable, "-m", "mrc_nic.cluster.shard"],
+            input=body,
+            capture_output=True,
+            text=True,
+            timeout=RUN_TIMEOUT_S,
+        )
+        lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
+        if not lines:
+            raise ShardError(f"{op} of the shard failed: {done.stderr.strip()[-500:]}")
+        reply = json.loads(lines[-1])
+        if "error" in reply:
+            raise ShardError(reply["error"])
+        return reply["ok"]
+
+    def run(self, argv: list[str], timeout: float = RUN_TIMEOUT_S) -> tuple[int, str, str]:
+        """`mrc-nic ARGV` on this machine: (exit status, stdout, stderr)."""
+        code = "from mrc_nic.cli import main; main()"
+        from mrc_nic.cluster.route import AGENT_ENV
+
+        env = dict(os.environ, COLUMNS="200", NO_COLOR="1", MRC_NIC_LAB=self.lab)
+        env[AGENT_ENV] = "1"  # this machine's shard, not the cluster lab again
+        env.pop("RAY_ADDRESS", None)  # not a cluster command: this machine's shard
+        try:
+            done = subprocess.run(
+                [sys.executable, "-c", code, *argv],
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                env=env,
+                stdin=subprocess.DEVNULL,
+            )
+        except subprocess.TimeoutExpired as e:
+            return 124, e.stdout or "", f"mrc-nic {' '.join(argv)}: no end after {timeout:g} s"
+        return done.returncode, done.stdout, done.stderr
+
+
+def check_underlay(address: str, mtu: int) -> None:
+    """The device holding this machine's underlay address must carry a full
+    lab frame in VXLAN: its MTU at least the lab's plus the 50 bytes of VXLAN
+    over IPv4, or every full MRC packet would be fragmented or dropped."""
+    from mrc_nic.kernel import netns
+    from mrc_nic.lab.topology import VXLAN_OVERHEAD
+
+    with netns.iproute_here() as ipr:
+        found = [a["index"] for a in ipr.get_addr(family=socket.AF_INET, address=address)]
+        if not found:
+            raise UnderlayError(
+                f"no interface of this machine holds the underlay address {address} "
+                "(the address Ray knows this node by)"
+            )
+        (link,) = ipr.get_links(found[0])
+        have = link.get_attr("IFLA_MTU")
+        name = link.get_attr("IFLA_IFNAME")
+    if have < mtu + VXLAN_OVERHEAD:
+        raise UnderlayError(
+            f"underlay {name} ({address}) has MTU {have}: a lab MTU of {mtu} needs at least "
+            f"{mtu + VXLAN_OVERHEAD} (VXLAN adds {VXLAN_OVERHEAD} bytes); raise it with "
+            f"`ip link set {name} mtu {mtu + VXLAN_OVERHEAD}` or lower [links] mtu"
+        )

@@ -1,0 +1,154 @@
+"""The cluster through Ray: connect, list machines, start and reach agents.
+
+A machine is a live Ray node; its underlay address is the address Ray knows
+it by (`ray start --node-ip-address`). Each lab has one agent per machine it
+uses: a detached, named actor (mrc-nic-<lab>-m<i>, namespace mrc-nic) pinned
+to its node by node affinity, with no CPU reserved (it only configures). It
+is not restarted by Ray: an agent or machine that dies stays reported dead
+(status, events) until the lab is taken down and brought up again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+from collections.abc import Callable
+from typing import Any
+
+from mrc_nic.errors import MrcNicError
+
+NAMESPACE = "mrc-nic"
+CALL_TIMEOUT_S = 60.0  # a status, a fault: well under a second when the machine is there
+UP_TIMEOUT_S = 600.0  # compiles two BPF programs and builds a shard
+
+
+class ClusterError(MrcNicError, RuntimeError):
+    """The cluster cannot be reached or used; the message says how to fix it."""
+
+
+def connect(address: str) -> None:
+    """Join the Ray cluster at `address` (host:port of the head's GCS on a
+    node of the cluster, or ray://host:10001 from elsewhere)."""
+    try:
+        import ray
+    except ImportError:
+        raise ClusterError(
+            "a cluster lab needs Ray: pip install 'mrc-nic[cluster]' (scripts/setup does)"
+        ) from None
+    if ray.is_initialized():
+        return
+    try:
+        ray.init(
+            address=address,
+            namespace=NAMESPACE,
+            log_to_driver=False,
+            logging_level="WARNING",
+            configure_logging=False,
+        )
+    except (ConnectionError, RuntimeError, ValueError) as e:
+        raise ClusterError(f"cannot join the Ray cluster at {address}: {e}") from None
+
+
+def machines() -> list[dict]:
+    """Live Ray nodes, ordered by underlay address: [{address, node_id}]."""
+    import ray
+
+    alive = [
+        {"address": n["NodeManagerAddress"], "node_id": n["NodeID"]}
+        for n in ray.nodes()
+        if n.get("Alive")
+    ]
+    return sorted(alive, key=lambda m: ipaddress.ip_address(m["address"]))
+
+
+def actor_name(lab: str, machine: int) -> str:
+    return f"mrc-nic-{lab}-m{machine}"
+
+
+def start_agent(lab: str, machine: int, node_id: str) -> Any:
+    """The agent of `lab` on machine `machine`, started on Ray node `node_id`
+    (an agent already there under that name is killed first: a leftover)."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    from mrc_nic.cluster.agent import Agent
+
+    kill_agent(lab, machine)
+    remote = ray.remote(Agent).options(
+        name=actor_name(lab, machine),
+        namespace=NAMESPACE,
+        lifetime="detached",
+        num_cpus=0,
+        max_restarts=0,
+        max_concurrency=4,  # a status while a long write runs
+        scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
+    )
+    return remote.remote(lab)
+
+
+def agent(lab: str, machine: int) -> Any | None:
+    """The running agent's handle, or None (never started, dead, or its machine gone)."""
+    import ray
+
+    try:
+        return ray.get_actor(actor_name(lab, machine), namespace=NAMESPACE)
+    except ValueError:
+        return None
+
+
+def kill_agent(lab: str, machine: int) -> None:
+    import ray
+
+    handle = agent(lab, machine)
+    if handle is not None:
+        with contextlib.suppress(Exception):
+            ray.kill(handle, no_restart=True)
+
+
+def call(handle: Any, method: str, *args: Any, timeout: float = CALL_TIMEOUT_S) -> Any:
+    """One agent call; ClusterError naming why when the agent cannot answer."""
+    results = call_many([(handle, method, args)], timeout)
+    ok, value = results[0]
+    if not ok:
+        raise ClusterError(value)
+    return value
+
+
+def call_many(
+    calls: list[tuple[Any, str, tuple]], timeout: float = CALL_TIMEOUT_S
+) -> list[tuple[bool, Any]]:
+    """Several agent calls at once (each machine works in parallel): per call,
+    (True, result) or (False, why it failed, one line)."""
+    import ray
+
+    refs: list[Any] = []
+    for handle, method, args in calls:
+        refs.append(None if handle is None else getattr(handle, method).remote(*args))
+    out: list[tuple[bool, Any]] = []
+    for ref in refs:
+        out.append(_get(ray, ref, timeout))
+    return out
+
+
+def _get(ray: Any, ref: Any, timeout: float) -> tuple[bool, Any]:
+    if ref is None:
+        return False, "no agent (it died, or its machine left the cluster)"
+    try:
+        return True, ray.get(ref, timeout=timeout)
+    except ray.exceptions.GetTimeoutError:
+        return False, f"no answer within {timeout:g} s"
+    except ray.exceptions.RayActorError:
+        return False, "the agent died (or its machine left the cluster)"
+    except ray.exceptions.RayTaskError as e:
+        cause = e.cause if isinstance(e.cause, Exception) else e
+        if isinstance(cause, MrcNicError):
+            return False, str(cause)
+        return False, f"{type(cause).__name__}: {str(cause).splitlines()[-1] if str(cause) else ''}"
+
+
+def each(lab: str, count: int) -> list[Any | None]:
+    """The handles of a lab's agents, machine by machine (None: not reachable)."""
+    return [agent(lab, m) for m in range(count)]
+
+
+Runner = Callable[[int, list[str]], tuple[int, str, str]]

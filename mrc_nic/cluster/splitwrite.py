@@ -1,0 +1,177 @@
+"""A WRITE between hosts on two machines: one process at each end.
+
+`mrc-nic write` is one process at both ends (it maps the receiver's memory);
+across machines each end runs on its own machine, as any RDMA application
+does: the agents start `python -m mrc_nic.cluster.splitwrite recv|send` in
+the two hosts (`mrc-nic exec`), which swap their QP facts over TCP through
+the lab itself (mrc_nic.verbs.cm, on a plane's addresses), and the sender
+WRITEs the transfer in rounds of one half of the receiver's buffer. With
+--verify each round is bytes from a seeded generator that the receiver
+regenerates and compares; the sender writes a half again only after the
+receiver has checked it (two halves: one is checked while the other fills).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import secrets
+import sys
+import time
+
+HALF_MAX = 8 * 2**20  # bytes per round: two halves fit one MR (32 MiB)
+WR_BYTES = 2**20  # bytes per WRITE
+DEPTH = 32  # WRITEs in flight
+CM_PORT = 18186
+
+
+def _pattern(seed: int, round_no: int, n: int) -> bytes:
+    import numpy as np
+
+    return np.random.default_rng([seed, round_no]).bytes(n)
+
+
+def _connect(server: str | None, port: int, mr_bytes: int, timeout: float):
+    from mrc_nic import verbs
+    from mrc_nic.verbs import cm
+
+    ctx = verbs.Context()
+    link = cm.Link.open(server, port, timeout=timeout)
+    pd = verbs.PD(ctx)
+    mr = pd.reg_mr(mr_bytes)
+    cq = verbs.CQ(ctx, 256)
+    cap = verbs.QPCap(max_send_wr=DEPTH * 2, max_recv_wr=4)
+    qp = verbs.QP(pd, verbs.QPInitAttr(send_cq=cq, recv_cq=cq, cap=cap))
+    qp.to_init()
+    peer = link.swap(cm.Endpoint.of(qp, mr, ctx.gid()))
+    qp.to_rtr(peer.qpn, peer.gid, rq_psn=peer.psn)
+    qp.to_rts()
+    return ctx, link, pd, mr, cq, qp, peer
+
+
+def receive(args: argparse.Namespace) -> dict:
+    half = min(HALF_MAX, args.size)
+    ctx, link, pd, mr, cq, qp, peer = _connect(None, args.port, 2 * half, args.timeout)
+    plan = link.recv()  # the sender's size and seed
+    checked = errors = 0
+    for r in range((plan["size"] + half - 1) // half):
+        msg = link.recv()
+        n, off = msg["bytes"], (r % 2) * half
+        if plan["verify"]:
+            got = bytes(mr.buf[off : off + n])
+            if got != _pattern(plan["seed"], r, n):
+                errors += sum(
+                    a != b for a, b in zip(got, _pattern(plan["seed"], r, n), strict=True)
+                )
+            checked += n
+        link.send({"checked": r})
+    link.send({"checked_bytes": checked, "errors": errors})
+    return {"role": "receiver", "checked_bytes": checked, "errors": errors}
+
+
+def send(args: argparse.Namespace) -> dict:
+    from mrc_nic import verbs
+
+    half = min(HALF_MAX, args.size)
+    ctx, link, pd, mr, cq, qp, peer = _connect(args.server, args.port, 2 * half, args.timeout)
+    seed = secrets.randbits(32)
+    link.send({"size": args.size, "seed": seed, "verify": args.verify})
+    rounds = (args.size + half - 1) // half
+    pending_acks = 0
+    clock = _Clock()
+    t0 = time.perf_counter()
+    for r in range(rounds):
+        if pending_acks == 2:  # the half about to be written: checked by now
+            link.recv()
+            pending_acks -= 1
+        n, off = min(half, args.size - r * half), (r % 2) * half
+        if args.verify or r < 2:
+            mr.buf[off : off + n] = _pattern(seed, r, n)
+        wrs = [
+            verbs.SendWR(
+                wr_id=k,
+                sg_list=[verbs.SGE(mr.addr + off + k, min(WR_BYTES, n - k), mr.lkey)],
+                remote_addr=peer.addr + off + k,
+                rkey=peer.rkey,
+                send_flags=verbs.SendFlags.SIGNALED,
+            )
+            for k in range(0, n, WR_BYTES)
+        ]
+        _post_all(qp, cq, wrs, args.timeout, clock)
+        link.send({"round": r, "bytes": n})
+        pending_acks += 1
+    while pending_acks:
+        link.recv()
+        pending_acks -= 1
+    seconds = time.perf_counter() - t0
+    verdict = link.recv()
+    return {
+        "role": "sender",
+        "bytes": args.size,
+        "seconds": round(seconds, 4),
+        "gbps": round(args.size * 8 / seconds / 1e9, 4),
+        "verified_bytes": verdict["checked_bytes"],
+        "errors": verdict["errors"],
+        # The longest time without a WRITE completing (1 MiB each): a stall,
+        # e.g. while a fault is met, shows as a gap above the usual spacing.
+        "max_completion_gap_ms": round(clock.max_gap * 1e3, 2),
+    }
+
+
+class _Clock:
+    """The longest time between two WRITE completions of a transfer."""
+
+    def __init__(self) -> None:
+        self.last: float | None = None
+        self.max_gap = 0.0
+
+    def tick(self, now: float) -> None:
+        if self.last is not None:
+            self.max_gap = max(self.max_gap, now - self.last)
+        self.last = now
+
+
+def _post_all(qp, cq, wrs: list, timeout: float, clock: _Clock) -> None:
+    from mrc_nic import verbs
+
+    posted = done = 0
+    last = time.monotonic()
+    while done < len(wrs):
+        room = min(DEPTH - (posted - done), len(wrs) - posted)
+        if room > 0:
+            qp.post_send(wrs[posted : posted + room])
+            posted += room
+        wcs = cq.poll(16)
+        for wc in wcs:
+            if wc.status != verbs.WcStatus.SUCCESS:
+                raise RuntimeError(f"WRITE {wc.wr_id} failed: {wc.status.name}")
+        done += len(wcs)
+        if wcs:
+            last = time.monotonic()
+            clock.tick(time.perf_counter())
+        elif time.monotonic() - last > timeout:
+            raise RuntimeError(f"no WRITE completed within {timeout:g} s")
+        else:
+            cq.wait(0.05)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m mrc_nic.cluster.splitwrite")
+    p.add_argument("role", choices=("recv", "send"))
+    p.add_argument("server", nargs="?", help="send: an address of the receiver's host")
+    p.add_argument("--size", type=int, required=True)
+    p.add_argument("--port", type=int, default=CM_PORT)
+    p.add_argument("--timeout", type=float, default=60.0)
+    p.add_argument("--verify", action="store_true")
+    args = p.parse_args(argv)
+    try:
+        result = receive(args) if args.role == "recv" else send(args)
+    except Exception as e:  # noqa: BLE001 (one line for the agent to relay)
+        print(json.dumps({"error": f"{type(e).__name__}: {e}"}))
+        return 1
+    print(json.dumps(result))
+    return 0 if not result.get("errors") else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
