@@ -22,15 +22,28 @@ on PATH, so `python` is one that has mrc_nic. Unlike `ip netns exec`, /sys stays
 lab's pinned BPF maps under /sys/fs/bpf remain visible.
 
 \b
+C programs: the native verbs library (libmrc_nic_verbs.so) is preloaded
+(LD_PRELOAD), so an unmodified verbs program (perftest's ib_write_bw,
+ibv_devices, the OCP mrc_example, your own) finds one device per host of
+the lab, this host's first (mrc_h0, ...). --no-preload leaves it out.
+
+\b
 Examples:
   mrc-nic exec h1 -- python examples/write_bw.py                # server on h1
   mrc-nic exec h0 -- python examples/write_bw.py 198.18.0.2     # client on h0
+  mrc-nic exec h1 -- ib_write_bw -s 4096                        # perftest server on h1
+  mrc-nic exec h0 -- ib_write_bw -s 4096 198.18.0.2             # client on h0
   mrc-nic exec h0 -- ip -br addr""",
 )
 @click.argument("host")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+@click.option(
+    "--no-preload",
+    is_flag=True,
+    help="Do not preload the native verbs library (C verbs programs then find no device).",
+)
 @lab_option
-def exec_cmd(host: str, command: tuple[str, ...], lab: str | None) -> None:
+def exec_cmd(host: str, command: tuple[str, ...], lab: str | None, no_preload: bool) -> None:
     """Run COMMAND inside HOST's namespace, with the environment the verbs API uses."""
     from mrc_nic.kernel import netns
     from mrc_nic.lab import state
@@ -57,9 +70,25 @@ def exec_cmd(host: str, command: tuple[str, ...], lab: str | None) -> None:
     program = shutil.which(command[0], path=path)
     if program is None:
         raise click.UsageError(f"{command[0]!r}: no such program (is it on PATH?)")
-    netns.enter_for_good(topo.netns(host))
     env = dict(os.environ, PATH=path, **{ENV_LAB: name, ENV_HOST: host})
+    if not no_preload:
+        env.update(_preload(env.get("LD_PRELOAD", "")))
+    netns.enter_for_good(topo.netns(host))
     os.execve(program, list(command), env)
+
+
+def _preload(current: str) -> dict[str, str]:
+    """LD_PRELOAD with the native verbs library first (built now if it is not);
+    nothing when it cannot be built, which is said on stderr."""
+    from mrc_nic import native
+
+    try:
+        lib = str(native.library())
+    except native.BuildError as e:
+        click.echo(f"mrc-nic exec: C verbs programs will find no device here: {e}", err=True)
+        return {}
+    rest = [p for p in current.replace(":", " ").split() if p and p != lib]
+    return {"LD_PRELOAD": " ".join([lib, *rest])}
 
 
 COMMANDS = [exec_cmd]
