@@ -546,7 +546,15 @@ int nv_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr *
 		struct nv_wr *rec;
 
 		if (wr->opcode != IBV_WR_RDMA_WRITE && !with_imm) {
-			ret = bad(wr, bad_wr, EINVAL); /* SEND, READ, atomics: MRC has WRITEs only */
+			/* SEND, READ, atomics: MRC has WRITEs only. Said once: a
+			 * program may retry in a loop. */
+			static int said;
+
+			if (!said++)
+				nv_log("post_send: opcode %d is not offered: the MRC NIC does RDMA WRITE "
+				       "and WRITE_WITH_IMM only (no SEND, READ or atomics)",
+				       wr->opcode);
+			ret = bad(wr, bad_wr, EINVAL);
 			break;
 		}
 		if (wr->num_sge < 0 || (__u32)wr->num_sge > q->max_send_sge) {
