@@ -2,8 +2,10 @@
 mrc_example, your own C) on the emulated NIC (docs/api.md, "C programs").
 
 `libmrc_nic_verbs.so` (C, src/) exports the libibverbs calls such programs
-make, with libibverbs' symbol versions, and the OCP mrc.h API; `mrc-nic exec`
-preloads it (LD_PRELOAD), so the program's verbs calls reach the host's NIC.
+make, with libibverbs' symbol versions, and the OCP mrc.h API (include/mrc.h;
+`lib_mrc.so` beside it is the same library under the name OCP's example
+links); `mrc-nic exec` preloads it (LD_PRELOAD), so the program's verbs
+calls reach the host's NIC.
 It is built by scripts/setup, and otherwise on first use (`library()`),
 next to its sources when that folder is writable (a checkout), else in
 /var/cache/mrc-nic/native.
@@ -30,7 +32,7 @@ class BuildError(RuntimeError):
 
 def _inputs() -> list[Path]:
     bpf = resources.BPF_DIR
-    sources = [*SOURCE_DIR.glob("src/*"), SOURCE_DIR / "Makefile"]
+    sources = [*SOURCE_DIR.glob("src/*"), *SOURCE_DIR.glob("include/*"), SOURCE_DIR / "Makefile"]
     return sorted([*sources, *bpf.glob("nic_*.h"), bpf / "mrc_wire.h"])
 
 
@@ -68,6 +70,11 @@ def library(*, build: bool = True) -> Path:
     if result.returncode:
         raise BuildError(f"building {lib} failed:\n{result.stderr.strip()}")
     return lib
+
+
+def include_dir() -> Path:
+    """The folder of mrc.h and mrc_api_ver.h, for -I (MRC_H_PATH)."""
+    return SOURCE_DIR / "include"
 
 
 def main() -> int:
