@@ -76,15 +76,15 @@ PINNED_MAPS = (*MAP_PINS, PROG_PIN)
 # Layout constants: not tunable.
 MR_ELEM_SIZE = defs.NIC_MR_ELEM_SIZE
 SEG_ELEMS_MAX = defs.NIC_SEG_ELEMS_MAX  # a data packet's payload fills at most 3 elements
-# Registered memory of the lab's NICs: 64 MiB per host (an emulated NIC's
-# host memory), at most 1 GiB for the lab, in the kernel as one mmapable map.
+# Registered memory of the lab's NICs: per host the topology's [nic] memory
+# (64 MiB by default: an emulated NIC's host memory), in the kernel as one
+# mmapable map for the lab.
 MEMORY_PER_HOST = 64 * 2**20
-MEMORY_MAX = 2**30
 
 
-def memory_elems(hosts: int) -> int:
-    """Elements of nic_mr on a lab of `hosts` hosts."""
-    return min(MEMORY_PER_HOST * hosts, MEMORY_MAX) // MR_ELEM_SIZE
+def memory_elems(hosts: int, per_host: int = MEMORY_PER_HOST) -> int:
+    """Elements of nic_mr on a lab of `hosts` hosts with per_host bytes each."""
+    return hosts * per_host // MR_ELEM_SIZE
 
 
 def seg_size(mtu: int = wireconst.MTU) -> int:
