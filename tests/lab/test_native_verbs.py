@@ -23,6 +23,7 @@ from tests.helpers.hostpair import run_server_client
 
 TIMEOUT = 120  # seconds for any one program
 PATTERN_SRC = Path(__file__).parent / "native" / "verbs_pattern.c"
+MRC_PATTERN_SRC = Path(__file__).parent / "native" / "mrc_pattern.c"
 
 
 def in_host(lab: str, host: str, *program: str) -> list[str]:
@@ -151,6 +152,34 @@ def test_our_c_program_checks_bytes_and_error_completions(default_lab, pattern):
         server_extra=["server", "18555"],
         client_extra=["client"],
         client_tail=["18555"],
+    )
+    assert server.returncode == 0 and server.stdout.endswith("PASS\n"), server.stdout
+    assert client.returncode == 0 and client.stdout.endswith("PASS\n"), client.stdout
+
+
+def test_a_program_on_the_mrc_h_api_linked_to_lib_mrc_so(default_lab, tmp_path):
+    """A program written against OCP's mrc.h, built as OCP's example makefile
+    builds (our include/mrc.h, lib_mrc.so before -libverbs, an rpath) and run
+    without the preload: lib_mrc.so alone takes its calls. OCP's transitions
+    (PORT, TIMEOUT, RETRY_CNT 14) with MRC attributes; WRITE + WRITE_WITH_IMM
+    into a receive posted with no SGE; the bytes checked."""
+    from mrc_nic import native
+
+    if shutil.which("cc") is None or not Path("/usr/include/infiniband/verbs.h").exists():
+        pytest.skip("needs cc and libibverbs-dev (scripts/setup installs them)")
+    lib_dir = native.library().parent
+    exe = tmp_path / "mrc_pattern"
+    subprocess.run(
+        ["cc", "-O1", "-Wall", f"-I{native.include_dir()}", "-o", str(exe), str(MRC_PATTERN_SRC),
+         f"-Wl,-rpath,{lib_dir}", str(lib_dir / "lib_mrc.so"), "-libverbs"],
+        check=True,
+        capture_output=True,
+    )  # fmt: skip
+    lab, address = default_lab.lab, str(default_lab.host_address(1, 0))
+    client, server = run_server_client(
+        [*MRC, "exec", "--no-preload", "-l", lab, "h1", "--", str(exe), "server", "18556"],
+        [*MRC, "exec", "--no-preload", "-l", lab, "h0", "--", str(exe), "client", address, "18556"],
+        settle=1.5,
     )
     assert server.returncode == 0 and server.stdout.endswith("PASS\n"), server.stdout
     assert client.returncode == 0 and client.stdout.endswith("PASS\n"), client.stdout
