@@ -5,6 +5,7 @@ constants and enums (from the generated mrc_nic.abi.defs), record layouts.
 from __future__ import annotations
 
 import ctypes
+import struct
 
 from mrc_nic import resources
 from mrc_nic.abi import defs
@@ -163,6 +164,35 @@ RqStats = defs.NicRqStats
 GapBin = defs.NicGapBin
 SpinLock = defs.BpfSpinLock
 RqState = defs.NicRq
+
+
+_STRUCT_CHARS = {ctypes.c_uint8: "B", ctypes.c_uint16: "H", ctypes.c_uint32: "I",
+                 ctypes.c_uint64: "Q"}  # fmt: skip
+
+
+def packer(layout: type[ctypes.Structure], upto: str | None = None) -> struct.Struct:
+    """A struct.Struct of a generated layout (mrc_nic.abi), for pack_into and
+    unpack_from on a hot path (a ctypes object per WQE costs microseconds):
+    its integer fields in order, `reserved*` arrays as padding; upto: the
+    fields before that one only. The format comes from the bpf/ header
+    through the ABI, never written by hand."""
+    fmt, at = "<", 0
+    for name, kind in layout._fields_:
+        if name == upto:
+            break
+        offset = getattr(layout, name).offset
+        fmt += "x" * (offset - at)
+        size = ctypes.sizeof(kind)
+        if name.startswith("reserved"):
+            fmt += f"{size}x"
+        elif kind in _STRUCT_CHARS:
+            fmt += _STRUCT_CHARS[kind]
+        else:
+            raise TypeError(f"{layout.__name__}.{name}: no struct format for {kind}")
+        at = offset + size
+    if upto is None:
+        fmt += "x" * (ctypes.sizeof(layout) - at)
+    return struct.Struct(fmt)
 
 
 def rx_lock_slot(qpn: int) -> int:

@@ -42,8 +42,8 @@ if TYPE_CHECKING:
     from mrc_nic.verbs.memory import PD
 
 U32 = 0xFFFFFFFF
-WQE = struct.Struct("<QQIIIIIBB2x")  # struct nic_wqe (bpf/nic_structs.h)
-WQ_HEAD = struct.Struct("<II")  # struct nic_wq: posted, done
+WQE = nic.packer(nic.Wqe)  # struct nic_wqe (bpf/nic_structs.h), as the ABI gives it
+WQ_HEAD = nic.packer(nic.Wq, upto="wqes")  # struct nic_wq: posted, done
 WQE_SIGNALED = 0x1  # NIC_WQE_F_SIGNALED
 # post_send's hot path compares plain ints, not enum members (an IntFlag & costs ~1 us)
 _POSTABLE = frozenset({int(WrOpcode.RDMA_WRITE), int(WrOpcode.RDMA_WRITE_WITH_IMM)})
