@@ -199,6 +199,46 @@ static __always_inline __u64 elem_bytes(__u32 total, __u32 at)
 	return n;
 }
 
+/* A whole payload's length as the verifier must see it for a copy into the
+ * copy buffer: at most NIC_SEG_SIZE (the caller checks >= 1). */
+static __always_inline __u64 payload_bytes(__u32 total)
+{
+	__u64 n = total;
+
+	asm volatile("" : "+r"(n));
+	if (n > NIC_SEG_SIZE)
+		n = NIC_SEG_SIZE;
+	asm volatile("" : "+r"(n));
+	return n;
+}
+
+/* Piece k of a payload of `total` bytes that starts `in_off` (1 ..
+ * NIC_MR_ELEM_SIZE - 1) bytes into its first element: its bytes in element
+ * k start at *in, at payload byte *at; returns its length, 0 when there is
+ * none. The payload's copy buffer (struct nic_copy_buf) holds *at + length:
+ * the barriers keep *at below NIC_SEG_ELEMS_MAX elements and the length at
+ * most one element where the verifier sees them. */
+static __always_inline __u64 copy_piece(__u32 total, __u32 in_off, __u32 k, __u32 *in, __u32 *at)
+{
+	__u32 start = k ? k * NIC_MR_ELEM_SIZE - in_off : 0, dst = k ? 0 : in_off;
+	__u64 n;
+
+	if (start >= total || start >= NIC_SEG_ELEMS_MAX * NIC_MR_ELEM_SIZE)
+		return 0;
+	n = total - start;
+	if (n > NIC_MR_ELEM_SIZE - dst)
+		n = NIC_MR_ELEM_SIZE - dst;
+	asm volatile("" : "+r"(n));
+	if (n > NIC_MR_ELEM_SIZE)
+		n = NIC_MR_ELEM_SIZE;
+	asm volatile("" : "+r"(start));
+	if (start >= NIC_SEG_ELEMS_MAX * NIC_MR_ELEM_SIZE)
+		return 0;
+	*in = dst & (NIC_MR_ELEM_SIZE - 1);
+	*at = start;
+	return n;
+}
+
 /* ---- The send engine's trigger ------------------------------------------ */
 
 /* What runs the send engine: a kick, or an ACK of an engine QP (nic_xdp). */

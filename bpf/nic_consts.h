@@ -165,6 +165,10 @@ _Static_assert(NIC_CQ_RING_PAGES > 0 && (NIC_CQ_RING_PAGES & (NIC_CQ_RING_PAGES 
 #define NIC_SEG_ELEMS (NIC_SEG_ELEMS_FIT < NIC_SEG_ELEMS_MAX ? NIC_SEG_ELEMS_FIT : NIC_SEG_ELEMS_MAX)
 #define NIC_SEG_SIZE (NIC_SEG_ELEMS * NIC_MR_ELEM_SIZE)
 _Static_assert(NIC_SEG_ELEMS >= 1, "MRC_MTU too small for a 1024-byte payload");
+/* A payload at an offset inside an element spans one element more; the copy
+ * buffer holds it at any offset (the verifier bounds offset + length by the
+ * buffer's size, not by their sum at run time). */
+#define NIC_COPY_BUF (NIC_SEG_ELEMS_MAX * NIC_MR_ELEM_SIZE + NIC_MR_ELEM_SIZE)
 
 /* Largest MPR (units of MRC_MPR_UNIT PSNs). PSN p lives at bit
  * p % NIC_BITMAP_BITS of the rings: a power of two dividing 2^24, so a ring
@@ -322,7 +326,7 @@ enum nic_counter {
 	NIC_CNT_DROP_QP_STATE,       /* QP not in RTR/RTS (data, PROBE) or RTS/SQD (ACKs) */
 	NIC_CNT_DROP_QP_CONFIG,      /* mpr out of 1..NIC_MPR_MAX, no ring, more in flight than mpr;
 				      * a kick for a QP without the engine */
-	NIC_CNT_DROP_BAD_VA,         /* va - base_va not a multiple of NIC_MR_ELEM_SIZE */
+	NIC_CNT_DROP_BAD_VA,         /* none since placement is byte-granular (kept: counter ids) */
 	NIC_CNT_DROP_BAD_MSN,        /* LAST packet of an MSN already completed, or conflicting */
 	NIC_CNT_DROP_XDP_ERR,        /* resizing the frame for the answer or data packet failed */
 	NIC_CNT_PLACED,              /* payloads placed in memory */

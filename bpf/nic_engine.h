@@ -356,6 +356,7 @@ struct tx_pkt {
 	__u64 tx_ts;    /* MRC_DATA.tx_ts, recorded before the packet leaves */
 	__u32 psn, wqe, off, seg, last, retx, ev, plane;
 	__u32 src_elem; /* the first element of its payload in nic_mr */
+	__u32 src_in;   /* where in that element the payload starts */
 	__u32 hdrs;     /* frame bytes before the payload: DATA_HDRS_LEN or DATA_IMM_HDRS_LEN */
 };
 
@@ -426,20 +427,21 @@ static __always_inline int engine_source(const struct engine_req *req, struct ni
 {
 	struct nic_region *rg;
 	__u32 rid;
-	__u64 elem;
+	__u64 off;
 
 	if (!t->seg)
 		return PKT_GO;
 	rid = w->src_region;
 	rg = nic_regions_lookup(&rid);
-	if (!rg || !rg->n_elems || (w->src_off & (NIC_MR_ELEM_SIZE - 1)))
+	if (!rg || !rg->n_elems)
 		return engine_bad_wqe(req, sq, t->psn, now);
 	if (rg->pd != sq->pd || (rg->owner && rg->owner != sq->local_host + 1))
 		return engine_wqe_error(req, sq, t->psn, now, NIC_ERR_LOC_PROT);
-	elem = ((__u64)w->src_off + t->off) / NIC_MR_ELEM_SIZE;
-	if (elem + (t->seg - 1) / NIC_MR_ELEM_SIZE >= rg->n_elems)
+	off = (__u64)w->src_off + t->off; /* any byte of the MR */
+	if (off < rg->head || off + t->seg > (__u64)rg->n_elems * NIC_MR_ELEM_SIZE - rg->tail)
 		return engine_bad_wqe(req, sq, t->psn, now);
-	t->src_elem = rg->first_elem + (__u32)elem;
+	t->src_elem = rg->first_elem + (__u32)(off / NIC_MR_ELEM_SIZE);
+	t->src_in = (__u32)(off % NIC_MR_ELEM_SIZE);
 	return PKT_GO;
 }
 
@@ -512,9 +514,41 @@ static __always_inline void engine_headers(struct data_hdrs *f, const struct nic
 	f->dext.tx_ts = bpf_htonll(t->tx_ts);
 }
 
+/* A payload that starts inside an element: its pieces read through dynptrs
+ * over their elements into the copy buffer, then stored whole (the mirror
+ * of the receiver's rx_copy_unaligned). */
+static __always_inline int engine_copy_unaligned(struct xdp_md *ctx, const struct tx_pkt *t)
+{
+	struct nic_copy_buf *buf;
+	__u32 zero = 0, k;
+	__u64 seg;
+
+	buf = nic_copy_scratch_lookup(&zero);
+	if (!buf)
+		return -1;
+	for (k = 0; k <= NIC_SEG_ELEMS; k++) {
+		__u32 in = 0, at = 0, src_k = t->src_elem + k;
+		__u64 n = copy_piece(t->seg, t->src_in, k, &in, &at);
+		struct nic_mr_elem *src;
+		struct bpf_dynptr dp;
+
+		if (!n)
+			break;
+		src = nic_mr_lookup(&src_k);
+		if (!src || bpf_dynptr_from_mem(src, sizeof(*src), 0, &dp) ||
+		    bpf_dynptr_read(buf->bytes + at, n, &dp, in, 0))
+			return -1;
+	}
+	seg = payload_bytes(t->seg);
+	if (seg < 1)
+		return -1;
+	return bpf_xdp_store_bytes(ctx, t->hdrs, buf->bytes, seg) ? -1 : 0;
+}
+
 /* Write the frame: size it, store the headers (BTH .. ImmDt, then MRC_DATA
  * where it goes: over the ImmDt slot of a WRITE), the ICRC slot, and the
- * payload element by element from the source region. */
+ * payload element by element from the source region (through the copy
+ * buffer when it starts inside an element). */
 static __always_inline int engine_write(struct xdp_md *ctx, const struct engine_req *req,
 					struct nic_sq *sq, struct data_hdrs *f,
 					const struct tx_pkt *t, __u64 now)
@@ -539,6 +573,8 @@ static __always_inline int engine_write(struct xdp_md *ctx, const struct engine_
 	    bpf_xdp_store_bytes(ctx, t->hdrs - sizeof(f->dext), &f->dext, sizeof(f->dext)) ||
 	    bpf_xdp_store_bytes(ctx, t->hdrs + t->seg, &icrc, MRC_ICRC_LEN))
 		return engine_idle(req, NIC_CNT_DROP_XDP_ERR);
+	if (t->src_in)
+		return engine_copy_unaligned(ctx, t) ? engine_idle(req, NIC_CNT_DROP_XDP_ERR) : PKT_GO;
 	for (i = 0; i < NIC_SEG_ELEMS; i++) {
 		__u32 at = i * NIC_MR_ELEM_SIZE, src_k = t->src_elem + i;
 		__u64 n_bytes;

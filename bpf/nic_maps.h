@@ -26,6 +26,8 @@ BPF_ARRAY(nic_port_up, __u32, NIC_MAX_HOSTS);
 BPF_PERCPU_ARRAY(nic_counters, __u64, NIC_CNT_MAX);
 /* Payload bytes placed per time bin, per CPU; the receiver writes. */
 BPF_PERCPU_ARRAY(nic_rx_timeline, struct nic_timeline_bin, NIC_TIMELINE_BINS);
+/* Scratch: a payload that does not start on an element, on its way (struct nic_copy_buf). */
+BPF_PERCPU_ARRAY(nic_copy_scratch, struct nic_copy_buf, 1);
 /* Scratch: completions gathered under a receive lock, sent after it. */
 BPF_PERCPU_ARRAY(nic_cqe_scratch, struct nic_cqe_batch, 1);
 /* Send state per QP, key = QPN: user space sets it up, BPF owns it after. */

@@ -434,32 +434,37 @@ struct nic_mr_elem {
 _Static_assert(sizeof(struct nic_mr_elem) == NIC_MR_ELEM_SIZE, "struct nic_mr_elem layout changed");
 
 /* One region, a slice of nic_mr (n_elems == 0: none). Data is placed when
- * rkey matches, va is element-aligned and inside it, the region takes WRITEs
- * and is of the receiving QP's host (owner) and protection domain (pd); the
- * send engine reads a WQE's payload only from a region of the QP's own
- * host and PD (docs/api.md, "Protection domains"). */
+ * rkey matches, its bytes lie inside the region's MR (byte-granular: any va,
+ * any length), the region takes WRITEs and is of the receiving QP's host
+ * (owner) and protection domain (pd); the send engine reads a WQE's payload
+ * only from a region of the QP's own host and PD (docs/api.md, "Protection
+ * domains"). An MR need not start or end on an element: head and tail are
+ * the bytes of its first and last elements outside it (an application's MR
+ * lies at the page offset of its buffer, docs/api.md "C programs"). */
 struct nic_region {
-	__u64 base_va;      /* RETH.va of the region's first byte */
+	__u64 base_va;      /* RETH.va of the region's first element's first byte */
 	__u32 first_elem;   /* its first element in nic_mr */
 	__u32 n_elems;      /* its size in elements */
 	__u32 rkey;         /* the remote key data packets must carry */
 	__u32 owner;        /* host + 1 of an application's MR (the verbs API); 0: the daemon's */
 	__u32 pd;           /* its protection domain, a number of the owner's host; 0: the daemon's */
 	__u32 remote_write; /* 1: WRITEs may be placed in it (IBV_ACCESS_REMOTE_WRITE); 0: none */
+	__u32 head;         /* bytes from base_va to the MR's first byte (not the MR's) */
+	__u32 tail;         /* bytes after the MR's last byte to the region's end (not the MR's) */
 };
-_Static_assert(sizeof(struct nic_region) == 32, "struct nic_region layout changed");
+_Static_assert(sizeof(struct nic_region) == 40, "struct nic_region layout changed");
 
 /* ---- Send queues and kicks: nic_wq -------------------------------------- */
 
 /* One work request: a WRITE or WRITE_WITH_IMM of len bytes from src_region
- * at src_off to the peer's remote_va/rkey, element-aligned (v1). */
+ * at src_off to the peer's remote_va/rkey, at any byte addresses. */
 struct nic_wqe {
 	__u64 wr_id;      /* user space's id, returned in the completion */
 	__u64 remote_va;  /* RETH.va of the message's first byte */
 	__u32 rkey;       /* the peer region's remote key */
 	__u32 len;        /* message bytes; 0: one packet without payload */
 	__u32 src_region; /* index in nic_regions of the memory the payload is read from */
-	__u32 src_off;    /* byte offset of the message in it: a multiple of NIC_MR_ELEM_SIZE */
+	__u32 src_off;    /* byte offset of the message in it (from its base_va): any byte */
 	__u32 imm;        /* immediate data, host order (opcode MRC_OP_WRITE_IMM) */
 	__u8 opcode;      /* MRC_OP_WRITE, or MRC_OP_WRITE_IMM for WRITE_WITH_IMM: its last
 			   * packet is a WRITE_IMM carrying imm, the others are WRITEs */
@@ -595,6 +600,13 @@ struct nic_cqe_batch {
 	struct nic_event out[NIC_MSG_SLOTS]; /* a receive CQ's records, for one ring write */
 };
 _Static_assert(sizeof(struct nic_cqe) == 24, "struct nic_cqe layout changed");
+
+/* A payload on its way between a packet and NIC memory that does not start
+ * on an element (nic_copy_scratch): copied whole here, then piece by piece
+ * to or from its elements (docs/nic-program.md, "Byte-granular placement"). */
+struct nic_copy_buf {
+	__u8 bytes[NIC_COPY_BUF];
+};
 
 /* A PSN rx_ack declared lost. */
 struct nic_lost {

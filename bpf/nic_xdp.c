@@ -104,6 +104,10 @@ static __always_inline int nic_tx_ports_redirect(__u32 k, __u64 flags)
 {
 	return nic_tx_ports.redirect_map(k, flags);
 }
+static __always_inline struct nic_copy_buf *nic_copy_scratch_lookup(__u32 *k)
+{
+	return nic_copy_scratch.lookup(k);
+}
 static __always_inline struct nic_tx_scratch *nic_tx_scratch_lookup(__u32 *k)
 {
 	return nic_tx_scratch.lookup(k);

@@ -20,6 +20,11 @@ On a default lab of its own (2 hosts, 4 planes), h0 writes to h1:
    on this fabric gets. And both ping-pongs again busy-polling (ib_write_lat's
    default; the TCP peer spins on a non-blocking recv).
 3. Large messages (1 MiB WRITEs): the API's goodput against `mrc-nic write`.
+4. Unmodified C programs through the native verbs library (mrc_nic/native),
+   run by `mrc-nic exec`: perftest's `ib_write_bw -s 64` message rate against
+   the NIC alone and the Python API; `ib_write_lat -s 64` typical one-way
+   against a C TCP ping-pong (scripts/native/tcp_pingpong.c, TCP_NODELAY,
+   blocking reads); `ib_write_bw -s 1M` against `mrc-nic write`.
 """
 
 from __future__ import annotations
@@ -343,6 +348,73 @@ def mrc_write_gbps(lab: str, size: str) -> float | None:
     return json.loads(out.stdout)["goodput_bps"] / 1e9
 
 
+def _exec(lab: str, host: str, *program: str) -> list[str]:
+    return [sys.executable, "-m", "mrc_nic", "exec", "-l", lab, host, "--", *program]
+
+
+def _pair(topo, program: list[str], timeout: float) -> str | None:
+    """program on h1 (server), then on h0 with h1's plane-0 address: the client's output."""
+    server = subprocess.Popen(_exec(topo.lab, "h1", *program), stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        time.sleep(1.5)
+        addr = str(topo.host_address(topo.nodes["h1"].index, 0))
+        out = subprocess.run(_exec(topo.lab, "h0", *program, addr), capture_output=True,
+                             text=True, timeout=timeout)  # fmt: skip
+        if out.returncode:
+            log(f"{program[0]} failed: {out.stderr.strip()[-300:]}")
+            return None
+        return out.stdout
+    finally:
+        server.wait(timeout=timeout)
+
+
+def _perftest_row(text: str | None, size: int) -> list[float] | None:
+    """perftest's result row for `size` bytes, the numbers after #bytes."""
+    for line in (text or "").splitlines():
+        fields = line.split()
+        if len(fields) > 3 and fields[0] == str(size) and fields[1].isdigit():
+            return [float(v) for v in fields[1:]]
+    return None
+
+
+def perftest_bw(topo, size: int, iters: int) -> dict[str, float] | None:
+    """ib_write_bw -s size -n iters: message rate (Mpps) and goodput (Gbit/s).
+    (Iterations, not -D: in its duration mode perftest 4.5 measured 1 MiB
+    WRITEs at a fifteenth of the same run by iterations here.)"""
+    row = _perftest_row(_pair(topo, ["ib_write_bw", "-s", str(size), "-n", str(iters)], 300), size)
+    return None if row is None else {"mpps": row[3], "gbps": row[2] * 8 * 2**20 / 1e9}
+
+
+def perftest_lat(topo, iters: int) -> float | None:
+    """ib_write_lat -s 64: its typical one-way (us; it reports RTT/2 itself)."""
+    row = _perftest_row(_pair(topo, ["ib_write_lat", "-s", "64", "-n", str(iters)], 120), 64)
+    return None if row is None else row[3]
+
+
+def tcp_c_latency(topo, iters: int, size: int = 64) -> list[float]:
+    """scripts/native/tcp_pingpong.c between h1 and h0: one-ways (us)."""
+    exe = Path("/tmp") / f"mrc-nic-tcp-pingpong-{os.getpid()}"
+    src = Path(__file__).parent / "native" / "tcp_pingpong.c"
+    subprocess.run(["cc", "-O2", "-o", str(exe), str(src)], check=True)
+    port, peer = str(PORT + 2), str(topo.host_address(topo.nodes["h1"].index, 0))
+    try:
+        server = subprocess.Popen(
+            ["ip", "netns", "exec", topo.netns("h1"), exe, "server", port, str(iters), str(size)]
+        )
+        try:
+            out = subprocess.run(
+                ["ip", "netns", "exec", topo.netns("h0"), exe, "client", peer, port,
+                 str(iters), str(size)],
+                capture_output=True, text=True, timeout=120, check=True,
+            )  # fmt: skip
+        finally:
+            server.wait(timeout=30)
+        return [float(v) for v in out.stdout.split()]
+    finally:
+        exe.unlink(missing_ok=True)
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
@@ -371,6 +443,9 @@ def measure(topo, seconds: float, iters: int) -> dict[str, Any]:
     log("1 MiB WRITEs: the verbs API, mrc-nic write")
     big = api_rate(lab, seconds, MIB)
     write = mrc_write_gbps(lab, "256M")
+    log("C programs: ib_write_bw -s 64, ib_write_lat -s 64, C TCP ping-pong, ib_write_bw -s 1M")
+    pt_small, pt_lat = perftest_bw(topo, 64, 5000), perftest_lat(topo, iters)
+    pt_tcp, pt_big = tcp_c_latency(topo, iters), perftest_bw(topo, MIB, 200)
     return {
         "nic_mpps": nic, "api": api, "api_prog_run_mpps": api_run["mpps"], "tcp_mpps": tcp,
         "lat_api_us": spread(lat_api["one_way"]), "lat_nic_us": spread(lat_api["nic"]),
@@ -378,6 +453,8 @@ def measure(topo, seconds: float, iters: int) -> dict[str, Any]:
         "lat_busy_us": spread(lat_busy["one_way"]), "lat_busy_nic_us": spread(lat_busy["nic"]),
         "lat_tcp_busy_us": spread(lat_tcp_busy),
         "big_api_gbps": big["gbps"], "write_gbps": write,
+        "perftest_mpps": pt_small and pt_small["mpps"], "perftest_lat_us": pt_lat,
+        "tcp_c_us": spread(pt_tcp), "perftest_big_gbps": pt_big and pt_big["gbps"],
     }  # fmt: skip
 
 
@@ -412,7 +489,24 @@ def table(rounds: list[dict[str, Any]]) -> list[dict[str, Any]]:
                     med(lambda r: r["big_api_gbps"]), "mrc-nic write 256M",
                     med(lambda r: r["write_gbps"]))  # fmt: skip
     big["target"] = judged("mrc/peer >= 0.95 (1 within this machine's noise)", big["ratio"], 0.95)
+    c_case = "64 B WRITE rate: ib_write_bw -s 64 (perftest, unmodified)"
+    c_rate = med(lambda r: r["perftest_mpps"])
+    c_nic = table_row("verbs", c_case, "message rate", "Mpps", c_rate,
+                      "the NIC alone (no library)", med(lambda r: r["nic_mpps"]))  # fmt: skip
+    c_nic["target"] = judged("mrc/peer >= 0.9", c_nic["ratio"], 0.9)
+    c_py = table_row("verbs", c_case, "message rate", "Mpps", c_rate, "the Python API",
+                     med(lambda r: r["api"]["mpps"]))  # fmt: skip
+    c_py["target"] = judged("mrc/peer >= 3", c_py["ratio"], 3)
+    c_lat = table_row("verbs", "64 B one-way: ib_write_lat -s 64 typical", "latency", "us",
+                      med(lambda r: r["perftest_lat_us"]), "C TCP ping-pong p50, TCP_NODELAY",
+                      p50("tcp_c_us"), ratio_is="peer/mrc")  # fmt: skip
+    c_lat["target"] = judged("peer/mrc > 1", c_lat["ratio"], 1, above=True)
+    c_big = table_row("verbs", "1 MiB WRITEs: ib_write_bw -s 1M", "goodput", "Gbit/s",
+                      med(lambda r: r["perftest_big_gbps"]), "mrc-nic write 256M",
+                      med(lambda r: r["write_gbps"]))  # fmt: skip
+    c_big["target"] = judged("mrc/peer >= 1", c_big["ratio"], 1)
     return [
+        c_nic, c_py, c_lat, c_big,
         rate("the NIC alone (no library)", med(lambda r: r["nic_mpps"]),
              f"mrc/peer >= {RATE_TARGET}", RATE_TARGET),
         rate("before the API (daemon socket)", OLD_RATE_MPPS, ">= 10x", 10),

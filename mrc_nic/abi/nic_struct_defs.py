@@ -408,6 +408,8 @@ class NicRegion(ctypes.Structure):
         ("owner", ctypes.c_uint32),
         ("pd", ctypes.c_uint32),
         ("remote_write", ctypes.c_uint32),
+        ("head", ctypes.c_uint32),
+        ("tail", ctypes.c_uint32),
     ]
 
 
@@ -556,6 +558,14 @@ class NicCqeBatch(ctypes.Structure):
         ("done", ctypes.c_uint32),
         ("cqes", NicCqe * 32),
         ("out", NicEvent * 32),
+    ]
+
+
+class NicCopyBuf(ctypes.Structure):
+    """struct nic_copy_buf (bpf/nic_structs.h)."""
+
+    _fields_ = [
+        ("bytes", ctypes.c_uint8 * 4096),
     ]
 
 

@@ -27,14 +27,27 @@ or what --share NAME=VALUE sets (memory, qps, cqs, pds; a fraction "25%",
 0.25, or an amount: 8, "8MiB").
 
 \b
+C programs: the native verbs library (libmrc_nic_verbs.so) is preloaded
+(LD_PRELOAD), so an unmodified verbs program (perftest's ib_write_bw,
+ibv_devices, the OCP mrc_example, your own) finds one device per host of
+the lab, this host's first (mrc_h0, ...). --no-preload leaves it out.
+
+\b
 Examples:
   mrc-nic exec h1 -- python examples/write_bw.py                # server on h1
   mrc-nic exec h0 -- python examples/write_bw.py 198.18.0.2     # client on h0
+  mrc-nic exec h1 -- ib_write_bw -s 4096                        # perftest server on h1
+  mrc-nic exec h0 -- ib_write_bw -s 4096 198.18.0.2             # client on h0
   mrc-nic exec h0 -- ip -br addr
   mrc-nic exec --share memory=75% --share qps=100 h0 -- python big.py""",
 )
 @click.argument("host")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+@click.option(
+    "--no-preload",
+    is_flag=True,
+    help="Do not preload the native verbs library (C verbs programs then find no device).",
+)
 @lab_option
 @click.option(
     "--share",
@@ -44,7 +57,9 @@ Examples:
     help="the program's share of the host's NIC: memory, qps, cqs or pds; a fraction "
     '("25%", 0.25) or an amount (8, "8MiB"). Repeat for several.',
 )
-def exec_cmd(host: str, command: tuple[str, ...], lab: str | None, share: tuple[str, ...]) -> None:
+def exec_cmd(
+    host: str, command: tuple[str, ...], lab: str | None, share: tuple[str, ...], no_preload: bool
+) -> None:
     """Run COMMAND inside HOST's namespace, with the environment the verbs API uses."""
     from mrc_nic.kernel import netns
     from mrc_nic.lab import state
@@ -73,6 +88,8 @@ def exec_cmd(host: str, command: tuple[str, ...], lab: str | None, share: tuple[
     if program is None:
         raise click.UsageError(f"{command[0]!r}: no such program (is it on PATH?)")
     env = dict(os.environ, PATH=path, **{ENV_LAB: name, ENV_HOST: host}, **share_env)
+    if not no_preload:
+        env.update(_preload(env.get("LD_PRELOAD", "")))
     netns.enter_for_good(topo.netns(host))
     os.execve(program, list(command), env)
 
@@ -92,6 +109,20 @@ def _share_env(items: tuple[str, ...]) -> dict[str, str]:
             raise click.BadParameter(str(e), param_hint="--share") from None
         env[shares.ENV_PREFIX + name.upper()] = value
     return env
+
+
+def _preload(current: str) -> dict[str, str]:
+    """LD_PRELOAD with the native verbs library first (built now if it is not);
+    nothing when it cannot be built, which is said on stderr."""
+    from mrc_nic import native
+
+    try:
+        lib = str(native.library())
+    except native.BuildError as e:
+        click.echo(f"mrc-nic exec: C verbs programs will find no device here: {e}", err=True)
+        return {}
+    rest = [p for p in current.replace(":", " ").split() if p and p != lib]
+    return {"LD_PRELOAD": " ".join([lib, *rest])}
 
 
 COMMANDS = [exec_cmd]

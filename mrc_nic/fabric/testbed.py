@@ -56,7 +56,7 @@ def up(topo: Topology, cluster: dict | None = None) -> UpReport:
             nic_program = nic.NicProgram.load(
                 topo.lab,
                 host_net=str(topo.host_net),
-                mr_elems=nic.memory_elems(topo.hosts),
+                mr_elems=nic.memory_elems(topo.hosts, topo.nic_memory_bytes),
                 skip_ns=nic_skip_ns(topo),
                 mtu=topo.mtu,  # the payload per packet follows it (nic.seg_size)
             )

@@ -110,6 +110,12 @@ SCHEMA: dict[str, dict[str, str]] = {
         ),
         "buffer": 'queue size of every switch egress port, e.g. "256KiB"',
     },
+    "nic": {
+        "memory": (
+            'NIC memory per host (registered memory), e.g. "64MiB" (default), "320MiB": '
+            "an MR takes at most half of it; the lab's total is at most 2 GiB"
+        ),
+    },
     "addressing": {
         "hosts": "IPv4 /16 for host addresses: plane p is its p-th /24, host h is .h+1",
         "fabric": "IPv4 /16 for T0-T1 links: plane p is its p-th /24, one /31 per link",
@@ -138,6 +144,16 @@ SCHEMA: dict[str, dict[str, str]] = {
         "pds": 'PDs one session may hold: a fraction of the host\'s (0.5, "50%") or a count',
     },
 }
+
+
+# [nic] memory: per host, in whole pages of NIC memory; the lab's nic_mr holds
+# every host's (one BPF array, at most NIC_MEMORY_MAX). By default 64 MiB a
+# host, and 1 GiB for the lab at most.
+NIC_MEMORY_DEFAULT = 64 * 2**20
+NIC_MEMORY_DEFAULT_LAB = 2**30
+NIC_MEMORY_MIN = 1 * 2**20
+NIC_MEMORY_MAX = 2 * 2**30
+NIC_MEMORY_PAGE = 4096
 
 
 class TopologyError(MrcNicError, ValueError):
@@ -282,6 +298,7 @@ class Topology:
     host_net: ipaddress.IPv4Network
     fabric_net: ipaddress.IPv4Network
     queues: QueueParams = field(default_factory=QueueParams)
+    nic_memory_bytes: int = NIC_MEMORY_DEFAULT  # [nic] memory: registered memory per host
     forwarding: str = FORWARDING_DEFAULT  # who forwards MRC packets in the switches
     raw: dict = field(default_factory=dict)  # the TOML as parsed, kept in the lab state
     nodes: dict[str, Node] = field(default_factory=dict)
@@ -384,6 +401,7 @@ class Topology:
             "fabric_rate": format_rate(self.fabric_rate_bps),
             "mtu": self.mtu,
             "buffer_bytes": self.buffer_bytes,
+            "nic_memory_bytes": self.nic_memory_bytes,
             "queues": {
                 "base_rtt_ns": self.queues.base_rtt_ns,
                 "ecn": self.queues.ecn,
@@ -647,6 +665,16 @@ class _Reader:
         return SCHEMA[section][key]
 
 
+def _nic_memory(r, hosts: int) -> int:
+    """[nic] memory: bytes of NIC memory per host, whole pages."""
+    share = NIC_MEMORY_DEFAULT_LAB // hosts // NIC_MEMORY_PAGE * NIC_MEMORY_PAGE
+    default = min(NIC_MEMORY_DEFAULT, share)
+    size = r.size("nic.memory", default, NIC_MEMORY_MIN, NIC_MEMORY_MAX // hosts)
+    if size % NIC_MEMORY_PAGE:
+        raise r.fail("nic.memory", f"must be whole pages ({NIC_MEMORY_PAGE} bytes), got {size}")
+    return size
+
+
 def load(path: str | Path, lab: str | None = None) -> Topology:
     """Parse and validate a topology file; ``lab`` overrides [lab].name."""
     import tomllib  # here: a running lab's topology comes from its JSON record
@@ -725,6 +753,7 @@ def from_dict(path: Path, data: dict, lab: str | None = None) -> Topology:
         host_net=r.network("addressing.hosts", "198.18.0.0/16"),
         fabric_net=r.network("addressing.fabric", "198.19.0.0/16"),
         queues=r.queues(),
+        nic_memory_bytes=_nic_memory(r, hosts),
         forwarding=r.choice("fabric.forwarding", FORWARDING_MODES, FORWARDING_DEFAULT),
         raw=data,
     )

@@ -173,6 +173,7 @@ from mrc_nic.nic.layout import (
     Wq,
     Wqe,
     memory_elems,
+    packer,
     rx_lock_slot,
     seg_size,
 )
@@ -328,6 +329,7 @@ __all__ = [
     "DOORBELL_NIC_IFNAME",
     "pin_dir",
     "run_kick",
+    "packer",
     "rx_lock_slot",
     "seg_size",
     "unpin",

@@ -5,6 +5,7 @@ constants and enums (from the generated mrc_nic.abi.defs), record layouts.
 from __future__ import annotations
 
 import ctypes
+import struct
 
 from mrc_nic import resources
 from mrc_nic.abi import defs
@@ -76,15 +77,15 @@ PINNED_MAPS = (*MAP_PINS, PROG_PIN)
 # Layout constants: not tunable.
 MR_ELEM_SIZE = defs.NIC_MR_ELEM_SIZE
 SEG_ELEMS_MAX = defs.NIC_SEG_ELEMS_MAX  # a data packet's payload fills at most 3 elements
-# Registered memory of the lab's NICs: 64 MiB per host (an emulated NIC's
-# host memory), at most 1 GiB for the lab, in the kernel as one mmapable map.
+# Registered memory of the lab's NICs: per host the topology's [nic] memory
+# (64 MiB by default: an emulated NIC's host memory), in the kernel as one
+# mmapable map for the lab.
 MEMORY_PER_HOST = 64 * 2**20
-MEMORY_MAX = 2**30
 
 
-def memory_elems(hosts: int) -> int:
-    """Elements of nic_mr on a lab of `hosts` hosts."""
-    return min(MEMORY_PER_HOST * hosts, MEMORY_MAX) // MR_ELEM_SIZE
+def memory_elems(hosts: int, per_host: int = MEMORY_PER_HOST) -> int:
+    """Elements of nic_mr on a lab of `hosts` hosts with per_host bytes each."""
+    return hosts * per_host // MR_ELEM_SIZE
 
 
 def seg_size(mtu: int = wireconst.MTU) -> int:
@@ -163,6 +164,35 @@ RqStats = defs.NicRqStats
 GapBin = defs.NicGapBin
 SpinLock = defs.BpfSpinLock
 RqState = defs.NicRq
+
+
+_STRUCT_CHARS = {ctypes.c_uint8: "B", ctypes.c_uint16: "H", ctypes.c_uint32: "I",
+                 ctypes.c_uint64: "Q"}  # fmt: skip
+
+
+def packer(layout: type[ctypes.Structure], upto: str | None = None) -> struct.Struct:
+    """A struct.Struct of a generated layout (mrc_nic.abi), for pack_into and
+    unpack_from on a hot path (a ctypes object per WQE costs microseconds):
+    its integer fields in order, `reserved*` arrays as padding; upto: the
+    fields before that one only. The format comes from the bpf/ header
+    through the ABI, never written by hand."""
+    fmt, at = "<", 0
+    for name, kind in layout._fields_:
+        if name == upto:
+            break
+        offset = getattr(layout, name).offset
+        fmt += "x" * (offset - at)
+        size = ctypes.sizeof(kind)
+        if name.startswith("reserved"):
+            fmt += f"{size}x"
+        elif kind in _STRUCT_CHARS:
+            fmt += _STRUCT_CHARS[kind]
+        else:
+            raise TypeError(f"{layout.__name__}.{name}: no struct format for {kind}")
+        at = offset + size
+    if upto is None:
+        fmt += "x" * (ctypes.sizeof(layout) - at)
+    return struct.Struct(fmt)
 
 
 def rx_lock_slot(qpn: int) -> int:

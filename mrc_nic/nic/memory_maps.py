@@ -24,8 +24,15 @@ class MemoryMaps:
         owner: int = 0,
         pd: int = 0,
         remote_write: bool = True,
+        head: int = 0,
+        tail: int = 0,
     ) -> None:
-        """Define region `region` as n_elems elements of nic_mr from first_elem.
+        """Define region `region` as n_elems elements of nic_mr from first_elem,
+        base_va naming the first element's first byte.
+
+        head, tail: bytes of the first and last elements outside the MR (an
+        MR at any byte offset, docs/api.md "C programs"): WRITEs and sends
+        touch only [base_va + head, base_va + n_elems * MR_ELEM_SIZE - tail).
 
         owner: host + 1 of an application's MR, which WRITEs reach by its rkey
         (setup_rq's REGION_BY_RKEY); 0 for a region a QP names itself.
@@ -36,17 +43,20 @@ class MemoryMaps:
         pins.check_range("region", region, self.max_regions - 1)
         pins.check_range("rkey", rkey, pins.U32_MAX)
         pins.check_range("base_va", base_va, pins.U64_MAX)
-        if base_va % MR_ELEM_SIZE:
-            raise ValueError(f"base_va must be a multiple of {MR_ELEM_SIZE}, not {base_va:#x}")
         if not (first_elem >= 0 and n_elems >= 1 and first_elem + n_elems <= self.mr_elems):
             raise ValueError(
                 f"elements [{first_elem}, {first_elem + n_elems}) do not fit nic_mr "
                 f"({self.mr_elems} elements)"
             )
+        if head < 0 or tail < 0 or head + tail >= n_elems * MR_ELEM_SIZE:
+            raise ValueError(
+                f"head {head} and tail {tail} leave no byte of {n_elems} elements to the MR"
+            )
         pins.check_range("owner", owner, MAX_HOSTS)
         pins.check_range("pd", pd, pins.U32_MAX)
         value = RegionLayout(base_va=base_va, first_elem=first_elem, n_elems=n_elems, rkey=rkey)
         value.owner, value.pd, value.remote_write = owner, pd, int(bool(remote_write))
+        value.head, value.tail = head, tail
         bpfsys.map_update(self._fds[REGIONS_MAP], u32_key(region), bytes(value))
 
     def zero_region_elems(self, first_elem: int, n_elems: int) -> None:

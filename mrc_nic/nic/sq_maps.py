@@ -317,8 +317,7 @@ class SendQpMaps:
         the WQE's index (free-running; NIC_EV_SEND_DONE reports it, with wr_id).
 
         length bytes from byte src_offset of the local region src_region go to
-        remote_va (rkey) at the peer. Both src_offset and remote_va are
-        multiples of MR_ELEM_SIZE (v1: packets never straddle elements). The
+        remote_va (rkey) at the peer, at any byte of either. The
         engine sends nothing until kicked (kick) or clocked by the QP's ACKs.
         signaled=False: on a QP with a send CQ, its completion writes no
         record (it still frees its slot); without a CQ every WQE reports.
@@ -334,9 +333,6 @@ class SendQpMaps:
         pins.check_range("wr_id", wr_id, pins.U64_MAX)
         if imm is not None:
             pins.check_range("imm", imm, pins.U32_MAX)
-        for name, value in (("src_offset", src_offset), ("remote_va", remote_va)):
-            if value % MR_ELEM_SIZE:
-                raise ValueError(f"{name} must be a multiple of {MR_ELEM_SIZE}, not {value:#x}")
         self._span(src_region, src_offset, length)  # KeyError / ValueError if outside
         at = raw.ring * ctypes.sizeof(Wq)
         memory = self.wq_memory()

@@ -19,7 +19,7 @@ class HelloReply(Reply):
     index: int = arg("the host's index in the lab (the host part of its QPNs)")
     planes: int = arg("the lab's planes: one port each")
     seg_size: int = arg("payload bytes of a full data packet on this lab")
-    mr_align: int = arg("SGE and remote addresses are multiples of it (the NIC's memory element)")
+    mr_align: int = arg("SGE and remote addresses are multiples of it: 1, the NIC places any byte")
     max_mr_bytes: int = arg("the most bytes one registration can have now")
     sq_depth: int = arg("WQEs the NIC holds per send queue")
     max_qp_wr: int = arg(
@@ -77,6 +77,17 @@ class RegMr(Request[RegMrReply]):
     pd: int = arg("a PD of this session (alloc_pd)")
     length: int = arg("bytes, at least 1")
     access: int = arg("ibv_access_flags (LOCAL_WRITE 1, REMOTE_WRITE 2)")
+    iova: int | None = arg(
+        "the MR's address as peers name it (a C program's buffer address, ibv_reg_mr_iova2); "
+        "None: the NIC's own (region << 40)",
+        None,
+    )
+    page_off: int | None = arg(
+        "the buffer's offset in its page (0..4095): the window of NIC memory starts at the same "
+        "offset in a page of its own, so the caller can map it over the buffer (zero-copy); "
+        "None: element-aligned",
+        None,
+    )
 
 
 @reply

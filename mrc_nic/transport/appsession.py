@@ -75,6 +75,19 @@ def _auth_key(attrs: dict) -> bytes | None:
     return raw
 
 
+PAGE = 4096  # a program maps NIC memory over its buffer by whole pages
+
+
+@dataclasses.dataclass
+class MrWindow:
+    """Where an MR lies in NIC memory: n_elems elements starting at a multiple
+    of align, its first byte head bytes into them."""
+
+    n_elems: int
+    head: int
+    align: int
+
+
 @dataclasses.dataclass
 class AppMr:
     pd: int
@@ -193,7 +206,7 @@ class AppSessions:
             index=self.index,
             planes=topo.planes,
             seg_size=nic.seg_size(topo.mtu),
-            mr_align=nic.MR_ELEM_SIZE,
+            mr_align=1,  # byte-granular placement (bpf/nic_rx.h, rx_region)
             max_mr_bytes=max(self.res.recv_mem.free_elems, self.res.send_mem.free_elems)
             * nic.MR_ELEM_SIZE,
             sq_depth=nic.SQ_DEPTH,
@@ -299,10 +312,12 @@ class AppSessions:
                 f"access {req.access:#x} has flags this NIC does not know: use "
                 "LOCAL_WRITE (1) and REMOTE_WRITE (2)"
             )
-        n_elems = -(-req.length // nic.MR_ELEM_SIZE)
-        self._within_share(session, "memory", n_elems * nic.MR_ELEM_SIZE)
+        window = self._window(req)
+        self._within_share(session, "memory", window.n_elems * nic.MR_ELEM_SIZE)
         pool = max((self.res.recv_mem, self.res.send_mem), key=lambda p: p.free_elems)
-        span = pool.alloc(n_elems, f"a memory registration of {req.length} bytes")
+        span = pool.alloc(
+            window.n_elems, f"a memory registration of {req.length} bytes", window.align
+        )
         try:
             region = self.res.regions.take()
         except BaseException:
@@ -310,7 +325,7 @@ class AppSessions:
             raise
         bits = max(1, (self.maps.max_regions - 1).bit_length())
         rkey = (secrets.randbits(32 - bits) << bits | region) & 0xFFFFFFFF
-        addr = region << REGION_VA_SHIFT
+        addr = region << REGION_VA_SHIFT if req.iova is None else req.iova
         try:
             self.maps.zero_region_elems(span.first_elem, span.n_elems)
             self.maps.set_region(
@@ -318,21 +333,42 @@ class AppSessions:
                 first_elem=span.first_elem,
                 n_elems=span.n_elems,
                 rkey=rkey,
-                base_va=addr,
+                base_va=addr - window.head,
                 owner=self.index + 1,
                 pd=pd,
                 # without REMOTE_WRITE no WRITE is placed in it, whatever its rkey
                 remote_write=bool(req.access & ACCESS_REMOTE_WRITE),
+                head=window.head,
+                tail=span.n_elems * nic.MR_ELEM_SIZE - window.head - req.length,
             )
         except BaseException:
             self.res.regions.give(region)
             pool.release(span)
             raise
+        n_elems = span.n_elems
         mr = AppMr(pd, region, rkey, addr, n_elems * nic.MR_ELEM_SIZE, req.access, span, pool)
         session.mrs[region] = mr
         return appops.RegMrReply(
             region=region, rkey=rkey, addr=addr, first_elem=span.first_elem, length=mr.length
         )
+
+    @staticmethod
+    def _window(req: appops.RegMr) -> MrWindow:
+        """The NIC memory an MR takes: whole elements; with page_off, whole
+        pages with the MR at that offset in the first (the caller maps them
+        over its buffer), and its bytes exactly [head, head + length)."""
+        if req.page_off is None:
+            if req.iova is not None:
+                raise _einval("iova needs page_off (the buffer's offset in its page)")
+            return MrWindow(n_elems=-(-req.length // nic.MR_ELEM_SIZE), head=0, align=1)
+        if not isinstance(req.page_off, int) or not 0 <= req.page_off < PAGE:
+            raise _einval(f"page_off must be 0..{PAGE - 1} (in a page), not {req.page_off!r}")
+        iova = req.iova if req.iova is not None else req.page_off
+        if not isinstance(iova, int) or not req.page_off <= iova <= (1 << 64) - req.length:
+            raise _einval(f"iova must be a 64-bit address of at least page_off, not {iova!r}")
+        pages = -(-(req.page_off + req.length) // PAGE)
+        per_page = PAGE // nic.MR_ELEM_SIZE
+        return MrWindow(n_elems=pages * per_page, head=req.page_off, align=per_page)
 
     def dereg_mr(self, req: appops.DeregMr, conn: Conn) -> appops.Done:
         session = self.session(conn)

@@ -45,21 +45,25 @@ class ElemAllocator:
         self.first, self.count = first, count
         self._free = [Span(first, count)] if count else []
 
-    def alloc(self, n_elems: int, what: str) -> Span:
+    def alloc(self, n_elems: int, what: str, align: int = 1) -> Span:
+        """n_elems elements from the first free span that holds them starting
+        at a multiple of align (a page of elements: a window a program maps)."""
         for i, span in enumerate(self._free):
-            if span.n_elems >= n_elems:
-                got = Span(span.first_elem, n_elems)
-                span.first_elem += n_elems
-                span.n_elems -= n_elems
-                if not span.n_elems:
-                    del self._free[i]
-                return got
+            start = -(-span.first_elem // align) * align
+            if start + n_elems > span.first_elem + span.n_elems:
+                continue
+            got = Span(start, n_elems)
+            before = Span(span.first_elem, start - span.first_elem)
+            after = Span(start + n_elems, span.first_elem + span.n_elems - start - n_elems)
+            self._free[i : i + 1] = [s for s in (before, after) if s.n_elems]
+            return got
         raise QpError(
             errno.ENOMEM,
             f"no {n_elems * KIB} bytes free for {what} (this host has "
             f"{self.count * KIB} bytes for it, {self.free_elems * KIB} free): "
             "deregister memory first or register less (mrc-nic write: fewer QPs "
-            "or a smaller chunk)",
+            "or a smaller chunk), or give each host more NIC memory in the topology "
+            "file ([nic] memory)",
         )
 
     def release(self, span: Span) -> None:

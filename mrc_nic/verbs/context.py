@@ -42,7 +42,7 @@ class DeviceAttr:
     host_index: int
     planes: int  # ports, one per plane
     seg_size: int  # payload of a full data packet
-    mr_align: int  # SGE and remote addresses are multiples of it
+    mr_align: int  # SGE and remote addresses are multiples of it: 1, any byte
     max_mr_bytes: int
     sq_depth: int  # WQEs in the NIC per send queue
     max_qp_wr: int  # work requests per queue the library accepts

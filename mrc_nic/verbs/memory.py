@@ -15,6 +15,7 @@ import errno
 import mmap
 from typing import TYPE_CHECKING, Any
 
+from mrc_nic import nic
 from mrc_nic.nic.maps_base import detach
 from mrc_nic.transport import appops
 from mrc_nic.verbs.enums import Access
@@ -100,7 +101,7 @@ class MR:
         self.addr = reply.addr
         self.length = length
         self.access = Access(access)
-        start = reply.first_elem * self.ctx.attr.mr_align
+        start = reply.first_elem * nic.MR_ELEM_SIZE
         self._in_map = start % mmap.PAGESIZE  # where the MR starts in its own mapping
         try:
             self._map, self.buf = self.ctx.maps.memory_window(start, length)

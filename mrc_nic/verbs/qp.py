@@ -8,10 +8,9 @@ port for a few runs, one live-frames BPF_PROG_RUN for more. The NIC holds
 the NIC completes WQEs (each post_send and poll_cq moves them). Completions
 come from the CQs (verbs.cq); only signaled WRs produce one, as in verbs.
 
-A WR's SGEs become one WQE each, to consecutive remote addresses; SGE and
-remote addresses are multiples of the NIC's memory element (mr_align,
-1 KiB): the NIC copies whole elements. Receives (post_recv) match the
-WRITE_WITH_IMM messages that complete, in message order.
+A WR's SGEs become one WQE each, to consecutive remote addresses; the NIC
+places and reads at any byte address and length. Receives (post_recv) match
+the WRITE_WITH_IMM messages that complete, in message order.
 """
 
 from __future__ import annotations
@@ -43,8 +42,8 @@ if TYPE_CHECKING:
     from mrc_nic.verbs.memory import PD
 
 U32 = 0xFFFFFFFF
-WQE = struct.Struct("<QQIIIIIBB2x")  # struct nic_wqe (bpf/nic_structs.h)
-WQ_HEAD = struct.Struct("<II")  # struct nic_wq: posted, done
+WQE = nic.packer(nic.Wqe)  # struct nic_wqe (bpf/nic_structs.h), as the ABI gives it
+WQ_HEAD = nic.packer(nic.Wq, upto="wqes")  # struct nic_wq: posted, done
 WQE_SIGNALED = 0x1  # NIC_WQE_F_SIGNALED
 # post_send's hot path compares plain ints, not enum members (an IntFlag & costs ~1 us)
 _POSTABLE = frozenset({int(WrOpcode.RDMA_WRITE), int(WrOpcode.RDMA_WRITE_WITH_IMM)})
@@ -209,7 +208,6 @@ class QP:
         self._wq_at = reply.ring * ctypes_wq_size()
         self._wq = self.ctx.wq_memory
         self._seg = self.ctx.attr.seg_size
-        self._align = self.ctx.attr.mr_align
         self._posted = 0  # WQEs given to the NIC (free-running, as nic_wq.posted)
         self._queued: collections.deque[tuple] = collections.deque()  # WQEs waiting for slots
         self._wrs: collections.deque[_Wr] = collections.deque()  # send WRs not completed
@@ -409,14 +407,14 @@ class QP:
         with_imm = opcode == _WRITE_IMM
         imm = wr.imm_data if with_imm else 0
         signaled = sig_all or bool(int(wr.send_flags) & _SIGNALED)
-        mrs, align = self.pd.mrs, self._align
+        mrs = self.pd.mrs
         if len(sgl) == 1:  # the common WR: one WQE, made as its tuple at once
             sge = sgl[0]
             mr, n = mrs.get(sge.lkey), sge.length
             off = sge.addr - mr.addr if mr is not None else -1
             if mr is None or not mr.valid or off < 0 or off + n > mr.length or n < 0:
                 raise self._bad(index, wr)
-            if (n and (off % align or remote % align)) or remote + n > _U64_LIMIT:
+            if remote + n > _U64_LIMIT:
                 raise self._bad(index, wr)
             rec = _Wr(wr_id, signaled, n, with_imm, 1)
             op = OP_WRITE_IMM if with_imm else OP_WRITE
@@ -428,8 +426,6 @@ class QP:
             off = sge.addr - mr.addr if mr is not None else -1
             n = sge.length
             if mr is None or not mr.valid or off < 0 or off + n > mr.length or n < 0:
-                raise self._bad(index, wr)
-            if n and (off % align or remote % align):
                 raise self._bad(index, wr)
             wqes.append([wr_id, remote, wr.rkey, n, mr.lkey, off, imm, OP_WRITE, 0, None])
             remote += n
@@ -469,22 +465,14 @@ class QP:
         )
 
     def _bad_sge(self, wr: SendWR) -> str:
-        remote, align = wr.remote_addr, self._align
         for sge in wr.sg_list:
             try:
                 mr = self.pd.mr_of(sge.lkey, "post_send")
-                off = mr.offset_of(sge.addr, sge.length, "post_send")
+                mr.offset_of(sge.addr, sge.length, "post_send")
             except VerbsError as e:
                 return str(e).removeprefix("post_send: ").rsplit(" (", 1)[0]
             if sge.length < 0:
                 return f"SGE length must not be negative, not {sge.length}"
-            if sge.length and off % align:
-                return f"SGE addr {sge.addr:#x} is not a multiple of {align} from its MR's start"
-            if sge.length and remote % align and remote == wr.remote_addr:
-                return f"remote_addr {remote:#x} is not a multiple of {align} (mr_align)"
-            if sge.length and remote % align:
-                return f"an SGE before the last must be a multiple of {align} bytes long"
-            remote += sge.length
         return "refused"
 
     def _push(self) -> None:

@@ -87,7 +87,10 @@ def default_chunk(
     `size_hint` bytes over `qps` QPs (hostmem.chunk_bytes), with `peers`
     transfers landing at one host at once (default: every other host of the
     lab, hosts - 1)."""
-    half = hostmem.half_elems(nic.memory_elems(topo.hosts), topo.hosts) * hostmem.KIB
+    half = (
+        hostmem.half_elems(nic.memory_elems(topo.hosts, topo.nic_memory_bytes), topo.hosts)
+        * hostmem.KIB
+    )
     peers = topo.hosts - 1 if peers is None else peers
     return hostmem.chunk_bytes(-(-size_hint // qps), qps, half, peers=peers)
 

@@ -113,6 +113,19 @@ def test_receiver_places_a_3k_payload_over_three_elements(program, maps, rq):
     assert (st["placed_pkts"], st["placed_bytes"]) == (1, SEG)
 
 
+@pytest.mark.parametrize("at", [1, CE - 1, 2 * CE + 517])
+def test_receiver_places_a_3k_payload_at_any_byte_over_four_elements(program, maps, rq, at):
+    """Byte-granular placement of the largest payload: it starts inside an
+    element and spans four; the bytes around it stay as they were."""
+    payload = os.urandom(SEG)
+    packet = _rx_packet(START, 0, payload)
+    packet[w.RETH].va = REMOTE_VA + at
+    r = bpfsys.prog_test_run(program.fd, bytes(packet))
+    assert r.retval == 3  # XDP_TX: the SACK
+    region = maps.read_region(RX_REGION, 0, RX_ELEMS * CE)
+    assert region == bytes(at) + payload + bytes(RX_ELEMS * CE - at - SEG)
+
+
 def test_receiver_refuses_a_payload_that_ends_beyond_the_region(program, maps, rq):
     r = bpfsys.prog_test_run(program.fd, bytes(_rx_packet(START, 4, os.urandom(SEG))))
     answer = Ether(r.data_out)

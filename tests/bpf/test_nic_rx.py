@@ -411,6 +411,51 @@ def test_trimmed_duplicate_is_flagged(program, maps, qp):
     )
 
 
+# ---- byte-granular placement -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("offset", "length"),
+    [(8, 8), (100, 64), (1000, 48), (700, 1024), (1023, 1), (1, 1024)],
+    ids=["8 at 8", "64 at 100", "across an element", "1 KiB at 700", "last byte", "1 KiB at 1"],
+)
+def test_a_payload_at_any_byte_is_placed_there_and_nowhere_else(program, maps, qp, offset, length):
+    """RDMA places at any address: bytes [offset, offset + length) of the
+    region get the payload, every other byte stays zero."""
+    payload = bytes((i * 7 + 3) % 251 + 1 for i in range(length))
+    result = run(program, data(START, va=BASE_VA + offset, payload=payload))
+    assert_answer(result, sack(START, cum=START + 1))
+    region = maps.read_region(REGION, 0, REGION_ELEMS * nic.MR_ELEM_SIZE)
+    expect = bytes(offset) + payload
+    expect += bytes(REGION_ELEMS * nic.MR_ELEM_SIZE - len(expect))
+    assert region == expect
+
+
+def test_a_region_with_head_and_tail_takes_bytes_inside_them_only(program, maps, qp):
+    """An MR that starts and ends inside elements (an application's buffer at
+    its page offset): its first and last bytes are placed, a byte before or
+    after is a remote access error."""
+    head, tail = 5, 3
+    maps.set_region(
+        REGION, first_elem=REGION_FIRST_ELEM, n_elems=REGION_ELEMS, rkey=RKEY, base_va=BASE_VA,
+        head=head, tail=tail,
+    )  # fmt: skip
+    end = REGION_ELEMS * nic.MR_ELEM_SIZE - tail
+    first = data(START, va=BASE_VA + head, payload=b"A")
+    assert_answer(run(program, first), sack(START, cum=START + 1))
+    last = data(START + 1, va=BASE_VA + end - 2, payload=b"YZ")
+    assert_answer(run(program, last), sack(START + 1, cum=START + 2))
+    region = maps.read_region(REGION, 0, REGION_ELEMS * nic.MR_ELEM_SIZE)
+    assert region[head] == ord("A") and region[end - 2 : end] == b"YZ"
+    for va in (BASE_VA + head - 1, BASE_VA + end - 1):
+        result = run(program, data(START + 2, va=va, payload=b"no"))
+        refused = nack(
+            START + 2, w.NackReason.UNEXP_EVENT, cum=START + 2, syndrome=w.Syndrome.NAK_REM_ACCESS
+        )
+        assert_answer(result, refused)
+    assert maps.read_region(REGION, 0, REGION_ELEMS * nic.MR_ELEM_SIZE) == region
+
+
 # ---- memory access errors ----------------------------------------------------------------------
 
 
@@ -741,8 +786,6 @@ DROPS = [
         lambda: data(START, payload=bytes(w.payload_max() + 1)),
         "drop_too_long",
     ),
-    Drop("va not element-aligned", lambda: data(START, va=BASE_VA + 512), "drop_bad_va"),
-    Drop("va off by one", lambda: data(START, va=BASE_VA + 1024 + 1), "drop_bad_va"),
     Drop("WRITE_IMM without LAST", _imm_without_last, "drop_imm_not_last"),
     Drop("opcode RC READ request", _opcode(0x0C), "drop_bad_opcode"),
     Drop("opcode RC SEND only", _opcode(0x04), "drop_bad_opcode"),
@@ -1099,7 +1142,9 @@ def test_client_refuses_bad_values(maps):
     with pytest.raises(ValueError, match="do not fit"):
         maps.set_region(0, first_elem=MR_ELEMS - 1, n_elems=2, rkey=1)
     with pytest.raises(ValueError, match="base_va"):
-        maps.set_region(0, first_elem=0, n_elems=1, rkey=1, base_va=5)
+        maps.set_region(0, first_elem=0, n_elems=1, rkey=1, base_va=-1)
+    with pytest.raises(ValueError, match="leave no byte"):
+        maps.set_region(0, first_elem=0, n_elems=1, rkey=1, head=512, tail=512)
     with pytest.raises(KeyError):
         maps.rq(0xFFFFFF)
 

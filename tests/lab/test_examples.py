@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from tests.helpers.env import MRC, ROOT
+from tests.helpers.hostpair import run_server_client
 
 EXAMPLES = ROOT / "examples"
 TIMEOUT = 120  # seconds for any one program; the programs' own waits are shorter
@@ -25,31 +26,12 @@ def in_host(lab: str, host: str, script: str, *args: str) -> list[str]:
 def run_pair(topo, script: str, server_args: list[str], client_args: list[str]):
     """The server on h1, then the client on h0 naming h1's plane-0 address:
     (client, server) as CompletedProcess-like (returncode, stdout, stderr)."""
-    server = subprocess.Popen(
+    address = str(topo.host_address(1, 0))
+    return run_server_client(
         in_host(topo.lab, "h1", script, "--timeout", "60", *server_args),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+        in_host(topo.lab, "h0", script, address, "--timeout", "60", *client_args),
+        ready="waiting for a client",
     )
-    try:
-        # a client does not wait long for its server (as perftest's): start
-        # it once the server says it listens
-        said = server.stderr.readline()
-        assert "waiting for a client" in said, said + server.stderr.read()
-        address = str(topo.host_address(1, 0))
-        client = subprocess.run(
-            in_host(topo.lab, "h0", script, address, "--timeout", "60", *client_args),
-            capture_output=True,
-            text=True,
-            timeout=TIMEOUT,
-        )
-        out, err = server.communicate(timeout=TIMEOUT)
-    finally:
-        if server.poll() is None:  # ours, by pid
-            server.kill()
-            server.wait()
-    served = subprocess.CompletedProcess(server.args, server.returncode, out, err)
-    return client, served
 
 
 def json_lines(text: str) -> list[dict]:

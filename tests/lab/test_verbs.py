@@ -130,8 +130,6 @@ def test_bad_requests_are_refused_and_corrupt_nothing(pair):
         "outside the MR": SendWR(
             sg_list=[SGE(mr.addr + MR_BYTES - 512, KIB, mr.lkey)], rkey=b.mr.rkey
         ),
-        "misaligned source": SendWR(sg_list=[SGE(mr.addr + 100, 64, mr.lkey)], rkey=b.mr.rkey),
-        "misaligned remote": SendWR(sg_list=[SGE(mr.addr, 64, mr.lkey)], remote_addr=b.mr.addr + 8),
         "unknown lkey": SendWR(sg_list=[SGE(mr.addr, 64, 0xFFFF)], rkey=b.mr.rkey),
         "two SGEs on a 1-SGE QP": SendWR(sg_list=[SGE(mr.addr, KIB, mr.lkey)] * 2, rkey=b.mr.rkey),
     }
@@ -156,6 +154,13 @@ def test_bad_requests_are_refused_and_corrupt_nothing(pair):
     a.qp.post_send(write(a, b, 0, KIB, wr_id=5, send_flags=SendFlags.SIGNALED))
     assert [(wc.wr_id, wc.status) for wc in poll_n(a.scq, 1)] == [(5, WcStatus.SUCCESS)]
     assert bytes(b.mr.buf[:KIB]) == b"\x11" * KIB
+    # Any byte address, both ends: 64 bytes from source byte 100 to remote byte 8.
+    a.mr.buf[100:164] = bytes(range(1, 65))
+    wr = write(a, b, 0, 64, wr_id=6, send_flags=SendFlags.SIGNALED)
+    wr.sg_list, wr.remote_addr = [SGE(mr.addr + 100, 64, mr.lkey)], b.mr.addr + 8
+    a.qp.post_send(wr)
+    assert [(wc.wr_id, wc.status) for wc in poll_n(a.scq, 1)] == [(6, WcStatus.SUCCESS)]
+    assert bytes(b.mr.buf[:80]) == b"\x11" * 8 + bytes(range(1, 65)) + b"\x11" * 8
 
 
 def test_before_rts_and_after_dereg_are_clear_errors(default_lab):

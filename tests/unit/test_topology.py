@@ -455,7 +455,7 @@ BAD_FILES = [
         "unknown-section",
         BASE + "[fabric]\nhosts = 2\nplanes = 1\n[bogus]\nx = 1\n",
         "bogus",
-        ["unknown section", "lab, fabric, links, addressing"],
+        ["unknown section", "lab, fabric, links, nic, addressing"],
     ),
     (
         "unknown-key",
@@ -901,6 +901,29 @@ def test_rate_bounds(tmp_path, rate, ok):
     else:
         with pytest.raises(TopologyError, match="between 100kbit and 32gbit"):
             load(path)
+
+
+# ---- [nic] memory ---------------------------------------------------------------------
+
+
+def test_nic_memory_per_host_is_the_topologys(tmp_path):
+    base = BASE + "[fabric]\nhosts = 2\nplanes = 1\n"
+    path = tmp_path / "t.toml"
+    path.write_text(base)
+    assert load(path).nic_memory_bytes == 64 * 2**20  # the default
+    path.write_text(base + '[nic]\nmemory = "320MiB"\n')
+    assert load(path).nic_memory_bytes == 320 * 2**20
+    for value, words in (('"1048577"', "whole pages"), ('"2GiB"', "between")):
+        path.write_text(base + f"[nic]\nmemory = {value}\n")
+        with pytest.raises(TopologyError, match=words) as e:
+            load(path)
+        assert "nic.memory" in str(e.value)
+
+
+def test_many_hosts_share_a_gib_of_nic_memory_by_default(tmp_path):
+    path = tmp_path / "t.toml"
+    path.write_text(BASE + "[fabric]\nhosts = 64\nplanes = 1\ntiers = 1\n")
+    assert load(path).nic_memory_bytes == 2**30 // 64
 
 
 # ---- transfer sizes (mrc-nic write --size, the benchmarks) ---------------------------

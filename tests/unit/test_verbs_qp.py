@@ -28,7 +28,7 @@ ATTR = DeviceAttr(
     host_index=1,
     planes=4,
     seg_size=3072,
-    mr_align=1024,
+    mr_align=1,
     max_mr_bytes=1 << 24,
     sq_depth=DEPTH,
     max_qp_wr=4096,
@@ -220,7 +220,6 @@ def test_receives_match_messages_in_order_even_when_posted_late(setup):
     ("change", "message"),
     [
         ({"opcode": 7}, "MRC posts RDMA_WRITE"),
-        ({"remote_addr": (5 << 40) + 8}, "not a multiple of 1024"),
         ({"imm_data": 1 << 32}, "imm_data must fit 32 bits"),
         ({"sg_list": [SGE(0, 1, 0x99)]}, "no MR of this PD"),
         ({"rkey": 1 << 32}, "rkey must fit 32 bits"),
@@ -322,3 +321,18 @@ def test_room_counts_what_the_nic_completed_since_the_last_post(setup):
     s.ctx.complete(DEPTH)  # the NIC completed its 32 (unsignaled)
     s.qp.post_send([wr(s, 0)])  # fits: those 32 WRs are gone
     assert s.qp.outstanding == 100 - DEPTH + 1
+
+
+def test_the_wqe_format_is_the_abis():
+    """post_send packs WQEs with a struct made from the generated layout
+    (bpf/nic_structs.h through mrc_nic.abi): what it packs, ctypes reads back."""
+    from mrc_nic.verbs.qp import WQ_HEAD, WQE
+
+    raw = bytearray(WQE.size)
+    WQE.pack_into(raw, 0, 7, 1 << 40, 0xABC, 64, 5, 100, 0xC0DE, 3, 1)
+    wqe = nic.Wqe.from_buffer_copy(raw)
+    assert (wqe.wr_id, wqe.remote_va, wqe.rkey, wqe.len, wqe.src_region, wqe.src_off) == (
+        7, 1 << 40, 0xABC, 64, 5, 100,
+    )  # fmt: skip
+    assert (wqe.imm, wqe.opcode, wqe.flags, WQE.size) == (0xC0DE, 3, 1, ctypes.sizeof(nic.Wqe))
+    assert WQ_HEAD.size == nic.Wq.wqes.offset
