@@ -72,8 +72,8 @@ static __always_inline void ev_lost_silently(__u32 qpn, __u32 value, __u32 cause
 }
 
 /*
- * A PSN sent on EV `value` at tx_ts is overdue (the head scan, a reorder
- * kick): later packets of the QP were answered, it was not. Late is not lost
+ * A PSN sent on EV `value` at tx_ts is overdue (the head scan; the walk's
+ * are ack_ev_feedback's): later packets of the QP were answered, it was not. Late is not lost
  * (docs/nic-program.md, "Blame"): the EV is suspected (its oldest overdue
  * transmission kept in suspect_ts) and blamed as a silent loss only once it
  * has been suspected for silent_ns with no answer on it (cause TIMEOUT: MRC's
