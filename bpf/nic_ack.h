@@ -308,17 +308,22 @@ static __always_inline void ack_locked(struct nic_sq *sq, struct nic_tx_ring *ri
 		sq->stats.fatal_nacks++;
 		sc->fatal = 1;
 	} else if (sc->fb) {
-		loss_walk(sq, ring, sc, a->psn, a->echo_ev, a->echo_ts);
-		head_scan(sq, ring, sc, a->echo_ts, now);
+		__u64 wnd = reo_window(sq, a->echo_ts, now);
+
+		loss_walk(sq, ring, sc, a->psn, a->echo_ev, a->echo_ts, wnd, now);
+		head_scan(sq, ring, sc, a->echo_ts, wnd);
 	}
+	/* Last: its branches then cost the verifier once, not once per path above. */
+	if (a->flags & MRC_ACK_F_DUP)
+		reo_learn(sq, a->echo_ts, now);
 }
 
 /* The echoed EV's feedback, under its lock: counters, an RTT sample, SKIP on
  * a fabric trim or ECN, ASSUMED_BAD after the walk's n losses. Its state
  * before and after go to *old and *st. */
 static __always_inline void ack_ev_feedback(struct nic_ev *ev, const struct ack_pkt *a,
-					    __u32 queued, __u32 n, __u64 now, __u32 *old,
-					    __u32 *st)
+					    __u32 queued, __u32 n, __u64 oldest, __u32 silent_ns,
+					    __u64 now, __u32 *old, __u32 *st)
 {
 	int skip = 0;
 
@@ -354,7 +359,13 @@ static __always_inline void ack_ev_feedback(struct nic_ev *ev, const struct ack_
 	if (skip)
 		*st = ev_skip(ev, *st, now);
 	ev->stats.retx_queued += queued + n;
-	if (n) {
+	if (n && silent_ns) {
+		/* Suspected, not blamed: here too a CPU that stalls can hold one
+		 * packet of a path behind a later one (docs/nic-program.md, "Blame").
+		 * ev_answered blames it when the next answer on it is not the hole. */
+		if (!ev->suspect_ts || oldest < ev->suspect_ts)
+			ev->suspect_ts = oldest;
+	} else if (n) {
 		ev->stats.lost_pkts += n;
 		if (*st != NIC_EVS_DENIED)
 			*st = NIC_EVS_ASSUMED_BAD;
@@ -386,7 +397,7 @@ static __always_inline void ack_report(const struct nic_sq *sq, const struct ack
 		emit_loss(a->qpn, sc->lost[i].psn, a->echo_ev, sc->lost[i].tx_ts, a->psn, now);
 	}
 	if (sc->n_head)
-		head_losses(a->qpn, a->psn, sc, now);
+		head_losses(a->qpn, a->psn, sc, sq->silent_ns, now);
 
 	count(NIC_CNT_ACKED, sc->newly);
 	count(NIC_CNT_LOST, n + sc->n_head);
@@ -404,7 +415,7 @@ static __always_inline int rx_ack(struct xdp_md *ctx, struct mrc_pkt *p, struct 
 	struct nic_sq *sq;
 	struct nic_ev *ev;
 	__u32 ring_id, zero = 0, old = 0, st = 0, n;
-	__u64 now;
+	__u64 now, oldest;
 	int verdict = ack_parse(p, &a);
 
 	if (verdict != PKT_GO)
@@ -450,10 +461,18 @@ static __always_inline int rx_ack(struct xdp_md *ctx, struct mrc_pkt *p, struct 
 	n = sc->n_lost;
 	if (n > NIC_LOSS_WALK_MAX)
 		n = NIC_LOSS_WALK_MAX;
+	oldest = n >= 1 ? sc->lost[n - 1].tx_ts : 0; /* the walk goes back in time */
+	/* Every answer echoing a suspected EV, stale ones too: a late original's
+	 * SACK comes after its resend's (docs/nic-program.md, "Blame"). Before
+	 * this answer's own walk suspects it. */
+	if (ev)
+		ev_answered(a.qpn, ev, a.echo_ev, a.psn, a.echo_ts, a.kind == ACK_SACK, now);
 	if (sc->fb && ev)
-		ack_ev_feedback(ev, &a, sc->queued, n, now, &old, &st);
+		ack_ev_feedback(ev, &a, sc->queued, n, oldest, sq->silent_ns, now, &old, &st);
 	else if (sc->fb)
 		count(NIC_CNT_UNKNOWN_EV, 1);
+	if (n && sq->silent_ns)
+		count(NIC_CNT_LOST_SUSPECT, n);
 	ack_report(sq, &a, sc, n, old, st, now);
 	return ack_done(p, req, a.qpn, sq->engine, sc->fb | sc->newly | sc->queued | sc->fatal);
 }

@@ -132,6 +132,10 @@ _Static_assert(NIC_EP_SLOTS > 0 && (NIC_EP_SLOTS & (NIC_EP_SLOTS - 1)) == 0,
 #ifndef NIC_TIMEOUT_MAX
 #define NIC_TIMEOUT_MAX 64
 #endif
+/* In a timeout kick's arg (16 bits): the reorder timer's kick, not a timeout.
+ * What it queues is overdue, not lost: no EV is blamed for it
+ * (docs/nic-program.md, "Blame"). */
+#define NIC_TIMEOUT_F_REORDER 0x8000U
 
 /* Size of a completion queue's ring buffer (nic_cq_rings' template), in pages
  * (a power of 2): an application creates its CQ's ring buffer this size. */
@@ -249,6 +253,7 @@ enum nic_retx_cause {
 /* The head scan's reorder window follows the largest recent RTT. */
 #define NIC_RTT_RECENT_SHIFT 6 /* rtt_recent_ns forgets a peak over about 64 samples */
 #define NIC_RTT_RECENT_CAP 4   /* a sample counts for at most 4 reorder windows */
+#define NIC_REO_LEARN_SHIFT 16 /* reo_learned_ns forgets a late packet over about 65536 SACKs */
 _Static_assert((NIC_HEAD_SCAN & (NIC_HEAD_SCAN - 1)) == 0, "NIC_HEAD_SCAN must be a power of two");
 #define NIC_HEAD_LOST (2 * NIC_HEAD_SCAN) /* losses one head scan can find: two passes */
 
@@ -384,6 +389,10 @@ enum nic_counter {
 	NIC_CNT_PORT_STATUS_UPDATE, /* port status updates from peers recorded in nic_peer_ports and answered (also PROBE_REPLY) */
 	/* Port admin state (docs/nic-program.md, "Ports") */
 	NIC_CNT_DROP_PORT_DISABLED, /* MRC packet that came in on an administratively DISABLED port */
+	/* Blame (docs/nic-program.md, "Blame") */
+	NIC_CNT_LOST_SUSPECT,    /* overdue PSNs (head scan, reorder kick) whose EV was only suspected */
+	NIC_CNT_SUSPECT_CLEARED, /* suspected EVs cleared: the overdue packet, or an earlier one, came */
+	NIC_CNT_SUSPECT_BLAMED,  /* suspected EVs blamed: a later packet came first, or silent_ns passed */
 	NIC_CNT_MAX,
 };
 

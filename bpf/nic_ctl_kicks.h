@@ -15,12 +15,14 @@
  * A timeout kick (struct nic_kick, NIC_KICK_TIMEOUT): queue up to max of the
  * oldest PSNs in flight that are neither acknowledged nor queued and were
  * last sent age_ns ago or more, each with the EV of its latest transmission
- * (its resend goes out on another), and put those EVs in ASSUMED_BAD. It
- * sends nothing: the send kick that follows does. A path of its own, not a
- * step of engine_run: inside it the loops would multiply the verifier's
- * work by the engine's branches.
+ * (its resend goes out on another), and put those EVs in ASSUMED_BAD (with
+ * NIC_TIMEOUT_F_REORDER in the kick's arg, the reorder timer's: leave them
+ * be). It sends nothing: the send kick that follows does. A path of its own,
+ * not a step of engine_run: inside it the loops would multiply the
+ * verifier's work by the engine's branches.
  */
-static __always_inline int engine_timeout(const struct engine_req *req, __u32 max, __u64 age_ns)
+static __always_inline int engine_timeout(const struct engine_req *req, __u32 max, __u64 age_ns,
+					  __u32 reorder)
 {
 	struct nic_timeout_scratch *sc;
 	struct nic_tx_ring *ring;
@@ -78,9 +80,13 @@ static __always_inline int engine_timeout(const struct engine_req *req, __u32 ma
 	n = sq->retx_tail - tail0;
 	bpf_spin_unlock(&sq->lock);
 
-	/* The EVs that lost them: ASSUMED_BAD (not DENIED: the operator's). */
+	/* The EVs that lost them: ASSUMED_BAD (not DENIED: the operator's). A
+	 * reorder kick's PSNs are overdue, not timed out: their EVs are left to
+	 * the head scan and the silence rule (docs/nic-program.md, "Blame").
+	 * (ev_overdue here, in a loop of NIC_TIMEOUT_MAX, took the verifier past
+	 * its 1M instructions.) */
 	for (i = 0; i < NIC_TIMEOUT_MAX; i++) {
-		if (i >= n)
+		if (reorder || i >= n)
 			break;
 		ev_lost_silently(qpn, sc->ev[i], NIC_EVC_TIMEOUT, sc->psn[i], 0, now);
 	}

@@ -71,5 +71,87 @@ static __always_inline void ev_lost_silently(__u32 qpn, __u32 value, __u32 cause
 		emit_ev_state(qpn, value, old, st, cause, psn, now);
 }
 
+/*
+ * A PSN sent on EV `value` at tx_ts is overdue (the head scan; the walk's
+ * are ack_ev_feedback's): later packets of the QP were answered, it was not. Late is not lost
+ * (docs/nic-program.md, "Blame"): the EV is suspected (its oldest overdue
+ * transmission kept in suspect_ts) and blamed as a silent loss only once it
+ * has been suspected for silent_ns with no answer on it (cause TIMEOUT: MRC's
+ * rule); ev_answered blames it sooner when a later packet of it is answered
+ * first. silent_ns 0: blamed at once (cause LOSS). Returns 1 if blamed.
+ * Called after the QP's lock; takes the EV's.
+ */
+static __always_inline int ev_overdue(__u32 qpn, __u32 value, __u32 psn, __u64 tx_ts,
+				      __u32 silent_ns, __u64 now)
+{
+	struct nic_ev_key key = {.qpn = qpn, .ev = value};
+	struct nic_ev *ev = value ? nic_evs_lookup(&key) : NULL;
+	__u32 old, st, blame;
+
+	if (!ev)
+		return 0;
+	bpf_spin_lock(&ev->lock);
+	old = ev->state;
+	st = ev_state_now(ev, now);
+	ev->stats.retx_queued++;
+	if (!ev->suspect_ts || tx_ts < ev->suspect_ts)
+		ev->suspect_ts = tx_ts;
+	blame = now - ev->suspect_ts >= silent_ns; /* always, with silent_ns 0 */
+	if (blame) {
+		ev->stats.lost_pkts++;
+		ev->suspect_ts = 0;
+		ev->good_probes = 0;
+		if (st != NIC_EVS_DENIED)
+			st = NIC_EVS_ASSUMED_BAD;
+	}
+	ev->state = st;
+	bpf_spin_unlock(&ev->lock);
+	if (silent_ns)
+		count(blame ? NIC_CNT_SUSPECT_BLAMED : NIC_CNT_LOST_SUSPECT, 1);
+	if (old != st)
+		emit_ev_state(qpn, value, old, st, silent_ns ? NIC_EVC_TIMEOUT : NIC_EVC_LOSS, psn,
+			      now);
+	return blame;
+}
+
+/*
+ * An answer (SACK or NACK, fresh or stale) echoing EV `value`'s transmission
+ * of echo_ts, for an EV under suspicion: the suspect itself or an earlier
+ * packet of the EV came, so the path delivers, late (cleared); or a packet
+ * sent on it after the suspect came first, and one path does not reorder, so
+ * the suspect was lost on it (blamed, cause LOSS). Only a SACK blames: a
+ * trimmed header may overtake queued data. Takes the EV's lock.
+ */
+static __always_inline void ev_answered(__u32 qpn, struct nic_ev *ev, __u32 value, __u32 psn,
+					__u64 echo_ts, int sack, __u64 now)
+{
+	__u32 old, st;
+	int blame, had;
+
+	if (!echo_ts || !*(volatile __u64 *)&ev->suspect_ts)
+		return;
+	bpf_spin_lock(&ev->lock);
+	old = ev->state;
+	st = ev_state_now(ev, now);
+	if (echo_ts > ev->suspect_ts && !sack) {
+		bpf_spin_unlock(&ev->lock);
+		return;
+	}
+	had = ev->suspect_ts != 0;
+	blame = had && echo_ts > ev->suspect_ts;
+	ev->suspect_ts = 0;
+	if (blame) {
+		ev->stats.lost_pkts++;
+		ev->good_probes = 0;
+		if (st != NIC_EVS_DENIED)
+			st = NIC_EVS_ASSUMED_BAD;
+	}
+	ev->state = st;
+	bpf_spin_unlock(&ev->lock);
+	if (had)
+		count(blame ? NIC_CNT_SUSPECT_BLAMED : NIC_CNT_SUSPECT_CLEARED, 1);
+	if (old != st && st == NIC_EVS_ASSUMED_BAD)
+		emit_ev_state(qpn, value, old, st, NIC_EVC_LOSS, psn, now);
+}
 
 #endif /* MRC_NIC_EV_H */

@@ -39,7 +39,7 @@ static __always_inline int sq_queue(struct nic_sq *sq, __u32 psn, __u32 ev, __u8
  */
 static __always_inline void loss_walk(struct nic_sq *sq, struct nic_tx_ring *ring,
 				      struct nic_ack_scratch *sc, __u32 psn, __u32 ev,
-				      __u64 tx_ts)
+				      __u64 tx_ts, __u64 wnd, __u64 now)
 {
 	struct nic_tx_pkt *e = &ring->pkts[RING_POS(psn)];
 	__u32 n = 0;
@@ -58,6 +58,9 @@ static __always_inline void loss_walk(struct nic_sq *sq, struct nic_tx_ring *rin
 		pe = &ring->pkts[RING_POS(prev)];
 		if (pe->psn != prev || pe->ev != ev || pe->tx_ts > e->tx_ts)
 			break; /* resent since, on another EV or later */
+		if (wnd && pe->tx_ts + wnd > now)
+			break; /* RACK's rule too: not lost before a reorder window has
+				* passed (a stalled CPU can hold one packet of a path) */
 		if (BM_TEST(sq->acked, prev) || BM_TEST(sq->retx, prev))
 			break; /* an earlier walk (or NACK) has been here */
 		if (!sq_queue(sq, prev, ev, NIC_RETX_LOST, 0))
@@ -126,14 +129,13 @@ static __always_inline int head_pass(struct nic_sq *sq, struct nic_tx_ring *ring
  * the losses of a whole window are found in a few SACKs, not one head's worth
  * per round trip.
  */
-static __always_inline void head_scan(struct nic_sq *sq, struct nic_tx_ring *ring,
-				      struct nic_ack_scratch *sc, __u64 echo_ts, __u64 now)
+static __always_inline __u64 reo_window(struct nic_sq *sq, __u64 echo_ts, __u64 now)
 {
-	__u32 psn = sq->snd_una;
-	__u64 before, wnd = sq->reo_wnd_ns, rtt, recent = sq->rtt_recent_ns;
+	__u64 wnd = sq->reo_wnd_ns, rtt, recent = sq->rtt_recent_ns;
+	__u64 learned = sq->reo_learned_ns;
 
 	if (!wnd || !echo_ts || echo_ts > now)
-		return; /* off, or no timestamp of ours */
+		return 0; /* off, or no timestamp of ours */
 	/* Queues grow the RTT and the differences between paths with it: the
 	 * window is at least the QP's largest recent round trip, this SACK's
 	 * included. A SACK that came back fast through an empty queue must not
@@ -151,7 +153,21 @@ static __always_inline void head_scan(struct nic_sq *sq, struct nic_tx_ring *rin
 	sq->rtt_recent_ns = recent > 0xffffffffULL ? 0xffffffff : (__u32)recent;
 	if (recent > wnd)
 		wnd = recent;
-	if (echo_ts <= wnd)
+	/* A late original seen lately (reo_learn): the paths here can be that
+	 * much slower than others without losing anything. */
+	if (learned > wnd)
+		wnd = learned;
+	sq->reo_learned_ns = learned - (learned >> NIC_REO_LEARN_SHIFT);
+	return wnd;
+}
+
+static __always_inline void head_scan(struct nic_sq *sq, struct nic_tx_ring *ring,
+				      struct nic_ack_scratch *sc, __u64 echo_ts, __u64 wnd)
+{
+	__u32 psn = sq->snd_una;
+	__u64 before;
+
+	if (!wnd || echo_ts <= wnd)
 		return;
 	before = echo_ts - wnd;
 	if (!head_pass(sq, ring, sc, &psn, before, 0)) {
@@ -163,9 +179,30 @@ static __always_inline void head_scan(struct nic_sq *sq, struct nic_tx_ring *rin
 	sq->scan_psn = psn;
 }
 
-/* The head scan's losses: their EVs, then a loss record each. */
+/*
+ * A duplicate's SACK (MRC_ACK_F_DUP; sq->lock held): the copy it echoes came
+ * after another copy of its PSN, typically an original the head scan had
+ * given up on. Its round trip is how late a packet can be here without being
+ * lost (RACK's DSACK rule, RFC 8985 7.2): the head scan's window takes it,
+ * up to silent_ns, and forgets it slowly. With silent_ns 0, nothing is learned.
+ */
+static __always_inline void reo_learn(struct nic_sq *sq, __u64 echo_ts, __u64 now)
+{
+	__u64 late;
+
+	if (!sq->silent_ns || !echo_ts || echo_ts > now)
+		return;
+	late = now - echo_ts;
+	if (late > sq->silent_ns)
+		late = sq->silent_ns;
+	if (late > sq->reo_learned_ns)
+		sq->reo_learned_ns = late;
+}
+
+/* The head scan's losses: their EVs (suspected, or blamed: ev_overdue), then
+ * a loss record each. */
 static __always_inline void head_losses(__u32 qpn, __u32 ack_psn, struct nic_ack_scratch *sc,
-					__u64 now)
+					__u32 silent_ns, __u64 now)
 {
 	int i;
 
@@ -174,7 +211,7 @@ static __always_inline void head_losses(__u32 qpn, __u32 ack_psn, struct nic_ack
 
 		if (i >= sc->n_head)
 			break;
-		ev_lost_silently(qpn, l->ev, NIC_EVC_LOSS, l->psn, 1, now);
+		ev_overdue(qpn, l->ev, l->psn, l->tx_ts, silent_ns, now);
 		emit_loss(qpn, l->psn, l->ev, l->tx_ts, ack_psn, now);
 	}
 }

@@ -337,6 +337,12 @@ struct nic_sq {
 			   * it (nic_region.pd), else a local protection error; 0: the daemon's */
 	__u64 peer_ports_ns; /* BPF: when an ACK last set peer_ports; a port status update
 			      * from the peer after it overrides them (sq_peer_ports) */
+	/* ---- blame (docs/nic-program.md, "Blame") ---- */
+	__u32 silent_ns;      /* setup: an EV suspected this long without an answer is
+			       * ASSUMED_BAD (the QP's timeout); 0: overdue is lost at once */
+	__u32 reo_learned_ns; /* BPF: the longest delay a late original showed (its
+			       * duplicate's SACK), at most silent_ns, decaying; the head
+			       * scan's window is at least this */
 };
 _Static_assert(__builtin_offsetof(struct nic_sq, snd_una) == 36, "struct nic_sq layout changed");
 _Static_assert(__builtin_offsetof(struct nic_sq, acked) == 64, "struct nic_sq layout changed");
@@ -346,7 +352,7 @@ _Static_assert(__builtin_offsetof(struct nic_sq, engine) ==
 	       "struct nic_sq has hidden padding");
 _Static_assert(sizeof(struct nic_sq) == __builtin_offsetof(struct nic_sq, engine) + 32 +
 					     4 * NIC_MSG_SLOTS + sizeof(struct nic_sq_tx_stats) +
-					     sizeof(struct nic_sq_cc) + 8 + 16 + 32 + 8,
+					     sizeof(struct nic_sq_cc) + 8 + 16 + 32 + 8 + 8,
 	       "struct nic_sq has hidden padding");
 
 /* ---- EVs: nic_evs -------------------------------------------------------- */
@@ -397,10 +403,16 @@ struct nic_ev {
 	__u32 last_tx_psn; /* PSN of the last packet sent on this EV (if stats.tx_pkts) */
 	__u32 last_tx_cpu; /* the CPU that sent it (the engine's; record_tx leaves 0) */
 	__u64 last_tx_ts;  /* its tx_ts */
+	/* loss detection (BPF): tx_ts of a transmission on it found overdue (the
+	 * head scan, the reorder timer) with no answer on it since; 0: none. Late
+	 * is not lost: the EV is blamed only when a later one of its packets is
+	 * answered first, or when it stays silent for nic_sq.silent_ns
+	 * (docs/nic-program.md, "Blame") */
+	__u64 suspect_ts;
 	struct nic_ev_stats stats;
 };
 _Static_assert(__builtin_offsetof(struct nic_ev, skip_until) == 16, "struct nic_ev layout changed");
-_Static_assert(sizeof(struct nic_ev) == 64 + sizeof(struct nic_ev_stats),
+_Static_assert(sizeof(struct nic_ev) == 72 + sizeof(struct nic_ev_stats),
 	       "struct nic_ev has hidden padding");
 
 /* ---- Transmissions: nic_tx_ring ----------------------------------------- */

@@ -223,7 +223,8 @@ int nic_xdp(struct xdp_md *ctx)
 	int verdict, kick = kick_of(ctx, &req, &arg, &age_ns);
 
 	if (kick == 1 + NIC_KICK_TIMEOUT)
-		return engine_timeout(&req, arg, age_ns);
+		return engine_timeout(&req, arg & ~NIC_TIMEOUT_F_REORDER, age_ns,
+				      !!(arg & NIC_TIMEOUT_F_REORDER));
 	if (kick == 1 + NIC_KICK_EV_REPLACE)
 		return engine_ev_replace(&req, arg, age_ns);
 	if (kick == 1 + NIC_KICK_FAIL)

@@ -31,6 +31,7 @@ NIC_HEAD_SCAN = 8  # tunable: the loader may override it
 NIC_DOORBELL_IFINDEX = 4791
 NIC_KICK_ETHERTYPE = 34997
 NIC_TIMEOUT_MAX = 64  # tunable: the loader may override it
+NIC_TIMEOUT_F_REORDER = 0x8000
 NIC_CQ_RING_PAGES = 16  # tunable: the loader may override it
 NIC_MAX_CQS = 1024  # tunable: the loader may override it
 ENGINE_EV_HOLD_NS = 0x30d40  # tunable: the loader may override it
@@ -63,6 +64,7 @@ NIC_REV_GOOD = 1
 NIC_REV_ASSUMED_BAD = 2
 NIC_RTT_RECENT_SHIFT = 6
 NIC_RTT_RECENT_CAP = 4
+NIC_REO_LEARN_SHIFT = 16
 NIC_HEAD_LOST = 16
 NIC_TX_F_PREV = 0x1
 NIC_TX_F_RETX = 0x2
@@ -196,9 +198,12 @@ class Counter(enum.IntEnum):
     EP_PROBE_REPLY = 64
     PORT_STATUS_UPDATE = 65
     DROP_PORT_DISABLED = 66
+    LOST_SUSPECT = 67
+    SUSPECT_CLEARED = 68
+    SUSPECT_BLAMED = 69
 
 
-NIC_CNT_MAX = 67
+NIC_CNT_MAX = 70
 
 # ---- enums of #define groups --------------------------------------------------
 

@@ -313,6 +313,8 @@ class NicSq(ctypes.Structure):
         ("probe_good", ctypes.c_uint32),
         ("pd", ctypes.c_uint32),
         ("peer_ports_ns", ctypes.c_uint64),
+        ("silent_ns", ctypes.c_uint32),
+        ("reo_learned_ns", ctypes.c_uint32),
     ]
 
 
@@ -362,6 +364,7 @@ class NicEv(ctypes.Structure):
         ("last_tx_psn", ctypes.c_uint32),
         ("last_tx_cpu", ctypes.c_uint32),
         ("last_tx_ts", ctypes.c_uint64),
+        ("suspect_ts", ctypes.c_uint64),
         ("stats", NicEvStats),
     ]
 

@@ -219,4 +219,5 @@ Kick = defs.NicKick
 KickOp = defs.KickOp
 QpError = defs.QpError  # why a send QP went to ERR (struct nic_qp_err_event.error)
 TIMEOUT_MAX = defs.NIC_TIMEOUT_MAX  # PSNs one timeout kick queues, at most
+TIMEOUT_F_REORDER = defs.NIC_TIMEOUT_F_REORDER  # in its arg: the reorder timer's kick
 Port = defs.NicPort

@@ -21,6 +21,7 @@ from mrc_nic.nic.layout import (
     MAX_QP_EVS,
     MR_ELEM_SIZE,
     SQ_DEPTH,
+    TIMEOUT_F_REORDER,
     TIMEOUT_MAX,
     TX_F_PREV,
     TX_F_RETX,
@@ -90,6 +91,7 @@ class SendQpMaps:
         dyn_mpr: bool = False,
         probe_good: int = 1,
         pd: int = 0,
+        silent_ns: int = 0,
     ) -> None:
         """Create (or reset) the send state of a QP, its EVs, its PSN -> EV table and
         its send queue.
@@ -115,6 +117,9 @@ class SendQpMaps:
         needs to be GOOD again (0 and 1: the first). pd: the QP's protection
         domain: a WQE whose src_region is of another PD or host (set_region pd,
         owner) moves the QP to ERR as a local protection error (0: the daemon's).
+        silent_ns: how long an EV with an overdue packet (the head scan, a
+        reorder kick) may stay unanswered before it is ASSUMED_BAD, the QP's
+        timeout (0: at once; docs/nic-program.md, "Blame").
         The whole values are written: do it before packets flow for this QP.
         """
         check_qp_ends(
@@ -143,6 +148,7 @@ class SendQpMaps:
         pins.check_range("msn", msn, wireconst.MSN_MASK)
         pins.check_range("peer_ports", peer_ports, pins.U32_MAX)
         pins.check_range("reo_wnd_ns", reo_wnd_ns, pins.U32_MAX)
+        pins.check_range("silent_ns", silent_ns, pins.U32_MAX)
         pins.check_range("cc_rtt_target_ns", cc_rtt_target_ns, pins.U64_MAX)
         check_cq("cq", cq, self.max_cqs)
         value = SqState(
@@ -167,6 +173,7 @@ class SendQpMaps:
             dyn_mpr=int(bool(dyn_mpr)),
             probe_good=probe_good,
             pd=pd,
+            silent_ns=silent_ns,
         )
         set_auth_key(value, auth_key)  # data carries a MAC, ACKs must
         for i, ev in enumerate(evs):
@@ -367,16 +374,25 @@ class SendQpMaps:
         return run_kick(self.program_fd(), qpn, packets, live=live, batch_size=batch_size)
 
     def timeout_kick(
-        self, qpn: int, packets: int, *, max_psns: int = TIMEOUT_MAX, age_ns: int = 0
+        self,
+        qpn: int,
+        packets: int,
+        *,
+        max_psns: int = TIMEOUT_MAX,
+        age_ns: int = 0,
+        reorder: bool = False,
     ) -> None:
         """The retransmission timeout of a QP: a timeout kick queues up to
         max_psns of its oldest unacknowledged PSNs last sent age_ns ago or more
         (in BPF, under the QP's lock) and puts their EVs in ASSUMED_BAD, then a
         send kick of `packets` runs sends them (and new data, if there is
-        room). The counters timeout_kicks and timeout_queued say what it did."""
+        room). The counters timeout_kicks and timeout_queued say what it did.
+        reorder: the reorder timer's kick, not a timeout: what it queues is
+        overdue, and no EV is blamed for it (docs/nic-program.md, "Blame")."""
         if not (isinstance(max_psns, int) and 1 <= max_psns <= TIMEOUT_MAX):
             raise ValueError(f"max_psns must be 1..{TIMEOUT_MAX}, not {max_psns!r}")
-        run_kick(self.program_fd(), qpn, 1, op=KickOp.TIMEOUT, arg=max_psns, age_ns=age_ns)
+        arg = max_psns | (TIMEOUT_F_REORDER if reorder else 0)
+        run_kick(self.program_fd(), qpn, 1, op=KickOp.TIMEOUT, arg=arg, age_ns=age_ns)
         if packets:
             self.kick(qpn, packets, batch_size=packets)
 

@@ -758,6 +758,8 @@ class AppSessions:
                 probe_good=self.daemon.controller.table.probe_good(aq.qp.attrs.ev_profile_id),
                 auth_key=send.auth_key,
                 pd=aq.pd,
+                # an EV unanswered for the QP's timeout is a silent loss (MRC's rule)
+                silent_ns=min(int(aq.qp.attrs.timeout_s * 1e9), 0xFFFFFFFF),
             )
             aq.auth = aq.auth or send.auth_key is not None
             aq.send_key = send.auth_key

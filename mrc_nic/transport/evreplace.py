@@ -48,7 +48,7 @@ from mrc_nic.nic import wire
 from mrc_nic.transport.prober import EvScan
 from mrc_nic.transport.transfer import EV_BASE
 
-REPLACE_AFTER_S = 0.02  # ASSUMED_BAD this long: ~10 probes (prober.PROBE_INTERVAL_S) unanswered
+REPLACE_AFTER_S = 0.02  # ASSUMED_BAD this long: 4 probes unanswered (prober's backoff)
 # A plane works, for an EV that went bad at t, if one of its EVs had a packet
 # acknowledged at t + EVIDENCE_AFTER_S or later.
 EVIDENCE_AFTER_S = REPLACE_AFTER_S / 2

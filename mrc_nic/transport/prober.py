@@ -3,12 +3,13 @@
 An EV goes ASSUMED_BAD in BPF the moment a packet sent on it is declared
 lost. Nothing else brings it back: the daemon sends a PROBE on that EV (the
 EV is the UDP source port, so the probe takes the same path through the
-fabric's ECMP) every PROBE_INTERVAL_S until the peer's NIC answers with a
-PROBE_REPLY, which the NIC's XDP program turns into GOOD (and an RTT
-sample). While the path is still broken the probes are lost too and the EV
-stays out. Probes are control traffic, a few per millisecond at most, so
-they are built with mrc_nic.nic.wire and sent from Python on an AF_PACKET socket
-bound to the EV's plane port; the data path never waits for them.
+fabric's ECMP), backing off while they go unanswered and within a budget per
+QP and plane (below), until the peer's NIC answers with a PROBE_REPLY, which
+the NIC's XDP program turns into GOOD (and an RTT sample). While the path is
+still broken the probes are lost too and the EV stays out. Probes are
+control traffic, a few per millisecond at most, so they are built with
+mrc_nic.nic.wire and sent from Python on an AF_PACKET socket bound to the
+EV's plane port; the data path never waits for them.
 """
 
 from __future__ import annotations
@@ -25,7 +26,20 @@ from mrc_nic.kernel import bpfsys
 from mrc_nic.lab.topology import Topology
 from mrc_nic.nic import auth, wire
 
-PROBE_INTERVAL_S = 0.002  # per EV; about 20 RTTs of this lab
+# The probe budget (docs/watch.md, "Probes"). MRC probes a suspect EV; it does
+# not flood a path that is down. An EV is probed when a scan finds it
+# ASSUMED_BAD, again PROBE_INTERVAL_S later, and each probe that goes
+# unanswered doubles the interval to the next, up to
+# PROBE_BACKOFF_MAX_S, as the QP's retries back off (mrc.h: retry.exp_cnt); an
+# answer brings PROBE_INTERVAL_S back, so the probe_good replies that make it
+# GOOD come within a few ms once the path works. On top, the probes of one QP
+# into one plane are a token bucket of PLANE_PROBES_PER_S (burst
+# PLANE_PROBE_BURST): a whole plane down (32 EVs of 128) costs it at most that,
+# 32 / 64 ms = 500 a second once backed off.
+PROBE_INTERVAL_S = 0.002  # per EV at first; about 20 RTTs of this lab
+PROBE_BACKOFF_MAX_S = 0.064  # per unanswered EV at most: a heal is seen within this
+PLANE_PROBES_PER_S = 500.0  # per QP and plane, at most (long-run)
+PLANE_PROBE_BURST = 8.0  # the bucket's depth: a few fresh suspects at once
 SCAN_INTERVAL_S = 0.002  # how often EV states are read (one batch read)
 # Every EV that BPF puts in ASSUMED_BAD comes with a PSN declared lost (the
 # NIC's LOST counter: loss walk, head scan, timeout kick). While that counter
@@ -41,6 +55,7 @@ _EV_U64 = struct.Struct("<Q")
 _U32 = struct.Struct("<I")
 _EV_ACKS_AT = nic.EvStateLayout.stats.offset + nic.EvStats.acks.offset
 _EV_LOST_AT = nic.EvStateLayout.stats.offset + nic.EvStats.lost_pkts.offset
+_EV_REPLIES_AT = nic.EvStateLayout.stats.offset + nic.EvStats.probe_replies.offset
 
 
 class EvScan(NamedTuple):
@@ -52,6 +67,30 @@ class EvScan(NamedTuple):
     state: int  # nic.EvState
     acks: int  # stats.acks: SACKs taken as its feedback, ever
     lost: int  # stats.lost_pkts: packets sent on it declared lost, ever
+    replies: int = 0  # stats.probe_replies: PROBE_REPLYs for it, ever
+
+
+class ProbeDue(NamedTuple):
+    """When an ASSUMED_BAD EV is probed next, and what it had heard then."""
+
+    last: float  # when its last probe left
+    interval: float  # until the next one, unless a reply comes
+    replies: int  # its probe_replies when that probe left
+
+
+class PlaneBucket:
+    """The probes one QP may still send into one plane now (a token bucket)."""
+
+    def __init__(self, now: float) -> None:
+        self.tokens, self.at = PLANE_PROBE_BURST, now
+
+    def take(self, now: float) -> bool:
+        self.tokens = min(PLANE_PROBE_BURST, self.tokens + (now - self.at) * PLANE_PROBES_PER_S)
+        self.at = now
+        if self.tokens < 1.0:
+            return False
+        self.tokens -= 1.0
+        return True
 
 
 TEMPLATES_MAX = 4096
@@ -121,7 +160,9 @@ class Prober:
     def __init__(self, topo: Topology, host: int, maps: nic.NicMaps) -> None:
         self.topo, self.host, self.maps = topo, host, maps
         self._socks: dict[int, socket.socket] = {}
-        self._last_probe: dict[tuple[int, int], float] = {}
+        self._due: dict[tuple[int, int], ProbeDue] = {}  # (qpn, ev) -> its schedule
+        self._buckets: dict[tuple[int, int], PlaneBucket] = {}  # (qpn, plane)
+        self.held = 0  # probes the plane budget held back
         self._next_scan = 0.0
         self._lost_seen: int | None = None
         self._bad = False  # an EV of ours was ASSUMED_BAD at the last scan
@@ -150,17 +191,32 @@ class Prober:
             return None
         self._lost_seen, self._idle_until, self._bad = lost, now + IDLE_SCAN_S, False
         states = self._scan(mine)
-        last, self._last_probe = self._last_probe, {}  # only EVs still bad are kept
+        due, self._due = self._due, {}  # only EVs still bad are kept
         for e in states:
             if e.state != nic.EvState.ASSUMED_BAD or e.ev not in mine[e.qpn].evs:
                 continue  # (not in the profile: replaced, to be deleted)
             self._bad = True
             key = (e.qpn, e.ev)
-            if now - last.get(key, 0.0) < PROBE_INTERVAL_S:
-                self._last_probe[key] = last[key]
+            d = due.get(key)
+            if d is not None and e.replies > d.replies:
+                d = d._replace(interval=PROBE_INTERVAL_S)  # answered: the path works
+            if d is not None and now - d.last < d.interval:
+                self._due[key] = d
                 continue
-            self._last_probe[key] = now
+            bucket = self._buckets.get((e.qpn, e.plane))
+            if bucket is None:
+                bucket = self._buckets[(e.qpn, e.plane)] = PlaneBucket(now)
+            if not bucket.take(now):
+                self.held += 1
+                if d is not None:
+                    self._due[key] = d  # due still: the next scan tries again
+                continue
+            # Unanswered since the last probe: wait twice as long for the next.
+            interval = PROBE_INTERVAL_S if d is None else min(2 * d.interval, PROBE_BACKOFF_MAX_S)
+            self._due[key] = ProbeDue(now, interval, e.replies)
             self._send(mine[e.qpn], e.ev, e.plane)
+        if len(self._buckets) > TEMPLATES_MAX:
+            self._buckets.clear()
         return states
 
     def _scan(self, mine: dict) -> list[EvScan]:
@@ -188,8 +244,9 @@ class Prober:
                     base = i * size
                     (acks,) = _EV_U64.unpack_from(values, base + _EV_ACKS_AT)
                     (lost,) = _EV_U64.unpack_from(values, base + _EV_LOST_AT)
+                    (replies,) = _EV_U64.unpack_from(values, base + _EV_REPLIES_AT)
                     (ev,) = _U32.unpack_from(keys, at + _EV_KEY_EV)
-                    out.append(EvScan(qpn, ev, plane, state, acks, lost))
+                    out.append(EvScan(qpn, ev, plane, state, acks, lost, replies))
                 at = keys.find(needle, at + 1)
         return out
 

@@ -107,7 +107,8 @@ def reorder_timer(maps: nic.NicMaps, sq: Supervised, s: nic.SqSnapshot, now: flo
     reorder window ago or more, or twice the RTT, or the largest recent RTT
     (the head scan's, docs/nic-program.md) plus the RTT, whichever is
     longest: queues, and a path slower than the others must not be
-    condemned for it. Not a timeout: it spends no retry budget. At most
+    condemned for it. Not a timeout: it spends no retry budget, and it
+    blames no EV for what it resends (reorder=True). At most
     REORDER_KICKS per stall, a reorder window apart, as RACK arms its timer
     only on SACKs: when nothing at all comes back, the timeout's backoff rules."""
     acks = s.stats["sacks"] + s.stats["nacks"]
@@ -125,7 +126,11 @@ def reorder_timer(maps: nic.NicMaps, sq: Supervised, s: nic.SqSnapshot, now: flo
     if now - sq.last_reorder_kick < age_ns / 1e9:
         return
     maps.timeout_kick(
-        sq.qp.qpn, outstanding, max_psns=min(outstanding, nic.TIMEOUT_MAX), age_ns=age_ns
+        sq.qp.qpn,
+        outstanding,
+        max_psns=min(outstanding, nic.TIMEOUT_MAX),
+        age_ns=age_ns,
+        reorder=True,
     )
     sq.reorder_left -= 1
     sq.last_reorder_kick = sq.last_kick = now

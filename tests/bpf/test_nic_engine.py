@@ -1216,6 +1216,20 @@ def test_timeout_marks_the_evs_that_lost_packets_assumed_bad(program, maps, sq, 
     ]
 
 
+def test_a_reorder_kick_resends_and_blames_no_ev(program, maps, sq, event_reader):
+    """The reorder timer's kick (NIC_TIMEOUT_F_REORDER): what it queues is
+    overdue, not timed out; it is resent, and its EVs are left to the head
+    scan and the silence rule (docs/nic-program.md, "Blame")."""
+    post(maps, 8 * CE)
+    send(program, maps, 2)  # START on A, START + 1 on B
+    r = timeout_kick(program, maps, max_psns=nic.TIMEOUT_F_REORDER | nic.TIMEOUT_MAX)
+    assert r.counters == {"timeout_kicks": 1, "timeout_queued": 2, "retx_queued": 2, "lost": 2}
+    assert [e["psn"] for e in maps.retx_queue(QP_TX)] == [START, START + 1]
+    assert maps.ev(QP_TX, EV_A).state == nic.EvState.GOOD
+    assert maps.ev(QP_TX, EV_B).state == nic.EvState.GOOD
+    assert not [e for e in event_reader.read() if isinstance(e, nic.EvEvent)]
+
+
 def test_timeout_leaves_packets_younger_than_the_timeout(program, maps, sq):
     post(maps, 8 * CE)
     send(program, maps, 2)

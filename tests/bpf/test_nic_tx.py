@@ -951,6 +951,72 @@ def test_head_scan_declares_the_old_head_lost_and_blames_its_ev(program, maps, s
     assert got == {"ack_consumed": 1, "acked": 1}
 
 
+def blackholed_head(maps, program, silent_ns: int) -> tuple[int, dict[str, int]]:
+    """The head scan's case above, on a QP whose EVs are blamed only for a
+    silent loss (silent_ns); returns START's tx_ts and the counters moved."""
+    setup_sq(maps, reo_wnd_ns=REO_WND, silent_ns=silent_ns)
+    plan = {START: EV_C, START + 1: EV_C} | {
+        START + i: EV_A if i == 10 else EV_B for i in range(2, 12)
+    }
+    echo = recent(maps, plan, START + 10)
+    got = consumed(program, maps, sack(START + 10, cum=START, bitmap=0b11111111100, echo_ts=echo))
+    assert got["lost_head"] == 2 and got["retx_queued"] == 2, got
+    return echo - 10 * GAP, got
+
+
+def test_overdue_is_suspected_not_blamed_and_a_late_original_clears_it(
+    program, maps, sq, event_reader
+):
+    """docs/nic-program.md, "Blame": with silent_ns, the head scan's losses
+    are resent, but their EV only suspected; the late original's own SACK
+    (stale by then: its resend was acknowledged) clears it. No EV event."""
+    t0, got = blackholed_head(maps, program, silent_ns=80 * GAP)
+    assert got["lost_suspect"] == 2 and "suspect_blamed" not in got, got
+    assert maps.ev(QP_TX, EV_C).state == nic.EvState.GOOD
+    assert maps.ev_raw(QP_TX, EV_C).suspect_ts == t0, "the oldest overdue transmission"
+    events = [e.as_dict() for e in event_reader.read()]
+    assert [e["type"] for e in events] == [nic.EventType.LOSS] * 2, "no EV state change"
+    # START arrives late after all: its SACK echoes EV C and START's tx_ts.
+    got = consumed(program, maps, sack(START, cum=START + 1, ev=EV_C, echo_ts=t0))
+    assert got.get("suspect_cleared") == 1 and "suspect_blamed" not in got, got
+    assert maps.ev_raw(QP_TX, EV_C).suspect_ts == 0
+    assert maps.ev(QP_TX, EV_C).state == nic.EvState.GOOD and event_reader.read() == []
+
+
+def test_a_suspect_whose_later_packet_is_answered_first_is_blamed(program, maps, sq, event_reader):
+    """One path does not reorder: a SACK for a packet sent on the suspected
+    EV after the overdue one shows the overdue one was lost on it."""
+    blackholed_head(maps, program, silent_ns=80 * GAP)
+    event_reader.read()
+    later = time.monotonic_ns() - GAP
+    maps.record_tx(QP_TX, START + 11, EV_C, tx_ts=later)
+    got = consumed(
+        program,
+        maps,
+        sack(START + 11, cum=START, bitmap=0b111111111100, ev=EV_C, echo_ts=later),
+    )
+    assert got.get("suspect_blamed") == 1, got
+    assert maps.ev(QP_TX, EV_C).state == nic.EvState.ASSUMED_BAD
+    events = [e.as_dict() for e in event_reader.read()]
+    assert [(e["type"], e["ev"], e["cause"]) for e in events] == [
+        (nic.EventType.EV_STATE, EV_C, nic.EvCause.LOSS)
+    ]
+
+
+def test_a_suspect_silent_for_silent_ns_is_blamed_as_a_timeout(program, maps, sq, event_reader):
+    """START has gone unanswered 11 GAPs, longer than silent_ns: a silent
+    loss by MRC's rule, blamed at once with cause TIMEOUT."""
+    _, got = blackholed_head(maps, program, silent_ns=5 * GAP)
+    assert maps.ev(QP_TX, EV_C).state == nic.EvState.ASSUMED_BAD
+    assert got["suspect_blamed"] >= 1, got
+    events = [e.as_dict() for e in event_reader.read()]
+    assert [(e["type"], e["ev"], e.get("cause")) for e in events][0] == (
+        nic.EventType.EV_STATE,
+        EV_C,
+        nic.EvCause.TIMEOUT,
+    )
+
+
 def test_head_scan_spares_packets_within_the_reorder_window(program, maps, sq, event_reader):
     setup_sq(maps, reo_wnd_ns=REO_WND)
     # START + 4 is acknowledged; START .. START + 3 left 1 to 4 GAPs before it.

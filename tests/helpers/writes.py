@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import threading
+import time
 
+from mrc_nic.lab import ctl
+from mrc_nic.transport import protocol as ops
 from mrc_nic.workloads import rdma_write
 
 
@@ -55,3 +58,30 @@ class Repeating:
             self.conn.stop("the test ended")
             self.thread.join(30)
         self.conn.close()
+
+
+def send_qp(labname: str, old: frozenset[int] = frozenset()) -> int:
+    """h0's send QP to h1 once it is in RTS (not one of `old`: a session that
+    just ended may still be listed while its daemon releases it)."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        qps = ctl.call(labname, "h0", ops.QpList()).qps
+        live = [
+            q["qpn"]
+            for q in qps
+            if q["dest_host"] == 1 and q["state"] == "RTS" and q["qpn"] not in old
+        ]
+        if live:
+            return live[0]
+        time.sleep(0.01)
+    raise AssertionError("no send QP in RTS")
+
+
+def wait_for(what, predicate, timeout: float = 5.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = what()
+        if predicate(value):
+            return value
+        time.sleep(0.02)
+    raise AssertionError(f"not reached in {timeout} s: last {value}")

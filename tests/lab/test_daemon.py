@@ -26,7 +26,7 @@ from mrc_nic.transport import evreplace, nscc
 from mrc_nic.transport import protocol as ops
 from mrc_nic.workloads import rdma_write
 from tests.helpers.env import MRC, run_cli
-from tests.helpers.writes import Repeating
+from tests.helpers.writes import Repeating, send_qp, wait_for
 
 MIB = 2**20
 
@@ -67,38 +67,11 @@ def plane_share(results: list[dict], plane: int) -> float:
     return sum(r["per_plane_share"][str(plane)] * r["bytes"] for r in results) / total
 
 
-def send_qp(labname: str, old: frozenset[int] = frozenset()) -> int:
-    """h0's send QP to h1 once it is in RTS (not one of `old`: a session that
-    just ended may still be listed while its daemon releases it)."""
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        qps = ctl.call(labname, "h0", ops.QpList()).qps
-        live = [
-            q["qpn"]
-            for q in qps
-            if q["dest_host"] == 1 and q["state"] == "RTS" and q["qpn"] not in old
-        ]
-        if live:
-            return live[0]
-        time.sleep(0.01)
-    raise AssertionError("no send QP in RTS")
-
-
 def ev_states(labname: str, qpn: int) -> collections.Counter:
     with nic.NicMaps.open(labname) as maps:
         return collections.Counter(
             (s.plane, nic.EvState(s.state).name) for (q, _), s in maps.evs_raw().items() if q == qpn
         )
-
-
-def wait_for(what, predicate, timeout: float = 5.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = what()
-        if predicate(value):
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"not reached in {timeout} s: last {value}")
 
 
 def test_write_is_byte_exact_and_sprayed_over_every_plane(default_lab):

@@ -9,7 +9,7 @@ import json
 from mrc_nic.fabric import faults
 from mrc_nic.workloads import rdma_write
 from tests.helpers.env import run_cli
-from tests.lab.test_daemon import send_qp
+from tests.helpers.writes import send_qp
 
 MIB = 2**20
 SIZE = 192 * MIB  # about a second of the default lab on this machine

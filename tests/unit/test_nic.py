@@ -145,9 +145,11 @@ def test_verbs_fields_of_the_shared_structs():
     assert nic.Wq.done.offset == 4 and nic.Wq.wqes.offset == 8
     assert (nic.Wqe.opcode.offset, nic.Wqe.flags.offset, ctypes.sizeof(nic.Wqe)) == (36, 37, 40)
     assert nic.RqState.recv_cq.offset == 36 and nic.RqState.bitmap.offset == 40
-    # then the OCP QP attributes (max_wimm, dynamic MPR, probe_good) after them
-    assert nic.SqState.send_cq.offset == ctypes.sizeof(nic.SqState) - 24 - 40
-    assert nic.SqState.peer_ports_ns.offset == ctypes.sizeof(nic.SqState) - 8
+    # then the OCP QP attributes (max_wimm, dynamic MPR, probe_good) after them,
+    # and the blame's silent_ns and reo_learned_ns last
+    assert nic.SqState.send_cq.offset == ctypes.sizeof(nic.SqState) - 24 - 40 - 8
+    assert nic.SqState.peer_ports_ns.offset == ctypes.sizeof(nic.SqState) - 16
+    assert nic.SqState.reo_learned_ns.offset == ctypes.sizeof(nic.SqState) - 4
     assert (nic.SqState.auth.offset, nic.SqState.auth_key.offset) == (3404, 3408)
     assert nic.SqState.max_wimm.offset == 3424
     assert nic.RqState.auth_key.offset == ctypes.sizeof(nic.RqState) - 40

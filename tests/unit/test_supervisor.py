@@ -24,8 +24,12 @@ class KickRecorder:
     def kick(self, qpn: int, packets: int, **_) -> None:
         self.kicks.append((qpn, packets))
 
-    def timeout_kick(self, qpn: int, packets: int, *, max_psns: int, age_ns: int) -> None:
-        self.timeout_kicks.append(dict(qpn=qpn, packets=packets, max_psns=max_psns, age_ns=age_ns))
+    def timeout_kick(
+        self, qpn: int, packets: int, *, max_psns: int, age_ns: int, reorder: bool = False
+    ) -> None:
+        self.timeout_kicks.append(
+            dict(qpn=qpn, packets=packets, max_psns=max_psns, age_ns=age_ns, reorder=reorder)
+        )
 
 
 def fake_sq(**fields) -> types.SimpleNamespace:
@@ -122,7 +126,10 @@ def test_reorder_timer_declares_what_is_left_lost_when_the_ack_clock_stops():
         supervisor.reorder_timer(maps, sq, acks_state(sacks), now=1.0 + tick * 1e-3)
     assert maps.timeout_kicks == []
     supervisor.reorder_timer(maps, sq, acks_state(14), now=1.003)  # the clock stopped
-    assert maps.timeout_kicks == [dict(qpn=0x105, packets=20, max_psns=20, age_ns=REO_WND_NS)]
+    # a reorder kick: what it resends is overdue, its EVs only suspected
+    assert maps.timeout_kicks == [
+        dict(qpn=0x105, packets=20, max_psns=20, age_ns=REO_WND_NS, reorder=True)
+    ]
     supervisor.reorder_timer(maps, sq, acks_state(14), now=1.0035)  # within a reorder window of it
     assert len(maps.timeout_kicks) == 1
     for now in (1.004, 1.005, 1.006, 1.5):

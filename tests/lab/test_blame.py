@@ -1,0 +1,65 @@
+"""Blame with a cause (issue 26, item 8): on a lab whose links, not the CPU,
+bound the write, a healthy transfer changes no EV's state. MRC makes an EV
+ASSUMED_BAD for a silent loss only; a trim is answered with a NACK, and a
+packet a stalled CPU made late is reordering, not loss
+(docs/nic-program.md, "Blame").
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from mrc_nic.lab import ctl, eventops
+from tests.helpers.env import NETNS_DIR, run_cli
+
+RATE = "250mbit"  # 4 x 250 Mbit/s: link-bound on this machine kind (issue 26)
+
+
+def link_bound_topology(tmp_path: Path) -> Path:
+    """The default shape with every link at RATE."""
+    text = (NETNS_DIR / "default.toml").read_text()
+    lines = []
+    for line in text.splitlines():
+        key = line.split("=")[0].strip()
+        if key in ("rate", "fabric_rate"):
+            line = f'{key} = "{RATE}"'
+        lines.append(line)
+    path = tmp_path / "linkbound.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def counters(lab: str) -> dict[str, int]:
+    """The NIC's counters, and every drop the lab counted: the switch ports'
+    (faults, buffers, queues) and the kernel's on every port."""
+    snap = json.loads(run_cli("stats", "--format", "json", "-l", lab).stdout)
+    out = dict(snap["nic"]["counters"])
+    out["link_drops"] = sum(sum(p["drops"].values()) for p in snap["planes"]) + sum(
+        p["kernel"]["rx_dropped"] + p["kernel"]["tx_dropped"] for p in snap["ports"]
+    )
+    return out
+
+
+def test_a_healthy_write_on_a_link_bound_lab_blames_no_ev(make_lab, tmp_path):
+    topo = make_lab("bl", str(link_bound_topology(tmp_path)))
+    lab = topo.lab
+    since = ctl.call(lab, ctl.EVENTS_SERVICE, eventops.Ping()).seq
+    before = counters(lab)
+    p = run_cli("write", "h0", "h1", "--size", "512M", "--format", "json", "-l", lab, timeout=300)
+    result = json.loads(p.stdout)
+    after = counters(lab)
+    assert result["completed"], result
+    delta = {k: after[k] - before.get(k, 0) for k in after}
+
+    p = run_cli("events", "--since", str(since), "--format", "jsonl", "-l", lab)
+    events = [json.loads(line) for line in p.stdout.splitlines()]
+    changes = [e for e in events if e["type"] in ("ev_state", "ev_replaced")]
+    assert not changes, changes[:10]
+    assert delta["suspect_blamed"] == 0, delta
+
+    # Every retransmission answers a trim, a drop, or an original that came
+    # late (the receiver got it twice: a duplicate): none is made up.
+    trims = delta["nack_trimmed"] + delta["nack_trimmed_lasthop"]
+    assert result["retransmits"] == delta["tx_retx"]
+    assert delta["tx_retx"] <= trims + delta["link_drops"] + delta["dup"], delta
