@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import select
 import socket
 import struct
 import subprocess
@@ -22,6 +21,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 
 from mrc_nic import resources
+from mrc_nic.kernel.fdwait import readable
 from mrc_nic.workloads.collective import (
     Event,
     EventTimer,
@@ -223,8 +223,7 @@ def _gather(procs: list[_HostProc], key: str, deadline: float) -> list[dict]:
             missing = [procs[i].netns for i in range(len(procs)) if i not in got]
             raise TimeoutError(f"no {key!r} from {len(missing)} host(s) in time")
         fds = {procs[i].proc.stdout.fileno(): procs[i] for i in range(len(procs)) if i not in got}
-        ready, _, _ = select.select(list(fds), [], [], min(left, 1.0))
-        for fd in ready:
+        for fd in readable(fds, min(left, 1.0)):
             if not fds[fd].feed() and not fds[fd].lines:
                 raise RuntimeError(f"{fds[fd].netns}: the host process ended")
     return [got[i] for i in range(len(procs))]

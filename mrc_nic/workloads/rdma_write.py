@@ -16,12 +16,12 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import secrets
-import select
 import time
 from typing import Any, NamedTuple
 
 from mrc_nic import nic, verbs
 from mrc_nic.errors import MrcNicError
+from mrc_nic.kernel.fdwait import Waiter
 from mrc_nic.lab import topology
 from mrc_nic.lab.state import open_lab
 from mrc_nic.transport import hostmem, nscc, qp
@@ -445,16 +445,23 @@ class Transfer:
 
     # ---- running --------------------------------------------------------------------
     def run(self, wait: float) -> None:
-        conn, lanes = self.conn, self.conn.lanes
+        conn = self.conn
         self.started = now = time.monotonic()
         give_up = now + wait
         if self.opts.duration:
             self.deadline = now + self.opts.duration
-        for lane in lanes:
+        for lane in conn.lanes:
             self._fill(lane, now)
-        ready: list[int] = []
         contexts = {conn.src_ctx.fileno(): conn.src_ctx, conn.dst_ctx.fileno(): conn.dst_ctx}
         fds = [conn.send_cq.fileno(), conn.recv_cq.fileno(), *contexts]
+        with Waiter(fds) as waiter:  # epoll: a process may hold fds above 1,024
+            self._loop(waiter, contexts, give_up, wait)
+        self.ended = time.monotonic()
+
+    def _loop(self, waiter: Waiter, contexts: dict, give_up: float, wait: float) -> None:
+        """Completions, posts and waits until every lane is done, stopped or out of time."""
+        conn, lanes = self.conn, self.conn.lanes
+        ready: list[int] = []
         while not all(lane.done for lane in lanes):
             if self._completions():
                 continue  # more may wait in the CQs' batches: no sleep before reading them
@@ -472,8 +479,7 @@ class Transfer:
                         lane.error = why
                 conn.cancel(why)
                 break
-            ready = select.select(fds, [], [], min(0.05, give_up - now))[0]
-        self.ended = time.monotonic()
+            ready = waiter.wait(min(0.05, give_up - now))
 
     def _fill(self, lane: Lane, now: float) -> None:
         """Post WRITEs while the depth, the slots and the messages in flight
