@@ -131,6 +131,37 @@ def _auth(opts: QpOptions) -> dict[str, str] | None:
     return {"auth_key": opts.auth_key} if opts.auth_key else None
 
 
+def connect_recv(rqp: verbs.QP, peer_qpn: int, peer_gid: str, opts: QpOptions) -> None:
+    """A receive QP INIT -> RTR towards the send QP (peer_qpn at peer_gid)."""
+    rqp.to_init(verbs.Access.LOCAL_WRITE | verbs.Access.REMOTE_WRITE)
+    dyn = verbs.MrcQpCap.DYNAMIC_MPR  # both ends: the sender follows the receiver's MPR
+    rqp.to_rtr(peer_qpn, peer_gid, mpr_dest=opts.mpr, cap=dyn, ext=_auth(opts))
+
+
+def connect_send(
+    sqp: verbs.QP, peer_qpn: int, peer_gid: str, topo: topology.Topology, opts: QpOptions
+) -> None:
+    """A send QP INIT -> RTR -> RTS towards the receive QP (peer_qpn at
+    peer_gid), with opts and the lab's defaults (lab_defaults)."""
+    sqp.to_init(
+        verbs.Access.LOCAL_WRITE,
+        ev_profile_id=opts.ev_profile or 0,
+        cc_profile_id=opts.cc_profile,
+    )
+    dyn = verbs.MrcQpCap.DYNAMIC_MPR
+    sqp.to_rtr(peer_qpn, peer_gid, mpr_dest=opts.mpr, cap=dyn, ext=_auth(opts))
+    timeout, _ = lab_defaults(topo, opts.cc_profile)
+    retry = {"linear_cnt": 7, "exp_cnt": 7, **(opts.retry or {})}
+    sqp.to_rts(
+        timeout=timeout if opts.timeout is None else opts.timeout,
+        retry_linear_cnt=retry["linear_cnt"],
+        retry_exp_cnt=retry["exp_cnt"],
+        mpr=opts.mpr,
+        cap=dyn,
+        ext=opts.ext(topo),
+    )
+
+
 class Lane:
     """One QP pair of a connection: a send QP at the source writing from its
     buffer into the buffer of a receive QP at the destination."""
@@ -164,26 +195,8 @@ class Lane:
 
     def connect(self, conn: Connection, opts: QpOptions) -> None:
         """INIT -> RTR at the receiver, INIT -> RTR -> RTS at the sender."""
-        src_gid, dst_gid = conn.src_ctx.gid(0), conn.dst_ctx.gid(0)
-        self.rqp.to_init(verbs.Access.LOCAL_WRITE | verbs.Access.REMOTE_WRITE)
-        dyn = verbs.MrcQpCap.DYNAMIC_MPR  # both ends: the sender follows the receiver's MPR
-        self.rqp.to_rtr(self.sqp.qp_num, src_gid, mpr_dest=opts.mpr, cap=dyn, ext=_auth(opts))
-        self.sqp.to_init(
-            verbs.Access.LOCAL_WRITE,
-            ev_profile_id=opts.ev_profile or 0,
-            cc_profile_id=opts.cc_profile,
-        )
-        self.sqp.to_rtr(self.rqp.qp_num, dst_gid, mpr_dest=opts.mpr, cap=dyn, ext=_auth(opts))
-        timeout, _ = lab_defaults(conn.topo, opts.cc_profile)
-        retry = {"linear_cnt": 7, "exp_cnt": 7, **(opts.retry or {})}
-        self.sqp.to_rts(
-            timeout=timeout if opts.timeout is None else opts.timeout,
-            retry_linear_cnt=retry["linear_cnt"],
-            retry_exp_cnt=retry["exp_cnt"],
-            mpr=opts.mpr,
-            cap=dyn,
-            ext=opts.ext(conn.topo),
-        )
+        connect_recv(self.rqp, self.sqp.qp_num, conn.src_ctx.gid(0), opts)
+        connect_send(self.sqp, self.rqp.qp_num, conn.dst_ctx.gid(0), conn.topo, opts)
 
     def begin(self, pieces: Pieces | None, slot: int) -> None:
         """Ready this lane for a transfer's share."""
@@ -207,16 +220,7 @@ class Lane:
 
     def counters(self, conn: Connection) -> Counters:
         """The send QP's counters so far, and its query_qp."""
-        q = self.sqp.query()
-        per_plane = {int(p): n for p, n in q.get("retired_tx_pkts", {}).items()}
-        for (qpn, _), ev in conn.src_ctx.maps.evs_raw().items():
-            if qpn == self.sqp.qp_num:
-                per_plane[ev.plane] = per_plane.get(ev.plane, 0) + ev.stats.tx_pkts
-        try:
-            retx = conn.src_ctx.maps.sq(self.sqp.qp_num).tx_stats.get("retx_pkts", 0)
-        except KeyError:  # not in RTS yet
-            retx = 0
-        return Counters(per_plane, retx, q.get("timeouts", 0), q.get("reorder_kicks", 0), q)
+        return qp_counters(conn.src_ctx, self.sqp)
 
     def close(self) -> None:
         for thing in (self.sqp, self.rqp, self.src_mr, self.dst_mr):
@@ -412,6 +416,21 @@ class Connection:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def qp_counters(ctx: verbs.Context, sqp: verbs.QP) -> Counters:
+    """A send QP's counters so far (packets per plane, retired EVs' included;
+    retransmissions, timeouts, reorder kicks) and its query_qp."""
+    q = sqp.query()
+    per_plane = {int(p): n for p, n in q.get("retired_tx_pkts", {}).items()}
+    for (qpn, _), ev in ctx.maps.evs_raw().items():
+        if qpn == sqp.qp_num:
+            per_plane[ev.plane] = per_plane.get(ev.plane, 0) + ev.stats.tx_pkts
+    try:
+        retx = ctx.maps.sq(sqp.qp_num).tx_stats.get("retx_pkts", 0)
+    except KeyError:  # not in RTS yet
+        retx = 0
+    return Counters(per_plane, retx, q.get("timeouts", 0), q.get("reorder_kicks", 0), q)
 
 
 class Counters(NamedTuple):

@@ -18,7 +18,7 @@ import pytest
 
 from mrc_nic.kernel import fdwait, netns
 from mrc_nic.observe import live
-from mrc_nic.workloads import collective_sockets, peers, traffic
+from mrc_nic.workloads import hostprocs, peers, traffic
 from tests.helpers.fds import above_setsize, many_fds
 
 
@@ -62,16 +62,16 @@ def _proc_printing(*lines: dict) -> subprocess.Popen:
     )
 
 
-def test_socket_ring_gathers_host_lines_above_1024(high_fds):
+def test_host_processes_lines_are_gathered_above_1024(high_fds):
     hosts = []
     try:
         for i in range(3):
-            host = object.__new__(collective_sockets._HostProc)  # no namespace needed
+            host = object.__new__(hostprocs.HostProc)  # no namespace needed
             host.netns, host.buf, host.lines, host.stderr_tail = f"ns{i}", b"", [], ""
             host.proc = _proc_printing({"ready": 100 + i})
             above_setsize(host.proc.stdout.fileno())
             hosts.append(host)
-        got = collective_sockets._gather(hosts, "ready", time.monotonic() + 30)
+        got = hostprocs.gather(hosts, "ready", time.monotonic() + 30)
         assert [g["ready"] for g in got] == [100, 101, 102]
     finally:
         for host in hosts:
