@@ -58,6 +58,7 @@ SHIPPED = [
     ("default.toml", "default", 2, 4, 2, 2, 2, 1, 18, 24),
     ("single-plane.toml", "single", 2, 1, 1, 1, 0, 2, 3, 2),
     ("clos-8.toml", "clos8", 8, 8, 2, 4, 2, 2, 56, 128),
+    ("scale-32x8.toml", "scale32", 32, 8, 2, 8, 4, 4, 128, 512),
 ]
 
 
