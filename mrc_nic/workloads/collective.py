@@ -466,16 +466,18 @@ class MrcRing:
                 lines = hostprocs.gather(self.procs, "step", deadline + REPORT_GRACE_S)
             except (TimeoutError, RuntimeError) as e:  # a rank that ended or went silent
                 raise StepFailed(str(e)) from None
-            edges = [_mrc_edge(t, lines[t.src], lines[t.dst], start, verify) for t in step]
-            stuck = [
-                {"src": self.hosts[t.src], "dst": self.hosts[t.dst], "step": t.step,
-                 **lines[t.src]["stuck"]}
-                for t in step if lines[t.src].get("stuck")
-            ]  # fmt: skip
-            if stuck:
-                job.detail["stuck"] = stuck
+            edges = [_mrc_edge(t, lines[t.dst], start, verify) for t in step]
             failed = [e for e in edges if not e["completed"]]
             if failed:
+                with contextlib.suppress(TimeoutError, RuntimeError):  # where the sends stand
+                    sent = hostprocs.gather(
+                        self.procs, "sent", time.monotonic() + REPORT_GRACE_S, step[0].step
+                    )
+                    job.detail["stuck"] = [
+                        {"src": self.hosts[t.src], "dst": self.hosts[t.dst], "step": t.step,
+                         **sent[t.src]["stuck"]}
+                        for t in step if sent[t.src]["stuck"]
+                    ]  # fmt: skip
                 raise StepFailed(
                     "; ".join(
                         f"{self.hosts[e['src']]}->{self.hosts[e['dst']]}: {e['error']}"
@@ -485,11 +487,39 @@ class MrcRing:
             return edges, max(ln["recv_done_ns"] for ln in lines) / 1e9
 
         run_steps(job, self.schedule, EventTimer(events, step_events), run_step, on_step)
+        self._sends(job)
         job.detail["retransmits"] = sum(
             e.get("retransmits") or 0 for s in job.steps for e in s.edges
         )
         job.detail["timeouts"] = sum(e.get("timeouts") or 0 for s in job.steps for e in s.edges)
         return job
+
+    def _sends(self, job: JobResult) -> None:
+        """Each step's sends as the sending ranks said them once their WRITEs
+        completed (after the step's end, which is the receivers'): the
+        counters into the edges, an error into the job."""
+        from mrc_nic.workloads import hostprocs
+
+        for step in job.steps:
+            try:
+                lines = hostprocs.gather(
+                    self.procs, "sent", time.monotonic() + REPORT_GRACE_S, step.step
+                )
+            except (TimeoutError, RuntimeError) as e:
+                job.detail["sends_error"] = str(e)
+                return
+            for e in step.edges:
+                sent = lines[e["src"]]
+                e.update(
+                    retransmits=sent["retransmits"],
+                    timeouts=sent["timeouts"],
+                    per_plane_share=sent["per_plane_share"],
+                )
+                if sent["send_error"] or sent["bytes"] != e["size"]:
+                    e["completed"] = False
+                    e["error"] = sent["send_error"] or f"{sent['bytes']} of {e['size']} bytes sent"
+                    job.completed = False
+                    job.error = job.error or f"step {step.step}: {e['error']}"
 
     def close(self, settle_s: float = 10.0) -> dict[str, str]:
         """End every rank's process (by pid), whatever happened: its context
@@ -515,20 +545,17 @@ class MrcRing:
         self.close()
 
 
-def _mrc_edge(t: Send, sender: dict, receiver: dict, start: float, verify: bool) -> dict:
-    """One transfer's outcome: the bytes and time from the receiving rank,
-    the send's counters from the sending rank."""
+def _mrc_edge(t: Send, receiver: dict, start: float, verify: bool) -> dict:
+    """One transfer's outcome as the receiving rank saw it (the sending
+    rank's counters come later: MrcRing._sends)."""
     edge: dict[str, Any] = {"src": t.src, "dst": t.dst, "chunk": t.chunk, "size": t.size}
-    error = sender.get("send_error") or receiver.get("recv_error")
+    error = receiver.get("recv_error")
     edge.update(
-        completed=not error and receiver["received"] == t.size and sender["sent"] == t.size,
+        completed=not error and receiver["received"] == t.size,
         error=error,
         bytes=receiver["received"],
         seconds=round(receiver["recv_done_ns"] / 1e9 - start, 6),
-        retransmits=sender.get("retransmits"),
-        timeouts=sender.get("timeouts"),
         verified=bool(receiver["verified"]) if verify else False,
-        per_plane_share=sender.get("per_plane_share"),
     )
     if not edge["completed"] and not edge["error"]:
         edge["error"] = f"{edge['bytes']} of {t.size} bytes"

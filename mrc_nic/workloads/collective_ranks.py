@@ -17,7 +17,6 @@ did. A step ends when every rank has received its chunk.
 from __future__ import annotations
 
 import time
-from typing import Any
 
 from mrc_nic import verbs
 from mrc_nic.kernel.fdwait import Waiter
@@ -58,63 +57,76 @@ def host_main(args: dict) -> None:
         for end, peer in zip(senders, order["right_recv"], strict=True):
             end.connect(peer, topo, opts)
         hostprocs.say({"connected": True})
-        fds = [ctx.fileno(), *(fd for e in [*senders, *receivers] for fd in e.fds())]
-        with Waiter(fds) as waiter:
+        every = [ctx.fileno(), *(fd for e in [*senders, *receivers] for fd in e.fds())]
+        sending = [ctx.fileno(), *(fd for e in senders for fd in e.fds())]
+        with Waiter(every) as waiter, Waiter(sending) as send_waiter:
             while "go" in (order := hostprocs.hear()):
-                hostprocs.say(_step(ctx, waiter, senders, receivers, order))
+                _step(ctx, (waiter, send_waiter), senders, receivers, order)
 
 
 def _step(
     ctx: verbs.Context,
-    waiter: Waiter,
+    waiters: tuple[Waiter, Waiter],
     senders: list[rdma_ends.SendEnd],
     receivers: list[rdma_ends.RecvEnd],
     go: dict,
-) -> dict[str, Any]:
+) -> None:
     """One step: send `send` bytes to the next rank, receive `recv` bytes from the
-    previous one, by the deadline; what happened."""
+    previous one, by the deadline. Said in two lines: "step" once this rank
+    has received its chunk (the step's dependency: the data is delivered, as
+    the socket peer's receiver says it), "sent" once its own WRITEs have
+    completed (their acknowledgements; the next step starts after them).
+    Meanwhile the receive side is left alone: what arrives on it now is the
+    next step's (the previous rank may have started it), read once this rank
+    starts that step too. waiters: over every end's fds, over the senders'."""
     verify, seed, deadline = go["verify"], go["seed"], go["deadline_ns"] / 1e9
     for end, size in zip(receivers, lane_shares(go["recv"], len(receivers)), strict=True):
         end.expect(size, seed=seed, verify=verify)
     for end, size in zip(senders, lane_shares(go["send"], len(senders)), strict=True):
         end.start(size, seed=seed, imm=True, fill=verify, gated=verify)
-    ends = [*senders, *receivers]
-    failed = None
-    while not all(e.finished for e in ends):
+    step = go["go"]
+    failed = _until(ctx, waiters[0], [*senders, *receivers], receivers, deadline)
+    hostprocs.say(
+        {
+            "step": step,
+            "recv_done_ns": max((e.done_ns or 0) for e in receivers),
+            "received": sum(e.received for e in receivers),
+            "verified": verify and all(e.verified and e.finished for e in receivers),
+            "recv_error": "; ".join(e.error for e in receivers if e.error) or failed,
+        }
+    )
+    failed = failed or _until(ctx, waiters[1], senders, senders, deadline)
+    stuck = {f"{e.qp.qp_num:#x}": e.stuck() for e in senders if failed and not e.finished}
+    for e in senders if failed else []:
+        e.cancel(f"step {step}: {failed}")
+    sends = [e.result() for e in senders]
+    per_plane: dict[str, float] = {}
+    for r in sends:
+        for p, share in r["per_plane_share"].items():
+            per_plane[p] = per_plane.get(p, 0.0) + share / len(sends)
+    hostprocs.say(
+        {
+            "sent": step,
+            "bytes": sum(e.done_bytes for e in senders),
+            "send_error": "; ".join(e.error for e in senders if e.error) or None,
+            "retransmits": sum(r["retransmits"] for r in sends),
+            "timeouts": sum(r["timeouts"] for r in sends),
+            "per_plane_share": per_plane,
+            "stuck": stuck,
+        }
+    )
+
+
+def _until(
+    ctx: verbs.Context, waiter: Waiter, ends: list, wanted: list, deadline: float
+) -> str | None:
+    """Progress every end until the wanted ones have finished; why not, if they did not."""
+    while not all(e.finished for e in wanted):
         if sum(e.progress() for e in ends):
             continue  # more may wait in the CQs' batches
         now = time.monotonic()
         if now > deadline:
-            failed = "time limit"
-            break
+            return "time limit"
         if ctx.fileno() in waiter.wait(min(0.05, deadline - now)) and ctx.device_fatal():
-            failed = f"the daemon of {ctx.attr.host} ended (did it die?)"
-            break
-    out: dict[str, Any] = {"step": go["go"]}
-    if failed:
-        out["failed"] = failed
-        out["stuck"] = {
-            f"{e.qp.qp_num:#x}": e.stuck() for e in senders if not e.finished
-        }  # fmt: skip
-        for e in senders:
-            e.cancel(f"step {go['go']}: {failed}")
-    sends = [e.result() for e in senders] if go.get("counters", True) or failed else []
-    out.update(
-        recv_done_ns=max((e.done_ns or 0) for e in receivers),
-        received=sum(e.received for e in receivers),
-        verified=verify and all(e.verified and e.finished for e in receivers),
-        recv_error="; ".join(e.error for e in receivers if e.error) or None,
-        sent=sum(e.done_bytes for e in senders),
-        send_error="; ".join(e.error for e in senders if e.error) or failed,
-    )
-    if sends:
-        per_plane: dict[str, float] = {}
-        for r in sends:
-            for p, share in r["per_plane_share"].items():
-                per_plane[p] = per_plane.get(p, 0.0) + share / len(sends)
-        out.update(
-            retransmits=sum(r["retransmits"] for r in sends),
-            timeouts=sum(r["timeouts"] for r in sends),
-            per_plane_share=per_plane,
-        )
-    return out
+            return f"the daemon of {ctx.attr.host} ended (did it die?)"
+    return None

@@ -94,20 +94,20 @@ class HostProc:
                 f.close()
 
 
-def gather(procs: Sequence[HostProc], key: str, deadline: float) -> list[dict]:
-    """The next line with `key` from every process (in order), by `deadline`
-    (TimeoutError), or RuntimeError when one reports an error or ends."""
+def gather(procs: Sequence[HostProc], key: str, deadline: float, value: Any = None) -> list[dict]:
+    """The next line with `key` (and, if given, that key's `value`) from every
+    process (in order), by `deadline` (TimeoutError), or RuntimeError when one
+    reports an error or ends. Other lines stay for a later gather."""
     got: dict[int, dict] = {}
     while len(got) < len(procs):
         for i, p in enumerate(procs):
             if i in got:
                 continue
-            while p.lines:
-                line = p.lines.pop(0)
+            for j, line in enumerate(p.lines):  # lines with other keys wait for their gather
                 if "error" in line:
                     raise RuntimeError(f"{p.netns}: {line['error']}")
-                if key in line:
-                    got[i] = line
+                if key in line and (value is None or line[key] == value):
+                    got[i] = p.lines.pop(j)
                     break
         if len(got) == len(procs):
             break
