@@ -68,7 +68,6 @@ import argparse
 import contextlib
 import json
 import os
-import select
 import socket
 import struct
 import subprocess
@@ -78,6 +77,7 @@ from pathlib import Path
 from typing import Any
 
 from mrc_nic import nic, resources, verbs
+from mrc_nic.kernel.fdwait import readable
 from mrc_nic.lab import ctl, topology
 from mrc_nic.observe import fidelity
 from mrc_nic.workloads import peers, rdma_write
@@ -236,7 +236,7 @@ def role_server(args: dict) -> dict:
     served, errors = 0, []
     stdin = sys.stdin.fileno()
     while time.monotonic() < deadline:
-        ready, _, _ = select.select([stdin, *listeners.values()], [], [], 1.0)
+        ready = readable([stdin, *listeners.values()], 1.0)
         if stdin in ready and not os.read(stdin, 4096):
             break  # the parent closed our stdin: done
         for lst in listeners.values():
@@ -366,8 +366,7 @@ class Peers:
 
     @staticmethod
     def _line(proc: subprocess.Popen, timeout: float) -> dict:
-        ready, _, _ = select.select([proc.stdout], [], [], timeout)
-        line = proc.stdout.readline() if ready else b""
+        line = proc.stdout.readline() if readable([proc.stdout], timeout) else b""
         if not line:
             err = b""
             if proc.poll() is not None:

@@ -79,6 +79,9 @@ def up(topo: Topology, cluster: dict | None = None) -> UpReport:
 
 
 DAEMON_START_S = 10.0  # a daemon imports pyroute2 and opens the maps: well under 1 s
+# ... alone. They all start at once, sharing the cores: a 32-host lab's 33
+# daemons on 2 busy cores took more than 10 s in all (scale-32x8.toml).
+DAEMON_START_EACH_S = 1.0
 
 
 def start_daemons(topo: Topology, hosts: list[str] | None = None) -> list[str]:
@@ -93,7 +96,7 @@ def start_daemons(topo: Topology, hosts: list[str] | None = None) -> list[str]:
         if daemon_pid(topo.lab, name) is None:
             workers.spawn_service(topo.lab, name)
             started.append(name)
-    deadline = time.monotonic() + DAEMON_START_S
+    deadline = time.monotonic() + DAEMON_START_S + DAEMON_START_EACH_S * len(started)
     for name in started:
         while True:
             try:

@@ -152,11 +152,11 @@ class Child:
 
     def result(self, timeout: float | None = None):
         import json
-        import select
         import signal
 
-        ready, _, _ = select.select([self._fd], [], [], timeout)
-        if not ready:
+        from mrc_nic.kernel.fdwait import readable
+
+        if not readable([self._fd], timeout):
             os.kill(self.pid, signal.SIGKILL)
             os.waitpid(self.pid, 0)
             os.close(self._fd)

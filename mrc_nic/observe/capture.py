@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import difflib
 import os
-import select
 import socket
 import struct
 import time
@@ -30,6 +29,7 @@ from typing import BinaryIO
 
 from mrc_nic.errors import MrcNicError
 from mrc_nic.kernel import netns
+from mrc_nic.kernel.fdwait import Waiter
 from mrc_nic.lab.topology import Topology
 
 ETH_P_ALL = 0x0003
@@ -140,12 +140,13 @@ def _capture_here(ifname: str, out: BinaryIO, count: int | None, duration: float
         stopped_by = "duration"
         start = time.monotonic()
         deadline = start + duration
+        waiter = Waiter([sock])
         try:
             while (left := deadline - time.monotonic()) > 0:
                 if count is not None and packets >= count:
                     stopped_by = "count"
                     break
-                if not select.select([sock], [], [], min(left, 0.2))[0]:
+                if not waiter.wait(min(left, 0.2)):
                     continue
                 frame, ancillary, _, address = sock.recvmsg(SNAPLEN, 64)
                 if address[0] != ifname:
@@ -156,6 +157,8 @@ def _capture_here(ifname: str, out: BinaryIO, count: int | None, duration: float
                 nbytes += len(frame)
         except KeyboardInterrupt:
             stopped_by = "interrupt"
+        finally:
+            waiter.close()
         seconds = time.monotonic() - start
         _, kernel_drops = _PACKET_STATS.unpack(
             sock.getsockopt(SOL_PACKET, PACKET_STATISTICS, _PACKET_STATS.size)

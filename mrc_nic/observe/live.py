@@ -9,7 +9,6 @@ next snapshot. Piped, every frame is printed in full, one after the other.
 from __future__ import annotations
 
 import contextlib
-import select
 import sys
 import termios
 import time
@@ -19,6 +18,7 @@ from collections.abc import Callable, Iterator
 from rich.console import Console
 from rich.live import Live
 
+from mrc_nic.kernel.fdwait import readable
 from mrc_nic.observe.sparkline import History
 from mrc_nic.observe.watch import VIEWS, render
 
@@ -47,8 +47,7 @@ class KeyReader:
         """Wait `seconds`, taking keys meanwhile; a view key or q ends the wait."""
         deadline = time.monotonic() + seconds
         while not self.quit and (left := deadline - time.monotonic()) > 0:
-            ready, _, _ = select.select([sys.stdin], [], [], left)
-            if not ready:
+            if not readable([sys.stdin], left):
                 return
             key = sys.stdin.read(1)
             if key in ("q", "Q", ""):

@@ -16,16 +16,17 @@ What is modelled: the schedule, the bytes on the wire and the dependency
 between steps. What is not: the reduction arithmetic and the accelerator
 memory (the emulator moves bytes; the adds take no time), and the overlap
 of one step's tail with the next step's head that pipelined collectives
-get. mrc-nic: every step is, on each ring edge, one transfer of the chunk
-posted through the verbs API (mrc_nic.workloads.rdma_write.Connection, opened once per
-edge and kept for every step, as a collective's QPs are): WRITEs through
-the NIC's 64 MiB host memory, as large as it allows when each host receives
-from one other (MrcRing: up to 16 MiB), the last with an immediate
-(WRITE_WITH_IMM: the receiver's completion of the step), each step's bytes
-random from its own seed so that `verify` compares every byte placed. The
-peer: one process per host in its namespace with kernel sockets, the same
-schedule and barrier, a TCP connection per ring edge on one plane (what a
-TCP collective gets), or MPTCP with one subflow per plane.
+get. mrc-nic: one process per rank in its host's namespace, as NCCL's
+ranks are (collective_ranks), holding a send QP to the next rank and a
+receive QP from the previous one through the verbs API, made once and kept
+for every step; every step is, on each ring edge, one transfer of the chunk
+in WRITEs through the NIC's 64 MiB host memory, as large as it allows when
+each host receives from one other (MrcRing: up to 16 MiB), each with an
+immediate (the receiver's completions end its step), each step's bytes
+random from its own seed so that `verify` lets the receiving rank compare
+every byte placed. The peer: one process per host in its namespace with
+kernel sockets, the same schedule and barrier, a TCP connection per ring
+edge on one plane (what a TCP collective gets), or MPTCP with one subflow per plane.
 
 Both runners take events, fn() called at t seconds into the job or into a
 given step (a fault put in force mid-job), and a time limit: a job that has
@@ -40,8 +41,6 @@ import dataclasses
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from concurrent.futures import wait as wait_futures
 from typing import Any
 
 PHASES = ("reduce-scatter", "all-gather")
@@ -339,15 +338,20 @@ def run_steps(
 
 
 # ---- mrc-nic ---------------------------------------------------------------------------------
+START_TIMEOUT_S = 120.0  # every rank's process up, its QPs made (a loaded machine: imports)
+REPORT_GRACE_S = 10.0  # a rank stops a step at its deadline; its report may come this late
+
+
 class MrcRing:
-    """A ring of mrc-nic connections, one per edge (hosts[i] -> hosts[i+1]),
-    opened once and used by every step of every job run on it.
+    """A ring of mrc-nic ranks, one process per host in its namespace
+    (collective_ranks), each with a send QP to the next host and a receive QP
+    from the previous one (`qps` of each), made once and used by every step of
+    every job run on it, as a collective's QPs are.
 
     chunk: each WRITE's size; by default what host memory allows
     (rdma_write.default_chunk) with one transfer landing at a host at once:
     in a ring each host receives from one other (peers=1: up to 16 MiB
-    WRITEs on a 64 MiB host); rdma_write.Connection's default assumes
-    every other host (peers = hosts - 1)."""
+    WRITEs on a 64 MiB host)."""
 
     def __init__(
         self,
@@ -358,23 +362,68 @@ class MrcRing:
         qps: int = 1,
         chunk: int | None = None,
     ) -> None:
+        import socket
+
         from mrc_nic.lab.state import open_lab
-        from mrc_nic.workloads import rdma_write
+        from mrc_nic.workloads import collective_ranks, hostprocs, rdma_write
 
         self.lab, self.hosts, self.total = lab_name, list(hosts), total
         self.schedule = ring_schedule(len(self.hosts), total)
+        _, topo = open_lab(lab_name)
         if chunk is None:
-            _, topo = open_lab(lab_name)
             step_max = max(chunk_sizes(total, len(self.hosts)))
             chunk = rdma_write.default_chunk(topo, step_max, qps, peers=1)
         self.chunk, self.qps = chunk, qps
-        self.conns: list = []
+        self.connected = False
+        self.procs: list[hostprocs.HostProc] = []
+        n = len(self.hosts)
+        # A credit socket per ring edge and QP: the reader tells the writer which
+        # slots it has read (rdma_ends); each end goes to its own rank's process.
+        pairs = [[socket.socketpair() for _ in range(qps)] for _ in range(n)]  # by sender
         try:
-            for src, dst in ring_edges(self.hosts):
-                self.conns.append(rdma_write.Connection(lab_name, src, dst, qps=qps, chunk=chunk))
+            for r, h in enumerate(self.hosts):
+                send = [pairs[r][i][0].fileno() for i in range(qps)]
+                recv = [pairs[(r - 1) % n][i][1].fileno() for i in range(qps)]
+                args = {"lab": lab_name, "host": h, "chunk": chunk, "qps": qps}
+                args.update(credit_send=send, credit_recv=recv)
+                self.procs.append(
+                    hostprocs.HostProc(
+                        topo.netns(h), collective_ranks.__name__, args,
+                        lab=lab_name, host=h, pass_fds=send + recv,
+                    )
+                )  # fmt: skip
+            self.ends = [
+                line["ready"]
+                for line in hostprocs.gather(
+                    self.procs, "ready", time.monotonic() + START_TIMEOUT_S
+                )
+            ]
         except BaseException:
             self.close()
             raise
+        finally:
+            for row in pairs:
+                for a, b in row:
+                    a.close(), b.close()  # the ranks hold their own copies
+
+    def _connect(self, cc_profile: int | None) -> None:
+        """Every rank's QPs to RTS (the first job's CC profile is the QPs')."""
+        from mrc_nic.workloads import hostprocs, rdma_write
+
+        n = len(self.hosts)
+        opts = {"mpr": rdma_write.qp.DEFAULT_MPR, "cc_profile": cc_profile}
+        for r, p in enumerate(self.procs):
+            p.tell(
+                {
+                    "connect": {
+                        "right_recv": self.ends[(r + 1) % n]["recv"],
+                        "left_send": self.ends[(r - 1) % n]["send"],
+                        "opts": opts,
+                    }
+                }
+            )
+        hostprocs.gather(self.procs, "connected", time.monotonic() + START_TIMEOUT_S)
+        self.connected = True
 
     def run(
         self,
@@ -388,106 +437,106 @@ class MrcRing:
         on_step: Callable[[StepResult], None] | None = None,
     ) -> JobResult:
         """One all-reduce; events and step_events as EventTimer; cc_profile: the
-        send QPs' (mrc_nic.transport.nscc.PROFILES; default the daemons', NSCC). A step
-        whose transfers have not all ended by `limit_s` ends the job as not
-        finished (the writes still running are left to end in the daemons:
-        close() ends them), with the NIC state of the stuck ones in
-        detail["stuck"]."""
-        n = len(self.hosts)
+        send QPs' (mrc_nic.transport.nscc.PROFILES; default the daemons', NSCC),
+        set by the first job on the ring. A step whose transfers have not all
+        ended by `limit_s` ends the job as not finished (the ranks move their
+        send QPs to ERR), with the NIC state of the stuck ones in detail["stuck"]."""
+        from mrc_nic.workloads import hostprocs
+
         job = JobResult("mrc", self.hosts, self.total, len(self.schedule), limit_s)
         job.detail = {"chunk": self.chunk, "qps": self.qps, "verify": verify}
         job.detail["cc_profile"] = cc_profile
-        pool = ThreadPoolExecutor(max_workers=n, thread_name_prefix="ring")
+        job.detail["processes"] = [p.proc.pid for p in self.procs]
+        if not self.connected:
+            self._connect(cc_profile)
 
         def run_step(step: list[Send], start: float, deadline: float) -> tuple[list[dict], float]:
-            left = deadline - start
-            futures = [
-                pool.submit(
-                    self.conns[t.src].write,
-                    t.size,
-                    imm=True,
-                    verify=verify,
-                    seed=seed * 1000 + t.step,
-                    wait=left + 5,
-                    cc_profile=cc_profile,
+            for t in step:
+                self.procs[t.src].tell(
+                    {
+                        "go": t.step,
+                        "send": t.size,
+                        "recv": step[(t.src - 1) % len(step)].size,
+                        "seed": seed * 1000 + t.step,
+                        "verify": verify,
+                        "deadline_ns": int(deadline * 1e9),
+                    }
                 )
-                for t in step
-            ]
-            _, pending = wait_futures(futures, timeout=left)
-            end = time.monotonic()
-            if pending:
-                job.detail["stuck"] = self.diagnose(
-                    [t for t, f in zip(step, futures, strict=True) if f in pending]
-                )
-                raise StepFailed(f"{len(pending)} transfer(s) still running")
-            edges = [_mrc_edge(t, f) for t, f in zip(step, futures, strict=True)]
+            try:
+                lines = hostprocs.gather(self.procs, "step", deadline + REPORT_GRACE_S)
+            except (TimeoutError, RuntimeError) as e:  # a rank that ended or went silent
+                raise StepFailed(str(e)) from None
+            edges = [_mrc_edge(t, lines[t.dst], start, verify) for t in step]
             failed = [e for e in edges if not e["completed"]]
             if failed:
-                raise StepFailed("; ".join(f"{e['src']}->{e['dst']}: {e['error']}" for e in failed))
-            return edges, end
+                with contextlib.suppress(TimeoutError, RuntimeError):  # where the sends stand
+                    sent = hostprocs.gather(
+                        self.procs, "sent", time.monotonic() + REPORT_GRACE_S, step[0].step
+                    )
+                    job.detail["stuck"] = [
+                        {"src": self.hosts[t.src], "dst": self.hosts[t.dst], "step": t.step,
+                         **sent[t.src]["stuck"]}
+                        for t in step if sent[t.src]["stuck"]
+                    ]  # fmt: skip
+                raise StepFailed(
+                    "; ".join(
+                        f"{self.hosts[e['src']]}->{self.hosts[e['dst']]}: {e['error']}"
+                        for e in failed
+                    )
+                )
+            return edges, max(ln["recv_done_ns"] for ln in lines) / 1e9
 
-        try:
-            run_steps(job, self.schedule, EventTimer(events, step_events), run_step, on_step)
-        finally:
-            pool.shutdown(wait=False, cancel_futures=True)
+        run_steps(job, self.schedule, EventTimer(events, step_events), run_step, on_step)
+        self._sends(job)
         job.detail["retransmits"] = sum(
             e.get("retransmits") or 0 for s in job.steps for e in s.edges
         )
         job.detail["timeouts"] = sum(e.get("timeouts") or 0 for s in job.steps for e in s.edges)
         return job
 
-    def diagnose(self, sends: Iterable[Send]) -> list[dict]:
-        """The NIC state of the QPs of transfers that did not end in time: where
-        each stands (PSNs, WQEs, window, retransmissions queued), for a report."""
-        from mrc_nic import nic
-        from mrc_nic.lab import ctl
-        from mrc_nic.transport import protocol as ops
+    def _sends(self, job: JobResult) -> None:
+        """Each step's sends as the sending ranks said them once their WRITEs
+        completed (after the step's end, which is the receivers'): the
+        counters into the edges, an error into the job."""
+        from mrc_nic.workloads import hostprocs
 
-        out = []
-        with nic.NicMaps.open(self.lab) as maps:
-            for t in sends:
-                conn = self.conns[t.src]
-                entry: dict[str, Any] = {"src": conn.src, "dst": conn.dst, "step": t.step}
-                with contextlib.suppress(ctl.DaemonError, OSError):
-                    qps = ctl.call(self.lab, conn.src, ops.QpList()).qps
-                    entry["daemon"] = [q for q in qps if q["qpn"] in conn.qpns]
-                for qpn in conn.qpns:
-                    try:
-                        sq = maps.sq(qpn)
-                    except (KeyError, OSError) as e:
-                        entry[f"{qpn:#x}"] = f"no send state: {e}"
-                        continue
-                    entry[f"{qpn:#x}"] = {
-                        "state": str(sq.state),
-                        "snd_una": sq.snd_una,
-                        "snd_nxt": sq.snd_nxt,
-                        "wqe_sent": sq.wqe_sent,
-                        "wqe_done": sq.wqe_done,
-                        "wqe_off": sq.wqe_off,
-                        "cwnd": sq.cwnd,
-                        "retx_pending": len(sq.retx_pending),
-                        "acked_out_of_order": len(sq.acked),
-                        "engine": sq.engine,
-                        "stats": sq.stats,
-                    }
-                for q in conn.remote:
-                    with contextlib.suppress(KeyError, OSError):
-                        entry[f"recv {int(q['qpn']):#x}"] = maps.rq(int(q["qpn"])).stats
-                out.append(entry)
-        return out
+        for step in job.steps:
+            try:
+                lines = hostprocs.gather(
+                    self.procs, "sent", time.monotonic() + REPORT_GRACE_S, step.step
+                )
+            except (TimeoutError, RuntimeError) as e:
+                job.detail["sends_error"] = str(e)
+                return
+            for e in step.edges:
+                sent = lines[e["src"]]
+                e.update(
+                    retransmits=sent["retransmits"],
+                    timeouts=sent["timeouts"],
+                    per_plane_share=sent["per_plane_share"],
+                )
+                if sent["send_error"] or sent["bytes"] != e["size"]:
+                    e["completed"] = False
+                    e["error"] = sent["send_error"] or f"{sent['bytes']} of {e['size']} bytes sent"
+                    job.completed = False
+                    job.error = job.error or f"step {step.step}: {e['error']}"
 
-    def close(self, settle_s: float = 10.0) -> list[dict]:
-        """Close every connection, whatever happened: a write still running
-        (a step stopped by its time limit) is stopped first, its QPs in ERR,
-        waiting up to `settle_s`, so that its buffers are free for the next ring."""
-        stats = []
-        for conn in self.conns:
-            conn.stop("the ring was closed")
-        for conn in self.conns:
+    def close(self, settle_s: float = 10.0) -> dict[str, str]:
+        """End every rank's process (by pid), whatever happened: its context
+        closes and the daemons release its QPs and memory. The stderr tails of
+        ranks that left one."""
+        from mrc_nic.workloads import hostprocs
+
+        for p in self.procs:
+            with contextlib.suppress(RuntimeError):
+                p.tell({"end": True})  # ranks leave their loop and close their contexts
+        deadline = time.monotonic() + settle_s
+        for p in self.procs:
             with contextlib.suppress(Exception):
-                stats.append(conn.close(settle_s))
-        self.conns = []
-        return stats
+                p.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        tails = hostprocs.end_all(self.procs)
+        self.procs = []
+        return tails
 
     def __enter__(self) -> MrcRing:
         return self
@@ -496,22 +545,17 @@ class MrcRing:
         self.close()
 
 
-def _mrc_edge(t: Send, future) -> dict:
-    """One transfer's outcome, from the sender daemon's result (or the error)."""
+def _mrc_edge(t: Send, receiver: dict, start: float, verify: bool) -> dict:
+    """One transfer's outcome as the receiving rank saw it (the sending
+    rank's counters come later: MrcRing._sends)."""
     edge: dict[str, Any] = {"src": t.src, "dst": t.dst, "chunk": t.chunk, "size": t.size}
-    try:
-        r = future.result()
-    except Exception as e:  # a daemon that refused or did not answer
-        return {**edge, "completed": False, "bytes": 0, "error": f"{type(e).__name__}: {e}"}
+    error = receiver.get("recv_error")
     edge.update(
-        completed=bool(r.get("completed")) and r.get("bytes") == t.size,
-        error=r.get("error"),
-        bytes=int(r.get("bytes") or 0),
-        seconds=r.get("seconds"),
-        retransmits=r.get("retransmits"),
-        timeouts=r.get("timeouts"),
-        verified=r.get("verified"),
-        per_plane_share=r.get("per_plane_share"),
+        completed=not error and receiver["received"] == t.size,
+        error=error,
+        bytes=receiver["received"],
+        seconds=round(receiver["recv_done_ns"] / 1e9 - start, 6),
+        verified=bool(receiver["verified"]) if verify else False,
     )
     if not edge["completed"] and not edge["error"]:
         edge["error"] = f"{edge['bytes']} of {t.size} bytes"

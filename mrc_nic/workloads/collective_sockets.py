@@ -3,25 +3,21 @@
 socket_ring runs the schedule of mrc_nic.workloads.collective (ring_schedule,
 the same barrier per step) with a TCP connection per ring edge on one plane,
 or MPTCP with one subflow per plane: what a collective over kernel sockets
-gets. Each host's process (host_main) runs inside the host's namespace as
-`python -m mrc_nic.workloads.collective_sockets host ARGS`.
+gets. Each host's process (host_main) runs inside the host's namespace
+(mrc_nic.workloads.hostprocs).
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
-import select
 import socket
 import struct
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 
-from mrc_nic import resources
+from mrc_nic.workloads import hostprocs
 from mrc_nic.workloads.collective import (
     Event,
     EventTimer,
@@ -55,7 +51,7 @@ def socket_ring(
     on_step: Callable[[StepResult], None] | None = None,
 ) -> JobResult:
     """The same all-reduce over kernel sockets: a process per host in its
-    namespace (`python -m mrc_nic.workloads.collective host ARGS`), connected to the
+    namespace (hostprocs.HostProc), connected to the
     next host on `plane`'s addresses (MPTCP: the first subflow there, one more
     per plane the next host announces; mrc_nic.workloads.peers.mptcp_setup), driven
     step by step by this process through its stdin, each step ending when
@@ -77,7 +73,7 @@ def socket_ring(
     addr = [str(topo.host_address(topo.nodes[h].index, plane)) for h in hosts]
     job = JobResult(proto, hosts, total, len(schedule), limit_s)
     job.detail = {"plane": plane}
-    procs: list[_HostProc] = []
+    procs: list[hostprocs.HostProc] = []
     timer = EventTimer(events, step_events)
     try:
         port = peers.PORT_BASE + (os.getpid() * 31) % peers.PORT_SPAN
@@ -92,18 +88,18 @@ def socket_ring(
                 "sends": sends,
                 "recvs": recvs,
             }
-            procs.append(_HostProc(topo.netns(h), args))
+            procs.append(hostprocs.HostProc(topo.netns(h), __name__, args))
         setup_deadline = time.monotonic() + START_TIMEOUT_S
-        ready = _gather(procs, "ready", setup_deadline)
+        ready = hostprocs.gather(procs, "ready", setup_deadline)
         for i, p in enumerate(procs):
             p.tell({"next_port": ready[(i + 1) % n]["ready"]})
-        _gather(procs, "connected", setup_deadline)
+        hostprocs.gather(procs, "connected", setup_deadline)
 
         def run_step(step: list[Send], start: float, deadline: float) -> tuple[list[dict], float]:
             for p in procs:
                 p.tell({"go": step[0].step, "deadline_ns": int(deadline * 1e9)})
             try:
-                lines = _gather(procs, "step", deadline)
+                lines = hostprocs.gather(procs, "step", deadline)
             except (TimeoutError, RuntimeError) as e:  # the limit, or a host that gave up
                 raise StepFailed(str(e)) from None
             edges = [
@@ -124,7 +120,7 @@ def socket_ring(
             for p in procs:
                 p.tell({"end": True})
             try:
-                ends = _gather(procs, "done", time.monotonic() + 10)
+                ends = hostprocs.gather(procs, "done", time.monotonic() + 10)
                 job.detail["retransmits"] = sum(e.get("retrans") or 0 for e in ends)
                 job.detail["subflows"] = [e.get("subflows") for e in ends]
                 for p in procs:
@@ -135,114 +131,11 @@ def socket_ring(
         job.error = job.error or str(e)
     finally:
         job.events = timer.stop()
-        for p in procs:
-            p.end()
-    job.detail["stderr"] = {hosts[i]: p.stderr_tail for i, p in enumerate(procs) if p.stderr_tail}
+        job.detail["stderr"] = hostprocs.end_all(procs)
     return job
 
 
-class _HostProc:
-    """One host's process of the socket ring, started here and ended here, by pid."""
-
-    def __init__(self, netns: str, args: dict) -> None:
-        env = resources.python_path_env()
-        self.netns = netns
-        self.proc = subprocess.Popen(
-            [
-                "ip",
-                "netns",
-                "exec",
-                netns,
-                sys.executable,
-                "-m",
-                "mrc_nic.workloads.collective_sockets",
-                "host",
-                json.dumps(args),
-            ],  # fmt: skip
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=env,
-        )
-        self.buf = b""
-        self.lines: list[dict] = []
-        self.stderr_tail = ""
-
-    def tell(self, message: dict) -> None:
-        try:
-            self.proc.stdin.write(json.dumps(message).encode() + b"\n")
-            self.proc.stdin.flush()
-        except (BrokenPipeError, OSError) as e:
-            raise RuntimeError(f"{self.netns}: the host process is gone ({e})") from None
-
-    def feed(self) -> bool:
-        """Read what is there; False at end of file."""
-        chunk = os.read(self.proc.stdout.fileno(), 65536)
-        if not chunk:
-            return False
-        self.buf += chunk
-        while b"\n" in self.buf:
-            line, self.buf = self.buf.split(b"\n", 1)
-            if line.startswith(b"{"):
-                self.lines.append(json.loads(line))
-        return True
-
-    def end(self) -> None:
-        if self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                self.proc.kill()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.proc.wait(timeout=5)
-        with contextlib.suppress(OSError, ValueError):
-            err = self.proc.stderr.read() if self.proc.poll() is not None else b""
-            self.stderr_tail = err.decode(errors="replace").strip()[-500:]
-        for f in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
-            with contextlib.suppress(OSError):
-                f.close()
-
-
-def _gather(procs: list[_HostProc], key: str, deadline: float) -> list[dict]:
-    """The next line with `key` from every process (in order), by `deadline`
-    (TimeoutError), or RuntimeError when one reports an error or ends."""
-    got: dict[int, dict] = {}
-    while len(got) < len(procs):
-        for i, p in enumerate(procs):
-            if i in got:
-                continue
-            while p.lines:
-                line = p.lines.pop(0)
-                if "error" in line:
-                    raise RuntimeError(f"{p.netns}: {line['error']}")
-                if key in line:
-                    got[i] = line
-                    break
-        if len(got) == len(procs):
-            break
-        left = deadline - time.monotonic()
-        if left <= 0:
-            missing = [procs[i].netns for i in range(len(procs)) if i not in got]
-            raise TimeoutError(f"no {key!r} from {len(missing)} host(s) in time")
-        fds = {procs[i].proc.stdout.fileno(): procs[i] for i in range(len(procs)) if i not in got}
-        ready, _, _ = select.select(list(fds), [], [], min(left, 1.0))
-        for fd in ready:
-            if not fds[fd].feed() and not fds[fd].lines:
-                raise RuntimeError(f"{fds[fd].netns}: the host process ended")
-    return [got[i] for i in range(len(procs))]
-
-
 # ---- the host process (runs inside a host's namespace) -------------------------------------------
-def _say(message: dict) -> None:
-    sys.stdout.write(json.dumps(message) + "\n")
-    sys.stdout.flush()
-
-
-def _hear() -> dict:
-    line = sys.stdin.readline()
-    if not line:
-        raise EOFError("the parent closed stdin")
-    return json.loads(line)
-
-
 class _Deadline(Exception):
     pass
 
@@ -253,7 +146,7 @@ def _send_n(sock: socket.socket, n: int, deadline_ns: int, out: dict) -> None:
     try:
         while left:
             if time.monotonic_ns() > deadline_ns:
-                raise _Deadline
+                raise _Deadline("time limit")
             try:
                 left -= sock.send(view[: min(left, len(view))])
             except TimeoutError:
@@ -268,7 +161,7 @@ def _recv_n(sock: socket.socket, n: int, deadline_ns: int, buf: bytearray) -> in
     got = 0
     while got < n:
         if time.monotonic_ns() > deadline_ns:
-            raise _Deadline
+            raise _Deadline("time limit")
         try:
             k = sock.recv_into(buf, min(len(buf), n - got))
         except TimeoutError:
@@ -310,20 +203,20 @@ def host_main(args: dict) -> None:
                 raise
             port += 1
     lst.listen(1)
-    _say({"ready": port})
+    hostprocs.say({"ready": port})
     nxt = peers.stream_socket(proto)
     nxt.bind((args["addr"], 0))
     nxt.settimeout(START_TIMEOUT_S)
-    nxt.connect((args["next"], _hear()["next_port"]))
+    nxt.connect((args["next"], hostprocs.hear()["next_port"]))
     lst.settimeout(START_TIMEOUT_S)
     prev, _ = lst.accept()  # MPTCP: the listener stays open for the joins
     for s in (nxt, prev):
         s.settimeout(IO_TIMEOUT_S)
-    _say({"connected": True})
+    hostprocs.say({"connected": True})
     buf = bytearray(IO_BUF)
     try:
         for sends, recvs in zip(args["sends"], args["recvs"], strict=True):
-            go = _hear()
+            go = hostprocs.hear()
             deadline_ns = go["deadline_ns"]
             start = time.monotonic_ns()
             out: dict = {}
@@ -336,7 +229,7 @@ def host_main(args: dict) -> None:
                 sender.join()
             if "error" in out:
                 raise RuntimeError(out["error"])
-            _say(
+            hostprocs.say(
                 {
                     "step": go["go"],
                     "start_ns": start,
@@ -346,29 +239,12 @@ def host_main(args: dict) -> None:
                     "sent": out["sent"],
                 }
             )
-        _hear()  # {"end": true}
+        hostprocs.hear()  # {"end": true}
         retrans = _tcp_retrans(nxt, proto)
         subflows = len(peers.subflow_info(nxt)) if proto == "mptcp" else 1
-        _say({"done": True, "retrans": retrans, "subflows": subflows})
+        hostprocs.say({"done": True, "retrans": retrans, "subflows": subflows})
         with contextlib.suppress(EOFError):
-            _hear()  # every host has said done: the connections may go
+            hostprocs.hear()  # every host has said done: the connections may go
     finally:
         for s in (nxt, prev, lst):
             peers.abort(s)
-
-
-def _main(argv: list[str]) -> int:
-    if len(argv) != 2 or argv[0] != "host":
-        print("usage: python -m mrc_nic.workloads.collective host JSON (started by socket_ring)")
-        return 2
-    try:
-        host_main(json.loads(argv[1]))
-    except _Deadline:
-        _say({"error": "time limit"})
-    except BaseException as e:  # one line for the parent
-        _say({"error": f"{type(e).__name__}: {e}"})
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(_main(sys.argv[1:]))

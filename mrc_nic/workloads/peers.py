@@ -36,7 +36,6 @@ import contextlib
 import ctypes
 import json
 import os
-import select
 import socket
 import struct
 import subprocess
@@ -47,6 +46,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from mrc_nic import resources
+from mrc_nic.kernel.fdwait import readable
 
 IPPROTO_MPTCP = getattr(socket, "IPPROTO_MPTCP", 262)
 SOL_MPTCP = 284
@@ -364,8 +364,7 @@ def _ready_line(proc: subprocess.Popen, timeout: float) -> tuple[dict, bytes]:
     buf = b""
     while b"\n" not in buf:
         left = deadline - time.monotonic()
-        ready, _, _ = select.select([fd], [], [], max(0.0, left))
-        if not ready:
+        if not readable([fd], left):
             raise PeerError(f"the receiver gave no sign of listening in {timeout:g} s")
         chunk = os.read(fd, 4096)
         if not chunk:

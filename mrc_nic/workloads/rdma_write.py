@@ -16,12 +16,12 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import secrets
-import select
 import time
 from typing import Any, NamedTuple
 
 from mrc_nic import nic, verbs
 from mrc_nic.errors import MrcNicError
+from mrc_nic.kernel.fdwait import Waiter
 from mrc_nic.lab import topology
 from mrc_nic.lab.state import open_lab
 from mrc_nic.observe import fidelity
@@ -135,6 +135,37 @@ def _auth(opts: QpOptions) -> dict[str, str] | None:
     return {"auth_key": opts.auth_key} if opts.auth_key else None
 
 
+def connect_recv(rqp: verbs.QP, peer_qpn: int, peer_gid: str, opts: QpOptions) -> None:
+    """A receive QP INIT -> RTR towards the send QP (peer_qpn at peer_gid)."""
+    rqp.to_init(verbs.Access.LOCAL_WRITE | verbs.Access.REMOTE_WRITE)
+    dyn = verbs.MrcQpCap.DYNAMIC_MPR  # both ends: the sender follows the receiver's MPR
+    rqp.to_rtr(peer_qpn, peer_gid, mpr_dest=opts.mpr, cap=dyn, ext=_auth(opts))
+
+
+def connect_send(
+    sqp: verbs.QP, peer_qpn: int, peer_gid: str, topo: topology.Topology, opts: QpOptions
+) -> None:
+    """A send QP INIT -> RTR -> RTS towards the receive QP (peer_qpn at
+    peer_gid), with opts and the lab's defaults (lab_defaults)."""
+    sqp.to_init(
+        verbs.Access.LOCAL_WRITE,
+        ev_profile_id=opts.ev_profile or 0,
+        cc_profile_id=opts.cc_profile,
+    )
+    dyn = verbs.MrcQpCap.DYNAMIC_MPR
+    sqp.to_rtr(peer_qpn, peer_gid, mpr_dest=opts.mpr, cap=dyn, ext=_auth(opts))
+    timeout, _ = lab_defaults(topo, opts.cc_profile)
+    retry = {"linear_cnt": 7, "exp_cnt": 7, **(opts.retry or {})}
+    sqp.to_rts(
+        timeout=timeout if opts.timeout is None else opts.timeout,
+        retry_linear_cnt=retry["linear_cnt"],
+        retry_exp_cnt=retry["exp_cnt"],
+        mpr=opts.mpr,
+        cap=dyn,
+        ext=opts.ext(topo),
+    )
+
+
 class Lane:
     """One QP pair of a connection: a send QP at the source writing from its
     buffer into the buffer of a receive QP at the destination."""
@@ -168,26 +199,8 @@ class Lane:
 
     def connect(self, conn: Connection, opts: QpOptions) -> None:
         """INIT -> RTR at the receiver, INIT -> RTR -> RTS at the sender."""
-        src_gid, dst_gid = conn.src_ctx.gid(0), conn.dst_ctx.gid(0)
-        self.rqp.to_init(verbs.Access.LOCAL_WRITE | verbs.Access.REMOTE_WRITE)
-        dyn = verbs.MrcQpCap.DYNAMIC_MPR  # both ends: the sender follows the receiver's MPR
-        self.rqp.to_rtr(self.sqp.qp_num, src_gid, mpr_dest=opts.mpr, cap=dyn, ext=_auth(opts))
-        self.sqp.to_init(
-            verbs.Access.LOCAL_WRITE,
-            ev_profile_id=opts.ev_profile or 0,
-            cc_profile_id=opts.cc_profile,
-        )
-        self.sqp.to_rtr(self.rqp.qp_num, dst_gid, mpr_dest=opts.mpr, cap=dyn, ext=_auth(opts))
-        timeout, _ = lab_defaults(conn.topo, opts.cc_profile)
-        retry = {"linear_cnt": 7, "exp_cnt": 7, **(opts.retry or {})}
-        self.sqp.to_rts(
-            timeout=timeout if opts.timeout is None else opts.timeout,
-            retry_linear_cnt=retry["linear_cnt"],
-            retry_exp_cnt=retry["exp_cnt"],
-            mpr=opts.mpr,
-            cap=dyn,
-            ext=opts.ext(conn.topo),
-        )
+        connect_recv(self.rqp, self.sqp.qp_num, conn.src_ctx.gid(0), opts)
+        connect_send(self.sqp, self.rqp.qp_num, conn.dst_ctx.gid(0), conn.topo, opts)
 
     def begin(self, pieces: Pieces | None, slot: int) -> None:
         """Ready this lane for a transfer's share."""
@@ -211,16 +224,7 @@ class Lane:
 
     def counters(self, conn: Connection) -> Counters:
         """The send QP's counters so far, and its query_qp."""
-        q = self.sqp.query()
-        per_plane = {int(p): n for p, n in q.get("retired_tx_pkts", {}).items()}
-        for (qpn, _), ev in conn.src_ctx.maps.evs_raw().items():
-            if qpn == self.sqp.qp_num:
-                per_plane[ev.plane] = per_plane.get(ev.plane, 0) + ev.stats.tx_pkts
-        try:
-            retx = conn.src_ctx.maps.sq(self.sqp.qp_num).tx_stats.get("retx_pkts", 0)
-        except KeyError:  # not in RTS yet
-            retx = 0
-        return Counters(per_plane, retx, q.get("timeouts", 0), q.get("reorder_kicks", 0), q)
+        return qp_counters(conn.src_ctx, self.sqp)
 
     def close(self) -> None:
         for thing in (self.sqp, self.rqp, self.src_mr, self.dst_mr):
@@ -426,6 +430,21 @@ class Connection:
         self.close()
 
 
+def qp_counters(ctx: verbs.Context, sqp: verbs.QP) -> Counters:
+    """A send QP's counters so far (packets per plane, retired EVs' included;
+    retransmissions, timeouts, reorder kicks) and its query_qp."""
+    q = sqp.query()
+    per_plane = {int(p): n for p, n in q.get("retired_tx_pkts", {}).items()}
+    for (qpn, _), ev in ctx.maps.evs_raw().items():
+        if qpn == sqp.qp_num:
+            per_plane[ev.plane] = per_plane.get(ev.plane, 0) + ev.stats.tx_pkts
+    try:
+        retx = ctx.maps.sq(sqp.qp_num).tx_stats.get("retx_pkts", 0)
+    except KeyError:  # not in RTS yet
+        retx = 0
+    return Counters(per_plane, retx, q.get("timeouts", 0), q.get("reorder_kicks", 0), q)
+
+
 class Counters(NamedTuple):
     """A send QP's counters at one moment (Lane.counters)."""
 
@@ -474,16 +493,23 @@ class Transfer:
         )
 
     def _run(self, wait: float) -> None:
-        conn, lanes = self.conn, self.conn.lanes
+        conn = self.conn
         self.started = now = time.monotonic()
         give_up = now + wait
         if self.opts.duration:
             self.deadline = now + self.opts.duration
-        for lane in lanes:
+        for lane in conn.lanes:
             self._fill(lane, now)
-        ready: list[int] = []
         contexts = {conn.src_ctx.fileno(): conn.src_ctx, conn.dst_ctx.fileno(): conn.dst_ctx}
         fds = [conn.send_cq.fileno(), conn.recv_cq.fileno(), *contexts]
+        with Waiter(fds) as waiter:  # epoll: a process may hold fds above 1,024
+            self._loop(waiter, contexts, give_up, wait)
+        self.ended = time.monotonic()
+
+    def _loop(self, waiter: Waiter, contexts: dict, give_up: float, wait: float) -> None:
+        """Completions, posts and waits until every lane is done, stopped or out of time."""
+        conn, lanes = self.conn, self.conn.lanes
+        ready: list[int] = []
         while not all(lane.done for lane in lanes):
             if self._completions():
                 continue  # more may wait in the CQs' batches: no sleep before reading them
@@ -498,8 +524,7 @@ class Transfer:
                         lane.error = why
                 conn.cancel(why)
                 break
-            ready = select.select(fds, [], [], min(0.05, give_up - now))[0]
-        self.ended = time.monotonic()
+            ready = waiter.wait(min(0.05, give_up - now))
 
     def _fill(self, lane: Lane, now: float) -> None:
         """Post WRITEs while the depth, the slots and the messages in flight

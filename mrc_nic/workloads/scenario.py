@@ -41,11 +41,11 @@ import tomllib
 from collections.abc import Callable
 
 from mrc_nic import nic
-from mrc_nic.errors import MrcNicError
 from mrc_nic.fabric import testbed
 from mrc_nic.fabric.switchport import EGRESS
 from mrc_nic.kernel import cpustat
-from mrc_nic.lab import ctl, topology
+from mrc_nic.kernel.fdwait import readable
+from mrc_nic.lab import topology
 from mrc_nic.lab.names import topology_file
 from mrc_nic.lab.state import open_lab
 from mrc_nic.lab.topology import Topology
@@ -53,15 +53,22 @@ from mrc_nic.nic import wire
 from mrc_nic.observe import fidelity
 from mrc_nic.observe.port_table import PortCounterTable
 from mrc_nic.transport import nscc
-from mrc_nic.workloads import rdma_write
+from mrc_nic.workloads import hostprocs, rdma_write, scenario_hosts
 
 MIB = 2**20
 SAMPLE_S = 0.02  # receive counters read this often
 FIDELITY_EVERY_S = 0.25  # the fidelity verdict's samples (CPU, TBF bytes): this often
+# With more flows than SAMPLE_FLOWS, receive counters are read proportionally
+# less often: each sample reads every flow's QPs from the NIC's maps, CPU the
+# flows themselves need on a large lab.
+SAMPLE_FLOWS = 8
 WARMUP_S = 0.1  # a window of comparison starts this long after its last flow started
 BYSTANDER_DELAY = 0.25  # the bystander starts this fraction of the duration after the incast
 BYSTANDER_SPAN = 0.5  # and is sized to last this fraction of it at its fair share
 MIN_FLOW_BYTES = MIB
+START_S = 180.0  # every host's process up and connected (a loaded machine: Python's imports)
+START_MARGIN_S = 0.3  # the flows' time 0: after every host has been told to go
+REPORT_GRACE_S = 10.0  # a host stops its flows at the deadline; its reports may come this late
 HOPS = 4  # links of a T0-T1-T0 path: a lab's design RTT is at least an MTU's time on each
 # What a link carries per full packet of goodput (seg bytes: nic.seg_size of
 # the lab's MTU): a full data frame (Ethernet included, as the TBF counts it:
@@ -301,39 +308,66 @@ def run_flows(
     cwnd: int | None = None,
     timeout: float = 120.0,
 ) -> dict:
-    """Start every flow at its start time, sample the receive QPs until all
-    end (or `timeout`), and return what the switches and the CPUs did."""
+    """Run every flow from its source host's process (one process per host in
+    its namespace, scenario_hosts: each holds its host's ends of the flows),
+    each started at its start time; sample the receive QPs until all end (or
+    `timeout`), and return what the switches and the CPUs did."""
     _, topo = open_lab(lab_name)
-    lock = threading.Lock()
-    t0 = time.monotonic()
-
-    def go(flow: Flow) -> None:
-        def opened(remote: list[dict]) -> None:
-            with lock:
-                flow.recv_qpns = [int(q["qpn"]) for q in remote]
-                flow.opened_at = time.monotonic() - t0
-
-        delay = t0 + flow.start - time.monotonic()
-        if delay > 0:
-            time.sleep(delay)
-        try:
-            flow.result = rdma_write.write(
-                lab_name,
-                flow.src,
-                flow.dst,
-                flow.size,
-                cc_profile=cc_profile,
-                cc=cc,
-                cwnd=cwnd,
-                on_open=opened,
-                wait=timeout,
-                judge=False,  # the scenario judges all its flows at once
+    hosts = sorted({h for f in flows for h in (f.src, f.dst)}, key=topo.host_names().index)
+    by_name = {f.name: f for f in flows}
+    procs: dict[str, hostprocs.HostProc] = {}
+    try:
+        chunk = {f.name: rdma_write.default_chunk(topo, f.size) for f in flows}
+        for h in hosts:
+            args = {
+                "lab": lab_name,
+                "host": h,
+                "sends": [
+                    {"name": f.name, "size": f.size, "chunk": chunk[f.name]}
+                    for f in flows if f.src == h
+                ],
+                "recvs": [
+                    {"name": f.name, "chunk": chunk[f.name]}
+                    for f in flows if f.dst == h
+                ],
+            }  # fmt: skip
+            procs[h] = hostprocs.HostProc(
+                topo.netns(h), scenario_hosts.__name__, args, lab=lab_name, host=h
             )
-            flow.error = flow.result.get("error")
-        except (MrcNicError, ctl.DaemonError, ValueError, OSError) as e:
-            flow.error = str(e)
-        flow.done_at = time.monotonic() - t0
+        order = list(procs.values())
+        lines = hostprocs.gather(order, "ready", time.monotonic() + START_S)
+        ready = dict(zip(procs, lines, strict=True))
+        opts = {"mpr": rdma_write.qp.DEFAULT_MPR, "cc_profile": cc_profile, "cc": cc, "cwnd": cwnd}
+        for h, p in procs.items():
+            peers = {f.name: ready[f.dst]["ready"]["recvs"][f.name] for f in flows if f.src == h}
+            peers |= {f.name: ready[f.src]["ready"]["sends"][f.name] for f in flows if f.dst == h}
+            p.tell({"connect": {"peers": peers, "opts": opts}})
+        hostprocs.gather(order, "connected", time.monotonic() + START_S)
+        for f in flows:
+            f.recv_qpns = [int(ready[f.dst]["ready"]["recvs"][f.name]["qpn"])]
+        return _drive(lab_name, topo, procs, by_name, timeout)
+    finally:
+        for p in procs.values():
+            with contextlib.suppress(RuntimeError):
+                p.tell({"end": True})
+        for p in procs.values():
+            with contextlib.suppress(Exception):
+                p.proc.wait(timeout=10)
+        hostprocs.end_all(list(procs.values()))
 
+
+def _drive(
+    lab_name: str,
+    topo: Topology,
+    procs: dict[str, hostprocs.HostProc],
+    flows: dict[str, Flow],
+    timeout: float,
+) -> dict:
+    """Start the flows (their hosts' processes time them), read each flow's
+    start and end as its host reports them, and sample the receive QPs meanwhile."""
+    lock = threading.Lock()
+    t0 = time.monotonic() + START_MARGIN_S  # every host has heard "go" by then
+    deadline = t0 + timeout
     judged: list = []  # (seconds, fidelity raw sample) every FIDELITY_EVERY_S
     with (
         PortCounterTable(lab_name) as ports,
@@ -343,22 +377,36 @@ def run_flows(
         before = _port_totals(topo, ports.read())
         nic_before = maps.counters()
         cpu0 = cpustat.sample()
-        threads = [threading.Thread(target=go, args=(f,), daemon=True) for f in flows]
-        for t in threads:
-            t.start()
-        deadline = t0 + timeout + 10
-        while any(t.is_alive() for t in threads) and time.monotonic() < deadline:
-            _sample(maps, flows, t0, lock)
+        for h, p in procs.items():
+            starts = {f.name: int((t0 + f.start) * 1e9) for f in flows.values() if f.src == h}
+            p.tell({"go": True, "starts_ns": starts, "deadline_ns": int(deadline * 1e9),
+                    "wait": timeout})  # fmt: skip
+        out = {p.proc.stdout.fileno(): p for p in procs.values()}
+        pending = set(flows)
+        every = SAMPLE_S * max(1.0, len(flows) / SAMPLE_FLOWS)
+        while pending and time.monotonic() < deadline + REPORT_GRACE_S:
+            _sample(maps, list(flows.values()), t0, lock)
             if time.monotonic() - t0 >= len(judged) * FIDELITY_EVERY_S:
                 judged.append((time.monotonic() - t0, meter.raw()))
-            time.sleep(SAMPLE_S)
-        _sample(maps, flows, t0, lock)
+            for fd in readable(out, every):
+                p = out[fd]
+                alive = p.feed()
+                for line in p.lines:
+                    _take(line, flows, pending, t0, p.netns)
+                p.lines.clear()
+                if not alive:
+                    out.pop(fd)
+                    for name in [n for n in pending if flows[n].src == _host_of(procs, p)]:
+                        flows[name].error = f"the process of {flows[name].src} ended"
+                        flows[name].done_at = time.monotonic() - t0
+                        pending.discard(name)
+        _sample(maps, list(flows.values()), t0, lock)
         cpu = cpustat.busy_cores(cpu0, cpustat.sample())
         fid = meter.stop()
         fid_meter = meter
         after = _port_totals(topo, ports.read())
         nic_after = maps.counters()
-    for f in flows:
+    for f in flows.values():
         if f.done_at is None:
             f.error = f.error or f"did not end within {timeout:g} s"
     switch = {tier: {k: after[tier][k] - before[tier][k] for k in after[tier]} for tier in after}
@@ -369,12 +417,32 @@ def run_flows(
         "fidelity": fid,
         # raw samples for the verdict over the report's window (run_scenario)
         "_fidelity": (fid_meter, judged),
+        "host_processes": len(procs),
         "switch": switch,
         "nic": {
             k: nic_delta.get(k, 0)
             for k in ("nack_trimmed", "nack_trimmed_lasthop", "tx_retx", "timeout_kicks")
         },
     }
+
+
+def _host_of(procs: dict[str, hostprocs.HostProc], proc: hostprocs.HostProc) -> str:
+    return next(h for h, p in procs.items() if p is proc)
+
+
+def _take(line: dict, flows: dict[str, Flow], pending: set[str], t0: float, where: str) -> None:
+    """A host process's report: a flow started or ended (or the process failed)."""
+    if "started" in line:
+        flows[line["started"]].opened_at = line["at_ns"] / 1e9 - t0
+    elif "done" in line:
+        f = flows[line["done"]]
+        f.result, f.error = line["result"], line["error"]
+        f.done_at = (line.get("at_ns") or time.monotonic_ns()) / 1e9 - t0
+        pending.discard(f.name)
+    elif "error" in line:
+        for name in list(pending):
+            flows[name].error = f"{where}: {line['error']}"
+        pending.clear()
 
 
 def _sample(maps: nic.NicMaps, flows: list[Flow], t0: float, lock: threading.Lock) -> None:

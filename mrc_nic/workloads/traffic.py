@@ -10,13 +10,13 @@ and per source port.
 from __future__ import annotations
 
 import errno
-import select
 import socket
 import subprocess
 import time
 
 from mrc_nic.errors import MrcNicError
 from mrc_nic.kernel import netns
+from mrc_nic.kernel.fdwait import Waiter
 from mrc_nic.lab.topology import Topology
 
 TEST_UDP_PORT = 4792  # next to RoCEv2's 4791, which the NIC fast path owns
@@ -69,18 +69,18 @@ def _receive(socks: list[tuple[int, socket.socket]], seconds: float) -> dict:
     nbytes: dict[str, int] = {}
     deadline = time.monotonic() + seconds
     by_fd = {s.fileno(): (plane, s) for plane, s in socks}
-    while (left := deadline - time.monotonic()) > 0:
-        ready, _, _ = select.select(list(by_fd), [], [], min(left, 0.1))
-        for fd in ready:
-            plane, s = by_fd[fd]
-            while True:
-                try:
-                    data, (_, sport) = s.recvfrom(65536)
-                except BlockingIOError:
-                    break
-                key = f"{plane}/{sport}"
-                counts[key] = counts.get(key, 0) + 1
-                nbytes[key] = nbytes.get(key, 0) + len(data)
+    with Waiter(by_fd) as waiter:
+        while (left := deadline - time.monotonic()) > 0:
+            for fd in waiter.wait(min(left, 0.1)):
+                plane, s = by_fd[fd]
+                while True:
+                    try:
+                        data, (_, sport) = s.recvfrom(65536)
+                    except BlockingIOError:
+                        break
+                    key = f"{plane}/{sport}"
+                    counts[key] = counts.get(key, 0) + 1
+                    nbytes[key] = nbytes.get(key, 0) + len(data)
     return {"packets": counts, "bytes": nbytes}
 
 

@@ -60,6 +60,7 @@ SHIPPED = [
     ("single-plane.toml", "singleplane", 2, 1, 1, 1, 0, 2, 3, 2, "800mbit"),
     ("clos-8.toml", "clos8", 8, 8, 2, 4, 2, 2, 56, 128, "10mbit"),
     ("clos-8-1g.toml", "clos81g", 8, 8, 2, 4, 2, 2, 56, 128, "1gbit"),
+    ("scale-32x8.toml", "scale32x8", 32, 8, 2, 8, 4, 4, 128, 512, "2mbit"),
 ]
 
 
