@@ -96,12 +96,13 @@ def labs_on_disk() -> list[str]:
 
 def forget(lab: str) -> None:
     """Remove the lab's state directory (only the files mrc-nic writes there:
-    the state, and the background processes' logs, lab.workers.log_path)."""
+    the state, the background processes' logs, lab.workers.log_path, and the
+    daemons' sockets, which a daemon killed by SIGKILL leaves behind)."""
     d = lab_dir(lab)
     if not d.is_dir():
         return
     for f in d.iterdir():
-        ours = f.name == "state.json" or f.suffix == ".log"
+        ours = f.name == "state.json" or f.suffix in (".log", ".sock")
         if ours or (f.name.startswith(".state.") and f.name.endswith(".tmp")):
             f.unlink(missing_ok=True)
     with contextlib.suppress(OSError):

@@ -276,6 +276,7 @@ def test_daemon_killed_mid_transfer_is_reported_and_restarted(make_lab):
     testbed.down(topo.lab)
     assert testbed.daemon_pid(topo.lab, "h1") is None
     assert not [n for n in netns.list_names() if n.startswith(f"mrc-{topo.lab}-")]
+    assert not state.lab_dir(topo.lab).exists(), "the killed daemon's socket went too"
 
 
 def test_evs_of_a_blackholed_link_are_replaced_by_evs_around_it(default_lab):
