@@ -11,6 +11,7 @@ import click
 
 from mrc_nic.cli import output
 from mrc_nic.cli.common import DURATION, format_option, lab_option, pick_lab
+from mrc_nic.fabric import preflight
 
 EPILOG = """\b
 Without --topology it runs on the lab that is up (-l NAME). With --topology
@@ -169,6 +170,7 @@ def _run(
         )
     if no_cc and cc_profile not in (None, 0):
         raise click.UsageError("--no-cc is CC profile 0")
+    preflight.require_root()  # an operator command: before any lab work
     opts = dict(duration=duration, no_cc=no_cc, cc_profile=cc_profile, cwnd=cwnd)
     try:
         if topology_name:
@@ -350,6 +352,7 @@ On the lab that is up (default: h0 -> h1):
 def single_ev_loss(size, evs, rate, plane, seed, rounds, lab, fmt):
     """One EV of a QP's EVs loses RATE of its packets on the wire: goodput
     against the same write healthy, and whether the EV was retired."""
+    preflight.require_root()  # an operator command: before any lab work
     from mrc_nic.workloads import experiments
 
     lab = pick_lab(lab)
@@ -391,6 +394,7 @@ def single_ev_loss(size, evs, rate, plane, seed, rounds, lab, fmt):
 @format_option
 def plane_failure(size, plane, after, mode, rounds, lab, fmt):
     """A whole plane fails during a WRITE: goodput against the same write healthy."""
+    preflight.require_root()  # an operator command: before any lab work
     from mrc_nic.workloads import experiments
 
     lab = pick_lab(lab)
@@ -442,6 +446,7 @@ def allreduce_failure(size, fault_target, mode, at, limit, rounds, lab, fmt):
     """A ring all-reduce over the lab's hosts, healthy and then with a fault
     put in force mid-job: job time healthy against failed, every step's bytes
     verified."""
+    preflight.require_root()  # an operator command: before any lab work
     from mrc_nic.workloads import experiments
 
     target = tuple(fault_target.split())
