@@ -38,13 +38,15 @@ def make_lab():
 
 
 @pytest.fixture(scope="module")
-def default_lab():
-    """One default-topology lab shared by a module's read-mostly tests."""
+def default_lab(request):
+    """One default-topology lab shared by a module's read-mostly tests (a
+    module may name another shipped file in LAB_TOPOLOGY)."""
     from mrc_nic.fabric import testbed
     from mrc_nic.lab import topology
 
     name = unique_lab("m")
-    topo = topology.load(NETNS_DIR / "default.toml", lab=name)
+    topo_file = getattr(request.module, "LAB_TOPOLOGY", "default.toml")
+    topo = topology.load(NETNS_DIR / topo_file, lab=name)
     testbed.up(topo)
     try:
         yield topo
