@@ -758,8 +758,10 @@ class AppSessions:
                 probe_good=self.daemon.controller.table.probe_good(aq.qp.attrs.ev_profile_id),
                 auth_key=send.auth_key,
                 pd=aq.pd,
-                # an EV unanswered for the QP's timeout is a silent loss (MRC's rule)
-                silent_ns=min(int(aq.qp.attrs.timeout_s * 1e9), 0xFFFFFFFF),
+                # 0: an overdue PSN blames its EV at once. The suspicion window
+                # (the QP's timeout) left a blackholed plane's EVs GOOD at low
+                # link rates: docs/nic-program.md, "Blame".
+                silent_ns=0,
             )
             aq.auth = aq.auth or send.auth_key is not None
             aq.send_key = send.auth_key
