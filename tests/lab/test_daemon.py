@@ -28,6 +28,12 @@ from mrc_nic.workloads import rdma_write
 from tests.helpers.env import MRC, run_cli
 from tests.helpers.writes import Repeating, send_qp, wait_for
 
+# The 1 Gbit/s shape: at the default lab's 200 Mbit/s, a blackholed plane's
+# EVs are sometimes replaced by fresh ones faster than they meet the fault (10
+# of 32 ASSUMED_BAD in one run), so "every EV of the plane goes bad" does not
+# always hold there yet (docs/daemon.md, "Known limits").
+LAB_TOPOLOGY = "default-1g.toml"
+
 MIB = 2**20
 
 
@@ -327,7 +333,9 @@ def test_events_tell_the_fault_the_ev_states_and_the_heal(default_lab):
         time.sleep(0.3)
         healing = time.time()  # the heal's event is posted once every link is back
         run_cli("heal", "--all", "-l", name)
-        wait_for(lambda: ev_states(name, qpn), lambda c: c[(3, "GOOD")] >= 1, timeout=5)
+        # most of the plane back: one GOOD EV may be a fresh replacement, and the
+        # probes of the bad ones back off up to 64 ms (docs/watch.md, "Probes")
+        wait_for(lambda: ev_states(name, qpn), lambda c: c[(3, "GOOD")] >= 28, timeout=5)
         job.stop()
         p = run_cli("events", "--since", str(since), "--format", "jsonl", "-l", name)
         events = [json.loads(line) for line in p.stdout.splitlines()]

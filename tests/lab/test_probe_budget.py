@@ -36,7 +36,7 @@ def offered(lab: str) -> tuple[int, int]:
 
 
 def test_a_blackholed_plane_is_probed_within_the_budget_and_comes_back(make_lab):
-    topo = make_lab("pb")
+    topo = make_lab("pb", "default-1g.toml")  # as test_daemon: a whole plane goes bad
     lab = topo.lab
     with Repeating(lab, 256 * MIB) as job:
         qpn = send_qp(lab)
