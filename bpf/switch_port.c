@@ -524,7 +524,7 @@ int switch_port(struct __sk_buff *skb)
 /*
  * XDP on a switch port that faces a host: it only passes. It is there because
  * a frame a host's NIC program sends with XDP_TX or a devmap redirect into its
- * veth is dropped unless the peer end has an XDP program (DESIGN section 3:
+ * veth is dropped unless the peer end has an XDP program (docs/design.md, section 3:
  * without one, the first ring of 256 frames passes, then every frame fails).
  * Faults and counters stay in the tc program, which runs after this.
  */

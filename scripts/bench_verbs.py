@@ -7,7 +7,7 @@ On a default lab of its own (2 hosts, 4 planes), h0 writes to h1:
    - the NIC alone: WQEs written straight into the mapped send queue and one
      doorbell per NIC-full of them, no library (what the API must not slow);
    - kernel TCP through the same lab: iperf3 -l 64 (XDP on the host ports
-     turns GSO off on their peers: DESIGN section 3).
+     turns GSO off on their peers: docs/design.md, section 3).
    - itself with every doorbell a BPF_PROG_RUN (before the doorbell port).
    And how a 64 B post splits: Python, the doorbell syscall, and the NIC
    program's own time within it (BPF_PROG_RUN's duration).

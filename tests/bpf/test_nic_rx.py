@@ -1224,7 +1224,7 @@ def test_attach_answers_on_a_veth(program, maps, qp):
     """Data sent into one end of a veth pair comes back as a SACK.
 
     Both ends carry the program (XDP_TX into a veth needs a program on the
-    peer, DESIGN section 3). The SACK reaching the sender's end is consumed
+    peer, docs/design.md, section 3). The SACK reaching the sender's end is consumed
     there by the program's sender role: the sending QP's snd_una moves past
     the PSN, and it records the SACK's port bitmap.
     """

@@ -24,7 +24,7 @@ def _ctypes_layout(struct) -> list[tuple[str, int, int]]:
 @pytest.fixture(scope="module")
 def compiled():
     """The header compiled by bcc with an array of the function-like macros'
-    values, filled by one test run (structs and constants: bpf/test_abi.py)."""
+    values, filled by one test run (structs and constants: tests/bpf/test_abi.py)."""
     bpf = compile_header_probe("mrc_wire.h", BPF_DIR, (), FUNCTION_MACROS)
     try:
         yield bpf

@@ -560,7 +560,7 @@ def test_cli_errors_on_a_running_lab_are_one_line(default_lab, args, message):
 
 def test_host_ports_carry_the_nic_and_t0_ports_an_xdp_peer(default_lab):
     """Every host port runs the NIC's XDP program; its T0 end runs the pass-only
-    XDP program that lets the NIC's XDP_TX frames arrive (DESIGN section 3)."""
+    XDP program that lets the NIC's XDP_TX frames arrive (docs/design.md, section 3)."""
 
     def xdp_prog_id(node: str, ifname: str) -> int | None:
         with Fabric(default_lab) as fabric:

@@ -1,4 +1,4 @@
-"""NSCC's window arithmetic (mrc_nic/nscc.py): no root, no maps.
+"""NSCC's window arithmetic (mrc_nic/transport/nscc.py): no root, no maps.
 
 Each test feeds one controller the signals of a few intervals, as the
 daemon does every tick from a QP's BPF counters (struct nic_sq_cc), and

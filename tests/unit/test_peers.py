@@ -1,4 +1,4 @@
-"""The kernel peers of the benchmarks (mrc_nic/peers.py).
+"""The kernel peers of the benchmarks (mrc_nic/workloads/peers.py).
 
 Without a lab: the timeline analysis on made-up bins, and the two ends over
 loopback TCP. In a lab (tests/lab/test_peers.py): MPTCP really spreads over

@@ -1,4 +1,4 @@
-"""The MRC wire format: bpf/mrc_wire.h, mrc_nic/wire.py and real decoders agree.
+"""The MRC wire format: bpf/mrc_wire.h, mrc_nic/nic/wire.py and real decoders agree.
 
 (a) the header's Python copies: the scapy views cover every header length
     and every MRC_* name of the header has a copy (the compiled header is
