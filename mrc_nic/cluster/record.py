@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -39,11 +38,7 @@ class ClusterRecord:
     events: list[dict] = field(default_factory=list)
 
     def save(self) -> None:
-        d = state.lab_dir(self.lab)
-        d.mkdir(parents=True, exist_ok=True)
-        tmp = d / f".cluster.{os.getpid()}.tmp"
-        tmp.write_text(json.dumps(asdict(self), indent=1, sort_keys=True))
-        os.replace(tmp, path(self.lab))
+        state.save_json(self.lab, path(self.lab), asdict(self))
 
     @classmethod
     def load(cls, lab: str) -> ClusterRecord | None:

@@ -57,6 +57,16 @@ def lock_path(lab: str) -> Path:
     return RUN_DIR / f"{check_lab_name(lab)}.lock"
 
 
+def save_json(lab: str, target: Path, data: dict) -> None:
+    """Write `data` to `target` in the lab's directory at once: a temporary file
+    (.<stem>.<pid>.tmp) renamed over it, so a reader never sees half a file."""
+    d = lab_dir(lab)
+    d.mkdir(parents=True, exist_ok=True)
+    tmp = d / f".{target.stem}.{os.getpid()}.tmp"
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
+    os.replace(tmp, target)
+
+
 @dataclass
 class LabState:
     lab: str
@@ -73,11 +83,7 @@ class LabState:
     cluster: dict | None = None
 
     def save(self) -> None:
-        d = lab_dir(self.lab)
-        d.mkdir(parents=True, exist_ok=True)
-        tmp = d / f".state.{os.getpid()}.tmp"
-        tmp.write_text(json.dumps(asdict(self), indent=1, sort_keys=True))
-        os.replace(tmp, state_path(self.lab))
+        save_json(self.lab, state_path(self.lab), asdict(self))
 
     @classmethod
     def load(cls, lab: str) -> LabState | None:
