@@ -81,7 +81,23 @@ QUEUE_BYTES_MAX = 1 << 30
 # default until the BPF path's failover and 20%-loss figures are shown not to
 # regress on a quiet machine (docs/benchmarks.md, "Line rate": 12-17% more
 # goodput, but a longer blackhole gap in 3 of 3 loaded runs).
-BASE_RTT_NS = 100_000  # [queues] base_rtt default: the design RTT of the shipped labs
+BASE_RTT_NS = 100_000  # [queues] base_rtt floor: the design RTT of a fast lab
+PATH_HOPS_PER_TIER = 2  # links a host-to-host path crosses per switch tier (T0-T1-T0: 4)
+
+
+def design_rtt_ns(rate_bps: int | None, mtu: int, tiers: int = 2) -> int:
+    """The [queues] base_rtt a lab gets when its file names none: a full
+    frame's time on each link of a host-to-host path at the slowest rate, at
+    least BASE_RTT_NS. Below that, a path's own serialisation reads as
+    queueing: switch queues mark and trim at a BDP under one packet, NSCC's
+    window stays a few packets, and the reorder window is shorter than the
+    spread between planes, so healthy packets are taken for lost."""
+    if not rate_bps:
+        return BASE_RTT_NS
+    frames_ns = PATH_HOPS_PER_TIER * tiers * (mtu + 14) * 8 * 10**9 // rate_bps
+    return max(BASE_RTT_NS, -(-frames_ns // 1000) * 1000)  # whole microseconds
+
+
 FORWARDING_MODES = ("bpf", "kernel")
 FORWARDING_DEFAULT = "kernel"
 
@@ -622,10 +638,11 @@ class _Reader:
         except ValueError as e:
             raise self.fail(dotted, str(e)) from None
 
-    def queues(self) -> QueueParams:
+    def queues(self, design_rtt: int) -> QueueParams:
+        """[queues]; base_rtt defaults to design_rtt (design_rtt_ns)."""
         d = QueueParams()
         base_rtt = self.get("queues.base_rtt")
-        rtt_ns = d.base_rtt_ns
+        rtt_ns = design_rtt
         if base_rtt is not None:
             try:
                 rtt_ns = parse_time_ns(base_rtt)
@@ -737,6 +754,9 @@ def from_dict(path: Path, data: dict, lab: str | None = None) -> Topology:
         )
 
     rate = r.rate("links.rate", "1gbit")
+    fabric_rate = r.rate("links.fabric_rate", format_rate(rate))
+    mtu = r.mtu("links.mtu")
+    slowest = min((x for x in (rate, fabric_rate) if x), default=None)
     topo = Topology(
         path=path,
         lab=name,
@@ -747,12 +767,12 @@ def from_dict(path: Path, data: dict, lab: str | None = None) -> Topology:
         t1_per_plane=t1,
         hosts_per_t0=per_t0,
         rate_bps=rate,
-        fabric_rate_bps=r.rate("links.fabric_rate", format_rate(rate)),
-        mtu=r.mtu("links.mtu"),
+        fabric_rate_bps=fabric_rate,
+        mtu=mtu,
         buffer_bytes=r.size("links.buffer", "256KiB", 16 * 1024, 64 * 2**20),
         host_net=r.network("addressing.hosts", "198.18.0.0/16"),
         fabric_net=r.network("addressing.fabric", "198.19.0.0/16"),
-        queues=r.queues(),
+        queues=r.queues(design_rtt_ns(slowest, mtu, tiers)),
         nic_memory_bytes=_nic_memory(r, hosts),
         forwarding=r.choice("fabric.forwarding", FORWARDING_MODES, FORWARDING_DEFAULT),
         raw=data,

@@ -22,6 +22,7 @@ import secrets
 from typing import Any
 
 from mrc_nic import nic
+from mrc_nic.kernel import pins
 from mrc_nic.lab import ctl
 from mrc_nic.lab.protocol import RequestError
 from mrc_nic.lab.service import Conn
@@ -758,10 +759,9 @@ class AppSessions:
                 probe_good=self.daemon.controller.table.probe_good(aq.qp.attrs.ev_profile_id),
                 auth_key=send.auth_key,
                 pd=aq.pd,
-                # 0: an overdue PSN blames its EV at once. The suspicion window
-                # (the QP's timeout) left a blackholed plane's EVs GOOD at low
-                # link rates: docs/nic-program.md, "Blame".
-                silent_ns=0,
+                # MRC blames an EV for a silent loss: no answer on it within
+                # the QP's timeout (docs/nic-program.md, "Blame").
+                silent_ns=min(round(aq.qp.attrs.timeout_s * 1e9), pins.U32_MAX),
             )
             aq.auth = aq.auth or send.auth_key is not None
             aq.send_key = send.auth_key

@@ -10,11 +10,18 @@ MRC_CTL_EV_OP_REPLACE_EV): a new UDP source port is a new ECMP hash, most
 likely a path around the fault.
 
 The policy (mrc-nic's; the OCP API leaves it to the implementation):
-- An EV ASSUMED_BAD for REPLACE_AFTER_S (about ten of its probes
+- An EV ASSUMED_BAD for REPLACE_AFTER_S (a few of its probes
   unanswered) is replaced if its plane still works for this QP: some EV of
-  the plane had a packet acknowledged EVIDENCE_AFTER_S or more after this
-  one went bad (the last SACKs of a plane that has just died, late on a
-  loaded machine, must not count for it). A plane
+  the plane had a packet acknowledged that was *sent* after this one went
+  bad. The send time, not the time the ACK came, is the evidence: on a
+  link-bound lab a plane's queues hold tens of ms of packets, and those sent
+  before the plane died go on being acknowledged long after it did. A scan
+  bounds the send time of the newest packet acknowledged since the last scan
+  from below by (last scan - that EV's latest round trip). When the plane
+  itself comes back (a heal), its EVs still bad get the time their probes
+  need to bring them all back (the longest backoff, then the plane's probe
+  budget for as many EVs, twice over) before any is replaced: a healed
+  plane keeps its EVs. A plane
   that failed as a whole (down, blackholed) gets no replacements: fresh EVs
   would fail the same way, each costing a lost packet (and a fresh EV, GOOD
   but untried, is no evidence that a plane works). Its probes bring its EVs
@@ -45,14 +52,24 @@ import sys
 from mrc_nic import nic
 from mrc_nic.lab import ctl
 from mrc_nic.nic import wire
-from mrc_nic.transport.prober import EvScan
+from mrc_nic.transport.prober import PLANE_PROBES_PER_S, PROBE_BACKOFF_MAX_S, EvScan
 from mrc_nic.transport.transfer import EV_BASE
 
 REPLACE_AFTER_S = 0.02  # ASSUMED_BAD this long: 4 probes unanswered (prober's backoff)
-# A plane works, for an EV that went bad at t, if one of its EVs had a packet
-# acknowledged at t + EVIDENCE_AFTER_S or later.
-EVIDENCE_AFTER_S = REPLACE_AFTER_S / 2
 RETIRE_AFTER_S = 0.005  # a replaced EV's state is deleted this much later
+# A plane with no packet acknowledged for this long was down: when acks come
+# again, its bad EVs first get plane_back_grace() to be answered (a heal
+# brings every EV back by its probes, no fresh values).
+PLANE_SILENT_S = 0.05
+
+
+def plane_back_grace(bad_evs: int) -> float:
+    """How long a plane that came back keeps its bad EVs from replacement:
+    the longest probe backoff, then one probe each at the plane's budget,
+    twice over (a scan's batching, a reply's round trip)."""
+    return PROBE_BACKOFF_MAX_S + 2 * bad_evs / PLANE_PROBES_PER_S
+
+
 # A lossy path (one that drops a share of its packets, not all): its EV comes
 # back with each answered probe and fails again soon, so it is never bad for
 # REPLACE_AFTER_S at a stretch. LOSSY_FAILURES failures within LOSSY_WINDOW_S
@@ -77,8 +94,13 @@ class _Track:
     # EV -> its acks and losses at the last scan
     acks: dict[int, int] = dataclasses.field(default_factory=dict)
     lost: dict[int, int] = dataclasses.field(default_factory=dict)
-    # plane -> the last scan that saw a packet of it acknowledged
+    # plane -> the latest send time (lower bound) of a packet of it acknowledged
     plane_acked: dict[int, float] = dataclasses.field(default_factory=dict)
+    last_scan: float | None = None  # when the previous scan ran
+    # plane -> the last scan that saw a packet of it acknowledged; and (the
+    # scan at which acks came again after PLANE_SILENT_S without any, grace)
+    plane_seen: dict[int, float] = dataclasses.field(default_factory=dict)
+    plane_back: dict[int, tuple[float, float]] = dataclasses.field(default_factory=dict)
     # replaced EVs whose state is still to be deleted: (when replaced, EV, plane)
     retired: list[tuple[float, int, int]] = dataclasses.field(default_factory=list)
     # EV -> when scans saw it fail lately (new losses), within LOSSY_WINDOW_S
@@ -114,9 +136,17 @@ class Replacer:
             track = self._tracks[sq.qp.qpn] = _Track(next_value=_next(max(sq.evs)))
         self._delete_retired(now, sq, track)
         bad = {}
+        since_scan = now if track.last_scan is None else track.last_scan
+        track.last_scan = now
         for e in evs:
             if e.acks > track.acks.get(e.ev, e.acks):
-                track.plane_acked[e.plane] = now
+                # acknowledged after the last scan, so sent after (it - the round trip)
+                sent = since_scan - e.rtt_last_ns / 1e9
+                track.plane_acked[e.plane] = max(track.plane_acked.get(e.plane, sent), sent)
+                if now - track.plane_seen.get(e.plane, now) > PLANE_SILENT_S:
+                    n_bad = sum(o.plane == e.plane and o.state not in ACTIVE for o in evs)
+                    track.plane_back[e.plane] = (now, plane_back_grace(n_bad))
+                track.plane_seen[e.plane] = now
             # A loss since the last scan starts a new failure: the EV may
             # have come back and failed again between two scans.
             new_loss = e.lost > track.lost.get(e.ev, e.lost)
@@ -142,7 +172,10 @@ class Replacer:
                 continue
             lossy = len(track.failures.get(ev, ())) >= LOSSY_FAILURES
             first = track.failures[ev][0] if lossy else since
-            works = track.plane_acked.get(plane, -1.0) >= first + EVIDENCE_AFTER_S
+            back, grace = track.plane_back.get(plane, (-1.0, 0.0))
+            works = track.plane_acked.get(plane, -1.0) >= first and (
+                back <= first or now - back >= grace
+            )
             if (works or active < sq.ev_min_active) and self._replace(now, sq, track, ev, plane):
                 active += 1
 

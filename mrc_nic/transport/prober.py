@@ -56,6 +56,7 @@ _U32 = struct.Struct("<I")
 _EV_ACKS_AT = nic.EvStateLayout.stats.offset + nic.EvStats.acks.offset
 _EV_LOST_AT = nic.EvStateLayout.stats.offset + nic.EvStats.lost_pkts.offset
 _EV_REPLIES_AT = nic.EvStateLayout.stats.offset + nic.EvStats.probe_replies.offset
+_EV_RTT_LAST_AT = defs.NicEv.rtt_last.offset
 
 
 class EvScan(NamedTuple):
@@ -68,6 +69,7 @@ class EvScan(NamedTuple):
     acks: int  # stats.acks: SACKs taken as its feedback, ever
     lost: int  # stats.lost_pkts: packets sent on it declared lost, ever
     replies: int = 0  # stats.probe_replies: PROBE_REPLYs for it, ever
+    rtt_last_ns: int = 0  # the round trip of its latest acknowledged packet (0: none yet)
 
 
 class ProbeDue(NamedTuple):
@@ -245,8 +247,9 @@ class Prober:
                     (acks,) = _EV_U64.unpack_from(values, base + _EV_ACKS_AT)
                     (lost,) = _EV_U64.unpack_from(values, base + _EV_LOST_AT)
                     (replies,) = _EV_U64.unpack_from(values, base + _EV_REPLIES_AT)
+                    (rtt,) = _EV_U64.unpack_from(values, base + _EV_RTT_LAST_AT)
                     (ev,) = _U32.unpack_from(keys, at + _EV_KEY_EV)
-                    out.append(EvScan(qpn, ev, plane, state, acks, lost, replies))
+                    out.append(EvScan(qpn, ev, plane, state, acks, lost, replies, rtt))
                 at = keys.find(needle, at + 1)
         return out
 

@@ -208,6 +208,8 @@ class ReverseEvs:
         old, e.state = e.state, state
         if state == nic.RevState.ASSUMED_BAD:
             e.bad_since = now
+        if old == nic.RevState.UNTRIED and state == nic.RevState.GOOD:
+            return True  # a fresh set coming up is no change of a path's health: not logged
         self._post(
             rs,
             "reverse_ev_state",

@@ -37,7 +37,7 @@ from mrc_nic.lab import ctl, doctor_store, protocol, state, topology, workers
 from mrc_nic.lab.topology import Topology
 from mrc_nic.nic import wire
 from mrc_nic.observe import fidelity
-from mrc_nic.workloads import rdma_write, scenario
+from mrc_nic.workloads import rdma_write
 
 UNCAPPED_BPS = 32 * 10**9  # far above what the machine carries: the TBFs never bind
 # A faithful write: the verdict is `links` and its goodput this share of the
@@ -74,9 +74,7 @@ def set_rate(topo: Topology, rate_bps: int) -> Topology:
     Returns the topology with the new rate."""
     data = dict(topo.raw)
     data["links"] = {**data["links"], "rate": f"{rate_bps}bit", "fabric_rate": f"{rate_bps}bit"}
-    floor_ns = scenario.HOPS * (topo.mtu + 14) * 8 * 10**9 // rate_bps
-    rtt_ns = max(topology.BASE_RTT_NS, floor_ns)
-    data["queues"] = {**data.get("queues", {}), "base_rtt": f"{-(-rtt_ns // 1000)}us"}
+    data["queues"] = {k: v for k, v in data.get("queues", {}).items() if k != "base_rtt"}
     new = topology.from_dict(topo.path, data, lab=topo.lab)
     with Fabric(new) as fabric:
         for link in new.links.values():

@@ -69,7 +69,6 @@ MIN_FLOW_BYTES = MIB
 START_S = 180.0  # every host's process up and connected (a loaded machine: Python's imports)
 START_MARGIN_S = 0.3  # the flows' time 0: after every host has been told to go
 REPORT_GRACE_S = 10.0  # a host stops its flows at the deadline; its reports may come this late
-HOPS = 4  # links of a T0-T1-T0 path: a lab's design RTT is at least an MTU's time on each
 # What a link carries per full packet of goodput (seg bytes: nic.seg_size of
 # the lab's MTU): a full data frame (Ethernet included, as the TBF counts it:
 # 1114 bytes for 1 KiB), and, on a link that also carries the SACKs of a flow
@@ -147,11 +146,6 @@ def scenario_topology(
     if base_rtt is not None:
         queues["base_rtt"] = base_rtt
     topo = topology.from_dict(path, data, lab=lab_name)
-    if base_rtt is None and topo.rate_bps:
-        floor_ns = HOPS * (topo.mtu + 14) * 8 * 10**9 // topo.rate_bps
-        if floor_ns > topo.queues.base_rtt_ns:
-            queues["base_rtt"] = f"{-(-floor_ns // 1000)}us"
-            topo = topology.from_dict(path, data, lab=lab_name)
     return topo
 
 

@@ -77,6 +77,7 @@ class Scans:
         self.state = dict.fromkeys(sq.evs, GOOD)
         self.acks = dict.fromkeys(sq.evs, 0)
         self.lost = dict.fromkeys(sq.evs, 0)
+        self.rtt_ns = 0  # the round trip of every EV's latest acknowledged packet
 
     def ack(self, *planes: int) -> None:
         """A packet acknowledged on every active EV of these planes."""
@@ -87,7 +88,13 @@ class Scans:
     def rows(self) -> list[EvScan]:
         return [
             EvScan(
-                QPN, ev, plane, self.state.get(ev, GOOD), self.acks.get(ev, 0), self.lost.get(ev, 0)
+                QPN,
+                ev,
+                plane,
+                self.state.get(ev, GOOD),
+                self.acks.get(ev, 0),
+                self.lost.get(ev, 0),
+                rtt_last_ns=self.rtt_ns,
             )
             for ev, plane in self.sq.evs.items()
         ]
@@ -196,17 +203,46 @@ def test_a_plane_whose_port_is_down_at_either_end_gets_no_fresh_evs():
 
 
 def test_late_acks_of_a_plane_that_just_died_are_no_evidence():
-    """The SACKs of packets delivered just before a plane died can arrive after
-    its first EVs went bad (late, on a loaded machine): only acks at least
-    EVIDENCE_AFTER_S after an EV went bad say that its plane still works."""
+    """A link-bound plane's queues hold tens of ms of packets: the SACKs of
+    those sent before it died go on arriving long after its EVs went bad.
+    They were sent before the failure, so they say nothing of the plane now."""
     sq, maps = make_sq(), RecordingMaps()
     replacer, scans = evreplace.Replacer("lab", "h0", 0, maps), Scans(sq)
     run(replacer, sq, scans, 0.0, 0.01)
     scans.fail(101, 103, 105)
-    late = 0.012 + evreplace.EVIDENCE_AFTER_S - 0.004
-    t = run(replacer, sq, scans, 0.012, late)  # plane 1's last SACKs, on 107
+    scans.rtt_ns = 60_000_000  # 60 ms of queue: sent before the failure at 12 ms
+    t = run(replacer, sq, scans, 0.012, 0.012 + 2 * AFTER)  # plane 1's last SACKs, on 107
     run(replacer, sq, scans, t, 0.012 + 5 * AFTER, acked_planes=(0,))
     assert maps.replaced == []
+
+
+def test_acks_of_packets_sent_after_the_failure_are_evidence():
+    """The same round trip, but the SACKs go on for longer than it: packets
+    sent after the EVs went bad came through plane 1, which still works."""
+    sq, maps = make_sq(), RecordingMaps()
+    replacer, scans = evreplace.Replacer("lab", "h0", 0, maps), Scans(sq)
+    run(replacer, sq, scans, 0.0, 0.01)
+    scans.fail(101, 103, 105)
+    scans.rtt_ns = 30_000_000
+    run(replacer, sq, scans, 0.012, 0.012 + 0.03 + 2 * AFTER)
+    assert sorted(r[2] for r in maps.replaced) == [101, 103, 105]
+
+
+def test_a_healed_plane_keeps_its_evs_for_one_probe_round():
+    """Plane 1 dead for a while, then healed: its first acks after the
+    silence are not a reason to replace its EVs still bad; their probes
+    (PROBE_BACKOFF_MAX_S apart at most) bring them back."""
+    sq, maps = make_sq(), RecordingMaps()
+    replacer, scans = evreplace.Replacer("lab", "h0", 0, maps), Scans(sq)
+    run(replacer, sq, scans, 0.0, 0.01)
+    scans.fail(101, 103, 105, 107)
+    t = run(replacer, sq, scans, 0.012, 0.5, acked_planes=(0,))
+    scans.state[107] = GOOD  # the heal: one EV's probe answered first
+    grace = evreplace.plane_back_grace(4)
+    t = run(replacer, sq, scans, t, t + grace - 0.006)
+    assert maps.replaced == [], "a probe round for the others first"
+    run(replacer, sq, scans, t, t + 0.02)
+    assert sorted(r[2] for r in maps.replaced) == [101, 103, 105], "then they go"
 
 
 def test_an_ev_that_failed_again_between_two_scans_starts_a_new_clock():
