@@ -17,7 +17,7 @@ Sizes: 20000, 20k, 20KB, 20KiB, 1m, 1.5m (at most 1GiB); or a fraction of the po
 
 def _threshold(ctx: click.Context, param: click.Parameter, value: str | None):
     from mrc_nic.fabric.queues import OFF
-    from mrc_nic.lab.topology import parse_threshold
+    from mrc_nic.units import parse_threshold
 
     if value is None:
         return None
@@ -158,7 +158,7 @@ def _size(n: int | None) -> str:
 
 
 def _print_rows(rows: list[dict]) -> None:
-    from mrc_nic.lab.topology import format_rate
+    from mrc_nic.units import format_rate
 
     table = []
     for r in rows:
