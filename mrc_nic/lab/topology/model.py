@@ -170,6 +170,13 @@ class Topology:
     def host_names(self) -> list[str]:
         return [n.name for n in self.nodes.values() if n.kind == "host"]
 
+    def host_of_qpn(self, qpn: int) -> str | None:
+        """The host a QP number belongs to: its index above NIC_QPN_HOST_SHIFT (None: no host)."""
+        from mrc_nic.abi.nic_const_defs import NIC_QPN_HOST_SHIFT
+
+        index = qpn >> NIC_QPN_HOST_SHIFT
+        return next((h for h in self.host_names() if self.nodes[h].index == index), None)
+
     def switch_names(self) -> list[str]:
         return [n.name for n in self.nodes.values() if n.is_switch]
 
