@@ -743,7 +743,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--timeout", type=int, metavar="T", help="mrc-nic's QP timeout (write's default)"
     )
     args = p.parse_args(argv)
-    args.size = rdma_write.parse_size(args.size or ("768M" if args.quick else "1536M"))
+    args.size = units.parse_transfer_size(args.size or ("768M" if args.quick else "1536M"))
     args.seconds = args.seconds or args.fault_at + (2.0 if args.quick else 3.0)
     try:
         args.flap_period = units.parse_time_ns(args.flap_period) / 1e9
