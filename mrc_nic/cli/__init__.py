@@ -11,6 +11,7 @@ import click
 
 from mrc_nic import __version__
 from mrc_nic.cli.app import GROUP_FORMATS, format_param, lab_param
+from mrc_nic.cli.common import suggest_choices
 
 EPILOG = """\b
 Examples:
@@ -91,6 +92,9 @@ class LazyGroup(click.Group):
 @click.version_option(__version__, prog_name="mrc-nic")
 def cli() -> None:
     """Emulated MRC NICs and a multi-plane fabric in network namespaces."""
+
+
+suggest_choices(cli)  # `--format jsn` before the command too: did you mean json?
 
 
 def needs_root(e: PermissionError) -> str:
