@@ -229,7 +229,7 @@ class AppCommand(click.Command):
         lab: bool = True,
         formats: Sequence[str] = ("table", "json"),
         format_help: str | None = None,
-        view: Callable[[Any], None] | None = None,
+        view: Callable[..., None] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
