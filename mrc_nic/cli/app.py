@@ -21,7 +21,7 @@ import click
 from mrc_nic.cli import output
 
 LAB_HELP = "Lab name (default: $MRC_NIC_LAB, or the only lab that is up)."
-FORMAT_HELP = "Output for people (table) or programs (json)."
+FORMAT_HELP = "Output for people (table, the default) or programs (json)."
 GROUP_FORMATS = ("table", "json", "jsonl", "prom")
 GROUP_FORMAT_HELP = (
     "Output: table (people) or json (programs); stats and events also jsonl, stats prom. "
