@@ -1,6 +1,6 @@
 """What the examples share: argument parsing, one-line errors, a connected QP.
 
-Only the public API is used (`from mrc_nic import verbs` and `mrc_nic.verbs.cm`),
+Only the public API is used (`from mrc_nic import verbs`, `mrc_nic.verbs.cm`, `mrc_nic.units`),
 so this file is also a template: open the NIC, register memory, create the CQs and
 the QP, swap endpoints with the peer over TCP and bring the QP to RTS.
 """
@@ -15,12 +15,10 @@ import time
 from collections.abc import Callable
 from typing import NoReturn
 
-from mrc_nic import verbs
+from mrc_nic import units, verbs
 from mrc_nic.verbs import cm
 
 KIB = 1024
-_UNITS = {"": 1, "b": 1, "k": KIB, "m": KIB**2, "g": KIB**3, "t": KIB**4}
-_UNITS.update({f"{u}ib": n for u, n in _UNITS.items() if u not in ("", "b")})
 
 
 class ExampleError(Exception):
@@ -38,15 +36,14 @@ class Parser(argparse.ArgumentParser):
 
 
 def size_arg(low: int = 0, high: int | None = None) -> Callable[[str], int]:
-    """A byte count: 4096, 4K, 4KiB, 1M, 1G, 1T (binary); from `low` to `high`."""
+    """A byte count: 4096, 4K, 4KiB, 1M, 1G, 1T (one letter: binary; mrc_nic.units);
+    from `low` to `high`."""
 
     def parse(text: str) -> int:
-        t = text.strip().lower()
-        digits = t.rstrip("kmgtib")
-        unit = t[len(digits) :]
-        if not digits.isdigit() or unit not in _UNITS:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a size (4096, 4K, 1M, 1G)")
-        value = int(digits) * _UNITS[unit]
+        try:
+            value = units.parse_size(text, units.TRANSFER_SIZE_UNITS)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a size (4096, 4K, 1M, 1G)") from None
         if value < low or (high is not None and value > high):
             top = f" to {high}" if high is not None else " or more"
             raise argparse.ArgumentTypeError(f"{text!r}: must be {low}{top} bytes")

@@ -47,7 +47,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from mrc_nic import nic, resources
+from mrc_nic import nic, resources, units
 from mrc_nic.fabric import faults
 from mrc_nic.kernel import cpustat
 from mrc_nic.lab import ctl, topology
@@ -542,8 +542,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     args.rounds = args.rounds or (1 if args.quick else 5)
     args.seconds = args.seconds or (2.0 if args.quick else 3.0)
-    args.size = rdma_write.parse_size(args.size or ("128M" if args.quick else "256M"))
-    args.loss_size = rdma_write.parse_size(args.loss_size or ("16M" if args.quick else "32M"))
+    args.size = units.parse_transfer_size(args.size or ("128M" if args.quick else "256M"))
+    args.loss_size = units.parse_transfer_size(args.loss_size or ("16M" if args.quick else "32M"))
     args.bin_s = args.bin_ms / 1e3
     return args
 

@@ -41,7 +41,7 @@ from pathlib import Path
 
 from mrc_nic.cluster.local import LocalCluster
 from mrc_nic.kernel import cpustat
-from mrc_nic.workloads.rdma_write import parse_size
+from mrc_nic.units import parse_transfer_size as parse_size
 
 ROOT = Path(__file__).resolve().parent.parent
 

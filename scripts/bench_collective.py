@@ -60,12 +60,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from mrc_nic import resources
+from mrc_nic import resources, units
 from mrc_nic.fabric import faults
 from mrc_nic.kernel import cpustat
 from mrc_nic.lab import topology
 from mrc_nic.observe import fidelity
-from mrc_nic.workloads import collective, collective_sockets, rdma_write
+from mrc_nic.workloads import collective, collective_sockets
 from mrc_nic.workloads.benchkit import (
     add_common_args,
     begin,
@@ -410,11 +410,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--topology", default=str(resources.TOPOLOGY_DIR / "clos-8-1g.toml"))
     args = p.parse_args(argv)
-    args.size = rdma_write.parse_size(args.size or ("64M" if args.quick else "256M"))
+    args.size = units.parse_transfer_size(args.size or ("64M" if args.quick else "256M"))
     args.rounds = args.rounds or (1 if args.quick else 2)
     args.limit_factor = args.limit_factor or (3.0 if args.quick else 4.0)
     args.min_limit = args.min_limit or (15.0 if args.quick else 20.0)
-    args.chunk = rdma_write.parse_size(args.chunk) if args.chunk else None
+    args.chunk = units.parse_transfer_size(args.chunk) if args.chunk else None
     args.healthy_limit = args.healthy_limit or max(60.0, 0.5 * args.size / MIB)
     args.peers = [x for x in args.peers.split(",") if x]
     for x in args.peers:

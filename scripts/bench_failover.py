@@ -66,7 +66,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mrc_nic import nic, resources
+from mrc_nic import nic, resources, units
 from mrc_nic.fabric import faults
 from mrc_nic.lab import ctl, topology
 from mrc_nic.transport import protocol as ops
@@ -743,10 +743,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--timeout", type=int, metavar="T", help="mrc-nic's QP timeout (write's default)"
     )
     args = p.parse_args(argv)
-    args.size = rdma_write.parse_size(args.size or ("768M" if args.quick else "1536M"))
+    args.size = units.parse_transfer_size(args.size or ("768M" if args.quick else "1536M"))
     args.seconds = args.seconds or args.fault_at + (2.0 if args.quick else 3.0)
     try:
-        args.flap_period = topology.parse_time_ns(args.flap_period) / 1e9
+        args.flap_period = units.parse_time_ns(args.flap_period) / 1e9
     except ValueError as e:
         p.error(f"--flap-period: {e}")
     args.faults = [k.strip() for k in args.faults.split(",") if k.strip()]

@@ -39,7 +39,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from mrc_nic import nic, resources
+from mrc_nic import nic, resources, units
 from mrc_nic.kernel import cpustat, netns
 from mrc_nic.lab import topology
 from mrc_nic.workloads import peers, rdma_write
@@ -237,7 +237,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     args = p.parse_args(argv)
     args.rounds = args.rounds or (1 if args.quick else 3)
-    args.size = rdma_write.parse_size(args.size or ("256M" if args.quick else "1G"))
+    args.size = units.parse_transfer_size(args.size or ("256M" if args.quick else "1G"))
     args.seconds = args.seconds or (3.0 if args.quick else 8.0)
     return args
 

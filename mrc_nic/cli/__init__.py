@@ -10,7 +10,8 @@ import sys
 import click
 
 from mrc_nic import __version__
-from mrc_nic.cli.common import group_lab_option
+from mrc_nic.cli.app import GROUP_FORMATS, format_param, lab_param
+from mrc_nic.cli.common import suggest_choices
 
 EPILOG = """\b
 Examples:
@@ -21,6 +22,8 @@ Examples:
   mrc-nic heal --all
   mrc-nic chaos --duration 60s --every 500ms  # random faults, verified traffic, all healed
   mrc-nic port set p0.t1a:t0a --kmin 20k --kmax 80k --trim 120k   # a switch queue
+  mrc-nic nic-port admin h0 2 disabled        # a NIC's port (OCP mrc_ctl_modify_port)
+  mrc-nic -l lab2 --format json status        # -l and --format: before or after the command
   mrc-nic stats --watch                       # live rates per plane, path, QP, link
   mrc-nic events --follow                     # EV states, faults, QP errors as they happen
   mrc-nic capture p0.t0a-h0 -w h0.pcap --count 100
@@ -45,10 +48,11 @@ COMMAND_MODULES = {
     "traffic": "traffic_cmds",
     "ping": "traffic_cmds",
     "capture": "capture_cmds",
-    "write": "qp_cmds",
+    "nic-port": "nicport_cmds",
+    "write": "write_cmds",
     "qp": "qp_cmds",
-    "ev": "qp_cmds",
-    "cc": "ctl_cmds",
+    "ev": "ev_cmds",
+    "cc": "cc_cmds",
     "scenario": "scenario_cmds",
     "exec": "exec_cmds",
     "doctor": "doctor_cmds",
@@ -79,11 +83,18 @@ class LazyGroup(click.Group):
         return super().resolve_command(ctx, args)
 
 
-@click.group(cls=LazyGroup, epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(
+    cls=LazyGroup,
+    epilog=EPILOG,
+    params=[lab_param(group=True), format_param(GROUP_FORMATS, None, group=True)],
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
 @click.version_option(__version__, prog_name="mrc-nic")
-@group_lab_option
 def cli() -> None:
     """Emulated MRC NICs and a multi-plane fabric in network namespaces."""
+
+
+suggest_choices(cli)  # `--format jsn` before the command too: did you mean json?
 
 
 def needs_root(e: PermissionError) -> str:

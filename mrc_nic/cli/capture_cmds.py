@@ -5,13 +5,13 @@ from __future__ import annotations
 import click
 
 from mrc_nic.cli import output
-from mrc_nic.cli.common import DURATION, format_option, lab_option, pick_lab
-from mrc_nic.lab import state
+from mrc_nic.cli.app import App, command, pass_app
+from mrc_nic.cli.common import DURATION
 
 DEFAULT_DURATION = 10.0
 
 
-@click.command(
+@command(
     epilog="""\b
 Examples:
   mrc-nic capture p0.t0a-h0 -w h0-up.pcap --count 1000
@@ -41,25 +41,23 @@ end does not (XDP sends them below the stack)."""
     show_default=True,
     help="Which end of the link: upper (nearer the spines) or lower.",
 )
-@lab_option
-@format_option
-def capture(link, path, count, duration, end, lab, fmt) -> None:
+@pass_app
+def capture(app: App, link, path, count, duration, end) -> None:
     """Capture the packets of one link (or host port) into a pcap file."""
     from mrc_nic.observe import capture as capture_mod
 
-    _, topo = state.open_lab(pick_lab(lab))
-    spot = capture_mod.resolve(topo, link, end)
+    spot = capture_mod.resolve(app.topology(), link, end)
     capture_mod.check_bounds(count, duration)
     from mrc_nic.fabric import preflight
 
     preflight.require_root()  # before it makes the file or says it is capturing
     say = output.err_console.print if path == "-" else output.console.print
     with capture_mod.open_output(path) as out:
-        if fmt == "table":
+        if not app.json:
             say(f"capturing on {spot.port} ({spot.end} end of {spot.link}) for up to {duration:g}s")
         result = capture_mod.capture(spot, out, count=count, duration=duration)
     result["file"] = path
-    if fmt == "json":
+    if app.json:
         output.emit_json(result)
         return
     say(

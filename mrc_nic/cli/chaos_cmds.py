@@ -5,17 +5,8 @@ from __future__ import annotations
 import click
 
 from mrc_nic.cli import output
-from mrc_nic.cli.common import DURATION, format_option, lab_option, pick_lab
-
-
-def _size(ctx, param, value):
-    from mrc_nic.workloads.rdma_write import parse_size
-
-    try:
-        return parse_size(value)
-    except ValueError as e:
-        raise click.BadParameter(str(e)) from None
-
+from mrc_nic.cli.app import App, Outcome, command, pass_app
+from mrc_nic.cli.common import DURATION, size_option
 
 # workloads.chaos.DEFAULT_KINDS, written out so that --help imports nothing
 # more (a unit test checks they agree).
@@ -26,7 +17,8 @@ def _kinds(ctx, param, value):
     return tuple(k.strip() for k in value.split(",") if k.strip())
 
 
-@click.command(
+@command(
+    view=lambda r: _print(r),
     epilog="""\b
 Kinds: link-down, blackhole, blackhole-up, blackhole-down, loss, flap,
 switch-down, plane-down (default: all but blackhole and flap).
@@ -35,7 +27,7 @@ Examples:
   mrc-nic chaos --duration 60s                        # a fault every 500ms, 1 plane at a time
   mrc-nic chaos --duration 10s --every 200ms --hold 300ms --max-planes 2 --seed 7
   mrc-nic chaos --duration 30s --kinds blackhole-down,loss --loss-rate 0.2
-  mrc-nic chaos --duration 5s --no-traffic --format json"""
+  mrc-nic chaos --duration 5s --no-traffic --format json""",
 )
 @click.option("--duration", type=DURATION, required=True, help="How long the run lasts.")
 @click.option(
@@ -65,12 +57,10 @@ Examples:
 @click.option("--traffic/--no-traffic", default=True, help="Run verified WRITEs meanwhile.")
 @click.option("--src", default=None, help="Traffic's sender (default: the first host).")
 @click.option("--dst", default=None, help="Traffic's receiver (default: the next host).")
-@click.option(
-    "--write-size", default="32M", show_default=True, callback=_size, help="Bytes per WRITE."
-)
-@lab_option
-@format_option
+@size_option("--write-size", default="32M", show_default=True, help_text="Bytes per WRITE.")
+@pass_app
 def chaos(
+    app: App,
     duration,
     every,
     hold,
@@ -82,9 +72,7 @@ def chaos(
     src,
     dst,
     write_size,
-    lab,
-    fmt,
-) -> None:
+) -> Outcome:
     """Random faults on a schedule, healed at the end, with verified traffic."""
     from mrc_nic.workloads import chaos as chaos_mod
 
@@ -107,18 +95,13 @@ def chaos(
             f"{entry['at_s']:7.2f}s  fault #{entry['id']}: {entry['kind']} on {entry['target']}"
         )
 
-    report = chaos_mod.run(pick_lab(lab), spec, on_fault=log if fmt == "table" else None)
-    if fmt == "json":
-        output.emit_json(report)
-    else:
-        _print(report)
+    report = chaos_mod.run(app.lab(), spec, on_fault=None if app.json else log)
     if report["interrupted"]:
-        raise SystemExit(130)
+        return Outcome(report, 130)
     bad = report["qps_in_err"] or report["faults_left"]
     if report["traffic"] and report["traffic"]["writes_failed"]:
         bad = True
-    if bad:
-        raise SystemExit(1)
+    return Outcome(report, 1 if bad else 0)
 
 
 def _print(r: dict) -> None:

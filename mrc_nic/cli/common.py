@@ -1,26 +1,16 @@
-"""Options and argument types shared by the command groups."""
+"""Option and argument types shared by the command groups (the lab and the format: app.py)."""
 
 from __future__ import annotations
 
 import dataclasses
 import datetime
 import difflib
-import os
 import re
 import time
 
 import click
 
-from mrc_nic.lab import state
-
-
-def parse_duration(text: str) -> float:
-    """'2s', '500ms', '100us', '1.5', '1m' -> seconds."""
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(us|ms|s|m)?\s*", text)
-    if not m:
-        raise ValueError(f"cannot read duration {text!r}: use e.g. 2s, 500ms, 1m")
-    scale = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, None: 1.0}[m.group(2)]
-    return float(m.group(1)) * scale
+from mrc_nic import units
 
 
 class Duration(click.ParamType):
@@ -30,7 +20,7 @@ class Duration(click.ParamType):
         if isinstance(value, float):
             return value
         try:
-            return parse_duration(value)
+            return units.parse_duration(value)
         except ValueError as e:
             self.fail(str(e), param, ctx)
 
@@ -88,70 +78,6 @@ class SinceType(click.ParamType):
 SINCE = SinceType()
 
 
-# The lab a command names: `-l NAME` after the command, or before it
-# (`mrc-nic -l NAME status`, the group's option, kept in the root context's
-# meta under this key), else $MRC_NIC_LAB.
-GROUP_LAB_KEY = "mrc_nic.lab"
-
-
-def canonical_lab(value: str) -> str:
-    """A lab name as given, in its one stored form (a shipped topology's file
-    name works: `clos-8` is the lab clos8); BadParameter if it cannot be one."""
-    from mrc_nic.lab import names, topology
-
-    try:
-        return names.canonical_lab_name(value)
-    except topology.TopologyError as e:
-        raise click.BadParameter(str(e)) from None
-
-
-def _check_group_lab(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
-    if value is not None:
-        ctx.meta[GROUP_LAB_KEY] = canonical_lab(value)
-
-
-def _check_lab(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    before = ctx.find_root().meta.get(GROUP_LAB_KEY)
-    if value is not None:
-        value = canonical_lab(value)
-        if before is not None and before != value:
-            raise click.BadParameter(
-                f"two labs named: {before} before the command and {value} after it; give one"
-            )
-        return value
-    if before is not None:
-        return before
-    env = os.environ.get("MRC_NIC_LAB")
-    if env:
-        try:
-            return canonical_lab(env)
-        except click.BadParameter as e:
-            raise click.BadParameter(f"$MRC_NIC_LAB: {e.message}") from None
-    return None
-
-
-LAB_HELP = "Lab name (default: $MRC_NIC_LAB, or the only lab that is up)."
-
-group_lab_option = click.option(
-    "-l",
-    "--lab",
-    "lab",
-    default=None,
-    expose_value=False,
-    callback=_check_group_lab,
-    help=f"{LAB_HELP} Also taken after the command.",
-)
-
-lab_option = click.option(
-    "-l",
-    "--lab",
-    "lab",
-    default=None,
-    callback=_check_lab,
-    help=LAB_HELP,
-)
-
-
 class SuggestChoice(click.Choice):
     """click.Choice that says which choice was probably meant ("lossy": loss)."""
 
@@ -181,34 +107,6 @@ def suggest_choices(command: click.Command) -> click.Command:
     return command
 
 
-format_option = click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["table", "json"]),
-    default="table",
-    show_default=True,
-    help="Output for people (table) or programs (json).",
-)
-
-
-class NoLabChosen(click.UsageError):
-    """Which lab is meant cannot be told: the line says what to do, and
-    pointing at --help would add nothing (mrc_nic.cli.usage_line)."""
-
-    help_hint = False
-
-
-def pick_lab(lab: str | None) -> str:
-    if lab:
-        return lab
-    present = state.labs_on_disk()
-    if len(present) == 1:
-        return present[0]
-    if not present:
-        raise NoLabChosen("no lab is up; start one with: mrc-nic up")
-    raise NoLabChosen(f"several labs are up ({', '.join(present)}); choose one with -l NAME")
-
-
 def default_topology_path() -> str:
     """The shipped default topology, wherever the command is run from."""
     from mrc_nic import resources
@@ -216,15 +114,20 @@ def default_topology_path() -> str:
     return str(resources.DEFAULT_TOPOLOGY)
 
 
-def snapshot_for(lab: str | None, fmt: str) -> dict | None:
-    """The lab's counter snapshot; with --format json it is printed here and
-    None is returned, so the caller renders tables only."""
-    from mrc_nic.cli import output
-    from mrc_nic.observe import stats
+def parse_int(text: str) -> int:
+    """An integer as C writes it: 12, 0x1f, 0o17."""
+    return int(text, 0)
 
-    # The tables show no NIC section: its maps' code stays unloaded (a short command)
-    snap = stats.snapshot(pick_lab(lab), nic=fmt == "json")
-    if fmt == "json":
-        output.emit_json(snap)
-        return None
-    return snap
+
+def size_option(*names: str, help_text: str | None = None, **attrs):
+    """A transfer size option ('64M', '1G': one letter binary), read by mrc_nic.units."""
+
+    def parse(ctx: click.Context, param: click.Parameter, value: str | None) -> int | None:
+        if value is None:
+            return None
+        try:
+            return units.parse_transfer_size(value)
+        except ValueError as e:
+            raise click.BadParameter(str(e)) from None
+
+    return click.option(*names, callback=parse, help=help_text, **attrs)

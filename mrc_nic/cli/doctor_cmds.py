@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from mrc_nic.cli import output
-from mrc_nic.cli.common import format_option
+from mrc_nic.cli.app import App, command, pass_app
 
 
 def _rate(bps: float | None) -> str:
@@ -14,7 +14,9 @@ def _rate(bps: float | None) -> str:
     return f"{bps / 1e9:.3g} Gbit/s" if bps >= 1e9 else f"{bps / 1e6:.3g} Mbit/s"
 
 
-@click.command(
+@command(
+    lab=False,
+    view=lambda figures: _view(figures),
     epilog="""\b
 Examples:
   mrc-nic doctor                 # measure (about 20-30 s) and store the figures
@@ -24,12 +26,12 @@ Examples:
 It brings up a small lab of its own (2 hosts, 1 plane, two tiers; named
 dr<pid>) and takes it down by that name. Figures are kept in
 /var/lib/mrc-nic/doctor.json (MRC_NIC_DOCTOR_FILE overrides); `up` warns
-when a topology asks for more than they call faithful."""
+when a topology asks for more than they call faithful.""",
 )
 @click.option("--show", is_flag=True, help="Print the stored figures; measure nothing.")
 @click.option("--no-save", is_flag=True, help="Measure, print, do not store.")
-@format_option
-def doctor(show: bool, no_save: bool, fmt: str) -> None:
+@pass_app
+def doctor(app: App, show: bool, no_save: bool) -> dict:
     """Measure the packet-hops a second this machine carries and the link rates
     at which a single QP, and each shipped topology, stays link-bound."""
     from mrc_nic.fabric import preflight
@@ -45,13 +47,14 @@ def doctor(show: bool, no_save: bool, fmt: str) -> None:
         preflight.require_root()
         from mrc_nic.workloads import doctor as doctor_run
 
-        log = (lambda m: click.echo(m, err=True)) if fmt == "table" else (lambda m: None)
+        log = (lambda m: None) if app.json else (lambda m: click.echo(m, err=True))
         figures = doctor_run.run(log)
         if not no_save:
             figures["stored_in"] = str(doctor_store.save(figures))
-    if fmt == "json":
-        output.emit_json(figures)
-        return
+    return figures
+
+
+def _view(figures: dict) -> None:
     free = figures["uncapped"]
     output.plain(
         f"this machine (load {figures['load_avg'][0]} at the end; {figures['seconds']} s, "

@@ -9,7 +9,8 @@ import time
 import click
 
 from mrc_nic.abi.defs import QpError
-from mrc_nic.cli.common import DURATION, SINCE, lab_option, pick_lab
+from mrc_nic.cli.app import App, command, pass_app
+from mrc_nic.cli.common import DURATION, SINCE
 from mrc_nic.observe import eventsummary
 
 # What `events` shows unless told otherwise: state changes, not the per-packet
@@ -84,7 +85,9 @@ def _line(e: dict) -> str:
     return f"{clock}.{ms:03d}  {e['seq']:>6}  {e['type']:<9} {host:<4} {describe(e)}"
 
 
-@click.command(
+@command(
+    formats=("table", "json", "jsonl"),
+    format_help="json: one array; jsonl: one object per line (with --follow too).",
     epilog="""\b
 Examples:
   mrc-nic events                          # the state changes so far
@@ -100,7 +103,7 @@ A fault's record comes before the EV changes it causes: it is logged just
 before it is applied (its heal too).
 Missed events are counted exactly: "evicted" ones left the log (it keeps the
 last 65536) before they were read; "lost in the NIC" ones never reached it
-(the ring buffer was full)."""
+(the ring buffer was full).""",
 )
 @click.option("--follow", "-f", is_flag=True, help="Keep printing new events, from now.")
 @click.option("--all", "all_types", is_flag=True, help="Losses and completions too.")
@@ -120,20 +123,12 @@ last 65536) before they were read; "lost in the NIC" ones never reached it
     "faults and heals.",
 )
 @click.option("--duration", type=DURATION, default=None, help="With --follow: stop after this.")
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["table", "json", "jsonl"]),
-    default="table",
-    show_default=True,
-    help="json: one array; jsonl: one object per line (with --follow too).",
-)
-@lab_option
-def events(follow, all_types, types, host, since, summary, duration, fmt, lab):
+@pass_app
+def events(app: App, follow, all_types, types, host, since, summary, duration):
     """EV state changes, faults applied and healed, QPs in error: with times."""
     from mrc_nic.lab import ctl, eventops
 
-    name = pick_lab(lab)
+    name, fmt = app.lab(), app.format  # it streams: it prints as it goes
     wanted = _types(types, all_types)
     collected: list[dict] = []
     after_time = None

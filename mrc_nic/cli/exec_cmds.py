@@ -8,11 +8,12 @@ import sys
 
 import click
 
-from mrc_nic.cli.common import lab_option, pick_lab
+from mrc_nic.cli.app import App, command, pass_app
 
 
-@click.command(
+@command(
     "exec",
+    formats=(),
     context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
     epilog="""\b
 The program runs in the host's network namespace (its ports, addresses and
@@ -48,7 +49,6 @@ Examples:
     is_flag=True,
     help="Do not preload the native verbs library (C verbs programs then find no device).",
 )
-@lab_option
 @click.option(
     "--share",
     "share",
@@ -57,25 +57,25 @@ Examples:
     help="the program's share of the host's NIC: memory, qps, cqs or pds; a fraction "
     '("25%", 0.25) or an amount (8, "8MiB"). Repeat for several.',
 )
+@pass_app
 def exec_cmd(
-    host: str, command: tuple[str, ...], lab: str | None, share: tuple[str, ...], no_preload: bool
+    app: App, host: str, command: tuple[str, ...], share: tuple[str, ...], no_preload: bool
 ) -> None:
     """Run COMMAND inside HOST's namespace, with the environment the verbs API uses."""
     from mrc_nic.kernel import netns
-    from mrc_nic.lab import state
     from mrc_nic.verbs.context import ENV_HOST, ENV_LAB
 
     # Without interspersed options click keeps everything after HOST, the `--` too;
     # so exec's own -l may come there (`exec h0 -l LAB -- CMD`): taken, before `--` only.
     while command and command[0] in ("-l", "--lab") and len(command) > 1:
-        lab, command = command[1], command[2:]
+        app.set_lab(command[1])
+        command = command[2:]
     if command and command[0] == "--":
         command = command[1:]
     if not command:
         raise click.UsageError("no COMMAND after `--`")
     share_env = _share_env(share)  # checked before anything else
-    name = pick_lab(lab)
-    _, topo = state.open_lab(name)
+    name, topo = app.lab(), app.topology()
     if host not in topo.host_names():
         raise click.UsageError(
             f"{host!r} is not a host of lab {name!r} (hosts: {', '.join(topo.host_names())})"

@@ -5,10 +5,21 @@ from __future__ import annotations
 import click
 
 from mrc_nic.cli import output
-from mrc_nic.cli.common import DURATION, format_option, lab_option, pick_lab
+from mrc_nic.cli.app import App, command, pass_app
+from mrc_nic.cli.common import DURATION
 
 
-@click.command(
+def _fail_view(fault: dict) -> None:
+    from mrc_nic.fabric import faults
+
+    output.success(
+        f"fault #{fault['id']}: {faults.describe(fault)} on {fault['target']} "
+        f"({len(fault['links'])} link(s)); heal with: mrc-nic heal {fault['id']}"
+    )
+
+
+@command(
+    view=_fail_view,
     epilog="""\b
 Targets: a link (p1.t0a-h0), a switch (p1.t0a), a host port (h0.eth1),
 a host (h0), a whole plane (plane 2), or one EV of a send QP (qp QPN ev EV:
@@ -20,7 +31,7 @@ Examples:
   mrc-nic fail plane 2 --mode down
   mrc-nic fail h0.eth3 --mode loss --rate 0.2 --seed 7
   mrc-nic fail p0.t1b --mode flap --period 200ms --duration 5s
-  mrc-nic fail qp 0x10001 ev 49153 --mode loss --rate 0.2   # one EV of one QP"""
+  mrc-nic fail qp 0x10001 ev 49153 --mode loss --rate 0.2   # one EV of one QP""",
 )
 @click.argument("target", nargs=-1, required=True)
 @click.option(
@@ -45,9 +56,9 @@ Examples:
     default=None,
     help="End the fault by itself after this long (default: until heal).",
 )
-@lab_option
-@format_option
+@pass_app
 def fail(
+    app: App,
     target: tuple[str, ...],
     mode: str,
     direction: str,
@@ -55,54 +66,44 @@ def fail(
     seed: int | None,
     period: float | None,
     duration: float | None,
-    lab: str | None,
-    fmt: str,
-) -> None:
+) -> dict:
     """Inject a fault, live, on a link, switch, host port or plane."""
     from mrc_nic.fabric import faults
 
     spec = faults.FaultSpec(mode, direction, rate, seed, period, duration)
-    fault = faults.apply(pick_lab(lab), target, spec)
-    if fmt == "json":
-        output.emit_json(fault)
-    else:
-        output.success(
-            f"fault #{fault['id']}: {faults.describe(fault)} on {fault['target']} "
-            f"({len(fault['links'])} link(s)); heal with: mrc-nic heal {fault['id']}"
-        )
+    return faults.apply(app.lab(), target, spec)
 
 
-@click.command(
+def _heal_view(healed: list[dict]) -> None:
+    if not healed:
+        output.plain("no faults in force")
+    for f in healed:
+        output.success(f"healed fault #{f['id']} ({f['mode']} on {f['target']})")
+
+
+@command(
+    view=_heal_view,
     epilog="""\b
 Examples:
   mrc-nic heal 3            # fault #3
   mrc-nic heal p1.t0a-h0    # every fault on that link
   mrc-nic heal plane 2
-  mrc-nic heal --all"""
+  mrc-nic heal --all""",
 )
 @click.argument("what", nargs=-1)
 @click.option("--all", "heal_all", is_flag=True, help="Heal every fault in force.")
-@lab_option
-@format_option
-def heal(what: tuple[str, ...], heal_all: bool, lab: str | None, fmt: str) -> None:
+@pass_app
+def heal(app: App, what: tuple[str, ...], heal_all: bool) -> list[dict]:
     """End faults: restore carrier, addresses and routes, clear BPF drops."""
     from mrc_nic.fabric import faults
 
     if heal_all == bool(what):
         raise click.UsageError("give fault ids or a target, or --all")
-    name = pick_lab(lab)
     if heal_all:
-        healed = faults.heal(name)
-    elif all(w.isdigit() for w in what):
-        healed = faults.heal(name, ids=[int(w) for w in what])
-    else:
-        healed = faults.heal(name, target=what)
-    if fmt == "json":
-        output.emit_json(healed)
-    elif not healed:
-        output.plain("no faults in force")
-    for f in healed if fmt == "table" else []:
-        output.success(f"healed fault #{f['id']} ({f['mode']} on {f['target']})")
+        return faults.heal(app.lab())
+    if all(w.isdigit() for w in what):
+        return faults.heal(app.lab(), ids=[int(w) for w in what])
+    return faults.heal(app.lab(), target=what)
 
 
 COMMANDS = [fail, heal]

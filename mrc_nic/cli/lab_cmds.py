@@ -5,14 +5,8 @@ from __future__ import annotations
 import click
 
 from mrc_nic.cli import output
-from mrc_nic.cli.common import (
-    GROUP_LAB_KEY,
-    canonical_lab,
-    default_topology_path,
-    format_option,
-    lab_option,
-    snapshot_for,
-)
+from mrc_nic.cli.app import App, canonical_lab, command, pass_app
+from mrc_nic.cli.common import default_topology_path
 from mrc_nic.cli.status_view import render_status
 from mrc_nic.lab.topology import FORWARDING_MODES
 
@@ -24,12 +18,12 @@ def topology_option(help_text: str):
 
 
 def _canonical_name(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    if value is None:  # `mrc-nic -l NAME up` names the lab to build too
-        return ctx.find_root().meta.get(GROUP_LAB_KEY)
-    return canonical_lab(value)
+    return None if value is None else canonical_lab(value)
 
 
-@click.command(
+@command(
+    lab=False,
+    view=lambda report: _up_view(report),
     epilog="""\b
 Examples:
   mrc-nic up
@@ -40,7 +34,7 @@ Examples:
 
 Topology sections: [lab], [fabric], [links], [addressing] (README, "Topology
 files") and [queues]: switch egress queues, base_rtt, ecn, ecn_last_hop,
-kmin, kmax, trim, seed (docs/queues.md)."""
+kmin, kmax, trim, seed (docs/queues.md).""",
 )
 @topology_option(
     "Topology TOML, or a shipped one by name: default, clos-8, single-plane, uncapped "
@@ -75,19 +69,20 @@ kmin, kmax, trim, seed (docs/queues.md)."""
     help="Spread the lab over the machines of this Ray cluster (host:6379 on a node "
     "of it, or ray://host:10001), one agent per machine (docs/cluster.md); or $RAY_ADDRESS.",
 )
-@format_option
+@pass_app
 def up(
+    app: App,
     topology_file: str | None,
     name: str | None,
     reuse: bool,
     switch_forwarding: str | None,
     cluster_address: str | None,
-    fmt: str,
-) -> None:
+) -> dict | None:
     """Build a lab: namespaces, veth links, routes, queues and BPF port programs."""
     from mrc_nic.fabric import preflight, testbed
     from mrc_nic.lab import names, state, topology
 
+    name = name or app.before_lab  # `mrc-nic -l NAME up` names the lab to build too
     path = names.topology_file(topology_file) if topology_file else default_topology_path()
     topo = topology.load(path, lab=name)
     if switch_forwarding is not None:
@@ -96,15 +91,15 @@ def up(
     if cluster_address:
         from mrc_nic.cli import cluster_lab
 
-        cluster_lab.up(topo, cluster_address, fmt, reuse=reuse)
-        return
+        cluster_lab.up(topo, cluster_address, app.format, reuse=reuse)
+        return None
     existing = state.LabState.load(topo.lab)
     if reuse and existing and existing.phase == "up" and existing.topology == topo.raw:
         output.info(f"lab {topo.lab} is already up (from {existing.topology_file}); reusing it")
         restarted = testbed.start_daemons(topo)  # the supervisor's part: dead daemons come back
         if restarted:
             output.info(f"restarted the daemon of {', '.join(restarted)}")
-        return
+        return None
     if reuse and existing and existing.phase == "up":
         raise testbed.LabError(
             f"lab {topo.lab} is up from another topology ({existing.topology_file}): "
@@ -114,20 +109,20 @@ def up(
     unfaithful = doctor_warning(topo)
     if unfaithful:
         output.warn(unfaithful)
-    if fmt == "table":
+    if not app.json:
         output.info(
             f"bringing up lab [bold]{topo.lab}[/]: {topo.hosts} hosts, {topo.planes} "
             f"planes, {topo.tiers} tier(s), {len(topo.nodes)} namespaces, "
             f"{len(topo.links)} links"
         )
-    report = testbed.up(topo)
-    if fmt == "json":
-        output.emit_json(report.__dict__)
-    else:
-        output.success(
-            f"lab {report.lab} is up in {report.seconds:.2f}s "
-            f"({report.namespaces} namespaces, {report.links} links)"
-        )
+    return testbed.up(topo).__dict__
+
+
+def _up_view(report: dict) -> None:
+    output.success(
+        f"lab {report['lab']} is up in {report['seconds']:.2f}s "
+        f"({report['namespaces']} namespaces, {report['links']} links)"
+    )
 
 
 def doctor_warning(topo) -> str | None:
@@ -151,15 +146,16 @@ def doctor_warning(topo) -> str | None:
     )
 
 
-@click.command()
-@lab_option
+@command(formats=())
 @topology_option("Take down the lab this topology file names.")
 @click.option("--all", "all_labs", is_flag=True, help="Take down every lab on this machine.")
-def down(lab: str | None, topology_file: str | None, all_labs: bool) -> None:
+@pass_app
+def down(app: App, topology_file: str | None, all_labs: bool) -> None:
     """Remove exactly what `up` made (also after a crash). Safe to repeat."""
     from mrc_nic.fabric import testbed
     from mrc_nic.lab import names, topology
 
+    lab = app.given_lab()
     if topology_file:
         lab = lab or topology.load(names.topology_file(topology_file)).lab
     if all_labs:
@@ -178,18 +174,22 @@ def down(lab: str | None, topology_file: str | None, all_labs: bool) -> None:
         output.success(f"lab {name} is down ({len(removed)} namespaces removed)")
 
 
-@click.command()
-@lab_option
-@format_option
-def status(lab: str | None, fmt: str) -> None:
+def _status_view(snap: dict) -> None:
+    from mrc_nic.cli.qp_cmds import lab_sessions, sessions_table
+
+    render_status(snap)
+    sessions_table(lab_sessions(snap["lab"]))
+
+
+@command(view=_status_view)
+@pass_app
+def status(app: App) -> dict:
     """What is up: hosts, planes, switches, links, their state, faults and counters,
     and the applications' sessions (who holds what of each host's NIC)."""
-    snap = snapshot_for(lab, fmt)
-    if snap is not None:
-        render_status(snap)
-        from mrc_nic.cli.qp_cmds import lab_sessions, sessions_table
+    from mrc_nic.observe import stats
 
-        sessions_table(lab_sessions(snap["lab"]))
+    # The tables show no NIC section: its maps' code stays unloaded (a short command)
+    return stats.snapshot(app.lab(), nic=app.json)
 
 
 COMMANDS = [up, down, status]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from mrc_nic.cli import output
-from mrc_nic.cli.common import format_option, lab_option, pick_lab
+from mrc_nic.cli.app import App, group, pass_app
 from mrc_nic.lab.topology import FORWARDING_MODES
 
 TARGETS = """\b
@@ -17,7 +17,7 @@ Sizes: 20000, 20k, 20KB, 20KiB, 1m, 1.5m (at most 1GiB); or a fraction of the po
 
 def _threshold(ctx: click.Context, param: click.Parameter, value: str | None):
     from mrc_nic.fabric.queues import OFF
-    from mrc_nic.lab.topology import parse_threshold
+    from mrc_nic.units import parse_threshold
 
     if value is None:
         return None
@@ -29,36 +29,39 @@ def _threshold(ctx: click.Context, param: click.Parameter, value: str | None):
     return OFF if parsed is None else parsed
 
 
-@click.group(
+@group(
     epilog="""\b
 Examples:
   mrc-nic port show p0.t0a                  # every port of a switch
   mrc-nic port set p0.t1a:t0a --kmin 20k --kmax 80k --trim 120k --buffer 200k
   mrc-nic port set p1.t0a:h0 --ecn          # mark at a last hop too (MRC: off)
   mrc-nic port set all --defaults           # back to the topology's settings
-  mrc-nic port forwarding kernel            # switches forward through the IP stack"""
+  mrc-nic port forwarding kernel            # switches forward through the IP stack
+\b
+A NIC's own ports (admin state, status updates) are `mrc-nic nic-port`."""
 )
 def port() -> None:
     """Switch egress queues: ECN thresholds, trimming, buffer, backlog, counters."""
 
 
-@port.command("show", epilog=TARGETS)
+@port.command("show", epilog=TARGETS, view=lambda data: _print_rows(data["ports"]))
 @click.argument("target", nargs=-1)
-@lab_option
-@format_option
-def port_show(target: tuple[str, ...], lab: str | None, fmt: str) -> None:
+@pass_app
+def port_show(app: App, target: tuple[str, ...]) -> dict:
     """Each port's queue: its settings, backlog now and what it marked, trimmed, dropped."""
     from mrc_nic.fabric import queues
 
-    rows = queues.show_ports(pick_lab(lab), target)
-    if fmt == "json":
-        output.emit_json({"ports": rows})
-    else:
-        _print_rows(rows)
+    return {"ports": queues.show_ports(app.lab(), target)}
+
+
+def _set_view(data: dict) -> None:
+    output.success(f"{len(data['ports'])} port queue(s) set")
+    _print_rows(data["ports"])
 
 
 @port.command(
     "set",
+    view=_set_view,
     epilog=TARGETS
     + """
 \b
@@ -104,9 +107,8 @@ Examples:
 )
 @click.option("--seed", type=click.IntRange(0, 2**64 - 1), default=None, help="Marking draws.")
 @click.option("--defaults", is_flag=True, help="Start from the topology's settings.")
-@lab_option
-@format_option
-def port_set(target, kmin, kmax, trim, buffer, ecn, seed, defaults, lab, fmt):
+@pass_app
+def port_set(app: App, target, kmin, kmax, trim, buffer, ecn, seed, defaults) -> dict:
     """Change the queue of switch egress ports, live (all of them or none)."""
     from mrc_nic.fabric import queues
 
@@ -115,16 +117,17 @@ def port_set(target, kmin, kmax, trim, buffer, ecn, seed, defaults, lab, fmt):
     )
     if change.is_empty():
         raise click.UsageError(queues.NOTHING_TO_CHANGE)
-    rows = queues.set_ports(pick_lab(lab), target, change)
-    if fmt == "json":
-        output.emit_json({"ports": rows})
-        return
-    output.success(f"{len(rows)} port queue(s) set")
-    _print_rows(rows)
+    return {"ports": queues.set_ports(app.lab(), target, change)}
+
+
+def _forwarding_view(report: dict) -> None:
+    counts = ", ".join(f"{k} {v}" for k, v in report["counters"].items())
+    output.info(f"switches forward MRC packets: {report['forwarding']} ({counts})")
 
 
 @port.command(
     "forwarding",
+    view=_forwarding_view,
     epilog="""\b
 Examples:
   mrc-nic port forwarding            # who forwards now, and what the port programs did
@@ -132,25 +135,17 @@ Examples:
   mrc-nic port forwarding bpf        # the port programs forward MRC packets""",
 )
 @click.argument("mode", required=False, type=click.Choice(FORWARDING_MODES))
-@lab_option
-@format_option
-def port_forwarding(mode: str | None, lab: str | None, fmt: str) -> None:
+@pass_app
+def port_forwarding(app: App, mode: str | None) -> dict:
     """Who forwards MRC packets in the switches (bpf or kernel), live for the
     whole lab; and the port programs' forwarding counters, summed over ports."""
     from mrc_nic.fabric import switchport
-    from mrc_nic.lab import state
 
-    name = pick_lab(lab)
-    state.open_lab(name)  # the lab must be up (and its state is root's)
-    with switchport.SwitchPortMaps.open(name) as maps:
+    app.open()  # the lab must be up (and its state is root's)
+    with switchport.SwitchPortMaps.open(app.lab()) as maps:
         if mode is not None:
             maps.set_forwarding(mode)
-        report = {"forwarding": maps.forwarding(), "counters": maps.fwd_totals()}
-    if fmt == "json":
-        output.emit_json(report)
-        return
-    counts = ", ".join(f"{k} {v}" for k, v in report["counters"].items())
-    output.info(f"switches forward MRC packets: {report['forwarding']} ({counts})")
+        return {"forwarding": maps.forwarding(), "counters": maps.fwd_totals()}
 
 
 def _size(n: int | None) -> str:
@@ -158,7 +153,7 @@ def _size(n: int | None) -> str:
 
 
 def _print_rows(rows: list[dict]) -> None:
-    from mrc_nic.lab.topology import format_rate
+    from mrc_nic.units import format_rate
 
     table = []
     for r in rows:
@@ -209,13 +204,6 @@ def _print_rows(rows: list[dict]) -> None:
     )
 
 
-def _controller_commands() -> None:
-    from mrc_nic.cli.ctl_cmds import port_admin, port_status, port_update  # the NIC's side
-
-    port.add_command(port_admin)
-    port.add_command(port_status)
-    port.add_command(port_update)
-
-
-_controller_commands()
+# The NIC's ports were here once (before issue 27): say where they went.
+port.moved = {name: f"nic-port {name}" for name in ("admin", "status", "update")}
 COMMANDS = [port]

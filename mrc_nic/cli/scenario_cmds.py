@@ -10,7 +10,8 @@ from collections.abc import Callable
 import click
 
 from mrc_nic.cli import output
-from mrc_nic.cli.common import DURATION, format_option, lab_option, pick_lab
+from mrc_nic.cli.app import App, group, pass_app
+from mrc_nic.cli.common import DURATION, size_option
 from mrc_nic.fabric import preflight
 
 EPILOG = """\b
@@ -75,15 +76,13 @@ def _common(f):
                 default=None,
                 help="The fixed window in packets (profile 0; default 128).",
             ),
-            lab_option,
-            format_option,
         ]
     ):
         f = option(f)
     return f
 
 
-@click.group(
+@group(
     epilog="""\b
 Examples:
   mrc-nic scenario incast --senders 7 --topology clos-8 --rate 10mbit
@@ -107,7 +106,8 @@ def scenario() -> None:
 )
 @click.option("--no-bystander", is_flag=True, help="Only the incast.")
 @_common
-def incast(senders, receiver, bystander, no_bystander, **kw):
+@pass_app
+def incast(app: App, senders, receiver, bystander, no_bystander, **kw):
     """SENDERS hosts WRITE to one receiver at once, beside a bystander flow
     that shares the spines' downlinks but not the receiver: per-flow goodput,
     the bystander's against its fair share, QPs in ERR, what the switches
@@ -126,7 +126,7 @@ def incast(senders, receiver, bystander, no_bystander, **kw):
 
         return sc.incast(lab, senders=senders, receiver=receiver, bystander=by, **opts)
 
-    _run(run, **kw)
+    _run(app, run, **kw)
 
 
 @scenario.command(epilog=EPILOG)
@@ -134,7 +134,8 @@ def incast(senders, receiver, bystander, no_bystander, **kw):
     "--seed", type=int, default=None, help="A random derangement (default: host i to i + a T0)."
 )
 @_common
-def permutation(seed, **kw):
+@pass_app
+def permutation(app: App, seed, **kw):
     """Every host WRITEs to another at once (a derangement): per-flow goodput
     against the link rate."""
 
@@ -143,10 +144,11 @@ def permutation(seed, **kw):
 
         return sc.permutation(lab, seed=seed, **opts)
 
-    _run(run, **kw)
+    _run(app, run, **kw)
 
 
 def _run(
+    app: App,
     run,
     *,
     topology_name,
@@ -158,8 +160,6 @@ def _run(
     no_cc,
     cc_profile,
     cwnd,
-    lab,
-    fmt,
 ):
     from mrc_nic.lab.topology import TopologyError
     from mrc_nic.workloads import scenario as sc
@@ -176,13 +176,13 @@ def _run(
         if topology_name:
             topo = sc.scenario_topology(
                 topology_name,
-                lab or sc.unique_lab_name(),
+                app.given_lab() or sc.unique_lab_name(),
                 rate=rate,
                 base_rtt=base_rtt,
                 fabric_rate=fabric_rate,
                 mtu=mtu,
             )
-            if fmt == "table":
+            if not app.json:
                 output.info(
                     f"bringing up lab [bold]{topo.lab}[/] from {topo.path.name}: "
                     f"{topo.hosts} hosts, {topo.planes} planes, links "
@@ -192,13 +192,10 @@ def _run(
             with sc.with_lab(topo):
                 report = run(topo.lab, **opts)
         else:
-            report = run(pick_lab(lab), **opts)
+            report = run(app.lab(), **opts)
     except (ValueError, TopologyError) as e:
         raise click.UsageError(str(e)) from None
-    if fmt == "json":
-        output.emit_json(report)
-    else:
-        _print(report)
+    app.show(report, _print)
     if report.get("qps_in_err") or any(f.get("error") for f in report["flows"]):
         raise SystemExit(1)
 
@@ -284,15 +281,7 @@ def _fidelity(r: dict) -> None:
 
 # ---- the papers' failure experiments (workloads.experiments) --------------------------------
 def _size_option(default: str):
-    def parse(ctx, param, value):
-        from mrc_nic.workloads.rdma_write import parse_size
-
-        try:
-            return parse_size(value)
-        except ValueError as e:
-            raise click.BadParameter(str(e)) from None
-
-    return click.option("--size", default=default, show_default=True, callback=parse)
+    return size_option("--size", default=default, show_default=True)
 
 
 ROUNDS = click.option(
@@ -304,11 +293,16 @@ ROUNDS = click.option(
 )
 
 
-def _report(r: dict, fmt: str, lines: Callable[[dict], list[str]]) -> None:
-    """One run's result, or experiments.repeated's of several (lines: one run's text)."""
-    if fmt == "json":
-        output.emit_json(r)
-    elif "runs" not in r:
+def _report(r: dict, app: App, lines: Callable[[dict], list[str]]) -> None:
+    """One run's result, or experiments.repeated's of several (lines: one run's text);
+    exit 1 when it did not complete."""
+    app.show(r, lambda r: _rounds_view(r, lines))
+    if not r.get("completed"):
+        raise SystemExit(1)
+
+
+def _rounds_view(r: dict, lines: Callable[[dict], list[str]]) -> None:
+    if "runs" not in r:
         for line in lines(r):
             output.info(line)
     else:
@@ -328,10 +322,17 @@ def _report(r: dict, fmt: str, lines: Callable[[dict], list[str]]) -> None:
             )
         else:
             output.info(f"no round was link-bound: {r['key']} not judged")
-    if fmt != "json":
-        _fidelity(r)
-    if not r.get("completed"):
-        raise SystemExit(1)
+    _fidelity(r)
+
+
+def _repeated(experiment: Callable[[], dict], rounds: int, key: str) -> dict:
+    """experiments.repeated, its ValueError (a bad argument) a usage error."""
+    from mrc_nic.workloads import experiments
+
+    try:
+        return experiments.repeated(experiment, rounds, key)
+    except ValueError as e:
+        raise click.UsageError(str(e)) from None
 
 
 @scenario.command(
@@ -347,28 +348,24 @@ On the lab that is up (default: h0 -> h1):
 @click.option("--plane", type=int, default=1, show_default=True, help="The lossy EV's plane.")
 @click.option("--seed", type=int, default=7, show_default=True)
 @ROUNDS
-@lab_option
-@format_option
-def single_ev_loss(size, evs, rate, plane, seed, rounds, lab, fmt):
+@pass_app
+def single_ev_loss(app: App, size, evs, rate, plane, seed, rounds):
     """One EV of a QP's EVs loses RATE of its packets on the wire: goodput
     against the same write healthy, and whether the EV was retired."""
     preflight.require_root()  # an operator command: before any lab work
     from mrc_nic.workloads import experiments
 
-    lab = pick_lab(lab)
-    try:
-        r = experiments.repeated(
-            lambda: experiments.single_ev_loss(
-                lab, size=size, evs=evs, rate=rate, plane=plane, seed=seed
-            ),
-            rounds,
-            "goodput_ratio",
-        )
-    except ValueError as e:
-        raise click.UsageError(str(e)) from None
+    lab = app.lab()
+    r = _repeated(
+        lambda: experiments.single_ev_loss(
+            lab, size=size, evs=evs, rate=rate, plane=plane, seed=seed
+        ),
+        rounds,
+        "goodput_ratio",
+    )
     _report(
         r,
-        fmt,
+        app,
         lambda r: [
             f"healthy {_mbit(r['healthy_goodput_bps'])}, with EV {r['lossy_ev']} of {evs} "
             f"losing {rate:.0%}: {_mbit(r['lossy_goodput_bps'])} "
@@ -390,22 +387,21 @@ def single_ev_loss(size, evs, rate, plane, seed, rounds, lab, fmt):
 @click.option("--after", type=float, default=0.3, show_default=True, help="Seconds into the write.")
 @click.option("--mode", type=click.Choice(["blackhole", "down"]), default="blackhole")
 @ROUNDS
-@lab_option
-@format_option
-def plane_failure(size, plane, after, mode, rounds, lab, fmt):
+@pass_app
+def plane_failure(app: App, size, plane, after, mode, rounds):
     """A whole plane fails during a WRITE: goodput against the same write healthy."""
     preflight.require_root()  # an operator command: before any lab work
     from mrc_nic.workloads import experiments
 
-    lab = pick_lab(lab)
-    r = experiments.repeated(
+    lab = app.lab()
+    r = _repeated(
         lambda: experiments.plane_failure(lab, size=size, plane=plane, after=after, mode=mode),
         rounds,
         "goodput_ratio",
     )
     _report(
         r,
-        fmt,
+        app,
         lambda r: [
             f"healthy {_mbit(r['healthy_goodput_bps'])}, plane {plane} {mode} after {after}s: "
             f"{_mbit(r['failed_goodput_bps'])} (ratio {r['goodput_ratio']:.2f}), "
@@ -440,9 +436,8 @@ On the lab that is up (a ring over its hosts, in order):
 )
 @click.option("--limit", type=DURATION, default="120s", show_default=True, help="Per job.")
 @ROUNDS
-@lab_option
-@format_option
-def allreduce_failure(size, fault_target, mode, at, limit, rounds, lab, fmt):
+@pass_app
+def allreduce_failure(app: App, size, fault_target, mode, at, limit, rounds):
     """A ring all-reduce over the lab's hosts, healthy and then with a fault
     put in force mid-job: job time healthy against failed, every step's bytes
     verified."""
@@ -450,20 +445,17 @@ def allreduce_failure(size, fault_target, mode, at, limit, rounds, lab, fmt):
     from mrc_nic.workloads import experiments
 
     target = tuple(fault_target.split())
-    lab = pick_lab(lab)
-    try:
-        r = experiments.repeated(
-            lambda: experiments.allreduce_failure(
-                lab, size=size, fault=target, mode=mode, at=at, limit_s=limit
-            ),
-            rounds,
-            "slowdown",
-        )
-    except ValueError as e:
-        raise click.UsageError(str(e)) from None
+    lab = app.lab()
+    r = _repeated(
+        lambda: experiments.allreduce_failure(
+            lab, size=size, fault=target, mode=mode, at=at, limit_s=limit
+        ),
+        rounds,
+        "slowdown",
+    )
     _report(
         r,
-        fmt,
+        app,
         lambda r: [
             f"ring all-reduce of {size} bytes over {len(r['hosts'])} hosts, "
             f"{r['steps']} steps: healthy {_secs(r['healthy_job_s'])}, with "

@@ -10,7 +10,8 @@ import time
 import click
 
 from mrc_nic.cli import output
-from mrc_nic.cli.common import DURATION, lab_option, pick_lab
+from mrc_nic.cli.app import App, command, pass_app
+from mrc_nic.cli.common import DURATION
 
 WATCH_INTERVAL = 0.5  # 2 frames a second
 STREAM_INTERVAL = 1.0
@@ -18,7 +19,10 @@ LISTEN_DURATION = 60.0
 VIEWS = ("plane", "path", "ev", "qp", "link", "port")
 
 
-@click.command(
+@command(
+    formats=("table", "json", "jsonl", "prom"),
+    format_help="table: one frame for people; json: one snapshot; jsonl: a snapshot per "
+    "line every --interval; prom: Prometheus text.",
     epilog="""\b
 Examples:
   mrc-nic stats                                  # per plane, rates over 0.5 s
@@ -29,17 +33,7 @@ Examples:
   mrc-nic stats --format prom                    # Prometheus text exposition
   mrc-nic stats --format prom --listen 127.0.0.1:9464 --duration 10m
 \b
-Schema of json/jsonl: docs/stats-schema.md."""
-)
-@lab_option
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["table", "json", "jsonl", "prom"]),
-    default="table",
-    show_default=True,
-    help="table: one frame for people; json: one snapshot; jsonl: a snapshot per "
-    "line every --interval; prom: Prometheus text.",
+Schema of json/jsonl: docs/stats-schema.md.""",
 )
 @click.option("--watch", is_flag=True, help="Live view, redrawn every --interval.")
 @click.option(
@@ -68,8 +62,10 @@ Schema of json/jsonl: docs/stats-schema.md."""
     help=f"With --format prom: serve /metrics on a loopback address for --duration "
     f"(default {LISTEN_DURATION:.0f}s).",
 )
-def stats(lab, fmt, watch, view, host, plane, interval, count, duration, listen) -> None:
+@pass_app
+def stats(app: App, watch, view, host, plane, interval, count, duration, listen) -> None:
     """Per-plane, per-path, per-link and per-QP counters and rates."""
+    fmt = app.format  # it streams: it prints as it goes
     from mrc_nic.observe import stats as stats_mod
     from mrc_nic.observe import stats_filter, stream
 
@@ -81,7 +77,7 @@ def stats(lab, fmt, watch, view, host, plane, interval, count, duration, listen)
     except ValueError as e:
         raise click.BadParameter(str(e)) from None
     with stats_mod.Sampler(
-        pick_lab(lab), kernel_every=stats_mod.kernel_every(interval), ev_detail=view == "ev"
+        app.lab(), kernel_every=stats_mod.kernel_every(interval), ev_detail=view == "ev"
     ) as sampler:
         try:
             stats_filter.check(sampler.topo, host, plane)

@@ -18,10 +18,7 @@ FILE = "cluster.json"  # record.FILE, without importing the record's dependencie
 
 def cluster_command(argv: list[str]) -> tuple[str, list[str]] | None:
     """(lab, argv without its -l option) when argv runs on a cluster lab known here."""
-    if len(argv) >= 3 and argv[0] in ("-l", "--lab"):
-        argv = [argv[2], "-l", argv[1], *argv[3:]]  # `mrc-nic -l LAB CMD ...`
-    elif len(argv) >= 2 and argv[0].startswith("--lab="):
-        argv = [argv[1], argv[0], *argv[2:]]
+    argv = _group_options_after(argv)
     if os.environ.get(AGENT_ENV) or not argv or argv[0].startswith("-") or argv[0] == "up":
         return None
     if "-h" in argv or "--help" in argv:
@@ -53,6 +50,20 @@ def cluster_command(argv: list[str]) -> tuple[str, list[str]] | None:
     except state.BadLabName:
         return None
     return lab, rest
+
+
+def _group_options_after(argv: list[str]) -> list[str]:
+    """`mrc-nic -l LAB --format json CMD ...` as `CMD ... -l LAB --format json`:
+    the group's options (-l, --format; mrc_nic.cli.app) said after the command."""
+    moved = []
+    while argv:
+        if len(argv) >= 2 and argv[0] in ("-l", "--lab", "--format"):
+            moved, argv = [*moved, *argv[:2]], argv[2:]
+        elif argv[0].startswith(("--lab=", "--format=")):
+            moved, argv = [*moved, argv[0]], argv[1:]
+        else:
+            break
+    return argv[:1] + moved + argv[1:] if argv else moved
 
 
 def _cluster_labs() -> list[str]:

@@ -124,7 +124,8 @@ class Fabric:
             self._ifindex[key] = found[0]
         return self._ifindex[key]
 
-    def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+    def call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        """fn(*args, **kwargs), a netlink error as a FabricError that names `what`."""
         try:
             return fn(*args, **kwargs)
         except NetlinkError as e:
@@ -146,7 +147,7 @@ class Fabric:
             netns.create(self.topo.netns(node.name))
             netns.write_sysctls(self.topo.netns(node.name), self._sysctls(node))
             lo = self.ifindex(node.name, "lo")
-            self._call(f"{node.name}: lo up", self.ipr(node.name).link, "set", index=lo, state="up")
+            self.call(f"{node.name}: lo up", self.ipr(node.name).link, "set", index=lo, state="up")
         _failpoint("namespaces")
         for link in self.topo.links.values():
             if here(link.upper.node) and here(link.lower.node):
@@ -179,66 +180,10 @@ class Fabric:
                             e, f"{port.node}:{port.ifname}: attach BPF port program"
                         ) from None
         if nic is not None:
-            self._attach_nic(program, nic)
+            from mrc_nic.fabric import nicports
+
+            nicports.attach_nic(self, program, nic)
         _failpoint("attach")
-
-    def _attach_nic(self, program: Any, nic: Any) -> None:
-        """The NIC's XDP program on every host port, and what its send engine
-        needs to know of each port: its device, its MAC and the T0's MAC (the
-        next hop of every data packet), and that every port is up."""
-        from mrc_nic.nic import NicMaps
-
-        with NicMaps.open(self.topo.lab) as maps:
-            for link in self.topo.links.values():
-                if link.kind != "host" or not self.topo.is_here(link.lower.node):
-                    continue
-                up, host = link.upper, link.lower
-                # The switch end first: the host end's XDP_TX needs a program there.
-                program.attach_xdp_pass(self.ipr(up.node), self.ifindex(up.node, up.ifname))
-                host_idx = self.ifindex(host.node, host.ifname)
-                self._call(
-                    f"{link.name}: attach NIC XDP on {host.node}:{host.ifname}",
-                    nic.attach,
-                    self.ipr(host.node),
-                    host_idx,
-                )
-                maps.set_port(
-                    self.topo.nodes[host.node].index,
-                    link.plane,
-                    ifindex=host_idx,
-                    mac=self._mac(host.node, host.ifname),
-                    nh_mac=self._mac(up.node, up.ifname),
-                    netns=self.topo.netns(host.node),
-                )
-            for name in filter(self.topo.is_here, self.topo.host_names()):
-                self._make_doorbell(name, nic)
-                maps.set_port_bitmap(self.topo.nodes[name].index, (1 << self.topo.planes) - 1)
-
-    def _make_doorbell(self, host: str, nic: Any) -> None:
-        """The host's doorbell port: a veth whose NIC end, at the ifindex the
-        NIC program knows, takes every frame sent into the other end as a kick
-        (docs/nic-program.md, "Kicks"): cheaper than a BPF_PROG_RUN per post."""
-        from mrc_nic.nic import DOORBELL_IFINDEX, DOORBELL_IFNAME, DOORBELL_NIC_IFNAME
-
-        ipr = self.ipr(host)
-        self._call(
-            f"{host}: create the doorbell port",
-            ipr.link,
-            "add",
-            ifname=DOORBELL_NIC_IFNAME,
-            index=DOORBELL_IFINDEX,
-            kind="veth",
-            peer={"ifname": DOORBELL_IFNAME},
-        )
-        for ifname in (DOORBELL_NIC_IFNAME, DOORBELL_IFNAME):
-            idx = self.ifindex(host, ifname)
-            self._call(f"{host}: {ifname} mtu", ipr.link, "set", index=idx, mtu=self.topo.mtu)
-            self._call(f"{host}: {ifname} up", ipr.link, "set", index=idx, state="up")
-        self._call(f"{host}: attach NIC XDP on the doorbell", nic.attach, ipr, DOORBELL_IFINDEX)
-
-    def _mac(self, node: str, ifname: str) -> str:
-        (msg,) = self.ipr(node).get_links(self.ifindex(node, ifname))
-        return msg.get_attr("IFLA_ADDRESS")
 
     def _sysctls(self, node: Node) -> dict[str, int]:
         if not node.is_switch:
@@ -249,7 +194,7 @@ class Fabric:
 
     def _make_link(self, link: Link) -> None:
         up, low = link.upper, link.lower
-        self._call(
+        self.call(
             f"{link.name}: create veth",
             self.ipr(up.node).link,
             "add",
@@ -263,9 +208,9 @@ class Fabric:
     def _port_up(self, link: Link, port: Port) -> None:
         idx = self.ifindex(port.node, port.ifname)
         ipr = self.ipr(port.node)
-        self._call(f"{link.name}: mtu", ipr.link, "set", index=idx, mtu=self.topo.mtu)
+        self.call(f"{link.name}: mtu", ipr.link, "set", index=idx, mtu=self.topo.mtu)
         if port.address is not None:
-            self._call(
+            self.call(
                 f"{link.name}: address {port.address} on {port.node}:{port.ifname}",
                 ipr.addr,
                 "add",
@@ -273,7 +218,7 @@ class Fabric:
                 address=str(port.address.ip),
                 prefixlen=port.address.network.prefixlen,
             )
-        self._call(f"{link.name}: up", ipr.link, "set", index=idx, state="up")
+        self.call(f"{link.name}: up", ipr.link, "set", index=idx, state="up")
 
     def _make_tunnel_end(self, link: Link) -> None:
         """This machine's end of a link to another machine: a VXLAN device made
@@ -287,7 +232,7 @@ class Fabric:
         tunnel = self.topo.shard.tunnels[link.name]
         port = link.upper if self.topo.is_here(link.upper.node) else link.lower
         with netns.iproute_here() as ipr:
-            self._call(
+            self.call(
                 f"{link.name}: create VXLAN {tunnel.vni} to {tunnel.remote}",
                 ipr.link,
                 "add",
@@ -311,7 +256,7 @@ class Fabric:
             spec["gateway"] = str(route.via[0])
         else:
             spec["multipath"] = [{"gateway": str(g)} for g in route.via]
-        self._call(f"{route.node}: route {route.dst}", ipr.route, "replace", **spec)
+        self.call(f"{route.node}: route {route.dst}", ipr.route, "replace", **spec)
 
     def _set_queue(self, link: Link, port: Port) -> None:
         """Egress queue at the link rate: a real TBF, so queueing delay is real."""
@@ -328,7 +273,7 @@ class Fabric:
         burst = tbf_burst_bytes(link.rate_bps, self.topo.mtu)
         # Switch ports trim packets in BPF before this queue: see SKB_LEN_STAB.
         extra = {"stab": SKB_LEN_STAB} if port.port_id is not None else {}
-        self._call(
+        self.call(
             f"{link.name}: tbf queue on {port.node}:{port.ifname}",
             self.ipr(port.node).tc,
             command,
@@ -349,7 +294,7 @@ class Fabric:
                 continue  # the other machine's agent sets its end (mrc_nic.cluster)
             idx = self.ifindex(port.node, port.ifname)
             state = "up" if up else "down"
-            self._call(
+            self.call(
                 f"{link.name}: set {state}", self.ipr(port.node).link, "set", index=idx, state=state
             )
 

@@ -183,7 +183,7 @@ def resolve_ev_target(topo: Topology, words: tuple[str, ...]) -> dict | None:
             plane = maps.ev(qpn, ev).plane
         except KeyError:
             raise FaultError(f"QP {qpn:#x} has no EV {ev} (see mrc-nic ev list {qpn:#x})") from None
-    host = next((h for h in topo.host_names() if topo.nodes[h].index == qpn >> 16), None)
+    host = topo.host_of_qpn(qpn)
     if host is None:
         raise FaultError(f"QP {qpn:#x} belongs to no host of lab {topo.lab!r}")
     link = topo.host_port_link(host, f"eth{plane}")

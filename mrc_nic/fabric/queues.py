@@ -22,7 +22,8 @@ import time
 from mrc_nic.errors import MrcNicError
 from mrc_nic.fabric.switchport import EGRESS, QueueSettings, SwitchPortMaps, twin_backlog
 from mrc_nic.lab import state
-from mrc_nic.lab.topology import Link, Port, Threshold, Topology, tbf_burst_bytes
+from mrc_nic.lab.topology import Link, Port, Topology, tbf_burst_bytes
+from mrc_nic.units import Threshold
 
 QUEUE_COUNTERS = ("enqueued", "ecn_marked", "trimmed", "drop_buffer", "backlog_hwm")
 

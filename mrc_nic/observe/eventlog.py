@@ -34,6 +34,7 @@ import time
 from dataclasses import dataclass
 
 from mrc_nic import nic
+from mrc_nic.abi.nic_const_defs import NIC_QPN_HOST_SHIFT
 from mrc_nic.lab import ctl, eventops, state
 from mrc_nic.lab.eventops import POSTED_TYPES, READ_MAX
 from mrc_nic.lab.service import Conn, LineService
@@ -100,7 +101,7 @@ class EventLog(LineService):
         ts = fields.pop("ts")
         event = {"type": kind, "time": ts / 1e9 + self.wall_minus_mono, "source": "nic"}
         qpn = fields.get("qpn", 0)
-        event["host"] = self.hosts.get(qpn >> 16)
+        event["host"] = self.hosts.get(qpn >> NIC_QPN_HOST_SHIFT)
         for key in ("old_state", "new_state"):
             if key in fields:
                 fields[key] = _name(nic.EvState, fields[key])

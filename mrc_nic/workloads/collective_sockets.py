@@ -76,24 +76,7 @@ def socket_ring(
     procs: list[hostprocs.HostProc] = []
     timer = EventTimer(events, step_events)
     try:
-        port = peers.PORT_BASE + (os.getpid() * 31) % peers.PORT_SPAN
-        for i, h in enumerate(hosts):
-            sends = [step[i].size for step in schedule]
-            recvs = [step[(i - 1) % n].size for step in schedule]
-            args = {
-                "proto": proto,
-                "addr": addr[i],
-                "next": addr[(i + 1) % n],
-                "port": port,
-                "sends": sends,
-                "recvs": recvs,
-            }
-            procs.append(hostprocs.HostProc(topo.netns(h), __name__, args))
-        setup_deadline = time.monotonic() + START_TIMEOUT_S
-        ready = hostprocs.gather(procs, "ready", setup_deadline)
-        for i, p in enumerate(procs):
-            p.tell({"next_port": ready[(i + 1) % n]["ready"]})
-        hostprocs.gather(procs, "connected", setup_deadline)
+        _start_ring(procs, topo, hosts, proto, addr, schedule)
 
         def run_step(step: list[Send], start: float, deadline: float) -> tuple[list[dict], float]:
             for p in procs:
@@ -117,22 +100,51 @@ def socket_ring(
 
         run_steps(job, schedule, timer, run_step, on_step)
         if job.completed:
-            for p in procs:
-                p.tell({"end": True})
-            try:
-                ends = hostprocs.gather(procs, "done", time.monotonic() + 10)
-                job.detail["retransmits"] = sum(e.get("retrans") or 0 for e in ends)
-                job.detail["subflows"] = [e.get("subflows") for e in ends]
-                for p in procs:
-                    p.tell({"close": True})
-            except (TimeoutError, RuntimeError) as e:  # the job's figures stand
-                job.detail["end_error"] = str(e)
+            _end_ring(procs, job)
     except (TimeoutError, RuntimeError) as e:
         job.error = job.error or str(e)
     finally:
         job.events = timer.stop()
         job.detail["stderr"] = hostprocs.end_all(procs)
     return job
+
+
+def _start_ring(procs: list, topo, hosts: list[str], proto: str, addr: list[str], schedule) -> None:
+    """A host process per host (appended to procs as it starts), each connected
+    to the next host of the ring; raises TimeoutError or RuntimeError if not."""
+    from mrc_nic.workloads.peers import PORT_BASE, PORT_SPAN
+
+    n = len(hosts)
+    port = PORT_BASE + (os.getpid() * 31) % PORT_SPAN
+    for i, h in enumerate(hosts):
+        args = {
+            "proto": proto,
+            "addr": addr[i],
+            "next": addr[(i + 1) % n],
+            "port": port,
+            "sends": [step[i].size for step in schedule],
+            "recvs": [step[(i - 1) % n].size for step in schedule],
+        }
+        procs.append(hostprocs.HostProc(topo.netns(h), __name__, args))
+    setup_deadline = time.monotonic() + START_TIMEOUT_S
+    ready = hostprocs.gather(procs, "ready", setup_deadline)
+    for i, p in enumerate(procs):
+        p.tell({"next_port": ready[(i + 1) % n]["ready"]})
+    hostprocs.gather(procs, "connected", setup_deadline)
+
+
+def _end_ring(procs: list, job: JobResult) -> None:
+    """A completed job's end: each host's retransmits and subflows into job.detail."""
+    for p in procs:
+        p.tell({"end": True})
+    try:
+        ends = hostprocs.gather(procs, "done", time.monotonic() + 10)
+        job.detail["retransmits"] = sum(e.get("retrans") or 0 for e in ends)
+        job.detail["subflows"] = [e.get("subflows") for e in ends]
+        for p in procs:
+            p.tell({"close": True})
+    except (TimeoutError, RuntimeError) as e:  # the job's figures stand
+        job.detail["end_error"] = str(e)
 
 
 # ---- the host process (runs inside a host's namespace) -------------------------------------------

@@ -277,26 +277,30 @@ def allreduce_failure(
             if applied:
                 faults.heal(lab, applied)
     done = [e for e in failed.events if "done_s" in e and "error" not in e]
+    fault_record = {
+        "target": " ".join(fault),
+        "mode": mode,
+        "at": at,
+        "step": step,
+        "into_step_s": into,
+        "in_force_at_s": done[0]["done_s"] if done else None,
+        "error": next((e["error"] for e in failed.events if "error" in e), None),
+    }
+    report = {"scenario": "allreduce-failure", "lab": lab, "hosts": hosts, "size": size}
+    fid = fidelity.combine({"healthy": fid_healthy, "failed": fid_failed})
+    return report | _healthy_against_failed(healthy, failed, fault_record, fid)
+
+
+def _healthy_against_failed(healthy, failed, fault_record: dict, fid: dict) -> dict:
+    """allreduce_failure's figures: the two runs side by side, and the slowdown."""
     slowdown = (
         failed.job_s / healthy.job_s
         if healthy.completed and failed.completed and healthy.job_s
         else None
     )
     return {
-        "scenario": "allreduce-failure",
-        "lab": lab,
-        "hosts": hosts,
-        "size": size,
         "steps": healthy.steps_planned,
-        "fault": {
-            "target": " ".join(fault),
-            "mode": mode,
-            "at": at,
-            "step": step,
-            "into_step_s": into,
-            "in_force_at_s": done[0]["done_s"] if done else None,
-            "error": next((e["error"] for e in failed.events if "error" in e), None),
-        },
+        "fault": fault_record,
         "healthy_job_s": healthy.job_s,
         "failed_job_s": failed.job_s,
         "slowdown": slowdown,
@@ -317,5 +321,5 @@ def allreduce_failure(
             "failed": failed.detail.get("timeouts"),
         },
         "errors": {"healthy": healthy.error, "failed": failed.error},
-        "fidelity": fidelity.combine({"healthy": fid_healthy, "failed": fid_failed}),
+        "fidelity": fid,
     }

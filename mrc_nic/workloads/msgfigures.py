@@ -9,7 +9,7 @@ import math
 import statistics
 from typing import Any
 
-from mrc_nic import nic
+from mrc_nic import nic, units
 from mrc_nic.workloads import rdma_write
 from mrc_nic.workloads.benchkit import (
     table_row,
@@ -47,7 +47,7 @@ def size_name(n: int) -> str:
 
 
 def parse_sizes(text: str) -> list[int]:
-    return [rdma_write.parse_size(part.strip()) for part in text.split(",") if part.strip()]
+    return [units.parse_transfer_size(part.strip()) for part in text.split(",") if part.strip()]
 
 
 # ---- figures -------------------------------------------------------------------------

@@ -424,18 +424,8 @@ def run_stream(
     recomputes it with other choices). Bounded: the whole call ends within
     warmup_s + seconds + drain_s + about 20 s, whatever the network does.
     """
-    if proto not in PROTOS:
-        raise ValueError(f"proto must be one of {', '.join(PROTOS)}, not {proto!r}")
-    if seconds <= 0 or bin_s <= 0 or bin_s > seconds:
-        raise ValueError("need seconds > 0 and 0 < bin_s <= seconds")
     topo = resolve(lab_or_topo)
-    for host in (src, dst):
-        if host not in topo.host_names():
-            raise ValueError(f"no host {host!r} in lab {topo.lab!r}")
-    if src == dst:
-        raise ValueError("source and destination must be different hosts")
-    if not 0 <= plane < topo.planes:
-        raise ValueError(f"no plane {plane}: the lab has planes 0..{topo.planes - 1}")
+    _check_stream(topo, src, dst, proto, seconds, bin_s, plane)
     plan = sorted(events, key=lambda e: e[0])
     if on_start is not None:
         plan.insert(0, (0.0, on_start))
@@ -443,12 +433,7 @@ def run_stream(
         mptcp_setup(topo, src, dst)
     src_addr = str(topo.host_address(topo.nodes[src].index, plane))
     dst_addr = str(topo.host_address(topo.nodes[dst].index, plane))
-    counter = None
-    if count_planes:
-        try:
-            counter = _PlaneCounter(topo, src)
-        except Exception:  # a lab without pinned counters: no per-plane figures
-            counter = None
+    counter = _plane_counter(topo, src) if count_planes else None
     receiver = sender = None
     log: list[dict] = []
     errors: list[str] = []
@@ -474,20 +459,7 @@ def run_stream(
             "send",
             {**common, "proto": proto, "src": src_addr, "dst": dst_addr, "port": ready["port"]},
         )
-        for t, fn in plan:
-            wait = start_ns / 1e9 + t - time.monotonic()
-            if wait > 0:
-                time.sleep(wait)
-            called = (time.monotonic_ns() - start_ns) / 1e9
-            entry: dict[str, Any] = {"t": t, "name": getattr(fn, "__name__", repr(fn))}
-            try:
-                entry["result"] = _jsonable(fn())
-            except Exception as e:  # kept, and the stream goes on: the caller decides
-                entry["error"] = f"{type(e).__name__}: {e}"
-                errors.append(f"event at {t:g} s ({entry['name']}): {entry['error']}")
-            entry["called_s"] = round(called, 6)
-            entry["done_s"] = round((time.monotonic_ns() - start_ns) / 1e9, 6)
-            log.append(entry)
+        log += _call_events(plan, start_ns, errors)
         left = start_ns / 1e9 + seconds + drain_s - time.monotonic()
         sent = _result(sender, "sender", max(0.0, left) + 15)
         got = _result(receiver, "receiver", 15, rest)
@@ -497,15 +469,26 @@ def run_stream(
     plane_bytes = counter.delta() if counter is not None else None
     errors += [f"sender: {e}" for e in sent.get("errors", [])]
     errors += [f"receiver: {e}" for e in got.get("errors", [])]
-    bins = got["bins"]
+    return _stream_result(
+        sent, got, log, errors, plane_bytes, full_fraction,
+        proto=proto, src=src, dst=dst, plane=plane, seconds=seconds, bin_s=bin_s,
+    )  # fmt: skip
+
+
+def _plane_counter(topo, src: str):
+    """Per-plane byte counters of src's ports; None on a lab without pinned counters."""
+    try:
+        return _PlaneCounter(topo, src)
+    except Exception:  # a lab without pinned counters: no per-plane figures
+        return None
+
+
+def _stream_result(sent, got, log, errors, plane_bytes, full_fraction, **shape) -> StreamResult:
+    """The sender's and receiver's reports as a StreamResult, analysed from its first event."""
+    seconds = shape["seconds"]
     res = StreamResult(
-        proto=proto,
-        src=src,
-        dst=dst,
-        plane=plane,
-        seconds=seconds,
-        bin_s=bin_s,
-        bins=bins,
+        **shape,
+        bins=got["bins"],
         bytes_window=got["bytes_window"],
         bytes_total=got["bytes_total"],
         goodput_bps=got["bytes_window"] * 8 / seconds,
@@ -522,6 +505,42 @@ def run_stream(
     if log:
         res.analyse(log[0]["done_s"], full_fraction=full_fraction)
     return res
+
+
+def _check_stream(topo, src: str, dst: str, proto: str, seconds: float, bin_s: float, plane: int):
+    """run_stream's arguments, checked before anything starts (ValueError: which is wrong)."""
+    if proto not in PROTOS:
+        raise ValueError(f"proto must be one of {', '.join(PROTOS)}, not {proto!r}")
+    if seconds <= 0 or bin_s <= 0 or bin_s > seconds:
+        raise ValueError("need seconds > 0 and 0 < bin_s <= seconds")
+    for host in (src, dst):
+        if host not in topo.host_names():
+            raise ValueError(f"no host {host!r} in lab {topo.lab!r}")
+    if src == dst:
+        raise ValueError("source and destination must be different hosts")
+    if not 0 <= plane < topo.planes:
+        raise ValueError(f"no plane {plane}: the lab has planes 0..{topo.planes - 1}")
+
+
+def _call_events(plan, start_ns: int, errors: list[str]) -> list[dict]:
+    """Call each (t, fn) of the plan when t seconds of the stream have passed;
+    each call's times and result (or error, also added to errors) as the log."""
+    log = []
+    for t, fn in plan:
+        wait = start_ns / 1e9 + t - time.monotonic()
+        if wait > 0:
+            time.sleep(wait)
+        called = (time.monotonic_ns() - start_ns) / 1e9
+        entry: dict[str, Any] = {"t": t, "name": getattr(fn, "__name__", repr(fn))}
+        try:
+            entry["result"] = _jsonable(fn())
+        except Exception as e:  # kept, and the stream goes on: the caller decides
+            entry["error"] = f"{type(e).__name__}: {e}"
+            errors.append(f"event at {t:g} s ({entry['name']}): {entry['error']}")
+        entry["called_s"] = round(called, 6)
+        entry["done_s"] = round((time.monotonic_ns() - start_ns) / 1e9, 6)
+        log.append(entry)
+    return log
 
 
 def _jsonable(value: Any) -> Any:
@@ -547,15 +566,13 @@ def abort(sock: socket.socket) -> None:
     sock.close()
 
 
-def receiver(args: dict) -> dict:
-    """Listen, print {"ready": port}, accept one stream and count its bytes into bins
-    of CLOCK_MONOTONIC from t = 0 (the sender's start, told in its first 8 bytes)."""
-    proto, bin_ns = args["proto"], int(args["bin_s"] * 1e9)
+def _listen(proto: str, addr: str, port: int) -> socket.socket:
+    """A listening socket on port (or the next free one of the span), said on stdout
+    as {"ready": true, "port": PORT}."""
     lst = stream_socket(proto)
     lst.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     # MPTCP: on every address, for the MP_JOINs to the announced ones.
-    host = "0.0.0.0" if proto == "mptcp" else args["addr"]
-    port = args["port"]
+    host = "0.0.0.0" if proto == "mptcp" else addr
     for attempt in range(50):
         try:
             lst.bind((host, port))
@@ -566,11 +583,13 @@ def receiver(args: dict) -> dict:
             port = PORT_BASE + (port - PORT_BASE + 1) % PORT_SPAN
     lst.listen(1)
     print(json.dumps({"ready": True, "port": port}), flush=True)
-    lst.settimeout(args["accept_s"])
-    conn, _ = lst.accept()  # the listener stays open: MP_JOINs of later subflows reach it
-    conn.settimeout(0.05)
+    return lst
+
+
+def _start_time(conn: socket.socket, wait_s: float) -> int:
+    """The stream's t = 0 (CLOCK_MONOTONIC ns), the sender's first 8 bytes."""
     head = b""
-    hard = time.monotonic() + args["accept_s"]
+    hard = time.monotonic() + wait_s
     while len(head) < 8 and time.monotonic() < hard:
         with contextlib.suppress(TimeoutError):
             chunk = conn.recv(8 - len(head))
@@ -580,7 +599,18 @@ def receiver(args: dict) -> dict:
     if len(head) < 8:
         abort(conn)
         raise RuntimeError("the sender sent no start time")
-    start_ns = struct.unpack("!Q", head)[0]
+    return struct.unpack("!Q", head)[0]
+
+
+def receiver(args: dict) -> dict:
+    """Listen, print {"ready": port}, accept one stream and count its bytes into bins
+    of CLOCK_MONOTONIC from t = 0 (the sender's start, told in its first 8 bytes)."""
+    proto, bin_ns = args["proto"], int(args["bin_s"] * 1e9)
+    lst = _listen(proto, args["addr"], args["port"])
+    lst.settimeout(args["accept_s"])
+    conn, _ = lst.accept()  # the listener stays open: MP_JOINs of later subflows reach it
+    conn.settimeout(0.05)
+    start_ns = _start_time(conn, args["accept_s"])
     end_ns = start_ns + int(args["seconds"] * 1e9)
     hard_ns = end_ns + int(args["drain_s"] * 1e9)
     n_window = -(-(end_ns - start_ns) // bin_ns)

@@ -19,7 +19,7 @@ import secrets
 import time
 from typing import Any, NamedTuple
 
-from mrc_nic import nic, verbs
+from mrc_nic import nic, units, verbs
 from mrc_nic.errors import MrcNicError
 from mrc_nic.kernel.fdwait import Waiter
 from mrc_nic.lab import topology
@@ -31,10 +31,8 @@ from mrc_nic.workloads.writeplan import DEPTH_MAX, Pieces, WriteOptions, chunk_d
 U32 = 0xFFFFFFFF
 POLL_BATCH = 64
 WRITE, WRITE_IMM = verbs.WrOpcode.RDMA_WRITE, verbs.WrOpcode.RDMA_WRITE_WITH_IMM
-# Transfer sizes: the one-letter units are binary, as RDMA tools count
-# (perftest, ib_write_bw): 1G = 1 GiB; the long forms as everywhere (GB, GiB).
-WRITE_SIZE_UNITS = {**topology.SIZE_UNITS, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
-SIZE_MAX = 2**40
+WRITE_SIZE_UNITS = units.TRANSFER_SIZE_UNITS
+SIZE_MAX = units.TRANSFER_MAX
 QPS_MAX = 64  # QPs of one connection, at most
 # A lab with slow links has a long design RTT ([queues] base_rtt): a QP's
 # retransmission timeout and reorder window must scale with it, or queueing
@@ -53,17 +51,8 @@ REORDER_RTTS = 2
 REORDER_RTTS_FIXED = 4
 
 
-def parse_size(text: str) -> int:
-    """'1G', '64MiB', '1.5G', '4096' -> bytes; 1 byte .. 1 TiB."""
-    value = topology.parse_size(text, WRITE_SIZE_UNITS)
-    if value < 1:
-        raise ValueError(f"size must be at least 1 byte, not {text!r}")
-    if value > SIZE_MAX:
-        raise ValueError(
-            f"{text!r} is {topology.format_size(value)}, over the limit of "
-            f"{topology.format_size(SIZE_MAX)} per transfer"
-        )
-    return value
+# Transfer sizes ("1G" = 1 GiB, as perftest counts), 1 byte .. 1 TiB: mrc_nic.units.
+parse_size = units.parse_transfer_size
 
 
 def lab_defaults(topo: topology.Topology, cc_profile: int | None = None) -> tuple[int, int]:

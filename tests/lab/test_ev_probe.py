@@ -3,7 +3,7 @@ item 3): no QP at either end; a healthy EV is answered with an RTT, an EV whose
 path is blackholed is not answered within the timeout, and per EV: with one
 spine link of a plane blackholed, the EVs ECMP hashes onto it go unanswered
 and the others are answered, the same ones each time. A port status update
-reaches the peer, which shows it in `port status` and answers with its own;
+reaches the peer, which shows it in `nic-port status` and answers with its own;
 a DISABLED port neither answers probes nor sends them."""
 
 from __future__ import annotations
@@ -122,21 +122,21 @@ def test_a_port_status_update_reaches_the_peer_which_answers_with_its_own(defaul
     assert (rsp.req_id, rsp.port, rsp.adj_svc_time) == (7, 1, 1) and rsp.rtt > 0
     assert rsp.peer_port_status == 0b10110  # h1: ports 1, 2 and 4 up, 3 DISABLED
     assert _counter(lab, "PORT_STATUS_UPDATE") == before + 1
-    view = json.loads(run_cli("port", "status", "h1", "--lab", lab, "--format", "json").stdout)
+    view = json.loads(run_cli("nic-port", "status", "h1", "--lab", lab, "--format", "json").stdout)
     (peer,) = view["peers"]
     assert (peer["host"], peer["port_status"], peer["via_port"]) == ("h0", 0b01010, 1)
     assert [q["state"] for q in peer["ports"]] == ["UP", "DOWN", "UP", "DOWN"]
     # The CLI: h0's own status (every port up) from each of its ports.
-    out = run_cli("port", "update", "h0", "--dst", "h1", "--lab", lab, "--format", "json")
+    out = run_cli("nic-port", "update", "h0", "--dst", "h1", "--lab", lab, "--format", "json")
     data = json.loads(out.stdout)
     assert (data["sent"], data["answered"]) == (4, 3)  # h1's DISABLED port 3 answers nothing
     by_port = {u["port"]: u for u in data["updates"]}
     assert not by_port[3]["answered"] and by_port[3]["sent"]
     assert all(by_port[n]["peer_port_status"] == 0b10110 for n in (1, 2, 4))
-    view = json.loads(run_cli("port", "status", "h1", "--lab", lab, "--format", "json").stdout)
+    view = json.loads(run_cli("nic-port", "status", "h1", "--lab", lab, "--format", "json").stdout)
     assert view["peers"][0]["port_status"] == 0b11110
     assert view["peers"][0]["updates"] == peer["updates"] + 3
-    bad = run_cli("port", "update", "h0", "--dst", "h1", "--status", "1,9", "--lab", lab,
+    bad = run_cli("nic-port", "update", "h0", "--dst", "h1", "--status", "1,9", "--lab", lab,
                   check=False)  # fmt: skip
     assert bad.returncode == 2 and "ports are 1..4" in bad.stderr
 

@@ -20,12 +20,13 @@ import pytest
 from click.testing import CliRunner
 
 from mrc_nic.cli import cli
-from mrc_nic.cli.common import DURATION, parse_duration
+from mrc_nic.cli.common import DURATION
 from mrc_nic.fabric import faults
 from mrc_nic.fabric.faults import FaultError, FaultSpec, enforcement_points, resolve_target
 from mrc_nic.fabric.switchport import EGRESS, INGRESS
 from mrc_nic.lab import state as state_errors
 from mrc_nic.lab import topology
+from mrc_nic.units import parse_duration
 from tests.helpers.env import NETNS_DIR, ROOT
 
 VENV_PYTHON = ROOT / ".venv" / "bin" / "python"
@@ -306,6 +307,7 @@ COMMANDS = [
     "heal",
     "chaos",
     "port",
+    "nic-port",
     "cc",
     "stats",
     "traffic",

@@ -112,5 +112,10 @@ def test_a_cluster_lab_is_routed_with_l_before_or_after_the_command(tmp_path, mo
     assert route.cluster_command(["status", "-l", "big"]) == ("big", ["status"])
     assert route.cluster_command(["-l", "big", "status"]) == ("big", ["status"])
     assert route.cluster_command(["--lab=big", "status"]) == ("big", ["status"])
+    # --format before the command too (mrc_nic.cli.app): it follows the command
+    assert route.cluster_command(["--format", "json", "-l", "big", "status"]) == (
+        "big",
+        ["status", "--format", "json"],
+    )
     assert route.cluster_command(["-l", "other", "status"]) is None  # a local lab
     assert route.cluster_command(["up", "-l", "big"]) is None  # up builds; never routed

@@ -258,7 +258,7 @@ def test_a_disabled_port_sends_no_probe_nor_update(ep):
 
 
 def test_cli_ev_list_parsing():
-    from mrc_nic.cli.ctl_cmds import parse_probe_evs
+    from mrc_nic.cli.ev_cmds import parse_probe_evs
 
     assert parse_probe_evs("49152,49153") == [(49152, 0), (49153, 0)]
     assert parse_probe_evs("49152-49154") == [(49152, 0), (49153, 0), (49154, 0)]

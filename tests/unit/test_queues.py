@@ -12,11 +12,12 @@ import dataclasses
 import pytest
 from click.testing import CliRunner
 
+from mrc_nic import units
 from mrc_nic.cli import cli
 from mrc_nic.fabric import queues
 from mrc_nic.fabric import switchport as sp
 from mrc_nic.lab import topology
-from mrc_nic.lab.topology import Threshold
+from mrc_nic.units import Threshold
 from tests.helpers.env import NETNS_DIR
 
 NETNS = NETNS_DIR
@@ -121,7 +122,7 @@ def test_summary_names_the_queue_parameters(default):
     ],
 )
 def test_parse_threshold(text, expected):
-    assert topology.parse_threshold(text) == expected
+    assert units.parse_threshold(text) == expected
 
 
 @pytest.mark.parametrize(
@@ -137,11 +138,11 @@ def test_parse_threshold(text, expected):
 )
 def test_parse_threshold_errors(text, fragment):
     with pytest.raises(ValueError, match=fragment):
-        topology.parse_threshold(text)
+        units.parse_threshold(text)
 
 
 def test_trim_may_be_off():
-    assert topology.parse_threshold("off", allow_off=True) is None
+    assert units.parse_threshold("off", allow_off=True) is None
 
 
 # ---- settings checks and layout ---------------------------------------------------------

@@ -17,13 +17,10 @@ from mrc_nic.lab.topology import (
     QUEUE_BYTES_MAX,
     QueueParams,
     TopologyError,
-    format_rate,
     load,
-    parse_rate,
-    parse_size,
-    parse_threshold,
     with_forwarding,
 )
+from mrc_nic.units import format_rate, parse_rate, parse_size, parse_threshold
 from tests.helpers.env import NETNS_DIR
 
 IP = ipaddress.IPv4Address
