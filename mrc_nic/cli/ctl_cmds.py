@@ -21,7 +21,7 @@ STATES = click.Choice(["INIT", "OFFLINE", "ONLINE"], case_sensitive=False)
 
 def _call_all(lab: str | None, hosts: tuple[str, ...], request) -> dict[str, object]:
     """The request to each host's daemon; {host: reply}."""
-    from mrc_nic.lab import ctl
+    from mrc_nic.lab import client
     from mrc_nic.lab.state import open_lab
 
     name = pick_lab(lab)
@@ -31,7 +31,7 @@ def _call_all(lab: str | None, hosts: tuple[str, ...], request) -> dict[str, obj
             raise click.UsageError(
                 f"no host {h!r} in lab {name!r} (hosts: {', '.join(topo.host_names())})"
             )
-    return {h: ctl.call(name, h, request) for h in (hosts or topo.host_names())}
+    return {h: client.call(name, h, request) for h in (hosts or topo.host_names())}
 
 
 def _int(text: str) -> int:
@@ -90,7 +90,7 @@ def _table(title: str, cols: list[str], row):
 @format_option
 def ev_profile_list(hosts, lab, fmt):
     """Every EV profile of each NIC, with its kind (ev_mode) and state."""
-    from mrc_nic.transport import ctlops
+    from mrc_nic.contract import ctlops
 
     cols = ["host", "#id", "kind", "state", "#fmt", "#ev_count", "#min_active", "events", "#qps"]
     row = lambda p: [  # noqa: E731
@@ -107,7 +107,7 @@ def ev_profile_list(hosts, lab, fmt):
 @format_option
 def ev_profile_show(profile_id, hosts, lab, fmt):
     """One EV profile: attributes, its EV array (value, port, wire EV) and states."""
-    from mrc_nic.transport import ctlops
+    from mrc_nic.contract import ctlops
 
     def render(data: dict) -> None:
         for h, p in data.items():
@@ -168,7 +168,7 @@ Examples (a generated profile of 16 EVs on format 1):
 def ev_profile_set(profile_id, state, mode, fmt_id, count, min_active, event_mask, probe_good,
                    fields, replaces, denies, allows, backups, hosts, lab, fmt):  # fmt: off
     """Create or change an EV profile (mrc_ctl_modify_ev_profile)."""
-    from mrc_nic.transport import ctlops
+    from mrc_nic.contract import ctlops
 
     attrs: dict = {}
     for key, value in (
@@ -232,7 +232,7 @@ def ev_profile_set(profile_id, state, mode, fmt_id, count, min_active, event_mas
 @format_option
 def ev_profile_fmt(profile_id, state, mode, fields, hosts, lab, fmt):
     """Create, change or show an EV Format profile (mrc_ctl_modify_ev_fmt_profile)."""
-    from mrc_nic.transport import ctlops
+    from mrc_nic.contract import ctlops
 
     attrs: dict = {}
     if mode:
@@ -271,7 +271,7 @@ def ev_events(profile_id, num, hosts, lab, fmt):
     {profile_id, ev, drop_count, state} for each change in a profile's
     ev_event_mask, as the NIC made it (with its cause), however soon the next
     followed. `mrc-nic events` is the lab's whole log."""
-    from mrc_nic.transport import ctlops
+    from mrc_nic.contract import ctlops
 
     replies = _call_all(lab, hosts, ctlops.EvEventPoll(num_entries=num, profile_id=profile_id))
     data = {h: r.events for h, r in replies.items()}
@@ -431,12 +431,12 @@ def _ep_send(name: str, host: str, op_type: str, reqs, rows, timeout: float, key
     answered, its place in the arrival order, the port it came in on and keys
     (None when unanswered), and whether it was sent (not from a DISABLED port).
     The reply, and a summary for --format json."""
-    from mrc_nic.lab import ctl
-    from mrc_nic.transport import ctlops
+    from mrc_nic.contract import ctlops
+    from mrc_nic.lab import client
 
     timeout_ns = max(1000, round(timeout * 1e9))
     request = ctlops.EpBatchSendWait(reqs=reqs, rsp_timeout=timeout_ns, op_type=op_type)
-    reply = ctl.call(name, host, request, timeout=timeout + 5.0)
+    reply = client.call(name, host, request, timeout=timeout + 5.0)
     by_id = {r["req_id"]: (i, r) for i, r in enumerate(reply.rsps)}
     unsent = set(reply.unsent)
     for row in rows:
@@ -478,7 +478,7 @@ def cc_profile() -> None:
 @format_option
 def cc_profile_list(hosts, lab, fmt):
     """Every CC profile of each NIC: algorithm (uet-1.0-nscc, or none) and state."""
-    from mrc_nic.transport import ctlops
+    from mrc_nic.contract import ctlops
 
     cols = ["host", "#id", "name", "algorithm", "state", "#qps"]
     row = lambda p: [  # noqa: E731
@@ -504,7 +504,7 @@ Examples:
 @format_option
 def cc_profile_set(profile_id, state, algorithm, cfgs, hosts, lab, fmt):
     """Create or change a CC profile (mrc_ctl_modify_cc_profile)."""
-    from mrc_nic.transport import ctlops
+    from mrc_nic.contract import ctlops
 
     attrs: dict = {}
     if algorithm is not None:
@@ -543,7 +543,7 @@ def cc_profile_set(profile_id, state, algorithm, cfgs, hosts, lab, fmt):
 @format_option
 def cc_profile_show(profile_id, hosts, lab, fmt):
     """One CC profile with its NSCC configuration."""
-    from mrc_nic.transport import ctlops
+    from mrc_nic.contract import ctlops
 
     def render(data: dict) -> None:
         for h, p in data.items():
@@ -565,7 +565,7 @@ def port_admin(host, port_num, state, lab, fmt):
     """Enable or disable port PORT_NUM (1-based: plane + 1) of HOST's NIC
     (mrc_ctl_modify_port). A disabled port is down to the NIC and to its
     peers (the port bitmap in every ACK), its carrier untouched."""
-    from mrc_nic.transport import ctlops
+    from mrc_nic.contract import ctlops
 
     replies = _call_all(
         lab, (host,), ctlops.PortModify(port=port_num, port_admin_state=state.upper())
@@ -585,7 +585,7 @@ def port_status(host, lab, fmt):
     """Administrative state, carrier and NIC state of each of HOST's ports
     (mrc_ctl_query_port), and its peers' ports as their last port status
     update (`mrc-nic port update`) told HOST."""
-    from mrc_nic.transport import ctlops
+    from mrc_nic.contract import ctlops
 
     reply = _call_all(lab, (host,), ctlops.PortQuery()).get(host)
     if fmt == "json":

@@ -213,15 +213,15 @@ def qp() -> None:
 @format_option
 def qp_list(lab, fmt):
     """Every QP of every host: state, role, peer, attributes."""
-    from mrc_nic.lab import ctl
+    from mrc_nic.contract import daemonops as ops
+    from mrc_nic.lab import client
     from mrc_nic.lab.state import open_lab
-    from mrc_nic.transport import protocol as ops
 
     name = pick_lab(lab)
     _, topo = open_lab(name)
     rows, qps, sessions = [], [], []
     for host in topo.host_names():
-        reply = ctl.call(name, host, ops.QpList())
+        reply = client.call(name, host, ops.QpList())
         sessions += reply.sessions
         for q in reply.qps:
             qps.append(q)
@@ -248,15 +248,15 @@ def qp_list(lab, fmt):
 
 def lab_sessions(lab_name: str) -> list[dict]:
     """Every application session of the lab's hosts (daemons that do not answer: none)."""
-    from mrc_nic.lab import ctl
+    from mrc_nic.contract import daemonops as ops
+    from mrc_nic.lab import client
     from mrc_nic.lab.state import open_lab
-    from mrc_nic.transport import protocol as ops
 
     sessions = []
     for host in open_lab(lab_name)[1].host_names():
         try:
-            sessions += ctl.call(lab_name, host, ops.QpList(), timeout=2.0).sessions
-        except (ctl.DaemonError, OSError):
+            sessions += client.call(lab_name, host, ops.QpList(), timeout=2.0).sessions
+        except (client.DaemonError, OSError):
             continue  # status says what is up; a dead daemon holds nothing
     return sessions
 
@@ -295,13 +295,13 @@ def qp_show(qpn, lab, fmt):
     """One QP in full: its daemon's record (state, OCP attributes, error) and
     its NIC state (window, PSNs, counters, RTT, EVs by plane and state)."""
     from mrc_nic import nic
-    from mrc_nic.lab import ctl
+    from mrc_nic.contract import daemonops as ops
+    from mrc_nic.lab import client
     from mrc_nic.observe import qpstats
-    from mrc_nic.transport import protocol as ops
 
     name = pick_lab(lab)
     host = _host_of(qpn, name)
-    record = next((q for q in ctl.call(name, host, ops.QpList()).qps if q["qpn"] == qpn), None)
+    record = next((q for q in client.call(name, host, ops.QpList()).qps if q["qpn"] == qpn), None)
     with nic.NicMaps.open(name) as maps:
         state = next((r for r in qpstats.read(maps) if r["qpn"] == qpn), None)
     if record is None and state is None:
@@ -420,12 +420,12 @@ def _ev_row(record: dict) -> dict:
 
 
 def _ev_set(qpn: int, value: int, state: str, lab: str | None) -> None:
-    from mrc_nic.lab import ctl
-    from mrc_nic.transport import protocol as ops
+    from mrc_nic.contract import daemonops as ops
+    from mrc_nic.lab import client
 
     name = pick_lab(lab)
     host = _host_of(qpn, name)
-    ctl.call(name, host, ops.EvSet(qpn=qpn, ev=value, state=state))
+    client.call(name, host, ops.EvSet(qpn=qpn, ev=value, state=state))
     output.success(f"EV {value} of QP {qpn:#x}: {state}")
 
 

@@ -2,12 +2,12 @@
 
 The host daemons (mrc_nic.transport.daemon) and the lab's event log (mrc_nic.observe.eventlog)
 each serve one unix socket (mode 0600) with the line protocol of
-mrc_nic.lab.ctl, from one selector loop that also wakes every `tick_s` for the
+mrc_nic.lab.client, from one selector loop that also wakes every `tick_s` for the
 service's own work. A subclass names its operations (`operations`, declared in
-mrc_nic.lab.protocol's way) and writes one `op_<name>(request, conn)` method
+mrc_nic.contract.framing's way) and writes one `op_<name>(request, conn)` method
 per operation: it gets the typed request, already validated, and returns the
 typed reply, or None to answer later with `reply(conn, ...)`; it refuses with
-protocol.RequestError (an errno and a message). Other file descriptors join
+framing.RequestError (an errno and a message). Other file descriptors join
 the loop with `watch(fd, callback)`.
 """
 
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from mrc_nic.lab import ctl, protocol
+from mrc_nic.contract import framing
 
 
 @dataclass(eq=False)
@@ -37,7 +37,7 @@ class Conn:
 
 class LineService:
     tick_s = 0.001
-    operations: ClassVar[protocol.Ops]
+    operations: ClassVar[framing.Ops]
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """One handler per declared operation, and no handler undeclared."""
@@ -125,7 +125,7 @@ class LineService:
             message = self.handle_line(line, conn)
             if message is not None:
                 self._send(conn, message)
-        if len(conn.buf) > ctl.MAX_LINE:
+        if len(conn.buf) > framing.MAX_LINE:
             self._drop(conn)
 
     def _drop(self, conn: Conn) -> None:
@@ -133,16 +133,16 @@ class LineService:
         self.sel.unregister(conn.sock)
         conn.sock.close()
 
-    def reply(self, conn: Conn | None, result: protocol.Reply) -> None:
+    def reply(self, conn: Conn | None, result: framing.Reply) -> None:
         """Answer a request whose handler returned None (a client gone: nowhere)."""
-        self._send(conn, {"ok": True, **protocol.encode_reply(result)})
+        self._send(conn, {"ok": True, **framing.encode_reply(result)})
 
     def _send(self, conn: Conn | None, message: dict) -> None:
         if conn is None or conn.sock.fileno() < 0:
             return
         conn.sock.setblocking(True)
         try:
-            conn.sock.sendall(ctl.encode(message))
+            conn.sock.sendall(framing.encode(message))
         except OSError:
             pass
         finally:
@@ -151,9 +151,9 @@ class LineService:
     # ---- requests --------------------------------------------------------------------
     def handle_line(self, line: bytes, conn: Conn) -> dict | None:
         try:
-            request = self.operations.decode_request(ctl.decode(line))
+            request = self.operations.decode_request(framing.decode(line))
             result = getattr(self, f"op_{request.OP}")(request, conn)
-        except protocol.RequestError as e:
+        except framing.RequestError as e:
             return {"ok": False, **e.as_dict()}
         except (ValueError, KeyError, TypeError) as e:
             return {"ok": False, "errno": "EINVAL", "message": f"bad request: {e}"}
@@ -162,4 +162,4 @@ class LineService:
             return {"ok": False, "errno": "EIO", "message": f"{type(e).__name__}: {e}"}
         if result is None:
             return None  # answered later
-        return {"ok": True, **protocol.encode_reply(result)}
+        return {"ok": True, **framing.encode_reply(result)}

@@ -133,7 +133,7 @@ SCHEMA: dict[str, dict[str, str]] = {
         "trim": 'trim MRC data above this backlog: a fraction of the BDP, a size, or "off"',
         "seed": "seed of the marking draws (port p uses seed + p)",
     },
-    # Shares of each host's NIC per application session (mrc_nic/transport/shares.py)
+    # Shares of each host's NIC per application session (mrc_nic/contract/shares.py)
     "tenants": {
         "memory": (
             'NIC memory one session may hold: a fraction of the host\'s (0.5, "50%") '
@@ -775,7 +775,7 @@ def with_forwarding(topo: Topology, forwarding: str, lab: str | None = None) -> 
 
 def _check_tenants(r: _Reader) -> None:
     """[tenants]: each share parses (the daemons read them from the lab's record)."""
-    from mrc_nic.transport import shares  # pure; here to keep the import of topology light
+    from mrc_nic.contract import shares  # pure; here to keep the import of topology light
 
     for key, value in r.data.get("tenants", {}).items():
         try:

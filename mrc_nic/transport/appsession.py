@@ -1,6 +1,6 @@
 """Applications' sessions with the host daemon: what each owns, and its cleanup.
 
-The verbs API (mrc_nic.verbs) sets up through a session (transport.appops)
+The verbs API (mrc_nic.verbs) sets up through a session (contract.appops)
 and then posts and polls without the daemon. The daemon keeps the control
 plane: it hands out QP numbers, NIC memory, region ids and CQ slots, puts a
 QP's receive and send state in the NIC maps at RTR and RTS, and supervises
@@ -22,10 +22,11 @@ import secrets
 from typing import Any
 
 from mrc_nic import nic
-from mrc_nic.lab import ctl
-from mrc_nic.lab.protocol import RequestError
+from mrc_nic.contract import appops, shares
+from mrc_nic.contract.framing import RequestError
+from mrc_nic.lab import client
 from mrc_nic.lab.service import Conn
-from mrc_nic.transport import appops, hostmem, nscc, shares, supervisor, tenancy
+from mrc_nic.transport import hostmem, nscc, supervisor, tenancy
 from mrc_nic.transport.qp import (
     DEFAULT_CWND,
     DEFAULT_MPR,
@@ -150,7 +151,7 @@ class AppSession:
         return sum(mr.length for mr in self.mrs.values())
 
     def held(self) -> dict[str, int]:
-        """What it holds, by share name (transport.shares.RESOURCES)."""
+        """What it holds, by share name (contract.shares.RESOURCES)."""
         return {
             "memory": self.mr_bytes,
             "qps": len(self.qps),
@@ -173,7 +174,7 @@ class AppSessions:
         self.cq_slots = hostmem.IdPool(self.index * per_host, per_host, "completion queue")
         self.pds: set[int] = set()  # PD numbers allocated on this host, every session's
         self._next_pd = 1
-        self.capacity = {  # what one host has of each shared resource (transport.shares)
+        self.capacity = {  # what one host has of each shared resource (contract.shares)
             "memory": (self.res.send_mem.count + self.res.recv_mem.count) * nic.MR_ELEM_SIZE,
             "qps": min(self.res.qp_index.size, self.res.rings.size),
             "cqs": per_host,
@@ -839,4 +840,4 @@ class AppSessions:
     def _report_error(self, aq: AppQp) -> None:
         event = {"type": "qp_error", "host": self.host, "qpns": [aq.qp.qpn]}
         event["message"] = f"QP {aq.qp.qpn:#x} of pid {aq.session.pid}: {aq.qp.err_reason}"
-        ctl.post_event(self.topo.lab, event, source=self.host)
+        client.post_event(self.topo.lab, event, source=self.host)

@@ -1,7 +1,7 @@
 """The host daemon's controller side (OCP mrc_ctl.h): profiles, EV events, ports.
 
 The daemon (mrc_nic.transport.daemon) owns one Controller; its op_* methods
-for mrc_nic.transport.ctlops hand the requests here. What changes QPs that
+for mrc_nic.contract.ctlops hand the requests here. What changes QPs that
 are live goes to the NIC maps at once: an EV DENIED (MODIFY_EV_STATE) on a
 profile is DENIED on every QP of this host using it, and GOOD again when
 allowed; an EV replaced (REPLACE_EV) on an ONLINE profile is swapped in every
@@ -34,7 +34,8 @@ import time
 from typing import Any
 
 from mrc_nic import nic
-from mrc_nic.transport import ctlops, epprobe, profiles
+from mrc_nic.contract import ctlops
+from mrc_nic.transport import epprobe, profiles
 from mrc_nic.transport.profiles import EvState, ProfileError
 
 EVENT_QUEUE = 4096

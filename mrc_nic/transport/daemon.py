@@ -18,7 +18,7 @@ and never touches a data packet:
 - the host's port bitmap: a port whose carrier goes down is taken out of
   nic_port_up at once, which the NIC copies into every SACK, so the peer
   stops sending on that plane too;
-- the control socket (mrc_nic.lab.ctl, docs/daemon.md) the CLI talks to.
+- the control socket (mrc_nic.lab.client, docs/daemon.md) the CLI talks to.
 
 Single-threaded: one selector loop with a 1 ms tick while there is work
 (mrc_nic.lab.service), 50 ms when idle.
@@ -34,22 +34,21 @@ import time
 import traceback
 
 from mrc_nic import nic
+from mrc_nic.contract import appops, ctlops
+from mrc_nic.contract import daemonops as ops
 from mrc_nic.kernel import netns
-from mrc_nic.lab import ctl, state
+from mrc_nic.lab import client, state
 from mrc_nic.lab.service import Conn, LineService
 from mrc_nic.lab.topology import Topology
 from mrc_nic.transport import (
-    appops,
     appsession,
     controller,
-    ctlops,
     evreplace,
     hostmem,
     prober,
     reverse,
     tenancy,
 )
-from mrc_nic.transport import protocol as ops
 from mrc_nic.transport.qp import QpError
 
 IDLE_TICK_S = 0.05  # the loop's tick with nothing to do (no QP sending, no probes)
@@ -59,7 +58,7 @@ class Daemon(LineService):
     operations = ops.OPS
 
     def __init__(self, topo: Topology, host: str) -> None:
-        super().__init__(ctl.socket_path(topo.lab, host))
+        super().__init__(client.socket_path(topo.lab, host))
         self.topo, self.host = topo, host
         self.index = topo.nodes[host].index
         self.maps = nic.NicMaps.open(self.topo.lab)

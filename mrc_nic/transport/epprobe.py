@@ -40,7 +40,7 @@ import time
 from typing import Any
 
 from mrc_nic.abi import defs
-from mrc_nic.lab.protocol import RequestError
+from mrc_nic.contract.framing import RequestError
 from mrc_nic.lab.topology import Topology
 from mrc_nic.nic import wireconst
 from mrc_nic.transport import prober

@@ -34,6 +34,7 @@ import dataclasses
 import errno
 import random
 
+from mrc_nic.contract.enums import EvFmtMode, EvMode, EvState, ProfileState
 from mrc_nic.transport.profilebase import (
     ProfileError,
     check_room,
@@ -43,7 +44,6 @@ from mrc_nic.transport.profilebase import (
     known,
     uint,
 )
-from mrc_nic.verbs.enums import EvFmtMode, EvMode, EvState, ProfileState
 
 WIRE_EV_BITS = 16  # the UDP source port: all of an EV this IPv4 fabric carries
 WIRE_EV_MAX = (1 << WIRE_EV_BITS) - 1

@@ -43,7 +43,7 @@ import dataclasses
 import sys
 
 from mrc_nic import nic
-from mrc_nic.lab import ctl
+from mrc_nic.lab import client
 from mrc_nic.nic import wire
 from mrc_nic.transport.prober import EvScan
 from mrc_nic.transport.transfer import EV_BASE
@@ -212,7 +212,7 @@ class Replacer:
         track.bad_since.pop(old, None)
         self.replaced += 1
         event = {"type": "ev_replaced", "host": self.host, "qpn": qpn, "plane": plane}
-        ctl.post_event(
+        client.post_event(
             self.lab, {**event, "old_ev": old, "new_ev": new, "slot": slot, "cause": cause}
         )
         return True

@@ -21,7 +21,7 @@ import enum
 import errno
 
 from mrc_nic import nic
-from mrc_nic.lab.protocol import RequestError
+from mrc_nic.contract.framing import RequestError
 
 TIMEOUT_UNIT_S = 1.024e-6
 TIMEOUT_MAX = 24  # 1.024 us * 2^24 = 17.2 s: mrc.h, "Max val = 24 (17.17s)"

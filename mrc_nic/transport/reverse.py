@@ -42,7 +42,7 @@ import socket
 import time
 
 from mrc_nic import nic
-from mrc_nic.lab import ctl
+from mrc_nic.lab import client
 from mrc_nic.lab.topology import Topology
 from mrc_nic.nic import wire
 from mrc_nic.transport.prober import plane_socket, probe_frame
@@ -238,7 +238,7 @@ class ReverseEvs:
 
     def _post(self, rs: _Set, kind: str, **fields) -> None:
         event = {"type": kind, "host": self.host, "qpn": rs.qpn, "peer_qpn": rs.peer_qpn}
-        ctl.post_event(self.topo.lab, {**event, **fields}, source=self.host)
+        client.post_event(self.topo.lab, {**event, **fields}, source=self.host)
 
     # ---- probes -------------------------------------------------------------------
     def _probe(self, rs: _Set, e: _Ev, now: float) -> None:

@@ -56,7 +56,7 @@ class RecordingMaps:
 @pytest.fixture(autouse=True)
 def no_event_log(monkeypatch):
     posted = []
-    monkeypatch.setattr(evreplace.ctl, "post_event", lambda lab, event: posted.append(event))
+    monkeypatch.setattr(evreplace.client, "post_event", lambda lab, event: posted.append(event))
     return posted
 
 

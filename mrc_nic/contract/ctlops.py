@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from mrc_nic.lab.protocol import Reply, Request, arg, op, reply
+from mrc_nic.contract.framing import Reply, Request, arg, op, reply
 
 
 @reply
