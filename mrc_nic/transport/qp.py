@@ -17,7 +17,6 @@ accepted.
 from __future__ import annotations
 
 import dataclasses
-import enum
 import errno
 
 from mrc_nic import nic
@@ -55,12 +54,9 @@ REORDER_NS_MAX = 2**32 - 1
 EV_COUNT = 128  # EVs per send QP (the OCP API's ev_count default), equal per plane
 
 
-class QpState(enum.IntEnum):
-    RESET = int(nic.QpState.RESET)
-    INIT = int(nic.QpState.INIT)
-    RTR = int(nic.QpState.RTR)
-    RTS = int(nic.QpState.RTS)
-    ERR = int(nic.QpState.ERR)
+# One enum for a QP's state: enum nic_qp_state, with ibv_qp_state's values (the
+# verbs API's QpState is the same). The daemon's QPs never go to SQD or SQE.
+QpState = nic.QpState
 
 
 # Allowed transitions; RESET and ERR are reachable from every state.
