@@ -228,18 +228,46 @@ def test_each_op_has_its_reply_and_a_name_once():
         framing.Ops("x", [ops.Ping, eventops.Ping])
 
 
-def test_the_services_handle_exactly_the_declared_ops():
+def test_the_services_handle_exactly_the_declared_ops(tmp_path):
     from mrc_nic.observe.eventlog import EventLog
+    from mrc_nic.transport.appresources import AppResources
     from mrc_nic.transport.daemon import Daemon
+    from mrc_nic.transport.evevents import EvEvents
+    from mrc_nic.transport.ports import Ports
+    from mrc_nic.transport.profileops import ProfileOps
+    from mrc_nic.transport.qplife import QpLifecycle
 
-    for service, declared in ((Daemon, ops.OPS), (EventLog, eventops.OPS)):
-        assert service.operations is declared
-        handlers = {n[3:] for n in dir(service) if n.startswith("op_")}
-        assert handlers == set(declared.by_name)
+    assert EventLog.operations is eventops.OPS
+    assert {n[3:] for n in dir(EventLog) if n.startswith("op_")} == set(eventops.OPS.by_name)
+    # the daemon: its own op_ methods and each part's handles, once each, all declared
+    assert Daemon.operations is ops.OPS
+    handled = [n[3:] for n in dir(Daemon) if n.startswith("op_")]
+    for part in (AppResources, QpLifecycle, EvEvents, ProfileOps, Ports):
+        for request, method in part.handles.items():
+            assert ops.OPS.by_name[request.OP] is request
+            assert callable(getattr(part, method)), (part, method)
+            handled.append(request.OP)
+    assert sorted(handled) == sorted(ops.OPS.by_name)
+
+    class Deaf(LineService):
+        operations = framing.Ops("deaf", [framing.Ping])
+
+    deaf = Deaf(tmp_path / "deaf.sock")
     with pytest.raises(TypeError, match=r"without a handler: \['ping'\]"):
+        deaf.check_handlers()
+    deaf.handle(framing.Ping, lambda req, conn: framing.PingReply(pid=1))
+    deaf.check_handlers()
+    with pytest.raises(TypeError, match="has a handler already"):
+        deaf.handle(framing.Ping, lambda req, conn: None)
+    with pytest.raises(TypeError, match="declares no operation 'sq_open'"):
+        deaf.handle(SqOpen, lambda req, conn: None)
+    assert deaf.handle_line(b'{"op": "ping"}', None) == {"ok": True, "pid": 1}
+    with pytest.raises(TypeError, match=r"handlers of no declared operation: \['write'\]"):
 
-        class Deaf(LineService):
-            operations = framing.Ops("deaf", [framing.Ping])
+        class Stray(LineService):
+            operations = framing.Ops("stray", [framing.Ping])
+
+            def op_write(self, req, conn) -> None: ...
 
 
 class Echo(LineService):
