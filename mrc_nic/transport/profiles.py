@@ -1,8 +1,9 @@
 """The OCP controller objects of one host's NIC (mrc_ctl.h, API v1.0.1): EV Format
 profiles, EV profiles, CC profiles, as the host daemon keeps them.
 
-The objects and their operations live in transport.ev_profiles (EV Format
-and EV profiles) and transport.cc_profiles; the checks they share in
+The objects live in transport.ev_profiles (EV Format
+and EV profiles; their operations in transport.ev_tables and ev_arrays) and
+transport.cc_profiles; the checks they share in
 transport.profilebase; the enums are the contract's (mrc_nic.contract.enums). Pure
 Python, no maps: the daemon (mrc_nic.transport.daemon) holds one
 ProfileTable, serves its operations (mrc_nic.contract.ctlops) and asks it for
@@ -42,9 +43,9 @@ from mrc_nic.transport.ev_profiles import (  # noqa: F401
     EvFmtField,
     EvFmtProfile,
     EvProfile,
-    EvTable,
     expand,
 )
+from mrc_nic.transport.ev_tables import EvTable
 from mrc_nic.transport.profilebase import ProfileError  # noqa: F401
 
 # mrc_ctl_attr_opt: what this NIC supports
