@@ -42,7 +42,7 @@ from mrc_nic.transport.profilebase import (
 
 WIRE_EV_BITS = 16  # the UDP source port: all of an EV this IPv4 fabric carries
 WIRE_EV_MAX = (1 << WIRE_EV_BITS) - 1
-AUTO_EV_BASE = 49152  # AUTO EVs: the dynamic port range (= transfer.EV_BASE)
+AUTO_EV_BASE = 49152  # AUTO EVs: the dynamic port range (the EV replacer's fresh ones too)
 EV_MAX_COUNT_PROFILE = 256  # NIC_MAX_QP_EVS: EVs one QP holds
 EV_MAX_PROFILES = 64
 EV_MAX_FMT_PROFILES = 16

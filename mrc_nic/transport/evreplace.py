@@ -45,8 +45,8 @@ import sys
 from mrc_nic import nic
 from mrc_nic.lab import client
 from mrc_nic.nic import wire
+from mrc_nic.transport.ev_profiles import AUTO_EV_BASE as EV_BASE
 from mrc_nic.transport.prober import EvScan
-from mrc_nic.transport.transfer import EV_BASE
 
 REPLACE_AFTER_S = 0.02  # ASSUMED_BAD this long: 4 probes unanswered (prober's backoff)
 # A plane works, for an EV that went bad at t, if one of its EVs had a packet

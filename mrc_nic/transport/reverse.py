@@ -54,7 +54,7 @@ REPLY_WAIT_S = 0.003  # a probe unanswered this long is missed (the lab's RTT: 0
 MISSES = 2  # consecutive missed probes: ASSUMED_BAD (one lost probe is not a failure)
 REPLACE_AFTER_S = 0.02
 IDLE_AFTER_S = 0.1  # no data for this long: the QP's reverse EVs are not probed
-# Reverse EV values: a range of their own (data EVs start at transfer.EV_BASE, 49152).
+# Reverse EV values: a range of their own (data EVs start at ev_profiles.AUTO_EV_BASE, 49152).
 REV_EV_BASE = 40960
 REV_EV_END = 49152
 STATE_NAMES = nic.RevState.NAMES

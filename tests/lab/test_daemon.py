@@ -375,7 +375,8 @@ def test_events_tell_the_fault_the_ev_states_and_the_heal(default_lab):
 
 
 def default_evs() -> dict[int, int]:
-    from mrc_nic.transport import qp, transfer
+    from mrc_nic.testkit import transfer
+    from mrc_nic.transport import qp
 
     return transfer.ev_profile(4, qp.EV_COUNT // 4)
 
