@@ -1,6 +1,6 @@
 """The daemon operations behind the verbs API (mrc_nic.verbs): setup only.
 
-An application keeps one connection to its host's daemon (ctl.Session) and
+An application keeps one connection to its host's daemon (mrc_nic.lab.client.Session) and
 creates memory registrations, CQs and QPs through it; everything a session
 creates is released when its connection closes, also when the process dies.
 Posting and completions never come here: the application writes WQEs into

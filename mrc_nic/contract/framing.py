@@ -6,12 +6,12 @@ reply dataclass R. The same declaration
 - validates a request as it arrives (decode_request: an unknown operation is
   EOPNOTSUPP; a missing, unknown or wrongly typed field is EINVAL, one line
   saying which field and what is expected),
-- dispatches it in the service (mrc_nic.lab.service: `op_<name>(request,
-  conn)` gets the typed request and returns the typed reply),
+- dispatches it in the service (mrc_nic.lab.service: the operation's handler
+  gets the typed request and returns the typed reply),
 - encodes and decodes it on the client (mrc_nic.lab.client.call),
-- and writes the service's list in docs/daemon.md (markdown).
+- and writes the service's list in docs/daemon.md (markdown, contract.opsdoc).
 
-The wire is JSON lines (mrc_nic.lab.client): {"op": name, **fields}, then
+The wire is JSON lines (encode and decode, below): {"op": name, **fields}, then
 {"ok": true, **reply fields}. A field whose default is None is left out of a
 message while it is None. A reply may carry fields its declaration does not
 have (a newer service): the client ignores them; a request may not.

@@ -1,4 +1,4 @@
-"""The daemons' control socket: where it is, how a message looks, the client.
+"""The daemons' control socket: where it is, and the client (the wire: contract.framing).
 
 One unix stream socket per host daemon, /run/mrc-nic/<lab>/<host>.sock,
 mode 0600 (root only). Messages are JSON objects, one per line (UTF-8, '\\n'
