@@ -16,6 +16,7 @@ table's users), and the QP's lifecycle calls them all.
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 from collections.abc import Callable
 from typing import TYPE_CHECKING, ClassVar
 
@@ -73,3 +74,14 @@ class Part:
     def register(self, service: LineService) -> None:
         for request, name in self.handles.items():
             service.handle(request, getattr(self, name))
+
+
+def host_with_address(
+    topo: Topology, addr: ipaddress.IPv4Address | ipaddress.IPv6Address
+) -> int | None:
+    """The index of the lab's host that has address addr on one of its planes."""
+    for name in topo.host_names():
+        index = topo.nodes[name].index
+        if any(topo.host_address(index, p) == addr for p in range(topo.planes)):
+            return index
+    return None

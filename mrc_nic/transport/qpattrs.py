@@ -16,6 +16,7 @@ from mrc_nic import nic
 from mrc_nic.contract.framing import RequestError
 from mrc_nic.lab.topology import Topology
 from mrc_nic.transport import nscc
+from mrc_nic.transport.host import host_with_address
 from mrc_nic.transport.profiles import ProfileTable
 from mrc_nic.transport.qp import DEFAULT_CWND, DEFAULT_REORDER_NS, EV_COUNT, REORDER_NS_MAX
 from mrc_nic.transport.sessions import einval
@@ -101,11 +102,10 @@ def dest_host(topo: Topology, gid: Any) -> int:
         addr = ipaddress.ip_address(gid)
     except (TypeError, ValueError):
         raise einval(f"dest_gid must be a host's address or name, not {gid!r}") from None
-    for name in topo.host_names():
-        index = topo.nodes[name].index
-        if any(topo.host_address(index, p) == addr for p in range(topo.planes)):
-            return index
-    raise einval(f"dest_gid {gid} is no host's address in lab {topo.lab!r}")
+    index = host_with_address(topo, addr)
+    if index is None:
+        raise einval(f"dest_gid {gid} is no host's address in lab {topo.lab!r}")
+    return index
 
 
 def send_extensions(attrs: dict, planes: int, table: ProfileTable, cc_profile_id: int) -> SendSetup:
