@@ -48,7 +48,7 @@ abi: setup
 
 ## docs/daemon.md's lists of operations, from their declarations.
 docs: setup
-	$(PY) -m mrc_nic.transport.protocol
+	$(PY) -m mrc_nic.contract.opsdoc
 
 lint: setup
 	$(VENV)/bin/ruff check mrc_nic tests scripts examples

@@ -48,10 +48,10 @@ from pathlib import Path
 from typing import Any
 
 from mrc_nic import nic, resources, units
+from mrc_nic.contract import daemonops as ops
 from mrc_nic.fabric import faults
 from mrc_nic.kernel import cpustat
-from mrc_nic.lab import ctl, topology
-from mrc_nic.transport import protocol as ops
+from mrc_nic.lab import client, topology
 from mrc_nic.workloads import peers, rdma_write
 from mrc_nic.workloads.benchkit import (
     add_common_args,
@@ -130,8 +130,8 @@ def settle(name: str, limit: float = 60.0) -> str:
     deadline = time.monotonic() + limit
     while time.monotonic() < deadline:
         try:
-            qps = ctl.call(name, "h0", ops.QpList()).qps
-        except ctl.DaemonError as e:
+            qps = client.call(name, "h0", ops.QpList()).qps
+        except client.DaemonError as e:
             return f"qp_list: {e}"
         if not any(q["state"] == "RTS" for q in qps):
             return "its QPs ended"

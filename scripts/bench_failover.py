@@ -67,9 +67,9 @@ from pathlib import Path
 from typing import Any
 
 from mrc_nic import nic, resources, units
+from mrc_nic.contract import daemonops as ops
 from mrc_nic.fabric import faults
-from mrc_nic.lab import ctl, topology
-from mrc_nic.transport import protocol as ops
+from mrc_nic.lab import client, topology
 from mrc_nic.workloads import peers, rdma_write
 from mrc_nic.workloads.benchkit import (
     add_common_args,
@@ -299,7 +299,7 @@ def _wait_for_receive_qp(lab: str, worker: threading.Thread, timeout: float) -> 
     time before the fault; or until the transfer ended (it failed)."""
     deadline = time.monotonic() + timeout
     while worker.is_alive() and time.monotonic() < deadline:
-        qps = ctl.call(lab, "h1", ops.QpList()).qps
+        qps = client.call(lab, "h1", ops.QpList()).qps
         if any(q.get("dest_host") == 0 for q in qps):  # h1's receive QP, connected to h0
             return
         time.sleep(0.01)

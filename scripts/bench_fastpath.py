@@ -26,7 +26,7 @@ interleaved, and reports medians.
      - duplicate PSNs: PSNs below cum_psn, SACKed (DUP flag) but not placed:
        the same path minus the copy.
 2. Single-QP WRITE goodput on the default lab's shape with uncapped links
-   (netns/uncapped.toml, lab bfp<pid>) through mrc_nic.transport.transfer.write (4
+   (netns/uncapped.toml, lab bfp<pid>) through mrc_nic.testkit.transfer.write (4
    planes, 128 EVs, byte-exact check), vs `iperf3 -u -b 0 -l SEG` (the same
    payload per packet, SEG = nic.seg_size of the lab's MTU) on one plane
    between the same two hosts. Stretch peer:
@@ -67,7 +67,7 @@ from typing import Any
 from mrc_nic import nic, resources
 from mrc_nic.kernel import bpfsys, cpustat, netns, xdp
 from mrc_nic.nic import wire
-from mrc_nic.transport import transfer
+from mrc_nic.testkit import transfer
 from mrc_nic.workloads.benchkit import (
     exit_on_sigterm,
     log,

@@ -78,7 +78,7 @@ from typing import Any
 
 from mrc_nic import nic, resources, verbs
 from mrc_nic.kernel.fdwait import readable
-from mrc_nic.lab import ctl, topology
+from mrc_nic.lab import client, topology
 from mrc_nic.observe import fidelity
 from mrc_nic.workloads import peers, rdma_write
 from mrc_nic.workloads.benchkit import (
@@ -532,7 +532,7 @@ def measure(
                 try:
                     entry["mrc"], mrc_samples = run_mrc(name, size, args, room)
                     got["mrc"], got["mrc_one_way"] = mrc_samples["rtt"], mrc_samples["one_way"]
-                except (RuntimeError, ctl.DaemonError, verbs.VerbsError) as e:
+                except (RuntimeError, client.DaemonError, verbs.VerbsError) as e:
                     entry["mrc"] = {"error": str(e)}
             else:
                 entry[t], got[t] = run_peer(peer_procs, t, size, args)

@@ -48,7 +48,7 @@ from pathlib import Path
 from mrc_nic import resources
 from mrc_nic.lab import state, topology
 from mrc_nic.observe import jsonenc, rates, stats
-from mrc_nic.transport import transfer
+from mrc_nic.testkit import transfer
 from mrc_nic.workloads import traffic
 from mrc_nic.workloads.benchkit import own_lab, require_root
 

@@ -34,7 +34,7 @@ def _row(p: dict) -> list:
 @pass_app
 def cc_profile_list(app: App, hosts) -> dict:
     """Every CC profile of each NIC: algorithm (uet-1.0-nscc, or none) and state."""
-    from mrc_nic.transport import ctlops
+    from mrc_nic.contract import ctlops
 
     return nicctl.profiles(app, hosts, ctlops.CcProfileQuery())
 
@@ -78,7 +78,7 @@ Examples:
 @pass_app
 def cc_profile_set(app: App, profile_id, state, algorithm, cfgs, hosts) -> dict:
     """Create or change a CC profile (mrc_ctl_modify_cc_profile)."""
-    from mrc_nic.transport import ctlops
+    from mrc_nic.contract import ctlops
 
     attrs: dict = {}
     if algorithm is not None:
@@ -106,7 +106,7 @@ def _show_view(data: dict) -> None:
 @pass_app
 def cc_profile_show(app: App, profile_id, hosts) -> dict:
     """One CC profile with its NSCC configuration."""
-    from mrc_nic.transport import ctlops
+    from mrc_nic.contract import ctlops
 
     return nicctl.profiles(app, hosts, ctlops.CcProfileQuery(id=profile_id), one=True)
 

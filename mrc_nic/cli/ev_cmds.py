@@ -68,10 +68,10 @@ def ev_list(app: App, qpn: int) -> dict:
 
 
 def _ev_set(app: App, qpn: int, value: int, state: str) -> None:
-    from mrc_nic.lab import ctl
-    from mrc_nic.transport import protocol as ops
+    from mrc_nic.contract import daemonops as ops
+    from mrc_nic.lab import client
 
-    ctl.call(app.lab(), app.host_of_qp(qpn), ops.EvSet(qpn=qpn, ev=value, state=state))
+    client.call(app.lab(), app.host_of_qp(qpn), ops.EvSet(qpn=qpn, ev=value, state=state))
     output.success(f"EV {value} of QP {qpn:#x}: {state}")
 
 
@@ -137,7 +137,7 @@ def _ev_profile_row(p: dict) -> list:
 @pass_app
 def ev_profile_list(app: App, hosts) -> dict:
     """Every EV profile of each NIC, with its kind (ev_mode) and state."""
-    from mrc_nic.transport import ctlops
+    from mrc_nic.contract import ctlops
 
     return nicctl.profiles(app, hosts, ctlops.EvProfileQuery())
 
@@ -163,7 +163,7 @@ def _ev_profile_view(data: dict) -> None:
 @pass_app
 def ev_profile_show(app: App, profile_id: int, hosts) -> dict:
     """One EV profile: attributes, its EV array (value, port, wire EV) and states."""
-    from mrc_nic.transport import ctlops
+    from mrc_nic.contract import ctlops
 
     return nicctl.profiles(app, hosts, ctlops.EvProfileQuery(id=profile_id, evs=True), one=True)
 
@@ -247,7 +247,7 @@ Examples (a generated profile of 16 EVs on format 1):
 def ev_profile_set(app: App, profile_id, state, mode, fmt_id, count, min_active, event_mask,
                    probe_good, fields, replaces, denies, allows, backups, hosts):  # fmt: off
     """Create or change an EV profile (mrc_ctl_modify_ev_profile)."""
-    from mrc_nic.transport import ctlops
+    from mrc_nic.contract import ctlops
 
     attrs: dict = {}
     for key, value in (
@@ -288,7 +288,7 @@ def _ev_fmt_view(data: dict) -> None:
 @pass_app
 def ev_profile_fmt(app: App, profile_id, state, mode, fields, hosts) -> dict:
     """Create, change or show an EV Format profile (mrc_ctl_modify_ev_fmt_profile)."""
-    from mrc_nic.transport import ctlops
+    from mrc_nic.contract import ctlops
 
     attrs: dict = {}
     if mode:
@@ -336,7 +336,7 @@ def ev_events(app: App, profile_id, num, hosts) -> dict:
     {profile_id, ev, drop_count, state} for each change in a profile's
     ev_event_mask, as the NIC made it (with its cause), however soon the next
     followed. `mrc-nic events` is the lab's whole log."""
-    from mrc_nic.transport import ctlops
+    from mrc_nic.contract import ctlops
 
     request = ctlops.EvEventPoll(num_entries=num, profile_id=profile_id)
     replies = nicctl.call_hosts(app, hosts, request)

@@ -126,7 +126,8 @@ last 65536) before they were read; "lost in the NIC" ones never reached it
 @pass_app
 def events(app: App, follow, all_types, types, host, since, summary, duration):
     """EV state changes, faults applied and healed, QPs in error: with times."""
-    from mrc_nic.lab import ctl, eventops
+    from mrc_nic.contract import eventops
+    from mrc_nic.lab import client
 
     name, fmt = app.lab(), app.format  # it streams: it prints as it goes
     wanted = _types(types, all_types)
@@ -150,8 +151,8 @@ def events(app: App, follow, all_types, types, host, since, summary, duration):
                 wait = max(0.0, min(wait, deadline - time.monotonic()))
             request = eventops.Read(since=next_seq, types=list(wanted), wait=wait)
             try:
-                reply = ctl.call(name, ctl.EVENTS_SERVICE, request, timeout=wait + 10)
-            except ctl.DaemonError as e:
+                reply = client.call(name, client.EVENTS_SERVICE, request, timeout=wait + 10)
+            except client.DaemonError as e:
                 raise click.ClickException(_not_running(name, e)) from None
             batch = [
                 e
@@ -202,11 +203,12 @@ def _not_running(name: str, e: Exception) -> str:
 
 def _last_seq(name: str) -> int:
     """The log's last sequence number: --follow starts after it."""
-    from mrc_nic.lab import ctl, eventops
+    from mrc_nic.contract import eventops
+    from mrc_nic.lab import client
 
     try:
-        return ctl.call(name, ctl.EVENTS_SERVICE, eventops.Ping(), timeout=10).seq
-    except ctl.DaemonError as e:
+        return client.call(name, client.EVENTS_SERVICE, eventops.Ping(), timeout=10).seq
+    except client.DaemonError as e:
         raise click.ClickException(_not_running(name, e)) from None
 
 

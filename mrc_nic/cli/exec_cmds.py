@@ -96,7 +96,7 @@ def exec_cmd(
 
 def _share_env(items: tuple[str, ...]) -> dict[str, str]:
     """--share NAME=VALUE as the MRC_NIC_SHARE_<NAME> the library reads, checked."""
-    from mrc_nic.transport import shares
+    from mrc_nic.contract import shares
 
     env = {}
     for item in items:

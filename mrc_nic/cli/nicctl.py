@@ -21,11 +21,11 @@ STATES = click.Choice(["INIT", "OFFLINE", "ONLINE"], case_sensitive=False)
 
 def call_hosts(app: App, hosts: tuple[str, ...], request) -> dict[str, object]:
     """The request to each host's daemon (every host when none is named); {host: reply}."""
-    from mrc_nic.lab import ctl
+    from mrc_nic.lab import client
 
     for h in hosts:
         app.check_host(h)
-    return {h: ctl.call(app.lab(), h, request) for h in (hosts or app.topology().host_names())}
+    return {h: client.call(app.lab(), h, request) for h in (hosts or app.topology().host_names())}
 
 
 def profiles(app: App, hosts, request, *, one: bool = False) -> dict:
@@ -71,12 +71,12 @@ def ep_send(app: App, host: str, op_type: str, reqs, rows, timeout: float, keys)
     answered, its place in the arrival order, the port it came in on and keys
     (None when unanswered), and whether it was sent (not from a DISABLED port).
     The batch's summary: host, timeout_ns, sent, answered."""
-    from mrc_nic.lab import ctl
-    from mrc_nic.transport import ctlops
+    from mrc_nic.contract import ctlops
+    from mrc_nic.lab import client
 
     timeout_ns = max(1000, round(timeout * 1e9))
     request = ctlops.EpBatchSendWait(reqs=reqs, rsp_timeout=timeout_ns, op_type=op_type)
-    reply = ctl.call(app.lab(), host, request, timeout=timeout + 5.0)
+    reply = client.call(app.lab(), host, request, timeout=timeout + 5.0)
     by_id = {r["req_id"]: (i, r) for i, r in enumerate(reply.rsps)}
     unsent = set(reply.unsent)
     for row in rows:

@@ -36,7 +36,7 @@ def nic_port_admin(app: App, host, port_num, state) -> dict:
     """Enable or disable port PORT_NUM (1-based: plane + 1) of HOST's NIC
     (mrc_ctl_modify_port). A disabled port is down to the NIC and to its
     peers (the port bitmap in every ACK), its carrier untouched."""
-    from mrc_nic.transport import ctlops
+    from mrc_nic.contract import ctlops
 
     request = ctlops.PortModify(port=port_num, port_admin_state=state.upper())
     port = nicctl.call_hosts(app, (host,), request)[host].ports[0]
@@ -72,7 +72,7 @@ def nic_port_status(app: App, host) -> dict:
     """Administrative state, carrier and NIC state of each of HOST's ports
     (mrc_ctl_query_port), and its peers' ports as their last port status
     update (`mrc-nic nic-port update`) told HOST."""
-    from mrc_nic.transport import ctlops
+    from mrc_nic.contract import ctlops
 
     reply = nicctl.call_hosts(app, (host,), ctlops.PortQuery())[host]
     return {"host": host, "ports": reply.ports, "peers": reply.peers}

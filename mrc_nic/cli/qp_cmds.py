@@ -39,12 +39,12 @@ def _qp_list_view(data: dict) -> None:
 @pass_app
 def qp_list(app: App) -> dict:
     """Every QP of every host: state, role, peer, attributes."""
-    from mrc_nic.lab import ctl
-    from mrc_nic.transport import protocol as ops
+    from mrc_nic.contract import daemonops as ops
+    from mrc_nic.lab import client
 
     qps, sessions = [], []
     for host in app.topology().host_names():
-        reply = ctl.call(app.lab(), host, ops.QpList())
+        reply = client.call(app.lab(), host, ops.QpList())
         sessions += reply.sessions
         qps += reply.qps
     return {"qps": qps, "sessions": sessions}
@@ -52,15 +52,15 @@ def qp_list(app: App) -> dict:
 
 def lab_sessions(lab_name: str) -> list[dict]:
     """Every application session of the lab's hosts (daemons that do not answer: none)."""
-    from mrc_nic.lab import ctl
+    from mrc_nic.contract import daemonops as ops
+    from mrc_nic.lab import client
     from mrc_nic.lab.state import open_lab
-    from mrc_nic.transport import protocol as ops
 
     sessions = []
     for host in open_lab(lab_name)[1].host_names():
         try:
-            sessions += ctl.call(lab_name, host, ops.QpList(), timeout=2.0).sessions
-        except (ctl.DaemonError, OSError):
+            sessions += client.call(lab_name, host, ops.QpList(), timeout=2.0).sessions
+        except (client.DaemonError, OSError):
             continue  # status says what is up; a dead daemon holds nothing
     return sessions
 
@@ -124,12 +124,12 @@ def qp_show(app: App, qpn: int) -> dict:
     """One QP in full: its daemon's record (state, OCP attributes, error) and
     its NIC state (window, PSNs, counters, RTT, EVs by plane and state)."""
     from mrc_nic import nic
-    from mrc_nic.lab import ctl
+    from mrc_nic.contract import daemonops as ops
+    from mrc_nic.lab import client
     from mrc_nic.observe import qpstats
-    from mrc_nic.transport import protocol as ops
 
     name, host = app.lab(), app.host_of_qp(qpn)
-    record = next((q for q in ctl.call(name, host, ops.QpList()).qps if q["qpn"] == qpn), None)
+    record = next((q for q in client.call(name, host, ops.QpList()).qps if q["qpn"] == qpn), None)
     with nic.NicMaps.open(name) as maps:
         state = next((r for r in qpstats.read(maps) if r["qpn"] == qpn), None)
     if record is None and state is None:

@@ -38,7 +38,7 @@ from mrc_nic.fabric.switchport import EGRESS, INGRESS, FaultMode, SwitchPortMaps
 from mrc_nic.lab import state
 from mrc_nic.lab.topology import Link, Topology
 
-# mrc_nic.lab.ctl (sockets, the event protocol) and mrc_nic.lab.workers
+# mrc_nic.lab.client (sockets, the event protocol) and mrc_nic.lab.workers
 # (subprocess) are imported where an event is posted or a worker run: `status`
 # and a `heal` with nothing to heal start faster without them (issue 19).
 
@@ -261,9 +261,9 @@ def apply(lab: str, target: tuple[str, ...], spec: FaultSpec) -> dict:
         # The event log hears of it before it acts: the fault's record comes
         # before the EV changes it causes (the log numbers what the NIC wrote
         # before the post first).
-        from mrc_nic.lab import ctl
+        from mrc_nic.lab import client
 
-        ctl.post_event(lab, {"type": "fault", **_event_fields(fault)})  # timed by the log
+        client.post_event(lab, {"type": "fault", **_event_fields(fault)})  # timed by the log
         try:
             _enforce(topo, links, fault)
         except BaseException as e:
@@ -271,7 +271,7 @@ def apply(lab: str, target: tuple[str, ...], spec: FaultSpec) -> dict:
             del record.faults[str(fault_id)]
             record.save()
             undone = {"type": "heal", "note": f"not applied: {e}"}
-            ctl.post_event(lab, {**undone, **_event_fields(fault)})
+            client.post_event(lab, {**undone, **_event_fields(fault)})
             raise
         if spec.duration or spec.mode == "flap":
             from mrc_nic.lab import workers
@@ -358,7 +358,7 @@ def heal(
             chosen = [record.faults[str(i)] for i in ids if str(i) in record.faults]
         else:
             chosen = list(record.faults.values())
-        from mrc_nic.lab import ctl
+        from mrc_nic.lab import client
 
         for fault in chosen:
             if not from_worker:
@@ -370,7 +370,7 @@ def heal(
             # comes after it.
             fault["healed"] = time.time()
             event = {"type": "heal", **_event_fields(fault)}
-            ctl.post_event(lab, event, source="fault_worker" if from_worker else "cli")
+            client.post_event(lab, event, source="fault_worker" if from_worker else "cli")
             _lift(topo, fault)
             del record.faults[str(fault["id"])]
             record.save()  # per fault: if a later one fails, the record matches the kernel

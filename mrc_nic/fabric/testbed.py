@@ -15,11 +15,12 @@ import time
 from dataclasses import dataclass
 
 from mrc_nic import nic
+from mrc_nic.contract import framing
 from mrc_nic.errors import MrcNicError
 from mrc_nic.fabric import preflight, queues, switchport
 from mrc_nic.fabric.builder import Fabric
 from mrc_nic.kernel import netns, pins
-from mrc_nic.lab import ctl, protocol, state, workers
+from mrc_nic.lab import client, state, workers
 from mrc_nic.lab.topology import NS_PREFIX, Topology
 
 
@@ -87,10 +88,10 @@ DAEMON_START_EACH_S = 1.0
 def start_daemons(topo: Topology, hosts: list[str] | None = None) -> list[str]:
     """Start what runs in the background of a lab and is not running: the
     transport daemon of each host (mrc_nic.transport.daemon) and the lab's event log
-    (mrc_nic.observe.eventlog, named ctl.EVENTS_SERVICE), and wait until each answers
+    (mrc_nic.observe.eventlog, named client.EVENTS_SERVICE), and wait until each answers
     on its control socket. Returns the names started. One that does not come
     up is a LabError."""
-    names = hosts or [ctl.EVENTS_SERVICE, *filter(topo.is_here, topo.host_names())]
+    names = hosts or [client.EVENTS_SERVICE, *filter(topo.is_here, topo.host_names())]
     started = []
     for name in names:
         if daemon_pid(topo.lab, name) is None:
@@ -100,9 +101,9 @@ def start_daemons(topo: Topology, hosts: list[str] | None = None) -> list[str]:
     for name in started:
         while True:
             try:
-                ctl.call(topo.lab, name, protocol.Ping(), timeout=1.0)
+                client.call(topo.lab, name, framing.Ping(), timeout=1.0)
                 break
-            except ctl.DaemonError:
+            except client.DaemonError:
                 if time.monotonic() > deadline or daemon_pid(topo.lab, name) is None:
                     raise LabError(
                         f"the {name} daemon did not start "
@@ -115,7 +116,7 @@ def start_daemons(topo: Topology, hosts: list[str] | None = None) -> list[str]:
 
 def daemon_pid(lab: str, name: str) -> int | None:
     """The pid of a host's running daemon, or of the event log (name
-    ctl.EVENTS_SERVICE), found by its command line."""
+    client.EVENTS_SERVICE), found by its command line."""
     return next((pid for pid in workers.find(lab) if workers.is_service(pid, lab, name)), None)
 
 

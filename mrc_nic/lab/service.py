@@ -2,12 +2,15 @@
 
 The host daemons (mrc_nic.transport.daemon) and the lab's event log (mrc_nic.observe.eventlog)
 each serve one unix socket (mode 0600) with the line protocol of
-mrc_nic.lab.ctl, from one selector loop that also wakes every `tick_s` for the
+mrc_nic.lab.client, from one selector loop that also wakes every `tick_s` for the
 service's own work. A subclass names its operations (`operations`, declared in
-mrc_nic.lab.protocol's way) and writes one `op_<name>(request, conn)` method
-per operation: it gets the typed request, already validated, and returns the
-typed reply, or None to answer later with `reply(conn, ...)`; it refuses with
-protocol.RequestError (an errno and a message). Other file descriptors join
+mrc_nic.contract.framing's way) and gives each one handler: a method
+`op_<name>(request, conn)`, or any callable registered with
+`handle(RequestClass, fn)` (the host daemon's parts register theirs). A
+handler gets the typed request, already validated, and returns the typed
+reply, or None to answer later with `reply(conn, ...)`; it refuses with
+framing.RequestError (an errno and a message). serve() refuses to start
+while an operation has no handler. Other file descriptors join
 the loop with `watch(fd, callback)`.
 """
 
@@ -26,7 +29,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from mrc_nic.lab import ctl, protocol
+from mrc_nic.contract import framing
+
+Handler = Callable[[Any, Any], Any]  # (typed request, Conn) -> typed reply, or None: later
 
 
 @dataclass(eq=False)
@@ -37,23 +42,40 @@ class Conn:
 
 class LineService:
     tick_s = 0.001
-    operations: ClassVar[protocol.Ops]
+    operations: ClassVar[framing.Ops]
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
-        """One handler per declared operation, and no handler undeclared."""
+        """No op_ method of an operation the service does not declare."""
         super().__init_subclass__(**kwargs)
         handlers = {name[3:] for name in dir(cls) if name.startswith("op_")}
-        declared = set(cls.operations.by_name)
-        if handlers != declared:
-            raise TypeError(
-                f"{cls.__name__}: operations without a handler: {sorted(declared - handlers)}; "
-                f"handlers of no declared operation: {sorted(handlers - declared)}"
-            )
+        stray = handlers - set(cls.operations.by_name)
+        if stray:
+            raise TypeError(f"{cls.__name__}: handlers of no declared operation: {sorted(stray)}")
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self.sel = selectors.DefaultSelector()
         self.running = True
+        self.handlers: dict[str, Handler] = {
+            name: getattr(self, f"op_{name}")
+            for name in self.operations.by_name
+            if hasattr(self, f"op_{name}")
+        }
+
+    def handle(self, request: type[framing.Request], handler: Handler) -> None:
+        """`handler(request, conn)` answers the declared operation `request`."""
+        name = request.OP
+        if self.operations.by_name.get(name) is not request:
+            raise TypeError(f"{type(self).__name__} declares no operation {name!r}")
+        if name in self.handlers:
+            raise TypeError(f"{type(self).__name__}: operation {name!r} has a handler already")
+        self.handlers[name] = handler
+
+    def check_handlers(self) -> None:
+        """Every declared operation has its handler (TypeError naming those without)."""
+        missing = sorted(set(self.operations.by_name) - set(self.handlers))
+        if missing:
+            raise TypeError(f"{type(self).__name__}: operations without a handler: {missing}")
 
     # ---- to override ---------------------------------------------------------------
     def tick(self, now: float) -> None:
@@ -85,6 +107,7 @@ class LineService:
         self.serve()
 
     def serve(self) -> None:
+        self.check_handlers()
         self.path.unlink(missing_ok=True)
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         old = os.umask(0o177)  # the socket is root's alone (0600)
@@ -125,7 +148,7 @@ class LineService:
             message = self.handle_line(line, conn)
             if message is not None:
                 self._send(conn, message)
-        if len(conn.buf) > ctl.MAX_LINE:
+        if len(conn.buf) > framing.MAX_LINE:
             self._drop(conn)
 
     def _drop(self, conn: Conn) -> None:
@@ -133,16 +156,16 @@ class LineService:
         self.sel.unregister(conn.sock)
         conn.sock.close()
 
-    def reply(self, conn: Conn | None, result: protocol.Reply) -> None:
+    def reply(self, conn: Conn | None, result: framing.Reply) -> None:
         """Answer a request whose handler returned None (a client gone: nowhere)."""
-        self._send(conn, {"ok": True, **protocol.encode_reply(result)})
+        self._send(conn, {"ok": True, **framing.encode_reply(result)})
 
     def _send(self, conn: Conn | None, message: dict) -> None:
         if conn is None or conn.sock.fileno() < 0:
             return
         conn.sock.setblocking(True)
         try:
-            conn.sock.sendall(ctl.encode(message))
+            conn.sock.sendall(framing.encode(message))
         except OSError:
             pass
         finally:
@@ -151,9 +174,9 @@ class LineService:
     # ---- requests --------------------------------------------------------------------
     def handle_line(self, line: bytes, conn: Conn) -> dict | None:
         try:
-            request = self.operations.decode_request(ctl.decode(line))
-            result = getattr(self, f"op_{request.OP}")(request, conn)
-        except protocol.RequestError as e:
+            request = self.operations.decode_request(framing.decode(line))
+            result = self.handlers[request.OP](request, conn)
+        except framing.RequestError as e:
             return {"ok": False, **e.as_dict()}
         except (ValueError, KeyError, TypeError) as e:
             return {"ok": False, "errno": "EINVAL", "message": f"bad request: {e}"}
@@ -162,4 +185,4 @@ class LineService:
             return {"ok": False, "errno": "EIO", "message": f"{type(e).__name__}: {e}"}
         if result is None:
             return None  # answered later
-        return {"ok": True, **protocol.encode_reply(result)}
+        return {"ok": True, **framing.encode_reply(result)}

@@ -21,12 +21,12 @@ import sys
 import time
 from pathlib import Path
 
-from mrc_nic.lab import ctl, state
+from mrc_nic.lab import client, state
 
 WORKER_MODULE = "mrc_nic.fabric.fault_worker"
 DAEMON_MODULE = "mrc_nic.transport.daemon"
 EVENTLOG_MODULE = "mrc_nic.observe.eventlog"
-EVENTLOG_ARG = ctl.EVENTS_SERVICE  # its name, as its control socket's
+EVENTLOG_ARG = client.EVENTS_SERVICE  # its name, as its control socket's
 MODULES = (WORKER_MODULE, DAEMON_MODULE, EVENTLOG_MODULE)
 RUN_DIR_ENV = "MRC_NIC_RUN_DIR"  # state.RUN_DIR's
 

@@ -163,7 +163,7 @@ MsgSlot = defs.NicMsgSlot
 RqStats = defs.NicRqStats
 GapBin = defs.NicGapBin
 SpinLock = defs.BpfSpinLock
-RqState = defs.NicRq
+RqLayout = defs.NicRq  # struct nic_rq: a receive QP's state in nic_rx_qps
 
 
 _STRUCT_CHARS = {ctypes.c_uint8: "B", ctypes.c_uint16: "H", ctypes.c_uint32: "I",
@@ -207,7 +207,7 @@ Retx = defs.NicRetx
 SqStats = defs.NicSqStats
 SqTxStats = defs.NicSqTxStats
 SqCc = defs.NicSqCc
-SqState = defs.NicSq
+SqLayout = defs.NicSq  # struct nic_sq: a send QP's state in nic_tx_qps
 EvKey = defs.NicEvKey
 EvStats = defs.NicEvStats
 EvStateLayout = defs.NicEv

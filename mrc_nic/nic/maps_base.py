@@ -36,8 +36,8 @@ from mrc_nic.nic.layout import (
     EvStateLayout,
     Port,
     RegionLayout,
-    RqState,
-    SqState,
+    RqLayout,
+    SqLayout,
     TxRing,
     Wq,
 )
@@ -73,7 +73,7 @@ def check_qp_ends(
 
 
 def set_auth_key(value: ctypes.Structure, auth_key: bytes | None) -> None:
-    """A QP's 16-byte key (nic/auth.py) into its state (RqState, SqState): its
+    """A QP's 16-byte key (nic/auth.py) into its state (RqLayout, SqLayout): its
     packets then carry a MAC and must get answers that do. None: no MAC."""
     if auth_key is not None:
         value.auth = 1
@@ -122,13 +122,13 @@ class MapsBase:
     def open(cls, lab: str) -> Self:
         """Open the pinned NIC maps of a lab (MapsMissing if the lab is not up)."""
         expected = {
-            RX_QPS_MAP: ctypes.sizeof(RqState),
+            RX_QPS_MAP: ctypes.sizeof(RqLayout),
             RX_SLOTS_MAP: 4,
             MR_MAP: MR_ELEM_SIZE,
             REGIONS_MAP: ctypes.sizeof(RegionLayout),
             PORT_UP_MAP: 4,
             COUNTERS_MAP: 8,
-            TX_QPS_MAP: ctypes.sizeof(SqState),
+            TX_QPS_MAP: ctypes.sizeof(SqLayout),
             EVS_MAP: ctypes.sizeof(EvStateLayout),
             TX_RING_MAP: ctypes.sizeof(TxRing),
             WQ_MAP: ctypes.sizeof(Wq),

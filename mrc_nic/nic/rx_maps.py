@@ -26,7 +26,7 @@ from mrc_nic.nic.layout import (
     TIMELINE_BINS,
     TIMELINE_MAP,
     QpState,
-    RqState,
+    RqLayout,
     rx_lock_slot,
 )
 from mrc_nic.nic.maps_base import check_qp_ends, locked_lookup, set_auth_key, u32_key
@@ -88,7 +88,7 @@ class RxQpMaps:
                 f"Use a QPN that differs from it in the low {self.max_qps.bit_length() - 1} "
                 f"bits, or free the slot first (NicMaps.delete_rq({holder:#x}))",
             )
-        value = RqState(
+        value = RqLayout(
             state=QpState(state),
             local_host=local_host,
             peer_host=peer_host,
@@ -131,12 +131,12 @@ class RxQpMaps:
         if qpn & ~wireconst.QPN_MASK or self._rx_slot_owner(qpn) != qpn | RQ_TAG_USED:
             raise KeyError(f"no receive state for QP {qpn:#x}")
 
-    def rq_raw(self, qpn: int) -> RqState:
+    def rq_raw(self, qpn: int) -> RqLayout:
         """The receive state of a QP as stored, read under its lock (KeyError if none)."""
         self._check_rx_owner(qpn)
-        raw = locked_lookup(self._fds[RX_QPS_MAP], self._rx_key(qpn), ctypes.sizeof(RqState))
+        raw = locked_lookup(self._fds[RX_QPS_MAP], self._rx_key(qpn), ctypes.sizeof(RqLayout))
         self._check_rx_owner(qpn)  # not deleted (nor replaced) while we read
-        return RqState.from_buffer_copy(raw)
+        return RqLayout.from_buffer_copy(raw)
 
     def rq(self, qpn: int) -> RqSnapshot:
         """The receive state of a QP, decoded (KeyError if none)."""
@@ -205,7 +205,7 @@ class RxQpMaps:
         self._check_rx_owner(qpn)
         # The owner first, then the slot: the program stops using it before it is wiped.
         bpfsys.map_update(self._fds[RX_SLOTS_MAP], self._rx_key(qpn), u32_key(0))
-        bpfsys.map_update(self._fds[RX_QPS_MAP], self._rx_key(qpn), bytes(RqState()))
+        bpfsys.map_update(self._fds[RX_QPS_MAP], self._rx_key(qpn), bytes(RqLayout()))
         self.clear_rev_evs(qpn)  # its answers' paths go with it
 
     def rx_lock_taken(self, qpn: int) -> bool:

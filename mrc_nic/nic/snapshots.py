@@ -9,7 +9,7 @@ from typing import Any
 
 from mrc_nic.kernel import pins
 from mrc_nic.nic import wireconst
-from mrc_nic.nic.layout import RETX_SLOTS, EvState, QpState, RetxCause, SqState
+from mrc_nic.nic.layout import RETX_SLOTS, EvState, QpState, RetxCause, SqLayout
 
 
 @dataclasses.dataclass
@@ -134,7 +134,7 @@ def _enum_or_int(kind: type[enum.IntEnum], value: int) -> Any:
         return value
 
 
-def _retx_entries(raw: SqState) -> list[dict[str, int]]:
+def _retx_entries(raw: SqLayout) -> list[dict[str, int]]:
     count = (raw.retx_tail - raw.retx_head) & pins.U32_MAX
     out = []
     for i in range(min(count, RETX_SLOTS)):

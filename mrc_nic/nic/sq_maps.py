@@ -34,7 +34,7 @@ from mrc_nic.nic.layout import (
     QpError,
     QpState,
     SqCc,
-    SqState,
+    SqLayout,
     TxPkt,
     TxRing,
     Wq,
@@ -151,7 +151,7 @@ class SendQpMaps:
         pins.check_range("silent_ns", silent_ns, pins.U32_MAX)
         pins.check_range("cc_rtt_target_ns", cc_rtt_target_ns, pins.U64_MAX)
         check_cq("cq", cq, self.max_cqs)
-        value = SqState(
+        value = SqLayout(
             state=QpState(state),
             local_host=local_host,
             peer_host=peer_host,
@@ -186,13 +186,13 @@ class SendQpMaps:
         self.wq_memory()[ring * size : (ring + 1) * size] = bytes(size)
         bpfsys.map_update(self._fds[TX_QPS_MAP], u32_key(qpn), bytes(value))
 
-    def sq_raw(self, qpn: int) -> SqState:
+    def sq_raw(self, qpn: int) -> SqLayout:
         """The send state of a QP as stored, read under its lock (KeyError if none)."""
         try:
-            raw = locked_lookup(self._fds[TX_QPS_MAP], u32_key(qpn), ctypes.sizeof(SqState))
+            raw = locked_lookup(self._fds[TX_QPS_MAP], u32_key(qpn), ctypes.sizeof(SqLayout))
         except FileNotFoundError:
             raise KeyError(f"no send state for QP {qpn:#x}") from None
-        return SqState.from_buffer_copy(raw)
+        return SqLayout.from_buffer_copy(raw)
 
     def sq(self, qpn: int) -> SqSnapshot:
         """The send state of a QP, decoded (KeyError if none)."""

@@ -17,10 +17,10 @@ sequence number it saw, and is told exactly how many it missed:
 Completions (NIC_EV_RECV_IMM, NIC_EV_SEND_DONE) and per-PSN losses are kept
 as well; `types` filters them out for a reader that wants state changes only.
 
-Control socket: /run/mrc-nic/<lab>/events.sock (mrc_nic.lab.ctl's protocol),
-its operations declared in mrc_nic.lab.eventops: `read` (wait > 0: answer
+Control socket: /run/mrc-nic/<lab>/events.sock (mrc_nic.lab.client's protocol),
+its operations declared in mrc_nic.contract.eventops: `read` (wait > 0: answer
 when an event arrives or after that many seconds, a long poll), `post`,
-`ping`. ctl.post_event is the posting client.
+`ping`. client.post_event is the posting client.
 """
 
 from __future__ import annotations
@@ -35,11 +35,12 @@ from dataclasses import dataclass
 
 from mrc_nic import nic
 from mrc_nic.abi.nic_const_defs import NIC_QPN_HOST_SHIFT
-from mrc_nic.lab import ctl, eventops, state
-from mrc_nic.lab.eventops import POSTED_TYPES, READ_MAX
+from mrc_nic.contract import eventops
+from mrc_nic.contract.eventops import POSTED_TYPES, READ_MAX
+from mrc_nic.lab import client, state
 from mrc_nic.lab.service import Conn, LineService
 
-SERVICE = ctl.EVENTS_SERVICE  # its socket: ctl.socket_path(lab, SERVICE)
+SERVICE = client.EVENTS_SERVICE  # its socket: client.socket_path(lab, SERVICE)
 QUEUE_MAX = 65536
 PLANES_KEPT = 65536  # (QP, EV) -> plane entries remembered
 WAIT_MAX_S = 30.0
@@ -67,7 +68,7 @@ class EventLog(LineService):
     tick_s = 0.01  # the ring buffer's fd wakes the loop; the tick answers long polls
 
     def __init__(self, lab: str) -> None:
-        super().__init__(ctl.socket_path(lab, SERVICE))
+        super().__init__(client.socket_path(lab, SERVICE))
         _, self.topo = state.open_lab(lab)
         self.hosts = {
             node.index: name for name, node in self.topo.nodes.items() if not node.is_switch
@@ -173,7 +174,7 @@ class EventLog(LineService):
 
     def op_post(self, req: eventops.Post, conn: Conn) -> eventops.PostReply:
         if req.event.get("type") not in POSTED_TYPES:
-            raise ctl.RequestError(
+            raise client.RequestError(
                 errno.EINVAL, f"event must be an object with type one of {', '.join(POSTED_TYPES)}"
             )
         # What the NIC recorded before this post gets its numbers first, and

@@ -8,9 +8,9 @@ from __future__ import annotations
 import dataclasses
 import errno
 
+from mrc_nic.contract.enums import ProfileState
 from mrc_nic.transport import nscc
 from mrc_nic.transport import profilebase as base
-from mrc_nic.verbs.enums import ProfileState
 
 CC_MAX_PROFILES = 64
 NSCC_ALGORITHM = "uet-1.0-nscc"  # the OCP name (mrc_ctl_device_attr.cc.algorithms)

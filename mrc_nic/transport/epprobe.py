@@ -40,10 +40,11 @@ import time
 from typing import Any
 
 from mrc_nic.abi import defs
-from mrc_nic.lab.protocol import RequestError
+from mrc_nic.contract.framing import RequestError
 from mrc_nic.lab.topology import Topology
 from mrc_nic.nic import wireconst
 from mrc_nic.transport import prober
+from mrc_nic.transport.host import host_with_address
 from mrc_nic.transport.profiles import AUTO_EV_BASE
 
 EP_SLOTS = defs.NIC_EP_SLOTS  # probes a host has outstanding, at most
@@ -95,11 +96,10 @@ def _host_of(topo: Topology, gid: object, what: str) -> int:
         addr = ipaddress.IPv4Address(str(gid))
     except ValueError:
         raise _bad(f"{what} must be an IPv4 address of a host of the lab, not {gid!r}") from None
-    for name in topo.host_names():
-        index = topo.nodes[name].index
-        if any(topo.host_address(index, p) == addr for p in range(topo.planes)):
-            return index
-    raise _bad(f"{what} {addr} is no host's address in lab {topo.lab!r}")
+    index = host_with_address(topo, addr)
+    if index is None:
+        raise _bad(f"{what} {addr} is no host's address in lab {topo.lab!r}")
+    return index
 
 
 def _port_status(topo: Topology, where: str, op: object) -> int | None:

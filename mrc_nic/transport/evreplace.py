@@ -50,10 +50,10 @@ import dataclasses
 import sys
 
 from mrc_nic import nic
-from mrc_nic.lab import ctl
+from mrc_nic.lab import client
 from mrc_nic.nic import wire
+from mrc_nic.transport.ev_profiles import AUTO_EV_BASE as EV_BASE
 from mrc_nic.transport.prober import PLANE_PROBES_PER_S, PROBE_BACKOFF_MAX_S, EvScan
-from mrc_nic.transport.transfer import EV_BASE
 
 REPLACE_AFTER_S = 0.02  # ASSUMED_BAD this long: 4 probes unanswered (prober's backoff)
 RETIRE_AFTER_S = 0.005  # a replaced EV's state is deleted this much later
@@ -245,7 +245,7 @@ class Replacer:
         track.bad_since.pop(old, None)
         self.replaced += 1
         event = {"type": "ev_replaced", "host": self.host, "qpn": qpn, "plane": plane}
-        ctl.post_event(
+        client.post_event(
             self.lab, {**event, "old_ev": old, "new_ev": new, "slot": slot, "cause": cause}
         )
         return True

@@ -11,7 +11,7 @@ them by host index, with no talk between them:
   slot QPN & (max_qps - 1) of nic_rx_qps (bpf/nic_structs.h), which is then its
   index (max_qps is at most 1 << 16), so no two QPs of the lab want one slot.
   The range counts send and receive QPs together (a QP number serves both).
-The fixed ids of mrc_nic.transport.transfer (the daemon-less WRITE of the tests and
+The fixed ids of mrc_nic.testkit.transfer (the daemon-less WRITE of the tests and
 benchmarks: ring 0, regions 1 and 2, QP index 1, memory from element 0)
 are kept out of every range but memory: do not run it on a lab whose
 daemons are writing. Every host's transfer QP receives in slot 1, which
@@ -26,9 +26,9 @@ import errno
 from mrc_nic import nic
 from mrc_nic.transport.qp import QpError
 
-RESERVED_RINGS = 1  # ring 0: mrc_nic.transport.transfer
-RESERVED_REGIONS = 3  # region 0 unused, 1 and 2: mrc_nic.transport.transfer
-QP_INDEX_FIRST = 0x100  # below: mrc_nic.transport.transfer and tests
+RESERVED_RINGS = 1  # ring 0: mrc_nic.testkit.transfer
+RESERVED_REGIONS = 3  # region 0 unused, 1 and 2: mrc_nic.testkit.transfer
+QP_INDEX_FIRST = 0x100  # below: mrc_nic.testkit.transfer and tests
 KIB = nic.MR_ELEM_SIZE
 
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import enum
 import errno
 
-from mrc_nic.lab.protocol import RequestError
-from mrc_nic.verbs.enums import ProfileState
+from mrc_nic.contract.enums import ProfileState
+from mrc_nic.contract.framing import RequestError
 
 
 class ProfileError(RequestError):

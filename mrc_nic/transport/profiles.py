@@ -1,11 +1,12 @@
 """The OCP controller objects of one host's NIC (mrc_ctl.h, API v1.0.1): EV Format
 profiles, EV profiles, CC profiles, as the host daemon keeps them.
 
-The objects and their operations live in transport.ev_profiles (EV Format
-and EV profiles) and transport.cc_profiles; the checks they share in
-transport.profilebase; the enums are the API's (mrc_nic.verbs.enums). Pure
+The objects live in transport.ev_profiles (EV Format
+and EV profiles; their operations in transport.ev_tables and ev_arrays) and
+transport.cc_profiles; the checks they share in
+transport.profilebase; the enums are the contract's (mrc_nic.contract.enums). Pure
 Python, no maps: the daemon (mrc_nic.transport.daemon) holds one
-ProfileTable, serves its operations (mrc_nic.transport.ctlops) and asks it for
+ProfileTable, serves its operations (mrc_nic.contract.ctlops) and asks it for
 a QP's EVs (EvProfile.qp_evs) and NSCC configuration (ProfileTable.nscc_config)
 when the QP connects. Names are mrc_ctl.h's; docs/fidelity.md lists them
 against the OCP ones.
@@ -17,6 +18,7 @@ used by QPs only ONLINE; ONLINE -> OFFLINE is EBUSY while a QP uses it.
 
 from __future__ import annotations
 
+from mrc_nic.contract.enums import EvFmtMode, EvMode, EvState, ProfileState  # noqa: F401
 from mrc_nic.transport import nscc
 from mrc_nic.transport.cc_profiles import (  # noqa: F401 (the table's names, for its users)
     ALGORITHMS,
@@ -41,11 +43,10 @@ from mrc_nic.transport.ev_profiles import (  # noqa: F401
     EvFmtField,
     EvFmtProfile,
     EvProfile,
-    EvTable,
     expand,
 )
+from mrc_nic.transport.ev_tables import EvTable
 from mrc_nic.transport.profilebase import ProfileError  # noqa: F401
-from mrc_nic.verbs.enums import EvFmtMode, EvMode, EvState, ProfileState  # noqa: F401
 
 # mrc_ctl_attr_opt: what this NIC supports
 OPT_EV_EVENT = 1 << 2

@@ -17,11 +17,10 @@ accepted.
 from __future__ import annotations
 
 import dataclasses
-import enum
 import errno
 
 from mrc_nic import nic
-from mrc_nic.lab.protocol import RequestError
+from mrc_nic.contract.framing import RequestError
 
 TIMEOUT_UNIT_S = 1.024e-6
 TIMEOUT_MAX = 24  # 1.024 us * 2^24 = 17.2 s: mrc.h, "Max val = 24 (17.17s)"
@@ -55,12 +54,9 @@ REORDER_NS_MAX = 2**32 - 1
 EV_COUNT = 128  # EVs per send QP (the OCP API's ev_count default), equal per plane
 
 
-class QpState(enum.IntEnum):
-    RESET = int(nic.QpState.RESET)
-    INIT = int(nic.QpState.INIT)
-    RTR = int(nic.QpState.RTR)
-    RTS = int(nic.QpState.RTS)
-    ERR = int(nic.QpState.ERR)
+# One enum for a QP's state: enum nic_qp_state, with ibv_qp_state's values (the
+# verbs API's QpState is the same). The daemon's QPs never go to SQD or SQE.
+QpState = nic.QpState
 
 
 # Allowed transitions; RESET and ERR are reachable from every state.

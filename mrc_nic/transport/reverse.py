@@ -42,7 +42,7 @@ import socket
 import time
 
 from mrc_nic import nic
-from mrc_nic.lab import ctl
+from mrc_nic.lab import client
 from mrc_nic.lab.topology import Topology
 from mrc_nic.nic import wire
 from mrc_nic.transport.prober import plane_socket, probe_frame
@@ -54,7 +54,7 @@ REPLY_WAIT_S = 0.003  # a probe unanswered this long is missed (the lab's RTT: 0
 MISSES = 2  # consecutive missed probes: ASSUMED_BAD (one lost probe is not a failure)
 REPLACE_AFTER_S = 0.02
 IDLE_AFTER_S = 0.1  # no data for this long: the QP's reverse EVs are not probed
-# Reverse EV values: a range of their own (data EVs start at transfer.EV_BASE, 49152).
+# Reverse EV values: a range of their own (data EVs start at ev_profiles.AUTO_EV_BASE, 49152).
 REV_EV_BASE = 40960
 REV_EV_END = 49152
 STATE_NAMES = nic.RevState.NAMES
@@ -240,7 +240,7 @@ class ReverseEvs:
 
     def _post(self, rs: _Set, kind: str, **fields) -> None:
         event = {"type": kind, "host": self.host, "qpn": rs.qpn, "peer_qpn": rs.peer_qpn}
-        ctl.post_event(self.topo.lab, {**event, **fields}, source=self.host)
+        client.post_event(self.topo.lab, {**event, **fields}, source=self.host)
 
     # ---- probes -------------------------------------------------------------------
     def _probe(self, rs: _Set, e: _Ev, now: float) -> None:

@@ -14,7 +14,7 @@ on its own. The daemon adds what needs a clock or a policy, once per tick
   progress for the whole retry budget, fails instead of hanging silently.
 
 Every QP an application posts to (mrc_nic.verbs, through
-transport.appsession; `mrc-nic write` is one such application) gets it.
+transport.qplife; `mrc-nic write` is one such application) gets it.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ REORDER_KICKS = 2  # reorder timer kicks per stall of the ACK clock
 
 @dataclasses.dataclass(kw_only=True)
 class Supervised:
-    """A send QP's supervision state (a dataclass base: appsession.AppQp
+    """A send QP's supervision state (a dataclass base: sessions.AppQp
     extends it). `qp` is its transport.qp.Qp."""
 
     qp: Any

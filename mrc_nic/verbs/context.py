@@ -8,7 +8,7 @@ never use that session; its end is the NIC's death (verbs.fatal).
 
 The daemon takes the session only from a process in the host's network
 namespace, or from root in the machine's (transport.tenancy), and holds it to
-its shares of the host (transport.shares: the lab's [tenants], or what the
+its shares of the host (contract.shares: the lab's [tenants], or what the
 program asks for: `shares=`, MRC_NIC_SHARE_<NAME>, `mrc-nic exec --share`).
 """
 
@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from mrc_nic import nic
+from mrc_nic.contract import appops, shares
 from mrc_nic.kernel import fdwait, pins
-from mrc_nic.lab import ctl, names, state
+from mrc_nic.lab import client, names, state
 from mrc_nic.lab.topology import NS_PREFIX, TopologyError
-from mrc_nic.transport import appops, shares
 from mrc_nic.verbs import fatal
 from mrc_nic.verbs.enums import AsyncEventType
 from mrc_nic.verbs.errors import VerbsError
@@ -136,7 +136,7 @@ class Context:
         self, lab: str | None = None, host: str | None = None, *, shares: dict | None = None
     ) -> None:
         """shares: this session's limits on the host instead of the lab's
-        ({"memory": "25%", "qps": 8, ...}; transport.shares), over those of
+        ({"memory": "25%", "qps": 8, ...}; contract.shares), over those of
         MRC_NIC_SHARE_<NAME>."""
         self.lab, self.host = locate(lab, host)
         if os.geteuid() != 0:
@@ -152,10 +152,10 @@ class Context:
                 "open_device", errno.ENODEV, f"lab {self.lab!r} is not up: mrc-nic up"
             ) from None
         try:
-            self.session = ctl.Session(self.lab, self.host)
+            self.session = client.Session(self.lab, self.host)
             asked = {**_shares_from_env(), **(shares or {})}
             hello = self.session.call(appops.Hello(pid=os.getpid(), shares=asked or None))
-        except ctl.DaemonError as e:
+        except client.DaemonError as e:
             self.maps.close()
             if e.errno_name in ("EPERM", "EINVAL"):  # refused: not this host's, bad shares
                 self.session.close()
@@ -253,7 +253,7 @@ class Context:
             raise self.fatal_error(verb)
         try:
             return self.session.call(request, timeout=timeout)
-        except ctl.DaemonError as e:
+        except client.DaemonError as e:
             if self.device_fatal():
                 raise self.fatal_error(verb) from None
             code = getattr(errno, e.errno_name or "", errno.EIO)

@@ -24,7 +24,7 @@ import struct
 from typing import TYPE_CHECKING, Any
 
 from mrc_nic import nic
-from mrc_nic.transport import appops
+from mrc_nic.contract import appops
 from mrc_nic.verbs.enums import WcOpcode, WcStatus
 from mrc_nic.verbs.errors import VerbsError
 

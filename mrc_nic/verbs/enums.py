@@ -11,6 +11,9 @@ import enum
 
 from mrc_nic import nic
 
+# mrc_ctl.h's enums are the contract's: the daemon takes and returns them
+from mrc_nic.contract.enums import EvFmtMode, EvMode, EvState, ProfileState  # noqa: F401
+
 
 class WcStatus(enum.IntEnum):
     """enum ibv_wc_status (the ones this NIC reports)."""
@@ -132,37 +135,3 @@ class Mtu(enum.IntEnum):
     @property
     def bytes(self) -> int:
         return 128 << self.value
-
-
-# ---- mrc_ctl.h (the controller's objects: mrc_nic.verbs.ctl, transport.profiles) ----
-class ProfileState(enum.IntEnum):
-    """enum mrc_ctl_profile_state."""
-
-    INIT = 0
-    OFFLINE = 1
-    ONLINE = 2
-
-
-class EvFmtMode(enum.IntFlag):
-    """enum mrc_ctl_ev_fmt_mode."""
-
-    STEV = 1 << 0
-    SRV6 = 1 << 1
-    UDP = 1 << 2
-
-
-class EvMode(enum.IntFlag):
-    """enum mrc_ctl_ev_mode."""
-
-    AUTO = 1 << 0
-    EXP = 1 << 1
-    GEN = 1 << 2
-
-
-class EvState(enum.IntFlag):
-    """enum mrc_ctl_ev_state (the API's; the NIC's own is nic.EvState, with SKIP)."""
-
-    GOOD = 1 << 0
-    ASSUMED_BAD = 1 << 1
-    DENIED = 1 << 2
-    UNKNOWN = 1 << 31

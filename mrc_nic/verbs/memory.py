@@ -16,8 +16,8 @@ import mmap
 from typing import TYPE_CHECKING, Any
 
 from mrc_nic import nic
+from mrc_nic.contract import appops
 from mrc_nic.nic.maps_base import detach
-from mrc_nic.transport import appops
 from mrc_nic.verbs.enums import Access
 from mrc_nic.verbs.errors import VerbsError
 

@@ -23,8 +23,8 @@ import struct
 from typing import TYPE_CHECKING, Any
 
 from mrc_nic import nic
+from mrc_nic.contract import appops
 from mrc_nic.kernel import bpfsys
-from mrc_nic.transport import appops
 from mrc_nic.verbs.cq import CQ, WC, WC_WITH_IMM, status_of_error
 from mrc_nic.verbs.enums import (
     MrcAttrMask,

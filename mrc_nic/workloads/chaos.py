@@ -30,13 +30,13 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from mrc_nic.contract import daemonops as ops
 from mrc_nic.errors import MrcNicError
 from mrc_nic.fabric import faults
-from mrc_nic.lab import ctl
+from mrc_nic.lab import client
 from mrc_nic.lab.state import open_lab
 from mrc_nic.lab.topology import Topology
 from mrc_nic.observe import fidelity
-from mrc_nic.transport import protocol as ops
 from mrc_nic.workloads import rdma_write
 
 # kind -> (what it targets, fault mode, direction)
@@ -224,7 +224,7 @@ def qps_in_err(lab: str, topo: Topology) -> list[dict]:
     """The QPs of every host's daemon that are in ERR now."""
     found = []
     for host in topo.host_names():
-        for q in ctl.call(lab, host, ops.QpList()).qps:
+        for q in client.call(lab, host, ops.QpList()).qps:
             if q["state"] == "ERR":
                 found.append({"host": host, "qpn": q["qpn"], "reason": q["err_reason"]})
     return found

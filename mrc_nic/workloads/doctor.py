@@ -31,9 +31,10 @@ import tomllib
 from typing import Any
 
 from mrc_nic import nic, resources
+from mrc_nic.contract import framing
 from mrc_nic.fabric import queues, testbed
 from mrc_nic.fabric.builder import Fabric
-from mrc_nic.lab import ctl, doctor_store, protocol, state, topology, workers
+from mrc_nic.lab import client, doctor_store, state, topology, workers
 from mrc_nic.lab.topology import Topology
 from mrc_nic.nic import wire
 from mrc_nic.observe import fidelity
@@ -99,9 +100,9 @@ def _await_daemons(topo: Topology, limit_s: float = DAEMON_WAIT_S) -> None:
     for host in topo.host_names():
         while True:
             try:
-                ctl.call(topo.lab, host, protocol.Ping(), timeout=1.0)
+                client.call(topo.lab, host, framing.Ping(), timeout=1.0)
                 break
-            except ctl.DaemonError:
+            except client.DaemonError:
                 if time.monotonic() > deadline or testbed.daemon_pid(topo.lab, host) is None:
                     raise testbed.LabError(f"doctor: the {host} daemon did not restart") from None
                 time.sleep(0.05)

@@ -1617,7 +1617,7 @@ def test_client_refuses_bad_send_values(maps):
 
 def test_pinned_send_maps_have_expected_shape(program):
     expected = {
-        nic.TX_QPS_MAP: (bpfsys.BPF_MAP_TYPE_HASH, 4, ctypes.sizeof(nic.SqState), MAX_QPS),
+        nic.TX_QPS_MAP: (bpfsys.BPF_MAP_TYPE_HASH, 4, ctypes.sizeof(nic.SqLayout), MAX_QPS),
         nic.EVS_MAP: (bpfsys.BPF_MAP_TYPE_HASH, 8, ctypes.sizeof(nic.EvStateLayout), MAX_EVS),
         nic.TX_RING_MAP: (bpfsys.BPF_MAP_TYPE_ARRAY, 4, ctypes.sizeof(nic.TxRing), TX_RINGS),
     }
@@ -1642,7 +1642,7 @@ def test_pinned_send_maps_have_expected_shape(program):
 @pytest.mark.parametrize(
     ("map_name", "key", "view"),
     [
-        (nic.TX_QPS_MAP, None, nic.SqState),
+        (nic.TX_QPS_MAP, None, nic.SqLayout),
         (nic.EVS_MAP, nic.EvKey, nic.EvStateLayout),
         (nic.TX_RING_MAP, None, nic.TxRing),
     ],

@@ -5,8 +5,8 @@ from __future__ import annotations
 import threading
 import time
 
-from mrc_nic.lab import ctl
-from mrc_nic.transport import protocol as ops
+from mrc_nic.contract import daemonops as ops
+from mrc_nic.lab import client
 from mrc_nic.workloads import rdma_write
 
 
@@ -65,7 +65,7 @@ def send_qp(labname: str, old: frozenset[int] = frozenset()) -> int:
     just ended may still be listed while its daemon releases it)."""
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
-        qps = ctl.call(labname, "h0", ops.QpList()).qps
+        qps = client.call(labname, "h0", ops.QpList()).qps
         live = [
             q["qpn"]
             for q in qps

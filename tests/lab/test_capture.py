@@ -13,7 +13,7 @@ from scapy.contrib.roce import BTH
 from scapy.layers.inet import IP
 
 from mrc_nic.observe import capture
-from mrc_nic.transport import transfer
+from mrc_nic.testkit import transfer
 from tests.helpers.env import MRC, ROOT, run_cli
 from tests.helpers.tshark import tshark_fields
 

@@ -19,11 +19,12 @@ import time
 import pytest
 
 from mrc_nic import nic
+from mrc_nic.contract import daemonops as ops
+from mrc_nic.contract import eventops
 from mrc_nic.fabric import faults, testbed
 from mrc_nic.kernel import netns
-from mrc_nic.lab import ctl, eventops, state
+from mrc_nic.lab import client, state
 from mrc_nic.transport import evreplace, nscc
-from mrc_nic.transport import protocol as ops
 from mrc_nic.workloads import rdma_write
 from tests.helpers.env import MRC, run_cli
 from tests.helpers.writes import Repeating, send_qp, wait_for
@@ -105,7 +106,7 @@ def test_write_cli_prints_goodput_and_planes(default_lab):
 )
 def test_write_survives_a_fault_started_mid_transfer(default_lab, target, args):
     name = default_lab.lab
-    since = ctl.call(name, ctl.EVENTS_SERVICE, eventops.Ping()).seq
+    since = client.call(name, client.EVENTS_SERVICE, eventops.Ping()).seq
     # Writes go on until the heal has been seen (each CLI call takes 1-6 s on
     # a loaded machine): the probes run only while a QP is live.
     with Repeating(name, 256 * MIB) as job:
@@ -137,7 +138,7 @@ def test_write_survives_a_fault_started_mid_transfer(default_lab, target, args):
                 return c[(plane, "ASSUMED_BAD")] >= 32
             if c[(plane, "ASSUMED_BAD")] >= 1:
                 return True
-            events = ctl.call(name, ctl.EVENTS_SERVICE, read).events
+            events = client.call(name, client.EVENTS_SERVICE, read).events
             return any(e["plane"] == plane for e in events)
 
         wait_for(
@@ -210,8 +211,8 @@ def test_a_connection_carries_several_writes_on_the_same_qps(default_lab):
         with pytest.raises(ValueError, match="depth 8 needs 8 slots"):
             conn.write(MIB, depth=8)  # 8 slots of 1 MiB in a buffer of 2
         assert conn.write(5, imm=True, verify=True)["completed"], "a refusal changed nothing"
-    assert ctl.call(name, "h0", ops.QpList()).qps == [], "closing the connection released them"
-    assert ctl.call(name, "h1", ops.QpList()).qps == []
+    assert client.call(name, "h0", ops.QpList()).qps == [], "closing the connection released them"
+    assert client.call(name, "h1", ops.QpList()).qps == []
 
 
 def test_stop_ends_a_running_write_and_the_daemon_goes_on(default_lab):
@@ -225,14 +226,14 @@ def test_stop_ends_a_running_write_and_the_daemon_goes_on(default_lab):
         r = job.join(timeout=30)
         assert not r["completed"] and "test says stop" in r["error"], r
         assert r["bytes"] < 1024 * MIB and [q["state"] for q in r["qps"]] == ["ERR"]
-    assert ctl.call(name, "h0", ops.QpList()).qps == [], "its QPs were released"
+    assert client.call(name, "h0", ops.QpList()).qps == [], "its QPs were released"
     again = rdma_write.write(name, "h0", "h1", 4 * MIB, verify=True)
     assert again["completed"] and again["verified"]
 
 
 def test_ctrl_c_on_write_cancels_the_transfer(default_lab):
     name = default_lab.lab
-    old = frozenset(q["qpn"] for q in ctl.call(name, "h0", ops.QpList()).qps)
+    old = frozenset(q["qpn"] for q in client.call(name, "h0", ops.QpList()).qps)
     cli = subprocess.Popen(
         [*MRC, "write", "h0", "h1", "--size", "1G", "-l", name],
         stderr=subprocess.PIPE,
@@ -249,19 +250,19 @@ def test_ctrl_c_on_write_cancels_the_transfer(default_lab):
         if cli.poll() is None:
             cli.kill()
     assert cli.returncode == 130 and "write cancelled" in err, err
-    wait_for(lambda: ctl.call(name, "h0", ops.QpList()).qps, lambda qps: qps == [])
+    wait_for(lambda: client.call(name, "h0", ops.QpList()).qps, lambda qps: qps == [])
 
 
 def test_bad_requests_get_errno_and_a_message(default_lab):
     name = default_lab.lab
-    with pytest.raises(ctl.DaemonError, match="unknown operation") as e:
-        ctl.call(name, "h0", eventops.Post(event={"type": "note"}))  # the event log's op
+    with pytest.raises(client.DaemonError, match="unknown operation") as e:
+        client.call(name, "h0", eventops.Post(event={"type": "note"}))  # the event log's op
     assert e.value.errno_name == errno.errorcode[errno.EOPNOTSUPP]
-    with pytest.raises(ctl.DaemonError, match="no send QP 0x1 in RTS") as e:
-        ctl.call(name, "h0", ops.EvSet(qpn=1, ev=2, state="DENIED"))
+    with pytest.raises(client.DaemonError, match="no send QP 0x1 in RTS") as e:
+        client.call(name, "h0", ops.EvSet(qpn=1, ev=2, state="DENIED"))
     assert e.value.errno_name == "ENOENT"
-    with pytest.raises(ctl.DaemonError, match="field 'qpn' must be an integer") as e:
-        ctl.call(name, "h0", ops.EvSet(qpn="2", ev=1, state="GOOD"))  # type: ignore[arg-type]
+    with pytest.raises(client.DaemonError, match="field 'qpn' must be an integer") as e:
+        client.call(name, "h0", ops.EvSet(qpn="2", ev=1, state="GOOD"))  # type: ignore[arg-type]
     assert e.value.errno_name == "EINVAL"
     p = run_cli("write", "h0", "h1", "--size", "1M", "--qps", "0", "-l", name, check=False)
     assert p.returncode == 2 and "--qps" in p.stderr
@@ -272,7 +273,7 @@ def test_bad_requests_get_errno_and_a_message(default_lab):
     # Refused by the daemon as the QPs connect: everything is released again.
     p = run_cli("write", "h0", "h1", "--size", "1M", "--evs", "6", "-l", name, check=False)
     assert p.returncode != 0 and "multiple of the lab's 4 planes" in p.stderr, p.stderr
-    assert ctl.call(name, "h0", ops.QpList()).qps == [], "nothing left behind"
+    assert client.call(name, "h0", ops.QpList()).qps == [], "nothing left behind"
 
 
 def test_daemon_killed_mid_transfer_is_reported_and_restarted(make_lab):
@@ -284,7 +285,7 @@ def test_daemon_killed_mid_transfer_is_reported_and_restarted(make_lab):
         job.join()
     assert testbed.daemon_pid(topo.lab, "h0") is None
     assert testbed.start_daemons(topo) == ["h0"], "what up --reuse does"
-    assert ctl.call(topo.lab, "h0", ops.Ping()).pid == testbed.daemon_pid(topo.lab, "h0")
+    assert client.call(topo.lab, "h0", ops.Ping()).pid == testbed.daemon_pid(topo.lab, "h0")
     testbed.down(topo.lab)
     assert testbed.daemon_pid(topo.lab, "h1") is None
     assert not [n for n in netns.list_names() if n.startswith(f"mrc-{topo.lab}-")]
@@ -298,7 +299,7 @@ def test_evs_of_a_blackholed_link_are_replaced_by_evs_around_it(default_lab):
     around the link; within a few rounds plane 1 sprays over (nearly) all
     its EVs again, while the fault lasts."""
     name = default_lab.lab
-    since = ctl.call(name, ctl.EVENTS_SERVICE, eventops.Ping()).seq
+    since = client.call(name, client.EVENTS_SERVICE, eventops.Ping()).seq
     with Repeating(name, 256 * MIB) as job:
         qpn = send_qp(name)
         time.sleep(0.3)
@@ -308,7 +309,7 @@ def test_evs_of_a_blackholed_link_are_replaced_by_evs_around_it(default_lab):
         read = eventops.Read(since=since, types=["ev_replaced"], max=10000)
 
         def replaced_on_plane_1() -> list[dict]:
-            events = ctl.call(name, ctl.EVENTS_SERVICE, read).events
+            events = client.call(name, client.EVENTS_SERVICE, read).events
             return [e for e in events if e["plane"] == 1]
 
         # Each EV that hashes into the link is blamed (a silent loss) and
@@ -319,7 +320,7 @@ def test_evs_of_a_blackholed_link_are_replaced_by_evs_around_it(default_lab):
         with nic.NicMaps.open(name) as maps:
             now = maps.sq(qpn).evs
         assert len(now) == 128 and len(set(now) - profile) >= 4, healed
-        replaced = ctl.call(name, ctl.EVENTS_SERVICE, read).events
+        replaced = client.call(name, client.EVENTS_SERVICE, read).events
         # Mostly plane 1's. An EV of another plane can be blamed for a loss too
         # (the SACKs of any plane may return through plane 1, or come late on a
         # loaded machine) and be replaced if its probes do not clear it in time.
@@ -335,7 +336,7 @@ def test_events_tell_the_fault_the_ev_states_and_the_heal(default_lab):
     """`mrc-nic events`: the fault, the failed plane's EVs going ASSUMED_BAD
     (from the NIC's ring buffer, with the QP's host), their return, the heal."""
     name = default_lab.lab
-    since = ctl.call(name, ctl.EVENTS_SERVICE, eventops.Ping()).seq
+    since = client.call(name, client.EVENTS_SERVICE, eventops.Ping()).seq
     with Repeating(name, 256 * MIB) as job:
         qpn = send_qp(name)
         time.sleep(0.3)
@@ -387,7 +388,8 @@ def test_events_tell_the_fault_the_ev_states_and_the_heal(default_lab):
 
 
 def default_evs() -> dict[int, int]:
-    from mrc_nic.transport import qp, transfer
+    from mrc_nic.testkit import transfer
+    from mrc_nic.transport import qp
 
     return transfer.ev_profile(4, qp.EV_COUNT // 4)
 
@@ -411,7 +413,7 @@ def test_event_log_counts_exactly_what_a_reader_missed(default_lab):
         assert (reply.evicted, [e["i"] for e in reply.events]) == (0, [8, 9])
         reply = log.read(base + 7, {"note"}, 1)
         assert [e["i"] for e in reply.events] == [7] and reply.next == base + 8
-        with pytest.raises(ctl.RequestError, match="type one of"):
+        with pytest.raises(client.RequestError, match="type one of"):
             log.op_post(eventops.Post(event={"type": "nonsense"}), None)
     finally:
         log.close()

@@ -15,7 +15,7 @@ import time
 
 from mrc_nic import nic
 from mrc_nic.observe import stats
-from mrc_nic.transport import transfer
+from mrc_nic.testkit import transfer
 
 MIB = 2**20
 

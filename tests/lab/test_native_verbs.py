@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from mrc_nic.lab import ctl
-from mrc_nic.transport import appops, protocol
+from mrc_nic.contract import appops, daemonops
+from mrc_nic.lab import client as lab_client
 from tests.helpers.env import MRC
 from tests.helpers.hostpair import run_server_client
 
@@ -192,9 +192,11 @@ def test_a_program_killed_mid_run_releases_everything(default_lab):
     lab = default_lab.lab
 
     def app_qps(host: str) -> list[dict]:
-        return [q for q in ctl.call(lab, host, protocol.QpList()).qps if q.get("role") == "app"]
+        return [
+            q for q in lab_client.call(lab, host, daemonops.QpList()).qps if q.get("role") == "app"
+        ]
 
-    memory = ctl.call(lab, "h0", appops.Hello(pid=0)).max_mr_bytes
+    memory = lab_client.call(lab, "h0", appops.Hello(pid=0)).max_mr_bytes
     program = ["ib_write_bw", "-s", "65536", "-D", "30"]
     server = subprocess.Popen(in_host(lab, "h1", *program), stdout=subprocess.DEVNULL)
     time.sleep(1.5)
@@ -214,7 +216,7 @@ def test_a_program_killed_mid_run_releases_everything(default_lab):
         while app_qps("h0") and time.monotonic() < deadline:
             time.sleep(0.2)
         assert app_qps("h0") == []
-        assert ctl.call(lab, "h0", appops.Hello(pid=0)).max_mr_bytes == memory
+        assert lab_client.call(lab, "h0", appops.Hello(pid=0)).max_mr_bytes == memory
     finally:
         for p in (client, server):
             if p.poll() is None:  # ours, by pid

@@ -14,12 +14,12 @@ import time
 import pytest
 
 from mrc_nic import nic
+from mrc_nic.contract import daemonops as ops
 from mrc_nic.fabric import faults
 from mrc_nic.fabric.switchport import SwitchPortMaps
 from mrc_nic.kernel import bpfsys
-from mrc_nic.lab import ctl as lab_ctl
+from mrc_nic.lab import client as lab_ctl
 from mrc_nic.nic import wire
-from mrc_nic.transport import protocol as ops
 from mrc_nic.verbs import SendFlags, ctl
 from mrc_nic.workloads import experiments, rdma_write
 from tests.helpers.env import run_cli

@@ -11,7 +11,7 @@ import time
 
 from mrc_nic import nic
 from mrc_nic.observe import stats
-from mrc_nic.transport import transfer
+from mrc_nic.testkit import transfer
 from mrc_nic.workloads import traffic
 from tests.helpers.env import MRC, ROOT, run_cli
 

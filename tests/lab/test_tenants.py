@@ -16,9 +16,9 @@ import time
 import pytest
 
 from mrc_nic import nic, verbs
+from mrc_nic.contract import daemonops as ops
 from mrc_nic.fabric import testbed
-from mrc_nic.lab import ctl
-from mrc_nic.transport import protocol as ops
+from mrc_nic.lab import client
 from mrc_nic.verbs import SendFlags, WcStatus
 from tests.helpers.env import MRC, ROOT, run_cli
 from tests.helpers.verbspair import Side, connect, poll_n, write
@@ -189,7 +189,9 @@ def test_a_queue_whose_counters_a_program_corrupts_fails_and_its_neighbour_goes_
         assert [(wc.wr_id, wc.status) for wc in wcs] == [(9, WcStatus.LOC_QP_OP_ERR)]
         assert time.monotonic() - start < 2, "within the QP's timeout, not never"
         assert a.qp.state == verbs.QpState.ERR
-        record = next(q for q in ctl.call(lab, "h0", ops.QpList()).qps if q["qpn"] == a.qp.qp_num)
+        record = next(
+            q for q in client.call(lab, "h0", ops.QpList()).qps if q["qpn"] == a.qp.qp_num
+        )
         assert record["state"] == "ERR"
         assert "head counters are inconsistent" in record["err_reason"]
         assert f"done {posted + 1000}" in record["err_reason"]
@@ -242,7 +244,7 @@ def test_the_nics_death_reaches_the_program_within_a_second(default_lab):
         n = 1024
         wrs = [write(a, b, 0, 256 * KIB, wr_id=i, send_flags=SendFlags.SIGNALED) for i in range(n)]
         a.qp.post_send(wrs)
-        pid = ctl.call(lab, "h0", ops.Ping()).pid
+        pid = client.call(lab, "h0", ops.Ping()).pid
         killed_wall = time.time()
         os.kill(pid, signal.SIGKILL)
         killed = time.monotonic()

@@ -16,10 +16,10 @@ import time
 import pytest
 
 from mrc_nic import nic, verbs
+from mrc_nic.contract import appops
+from mrc_nic.contract import daemonops as ops
 from mrc_nic.kernel.fdwait import readable
-from mrc_nic.lab import ctl
-from mrc_nic.transport import appops
-from mrc_nic.transport import protocol as ops
+from mrc_nic.lab import client
 from mrc_nic.verbs import SGE, SendFlags, SendWR, WcOpcode, WcStatus, WrOpcode
 from tests.helpers.verbspair import MR_BYTES, Side, connect, poll_n, write
 
@@ -329,7 +329,7 @@ CHILD = textwrap.dedent(
 
 
 def app_qpns(lab: str, host: str) -> set[int]:
-    qps = ctl.call(lab, host, ops.QpList()).qps
+    qps = client.call(lab, host, ops.QpList()).qps
     return {q["qpn"] for q in qps if q.get("role") == "app"}
 
 
@@ -341,7 +341,7 @@ def test_a_dead_process_loses_its_qps_and_memory_and_another_keeps_its_own(pair,
     try:
         qpn, lkey = map(int, child.stdout.readline().split())
         assert qpn in app_qpns(default_lab.lab, "h0")
-        with pytest.raises(ctl.DaemonError, match="ENOENT|no QP"):
+        with pytest.raises(client.DaemonError, match="ENOENT|no QP"):
             a.ctx.session.call(ops.appops.DestroyQp(qpn=qpn))  # not this session's
     finally:
         os.kill(child.pid, signal.SIGKILL)

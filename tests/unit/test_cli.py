@@ -749,17 +749,17 @@ def test_permission_refused_to_root_keeps_its_traceback(monkeypatch):
 
 
 def test_dead_daemon_hint_is_up_reuse_with_the_labs_file_and_name(monkeypatch):
-    from mrc_nic.lab import ctl, state
+    from mrc_nic.lab import client, state
 
     class Record:
         topology_file = "/x/netns/clos-8.toml"
 
     monkeypatch.setattr(state.LabState, "load", staticmethod(lambda lab: Record()))
-    assert ctl.restart_hint("lab2") == (
+    assert client.restart_hint("lab2") == (
         "restart it with: mrc-nic up --reuse -t /x/netns/clos-8.toml --name lab2"
     )
     monkeypatch.setattr(state.LabState, "load", staticmethod(lambda lab: None))
-    assert "mrc-nic up --name lab2" in ctl.restart_hint("lab2")
+    assert "mrc-nic up --name lab2" in client.restart_hint("lab2")
 
 
 def test_an_os_error_of_ours_reads_as_words_not_errno(monkeypatch, capsys):

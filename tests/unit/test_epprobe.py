@@ -15,10 +15,11 @@ import pytest
 from click.testing import CliRunner
 
 from mrc_nic.abi import defs
+from mrc_nic.contract import ctlops
+from mrc_nic.contract.framing import RequestError
 from mrc_nic.lab import topology
-from mrc_nic.lab.protocol import RequestError
 from mrc_nic.nic import wireconst
-from mrc_nic.transport import ctlops, epprobe
+from mrc_nic.transport import epprobe
 from tests.helpers.env import NETNS_DIR
 
 H0, H1 = 0, 1

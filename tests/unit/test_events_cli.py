@@ -207,7 +207,7 @@ def _ev_record(ev: int, ts_s: float):
 def test_a_post_comes_after_the_nic_records_already_in_the_ring_and_is_timed_then():
     import time
 
-    from mrc_nic.lab import eventops
+    from mrc_nic.contract import eventops
 
     log = _log()
     now = time.time()

@@ -14,8 +14,8 @@ import pytest
 
 from mrc_nic import nic
 from mrc_nic.transport import evreplace
-from mrc_nic.transport.appsession import AppQp
 from mrc_nic.transport.prober import EvScan
+from mrc_nic.transport.sessions import AppQp
 
 GOOD, BAD, SKIP = nic.EvState.GOOD, nic.EvState.ASSUMED_BAD, nic.EvState.SKIP
 QPN = 0x107
@@ -56,7 +56,7 @@ class RecordingMaps:
 @pytest.fixture(autouse=True)
 def no_event_log(monkeypatch):
     posted = []
-    monkeypatch.setattr(evreplace.ctl, "post_event", lambda lab, event: posted.append(event))
+    monkeypatch.setattr(evreplace.client, "post_event", lambda lab, event: posted.append(event))
     return posted
 
 
@@ -273,7 +273,7 @@ def test_forget_deletes_the_replaced_evs_still_kept_and_starts_afresh():
 
 
 def test_a_controllers_swap_moves_the_ev_to_the_new_port(no_event_log):
-    """REPLACE_EV (transport.controller): the new EV takes the old one's slot on its
+    """REPLACE_EV (transport.profileops): the new EV takes the old one's slot on its
     own plane; the old one's packets still count for the old plane."""
     maps = RecordingMaps(sent=9)
     replacer = evreplace.Replacer("lab", "h0", 0, maps)

@@ -144,17 +144,17 @@ def test_verbs_fields_of_the_shared_structs():
     # Grown at their ends or in reserved fields: the offsets BPF and user space had stay.
     assert nic.Wq.done.offset == 4 and nic.Wq.wqes.offset == 8
     assert (nic.Wqe.opcode.offset, nic.Wqe.flags.offset, ctypes.sizeof(nic.Wqe)) == (36, 37, 40)
-    assert nic.RqState.recv_cq.offset == 36 and nic.RqState.bitmap.offset == 40
+    assert nic.RqLayout.recv_cq.offset == 36 and nic.RqLayout.bitmap.offset == 40
     # then the OCP QP attributes (max_wimm, dynamic MPR, probe_good) after them,
     # and the blame's silent_ns and reo_learned_ns last
-    assert nic.SqState.send_cq.offset == ctypes.sizeof(nic.SqState) - 24 - 40 - 8
-    assert nic.SqState.peer_ports_ns.offset == ctypes.sizeof(nic.SqState) - 16
-    assert nic.SqState.reo_learned_ns.offset == ctypes.sizeof(nic.SqState) - 4
-    assert (nic.SqState.auth.offset, nic.SqState.auth_key.offset) == (3404, 3408)
-    assert nic.SqState.max_wimm.offset == 3424
-    assert nic.RqState.auth_key.offset == ctypes.sizeof(nic.RqState) - 40
-    assert nic.RqState.max_wimm_dest.offset == ctypes.sizeof(nic.RqState) - 20
-    assert nic.RqState.pd.offset == ctypes.sizeof(nic.RqState) - 8  # then the PD
+    assert nic.SqLayout.send_cq.offset == ctypes.sizeof(nic.SqLayout) - 24 - 40 - 8
+    assert nic.SqLayout.peer_ports_ns.offset == ctypes.sizeof(nic.SqLayout) - 16
+    assert nic.SqLayout.reo_learned_ns.offset == ctypes.sizeof(nic.SqLayout) - 4
+    assert (nic.SqLayout.auth.offset, nic.SqLayout.auth_key.offset) == (3404, 3408)
+    assert nic.SqLayout.max_wimm.offset == 3424
+    assert nic.RqLayout.auth_key.offset == ctypes.sizeof(nic.RqLayout) - 40
+    assert nic.RqLayout.max_wimm_dest.offset == ctypes.sizeof(nic.RqLayout) - 20
+    assert nic.RqLayout.pd.offset == ctypes.sizeof(nic.RqLayout) - 8  # then the PD
     assert (nic.QpErrEvent.error.offset, ctypes.sizeof(nic.QpErrEvent)) == (24, 40)
     assert nic.WQE_F_SIGNALED == 1 and nic.QpError.RETRY_EXCEEDED == 1
     frame = nic.kick_frame(0x000007, nic.KickOp.FAIL, nic.QpError.RETRY_EXCEEDED)

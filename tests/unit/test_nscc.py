@@ -423,25 +423,17 @@ def test_seven_flows_share_a_bottleneck_without_collapsing():
 
 
 def test_a_send_qp_names_a_profile_and_may_tune_it():
-    """The RTS extension attributes (appsession): a CC profile by id, NSCC
+    """The RTS extension attributes (transport.qpattrs): a CC profile by id, NSCC
     fields tuned by name, refusals that say what is wrong."""
-    import types
-
-    from mrc_nic.transport.appsession import AppSessions
     from mrc_nic.transport.profiles import ProfileTable
     from mrc_nic.transport.qp import QpError
+    from mrc_nic.transport.qpattrs import send_extensions
 
     table = ProfileTable(planes=4)  # the host's profiles: the built-in ones
-    sessions = types.SimpleNamespace(
-        topo=types.SimpleNamespace(planes=4),
-        daemon=types.SimpleNamespace(controller=types.SimpleNamespace(table=table)),
-    )
 
     def setup(cc_profile=nscc.DEFAULT_NSCC, **attrs):
-        aq = types.SimpleNamespace(qp=types.SimpleNamespace(attrs=types.SimpleNamespace(
-            cc_profile_id=cc_profile)))  # fmt: skip
         left = dict(attrs)
-        got = AppSessions._send_extensions(sessions, aq, left)
+        got = send_extensions(left, 4, table, cc_profile)
         assert not left  # every attribute it knows is taken
         return got
 

@@ -1,4 +1,4 @@
-"""ctl.post_event keeps one connection to a lab's event log per process (a
+"""client.post_event keeps one connection to a lab's event log per process (a
 daemon posts hundreds of events a second under EV churn), reconnects once
 when the log closed it (restarted), and loses the event quietly when there
 is no log, as before. Against a fake event log on a unix socket."""
@@ -11,7 +11,7 @@ import threading
 
 import pytest
 
-from mrc_nic.lab import ctl
+from mrc_nic.lab import client
 
 
 class FakeLog:
@@ -66,28 +66,28 @@ class FakeLog:
 
 @pytest.fixture
 def log(tmp_path, monkeypatch):
-    monkeypatch.setattr(ctl, "socket_path", lambda lab, host: tmp_path / f"{lab}-{host}.sock")
-    fake = FakeLog(tmp_path / f"zpost-{ctl.EVENTS_SERVICE}.sock")
+    monkeypatch.setattr(client, "socket_path", lambda lab, host: tmp_path / f"{lab}-{host}.sock")
+    fake = FakeLog(tmp_path / f"zpost-{client.EVENTS_SERVICE}.sock")
     yield fake
     fake.close()
-    session = ctl._event_sessions.pop("zpost", None)
+    session = client._event_sessions.pop("zpost", None)
     if session is not None:
         session.close()
 
 
 def test_posts_share_one_connection_and_survive_a_restarted_log(log):
     for i in range(5):
-        ctl.post_event("zpost", {"type": "note", "i": i})
+        client.post_event("zpost", {"type": "note", "i": i})
     assert [e["i"] for e in log.events] == list(range(5))
     assert log.connections == 1
 
     log.drop_connections()
-    ctl.post_event("zpost", {"type": "note", "i": 5})
+    client.post_event("zpost", {"type": "note", "i": 5})
     assert [e["i"] for e in log.events] == list(range(6)), "not lost: posted on a new connection"
     assert log.connections == 2
 
 
 def test_without_a_log_the_event_is_lost_quietly(tmp_path, monkeypatch):
-    monkeypatch.setattr(ctl, "socket_path", lambda lab, host: tmp_path / "none.sock")
-    ctl.post_event("znolog", {"type": "note"})  # no exception
-    assert "znolog" not in ctl._event_sessions
+    monkeypatch.setattr(client, "socket_path", lambda lab, host: tmp_path / "none.sock")
+    client.post_event("znolog", {"type": "note"})  # no exception
+    assert "znolog" not in client._event_sessions

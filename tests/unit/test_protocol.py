@@ -1,5 +1,5 @@
-"""The typed control protocol (mrc_nic.lab.protocol, mrc_nic.transport.protocol,
-mrc_nic.lab.eventops): every declared op round-trips through JSON, requests
+"""The typed control protocol (mrc_nic.contract.framing, mrc_nic.contract.daemonops,
+mrc_nic.contract.eventops): every declared op round-trips through JSON, requests
 are validated from the declarations, the services handle exactly the
 declared ops, and docs/daemon.md lists exactly them.
 
@@ -18,10 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from mrc_nic.lab import ctl, eventops, protocol
-from mrc_nic.lab.protocol import Reply, Request, arg, op, reply
+from mrc_nic.contract import daemonops as ops
+from mrc_nic.contract import eventops, framing, opsdoc
+from mrc_nic.contract.framing import Reply, Request, arg, op, reply
+from mrc_nic.lab import client
 from mrc_nic.lab.service import LineService
-from mrc_nic.transport import protocol as ops
 from mrc_nic.transport.qp import Retry
 
 ALL_OPS = [*ops.OPS, *eventops.OPS]
@@ -75,7 +76,7 @@ class RqClose(Request[RqCloseReply]):
     qpns: list[int] = arg("receive QPs")
 
 
-SAMPLE = protocol.Ops("sample", [SqOpen, Write, RqClose])
+SAMPLE = framing.Ops("sample", [SqOpen, Write, RqClose])
 
 
 def sample(kind):
@@ -103,18 +104,18 @@ def full(cls):
 
 
 def wire(message: dict) -> dict:
-    return ctl.decode(ctl.encode(message))
+    return client.decode(client.encode(message))
 
 
 @pytest.mark.parametrize("cls", ALL_OPS, ids=lambda c: c.OP)
 def test_every_op_round_trips_through_the_wire(cls):
     service = ops.OPS if cls in ops.OPS else eventops.OPS
     request = full(cls)
-    message = wire(protocol.encode_request(request))
+    message = wire(framing.encode_request(request))
     assert message["op"] == cls.OP
     assert service.decode_request(message) == request
     result = full(cls.Reply)
-    assert protocol.decode_reply(cls.Reply, wire(protocol.encode_reply(result)), cls.OP) == result
+    assert framing.decode_reply(cls.Reply, wire(framing.encode_reply(result)), cls.OP) == result
 
 
 @pytest.mark.parametrize("cls", ALL_OPS, ids=lambda c: c.OP)
@@ -130,11 +131,11 @@ def test_defaults_fill_what_a_request_leaves_out(cls):
 
 def test_a_field_whose_default_is_none_is_left_out_while_none():
     request = Write(dst="h1", qpns=[1], remote=[], size=1, chunk=1024)
-    message = protocol.encode_request(request)
+    message = framing.encode_request(request)
     assert "cc" not in message and "ev_min_active" not in message
     assert message["retry"] == {"linear_cnt": 7, "exp_cnt": 7}
     reply = dataclasses.replace(full(WriteReply), timing=None, error=None)
-    out = protocol.encode_reply(reply)
+    out = framing.encode_reply(reply)
     assert "timing" not in out and out["error"] is None, "error has no default: always sent"
 
 
@@ -183,7 +184,7 @@ def test_a_field_whose_default_is_none_is_left_out_while_none():
 )  # fmt: skip
 def test_a_bad_request_is_einval_naming_the_field(message, match):
     service = SAMPLE if message["op"] in SAMPLE.by_name else ops.OPS
-    with pytest.raises(protocol.RequestError) as e:
+    with pytest.raises(framing.RequestError) as e:
         service.decode_request(message)
     assert match in str(e.value) and e.value.errno == errno.EINVAL
     assert "\n" not in str(e.value)
@@ -202,51 +203,79 @@ def test_types_accept_what_json_gives():
 @pytest.mark.parametrize("name", ["nonsense", None, 3, "post"])
 def test_an_unknown_op_is_eopnotsupp(name):
     message = {} if name is None else {"op": name}
-    with pytest.raises(protocol.RequestError, match="unknown operation") as e:
+    with pytest.raises(framing.RequestError, match="unknown operation") as e:
         ops.OPS.decode_request(message)  # "post" is the event log's, not the daemon's
     assert e.value.errno == errno.EOPNOTSUPP
 
 
 def test_a_reply_ignores_fields_it_does_not_declare_and_needs_those_it_does():
-    reply = protocol.decode_reply(SqOpenReply, {"ok": True, "qpns": [1], "new": 2}, "sq_open")
+    reply = framing.decode_reply(SqOpenReply, {"ok": True, "qpns": [1], "new": 2}, "sq_open")
     assert reply == SqOpenReply(qpns=[1])
-    with pytest.raises(protocol.RequestError, match="sq_open reply: missing field 'qpns'"):
-        protocol.decode_reply(SqOpenReply, {"ok": True}, "sq_open")
+    with pytest.raises(framing.RequestError, match="sq_open reply: missing field 'qpns'"):
+        framing.decode_reply(SqOpenReply, {"ok": True}, "sq_open")
     # The generic ping (testbed) reads any service's ping reply.
-    daemon = protocol.encode_reply(ops.PingReply(pid=7, host="h0", index=0))
-    assert protocol.decode_reply(protocol.PingReply, daemon, "ping") == protocol.PingReply(pid=7)
+    daemon = framing.encode_reply(ops.PingReply(pid=7, host="h0", index=0))
+    assert framing.decode_reply(framing.PingReply, daemon, "ping") == framing.PingReply(pid=7)
 
 
 def test_each_op_has_its_reply_and_a_name_once():
     for cls in ALL_OPS:
-        assert issubclass(cls.Reply, protocol.Reply), cls
+        assert issubclass(cls.Reply, framing.Reply), cls
         assert cls.__doc__, f"{cls.OP} has no doc"
         for f in [*dataclasses.fields(cls), *dataclasses.fields(cls.Reply)]:
             assert f.metadata.get("doc"), f"{cls.OP}: field {f.name} has no doc"
     with pytest.raises(ValueError, match="declared twice"):
-        protocol.Ops("x", [ops.Ping, eventops.Ping])
+        framing.Ops("x", [ops.Ping, eventops.Ping])
 
 
-def test_the_services_handle_exactly_the_declared_ops():
+def test_the_services_handle_exactly_the_declared_ops(tmp_path):
     from mrc_nic.observe.eventlog import EventLog
+    from mrc_nic.transport.appresources import AppResources
     from mrc_nic.transport.daemon import Daemon
+    from mrc_nic.transport.evevents import EvEvents
+    from mrc_nic.transport.ports import Ports
+    from mrc_nic.transport.profileops import ProfileOps
+    from mrc_nic.transport.qplife import QpLifecycle
 
-    for service, declared in ((Daemon, ops.OPS), (EventLog, eventops.OPS)):
-        assert service.operations is declared
-        handlers = {n[3:] for n in dir(service) if n.startswith("op_")}
-        assert handlers == set(declared.by_name)
+    assert EventLog.operations is eventops.OPS
+    assert {n[3:] for n in dir(EventLog) if n.startswith("op_")} == set(eventops.OPS.by_name)
+    # the daemon: its own op_ methods and each part's handles, once each, all declared
+    assert Daemon.operations is ops.OPS
+    handled = [n[3:] for n in dir(Daemon) if n.startswith("op_")]
+    for part in (AppResources, QpLifecycle, EvEvents, ProfileOps, Ports):
+        for request, method in part.handles.items():
+            assert ops.OPS.by_name[request.OP] is request
+            assert callable(getattr(part, method)), (part, method)
+            handled.append(request.OP)
+    assert sorted(handled) == sorted(ops.OPS.by_name)
+
+    class Deaf(LineService):
+        operations = framing.Ops("deaf", [framing.Ping])
+
+    deaf = Deaf(tmp_path / "deaf.sock")
     with pytest.raises(TypeError, match=r"without a handler: \['ping'\]"):
+        deaf.check_handlers()
+    deaf.handle(framing.Ping, lambda req, conn: framing.PingReply(pid=1))
+    deaf.check_handlers()
+    with pytest.raises(TypeError, match="has a handler already"):
+        deaf.handle(framing.Ping, lambda req, conn: None)
+    with pytest.raises(TypeError, match="declares no operation 'sq_open'"):
+        deaf.handle(SqOpen, lambda req, conn: None)
+    assert deaf.handle_line(b'{"op": "ping"}', None) == {"ok": True, "pid": 1}
+    with pytest.raises(TypeError, match=r"handlers of no declared operation: \['write'\]"):
 
-        class Deaf(LineService):
-            operations = protocol.Ops("deaf", [protocol.Ping])
+        class Stray(LineService):
+            operations = framing.Ops("stray", [framing.Ping])
+
+            def op_write(self, req, conn) -> None: ...
 
 
 class Echo(LineService):
-    operations = protocol.Ops("echo", [SqOpen, Write])
+    operations = framing.Ops("echo", [SqOpen, Write])
 
     def op_sq_open(self, req: SqOpen, conn) -> SqOpenReply:
         if req.count > 64:
-            raise protocol.RequestError(errno.EINVAL, "too many")
+            raise framing.RequestError(errno.EINVAL, "too many")
         return SqOpenReply(qpns=[req.count, req.chunk])
 
     def op_write(self, req: Write, conn) -> None:
@@ -255,7 +284,7 @@ class Echo(LineService):
 
 def test_a_service_dispatches_typed_requests_and_answers_on_the_wire(tmp_path):
     echo = Echo(tmp_path / "echo.sock")
-    line = ctl.encode(protocol.encode_request(SqOpen(count=2, chunk=1024))).strip()
+    line = client.encode(framing.encode_request(SqOpen(count=2, chunk=1024))).strip()
     assert echo.handle_line(line, None) == {"ok": True, "qpns": [2, 1024]}
     refused = echo.handle_line(b'{"op": "sq_open", "count": 65, "chunk": 1}', None)
     assert refused == {"ok": False, "errno": "EINVAL", "message": "too many"}
@@ -265,14 +294,14 @@ def test_a_service_dispatches_typed_requests_and_answers_on_the_wire(tmp_path):
     assert unknown["errno"] == errno.errorcode[errno.EOPNOTSUPP]
     assert echo.handle_line(b"[1]", None)["errno"] == "EINVAL"
     later = Write(dst="h1", qpns=[], remote=[], size=1, chunk=1024)
-    assert echo.handle_line(ctl.encode(protocol.encode_request(later)), None) is None
+    assert echo.handle_line(client.encode(framing.encode_request(later)), None) is None
 
 
 def test_docs_list_exactly_the_declared_ops():
-    text = ops.DOCS.read_text()
-    assert ops.docs_text(text) == text, "docs/daemon.md is out of date: run `make docs`"
-    for name, service in ops.TABLES.items():
-        begin, end = (re.escape(m) for m in ops._marks(name))
+    text = opsdoc.DOCS.read_text()
+    assert opsdoc.docs_text(text) == text, "docs/daemon.md is out of date: run `make docs`"
+    for name, service in opsdoc.TABLES.items():
+        begin, end = (re.escape(m) for m in opsdoc._marks(name))
         section = re.search(begin + "(.*?)" + end, text, re.S).group(1)
         documented = re.findall(r"^- \*\*`(\w+)`\*\*", section, re.M)
         assert documented == list(service.by_name), name
@@ -280,16 +309,16 @@ def test_docs_list_exactly_the_declared_ops():
 
 def test_the_docs_tool_checks_and_writes(tmp_path, monkeypatch):
     doc = tmp_path / "daemon.md"
-    doc.write_text(ops.DOCS.read_text().replace("`qp_list`", "`qp_list_old`", 1))
-    monkeypatch.setattr(ops, "DOCS", doc)
-    assert ops.main(["--check"]) == 1
-    assert ops.main([]) == 0 and ops.main(["--check"]) == 0
+    doc.write_text(opsdoc.DOCS.read_text().replace("`qp_list`", "`qp_list_old`", 1))
+    monkeypatch.setattr(opsdoc, "DOCS", doc)
+    assert opsdoc.main(["--check"]) == 1
+    assert opsdoc.main([]) == 0 and opsdoc.main(["--check"]) == 0
     assert (
         doc.read_text()
-        == Path(ops.__file__).resolve().parents[2].joinpath("docs/daemon.md").read_text()
+        == Path(opsdoc.__file__).resolve().parents[2].joinpath("docs/daemon.md").read_text()
     )
     with pytest.raises(ValueError, match="no <!-- ops:daemon"):
-        ops.docs_text("no marks")
+        opsdoc.docs_text("no marks")
 
 
 def test_the_client_sends_the_declaration_and_returns_the_typed_reply(monkeypatch):
@@ -314,9 +343,9 @@ def test_the_client_sends_the_declaration_and_returns_the_typed_reply(monkeypatc
         def close(self):
             pass
 
-    monkeypatch.setattr(ctl.socket, "socket", FakeSock)
-    reply = ctl.call("lab", "h0", SqOpen(count=1, chunk=2048))
+    monkeypatch.setattr(client.socket, "socket", FakeSock)
+    reply = client.call("lab", "h0", SqOpen(count=1, chunk=2048))
     assert sent == [{"op": "sq_open", "count": 1, "chunk": 2048}]
     assert reply == SqOpenReply(qpns=[65537])
-    with pytest.raises(ctl.DaemonError, match="not qp_list's: qp_list reply: missing field"):
-        ctl.call("lab", "h0", ops.QpList())
+    with pytest.raises(client.DaemonError, match="not qp_list's: qp_list reply: missing field"):
+        client.call("lab", "h0", ops.QpList())

@@ -8,7 +8,8 @@ import errno
 import pytest
 
 from mrc_nic import nic
-from mrc_nic.transport import hostmem, transfer
+from mrc_nic.testkit import transfer
+from mrc_nic.transport import hostmem
 from mrc_nic.transport.qp import Qp, QpError, QpState, Retry
 
 
@@ -101,12 +102,12 @@ def test_hosts_get_disjoint_memory_ids_and_qpns():
     assert a.regions.take() != b.regions.take()
     assert a.rings.take() != b.rings.take()
     assert a.new_qpn() >> 16 == 0 and b.new_qpn() >> 16 == 1
-    assert a.rings.take() >= hostmem.RESERVED_RINGS  # ring 0 is mrc_nic.transport.transfer's
+    assert a.rings.take() >= hostmem.RESERVED_RINGS  # ring 0 is mrc_nic.testkit.transfer's
 
 
 def test_no_two_qps_of_a_lab_share_a_receive_slot():
     """A QP receives in slot QPN & (max_qps - 1) of nic_rx_qps: every QPN the
-    daemons of a lab can hand out has its own, above mrc_nic.transport.transfer's."""
+    daemons of a lab can hand out has its own, above mrc_nic.testkit.transfer's."""
     max_qps, hosts = 512, 8
     res = [hostmem.HostResources(h, hosts, 8 * 1024, max_qps) for h in range(hosts)]
     qpns = []

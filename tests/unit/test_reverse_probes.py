@@ -78,7 +78,7 @@ class Socket:
 def fake(monkeypatch):
     topo = topology.load(NETNS_DIR / "default.toml")
     maps = FakeNic(topo.planes)
-    monkeypatch.setattr(reverse.ctl, "post_event", lambda *a, **kw: None)
+    monkeypatch.setattr(reverse.client, "post_event", lambda *a, **kw: None)
     rev = reverse.ReverseEvs(topo, "h1", 1, maps)
     sent: list[bytes] = []
     rev._socks = {p: Socket(sent) for p in range(topo.planes)}

@@ -1,4 +1,4 @@
-"""Shares of a host's NIC per application session (transport.shares): how they
+"""Shares of a host's NIC per application session (contract.shares): how they
 are written (topology [tenants], MRC_NIC_SHARE_*, exec --share), the limits they
 give, and the one-line refusal that says how to raise one."""
 
@@ -8,8 +8,8 @@ import pytest
 from click.testing import CliRunner
 
 from mrc_nic.cli.exec_cmds import _share_env
+from mrc_nic.contract import shares
 from mrc_nic.lab import topology
-from mrc_nic.transport import shares
 from tests.helpers.env import NETNS_DIR
 
 CAPACITY = {"memory": 32 << 20, "qps": 127, "cqs": 511, "pds": 4096}

@@ -14,7 +14,7 @@ import pytest
 
 from mrc_nic import nic
 from mrc_nic.abi import defs
-from mrc_nic.transport import appops
+from mrc_nic.contract import appops
 from mrc_nic.verbs import SGE, QpAttrMask, QpState, SendFlags, SendWR, WcStatus, WrOpcode
 from mrc_nic.verbs.context import DeviceAttr
 from mrc_nic.verbs.errors import VerbsError

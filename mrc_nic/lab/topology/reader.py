@@ -283,7 +283,7 @@ def with_forwarding(topo: Topology, forwarding: str, lab: str | None = None) -> 
 
 def _check_tenants(r: _Reader) -> None:
     """[tenants]: each share parses (the daemons read them from the lab's record)."""
-    from mrc_nic.transport import shares  # pure; here to keep the import of topology light
+    from mrc_nic.contract import shares  # pure; here to keep the import of topology light
 
     for key, value in r.data.get("tenants", {}).items():
         try:

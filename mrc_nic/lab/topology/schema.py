@@ -93,7 +93,7 @@ SCHEMA: dict[str, dict[str, str]] = {
         "trim": 'trim MRC data above this backlog: a fraction of the BDP, a size, or "off"',
         "seed": "seed of the marking draws (port p uses seed + p)",
     },
-    # Shares of each host's NIC per application session (mrc_nic/transport/shares.py)
+    # Shares of each host's NIC per application session (mrc_nic/contract/shares.py)
     "tenants": {
         "memory": (
             'NIC memory one session may hold: a fraction of the host\'s (0.5, "50%") '

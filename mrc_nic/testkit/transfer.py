@@ -24,8 +24,9 @@ from mrc_nic.kernel import cpustat
 from mrc_nic.lab.topology import Topology
 from mrc_nic.nic import auth as nic_auth
 from mrc_nic.nic.wire import MPR_UNIT
+from mrc_nic.transport.ev_profiles import AUTO_EV_BASE
 
-EV_BASE = 49152  # EVs ride in the UDP source port: the dynamic port range
+EV_BASE = AUTO_EV_BASE  # EVs ride in the UDP source port: the AUTO profile's, from 49152
 SRC_REGION, DST_REGION = 1, 2
 SRC_RKEY, DST_RKEY = 0x1111, 0x1234
 STALL_SECONDS = 0.02

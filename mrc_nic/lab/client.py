@@ -1,4 +1,4 @@
-"""The daemons' control socket: where it is, how a message looks, the client.
+"""The daemons' control socket: where it is, and the client (the wire: contract.framing).
 
 One unix stream socket per host daemon, /run/mrc-nic/<lab>/<host>.sock,
 mode 0600 (root only). Messages are JSON objects, one per line (UTF-8, '\\n'
@@ -10,23 +10,29 @@ terminated), request then reply, any number per connection:
 
 A reply may come long after its request (a `write` replies when the
 transfer ends). Each operation is declared once, as a typed request and
-reply (mrc_nic.lab.protocol): the host daemons' in mrc_nic.transport.protocol,
-the event log's in mrc_nic.lab.eventops; docs/daemon.md lists them.
+reply (mrc_nic.contract.framing): the host daemons' in mrc_nic.contract.daemonops,
+the event log's in mrc_nic.contract.eventops; docs/daemon.md lists them.
 """
 
 from __future__ import annotations
 
-import json
 import socket
 import threading
 import time
 from pathlib import Path
 
+from mrc_nic.contract import eventops, framing
+from mrc_nic.contract.framing import (  # RequestError: callers' too
+    MAX_LINE,
+    R,
+    Request,
+    RequestError,
+    decode,
+    encode,
+)
 from mrc_nic.errors import MrcNicError
-from mrc_nic.lab import eventops, protocol, state
-from mrc_nic.lab.protocol import R, Request, RequestError  # RequestError: callers' too
+from mrc_nic.lab import state
 
-MAX_LINE = 1 << 20
 EVENTS_SERVICE = "events"  # the lab's event log (mrc_nic.observe.eventlog): events.sock
 
 
@@ -50,17 +56,6 @@ def restart_hint(lab: str) -> str:
     if record is None:
         return f"the lab is not up; start it with: mrc-nic up --name {lab}"
     return f"restart it with: mrc-nic up --reuse -t {record.topology_file} --name {lab}"
-
-
-def encode(message: dict) -> bytes:
-    return json.dumps(message, separators=(",", ":")).encode() + b"\n"
-
-
-def decode(line: bytes) -> dict:
-    value = json.loads(line)
-    if not isinstance(value, dict):
-        raise ValueError("a message must be a JSON object")
-    return value
 
 
 def call(lab: str, host: str, request: Request[R], *, timeout: float = 10.0) -> R:
@@ -109,14 +104,14 @@ class Session:
     def call(self, request: Request[R], *, timeout: float | None = None) -> R:
         """Send a request and return its typed reply (DaemonError when refused)."""
         self.sock.settimeout(timeout or self.timeout)
-        self.sock.sendall(encode(protocol.encode_request(request)))
+        self.sock.sendall(encode(framing.encode_request(request)))
         reply = self._read_line(request.OP, timeout or self.timeout)
         if not reply.get("ok"):
             raise DaemonError(
                 f"{self.host}: {reply.get('message', 'refused')}", errno_name=reply.get("errno")
             )
         try:
-            return protocol.decode_reply(type(request).Reply, reply, request.OP)  # type: ignore
+            return framing.decode_reply(type(request).Reply, reply, request.OP)  # type: ignore
         except RequestError as e:
             raise DaemonError(
                 f"{self.host} sent a reply that is not {request.OP}'s: {e}", "EPROTO"

@@ -1,14 +1,14 @@
 """The event log's operations (mrc_nic.observe.eventlog serves them).
 
 Declared here, in the lab package, because the lab's lower layers post
-events (fault injection, the daemons: mrc_nic.lab.ctl.post_event) and may not
+events (fault injection, the daemons: mrc_nic.lab.client.post_event) and may not
 import the observe package that runs the log.
 """
 
 from __future__ import annotations
 
-from mrc_nic.lab import protocol
-from mrc_nic.lab.protocol import Reply, Request, arg, op, reply
+from mrc_nic.contract import framing
+from mrc_nic.contract.framing import Reply, Request, arg, op, reply
 
 READ_MAX = 10_000  # events one reply carries, at most
 POSTED_TYPES = (
@@ -54,13 +54,13 @@ class Post(Request[PostReply]):
 
 
 @reply
-class PingReply(protocol.PingReply):
+class PingReply(framing.PingReply):
     seq: int = arg("the last sequence number given")
 
 
 @op("ping")
-class Ping(protocol.Ping, Request[PingReply]):
+class Ping(framing.Ping, Request[PingReply]):
     """Is the event log there, and where is it?"""
 
 
-OPS = protocol.Ops("events", [Read, Post, Ping])
+OPS = framing.Ops("events", [Read, Post, Ping])

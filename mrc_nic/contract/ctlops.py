@@ -3,7 +3,7 @@
 EV Format profiles, EV profiles, CC profiles, EV events, port admin state:
 what a network controller or a NIC driver configures; and its batched,
 connectionless EV probes (mrc_ctl_ep_batch_send_wait). Served by
-mrc_nic.transport.controller; the Python API is mrc_nic.verbs.ctl and the CLI
+mrc_nic.transport.profileops, evevents and ports; the Python API is mrc_nic.verbs.ctl and the CLI
 `mrc-nic ev profile`, `mrc-nic cc profile`, `mrc-nic port admin`. Attribute
 names are mrc_ctl.h's (docs/fidelity.md).
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from mrc_nic.lab.protocol import Reply, Request, arg, op, reply
+from mrc_nic.contract.framing import Reply, Request, arg, op, reply
 
 
 @reply

@@ -1,6 +1,6 @@
 """The daemon operations behind the verbs API (mrc_nic.verbs): setup only.
 
-An application keeps one connection to its host's daemon (ctl.Session) and
+An application keeps one connection to its host's daemon (mrc_nic.lab.client.Session) and
 creates memory registrations, CQs and QPs through it; everything a session
 creates is released when its connection closes, also when the process dies.
 Posting and completions never come here: the application writes WQEs into
@@ -10,7 +10,7 @@ buffer. Names follow the OCP API (mrc.h) and verbs (ibv_*).
 
 from __future__ import annotations
 
-from mrc_nic.lab.protocol import Reply, Request, arg, op, reply
+from mrc_nic.contract.framing import Reply, Request, arg, op, reply
 
 
 @reply
@@ -31,7 +31,7 @@ class HelloReply(Reply):
     host_addrs: list[str] = arg("the host's address on each plane: its GIDs")
     shares: dict = arg(
         "this session's limits on the host: memory (bytes), qps, cqs, pds "
-        "(transport.shares; a refusal past one is ENOMEM or ENOSPC)",
+        "(contract.shares; a refusal past one is ENOMEM or ENOSPC)",
         factory=dict,
     )
 

@@ -6,18 +6,18 @@ reply dataclass R. The same declaration
 - validates a request as it arrives (decode_request: an unknown operation is
   EOPNOTSUPP; a missing, unknown or wrongly typed field is EINVAL, one line
   saying which field and what is expected),
-- dispatches it in the service (mrc_nic.lab.service: `op_<name>(request,
-  conn)` gets the typed request and returns the typed reply),
-- encodes and decodes it on the client (mrc_nic.lab.ctl.call),
-- and writes the service's list in docs/daemon.md (markdown).
+- dispatches it in the service (mrc_nic.lab.service: the operation's handler
+  gets the typed request and returns the typed reply),
+- encodes and decodes it on the client (mrc_nic.lab.client.call),
+- and writes the service's list in docs/daemon.md (markdown, contract.opsdoc).
 
-The wire is JSON lines (mrc_nic.lab.ctl): {"op": name, **fields}, then
+The wire is JSON lines (encode and decode, below): {"op": name, **fields}, then
 {"ok": true, **reply fields}. A field whose default is None is left out of a
 message while it is None. A reply may carry fields its declaration does not
 have (a newer service): the client ignores them; a request may not.
 
-The ops: the host daemons' in mrc_nic.transport.protocol, the event log's in
-mrc_nic.lab.eventops; `Ping` is the op every service answers.
+The ops: the host daemons' in mrc_nic.contract.daemonops, the event log's in
+mrc_nic.contract.eventops; `Ping` is the op every service answers.
 """
 
 from __future__ import annotations
@@ -297,3 +297,18 @@ def _default(value: Any) -> str:
     if dataclasses.is_dataclass(value):
         value = _fields_out(value)
     return f"`{json.dumps(value, separators=(',', ':'))}`"
+
+
+# ---- the wire: one JSON object per line -------------------------------------------------
+MAX_LINE = 1 << 20  # a longer message is refused (the service drops the connection)
+
+
+def encode(message: dict) -> bytes:
+    return json.dumps(message, separators=(",", ":")).encode() + b"\n"
+
+
+def decode(line: bytes) -> dict:
+    value = json.loads(line)
+    if not isinstance(value, dict):
+        raise ValueError("a message must be a JSON object")
+    return value
