@@ -134,6 +134,17 @@ class Limits:
         limit = self.limits[name]
         if held + more <= limit:
             return None
+        if held + more > self.capacity[name]:  # no share can help: the NIC is too small
+            raise_it = (
+                "raise [nic] memory in the lab's topology file"
+                if name == "memory"
+                else "release some, or use fewer"
+            )
+            return (
+                f"{host}'s NIC has {self.capacity[name]} {WHAT[name]} in all and this "
+                f"session holds {held}, so {more} more do not fit even in the whole NIC: "
+                f"{raise_it}"
+            )
         return (
             f"this session's share of {host}'s NIC is {limit} {WHAT[name]} "
             f"({self.shares[name]} of {self.capacity[name]}) and it holds {held}, "

@@ -70,6 +70,14 @@ def test_a_refusal_names_the_share_and_how_to_raise_it():
     assert "[tenants] qps" in why
 
 
+def test_a_refusal_past_the_whole_nic_names_the_nics_own_setting():
+    got = shares.limits(CAPACITY, {}, {})
+    why = got.check("memory", 0, CAPACITY["memory"] + 1, "h3")
+    assert why is not None and "\n" not in why
+    assert f"h3's NIC has {CAPACITY['memory']} bytes of NIC memory in all" in why
+    assert "[nic] memory" in why and "--share" not in why
+
+
 def test_shares_from_the_environment():
     env = {"MRC_NIC_SHARE_MEMORY": "25%", "MRC_NIC_SHARE_PDS": "4", "OTHER": "x"}
     assert shares.from_env(env) == {"memory": "25%", "pds": "4"}
