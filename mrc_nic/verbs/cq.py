@@ -1,12 +1,14 @@
 """Completion queues (mrc_create_cq, mrc_poll_cq): the NIC's ring buffer, read here.
 
-Each CQ is a BPF ring buffer this process creates and owns; the daemon gives
-it a slot of the lab's array of rings (nic_cq_rings), where the NIC posts
-the completions of the QPs that use the CQ. poll() reads the ring through
-shared memory (no syscall). fileno() is an epoll fd over the ring and an
-eventfd, for select/epoll/asyncio: readable while the NIC has posted
-completions or the library holds some (flushes, receives matched late, what
-a poll left behind); the eventfd is written only when that set goes from
+Each CQ is a BPF ring buffer this process creates and owns (nic.driver.cq's
+CqRing); the daemon gives it a slot of the lab's array of rings
+(nic_cq_rings), where the NIC posts the completions of the QPs that use the
+CQ. poll() reads the ring through shared memory (no syscall), as records of
+the ABI's layout (nic.driver.formats.CQE) that each QP turns into WCs.
+fileno() is an epoll fd over the ring and an eventfd, for
+select/epoll/asyncio: readable while the NIC has posted completions or the
+library holds some (flushes, receives matched late, what a poll left
+behind); the eventfd is written only when that set goes from
 empty to not, so a poll that takes what it found makes no syscall. The
 context's session socket is in it too (POLLRDHUP): the NIC's death wakes a
 program asleep on its CQs (verbs.fatal).
