@@ -109,3 +109,32 @@ def test_the_doorbell_frame_carries_the_kick_after_the_ethernet_header():
     data = kick_frame(0x10005)  # BPF_PROG_RUN's: the kick as metadata, then the template
     assert data[ctypes.sizeof(nic.Kick) :] == KICK_TEMPLATE
     assert bytes(nic.Kick.from_buffer_copy(data)) == bytes(kick)
+
+
+def _imports(path) -> set[str]:
+    import ast
+
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+            names.update(f"{node.module}.{a.name}" for a in node.names)
+        elif isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+    return names
+
+
+def test_applications_reach_the_nic_through_the_driver_only():
+    """verbs opens no NicMaps (it holds a driver.views.DeviceMaps), and the
+    write workload is an application of verbs: no daemon internals."""
+    from pathlib import Path
+
+    import mrc_nic
+
+    root = Path(mrc_nic.__file__).parent
+    for path in sorted((root / "verbs").glob("*.py")):
+        text = path.read_text()
+        assert "NicMaps" not in text and ".maps." not in text, path.name
+    used = _imports(root / "workloads" / "rdma_write.py")
+    assert not {n for n in used if n.startswith("mrc_nic.transport")}, used
+    assert not {n for n in used if n.startswith("mrc_nic.nic")}, used
