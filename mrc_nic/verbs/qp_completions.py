@@ -69,13 +69,19 @@ class QpCompletions:
             self._complete_recv(*self._early.popleft())
 
     # ---- completions (called by the CQs) ---------------------------------------------------
-    def _on_record(self, fields: tuple) -> None:
-        kind = fields[CQE_TYPE]  # (formats.CQE: the record's words, then ts)
-        if kind == EV_SEND_DONE:
-            self._send_done(fields[SEND_WQE], fields[CQE_TS])  # the WQE's index, the time
-        elif kind == EV_RECV_IMM:
+    def _on_record(
+        self, fields: tuple, _kind: int = CQE_TYPE, _wqe: int = SEND_WQE, _ts: int = CQE_TS,
+        _send: int = EV_SEND_DONE, _recv: int = EV_RECV_IMM,
+    ) -> None:  # fmt: skip
+        """One completion record (formats.CQE: the record's words, then ts). The
+        field indexes come from the ABI (nic.driver.formats), bound as defaults:
+        a record per completion, and local loads are the cheapest."""
+        kind = fields[_kind]
+        if kind == _send:
+            self._send_done(fields[_wqe], fields[_ts])  # the WQE's index, the time
+        elif kind == _recv:
             self._arrived.append(
-                (fields[RECV_MSN], fields[RECV_IMM], fields[RECV_LEN], fields[CQE_TS])
+                (fields[RECV_MSN], fields[RECV_IMM], fields[RECV_LEN], fields[_ts])
             )
         elif kind == EV_QP_ERR:
             self._fail(status_of_error(fields[ERR_SYNDROME], fields[ERR_ERROR]))

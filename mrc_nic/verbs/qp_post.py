@@ -10,7 +10,7 @@ import errno
 from typing import TYPE_CHECKING
 
 from mrc_nic import nic
-from mrc_nic.nic.driver.formats import WQE
+from mrc_nic.nic.driver.formats import WQ_HEAD, WQE
 from mrc_nic.verbs.enums import QpState, SendFlags, WcStatus, WrOpcode
 from mrc_nic.verbs.errors import VerbsError
 from mrc_nic.verbs.qp_attrs import SendWR
@@ -181,7 +181,7 @@ class QpPosting:
             return
         sq = self._sq  # (nic.driver.sq.SendQueue: its write and publish, inlined here)
         wq, depth = sq.memory, sq.depth
-        done = sq.done()
+        done = WQ_HEAD.unpack_from(wq, sq.at)[1]
         self._retire(done)
         free = depth - ((self._posted - done) & U32)
         if free <= 0:
@@ -207,7 +207,8 @@ class QpPosting:
         if not wrs:
             return  # (nor reads the queue: a lost NIC's is unmapped)
         if done is None:
-            done = self._sq.done()
+            sq = self._sq  # its head, read as _push reads it (no call: a record per WR)
+            done = WQ_HEAD.unpack_from(sq.memory, sq.at)[1]
         while wrs:
             head = wrs[0]
             if head.last_wqe is None or ((done - 1 - head.last_wqe) & U32) >= 1 << 31:
