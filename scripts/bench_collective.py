@@ -12,7 +12,7 @@ mrc_nic/workloads/collective.py: the bytes and the step dependency, not the adds
 - mrc-nic: one connection per ring edge (send QP at h_i, receive QP at
   h_i+1, on the verbs API), opened before the job; each step is, on every
   edge, a transfer of the chunk in WRITEs of up to --chunk bytes (default:
-  what host memory gives one peer: hostmem.chunk_bytes(peers=1), the last
+  what host memory gives one peer: rdma_write.chunk_bytes(peers=1), the last
   one WRITE_WITH_IMM), sprayed over the 8 planes.
 - TCP: a process per host, one connection per ring edge on plane --plane's
   addresses (a single path: what a TCP collective gets), the same steps and

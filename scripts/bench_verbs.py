@@ -43,8 +43,8 @@ from typing import Any
 from mrc_nic import resources, verbs
 from mrc_nic.kernel import netns
 from mrc_nic.lab import topology
+from mrc_nic.nic.driver.doorbell import doorbell
 from mrc_nic.verbs import SGE, SendFlags, SendWR, WrOpcode, cm
-from mrc_nic.verbs.qp import WQ_HEAD, WQE, _doorbell
 from mrc_nic.workloads.benchkit import (
     add_common_args,
     begin,
@@ -94,23 +94,22 @@ def nic_alone(lab: str, seconds: float) -> float:
     pair = Pair(lab)
     try:
         (_, mr, _, qp), (_, peer_mr, _, _) = pair.sides
-        wq, at, depth = qp._wq, qp._wq_at, qp.sq_depth
-        posted = WQ_HEAD.unpack_from(wq, at)[0]
+        sq = qp._sq  # the QP's send queue: the driver's WQE writer (nic.driver.sq)
+        depth = sq.depth
+        posted = sq.head()[0]
         start = posted
         end = time.perf_counter() + seconds
         t0 = time.perf_counter()
         while time.perf_counter() < end:
-            done = WQ_HEAD.unpack_from(wq, at)[1]
-            free = depth - ((posted - done) & 0xFFFFFFFF)
+            free = depth - ((posted - sq.done()) & 0xFFFFFFFF)
             if free < depth // 2:
                 continue
             for _ in range(free):
-                slot = at + 8 + (posted % depth) * WQE.size
-                WQE.pack_into(wq, slot, 0, peer_mr.addr, peer_mr.rkey, 64, mr.lkey, 0, 0, 0x0A, 0)
+                sq.write(posted, (0, peer_mr.addr, peer_mr.rkey, 64, mr.lkey, 0, 0, 0x0A, 0))
                 posted = (posted + 1) & 0xFFFFFFFF
-            wq[at : at + 4] = posted.to_bytes(4, "little")
+            sq.publish(posted)
             qp._kick(free)
-        while WQ_HEAD.unpack_from(wq, at)[1] != posted:
+        while sq.done() != posted:
             time.sleep(0.0001)
         return ((posted - start) & 0xFFFFFFFF) / (time.perf_counter() - t0) / 1e6
     finally:
@@ -131,7 +130,7 @@ def api_rate(lab: str, seconds: float, size: int, port: bool = True) -> dict[str
             for flags in (0, SendFlags.SIGNALED)
         }  # fmt: skip
         batch = [wr[0]] * (mod - 1) + [wr[SendFlags.SIGNALED]]
-        ring = qp._kick if port else _doorbell(ctx.prog_fd, qp.qp_num, None)
+        ring = qp._kick if port else doorbell(ctx._nic.program_fd, qp.qp_num, None)
         sys_ns, bpf_ns, kicks = [0], [0], [0]
 
         def timed(packets: int):
@@ -189,7 +188,7 @@ def _lat_side(
         cq = verbs.CQ(ctx, 256)
         cap = verbs.QPCap(max_send_wr=64, max_recv_wr=64)
         qp = verbs.QP(pd, verbs.QPInitAttr(send_cq=cq, recv_cq=cq, cap=cap))
-        ring = qp._kick if port else _doorbell(ctx.prog_fd, qp.qp_num, None)
+        ring = qp._kick if port else doorbell(ctx._nic.program_fd, qp.qp_num, None)
         kick_ns = [0]
 
         def timed_ring(packets: int):

@@ -28,6 +28,11 @@ class HelloReply(Reply):
     max_mpr: int = arg("the largest MPR, in 128-PSN units (OCP mpr_attr.max_mpr)")
     max_wimm: int = arg("WRITE_WITH_IMMs in flight per QP, at most (OCP wimm_attr.max_wimm)")
     cq_ring_bytes: int = arg("the size of a CQ's ring buffer")
+    max_mr_size: int = arg("the most bytes one registration may ever have: half the host's memory")
+    default_timeout: int = arg("a QP's timeout when RTS names none (1.024 us * 2^timeout)")
+    max_timeout: int = arg("the largest timeout RTS takes")
+    default_reorder_ns: int = arg("the loss detector's reorder window when RTS names none, ns")
+    max_reorder_ns: int = arg("the largest reorder window RTS takes, ns")
     host_addrs: list[str] = arg("the host's address on each plane: its GIDs")
     shares: dict = arg(
         "this session's limits on the host: memory (bytes), qps, cqs, pds "

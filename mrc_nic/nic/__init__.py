@@ -34,7 +34,8 @@ creates and polls itself; NicMaps.set_cq_ring puts one at an index of
 nic_cq_rings, and a QP set up with cq=index + 1 reports there (cq_maps).
 
 The parts: layout (names, constants, layouts), loader (compile, pin, attach),
-kick (run the send engine), maps (NicMaps, one part per role), snapshots,
+driver (the user-space driver: WQE writer, doorbell and kicks, CQ ring reader,
+narrow map views), maps (NicMaps, one part per role), snapshots,
 events (the ring buffer). This package re-exports their public names.
 
 The scapy layers (wire) are loaded on first use of ``nic.wire``: importing
@@ -46,18 +47,7 @@ import importlib
 
 from mrc_nic.kernel.pins import MapsMissing, pin_dir
 from mrc_nic.nic.cq_maps import CqMaps
-from mrc_nic.nic.ev_maps import EvMaps
-from mrc_nic.nic.events import (
-    EVENT_LAYOUTS,
-    AnyEvent,
-    Event,
-    EventReader,
-    EvEvent,
-    LossEvent,
-    QpErrEvent,
-    SendEvent,
-)
-from mrc_nic.nic.kick import (
+from mrc_nic.nic.driver.doorbell import (
     DOORBELL_FRAMES_MAX,
     DOORBELL_IFINDEX,
     DOORBELL_IFNAME,
@@ -69,6 +59,17 @@ from mrc_nic.nic.kick import (
     kick_frame,
     open_doorbell,
     run_kick,
+)
+from mrc_nic.nic.ev_maps import EvMaps
+from mrc_nic.nic.events import (
+    EVENT_LAYOUTS,
+    AnyEvent,
+    Event,
+    EventReader,
+    EvEvent,
+    LossEvent,
+    QpErrEvent,
+    SendEvent,
 )
 from mrc_nic.nic.layout import (
     ALL_PLANES,

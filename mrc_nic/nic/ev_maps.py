@@ -7,7 +7,7 @@ import ctypes
 
 from mrc_nic.kernel import bpfsys, pins
 from mrc_nic.nic import wireconst
-from mrc_nic.nic.kick import run_kick
+from mrc_nic.nic.driver.doorbell import run_kick
 from mrc_nic.nic.layout import (
     BPF_F_LOCK,
     EVS_MAP,

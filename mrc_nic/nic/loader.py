@@ -8,7 +8,7 @@ from typing import Any
 
 from mrc_nic.kernel import bpfsys, pins, program, xdp
 from mrc_nic.nic import wireconst
-from mrc_nic.nic.kick import run_kick
+from mrc_nic.nic.driver.doorbell import run_kick
 from mrc_nic.nic.layout import (
     BPF_DIR,
     DEFAULT_CQ_RING_PAGES,

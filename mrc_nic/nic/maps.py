@@ -10,11 +10,16 @@ from mrc_nic.nic.port_maps import PortMaps
 from mrc_nic.nic.rev_maps import RevEvMaps
 from mrc_nic.nic.rx_maps import RxQpMaps
 from mrc_nic.nic.sq_maps import SendQpMaps
+from mrc_nic.nic.sq_work_maps import SendWorkMaps
+from mrc_nic.nic.tx_ring_maps import TxRingMaps
 
 
-class NicMaps(RxQpMaps, RevEvMaps, MemoryMaps, SendQpMaps, EvMaps, PortMaps, CqMaps, MapsBase):
+class NicMaps(
+    RxQpMaps, RevEvMaps, MemoryMaps, SendQpMaps, SendWorkMaps, TxRingMaps, EvMaps, PortMaps,
+    CqMaps, MapsBase,
+):  # fmt: skip
     """QPs (both sides), EVs, regions, port bitmaps, counters and completion queues
     of a lab, through the pins.
 
-    One class made of one part per role (rx_maps, rev_maps, sq_maps, ev_maps,
-    memory_maps, port_maps, cq_maps) over the fds and mmaps of MapsBase."""
+    One class made of one part per role (rx_maps, rev_maps, sq_maps, sq_work_maps,
+    tx_ring_maps, ev_maps, memory_maps, port_maps, cq_maps) over the fds and mmaps of MapsBase."""

@@ -1,17 +1,15 @@
-"""Send QPs: nic_tx_qps, work queues, PSN -> EV rings, kicks."""
+"""Send QPs: their state in nic_tx_qps (setup, reads, changes); their queues and
+kicks are sq_work_maps', their PSN -> EV tables tx_ring_maps'."""
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
-import errno
-import mmap
 import sys
 
 from mrc_nic.kernel import bpfsys, pins
 from mrc_nic.nic import wireconst
 from mrc_nic.nic.cq_maps import check_cq
-from mrc_nic.nic.kick import run_kick
 from mrc_nic.nic.layout import (
     ALL_PLANES,
     BITMAP_BITS,
@@ -19,26 +17,13 @@ from mrc_nic.nic.layout import (
     EVS_MAP,
     MAX_PLANES,
     MAX_QP_EVS,
-    MR_ELEM_SIZE,
     SQ_DEPTH,
-    TIMEOUT_F_REORDER,
-    TIMEOUT_MAX,
-    TX_F_PREV,
-    TX_F_RETX,
     TX_QPS_MAP,
-    TX_RING_MAP,
-    WQ_MAP,
-    WQE_F_SIGNALED,
     EvKey,
-    KickOp,
-    QpError,
     QpState,
     SqCc,
     SqLayout,
-    TxPkt,
     TxRing,
-    Wq,
-    Wqe,
 )
 from mrc_nic.nic.maps_base import check_qp_ends, locked_lookup, set_auth_key, u32_key
 from mrc_nic.nic.snapshots import SqSnapshot, _enum_or_int, _fields, _retx_entries
@@ -63,7 +48,7 @@ def ring_psns(bitmap: ctypes.Array, start: int, count: int) -> list[int]:
 
 
 class SendQpMaps:
-    """NicMaps' part for send QPs: nic_tx_qps, work queues, PSN -> EV rings, kicks."""
+    """NicMaps' part for send QPs' state: nic_tx_qps (and a new QP's EVs and queues)."""
 
     def setup_sq(
         self,
@@ -122,6 +107,39 @@ class SendQpMaps:
         timeout (0: at once; docs/nic-program.md, "Blame").
         The whole values are written: do it before packets flow for this QP.
         """
+        self._check_sq(
+            qpn, local_host=local_host, peer_host=peer_host, peer_qpn=peer_qpn, mpr=mpr,
+            psn=psn, snd_nxt=snd_nxt, ring=ring, evs=evs, ev_min_active=ev_min_active,
+            cwnd=cwnd, msn=msn, peer_ports=peer_ports, reo_wnd_ns=reo_wnd_ns,
+            silent_ns=silent_ns, cc_rtt_target_ns=cc_rtt_target_ns, cq=cq,
+            max_wimm=max_wimm, probe_good=probe_good, pd=pd,
+        )  # fmt: skip
+        snd_nxt = psn if snd_nxt is None else snd_nxt
+        value = SqLayout(
+            state=QpState(state), local_host=local_host, peer_host=peer_host,
+            peer_qpn=peer_qpn, mpr=mpr, ring=ring, n_evs=len(evs), ev_min_active=ev_min_active,
+            snd_una=psn, snd_nxt=snd_nxt, peer_ports=peer_ports, reo_wnd_ns=reo_wnd_ns,
+            engine=int(bool(engine)), cwnd=cwnd, snd_msn=msn,
+            cc=SqCc(rtt_target_ns=cc_rtt_target_ns), send_cq=cq, max_wimm=max_wimm,
+            dyn_mpr=int(bool(dyn_mpr)), probe_good=probe_good, pd=pd, silent_ns=silent_ns,
+        )  # fmt: skip
+        set_auth_key(value, auth_key)  # data carries a MAC, ACKs must
+        for i, ev in enumerate(evs):
+            value.evs[i] = ev
+        for ev, plane in evs.items():
+            self.setup_ev(qpn, ev, plane=plane)
+        size = ctypes.sizeof(TxRing)
+        self.tx_ring_memory()[ring * size : (ring + 1) * size] = bytes(size)
+        self.send_queue(ring).clear()
+        bpfsys.map_update(self._fds[TX_QPS_MAP], u32_key(qpn), bytes(value))
+
+    def _check_sq(
+        self, qpn: int, *, local_host: int, peer_host: int, peer_qpn: int, mpr: int, psn: int,
+        snd_nxt: int | None, ring: int, evs: dict[int, int], ev_min_active: int, cwnd: int,
+        msn: int, peer_ports: int, reo_wnd_ns: int, silent_ns: int, cc_rtt_target_ns: int,
+        cq: int, max_wimm: int, probe_good: int, pd: int,
+    ) -> None:  # fmt: skip
+        """setup_sq's arguments, every one checked before anything is written."""
         check_qp_ends(
             qpn, local_host=local_host, peer_host=peer_host, peer_qpn=peer_qpn, mpr=mpr, psn=psn
         )
@@ -151,40 +169,6 @@ class SendQpMaps:
         pins.check_range("silent_ns", silent_ns, pins.U32_MAX)
         pins.check_range("cc_rtt_target_ns", cc_rtt_target_ns, pins.U64_MAX)
         check_cq("cq", cq, self.max_cqs)
-        value = SqLayout(
-            state=QpState(state),
-            local_host=local_host,
-            peer_host=peer_host,
-            peer_qpn=peer_qpn,
-            mpr=mpr,
-            ring=ring,
-            n_evs=len(evs),
-            ev_min_active=ev_min_active,
-            snd_una=psn,
-            snd_nxt=snd_nxt,
-            peer_ports=peer_ports,
-            reo_wnd_ns=reo_wnd_ns,
-            engine=int(bool(engine)),
-            cwnd=cwnd,
-            snd_msn=msn,
-            cc=SqCc(rtt_target_ns=cc_rtt_target_ns),
-            send_cq=cq,
-            max_wimm=max_wimm,
-            dyn_mpr=int(bool(dyn_mpr)),
-            probe_good=probe_good,
-            pd=pd,
-            silent_ns=silent_ns,
-        )
-        set_auth_key(value, auth_key)  # data carries a MAC, ACKs must
-        for i, ev in enumerate(evs):
-            value.evs[i] = ev
-        for ev, plane in evs.items():
-            self.setup_ev(qpn, ev, plane=plane)
-        size = ctypes.sizeof(TxRing)
-        self.tx_ring_memory()[ring * size : (ring + 1) * size] = bytes(size)
-        size = ctypes.sizeof(Wq)
-        self.wq_memory()[ring * size : (ring + 1) * size] = bytes(size)
-        bpfsys.map_update(self._fds[TX_QPS_MAP], u32_key(qpn), bytes(value))
 
     def sq_raw(self, qpn: int) -> SqLayout:
         """The send state of a QP as stored, read under its lock (KeyError if none)."""
@@ -288,202 +272,6 @@ class SendQpMaps:
             bpfsys.map_delete(self._fds[TX_QPS_MAP], u32_key(qpn))
         except FileNotFoundError:
             raise KeyError(f"no send state for QP {qpn:#x}") from None
-
-    def wq_memory(self) -> mmap.mmap:
-        """nic_wq mapped into this process: every send QP's queue (struct nic_wq)."""
-        return self._mapped(WQ_MAP, self.tx_rings * ctypes.sizeof(Wq))
-
-    def wq_head(self, ring: int) -> tuple[int, int]:
-        """(posted, done) of the send queue in ring `ring`: WQEs given to the
-        NIC and completed by it (free-running), read from the mapped queue."""
-        pins.check_range("ring", ring, self.tx_rings - 1)
-        at = ring * ctypes.sizeof(Wq)
-        head = self.wq_memory()[at : at + 8]
-        return int.from_bytes(head[:4], "little"), int.from_bytes(head[4:], "little")
-
-    def wq(self, qpn: int) -> Wq:
-        """A copy of a QP's send queue (posted, done, and the WQE slots)."""
-        ring = self.sq_raw(qpn).ring
-        size = ctypes.sizeof(Wq)
-        return Wq.from_buffer_copy(self.wq_memory()[ring * size : (ring + 1) * size])
-
-    def post_write(
-        self,
-        qpn: int,
-        *,
-        length: int,
-        src_region: int,
-        remote_va: int,
-        rkey: int,
-        src_offset: int = 0,
-        imm: int | None = None,
-        wr_id: int = 0,
-        signaled: bool = True,
-    ) -> int:
-        """Post an RDMA WRITE (WRITE_WITH_IMM when imm is given) on a send QP; returns
-        the WQE's index (free-running; NIC_EV_SEND_DONE reports it, with wr_id).
-
-        length bytes from byte src_offset of the local region src_region go to
-        remote_va (rkey) at the peer, at any byte of either. The
-        engine sends nothing until kicked (kick) or clocked by the QP's ACKs.
-        signaled=False: on a QP with a send CQ, its completion writes no
-        record (it still frees its slot); without a CQ every WQE reports.
-        BlockingIOError when SQ_DEPTH WQEs are outstanding (not completed:
-        the queue's done, which BPF publishes). One poster per QP at a time.
-        """
-        raw = self.sq_raw(qpn)
-        if not raw.engine:
-            raise ValueError(f"QP {qpn:#x} is not served by the send engine (setup_sq engine)")
-        pins.check_range("length", length, pins.U32_MAX)
-        pins.check_range("remote_va", remote_va, pins.U64_MAX)
-        pins.check_range("rkey", rkey, pins.U32_MAX)
-        pins.check_range("wr_id", wr_id, pins.U64_MAX)
-        if imm is not None:
-            pins.check_range("imm", imm, pins.U32_MAX)
-        self._span(src_region, src_offset, length)  # KeyError / ValueError if outside
-        at = raw.ring * ctypes.sizeof(Wq)
-        memory = self.wq_memory()
-        posted = int.from_bytes(memory[at : at + 4], "little")
-        done = int.from_bytes(memory[at + Wq.done.offset : at + Wq.done.offset + 4], "little")
-        if (posted - done) & pins.U32_MAX >= SQ_DEPTH:
-            raise BlockingIOError(
-                errno.EAGAIN, f"send queue of QP {qpn:#x} is full ({SQ_DEPTH} WQEs outstanding)"
-            )
-        wqe = Wqe(
-            wr_id=wr_id,
-            remote_va=remote_va,
-            rkey=rkey,
-            len=length,
-            src_region=src_region,
-            src_off=src_offset,
-            imm=imm or 0,
-            opcode=wireconst.Opcode.WRITE if imm is None else wireconst.Opcode.WRITE_IMM,
-            flags=WQE_F_SIGNALED if signaled else 0,
-        )
-        slot = at + Wq.wqes.offset + (posted % SQ_DEPTH) * ctypes.sizeof(Wqe)
-        memory[slot : slot + ctypes.sizeof(Wqe)] = bytes(wqe)
-        # The WQE first, then posted: the engine reads them in the other order.
-        memory[at : at + 4] = ((posted + 1) & pins.U32_MAX).to_bytes(4, "little")
-        return posted
-
-    def kick(
-        self, qpn: int, packets: int, *, live: bool = True, batch_size: int = 0
-    ) -> bpfsys.TestRunResult:
-        """Run the send engine for a QP, `packets` times, through the pinned program:
-        with live frames, up to `packets` data packets leave (see run_kick)."""
-        return run_kick(self.program_fd(), qpn, packets, live=live, batch_size=batch_size)
-
-    def timeout_kick(
-        self,
-        qpn: int,
-        packets: int,
-        *,
-        max_psns: int = TIMEOUT_MAX,
-        age_ns: int = 0,
-        reorder: bool = False,
-    ) -> None:
-        """The retransmission timeout of a QP: a timeout kick queues up to
-        max_psns of its oldest unacknowledged PSNs last sent age_ns ago or more
-        (in BPF, under the QP's lock) and puts their EVs in ASSUMED_BAD, then a
-        send kick of `packets` runs sends them (and new data, if there is
-        room). The counters timeout_kicks and timeout_queued say what it did.
-        reorder: the reorder timer's kick, not a timeout: what it queues is
-        overdue, and no EV is blamed for it (docs/nic-program.md, "Blame")."""
-        if not (isinstance(max_psns, int) and 1 <= max_psns <= TIMEOUT_MAX):
-            raise ValueError(f"max_psns must be 1..{TIMEOUT_MAX}, not {max_psns!r}")
-        arg = max_psns | (TIMEOUT_F_REORDER if reorder else 0)
-        run_kick(self.program_fd(), qpn, 1, op=KickOp.TIMEOUT, arg=arg, age_ns=age_ns)
-        if packets:
-            self.kick(qpn, packets, batch_size=packets)
-
-    def fail_qp(self, qpn: int, reason: QpError = QpError.RETRY_EXCEEDED) -> None:
-        """Move a send QP to ERR for a local reason (the daemon: its retry budget
-        is spent) with a NIC_KICK_FAIL kick: in BPF, under the QP's lock, and
-        its QP_ERR record (error = reason, psn = snd_una) goes to nic_events and
-        to the QP's send CQ, as a fatal NACK's does. A QP already in ERR is left
-        as it is (it was reported); an unknown one counts drop_unknown_qp."""
-        pins.check_range("qpn", qpn, wireconst.QPN_MASK)
-        if not isinstance(reason, int) or reason not in set(QpError) - {QpError.NONE}:
-            raise ValueError(
-                f"reason must be a QpError other than NONE (a fatal NACK's), not {reason!r}"
-            )
-        run_kick(self.program_fd(), qpn, 1, op=KickOp.FAIL, arg=int(reason))
-
-    def cwnd_kick(self, qpn: int, cwnd: int, *, rtt_target_ns: int = 0, packets: int = 1) -> None:
-        """Congestion control's new window for a QP that may be sending: a
-        NIC_KICK_CWND kick sets cwnd (packets in flight; 0: the window) and
-        cc.rtt_target_ns (the RTT at or above which its SACKs count as high
-        delay, struct nic_sq_cc) under the QP's lock, then runs the engine
-        `packets` times with live frames, so that a window that grew is
-        filled at once (the ACK clock sends one packet per ACK, never more)."""
-        if not (isinstance(cwnd, int) and 0 <= cwnd <= 0xFFFF):
-            raise ValueError(f"cwnd must be 0..65535 packets, not {cwnd!r}")
-        pins.check_range("rtt_target_ns", rtt_target_ns, pins.U64_MAX)
-        run_kick(
-            self.program_fd(),
-            qpn,
-            max(1, packets),
-            op=KickOp.CWND,
-            arg=cwnd,
-            age_ns=rtt_target_ns,
-            batch_size=max(1, packets),
-        )
-
-    def tx_ring_memory(self) -> mmap.mmap:
-        """nic_tx_ring mapped into this process: every send QP's PSN -> EV table."""
-        return self._mapped(TX_RING_MAP, self.tx_rings * ctypes.sizeof(TxRing))
-
-    def _tx_offset(self, qpn: int, psn: int) -> int:
-        pins.check_range("psn", psn, wireconst.PSN_MASK)
-        ring = self.sq_raw(qpn).ring
-        if ring >= self.tx_rings:
-            raise ValueError(f"QP {qpn:#x} has ring {ring}, beyond the {self.tx_rings} rings")
-        return ring * ctypes.sizeof(TxRing) + (psn % BITMAP_BITS) * ctypes.sizeof(TxPkt)
-
-    def tx_entry(self, qpn: int, psn: int) -> TxPkt:
-        """The PSN -> EV table entry where psn lives (its psn field says whose it is)."""
-        at = self._tx_offset(qpn, psn)
-        return TxPkt.from_buffer_copy(self.tx_ring_memory()[at : at + ctypes.sizeof(TxPkt)])
-
-    def record_tx(
-        self,
-        qpn: int,
-        psn: int,
-        ev: int,
-        *,
-        tx_ts: int,
-        length: int = MR_ELEM_SIZE,
-        retx: bool = False,
-    ) -> TxPkt:
-        """Record a transmission as the send engine does: link it to the previous
-        packet on the same EV, update the EV's last PSN and tx counters, and
-        write the table entry. For tests and tools: the engine does this in
-        BPF, under the EV's lock; here the EV is read and written back, so do
-        not use it while ACKs for the QP are being processed.
-        """
-        pins.check_range("tx_ts", tx_ts, pins.U64_MAX)
-        pins.check_range("length", length, pins.U32_MAX)
-        at = self._tx_offset(qpn, psn)
-        state = self.ev_raw(qpn, ev)
-        entry = TxPkt(tx_ts=tx_ts, psn=psn, ev=ev, len=length)
-        if state.stats.tx_pkts:
-            entry.prev_psn = state.last_tx_psn
-            entry.flags |= TX_F_PREV
-        if retx:
-            entry.flags |= TX_F_RETX
-            state.stats.retx_pkts += 1
-        state.last_tx_psn = psn
-        state.last_tx_ts = tx_ts
-        state.stats.tx_pkts += 1
-        state.stats.tx_bytes += length
-        bpfsys.map_update(
-            self._fds[EVS_MAP],
-            bytes(EvKey(qpn, ev)),
-            bytes(state),
-            flags=BPF_F_LOCK | bpfsys.BPF_EXIST,
-        )
-        self.tx_ring_memory()[at : at + ctypes.sizeof(TxPkt)] = bytes(entry)
-        return entry
 
     def tx_qpns(self) -> list[int]:
         """QPNs with send state (nic_tx_qps), ascending."""

@@ -19,7 +19,13 @@ from mrc_nic.contract import appops, shares
 from mrc_nic.lab.service import Conn
 from mrc_nic.transport import tenancy
 from mrc_nic.transport.host import HostContext, Part
-from mrc_nic.transport.qp import QpError
+from mrc_nic.transport.qp import (
+    DEFAULT_REORDER_NS,
+    DEFAULT_TIMEOUT,
+    REORDER_NS_MAX,
+    TIMEOUT_MAX,
+    QpError,
+)
 from mrc_nic.transport.qpattrs import ACCESS_KNOWN, ACCESS_REMOTE_WRITE, MAX_WR
 from mrc_nic.transport.sessions import AppMr, AppSession, einval
 
@@ -122,6 +128,11 @@ class AppResources(Part):
             max_mpr=nic.MPR_MAX,
             max_wimm=nic.SQ_DEPTH,
             cq_ring_bytes=ctx.maps.cq_ring_bytes,
+            max_mr_size=ctx.res.send_mem.count * nic.MR_ELEM_SIZE,
+            default_timeout=DEFAULT_TIMEOUT,
+            max_timeout=TIMEOUT_MAX,
+            default_reorder_ns=DEFAULT_REORDER_NS,
+            max_reorder_ns=REORDER_NS_MAX,
             host_addrs=[str(topo.host_address(ctx.index, p)) for p in range(topo.planes)],
             shares=dict(session.limits.limits),
         )

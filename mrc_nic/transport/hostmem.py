@@ -132,18 +132,3 @@ class HostResources:
 def half_elems(mr_elems: int, hosts: int) -> int:
     """Elements of a host's send half (its receive half is the rest of its slice)."""
     return mr_elems // hosts // 2
-
-
-def chunk_bytes(bytes_per_qp: int, qps: int, half_bytes: int, peers: int = 1) -> int:
-    """The size of one WRITE of a transfer: the whole share of a QP when two of
-    them (a double buffer) fit its part of a half of host memory, else as
-    much as fits, in whole KiB. Sender and receiver compute the same.
-
-    peers: how many transfers may land at one receiver at once (a lab's hosts
-    but one). The receiver's half is split between them, so that every other
-    host can write to it at the same time (an N:1 incast) without ENOMEM:
-    on clos-8 (8 hosts, 32 MiB per half), 7 single-QP transfers of up to
-    2.28 MiB chunks each."""
-    room = (half_bytes // max(1, qps) // max(1, peers) // 2) // KIB * KIB
-    want = -(-max(1, bytes_per_qp) // KIB) * KIB
-    return max(KIB, min(want, room))

@@ -2,7 +2,8 @@
 
 A Context finds its lab and host (arguments, then MRC_NIC_LAB / MRC_NIC_HOST,
 which `mrc-nic exec` sets, then the network namespace the process runs in),
-opens the lab's pinned NIC maps (the NIC's memory, work queues and program),
+opens what it needs of the lab's NIC maps (nic.driver.views: its send
+queues, CQ rings, memory windows and the doorbell; the rest stays private),
 and keeps one session with the host's daemon for setup. Posting and polling
 never use that session; its end is the NIC's death (verbs.fatal).
 
@@ -20,16 +21,17 @@ import os
 from pathlib import Path
 from typing import Any
 
-from mrc_nic import nic
 from mrc_nic.contract import appops, shares
 from mrc_nic.kernel import fdwait, pins
 from mrc_nic.lab import client, names, state
 from mrc_nic.lab.topology import NS_PREFIX, TopologyError
+from mrc_nic.nic.driver.views import DeviceMaps
 from mrc_nic.verbs import fatal
 from mrc_nic.verbs.enums import AsyncEventType
 from mrc_nic.verbs.errors import VerbsError
 
 ENV_LAB, ENV_HOST = "MRC_NIC_LAB", "MRC_NIC_HOST"
+TIMEOUT_UNIT_S = 1.024e-6  # mrc.h: a QP's timeout is 1.024 us * 2^timeout
 NETNS_DIR = Path("/run/netns")
 
 
@@ -42,13 +44,24 @@ class DeviceAttr:
     planes: int  # ports, one per plane
     seg_size: int  # payload of a full data packet
     mr_align: int  # SGE and remote addresses are multiples of it: 1, any byte
-    max_mr_bytes: int
+    max_mr_bytes: int  # the most one registration can have now (what is free)
     sq_depth: int  # WQEs in the NIC per send queue
     max_qp_wr: int  # work requests per queue the library accepts
     max_mpr: int
     max_wimm: int
     cq_ring_bytes: int
     gids: tuple[str, ...]  # the host's address on each plane
+    # mrc-nic's (docs/api.md, "Device attributes"): what the daemon applies when a
+    # QP's modify names none, and its limits; the most one MR may ever have.
+    max_mr_size: int = 0
+    default_timeout: int = 0  # 1.024 us * 2^timeout (TIMEOUT_UNIT_S)
+    max_timeout: int = 0
+    default_reorder_ns: int = 0
+    max_reorder_ns: int = 0
+
+    def timeout_seconds(self, timeout: int) -> float:
+        """A QP timeout's length (mrc.h: 1.024 us * 2^timeout)."""
+        return TIMEOUT_UNIT_S * 2**timeout
 
 
 def locate(lab: str | None = None, host: str | None = None) -> tuple[str, str]:
@@ -145,18 +158,23 @@ class Context:
                 errno.EPERM,
                 "mrc-nic needs root: the emulated NIC's maps are BPF maps; run it with sudo",
             )
+        ns = NETNS_DIR / f"{NS_PREFIX}{self.lab}-{self.host}"
         try:
-            self.maps = nic.NicMaps.open(self.lab)
+            # What this process reaches of the NIC (driver.views): its queues, CQ
+            # rings, memory windows, the doorbell (the host's port, or None).
+            self._nic = DeviceMaps(self.lab, ns.name if ns.exists() else None)
         except pins.MapsMissing:
             raise VerbsError(
                 "open_device", errno.ENODEV, f"lab {self.lab!r} is not up: mrc-nic up"
             ) from None
+        except OSError as e:
+            raise VerbsError("open_device", e.errno or errno.EIO, str(e)) from None
         try:
             self.session = client.Session(self.lab, self.host)
             asked = {**_shares_from_env(), **(shares or {})}
             hello = self.session.call(appops.Hello(pid=os.getpid(), shares=asked or None))
         except client.DaemonError as e:
-            self.maps.close()
+            self._nic.close()
             if e.errno_name in ("EPERM", "EINVAL"):  # refused: not this host's, bad shares
                 self.session.close()
                 message = str(e).split(": ", 1)[-1]
@@ -177,18 +195,13 @@ class Context:
             max_wimm=hello.max_wimm,
             cq_ring_bytes=hello.cq_ring_bytes,
             gids=tuple(hello.host_addrs),
+            max_mr_size=hello.max_mr_size,
+            default_timeout=hello.default_timeout,
+            max_timeout=hello.max_timeout,
+            default_reorder_ns=hello.default_reorder_ns,
+            max_reorder_ns=hello.max_reorder_ns,
         )
         self.shares = dict(hello.shares)  # this session's limits on the host
-        try:
-            self.prog_fd = self.maps.program_fd()
-            self.wq_memory = self.maps.wq_memory()
-            ns = NETNS_DIR / f"{NS_PREFIX}{self.lab}-{self.host}"
-            # The host's doorbell port (None: kicks take BPF_PROG_RUN); shared by the QPs.
-            self.doorbell = nic.open_doorbell(ns.name if ns.exists() else None)
-        except OSError as e:
-            self.session.close()
-            self.maps.close()
-            raise VerbsError("open_device", e.errno or errno.EIO, str(e)) from None
         self.pds: list[Any] = []  # verbs.PD and CQ made here: close releases them
         self.cqs: list[Any] = []
         self._closed = False
@@ -239,7 +252,7 @@ class Context:
                 qp._device_lost()
             for mr in pd.mrs.values():
                 mr.privatize()
-        self.maps.close()  # the send queues' pages become private ones
+        self._nic.close()  # the send queues' pages become private ones
 
     def fatal_error(self, verb: str) -> VerbsError:
         self.device_lost()
@@ -278,10 +291,8 @@ class Context:
             for cq in list(self.cqs):
                 cq.close()
             if not self._lost:
-                self.maps.close()  # pages that views still reach become private ones
+                self._nic.close()  # pages that views still reach become private ones
         finally:
-            if self.doorbell is not None:
-                self.doorbell[0].close()
             self.session.close()
 
     def __enter__(self) -> Context:

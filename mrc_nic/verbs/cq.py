@@ -1,12 +1,14 @@
 """Completion queues (mrc_create_cq, mrc_poll_cq): the NIC's ring buffer, read here.
 
-Each CQ is a BPF ring buffer this process creates and owns; the daemon gives
-it a slot of the lab's array of rings (nic_cq_rings), where the NIC posts
-the completions of the QPs that use the CQ. poll() reads the ring through
-shared memory (no syscall). fileno() is an epoll fd over the ring and an
-eventfd, for select/epoll/asyncio: readable while the NIC has posted
-completions or the library holds some (flushes, receives matched late, what
-a poll left behind); the eventfd is written only when that set goes from
+Each CQ is a BPF ring buffer this process creates and owns (nic.driver.cq's
+CqRing); the daemon gives it a slot of the lab's array of rings
+(nic_cq_rings), where the NIC posts the completions of the QPs that use the
+CQ. poll() reads the ring through shared memory (no syscall), as records of
+the ABI's layout (nic.driver.formats.CQE) that each QP turns into WCs.
+fileno() is an epoll fd over the ring and an eventfd, for
+select/epoll/asyncio: readable while the NIC has posted completions or the
+library holds some (flushes, receives matched late, what a poll left
+behind); the eventfd is written only when that set goes from
 empty to not, so a poll that takes what it found makes no syscall. The
 context's session socket is in it too (POLLRDHUP): the NIC's death wakes a
 program asleep on its CQs (verbs.fatal).
@@ -20,22 +22,17 @@ import dataclasses
 import errno
 import os
 import select
-import struct
 from typing import TYPE_CHECKING, Any
 
 from mrc_nic import nic
 from mrc_nic.contract import appops
+from mrc_nic.nic.driver.formats import CQE_QPN
 from mrc_nic.verbs.enums import WcOpcode, WcStatus
 from mrc_nic.verbs.errors import VerbsError
 
 if TYPE_CHECKING:
     from mrc_nic.verbs.context import Context
 
-# Every completion is 40 bytes (bpf/nic_structs.h), read as 8 words and ts:
-# type, qpn, then SEND_DONE: msn, last_psn, wr_id (2 words), len, wqe;
-# RECV_IMM: msn, imm, va (2 words), len, -; QP_ERR: psn, ev, syndrome, reason, error, -.
-# A ring record holds one or more of them (nic.EventReader splits the batches).
-RECORD = struct.Struct("<8IQ")
 WC_WITH_IMM = 2  # ibv_wc_flags
 
 
@@ -64,14 +61,11 @@ class CQ:
         self.ctx, self.cq_context = ctx, cq_context
         self.index = ctx.call("create_cq", appops.CreateCq(cqe=cqe)).cq
         self.cqe = cqe
-        self._fds: list[int] = []  # the ring, the eventfd, the epoll: close() closes them
+        self._fds: list[int] = []  # the eventfd: close() closes it
         self._ring = self._channel = None
         try:
-            self._fd = ctx.maps.create_cq_ring()
-            self._fds.append(self._fd)
-            ctx.maps.set_cq_ring(self.index, self._fd)
-            self._ring = nic.EventReader(self._fd)  # the mapped ring, read without syscalls
-            self._lost = ctx.maps.cq_lost_memory()  # what the NIC lost to a full ring
+            self._ring = ctx._nic.cq_ring(self.index)  # made here, read without syscalls
+            self._fd = self._ring.fileno()
             self._event = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
             self._fds.append(self._event)
             self._channel = select.epoll()  # fileno(): readable if either is
@@ -138,8 +132,7 @@ class CQ:
         self._held = held
 
     def _check_overrun(self) -> None:
-        at = self.index * 8
-        lost = int.from_bytes(self._lost[at : at + 8], "little")
+        lost = self._ring.lost()
         if lost:
             raise VerbsError(
                 "poll_cq",
@@ -151,7 +144,7 @@ class CQ:
 
     def _drain(self) -> None:
         """Every record in the ring to its QP, which turns it into WCs here."""
-        records = self._ring.read_unpacked(RECORD)
+        records = self._ring.records()
         qps = self.qps
         if not records:
             for qp in qps.values():  # queued WRs waiting for NIC slots
@@ -159,7 +152,7 @@ class CQ:
             return
         touched = set()
         for fields in records:
-            qp = qps.get(fields[1])
+            qp = qps.get(fields[CQE_QPN])
             if qp is not None:
                 qp._on_record(fields)
                 touched.add(qp)

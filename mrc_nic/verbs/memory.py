@@ -104,7 +104,7 @@ class MR:
         start = reply.first_elem * nic.MR_ELEM_SIZE
         self._in_map = start % mmap.PAGESIZE  # where the MR starts in its own mapping
         try:
-            self._map, self.buf = self.ctx.maps.memory_window(start, length)
+            self._map, self.buf = self.ctx._nic.memory_window(start, length)
         except (OSError, ValueError) as e:
             with contextlib.suppress(VerbsError):
                 self.ctx.call("dereg_mr", appops.DeregMr(region=self.lkey))

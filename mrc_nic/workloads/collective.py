@@ -408,10 +408,10 @@ class MrcRing:
 
     def _connect(self, cc_profile: int | None) -> None:
         """Every rank's QPs to RTS (the first job's CC profile is the QPs')."""
-        from mrc_nic.workloads import hostprocs, rdma_write
+        from mrc_nic.workloads import hostprocs
 
         n = len(self.hosts)
-        opts = {"mpr": rdma_write.qp.DEFAULT_MPR, "cc_profile": cc_profile}
+        opts = {"mpr": None, "cc_profile": cc_profile}
         for r, p in enumerate(self.procs):
             p.tell(
                 {

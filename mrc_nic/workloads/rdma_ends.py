@@ -173,7 +173,7 @@ class SendEnd:
             self.error = reason
 
     def counters(self) -> rdma_write.Counters:
-        return rdma_write.qp_counters(self.ctx, self.qp)
+        return rdma_write.qp_counters(self.qp)
 
     def result(self) -> dict[str, Any]:
         """What the transfer did, as rdma_write's result names it."""
@@ -200,7 +200,7 @@ class SendEnd:
     def stuck(self) -> dict[str, Any]:
         """Where the send QP stands in the NIC (a transfer that did not end in time)."""
         try:
-            sq = self.ctx.maps.sq(self.qp.qp_num)
+            sq = self.qp.nic_send_state()
         except (KeyError, OSError) as e:
             return {"error": f"no send state: {e}"}
         return {

@@ -19,16 +19,17 @@ import secrets
 import time
 from typing import Any, NamedTuple
 
-from mrc_nic import nic, units, verbs
+from mrc_nic import units, verbs
 from mrc_nic.errors import MrcNicError
 from mrc_nic.kernel.fdwait import Waiter
 from mrc_nic.lab import topology
 from mrc_nic.lab.state import open_lab
 from mrc_nic.observe import fidelity
-from mrc_nic.transport import hostmem, nscc, qp
+from mrc_nic.verbs import ctl
 from mrc_nic.workloads.writeplan import DEPTH_MAX, Pieces, WriteOptions, chunk_data
 
 U32 = 0xFFFFFFFF
+KIB = 1 << 10  # chunks are whole KiB (the NIC's memory element)
 POLL_BATCH = 64
 WRITE, WRITE_IMM = verbs.WrOpcode.RDMA_WRITE, verbs.WrOpcode.RDMA_WRITE_WITH_IMM
 WRITE_SIZE_UNITS = units.TRANSFER_SIZE_UNITS
@@ -55,33 +56,49 @@ REORDER_RTTS_FIXED = 4
 parse_size = units.parse_transfer_size
 
 
-def lab_defaults(topo: topology.Topology, cc_profile: int | None = None) -> tuple[int, int]:
-    """(timeout exponent, reorder window ns) that fit a lab's design RTT and
-    the QPs' CC profile (None: the default, NSCC)."""
+def lab_defaults(
+    topo: topology.Topology, attr: verbs.DeviceAttr, fixed_window: bool = False
+) -> tuple[int, int]:
+    """(timeout exponent, reorder window ns) that fit a lab's design RTT, from
+    the device's defaults (attr); fixed_window: the QPs' CC profile has no
+    algorithm (a fixed window), which wants a longer reorder window."""
     rtt = topo.queues.base_rtt_ns
-    timeout = qp.DEFAULT_TIMEOUT
-    while qp.TIMEOUT_UNIT_S * 2**timeout * 1e9 < TIMEOUT_RTTS * rtt and timeout < qp.TIMEOUT_MAX:
+    timeout = attr.default_timeout
+    while attr.timeout_seconds(timeout) * 1e9 < TIMEOUT_RTTS * rtt and timeout < attr.max_timeout:
         timeout += 1
-    reorder = qp.DEFAULT_REORDER_NS
+    reorder = attr.default_reorder_ns
     if rtt > topology.BASE_RTT_NS:  # slower than the default lab
-        rtts = REORDER_RTTS_FIXED if cc_profile == nscc.FIXED else REORDER_RTTS
-        reorder = min(max(reorder, rtts * rtt), qp.REORDER_NS_MAX)
+        rtts = REORDER_RTTS_FIXED if fixed_window else REORDER_RTTS
+        reorder = min(max(reorder, rtts * rtt), attr.max_reorder_ns)
     return timeout, reorder
+
+
+def chunk_bytes(bytes_per_qp: int, qps: int, half_bytes: int, peers: int = 1) -> int:
+    """The size of one WRITE of a transfer: the whole share of a QP when two of
+    them (a double buffer) fit its part of a half of host memory, else as
+    much as fits, in whole KiB. Sender and receiver compute the same.
+
+    peers: how many transfers may land at one receiver at once (a lab's hosts
+    but one). The receiver's half is split between them, so that every other
+    host can write to it at the same time (an N:1 incast) without ENOMEM:
+    on clos-8 (8 hosts, 32 MiB per half), 7 single-QP transfers of up to
+    2.28 MiB chunks each."""
+    room = (half_bytes // max(1, qps) // max(1, peers) // 2) // KIB * KIB
+    want = -(-max(1, bytes_per_qp) // KIB) * KIB
+    return max(KIB, min(want, room))
 
 
 def default_chunk(
     topo: topology.Topology, size_hint: int = SIZE_MAX, qps: int = 1, peers: int | None = None
 ) -> int:
     """Each WRITE's size when none is given: what host memory allows for
-    `size_hint` bytes over `qps` QPs (hostmem.chunk_bytes), with `peers`
-    transfers landing at one host at once (default: every other host of the
-    lab, hosts - 1)."""
-    half = (
-        hostmem.half_elems(nic.memory_elems(topo.hosts, topo.nic_memory_bytes), topo.hosts)
-        * hostmem.KIB
-    )
+    `size_hint` bytes over `qps` QPs (chunk_bytes), with `peers` transfers
+    landing at one host at once (default: every other host of the lab,
+    hosts - 1). A host's memory is its topology's [nic] memory, half for what
+    it sends and half for what it receives (the device's max_mr_size)."""
+    half = topo.nic_memory_bytes // 2 // KIB * KIB
     peers = topo.hosts - 1 if peers is None else peers
-    return hostmem.chunk_bytes(-(-size_hint // qps), qps, half, peers=peers)
+    return chunk_bytes(-(-size_hint // qps), qps, half, peers=peers)
 
 
 class DaemonGone(MrcNicError):
@@ -93,7 +110,7 @@ class QpOptions:
     """The send QPs' attributes, set when they connect (a Connection's first
     write); None takes the lab's default (lab_defaults) or the daemon's."""
 
-    mpr: int = qp.DEFAULT_MPR
+    mpr: int | None = None  # None: the daemon's default
     timeout: int | None = None  # 1.024 us * 2^timeout
     retry: dict | None = None  # {linear_cnt, exp_cnt}
     cc_profile: int | None = None  # OCP cc_profile_id (the host's CC profiles); default NSCC
@@ -106,8 +123,8 @@ class QpOptions:
     ev_min_active: int | None = None
     auth_key: str | None = None  # 32 hex digits: every packet MAC'd (nic.auth)
 
-    def ext(self, topo: topology.Topology) -> dict[str, Any]:
-        timeout, reorder = lab_defaults(topo, self.cc_profile)
+    def ext(self, reorder: int) -> dict[str, Any]:
+        """RTS's mrc-nic extensions; reorder: the lab's default window (lab_defaults)."""
         ext = {
             "reorder_ns": reorder if self.reorder_ns is None else self.reorder_ns,
             "cwnd": self.cwnd,
@@ -143,7 +160,8 @@ def connect_send(
     )
     dyn = verbs.MrcQpCap.DYNAMIC_MPR
     sqp.to_rtr(peer_qpn, peer_gid, mpr_dest=opts.mpr, cap=dyn, ext=_auth(opts))
-    timeout, _ = lab_defaults(topo, opts.cc_profile)
+    fixed = opts.cc_profile is not None and _fixed_window(sqp.ctx, opts.cc_profile)
+    timeout, reorder = lab_defaults(topo, sqp.ctx.query_device(), fixed)
     retry = {"linear_cnt": 7, "exp_cnt": 7, **(opts.retry or {})}
     sqp.to_rts(
         timeout=timeout if opts.timeout is None else opts.timeout,
@@ -151,8 +169,16 @@ def connect_send(
         retry_exp_cnt=retry["exp_cnt"],
         mpr=opts.mpr,
         cap=dyn,
-        ext=opts.ext(topo),
+        ext=opts.ext(reorder),
     )
+
+
+def _fixed_window(ctx: verbs.Context, cc_profile: int) -> bool:
+    """The CC profile has no algorithm: a fixed window (mrc-nic cc profile list)."""
+    try:
+        return ctl.query_cc_profile(ctx, cc_profile).get("algorithm") is None
+    except verbs.VerbsError:
+        return False  # no such profile: RTS says so
 
 
 class Lane:
@@ -213,7 +239,7 @@ class Lane:
 
     def counters(self, conn: Connection) -> Counters:
         """The send QP's counters so far, and its query_qp."""
-        return qp_counters(conn.src_ctx, self.sqp)
+        return qp_counters(self.sqp)
 
     def close(self) -> None:
         for thing in (self.sqp, self.rqp, self.src_mr, self.dst_mr):
@@ -239,7 +265,7 @@ class Connection:
         qps: int = 1,
         size_hint: int = SIZE_MAX,
         chunk: int | None = None,
-        mpr: int = qp.DEFAULT_MPR,
+        mpr: int | None = None,
         on_open=None,
     ) -> None:
         _, topo = open_lab(lab_name)
@@ -254,7 +280,7 @@ class Connection:
             raise ValueError(f"qps must be 1..{QPS_MAX}, not {qps}")
         if chunk is None:
             chunk = default_chunk(topo, size_hint, qps)
-        if chunk < hostmem.KIB or chunk % hostmem.KIB:
+        if chunk < KIB or chunk % KIB:
             raise ValueError(f"chunk must be a positive multiple of 1 KiB, not {chunk}")
         self.lab, self.src, self.dst, self.topo = lab_name, src, dst, topo
         self.chunk, self.mpr = chunk, mpr
@@ -401,7 +427,7 @@ class Connection:
         stats: dict = {}
         for lane in self.lanes:
             try:
-                rq = self.dst_ctx.maps.rq(lane.rqp.qp_num)
+                rq = lane.rqp.nic_recv_state()
                 stats[str(lane.rqp.qp_num)] = {**rq.stats, "long_gaps": rq.long_gaps}
             except (KeyError, OSError):
                 pass
@@ -419,16 +445,15 @@ class Connection:
         self.close()
 
 
-def qp_counters(ctx: verbs.Context, sqp: verbs.QP) -> Counters:
+def qp_counters(sqp: verbs.QP) -> Counters:
     """A send QP's counters so far (packets per plane, retired EVs' included;
     retransmissions, timeouts, reorder kicks) and its query_qp."""
     q = sqp.query()
     per_plane = {int(p): n for p, n in q.get("retired_tx_pkts", {}).items()}
-    for (qpn, _), ev in ctx.maps.evs_raw().items():
-        if qpn == sqp.qp_num:
-            per_plane[ev.plane] = per_plane.get(ev.plane, 0) + ev.stats.tx_pkts
+    for plane, n in sqp.nic_tx_per_plane().items():
+        per_plane[plane] = per_plane.get(plane, 0) + n
     try:
-        retx = ctx.maps.sq(sqp.qp_num).tx_stats.get("retx_pkts", 0)
+        retx = sqp.nic_send_state().tx_stats.get("retx_pkts", 0)
     except KeyError:  # not in RTS yet
         retx = 0
     return Counters(per_plane, retx, q.get("timeouts", 0), q.get("reorder_kicks", 0), q)
@@ -672,7 +697,7 @@ def write(
     *,
     qps: int = 1,
     chunk: int | None = None,
-    mpr: int = qp.DEFAULT_MPR,
+    mpr: int | None = None,
     on_open=None,
     judge: bool = True,
     **options,
@@ -681,7 +706,7 @@ def write(
     Transfer.result) with the receive QPs' NIC stats under "receiver".
     options: those of Connection.write (imm, verify, cwnd, reorder_ns,
     timeout, retry, seed, wait, cc_profile: the send QPs' CC profile,
-    mrc_nic.transport.nscc.PROFILES, default NSCC; cc: NSCC fields to override).
+    `mrc-nic cc profile list`, default NSCC; cc: NSCC fields to override).
     judge: measure which resource bound the transfer (observe.fidelity; the
     result's "fidelity" and "links_share"); a caller running several
     transfers at once judges them together instead."""

@@ -330,7 +330,7 @@ def run_flows(
         order = list(procs.values())
         lines = hostprocs.gather(order, "ready", time.monotonic() + START_S)
         ready = dict(zip(procs, lines, strict=True))
-        opts = {"mpr": rdma_write.qp.DEFAULT_MPR, "cc_profile": cc_profile, "cc": cc, "cwnd": cwnd}
+        opts = {"mpr": None, "cc_profile": cc_profile, "cc": cc, "cwnd": cwnd}
         for h, p in procs.items():
             peers = {f.name: ready[f.dst]["ready"]["recvs"][f.name] for f in flows if f.src == h}
             peers |= {f.name: ready[f.src]["ready"]["sends"][f.name] for f in flows if f.dst == h}

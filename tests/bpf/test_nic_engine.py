@@ -541,7 +541,7 @@ def test_cwnd_kick_grows_the_window_and_fills_it_at_once(program, maps, sq):
     assert (s.cc["rtt_target_ns"], s.cc["cwnd_sets"]) == (250_000, 2)
     # Nothing else of the QP moved but what the two packets sent moved.
     after = maps.sq_raw(QP_TX)
-    for name, _ in nic.SqState._fields_:
+    for name, _ in nic.SqLayout._fields_:
         if name not in ("lock", "cwnd", "cc", "snd_nxt", "ev_next", "wqe_off", "tx_stats"):
             assert bytes(getattr(after, name)) == bytes(getattr(before, name)), name
     # The window is full again: one more window kick sets, sends nothing.

@@ -382,7 +382,7 @@ def test_trimmed_data_is_nacked(program, maps, qp, lasthop, reason, counter):
     after = maps.rq_raw(QP_RX)
     assert (after.cum_psn, list(after.bitmap)) == (
         START,
-        list(nic.RqState.from_buffer_copy(state).bitmap),
+        list(nic.RqLayout.from_buffer_copy(state).bitmap),
     )
     assert after.stats.trimmed_pkts == 1 and after.stats.nacks == 1
 
@@ -488,7 +488,7 @@ def test_remote_access_errors_are_fatal_nacks(program, maps, qp, change):
     after = maps.rq_raw(QP_RX)
     assert (after.cum_psn, bytes(after.bitmap)) == (
         START,
-        bytes(nic.RqState.from_buffer_copy(state).bitmap),
+        bytes(nic.RqLayout.from_buffer_copy(state).bitmap),
     )
 
 
@@ -1156,7 +1156,7 @@ def test_load_refuses_existing_pins(program):
 
 def test_pinned_maps_have_expected_shape(program):
     expected = {
-        nic.RX_QPS_MAP: (bpfsys.BPF_MAP_TYPE_ARRAY, 4, ctypes.sizeof(nic.RqState), MAX_QPS),
+        nic.RX_QPS_MAP: (bpfsys.BPF_MAP_TYPE_ARRAY, 4, ctypes.sizeof(nic.RqLayout), MAX_QPS),
         nic.RX_SLOTS_MAP: (bpfsys.BPF_MAP_TYPE_ARRAY, 4, 4, MAX_QPS),
         nic.MR_MAP: (bpfsys.BPF_MAP_TYPE_ARRAY, 4, nic.MR_ELEM_SIZE, MR_ELEMS),
         nic.REGIONS_MAP: (
@@ -1209,7 +1209,7 @@ def test_unpin_removes_only_nic_maps(program):
 
 
 @pytest.mark.parametrize(
-    ("map_name", "view"), [(nic.RX_QPS_MAP, nic.RqState), (nic.REGIONS_MAP, nic.RegionLayout)]
+    ("map_name", "view"), [(nic.RX_QPS_MAP, nic.RqLayout), (nic.REGIONS_MAP, nic.RegionLayout)]
 )
 def test_program_maps_use_the_pythonstruct_layout(program, map_name, view):
     leaf = program.bpf[map_name.encode()].Leaf

@@ -180,9 +180,10 @@ def test_a_queue_whose_counters_a_program_corrupts_fails_and_its_neighbour_goes_
     try:
         connect(a, b)
         connect(c, d)
-        done_at = a.qp._wq_at + nic.Wq.done.offset
-        posted = int.from_bytes(a.qp._wq[a.qp._wq_at : a.qp._wq_at + 4], "little")
-        a.qp._wq[done_at : done_at + 4] = (posted + 1000).to_bytes(4, "little")
+        sq = a.qp._sq  # the QP's send queue in the mapped nic_wq (nic.driver.sq)
+        done_at = sq.at + nic.Wq.done.offset
+        posted = sq.head()[0]
+        sq.memory[done_at : done_at + 4] = (posted + 1000).to_bytes(4, "little")
         a.qp.post_send(write(a, b, 0, KIB, wr_id=9, send_flags=SendFlags.SIGNALED))
         start = time.monotonic()
         wcs = poll_n(a.scq, 1, timeout=5)

@@ -425,7 +425,7 @@ def doorbell_frames(lab: str, host: str) -> int:
 
 def test_a_small_post_rings_the_doorbell_port_and_a_large_one_a_live_frames_run(pair, default_lab):
     a, b = pair
-    assert a.ctx.doorbell is not None  # the lab gave h0 a doorbell port
+    assert a.ctx._nic.port is not None  # the lab gave h0 a doorbell port
     lab = default_lab.lab
     a.mr.buf[:64] = b"d" * 64
     before = doorbell_frames(lab, "h0")
@@ -448,13 +448,12 @@ def test_a_cq_that_overruns_is_in_error_after_what_it_held(default_lab):
     a, b = Side(default_lab.lab, "h0", max_send_wr=4096), Side(default_lab.lab, "h1")
     try:
         connect(a, b)
-        index = a.scq.index
         deadline = time.monotonic() + 30
         posted = 0
-        while a.ctx.maps.cq_lost(index) == 0 and time.monotonic() < deadline:
+        while a.scq._ring.lost() == 0 and time.monotonic() < deadline:
             a.qp.post_send(write(a, b, 0, 0, wr_id=posted, send_flags=SendFlags.SIGNALED))
             posted += 1
-        lost = a.ctx.maps.cq_lost(index)
+        lost = a.scq._ring.lost()
         assert lost > 0, f"{posted} WRs completed into the CQ and none was lost"
         held = []
         with pytest.raises(verbs.VerbsError, match="overran") as e:
@@ -513,8 +512,9 @@ def test_a_wqe_naming_another_pds_mr_is_a_local_protection_error(pair):
     field = WqeLayout.src_region.offset
 
     def forged(packets: int):  # after the library wrote the WQE, before the doorbell
-        at = qp._wq_at + 8 + (qp._posted - 1) % qp.sq_depth * ctypes.sizeof(WqeLayout) + field
-        qp._wq[at : at + 4] = secret.lkey.to_bytes(4, "little")
+        sq = qp._sq
+        at = sq.slots + (qp._posted - 1) % sq.depth * ctypes.sizeof(WqeLayout) + field
+        sq.memory[at : at + 4] = secret.lkey.to_bytes(4, "little")
         return ring(packets)
 
     qp._kick = forged

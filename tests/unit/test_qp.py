@@ -11,6 +11,7 @@ from mrc_nic import nic
 from mrc_nic.testkit import transfer
 from mrc_nic.transport import hostmem
 from mrc_nic.transport.qp import Qp, QpError, QpState, Retry
+from mrc_nic.workloads import rdma_write
 
 
 def ready(qp: Qp) -> Qp:
@@ -147,9 +148,9 @@ def test_memory_runs_out_with_enomem_and_comes_back():
 
 def test_chunk_is_the_whole_share_or_what_a_double_buffer_allows():
     half = 32 * 2**20
-    assert hostmem.chunk_bytes(1000, 1, half) == 1024
-    assert hostmem.chunk_bytes(2**30, 1, half) == 16 * 2**20
-    assert hostmem.chunk_bytes(2**30, 4, half) == 4 * 2**20
+    assert rdma_write.chunk_bytes(1000, 1, half) == 1024
+    assert rdma_write.chunk_bytes(2**30, 1, half) == 16 * 2**20
+    assert rdma_write.chunk_bytes(2**30, 4, half) == 4 * 2**20
 
 
 def test_every_other_host_can_write_to_one_receiver_at_once():
@@ -157,7 +158,7 @@ def test_every_other_host_can_write_to_one_receiver_at_once():
     buffers of 7 concurrent single-QP transfers (a 7:1 incast)."""
     hosts, mr_elems = 8, 8 * 65536
     half = hostmem.half_elems(mr_elems, hosts) * hostmem.KIB
-    chunk = hostmem.chunk_bytes(2**30, 1, half, peers=hosts - 1)
+    chunk = rdma_write.chunk_bytes(2**30, 1, half, peers=hosts - 1)
     assert chunk % hostmem.KIB == 0 and chunk >= 2 * 2**20
     receiver = hostmem.HostResources(0, hosts, mr_elems, nic.DEFAULT_MAX_QPS)
     for _ in range(hosts - 1):
@@ -170,4 +171,4 @@ def test_every_other_host_can_write_to_one_receiver_at_once():
         s.send_mem.alloc(2 * chunk // hostmem.KIB, "a send buffer")
         s.rings.take()
     # Two hosts: as before, one transfer takes its whole half.
-    assert hostmem.chunk_bytes(2**30, 1, half, peers=1) == 16 * 2**20
+    assert rdma_write.chunk_bytes(2**30, 1, half, peers=1) == 16 * 2**20

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import pytest
 
+from mrc_nic import verbs
 from mrc_nic.lab import names, topology
-from mrc_nic.transport import nscc, qp
+from mrc_nic.transport import qp
 from mrc_nic.workloads import rdma_write, scenario
 from mrc_nic.workloads.scenario import Flow
 
@@ -136,18 +137,28 @@ def test_slow_topology_gets_a_longer_design_rtt():
         scenario.scenario_topology("nosuch", "x")
 
 
+def _device() -> verbs.DeviceAttr:
+    """The device attributes a daemon reports (app_hello), with its QP defaults."""
+    return verbs.DeviceAttr(
+        host="h0", host_index=0, planes=4, seg_size=3072, mr_align=1, max_mr_bytes=1 << 24,
+        sq_depth=32, max_qp_wr=4096, max_mpr=8, max_wimm=32, cq_ring_bytes=1 << 16, gids=(),
+        default_timeout=qp.DEFAULT_TIMEOUT, max_timeout=qp.TIMEOUT_MAX,
+        default_reorder_ns=qp.DEFAULT_REORDER_NS, max_reorder_ns=qp.REORDER_NS_MAX,
+    )  # fmt: skip
+
+
 def test_qp_timeouts_follow_the_labs_design_rtt():
     fast = topology.load(scenario.topology_file("clos-8-1g"), lab="t")
-    assert rdma_write.lab_defaults(fast) == (
+    assert rdma_write.lab_defaults(fast, _device()) == (
         12,
         qp.DEFAULT_REORDER_NS,
     )
     slow = scenario.scenario_topology("clos-8", "x", rate="10mbit")
-    timeout, reorder = rdma_write.lab_defaults(slow)
+    timeout, reorder = rdma_write.lab_defaults(slow, _device())
     rtt = slow.queues.base_rtt_ns
     assert 1.024e3 * 2**timeout >= rdma_write.TIMEOUT_RTTS * rtt > 1.024e3 * 2 ** (timeout - 1)
     assert reorder == rdma_write.REORDER_RTTS * rtt
-    fixed = rdma_write.lab_defaults(slow, nscc.FIXED)[1]
+    fixed = rdma_write.lab_defaults(slow, _device(), fixed_window=True)[1]
     assert fixed == rdma_write.REORDER_RTTS_FIXED * rtt > reorder, "deeper queues, longer window"
 
 

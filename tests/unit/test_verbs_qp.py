@@ -15,6 +15,7 @@ import pytest
 from mrc_nic import nic
 from mrc_nic.abi import defs
 from mrc_nic.contract import appops
+from mrc_nic.nic.driver.sq import SendQueue
 from mrc_nic.verbs import SGE, QpAttrMask, QpState, SendFlags, SendWR, WcStatus, WrOpcode
 from mrc_nic.verbs.context import DeviceAttr
 from mrc_nic.verbs.errors import VerbsError
@@ -45,9 +46,11 @@ class FakeContext:
     def __init__(self) -> None:
         self.attr = ATTR
         self.wq_memory = bytearray(WQ_SIZE * 4)
-        self.maps = types.SimpleNamespace(memory_window=self.memory_window)
-        self.prog_fd = -1
-        self.doorbell = None  # no doorbell port: BPF_PROG_RUN (faked here)
+        self._nic = types.SimpleNamespace(  # what verbs reaches of the NIC (driver.views)
+            memory_window=self.memory_window,
+            send_queue=lambda ring, depth: SendQueue(self.wq_memory, ring, depth),
+            doorbell=lambda qpn: None,  # replaced by each test's fake (qp._kick)
+        )
         self._closed = self._fatal = self._lost = False
         self.requests: list = []
         self.pds: list = []
@@ -321,18 +324,3 @@ def test_room_counts_what_the_nic_completed_since_the_last_post(setup):
     s.ctx.complete(DEPTH)  # the NIC completed its 32 (unsignaled)
     s.qp.post_send([wr(s, 0)])  # fits: those 32 WRs are gone
     assert s.qp.outstanding == 100 - DEPTH + 1
-
-
-def test_the_wqe_format_is_the_abis():
-    """post_send packs WQEs with a struct made from the generated layout
-    (bpf/nic_structs.h through mrc_nic.abi): what it packs, ctypes reads back."""
-    from mrc_nic.verbs.qp import WQ_HEAD, WQE
-
-    raw = bytearray(WQE.size)
-    WQE.pack_into(raw, 0, 7, 1 << 40, 0xABC, 64, 5, 100, 0xC0DE, 3, 1)
-    wqe = nic.Wqe.from_buffer_copy(raw)
-    assert (wqe.wr_id, wqe.remote_va, wqe.rkey, wqe.len, wqe.src_region, wqe.src_off) == (
-        7, 1 << 40, 0xABC, 64, 5, 100,
-    )  # fmt: skip
-    assert (wqe.imm, wqe.opcode, wqe.flags, WQE.size) == (0xC0DE, 3, 1, ctypes.sizeof(nic.Wqe))
-    assert WQ_HEAD.size == nic.Wq.wqes.offset

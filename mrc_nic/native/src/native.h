@@ -4,7 +4,9 @@
  * Setup goes through the host daemon's unix socket (session.c), the data
  * path straight to the NIC's BPF maps (bpfmaps.c): WQEs into the mmapped
  * nic_wq, doorbell frames, completions from the CQ's own ring buffer. The
- * layouts are the bpf/ headers' own.
+ * layouts are the bpf/ headers' own, the ones mrc_nic/abi generates Python's
+ * from (mrc_nic/nic/driver/formats.py); tests/unit/test_native_build.py
+ * compiles this header and checks both, and these constants, agree.
  */
 #ifndef MRC_NIC_NATIVE_H
 #define MRC_NIC_NATIVE_H
@@ -166,5 +168,18 @@ void *nv_mmap(int fd, size_t len, off_t off, int prot);
 
 /* device.c */
 int nv_locate(char *lab, size_t lab_n, char *host, size_t host_n);
+int nv_gid_addr(const union ibv_gid *gid, char *out, size_t n);
+
+/* memory.c */
+struct nv_mr *nv_mr_find(struct nv_context *nc, __u32 lkey);
+
+/* cq.c */
+void nv_cq_deliver(struct nv_cq *c, const struct ibv_wc *wc);
+
+/* post.c */
+int nv_qp_push(struct nv_qp *q);
+void nv_qp_retire(struct nv_qp *q, __u32 upto);
+void nv_qp_flush(struct nv_qp *q, enum ibv_wc_status status);
+void nv_qp_record(struct nv_qp *q, const void *rec);
 
 #endif /* MRC_NIC_NATIVE_H */

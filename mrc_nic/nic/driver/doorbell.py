@@ -1,4 +1,9 @@
-"""Kicks: the send engine run from user space with BPF_PROG_RUN."""
+"""The doorbell: the send engine run from user space, by BPF_PROG_RUN on a
+kick frame (struct nic_kick as XDP metadata) or by a frame sent into the
+host's doorbell port (docs/nic-program.md, "Kicks"). run_kick is every
+kick's (the daemon's, the tests'); doorbell() is an application QP's, on
+the post path.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,7 @@ import ctypes
 import fcntl
 import socket
 import struct
+from collections.abc import Callable
 
 from mrc_nic.abi import defs
 from mrc_nic.kernel import bpfsys, netns, pins
@@ -35,6 +41,21 @@ def kick_frame(qpn: int, op: KickOp = KickOp.SEND, arg: int = 0, age_ns: int = 0
 LIVE_BATCH_MAX = 256  # frames per batch of a live-frames BPF_PROG_RUN, at most
 
 
+def _kick_ctx(data: bytes) -> bytes:
+    """BPF_PROG_RUN's ctx_in for a kick frame: the data starts after struct nic_kick."""
+    return bytes(bpfsys.XdpMd(data=ctypes.sizeof(Kick), data_end=len(data)))
+
+
+def _live_run(
+    prog_fd: int, data: bytes, ctx: bytes, packets: int, batch_size: int
+) -> bpfsys.TestRunResult:
+    """packets engine runs with live frames: each sends at most one packet."""
+    return bpfsys.prog_test_run(
+        prog_fd, data, repeat=packets, data_size_out=0, ctx_in=ctx,
+        flags=bpfsys.BPF_F_TEST_XDP_LIVE_FRAMES, batch_size=batch_size,
+    )  # fmt: skip
+
+
 def run_kick(
     prog_fd: int,
     qpn: int,
@@ -59,19 +80,10 @@ def run_kick(
     if not (isinstance(packets, int) and 1 <= packets <= pins.U32_MAX):
         raise ValueError(f"packets must be a positive integer, not {packets!r}")
     data = kick_frame(qpn, op, arg, age_ns)
-    meta = ctypes.sizeof(Kick)
-    ctx = bytes(bpfsys.XdpMd(data=meta, data_end=len(data)))
+    ctx = _kick_ctx(data)
     if live:
-        return bpfsys.prog_test_run(
-            prog_fd,
-            data,
-            repeat=packets,
-            data_size_out=0,
-            ctx_in=ctx,
-            flags=bpfsys.BPF_F_TEST_XDP_LIVE_FRAMES,
-            # The kernel refuses larger batches (TEST_XDP_MAX_BATCH) with E2BIG.
-            batch_size=min(batch_size, LIVE_BATCH_MAX),
-        )
+        # The kernel refuses larger batches (TEST_XDP_MAX_BATCH) with E2BIG.
+        return _live_run(prog_fd, data, ctx, packets, min(batch_size, LIVE_BATCH_MAX))
     result = bpfsys.prog_test_run(
         prog_fd,
         data,
@@ -127,3 +139,35 @@ def doorbell_frame(qpn: int, size: int, op: KickOp = KickOp.SEND, arg: int = 0) 
     pins.check_range("qpn", qpn, wireconst.QPN_MASK)
     frame = KICK_TEMPLATE[:14] + bytes(Kick(qpn=qpn, op=op, arg=arg, age_ns=0))
     return frame + bytes(max(0, size - len(frame)))
+
+
+Ring = Callable[[int], "bpfsys.TestRunResult | None"]
+
+
+def doorbell(prog_fd: int, qpn: int, port: tuple[socket.socket, int] | None = None) -> Ring:
+    """An application QP's doorbell: ring(n) makes n runs of the send engine
+    (each sends at most one packet; the SACKs clock the rest). Up to
+    DOORBELL_FRAMES_MAX runs are frames sent into the host's doorbell port
+    (port: open_doorbell's socket and frame size); more, or any the port
+    refuses, one BPF_PROG_RUN with live frames. ring returns the
+    BPF_PROG_RUN's result, or None. Everything per QP is made here once: a
+    post's doorbell is a call and a send."""
+    data = kick_frame(qpn)
+    ctx = _kick_ctx(data)
+    batch_max, frames_max = LIVE_BATCH_MAX, DOORBELL_FRAMES_MAX
+    send = frame = None
+    if port is not None:
+        send, frame = port[0].send, doorbell_frame(qpn, port[1])
+
+    def ring(packets: int) -> bpfsys.TestRunResult | None:
+        packets = max(1, min(packets, batch_max))
+        if send is not None and packets <= frames_max:
+            try:
+                for _ in range(packets):
+                    send(frame)
+                return None
+            except OSError:
+                pass  # the port's queue is full: BPF_PROG_RUN below (extra runs are idle)
+        return _live_run(prog_fd, data, ctx, packets, packets)
+
+    return ring

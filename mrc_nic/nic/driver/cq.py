@@ -1,0 +1,58 @@
+"""The CQ ring reader: a completion queue's BPF ring buffer, made and read by
+the process that owns the CQ (docs/nic-program.md, "Completion queues").
+
+The process creates the ring (BPF_MAP_CREATE, the size of the lab's
+template), the daemon-given index of nic_cq_rings points the NIC at it,
+and records() reads every completion the NIC wrote, through shared memory
+(no syscall), as formats.CQE tuples. lost() is the NIC's count of what it
+could not write into a full ring (nic_cq_lost, mapped read-only).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+
+from mrc_nic.nic.cq_maps import CQ_LOST_BYTES
+from mrc_nic.nic.driver.formats import CQE
+from mrc_nic.nic.events import EventReader
+
+
+class CqRing:
+    """CQ `index` + 1's ring: created here, put at `index` of nic_cq_rings."""
+
+    def __init__(self, maps, index: int) -> None:
+        """maps: what the ring needs of the NIC's maps (create_cq_ring,
+        set_cq_ring, cq_lost_memory). OSError, ValueError: nothing is left open."""
+        self.index = index
+        self.fd = maps.create_cq_ring()
+        self.reader = None
+        try:
+            maps.set_cq_ring(index, self.fd)
+            self.reader = EventReader(self.fd)  # the mapped ring, read without syscalls
+            self._lost = maps.cq_lost_memory()
+        except BaseException:
+            self.close()
+            raise
+        # records(): every completion record in the ring now, oldest first, consumed
+        # (a partial: the poll path pays one C-level call for it)
+        self.records = functools.partial(self.reader.read_unpacked, CQE)
+
+    def lost(self) -> int:
+        """Completions the NIC lost to this ring being full (the CQ is in error)."""
+        at = self.index * CQ_LOST_BYTES
+        return int.from_bytes(self._lost[at : at + CQ_LOST_BYTES], "little")
+
+    def fileno(self) -> int:
+        return self.fd
+
+    def close(self) -> None:
+        """This process's side: the mapping and the fd (the daemon clears the index)."""
+        if self.reader is not None:
+            self.reader.close()
+            self.reader = None
+        if self.fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self.fd)
+            self.fd = -1
