@@ -269,7 +269,7 @@ def test_bad_requests_get_errno_and_a_message(default_lab):
     p = run_cli("write", "h0", "h9", "--size", "1M", "-l", name, check=False)
     assert p.returncode != 0 and "no host 'h9'" in p.stderr
     p = run_cli("write", "h0", "h1", "--size", "12Q", "-l", name, check=False)
-    assert p.returncode == 2 and "bad size" in p.stderr
+    assert p.returncode == 2 and "cannot read '12Q'" in p.stderr
     # Refused by the daemon as the QPs connect: everything is released again.
     p = run_cli("write", "h0", "h1", "--size", "1M", "--evs", "6", "-l", name, check=False)
     assert p.returncode != 0 and "multiple of the lab's 4 planes" in p.stderr, p.stderr
