@@ -20,7 +20,6 @@ from pathlib import Path
 import click
 
 from mrc_nic.cli import output
-from mrc_nic.cli.status_view import render_status
 from mrc_nic.cluster import machines, placement
 from mrc_nic.cluster.record import ClusterRecord
 from mrc_nic.errors import MrcNicError
@@ -40,7 +39,7 @@ def up(topo: topology.Topology, address: str, fmt: str, reuse: bool = False) -> 
     preflight.require_root()
     old = ClusterRecord.load(topo.lab)
     if reuse and old is not None and old.phase == "up" and old.topology == topo.raw:
-        _restart_agents(old)
+        _restartagents(old)
         return
     if old is not None and old.phase == "up":
         raise ClusterLabError(
@@ -105,7 +104,7 @@ def up(topo: topology.Topology, address: str, fmt: str, reuse: bool = False) -> 
     )
 
 
-def _restart_agents(rec: ClusterRecord) -> None:
+def _restartagents(rec: ClusterRecord) -> None:
     """--reuse on a cluster lab that is up: a new agent for each machine
     whose agent died while its Ray node lives (an agent keeps nothing in
     memory: the new one takes over its machine's shard from its lab state)."""
@@ -153,7 +152,7 @@ def _down(rec: ClusterRecord, quiet: bool = False) -> tuple[int, list[str]]:
 
 
 def down(lab: str) -> None:
-    rec = _load(lab)
+    rec = load(lab)
     machines.connect(rec.address)
     removed, missed = _down(rec)
     if missed:
@@ -169,14 +168,14 @@ def down(lab: str) -> None:
 
 
 # ---- routing -----------------------------------------------------------------------
-def _load(lab: str) -> ClusterRecord:
+def load(lab: str) -> ClusterRecord:
     rec = ClusterRecord.load(lab)
     if rec is None:
         raise ClusterLabError(f"lab {lab!r} is not a cluster lab known here")
     return rec
 
 
-def _topo(rec: ClusterRecord) -> topology.Topology:
+def topo_of(rec: ClusterRecord) -> topology.Topology:
     return topology.from_dict(Path(rec.topology_file), rec.topology, rec.lab)
 
 
@@ -189,14 +188,16 @@ def run(lab: str, argv: list[str]) -> int:
             f"{', '.join(ROUTED)}); run it on one machine's part with "
             f"`mrc-nic exec HOST -- mrc-nic {cmd} ...`"
         )
-    rec = _load(lab)
+    rec = load(lab)
     if cmd == "down":
         down(lab)
         return 0
     machines.connect(rec.address)
+    from mrc_nic.cli import cluster_observe
+
     return {
-        "status": _status,
-        "stats": _stats,
+        "status": cluster_observe.status,
+        "stats": cluster_observe.stats,
         "events": _events,
         "fail": _fail,
         "heal": _heal,
@@ -205,16 +206,16 @@ def run(lab: str, argv: list[str]) -> int:
     }[cmd](rec, args)
 
 
-def _agents(rec: ClusterRecord) -> tuple[placement.Placement, list]:
+def agents(rec: ClusterRecord) -> tuple[placement.Placement, list]:
     plan = placement.Placement.from_dict(rec.placement)
     return plan, machines.each(rec.lab, len(plan.machines))
 
 
-def _run_on(
+def run_on(
     rec: ClusterRecord, targets: list[int], argv: list[str], timeout: float = 600.0
 ) -> dict[int, tuple[bool, object]]:
     """mrc-nic ARGV on these machines at once: {machine: (reached, (rc, out, err) | why)}."""
-    plan, handles = _agents(rec)
+    plan, handles = agents(rec)
     calls = [(handles[m], "run", (argv, timeout)) for m in targets]
     results = machines.call_many(calls, timeout=timeout + 30)
     out = dict(zip(targets, results, strict=True))
@@ -251,146 +252,7 @@ def _relay(result: tuple[bool, object], machine: int, tag: bool = False) -> int:
     return rc
 
 
-# ---- status, stats, events ---------------------------------------------------------
-def snapshot(rec: ClusterRecord) -> dict:
-    """Every machine's snapshot merged, with a `cluster` part: each machine,
-    its agent, and what could not be read."""
-    plan, handles = _agents(rec)
-    infos = machines.call_many([(h, "info", ()) for h in handles], timeout=20.0)
-    snaps = _run_on(rec, list(range(len(plan.machines))), ["stats", "--format", "json"], 120)
-    merged: dict | None = None
-    rows = []
-    for m, address in enumerate(plan.machines):
-        ok, info = infos[m]
-        reached, value = snaps[m]
-        snap = None
-        if reached and value[0] == 0:
-            snap = json.loads(value[1])
-            merged = _merge(merged, snap, m, plan)
-        why = None if ok else info
-        if why is None and snap is None:
-            why = (value[2] if reached else value).strip().splitlines()[-1:] or ["no snapshot"]
-            why = why[0] if isinstance(why, list) else why
-        rows.append(
-            {
-                "machine": m,
-                "address": address,
-                "agent": "alive" if ok else "dead",
-                "agent_pid": info.get("pid") if ok else None,
-                "namespaces": len(plan.nodes_of(m)),
-                "hosts": [n for n in plan.nodes_of(m) if not n.startswith("p")],
-                "error": why,
-            }
-        )
-    merged = merged or {"lab": rec.lab, "hosts": [], "links": [], "faults": []}
-    merged["faults"] = _merge_faults(_load(rec.lab), merged.get("faults", []))
-    merged["cluster"] = {
-        "address": rec.address,
-        "machines": rows,
-        "vxlan_links": plan.vnis,
-        "faults": rec.faults,
-        "bringup_seconds": rec.bringup_seconds,
-    }
-    merged["bringup_seconds"] = rec.bringup_seconds
-    return merged
-
-
-def _merge(into: dict | None, snap: dict, machine: int, plan: placement.Placement) -> dict:
-    """Add one machine's snapshot: a host is its machine's; a link's counters
-    add up over the machines (each machine's maps count only its own ports,
-    so a link cut between two has its directions counted one on each)."""
-    snap["hosts"] = [h for h in snap.get("hosts", []) if plan.node_machine[h["name"]] == machine]
-    for h in snap["hosts"]:
-        h["machine"] = machine
-    for f in snap.get("faults", []):
-        f["machine"] = machine
-    if into is None:
-        for lk in snap.get("links", []):
-            lk["machines"] = [machine]
-        return snap
-    by_name = {lk["name"]: lk for lk in into["links"]}
-    for lk in snap.get("links", []):
-        mine = by_name.get(lk["name"])
-        if mine is None:
-            lk["machines"] = [machine]
-            into["links"].append(lk)
-            continue
-        mine["machines"].append(machine)
-        for d in ("up", "down"):
-            mine[d] = _add(mine.get(d), lk.get(d))
-        if lk.get("state") != "up":
-            mine["state"] = lk.get("state")
-        mine["fault"] = mine.get("fault") or lk.get("fault")
-    into["hosts"] += snap.get("hosts", [])
-    into["faults"] = into.get("faults", []) + snap.get("faults", [])
-    return into
-
-
-def _merge_faults(rec: ClusterRecord, faults: list[dict]) -> list[dict]:
-    """One entry per cluster fault (its id, its machines' drops added up),
-    then faults applied on one machine directly, as that machine has them."""
-    out, claimed = [], set()
-    for gid, cf in rec.faults.items():
-        parts = [
-            f
-            for f in faults
-            if str(f["machine"]) in cf["parts"] and f["id"] == cf["parts"][str(f["machine"])]
-        ]
-        if not parts:
-            continue
-        claimed.update(id(f) for f in parts)
-        counted = [f["drops"] for f in parts if f.get("drops") is not None]
-        merged = dict(parts[0], id=int(gid), machines=[f["machine"] for f in parts])
-        merged["drops"] = sum(counted) if counted else None
-        merged["links"] = sorted({lk for f in parts for lk in f.get("links", [])})
-        merged.pop("machine", None)
-        out.append(merged)
-    return out + [f for f in faults if id(f) not in claimed]
-
-
-def _add(a: object, b: object) -> object:
-    if isinstance(a, dict) and isinstance(b, dict):
-        return {k: _add(a.get(k), b.get(k)) for k in a.keys() | b.keys()}
-    if isinstance(a, bool) or isinstance(b, bool):
-        return a if a is not None else b
-    if isinstance(a, int | float) and isinstance(b, int | float):
-        return a + b
-    return a if a is not None else b
-
-
-def _status(rec: ClusterRecord, args: list[str]) -> int:
-    fmt = _format(args)
-    snap = snapshot(rec)
-    if fmt == "json":
-        output.emit_json(snap)
-    else:
-        _render_cluster(snap)
-        if snap.get("topology"):
-            render_status(snap)
-    return 0 if all(r["error"] is None for r in snap["cluster"]["machines"]) else 1
-
-
-def _render_cluster(snap: dict) -> None:
-    c = snap["cluster"]
-    rows = [
-        [
-            f"m{r['machine']}",
-            r["address"],
-            output.styled(r["agent"], "green" if r["agent"] == "alive" else "red"),
-            r["namespaces"],
-            ", ".join(r["hosts"]),
-            r["error"] or "",
-        ]
-        for r in c["machines"]
-    ]
-    output.table(
-        f"machines (Ray cluster {c['address']}, {len(c['vxlan_links'])} VXLAN links)",
-        ["machine", "underlay", "agent", "#namespaces", "hosts", "problem"],
-        rows,
-    )
-
-
-def _format(args: list[str]) -> str:
+def format_of(args: list[str]) -> str:
     for i, a in enumerate(args):
         if a == "--format" and i + 1 < len(args):
             return args[i + 1]
@@ -399,26 +261,17 @@ def _format(args: list[str]) -> str:
     return "table"
 
 
-def _stats(rec: ClusterRecord, args: list[str]) -> int:
-    if _format(args) != "json" or any(a in args for a in ("--watch", "--listen")):
-        raise ClusterLabError(
-            "on a cluster lab, stats gives one merged snapshot: mrc-nic stats --format json "
-            "(live views run per machine: mrc-nic exec HOST -- mrc-nic stats --watch)"
-        )
-    output.emit_json(snapshot(rec))
-    return 0
-
-
+# ---- events ------------------------------------------------------------------------
 def _events(rec: ClusterRecord, args: list[str]) -> int:
     """Each machine's events (as its `events` prints them), then the cluster's."""
-    plan, _ = _agents(rec)
-    results = _run_on(rec, list(range(len(plan.machines))), ["events", *args], 120)
+    plan, _ = agents(rec)
+    results = run_on(rec, list(range(len(plan.machines))), ["events", *args], 120)
     code = 0
     for m, result in results.items():
         if result[0]:
             output.plain(f"== m{m} ({plan.machines[m]})")
         code = max(code, _relay(result, m))
-    rec = _load(rec.lab)  # with what this call noted
+    rec = load(rec.lab)  # with what this call noted
     output.plain(f"== cluster ({len(rec.events)} events)")
     for ev in rec.events:
         when = time.strftime("%H:%M:%S", time.localtime(ev["time"]))
@@ -439,7 +292,7 @@ def _split_target(args: list[str]) -> tuple[list[str], list[str]]:
 def _owners(rec: ClusterRecord, words: list[str]) -> list[int]:
     from mrc_nic.fabric import faults
 
-    topo = _topo(rec)
+    topo = topo_of(rec)
     plan = placement.Placement.from_dict(rec.placement)
     _, links = faults.resolve_target(topo, tuple(words))
     return sorted({m for lk in links for m in plan.machines_of_link(topo, lk.name)})
@@ -448,7 +301,7 @@ def _owners(rec: ClusterRecord, words: list[str]) -> list[int]:
 def _fail(rec: ClusterRecord, args: list[str]) -> int:
     words, opts = _split_target(args)
     owners = _owners(rec, words)
-    results = _run_on(rec, owners, ["fail", *words, *opts, "--format", "json"])
+    results = run_on(rec, owners, ["fail", *words, *opts, "--format", "json"])
     parts, code = {}, 0
     for m, result in results.items():
         ok, value = result
@@ -457,7 +310,7 @@ def _fail(rec: ClusterRecord, args: list[str]) -> int:
         else:
             code = max(code, _relay(result, m) or 1)
     if parts:
-        rec = _load(rec.lab)
+        rec = load(rec.lab)
         gid = rec.next_fault_id
         rec.next_fault_id += 1
         rec.faults[str(gid)] = {"target": " ".join(words), "args": opts, "parts": parts}
@@ -487,8 +340,8 @@ def _heal(rec: ClusterRecord, args: list[str]) -> int:
         healed_ids = [g for g, f in rec.faults.items() if f["target"] == " ".join(words)]
     code = 0
     for m, argv in jobs.items():
-        code = max(code, _relay(_run_on(rec, [m], argv)[m], m, tag=True))
-    rec = _load(rec.lab)
+        code = max(code, _relay(run_on(rec, [m], argv)[m], m, tag=True))
+    rec = load(rec.lab)
     for gid in healed_ids:
         rec.faults.pop(gid, None)
     rec.save()
@@ -500,7 +353,7 @@ def _exec(rec: ClusterRecord, args: list[str]) -> int:
     if not args:
         raise click.UsageError("exec needs HOST -- COMMAND")
     m = _machines_of_host(rec, args[0])
-    return _relay(_run_on(rec, [m], ["exec", *args])[m], m)
+    return _relay(run_on(rec, [m], ["exec", *args])[m], m)
 
 
 def _write(rec: ClusterRecord, args: list[str]) -> int:
@@ -510,8 +363,8 @@ def _write(rec: ClusterRecord, args: list[str]) -> int:
     src, dst = words
     ms, md = _machines_of_host(rec, src), _machines_of_host(rec, dst)
     if ms == md:
-        return _relay(_run_on(rec, [ms], ["write", *args])[ms], ms)
-    return _split_write(rec, _topo(rec), src, dst, ms, md, opts)
+        return _relay(run_on(rec, [ms], ["write", *args])[ms], ms)
+    return _split_write(rec, topo_of(rec), src, dst, ms, md, opts)
 
 
 def _split_write(
