@@ -25,7 +25,7 @@ from mrc_nic.cluster.record import ClusterRecord
 from mrc_nic.errors import MrcNicError
 from mrc_nic.lab import topology
 
-ROUTED = ("status", "stats", "events", "fail", "heal", "write", "exec", "down")
+ROUTED = ("status", "stats", "events", "fail", "heal", "write", "exec", "chaos", "down")
 
 
 class ClusterLabError(MrcNicError, RuntimeError):
@@ -39,7 +39,7 @@ def up(topo: topology.Topology, address: str, fmt: str, reuse: bool = False) -> 
     preflight.require_root()
     old = ClusterRecord.load(topo.lab)
     if reuse and old is not None and old.phase == "up" and old.topology == topo.raw:
-        _restartagents(old)
+        _restart_agents(old)
         return
     if old is not None and old.phase == "up":
         raise ClusterLabError(
@@ -104,7 +104,7 @@ def up(topo: topology.Topology, address: str, fmt: str, reuse: bool = False) -> 
     )
 
 
-def _restartagents(rec: ClusterRecord) -> None:
+def _restart_agents(rec: ClusterRecord) -> None:
     """--reuse on a cluster lab that is up: a new agent for each machine
     whose agent died while its Ray node lives (an agent keeps nothing in
     memory: the new one takes over its machine's shard from its lab state)."""
@@ -193,9 +193,10 @@ def run(lab: str, argv: list[str]) -> int:
         down(lab)
         return 0
     machines.connect(rec.address)
-    from mrc_nic.cli import cluster_observe
+    from mrc_nic.cli import cluster_chaos, cluster_observe
 
     return {
+        "chaos": cluster_chaos.chaos,
         "status": cluster_observe.status,
         "stats": cluster_observe.stats,
         "events": _events,
@@ -215,19 +216,28 @@ def run_on(
     rec: ClusterRecord, targets: list[int], argv: list[str], timeout: float = 600.0
 ) -> dict[int, tuple[bool, object]]:
     """mrc-nic ARGV on these machines at once: {machine: (reached, (rc, out, err) | why)}."""
+    return run_each(rec, {m: argv for m in targets}, timeout)
+
+
+def run_each(
+    rec: ClusterRecord, jobs: dict[int, list[str]], timeout: float = 600.0
+) -> dict[int, tuple[bool, object]]:
+    """Each machine's own `mrc-nic ARGV`, all at once; an agent that does not
+    answer is noted as a cluster event."""
     plan, handles = agents(rec)
-    calls = [(handles[m], "run", (argv, timeout)) for m in targets]
+    calls = [(handles[m], "run", (argv, timeout)) for m, argv in jobs.items()]
     results = machines.call_many(calls, timeout=timeout + 30)
-    out = dict(zip(targets, results, strict=True))
-    for m, (ok, why) in out.items():
-        if not ok:
-            rec.note("agent-lost", m, f"m{m} ({plan.machines[m]}): {why}")
-    if any(not ok for ok, _ in out.values()):
+    out = dict(zip(jobs, results, strict=True))
+    lost = [m for m, (ok, _) in out.items() if not ok]
+    if lost:
+        rec = load(rec.lab)
+        for m in lost:
+            rec.note("agent-lost", m, f"m{m} ({plan.machines[m]}): {out[m][1]}")
         rec.save()
     return out
 
 
-def _machines_of_host(rec: ClusterRecord, host: str) -> int:
+def machine_of_host(rec: ClusterRecord, host: str) -> int:
     plan = placement.Placement.from_dict(rec.placement)
     if host not in plan.node_machine or host.startswith("p"):
         hosts = sorted(n for n in plan.node_machine if not n.startswith("p"))
@@ -298,23 +308,49 @@ def _owners(rec: ClusterRecord, words: list[str]) -> list[int]:
     return sorted({m for lk in links for m in plan.machines_of_link(topo, lk.name)})
 
 
+def apply_fault(
+    rec: ClusterRecord, words: list[str], opts: list[str]
+) -> tuple[str | None, dict[int, tuple[bool, object]]]:
+    """`fail WORDS OPTS` on every machine owning an end of the target's links:
+    (the cluster's fault id if any machine applied it, each machine's result)."""
+    results = run_on(rec, _owners(rec, words), ["fail", *words, *opts, "--format", "json"])
+    parts = {
+        str(m): json.loads(value[1])["id"]
+        for m, (ok, value) in results.items()
+        if ok and value[0] == 0
+    }
+    if not parts:
+        return None, results
+    rec = load(rec.lab)
+    gid = str(rec.next_fault_id)
+    rec.next_fault_id += 1
+    rec.faults[gid] = {"target": " ".join(words), "args": opts, "parts": parts}
+    rec.save()
+    return gid, results
+
+
+def heal_fault(rec: ClusterRecord, gid: str) -> dict[int, tuple[bool, object]]:
+    """Heal cluster fault `gid` on each machine it has a part on, at once."""
+    rec = load(rec.lab)  # as saved: a fault applied since `rec` was read is in it
+    fault = rec.faults.get(gid)
+    if fault is None:
+        raise ClusterLabError(f"no fault #{gid} in force on lab {rec.lab} (see mrc-nic status)")
+    results = run_each(rec, {int(m): ["heal", str(i)] for m, i in fault["parts"].items()})
+    rec = load(rec.lab)
+    rec.faults.pop(gid, None)
+    rec.save()
+    return results
+
+
 def _fail(rec: ClusterRecord, args: list[str]) -> int:
     words, opts = _split_target(args)
-    owners = _owners(rec, words)
-    results = run_on(rec, owners, ["fail", *words, *opts, "--format", "json"])
-    parts, code = {}, 0
+    gid, results = apply_fault(rec, words, opts)
+    code = 0
     for m, result in results.items():
-        ok, value = result
-        if ok and value[0] == 0:
-            parts[str(m)] = json.loads(value[1])["id"]
-        else:
+        if not (result[0] and result[1][0] == 0):
             code = max(code, _relay(result, m) or 1)
-    if parts:
-        rec = load(rec.lab)
-        gid = rec.next_fault_id
-        rec.next_fault_id += 1
-        rec.faults[str(gid)] = {"target": " ".join(words), "args": opts, "parts": parts}
-        rec.save()
+    if gid is not None:
+        parts = load(rec.lab).faults[gid]["parts"]
         where = ", ".join(f"#{i} on m{m}" for m, i in parts.items())
         output.success(f"fault #{gid} on {' '.join(words)} ({where})")
     return code
@@ -329,12 +365,8 @@ def _heal(rec: ClusterRecord, args: list[str]) -> int:
         jobs = {m: ["heal", "--all"] for m in range(len(plan.machines))}
         healed_ids = list(rec.faults)
     elif len(words) == 1 and words[0].lstrip("#").isdigit():
-        gid = words[0].lstrip("#")
-        fault = rec.faults.get(gid)
-        if fault is None:
-            raise ClusterLabError(f"no fault #{gid} in force on lab {rec.lab} (see mrc-nic status)")
-        jobs = {int(m): ["heal", str(i)] for m, i in fault["parts"].items()}
-        healed_ids = [gid]
+        results = heal_fault(rec, words[0].lstrip("#"))
+        return max(_relay(result, m, tag=True) for m, result in results.items())
     else:
         jobs = {m: ["heal", *words] for m in _owners(rec, words)}
         healed_ids = [g for g, f in rec.faults.items() if f["target"] == " ".join(words)]
@@ -352,7 +384,7 @@ def _heal(rec: ClusterRecord, args: list[str]) -> int:
 def _exec(rec: ClusterRecord, args: list[str]) -> int:
     if not args:
         raise click.UsageError("exec needs HOST -- COMMAND")
-    m = _machines_of_host(rec, args[0])
+    m = machine_of_host(rec, args[0])
     return _relay(run_on(rec, [m], ["exec", *args])[m], m)
 
 
@@ -361,7 +393,7 @@ def _write(rec: ClusterRecord, args: list[str]) -> int:
     if len(words) != 2:
         raise click.UsageError("write needs SRC DST (hosts), e.g. mrc-nic write h0 h1 --size 1G")
     src, dst = words
-    ms, md = _machines_of_host(rec, src), _machines_of_host(rec, dst)
+    ms, md = machine_of_host(rec, src), machine_of_host(rec, dst)
     if ms == md:
         return _relay(run_on(rec, [ms], ["write", *args])[ms], ms)
     return _split_write(rec, topo_of(rec), src, dst, ms, md, opts)
@@ -394,36 +426,51 @@ def _split_write(
             raise click.UsageError(
                 f"write between machines takes --size, --verify, --format, --cm-plane; not {a!r}"
             )
-    address = str(topo.host_address(topo.nodes[dst].index, plane))
-    base = ["python", "-m", "mrc_nic.cluster.splitwrite"]
-    extra = ["--size", str(size), *(["--verify"] if verify else [])]
-    plan = placement.Placement.from_dict(rec.placement)
-    handles = machines.each(rec.lab, len(plan.machines))
-    calls = [
-        (handles[md], "run", (["exec", dst, "--", *base, "recv", *extra], 900.0)),
-        (handles[ms], "run", (["exec", src, "--", *base, "send", address, *extra], 900.0)),
-    ]
-    results = machines.call_many(calls, timeout=960.0)
-    ends = []
-    for (ok, value), m in zip(results, (md, ms), strict=True):
-        if not ok:
-            raise click.ClickException(f"m{m}: {value}")
-        rc, out, err = value
-        lines = [ln for ln in out.splitlines() if ln.startswith("{")]
-        if not lines:
-            raise click.ClickException(f"m{m}: {err.strip() or 'no result'}")
-        ends.append(json.loads(lines[-1]))
-    bad = [e["error"] for e in ends if "error" in e]
-    if bad:
-        raise click.ClickException(f"write {src} -> {dst} failed: {'; '.join(bad)}")
-    sender = ends[1]
-    result = {"src": src, "dst": dst, "machines": [ms, md], **sender, "verify": verify}
+    try:
+        result = split_write(rec, topo, (src, ms), (dst, md), size, verify, plane)
+    except ClusterLabError as e:
+        raise click.ClickException(str(e)) from None
     if fmt == "json":
         output.emit_json(result)
     else:
-        checked = f", {sender['verified_bytes']} bytes verified" if verify else ""
+        checked = f", {result['verified_bytes']} bytes verified" if verify else ""
         output.success(
-            f"wrote {size} bytes {src} (m{ms}) -> {dst} (m{md}) in {sender['seconds']:.3f} s: "
-            f"{sender['gbps']:.3f} Gbit/s{checked}, {sender['errors']} wrong"
+            f"wrote {size} bytes {src} (m{ms}) -> {dst} (m{md}) in {result['seconds']:.3f} s: "
+            f"{result['gbps']:.3f} Gbit/s{checked}, {result['errors']} wrong"
         )
-    return 1 if sender["errors"] else 0
+    return 1 if result["errors"] else 0
+
+
+def split_write(
+    rec: ClusterRecord,
+    topo: topology.Topology,
+    src: tuple[str, int],
+    dst: tuple[str, int],
+    size: int,
+    verify: bool,
+    plane: int = 0,
+) -> dict:
+    """A WRITE of `size` bytes between hosts of two machines ((host, machine)
+    each): the sender's result; ClusterLabError naming the end that failed."""
+    (s_host, ms), (d_host, md) = src, dst
+    address = str(topo.host_address(topo.nodes[d_host].index, plane))
+    base = ["python", "-m", "mrc_nic.cluster.splitwrite"]
+    extra = ["--size", str(size), *(["--verify"] if verify else [])]
+    _, handles = agents(rec)
+    calls = [
+        (handles[md], "run", (["exec", d_host, "--", *base, "recv", *extra], 900.0)),
+        (handles[ms], "run", (["exec", s_host, "--", *base, "send", address, *extra], 900.0)),
+    ]
+    ends = []
+    for (ok, value), m in zip(machines.call_many(calls, timeout=960.0), (md, ms), strict=True):
+        if not ok:
+            raise ClusterLabError(f"m{m}: {value}")
+        _, out, err = value
+        lines = [ln for ln in out.splitlines() if ln.startswith("{")]
+        if not lines:
+            raise ClusterLabError(f"m{m}: {err.strip() or 'no result'}")
+        ends.append(json.loads(lines[-1]))
+    bad = [e["error"] for e in ends if "error" in e]
+    if bad:
+        raise ClusterLabError(f"write {s_host} -> {d_host} failed: {'; '.join(bad)}")
+    return {"src": s_host, "dst": d_host, "machines": [ms, md], **ends[1], "verify": verify}
