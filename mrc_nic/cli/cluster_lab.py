@@ -26,6 +26,10 @@ from mrc_nic.errors import MrcNicError
 from mrc_nic.lab import topology
 
 ROUTED = ("status", "stats", "events", "fail", "heal", "write", "exec", "chaos", "down")
+REFUSED = {
+    "scenario": "its flows are processes of one machine sampled from that machine's NIC maps "
+    "and port counters; run it on a lab of its own: mrc-nic scenario ... --topology FILE",
+}
 
 
 class ClusterLabError(MrcNicError, RuntimeError):
@@ -182,6 +186,8 @@ def topo_of(rec: ClusterRecord) -> topology.Topology:
 def run(lab: str, argv: list[str]) -> int:
     """Run the command argv (its name first, -l taken out) on cluster lab `lab`."""
     cmd, args = argv[0], argv[1:]
+    if cmd in REFUSED:
+        raise ClusterLabError(f"`mrc-nic {cmd}` does not run on a cluster lab: {REFUSED[cmd]}")
     if cmd not in ROUTED:
         raise ClusterLabError(
             f"`mrc-nic {cmd}` does not run on a cluster lab yet (these do: "

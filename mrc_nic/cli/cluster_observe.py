@@ -62,6 +62,7 @@ def snapshot(rec: ClusterRecord, ev_detail: bool = False) -> dict:
         "address": rec.address,
         "machines": rows,
         "vxlan_links": plan.vnis,
+        "placement": plan.node_machine,
         "faults": rec.faults,
         "bringup_seconds": rec.bringup_seconds,
     }
