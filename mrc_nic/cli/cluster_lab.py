@@ -1,14 +1,13 @@
 """The CLI on a cluster lab (mrc_nic.cluster): each command reaches the agents owning its target.
 
 `up --cluster` places and builds; `down` removes what it can reach and says
-what it could not; `status` and `stats --format json` merge the machines'
-snapshots (a machine counts its own ports: a link cut between two machines
-has its up direction counted on one and its down direction on the other);
-`fail`/`heal` go to the machines owning the target's links, each applying
-its own ends, with one cluster id over the machines' ids; `events` merges the
-machines' logs with the cluster's own events; `exec HOST` runs on the host's
-machine; `write SRC DST` runs there when both hosts share a machine, else as
-two processes, one per machine (splitwrite).
+what it could not; `fail`/`heal` go to the machines owning the target's
+links, each applying its own ends, with one cluster id over the machines'
+ids; `events` merges the machines' logs with the cluster's own events; `exec
+HOST` runs on the host's machine; `write SRC DST` runs there when both hosts
+share a machine, else as two processes, one per machine (splitwrite).
+`status` and `stats` (merged snapshots): cluster_observe.py; `chaos`:
+cluster_chaos.py; `scenario` is refused (REFUSED says why).
 """
 
 from __future__ import annotations

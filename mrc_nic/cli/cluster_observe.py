@@ -15,7 +15,7 @@ import json
 
 from mrc_nic.cli import cluster_lab, output
 from mrc_nic.cli.status_view import render_status
-from mrc_nic.cluster import merge
+from mrc_nic.cluster import machines, merge
 from mrc_nic.cluster.record import ClusterRecord
 
 SNAPSHOT_TIMEOUT_S = 120.0
@@ -25,8 +25,6 @@ def snapshot(rec: ClusterRecord, ev_detail: bool = False) -> dict:
     """Every machine's snapshot merged, with a `cluster` part: each machine,
     its agent, and what could not be read."""
     plan, handles = cluster_lab.agents(rec)
-    from mrc_nic.cluster import machines
-
     infos = machines.call_many([(h, "info", ()) for h in handles], timeout=20.0)
     argv = ["stats", "--format", "json", *(["--by", "ev"] if ev_detail else [])]
     answers = cluster_lab.run_on(rec, list(range(len(plan.machines))), argv, SNAPSHOT_TIMEOUT_S)
