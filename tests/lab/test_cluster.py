@@ -209,6 +209,14 @@ def test_stats_stream_watch_and_prom(cluster, lab):
     )
     assert float(line.split()[-1]) > 0  # counters of both machines, after the writes
     assert "mrc_plane_" in prom and "mrc_path_" in prom
+    narrowed = json.loads(
+        cli(cluster, "stats", "-l", lab, "--host", "h1", "--plane", "1", "--format", "json").stdout
+    )
+    assert {(p["host"], p["plane"]) for p in narrowed["paths"]} == {("h1", 1)}
+    table = cli(cluster, "stats", "-l", lab, "--by", "path").stdout
+    assert "h1.eth1>t0b>t1a" in table
+    shown = cli(cluster, "status", "-l", lab).stdout
+    assert "198.51.100.2" in shown and "plane" in shown
 
 
 def test_stats_listen_serves_merged_metrics(cluster, lab):
