@@ -18,7 +18,7 @@ def _kinds(ctx, param, value):
 
 
 @command(
-    view=lambda r: _print(r),
+    view=lambda r: print_report(r),
     epilog="""\b
 Kinds: link-down, blackhole, blackhole-up, blackhole-down, loss, flap,
 switch-down, plane-down (default: all but blackhole and flap).
@@ -76,7 +76,20 @@ def chaos(
     """Random faults on a schedule, healed at the end, with verified traffic."""
     from mrc_nic.workloads import chaos as chaos_mod
 
-    spec = chaos_mod.ChaosSpec(
+    spec = spec_of(
+        duration, every, hold, max_planes, kinds, seed, loss_rate, traffic, src, dst, write_size
+    )
+    report = chaos_mod.run(app.lab(), spec, on_fault=None if app.json else log_fault)
+    return outcome(report)
+
+
+def spec_of(
+    duration, every, hold, max_planes, kinds, seed, loss_rate, traffic, src, dst, write_size
+):
+    """The run's ChaosSpec from the command's options (also a cluster lab's: cli.cluster_chaos)."""
+    from mrc_nic.workloads import chaos as chaos_mod
+
+    return chaos_mod.ChaosSpec(
         duration=duration,
         every=every,
         hold=2 * every if hold is None else hold,
@@ -90,12 +103,17 @@ def chaos(
         write_size=write_size,
     )
 
-    def log(entry: dict) -> None:
-        output.plain(
-            f"{entry['at_s']:7.2f}s  fault #{entry['id']}: {entry['kind']} on {entry['target']}"
-        )
 
-    report = chaos_mod.run(app.lab(), spec, on_fault=None if app.json else log)
+def log_fault(entry: dict) -> None:
+    """The live log: a line per fault applied."""
+    output.plain(
+        f"{entry['at_s']:7.2f}s  fault #{entry['id']}: {entry['kind']} on {entry['target']}"
+    )
+
+
+def outcome(report: dict) -> Outcome:
+    """The report and its exit status: 1 if a QP went to ERR, a fault was
+    left, or a WRITE failed; 130 if interrupted."""
     if report["interrupted"]:
         return Outcome(report, 130)
     bad = report["qps_in_err"] or report["faults_left"]
@@ -104,7 +122,7 @@ def chaos(
     return Outcome(report, 1 if bad else 0)
 
 
-def _print(r: dict) -> None:
+def print_report(r: dict) -> None:
     kinds = ", ".join(f"{k} {n}" for k, n in sorted(r["faults_by_kind"].items())) or "none"
     healed = f"NOT healed: {r['faults_left']}" if r["faults_left"] else "every one healed"
     output.plain(

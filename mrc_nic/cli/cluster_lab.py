@@ -1,14 +1,13 @@
 """The CLI on a cluster lab (mrc_nic.cluster): each command reaches the agents owning its target.
 
 `up --cluster` places and builds; `down` removes what it can reach and says
-what it could not; `status` and `stats --format json` merge the machines'
-snapshots (a machine counts its own ports: a link cut between two machines
-has its up direction counted on one and its down direction on the other);
-`fail`/`heal` go to the machines owning the target's links, each applying
-its own ends, with one cluster id over the machines' ids; `events` merges the
-machines' logs with the cluster's own events; `exec HOST` runs on the host's
-machine; `write SRC DST` runs there when both hosts share a machine, else as
-two processes, one per machine (splitwrite).
+what it could not; `fail`/`heal` go to the machines owning the target's
+links, each applying its own ends, with one cluster id over the machines'
+ids; `events` merges the machines' logs with the cluster's own events; `exec
+HOST` runs on the host's machine; `write SRC DST` runs there when both hosts
+share a machine, else as two processes, one per machine (splitwrite).
+`status` and `stats` (merged snapshots): cluster_observe.py; `chaos`:
+cluster_chaos.py; `scenario` is refused (REFUSED says why).
 """
 
 from __future__ import annotations
@@ -20,13 +19,16 @@ from pathlib import Path
 import click
 
 from mrc_nic.cli import output
-from mrc_nic.cli.status_view import render_status
 from mrc_nic.cluster import machines, placement
 from mrc_nic.cluster.record import ClusterRecord
 from mrc_nic.errors import MrcNicError
 from mrc_nic.lab import topology
 
-ROUTED = ("status", "stats", "events", "fail", "heal", "write", "exec", "down")
+ROUTED = ("status", "stats", "events", "fail", "heal", "write", "exec", "chaos", "down")
+REFUSED = {
+    "scenario": "its flows are processes of one machine sampled from that machine's NIC maps "
+    "and port counters; run it on a lab of its own: mrc-nic scenario ... --topology FILE",
+}
 
 
 class ClusterLabError(MrcNicError, RuntimeError):
@@ -153,7 +155,7 @@ def _down(rec: ClusterRecord, quiet: bool = False) -> tuple[int, list[str]]:
 
 
 def down(lab: str) -> None:
-    rec = _load(lab)
+    rec = load(lab)
     machines.connect(rec.address)
     removed, missed = _down(rec)
     if missed:
@@ -169,34 +171,39 @@ def down(lab: str) -> None:
 
 
 # ---- routing -----------------------------------------------------------------------
-def _load(lab: str) -> ClusterRecord:
+def load(lab: str) -> ClusterRecord:
     rec = ClusterRecord.load(lab)
     if rec is None:
         raise ClusterLabError(f"lab {lab!r} is not a cluster lab known here")
     return rec
 
 
-def _topo(rec: ClusterRecord) -> topology.Topology:
+def topo_of(rec: ClusterRecord) -> topology.Topology:
     return topology.from_dict(Path(rec.topology_file), rec.topology, rec.lab)
 
 
 def run(lab: str, argv: list[str]) -> int:
     """Run the command argv (its name first, -l taken out) on cluster lab `lab`."""
     cmd, args = argv[0], argv[1:]
+    if cmd in REFUSED:
+        raise ClusterLabError(f"`mrc-nic {cmd}` does not run on a cluster lab: {REFUSED[cmd]}")
     if cmd not in ROUTED:
         raise ClusterLabError(
             f"`mrc-nic {cmd}` does not run on a cluster lab yet (these do: "
             f"{', '.join(ROUTED)}); run it on one machine's part with "
             f"`mrc-nic exec HOST -- mrc-nic {cmd} ...`"
         )
-    rec = _load(lab)
+    rec = load(lab)
     if cmd == "down":
         down(lab)
         return 0
     machines.connect(rec.address)
+    from mrc_nic.cli import cluster_chaos, cluster_observe
+
     return {
-        "status": _status,
-        "stats": _stats,
+        "chaos": cluster_chaos.chaos,
+        "status": cluster_observe.status,
+        "stats": cluster_observe.stats,
         "events": _events,
         "fail": _fail,
         "heal": _heal,
@@ -205,28 +212,37 @@ def run(lab: str, argv: list[str]) -> int:
     }[cmd](rec, args)
 
 
-def _agents(rec: ClusterRecord) -> tuple[placement.Placement, list]:
+def agents(rec: ClusterRecord) -> tuple[placement.Placement, list]:
     plan = placement.Placement.from_dict(rec.placement)
     return plan, machines.each(rec.lab, len(plan.machines))
 
 
-def _run_on(
+def run_on(
     rec: ClusterRecord, targets: list[int], argv: list[str], timeout: float = 600.0
 ) -> dict[int, tuple[bool, object]]:
     """mrc-nic ARGV on these machines at once: {machine: (reached, (rc, out, err) | why)}."""
-    plan, handles = _agents(rec)
-    calls = [(handles[m], "run", (argv, timeout)) for m in targets]
+    return run_each(rec, {m: argv for m in targets}, timeout)
+
+
+def run_each(
+    rec: ClusterRecord, jobs: dict[int, list[str]], timeout: float = 600.0
+) -> dict[int, tuple[bool, object]]:
+    """Each machine's own `mrc-nic ARGV`, all at once; an agent that does not
+    answer is noted as a cluster event."""
+    plan, handles = agents(rec)
+    calls = [(handles[m], "run", (argv, timeout)) for m, argv in jobs.items()]
     results = machines.call_many(calls, timeout=timeout + 30)
-    out = dict(zip(targets, results, strict=True))
-    for m, (ok, why) in out.items():
-        if not ok:
-            rec.note("agent-lost", m, f"m{m} ({plan.machines[m]}): {why}")
-    if any(not ok for ok, _ in out.values()):
+    out = dict(zip(jobs, results, strict=True))
+    lost = [m for m, (ok, _) in out.items() if not ok]
+    if lost:
+        rec = load(rec.lab)
+        for m in lost:
+            rec.note("agent-lost", m, f"m{m} ({plan.machines[m]}): {out[m][1]}")
         rec.save()
     return out
 
 
-def _machines_of_host(rec: ClusterRecord, host: str) -> int:
+def machine_of_host(rec: ClusterRecord, host: str) -> int:
     plan = placement.Placement.from_dict(rec.placement)
     if host not in plan.node_machine or host.startswith("p"):
         hosts = sorted(n for n in plan.node_machine if not n.startswith("p"))
@@ -251,146 +267,7 @@ def _relay(result: tuple[bool, object], machine: int, tag: bool = False) -> int:
     return rc
 
 
-# ---- status, stats, events ---------------------------------------------------------
-def snapshot(rec: ClusterRecord) -> dict:
-    """Every machine's snapshot merged, with a `cluster` part: each machine,
-    its agent, and what could not be read."""
-    plan, handles = _agents(rec)
-    infos = machines.call_many([(h, "info", ()) for h in handles], timeout=20.0)
-    snaps = _run_on(rec, list(range(len(plan.machines))), ["stats", "--format", "json"], 120)
-    merged: dict | None = None
-    rows = []
-    for m, address in enumerate(plan.machines):
-        ok, info = infos[m]
-        reached, value = snaps[m]
-        snap = None
-        if reached and value[0] == 0:
-            snap = json.loads(value[1])
-            merged = _merge(merged, snap, m, plan)
-        why = None if ok else info
-        if why is None and snap is None:
-            why = (value[2] if reached else value).strip().splitlines()[-1:] or ["no snapshot"]
-            why = why[0] if isinstance(why, list) else why
-        rows.append(
-            {
-                "machine": m,
-                "address": address,
-                "agent": "alive" if ok else "dead",
-                "agent_pid": info.get("pid") if ok else None,
-                "namespaces": len(plan.nodes_of(m)),
-                "hosts": [n for n in plan.nodes_of(m) if not n.startswith("p")],
-                "error": why,
-            }
-        )
-    merged = merged or {"lab": rec.lab, "hosts": [], "links": [], "faults": []}
-    merged["faults"] = _merge_faults(_load(rec.lab), merged.get("faults", []))
-    merged["cluster"] = {
-        "address": rec.address,
-        "machines": rows,
-        "vxlan_links": plan.vnis,
-        "faults": rec.faults,
-        "bringup_seconds": rec.bringup_seconds,
-    }
-    merged["bringup_seconds"] = rec.bringup_seconds
-    return merged
-
-
-def _merge(into: dict | None, snap: dict, machine: int, plan: placement.Placement) -> dict:
-    """Add one machine's snapshot: a host is its machine's; a link's counters
-    add up over the machines (each machine's maps count only its own ports,
-    so a link cut between two has its directions counted one on each)."""
-    snap["hosts"] = [h for h in snap.get("hosts", []) if plan.node_machine[h["name"]] == machine]
-    for h in snap["hosts"]:
-        h["machine"] = machine
-    for f in snap.get("faults", []):
-        f["machine"] = machine
-    if into is None:
-        for lk in snap.get("links", []):
-            lk["machines"] = [machine]
-        return snap
-    by_name = {lk["name"]: lk for lk in into["links"]}
-    for lk in snap.get("links", []):
-        mine = by_name.get(lk["name"])
-        if mine is None:
-            lk["machines"] = [machine]
-            into["links"].append(lk)
-            continue
-        mine["machines"].append(machine)
-        for d in ("up", "down"):
-            mine[d] = _add(mine.get(d), lk.get(d))
-        if lk.get("state") != "up":
-            mine["state"] = lk.get("state")
-        mine["fault"] = mine.get("fault") or lk.get("fault")
-    into["hosts"] += snap.get("hosts", [])
-    into["faults"] = into.get("faults", []) + snap.get("faults", [])
-    return into
-
-
-def _merge_faults(rec: ClusterRecord, faults: list[dict]) -> list[dict]:
-    """One entry per cluster fault (its id, its machines' drops added up),
-    then faults applied on one machine directly, as that machine has them."""
-    out, claimed = [], set()
-    for gid, cf in rec.faults.items():
-        parts = [
-            f
-            for f in faults
-            if str(f["machine"]) in cf["parts"] and f["id"] == cf["parts"][str(f["machine"])]
-        ]
-        if not parts:
-            continue
-        claimed.update(id(f) for f in parts)
-        counted = [f["drops"] for f in parts if f.get("drops") is not None]
-        merged = dict(parts[0], id=int(gid), machines=[f["machine"] for f in parts])
-        merged["drops"] = sum(counted) if counted else None
-        merged["links"] = sorted({lk for f in parts for lk in f.get("links", [])})
-        merged.pop("machine", None)
-        out.append(merged)
-    return out + [f for f in faults if id(f) not in claimed]
-
-
-def _add(a: object, b: object) -> object:
-    if isinstance(a, dict) and isinstance(b, dict):
-        return {k: _add(a.get(k), b.get(k)) for k in a.keys() | b.keys()}
-    if isinstance(a, bool) or isinstance(b, bool):
-        return a if a is not None else b
-    if isinstance(a, int | float) and isinstance(b, int | float):
-        return a + b
-    return a if a is not None else b
-
-
-def _status(rec: ClusterRecord, args: list[str]) -> int:
-    fmt = _format(args)
-    snap = snapshot(rec)
-    if fmt == "json":
-        output.emit_json(snap)
-    else:
-        _render_cluster(snap)
-        if snap.get("topology"):
-            render_status(snap)
-    return 0 if all(r["error"] is None for r in snap["cluster"]["machines"]) else 1
-
-
-def _render_cluster(snap: dict) -> None:
-    c = snap["cluster"]
-    rows = [
-        [
-            f"m{r['machine']}",
-            r["address"],
-            output.styled(r["agent"], "green" if r["agent"] == "alive" else "red"),
-            r["namespaces"],
-            ", ".join(r["hosts"]),
-            r["error"] or "",
-        ]
-        for r in c["machines"]
-    ]
-    output.table(
-        f"machines (Ray cluster {c['address']}, {len(c['vxlan_links'])} VXLAN links)",
-        ["machine", "underlay", "agent", "#namespaces", "hosts", "problem"],
-        rows,
-    )
-
-
-def _format(args: list[str]) -> str:
+def format_of(args: list[str]) -> str:
     for i, a in enumerate(args):
         if a == "--format" and i + 1 < len(args):
             return args[i + 1]
@@ -399,26 +276,17 @@ def _format(args: list[str]) -> str:
     return "table"
 
 
-def _stats(rec: ClusterRecord, args: list[str]) -> int:
-    if _format(args) != "json" or any(a in args for a in ("--watch", "--listen")):
-        raise ClusterLabError(
-            "on a cluster lab, stats gives one merged snapshot: mrc-nic stats --format json "
-            "(live views run per machine: mrc-nic exec HOST -- mrc-nic stats --watch)"
-        )
-    output.emit_json(snapshot(rec))
-    return 0
-
-
+# ---- events ------------------------------------------------------------------------
 def _events(rec: ClusterRecord, args: list[str]) -> int:
     """Each machine's events (as its `events` prints them), then the cluster's."""
-    plan, _ = _agents(rec)
-    results = _run_on(rec, list(range(len(plan.machines))), ["events", *args], 120)
+    plan, _ = agents(rec)
+    results = run_on(rec, list(range(len(plan.machines))), ["events", *args], 120)
     code = 0
     for m, result in results.items():
         if result[0]:
             output.plain(f"== m{m} ({plan.machines[m]})")
         code = max(code, _relay(result, m))
-    rec = _load(rec.lab)  # with what this call noted
+    rec = load(rec.lab)  # with what this call noted
     output.plain(f"== cluster ({len(rec.events)} events)")
     for ev in rec.events:
         when = time.strftime("%H:%M:%S", time.localtime(ev["time"]))
@@ -439,29 +307,55 @@ def _split_target(args: list[str]) -> tuple[list[str], list[str]]:
 def _owners(rec: ClusterRecord, words: list[str]) -> list[int]:
     from mrc_nic.fabric import faults
 
-    topo = _topo(rec)
+    topo = topo_of(rec)
     plan = placement.Placement.from_dict(rec.placement)
     _, links = faults.resolve_target(topo, tuple(words))
     return sorted({m for lk in links for m in plan.machines_of_link(topo, lk.name)})
 
 
+def apply_fault(
+    rec: ClusterRecord, words: list[str], opts: list[str]
+) -> tuple[str | None, dict[int, tuple[bool, object]]]:
+    """`fail WORDS OPTS` on every machine owning an end of the target's links:
+    (the cluster's fault id if any machine applied it, each machine's result)."""
+    results = run_on(rec, _owners(rec, words), ["fail", *words, *opts, "--format", "json"])
+    parts = {
+        str(m): json.loads(value[1])["id"]
+        for m, (ok, value) in results.items()
+        if ok and value[0] == 0
+    }
+    if not parts:
+        return None, results
+    rec = load(rec.lab)
+    gid = str(rec.next_fault_id)
+    rec.next_fault_id += 1
+    rec.faults[gid] = {"target": " ".join(words), "args": opts, "parts": parts}
+    rec.save()
+    return gid, results
+
+
+def heal_fault(rec: ClusterRecord, gid: str) -> dict[int, tuple[bool, object]]:
+    """Heal cluster fault `gid` on each machine it has a part on, at once."""
+    rec = load(rec.lab)  # as saved: a fault applied since `rec` was read is in it
+    fault = rec.faults.get(gid)
+    if fault is None:
+        raise ClusterLabError(f"no fault #{gid} in force on lab {rec.lab} (see mrc-nic status)")
+    results = run_each(rec, {int(m): ["heal", str(i)] for m, i in fault["parts"].items()})
+    rec = load(rec.lab)
+    rec.faults.pop(gid, None)
+    rec.save()
+    return results
+
+
 def _fail(rec: ClusterRecord, args: list[str]) -> int:
     words, opts = _split_target(args)
-    owners = _owners(rec, words)
-    results = _run_on(rec, owners, ["fail", *words, *opts, "--format", "json"])
-    parts, code = {}, 0
+    gid, results = apply_fault(rec, words, opts)
+    code = 0
     for m, result in results.items():
-        ok, value = result
-        if ok and value[0] == 0:
-            parts[str(m)] = json.loads(value[1])["id"]
-        else:
+        if not (result[0] and result[1][0] == 0):
             code = max(code, _relay(result, m) or 1)
-    if parts:
-        rec = _load(rec.lab)
-        gid = rec.next_fault_id
-        rec.next_fault_id += 1
-        rec.faults[str(gid)] = {"target": " ".join(words), "args": opts, "parts": parts}
-        rec.save()
+    if gid is not None:
+        parts = load(rec.lab).faults[gid]["parts"]
         where = ", ".join(f"#{i} on m{m}" for m, i in parts.items())
         output.success(f"fault #{gid} on {' '.join(words)} ({where})")
     return code
@@ -476,19 +370,15 @@ def _heal(rec: ClusterRecord, args: list[str]) -> int:
         jobs = {m: ["heal", "--all"] for m in range(len(plan.machines))}
         healed_ids = list(rec.faults)
     elif len(words) == 1 and words[0].lstrip("#").isdigit():
-        gid = words[0].lstrip("#")
-        fault = rec.faults.get(gid)
-        if fault is None:
-            raise ClusterLabError(f"no fault #{gid} in force on lab {rec.lab} (see mrc-nic status)")
-        jobs = {int(m): ["heal", str(i)] for m, i in fault["parts"].items()}
-        healed_ids = [gid]
+        results = heal_fault(rec, words[0].lstrip("#"))
+        return max(_relay(result, m, tag=True) for m, result in results.items())
     else:
         jobs = {m: ["heal", *words] for m in _owners(rec, words)}
         healed_ids = [g for g, f in rec.faults.items() if f["target"] == " ".join(words)]
     code = 0
     for m, argv in jobs.items():
-        code = max(code, _relay(_run_on(rec, [m], argv)[m], m, tag=True))
-    rec = _load(rec.lab)
+        code = max(code, _relay(run_on(rec, [m], argv)[m], m, tag=True))
+    rec = load(rec.lab)
     for gid in healed_ids:
         rec.faults.pop(gid, None)
     rec.save()
@@ -499,8 +389,8 @@ def _heal(rec: ClusterRecord, args: list[str]) -> int:
 def _exec(rec: ClusterRecord, args: list[str]) -> int:
     if not args:
         raise click.UsageError("exec needs HOST -- COMMAND")
-    m = _machines_of_host(rec, args[0])
-    return _relay(_run_on(rec, [m], ["exec", *args])[m], m)
+    m = machine_of_host(rec, args[0])
+    return _relay(run_on(rec, [m], ["exec", *args])[m], m)
 
 
 def _write(rec: ClusterRecord, args: list[str]) -> int:
@@ -508,10 +398,10 @@ def _write(rec: ClusterRecord, args: list[str]) -> int:
     if len(words) != 2:
         raise click.UsageError("write needs SRC DST (hosts), e.g. mrc-nic write h0 h1 --size 1G")
     src, dst = words
-    ms, md = _machines_of_host(rec, src), _machines_of_host(rec, dst)
+    ms, md = machine_of_host(rec, src), machine_of_host(rec, dst)
     if ms == md:
-        return _relay(_run_on(rec, [ms], ["write", *args])[ms], ms)
-    return _split_write(rec, _topo(rec), src, dst, ms, md, opts)
+        return _relay(run_on(rec, [ms], ["write", *args])[ms], ms)
+    return _split_write(rec, topo_of(rec), src, dst, ms, md, opts)
 
 
 def _split_write(
@@ -541,36 +431,51 @@ def _split_write(
             raise click.UsageError(
                 f"write between machines takes --size, --verify, --format, --cm-plane; not {a!r}"
             )
-    address = str(topo.host_address(topo.nodes[dst].index, plane))
-    base = ["python", "-m", "mrc_nic.cluster.splitwrite"]
-    extra = ["--size", str(size), *(["--verify"] if verify else [])]
-    plan = placement.Placement.from_dict(rec.placement)
-    handles = machines.each(rec.lab, len(plan.machines))
-    calls = [
-        (handles[md], "run", (["exec", dst, "--", *base, "recv", *extra], 900.0)),
-        (handles[ms], "run", (["exec", src, "--", *base, "send", address, *extra], 900.0)),
-    ]
-    results = machines.call_many(calls, timeout=960.0)
-    ends = []
-    for (ok, value), m in zip(results, (md, ms), strict=True):
-        if not ok:
-            raise click.ClickException(f"m{m}: {value}")
-        rc, out, err = value
-        lines = [ln for ln in out.splitlines() if ln.startswith("{")]
-        if not lines:
-            raise click.ClickException(f"m{m}: {err.strip() or 'no result'}")
-        ends.append(json.loads(lines[-1]))
-    bad = [e["error"] for e in ends if "error" in e]
-    if bad:
-        raise click.ClickException(f"write {src} -> {dst} failed: {'; '.join(bad)}")
-    sender = ends[1]
-    result = {"src": src, "dst": dst, "machines": [ms, md], **sender, "verify": verify}
+    try:
+        result = split_write(rec, topo, (src, ms), (dst, md), size, verify, plane)
+    except ClusterLabError as e:
+        raise click.ClickException(str(e)) from None
     if fmt == "json":
         output.emit_json(result)
     else:
-        checked = f", {sender['verified_bytes']} bytes verified" if verify else ""
+        checked = f", {result['verified_bytes']} bytes verified" if verify else ""
         output.success(
-            f"wrote {size} bytes {src} (m{ms}) -> {dst} (m{md}) in {sender['seconds']:.3f} s: "
-            f"{sender['gbps']:.3f} Gbit/s{checked}, {sender['errors']} wrong"
+            f"wrote {size} bytes {src} (m{ms}) -> {dst} (m{md}) in {result['seconds']:.3f} s: "
+            f"{result['gbps']:.3f} Gbit/s{checked}, {result['errors']} wrong"
         )
-    return 1 if sender["errors"] else 0
+    return 1 if result["errors"] else 0
+
+
+def split_write(
+    rec: ClusterRecord,
+    topo: topology.Topology,
+    src: tuple[str, int],
+    dst: tuple[str, int],
+    size: int,
+    verify: bool,
+    plane: int = 0,
+) -> dict:
+    """A WRITE of `size` bytes between hosts of two machines ((host, machine)
+    each): the sender's result; ClusterLabError naming the end that failed."""
+    (s_host, ms), (d_host, md) = src, dst
+    address = str(topo.host_address(topo.nodes[d_host].index, plane))
+    base = ["python", "-m", "mrc_nic.cluster.splitwrite"]
+    extra = ["--size", str(size), *(["--verify"] if verify else [])]
+    _, handles = agents(rec)
+    calls = [
+        (handles[md], "run", (["exec", d_host, "--", *base, "recv", *extra], 900.0)),
+        (handles[ms], "run", (["exec", s_host, "--", *base, "send", address, *extra], 900.0)),
+    ]
+    ends = []
+    for (ok, value), m in zip(machines.call_many(calls, timeout=960.0), (md, ms), strict=True):
+        if not ok:
+            raise ClusterLabError(f"m{m}: {value}")
+        _, out, err = value
+        lines = [ln for ln in out.splitlines() if ln.startswith("{")]
+        if not lines:
+            raise ClusterLabError(f"m{m}: {err.strip() or 'no result'}")
+        ends.append(json.loads(lines[-1]))
+    bad = [e["error"] for e in ends if "error" in e]
+    if bad:
+        raise ClusterLabError(f"write {s_host} -> {d_host} failed: {'; '.join(bad)}")
+    return {"src": s_host, "dst": d_host, "machines": [ms, md], **ends[1], "verify": verify}

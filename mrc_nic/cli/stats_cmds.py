@@ -65,7 +65,17 @@ Schema of json/jsonl: docs/stats-schema.md.""",
 @pass_app
 def stats(app: App, watch, view, host, plane, interval, count, duration, listen) -> None:
     """Per-plane, per-path, per-link and per-QP counters and rates."""
-    fmt = app.format  # it streams: it prints as it goes
+    from mrc_nic.observe import stats as stats_mod
+
+    def open_sampler(**kw):
+        return stats_mod.Sampler(app.lab(), **kw)
+
+    show(app.format, open_sampler, watch, view, host, plane, interval, count, duration, listen)
+
+
+def show(fmt, open_sampler, watch, view, host, plane, interval, count, duration, listen) -> None:
+    """stats with the sampler open_sampler(kernel_every=, ev_detail=) opens: a
+    lab's (observe.stats.Sampler), or a cluster lab's (its machines' merged)."""
     from mrc_nic.observe import stats as stats_mod
     from mrc_nic.observe import stats_filter, stream
 
@@ -76,8 +86,8 @@ def stats(app: App, watch, view, host, plane, interval, count, duration, listen)
         stream.check_bounds(interval, count, duration)
     except ValueError as e:
         raise click.BadParameter(str(e)) from None
-    with stats_mod.Sampler(
-        app.lab(), kernel_every=stats_mod.kernel_every(interval), ev_detail=view == "ev"
+    with open_sampler(
+        kernel_every=stats_mod.kernel_every(interval), ev_detail=view == "ev"
     ) as sampler:
         try:
             stats_filter.check(sampler.topo, host, plane)
@@ -149,6 +159,11 @@ def _watch(frames, view: str, sampler) -> None:
 
     def on_view(new_view: str) -> None:
         sampler.ev_detail = new_view == "ev"
+
+    if not getattr(sampler, "judges_fidelity", True):
+        # A cluster lab: no one machine's CPU and links say what bound it.
+        live.run(frames, view, output.console, on_view=on_view)
+        return
 
     def judged(sleep=time.sleep):
         """Each frame with the fidelity verdict since the frame before (live)."""

@@ -23,6 +23,8 @@ def cluster_command(argv: list[str]) -> tuple[str, list[str]] | None:
         return None
     if "-h" in argv or "--help" in argv:
         return None
+    if argv[0] == "scenario" and any(a.split("=")[0] == "--topology" for a in argv):
+        return None  # a lab of its own, brought up here
     rest, lab = [argv[0]], None
     i = 1
     while i < len(argv):

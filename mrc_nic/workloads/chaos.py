@@ -121,20 +121,25 @@ class Traffic:
     qps_in_err: list[dict] = field(default_factory=list)
     conn: rdma_write.Connection | None = None
 
+    def write(self, seed: int) -> dict:
+        """One verified WRITE: rdma_write's result (bytes, completed, verified, qps, error)."""
+        try:
+            with rdma_write.Connection(self.lab, self.src, self.dst, size_hint=self.size) as c:
+                self.conn = c
+                return c.write(self.size, verify=True, seed=seed, keep_open=False)
+        finally:
+            self.conn = None
+
     def run(self) -> None:
         seed = 1
         while not self.stop.is_set():
             try:
-                with rdma_write.Connection(self.lab, self.src, self.dst, size_hint=self.size) as c:
-                    self.conn = c
-                    r = c.write(self.size, verify=True, seed=seed, keep_open=False)
+                r = self.write(seed)
             except (MrcNicError, OSError) as e:
                 self.failed += 1
                 self.errors.append(str(e))
                 self.stop.wait(0.2)  # a daemon that refuses now may answer in a moment
                 continue
-            finally:
-                self.conn = None
             seed += 1
             self.writes += 1
             for q in r.get("qps", []):
@@ -195,7 +200,7 @@ class Schedule:
             self.skipped += 1
             return
         try:
-            fault = faults.apply(self.lab, target, spec)
+            fault = self.apply(target, spec)
         except faults.FaultError:  # a link of the target has a fault already
             self.skipped += 1
             return
@@ -205,12 +210,25 @@ class Schedule:
             {"id": fault["id"], "kind": kind, "target": fault["target"], "at_s": now}
         )
 
+    def apply(self, target: tuple[str, ...], spec: faults.FaultSpec) -> dict:
+        """Put a fault in force: its {id, target}; FaultError if a link of the
+        target has one already. (A cluster lab's: mrc_nic.cli.cluster_chaos.)"""
+        return faults.apply(self.lab, target, spec)
+
+    def in_force(self) -> set[str]:
+        """The ids of the lab's faults in force."""
+        record, _ = open_lab(self.lab)
+        return set(record.faults)
+
+    def heal_ids(self, ids: list[int]) -> None:
+        faults.heal(self.lab, ids=ids)
+
     def heal(self, ids: list[int]) -> None:
         # A fault the user healed meanwhile is gone: not an error of the run.
-        record, _ = open_lab(self.lab)
-        present = [i for i in ids if str(i) in record.faults]
+        in_force = self.in_force()
+        present = [i for i in ids if str(i) in in_force]
         if present:
-            faults.heal(self.lab, ids=present)
+            self.heal_ids(present)
         for fault_id in ids:
             self.active.pop(fault_id, None)
 
@@ -230,26 +248,49 @@ def qps_in_err(lab: str, topo: Topology) -> list[dict]:
     return found
 
 
-def run(lab: str, spec: ChaosSpec, *, on_fault=None) -> dict:
+class Site:
+    """Where a run puts its faults and traffic: a lab of this machine. A
+    cluster lab's (mrc_nic.cli.cluster_chaos) reaches its machines' agents."""
+
+    def __init__(self, lab: str) -> None:
+        self.lab = lab
+        _, self.topo = open_lab(lab)
+
+    def schedule(self, spec: ChaosSpec) -> Schedule:
+        return Schedule(self.lab, self.topo, spec)
+
+    def traffic(self, src: str, dst: str, size: int) -> Traffic:
+        return Traffic(self.lab, src, dst, size)
+
+    def meter(self) -> fidelity.Meter | None:
+        # Which resource bound the run's traffic: a link taken down drops at its
+        # veths, the fault's doing, so those drops are not judged.
+        return fidelity.Meter(topo=self.topo, judge_veth_drops=False)
+
+    def qps_in_err(self) -> list[dict]:
+        return qps_in_err(self.lab, self.topo)
+
+
+def run(lab: str, spec: ChaosSpec, *, on_fault=None, site: Site | None = None) -> dict:
     """Run the schedule (and its traffic) for spec.duration, or until Ctrl-C
     (the report then says interrupted); heal every fault it applied, whatever
     happens; return the report. on_fault(entry) is called after each fault
-    is applied (a live log)."""
-    _, topo = open_lab(lab)
+    is applied (a live log). site: the lab's (default: Site(lab), this machine's)."""
+    site = site or Site(lab)
+    topo = site.topo
     spec.validate(topo)
     hosts = topo.host_names()
     src = spec.src or hosts[0]
     dst = spec.dst or next(h for h in hosts if h != src)
     if src == dst:
         raise ChaosError("--src and --dst must be different hosts")
-    schedule = Schedule(lab, topo, spec)
-    traffic = Traffic(lab, src, dst, spec.write_size) if spec.traffic else None
+    schedule = site.schedule(spec)
+    traffic = site.traffic(src, dst, spec.write_size) if spec.traffic else None
     thread = threading.Thread(target=traffic.run, daemon=True) if traffic else None
     stop = threading.Event()
-    # Which resource bound the run's traffic: a link taken down drops at its
-    # veths, the fault's doing, so those drops are not judged.
-    meter = fidelity.Meter(topo=topo, judge_veth_drops=False)
-    meter.start()
+    meter = site.meter()
+    if meter:
+        meter.start()
     start = time.monotonic()
     with _ctrl_c_sets(stop):
         try:
@@ -273,10 +314,10 @@ def run(lab: str, spec: ChaosSpec, *, on_fault=None) -> dict:
                     if thread.is_alive():
                         traffic.cancel()
                         thread.join(10)
-    fid = meter.stop()
+    fid = meter.stop() if meter else None
     interrupted = stop.is_set()
     seconds = time.monotonic() - start
-    left = faults_left(lab, schedule)
+    left = faults_left(schedule)
     report = {
         "lab": lab,
         "seed": spec.seed,
@@ -292,7 +333,7 @@ def run(lab: str, spec: ChaosSpec, *, on_fault=None) -> dict:
         "faults_left": left,
         "faults": schedule.applied,
         "traffic": None,
-        "qps_in_err": qps_in_err(lab, topo) + (traffic.qps_in_err if traffic else []),
+        "qps_in_err": site.qps_in_err() + (traffic.qps_in_err if traffic else []),
         "fidelity": fid,
     }
     if traffic:
@@ -327,8 +368,7 @@ def _ctrl_c_sets(stop: threading.Event) -> Iterator[None]:
         signal.signal(signal.SIGINT, previous)
 
 
-def faults_left(lab: str, schedule: Schedule) -> list[int]:
+def faults_left(schedule: Schedule) -> list[int]:
     """Ids of this run's faults still in the lab's record (none, unless a heal failed)."""
-    record, _ = open_lab(lab)
     ours = {str(f["id"]) for f in schedule.applied}
-    return sorted(int(i) for i in record.faults if i in ours)
+    return sorted(int(i) for i in schedule.in_force() if i in ours)

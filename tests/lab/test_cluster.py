@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 
 import pytest
 
@@ -140,6 +141,144 @@ def test_remote_plane_blackhole_is_bypassed(cluster, lab):
 def test_exec_runs_on_the_hosts_machine(cluster, lab):
     done = cli(cluster, "exec", "h1", "-l", lab, "--", "ip", "-br", "addr")
     assert "198.18.0.2" in done.stdout
+
+
+def test_stats_merges_planes_paths_and_ports_over_machines(cluster, lab):
+    from mrc_nic.lab import topology
+    from mrc_nic.observe import aggregate
+
+    cli(cluster, "write", "h0", "h1", "-l", lab, "--size", "16M")
+    snap = json.loads(cli(cluster, "stats", "-l", lab, "--format", "json").stdout)
+    topo = topology.load(NETNS_DIR / "default.toml")
+    assert {
+        "schema",
+        "topology",
+        "hosts",
+        "links",
+        "ports",
+        "planes",
+        "paths",
+        "qps",
+        "nic",
+    } <= set(snap)
+    placed = snap["cluster"]["placement"]
+    # Every switch port once, from the machine that holds it.
+    ports = [(p["node"], p["ifname"]) for p in snap["ports"]]
+    assert sorted(ports) == sorted((p.node, p.ifname) for p in topo.switch_ports())
+    assert [h["name"] for h in snap["hosts"]] == ["h0", "h1"]
+    assert [h["machine"] for h in snap["hosts"]] == [placed["h0"], placed["h1"]]
+    # Planes and paths are worked out over the merged links, as on a local lab.
+    assert [p["plane"] for p in snap["planes"]] == list(range(topo.planes))
+    links = {lk["name"]: lk for lk in snap["links"]}
+    assert all(lk["state"] == "up" for lk in links.values())
+    for plane in snap["planes"]:
+        host_links = [lk for lk in links.values() if lk["kind"] == "host"]
+        mine = [lk for lk in host_links if lk["plane"] == plane["plane"]]
+        assert plane["offered"]["pkts"] == sum(lk["up"]["pkts"] for lk in mine)
+        assert plane["links"] == sum(lk["plane"] == plane["plane"] for lk in links.values())
+    assert sum(p["offered"]["bytes"] for p in snap["planes"]) >= 16 * 2**20
+    assert sum(p["delivered"]["bytes"] for p in snap["planes"]) >= 16 * 2**20
+    assert [p["path"] for p in snap["paths"]] == [d.name for d in aggregate.path_defs(topo)]
+    for path in snap["paths"]:
+        leg = links[path["links"][-1]]
+        assert (path["up"], path["down"], path["state"]) == (leg["up"], leg["down"], "up")
+    # The write's packets crossed T0-T1 links cut between the machines, counted
+    # up on one machine and down on the other: both directions are in the merge.
+    cut = [links[name] for name in snap["cluster"]["vxlan_links"]]
+    assert sum(lk["up"]["pkts"] for lk in cut) > 0 and sum(lk["down"]["pkts"] for lk in cut) > 0
+    assert snap["nic"]["counters"]["placed_bytes"] >= 16 * 2**20
+
+
+def test_stats_stream_watch_and_prom(cluster, lab):
+    lines = cli(
+        cluster, "stats", "-l", lab, "--format", "jsonl", "--count", "2", "--interval", "1"
+    ).stdout.splitlines()
+    first, second = (json.loads(line) for line in lines)
+    assert first["planes"][0]["rates"] is None
+    assert second["interval_s"] > 0 and second["planes"][0]["rates"] is not None
+    assert all(lk["rates"] is not None for lk in second["links"])
+    watch = cli(cluster, "stats", "-l", lab, "--watch", "--count", "2", "--interval", "1").stdout
+    assert watch.count("planes: offered by hosts") == 2
+    prom = cli(cluster, "stats", "-l", lab, "--format", "prom").stdout
+    snap = json.loads(cli(cluster, "stats", "-l", lab, "--format", "json").stdout)
+    name = next(iter(snap["cluster"]["vxlan_links"]))
+    line = next(
+        ln
+        for ln in prom.splitlines()
+        if ln.startswith("mrc_link_packets_total{") and f'link="{name}"' in ln
+    )
+    assert float(line.split()[-1]) > 0  # counters of both machines, after the writes
+    assert "mrc_plane_" in prom and "mrc_path_" in prom
+    narrowed = json.loads(
+        cli(cluster, "stats", "-l", lab, "--host", "h1", "--plane", "1", "--format", "json").stdout
+    )
+    assert {(p["host"], p["plane"]) for p in narrowed["paths"]} == {("h1", 1)}
+    table = cli(cluster, "stats", "-l", lab, "--by", "path").stdout
+    assert "h1.eth1>t0b>t1a" in table
+    shown = cli(cluster, "status", "-l", lab).stdout
+    assert "198.51.100.2" in shown and "plane" in shown
+
+
+def test_stats_listen_serves_merged_metrics(cluster, lab):
+    port = 19000 + os.getpid() % 1000
+    tool = os.path.join(os.path.dirname(sys.executable), "mrc-nic")
+    net = f"--net=/run/netns/{cluster.netns(0)}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MRC_NIC_", "RAY_"))}
+    argv = ["stats", "-l", lab, "--format", "prom", "--listen", f"127.0.0.1:{port}"]
+    server = subprocess.Popen(
+        ["nsenter", net, tool, *argv, "--duration", "120s"],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+        env=env,
+    )
+    try:
+        assert "serving" in server.stderr.readline()
+        fetch = f"import urllib.request as u; print(u.urlopen('http://127.0.0.1:{port}/metrics').read().decode())"
+        got = subprocess.run(
+            ["nsenter", net, sys.executable, "-c", fetch],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert got.returncode == 0, got.stderr
+        assert 'mrc_link_packets_total{direction="up",link="p0.t0b-h1"' in got.stdout  # m1's host
+    finally:
+        server.terminate()
+        server.wait(10)
+
+
+def test_chaos_across_machines(cluster, lab):
+    from mrc_nic.fabric import faults
+    from mrc_nic.lab import topology
+
+    done = cli(
+        cluster,
+        *("chaos", "-l", lab, "--duration", "12s", "--every", "1s", "--hold", "1500ms"),
+        *("--seed", "3", "--write-size", "8M", "--format", "json"),
+    )
+    report = json.loads(done.stdout)
+    assert report["faults_applied"] >= 2 and report["faults_left"] == []
+    assert report["qps_in_err"] == []
+    traffic = report["traffic"]
+    assert traffic["writes"] >= 1 and traffic["writes_failed"] == 0
+    assert traffic["bytes_verified"] == traffic["writes"] * 8 * 2**20
+    # The schedule draws over the whole lab: its faults landed on both machines.
+    topo = topology.load(NETNS_DIR / "default.toml")
+    snap = status(cluster, lab)
+    placed = snap["cluster"]["placement"]
+    touched = set()
+    for f in report["faults"]:
+        _, links = faults.resolve_target(topo, tuple(f["target"].split()))
+        touched |= {placed[end.node] for lk in links for end in lk.ends()}
+    assert touched == {0, 1}
+    assert snap["faults"] == [] and snap["cluster"]["faults"] == {}
+
+
+def test_scenario_is_refused_with_what_to_run(cluster, lab):
+    done = cli(cluster, "scenario", "incast", "--senders", "1", "-l", lab, check=False)
+    assert done.returncode != 0
+    assert "does not run on a cluster lab" in done.stderr and "--topology" in done.stderr
 
 
 def test_a_dead_agent_is_reported_and_replaced(cluster, lab):

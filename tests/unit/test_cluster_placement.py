@@ -97,6 +97,9 @@ def test_commands_go_to_a_cluster_lab_only_when_its_record_is_here(tmp_path, mon
     )
     assert route.cluster_command(["status", "--help"]) is None
     assert route.cluster_command(["up", "-l", "big"]) is None
+    # A scenario with --topology brings up a lab of its own here.
+    assert route.cluster_command(["scenario", "incast", "-l", "big"])[0] == "big"
+    assert route.cluster_command(["scenario", "incast", "--topology", "clos-8"]) is None
     monkeypatch.setenv(route.AGENT_ENV, "1")  # an agent: the machine's own shard
     assert route.cluster_command(["status", "-l", "big"]) is None
 
