@@ -280,6 +280,7 @@ struct rx_pkt {
 	__u32 qpn, psn, dmalen, rkey, flags_msn, msg_off, imm;
 	__u32 payload_len, payload_off, dscp;
 	int has_imm, last, trimmed;
+	int ackreq; /* BTH AckReq: the sender wants this packet answered at once */
 };
 
 /* What rx_data decided before the lock, for the locked section. */
@@ -289,6 +290,7 @@ struct rx_plan {
 	__u32 elem;                  /* the payload's first region element */
 	__u32 in_off;                /* where in that element it starts */
 	int fresh;                   /* the PSN looked new: its payload was copied */
+	int hold;                    /* placed, its answer coalesced (ack_hold) */
 	enum rx_nack nack;
 };
 
@@ -314,6 +316,7 @@ static __always_inline int rx_parse(struct mrc_pkt *p, struct rx_pkt *d)
 
 	d->qpn = bpf_ntohl(p->bth->qpn) & MRC_BTH_QPN_MASK;
 	d->psn = bpf_ntohl(p->bth->apsn) & MRC_BTH_PSN_MASK;
+	d->ackreq = !!(p->bth->apsn & bpf_htonl(MRC_BTH_ACK_MASK));
 	d->va = bpf_ntohll(reth->va);
 	d->rkey = bpf_ntohl(reth->rkey);
 	d->dmalen = bpf_ntohl(reth->dmalen);
@@ -533,9 +536,37 @@ static __always_inline void rx_locked_nack(struct nic_rq *rq, const struct rx_pk
 	}
 	if (nack == RX_NACK_OOR)
 		rq->stats.oor_pkts++;
+	rq->ack_held = 0; /* the NACK carries cum_psn: it answers the held packets too */
 	sack_view(rq, d->psn, window, ai);
 	rq->stats.data_pkts++;
 	rq->stats.nacks++;
+}
+
+/*
+ * ACK coalescing (receive lock held; docs/nic-program.md, "ACK coalescing"):
+ * may the answer to this placed packet wait for a later one? Only for a
+ * packet that arrived in order (its PSN was cum_psn) with nothing received
+ * beyond it (no hole for the sender to hear about), not LAST, not ECN-marked,
+ * without AckReq, while fewer than ack_every - 1 answers are held and the
+ * first held one is younger than ack_delay_ns. Every answer, held or not,
+ * carries cum_psn, which covers the held packets; so any answer ends the run.
+ */
+static __always_inline int ack_hold(struct nic_rq *rq, const struct rx_pkt *d,
+				    const struct ack_info *ai, __s32 dist, __u64 now)
+{
+	__u32 every = rq->ack_every ? rq->ack_every : NIC_ACK_EVERY;
+	__u32 delay = rq->ack_delay_ns ? rq->ack_delay_ns : NIC_ACK_DELAY_NS;
+	__u32 held = rq->ack_held;
+
+	/* In order: it was cum_psn, and cum_psn moved by it alone (it filled no hole). */
+	if (every > 1 && dist == 0 && rq->cum_psn == ((d->psn + 1) & MRC_PSN_MASK) && !d->last && !d->ackreq && !(ai->flags & MRC_ACK_F_ECN) &&
+	    !ai->sack_bitmap && held + 1 < every && (held == 0 || now - rq->ack_held_ns < delay)) {
+		if (held == 0)
+			rq->ack_held_ns = now;
+		rq->ack_held = held + 1;
+		return 1;
+	}
+	return 0; /* the caller ends the run */
 }
 
 /* Under the lock, the rest: a duplicate, or the placement (bit, cum_psn,
@@ -574,6 +605,9 @@ static __always_inline enum rx_verdict rx_locked_place(struct nic_rq *rq, const 
 		if (verdict == RX_DUP)
 			rq->stats.dup_pkts++;
 		sack_view(rq, d->psn, window, ai);
+		plan->hold = verdict == RX_PLACED && ack_hold(rq, d, ai, dist, plan->now);
+		if (!plan->hold)
+			rq->ack_held = 0;
 	}
 	return verdict;
 }
@@ -603,6 +637,10 @@ static __always_inline int rx_finish(struct xdp_md *ctx, struct mrc_pkt *p, cons
 			count(NIC_CNT_MSG_DONE, plan->batch->done);
 			if (plan->batch->n)
 				emit_completions(d->qpn, rq->recv_cq, plan->batch);
+		}
+		if (plan->hold) { /* a later answer's cum_psn acknowledges it */
+			count(NIC_CNT_ACK_HELD, 1);
+			return XDP_DROP;
 		}
 		break;
 	}

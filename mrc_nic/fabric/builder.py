@@ -210,8 +210,17 @@ class Fabric:
                     nh_mac=self._mac(up.node, up.ifname),
                     netns=self.topo.netns(host.node),
                 )
+            from mrc_nic.nic import DOORBELL_IFNAME
+
             for name in filter(self.topo.is_here, self.topo.host_names()):
                 self._make_doorbell(name, nic)
+                self._call(
+                    f"{name}: ACK fan-out through the doorbell",
+                    maps.set_fanout,
+                    self.topo.nodes[name].index,
+                    self.ifindex(name, DOORBELL_IFNAME),
+                    netns=self.topo.netns(name),
+                )
                 maps.set_port_bitmap(self.topo.nodes[name].index, (1 << self.topo.planes) - 1)
 
     def _make_doorbell(self, host: str, nic: Any) -> None:

@@ -82,6 +82,10 @@ QUEUE_BYTES_MAX = 1 << 30
 # regress on a quiet machine (docs/benchmarks.md, "Line rate": 12-17% more
 # goodput, but a longer blackhole gap in 3 of 3 loaded runs).
 BASE_RTT_NS = 100_000  # [queues] base_rtt default: the design RTT of the shipped labs
+# [nic] ack_every / ack_delay_us: ACK coalescing (docs/nic-program.md, "ACK coalescing").
+ACK_EVERY_DEFAULT = 4
+ACK_EVERY_MAX = 64
+ACK_DELAY_US_DEFAULT = 50
 FORWARDING_MODES = ("bpf", "kernel")
 FORWARDING_DEFAULT = "kernel"
 
@@ -114,6 +118,14 @@ SCHEMA: dict[str, dict[str, str]] = {
         "memory": (
             'NIC memory per host (registered memory), e.g. "64MiB" (default), "320MiB": '
             "an MR takes at most half of it; the lab's total is at most 2 GiB"
+        ),
+        "ack_every": (
+            f"ACK coalescing: a receiver answers one in-order data packet in this many, "
+            f"1..{ACK_EVERY_MAX} (default {ACK_EVERY_DEFAULT}; 1: every packet)"
+        ),
+        "ack_delay_us": (
+            f"ACK coalescing: the longest a receiver holds an answer, in us "
+            f"(default {ACK_DELAY_US_DEFAULT})"
         ),
     },
     "addressing": {
@@ -299,6 +311,8 @@ class Topology:
     fabric_net: ipaddress.IPv4Network
     queues: QueueParams = field(default_factory=QueueParams)
     nic_memory_bytes: int = NIC_MEMORY_DEFAULT  # [nic] memory: registered memory per host
+    ack_every: int = ACK_EVERY_DEFAULT  # [nic] ack_every: one SACK per this many packets
+    ack_delay_us: int = ACK_DELAY_US_DEFAULT  # [nic] ack_delay_us: longest hold of a SACK
     forwarding: str = FORWARDING_DEFAULT  # who forwards MRC packets in the switches
     raw: dict = field(default_factory=dict)  # the TOML as parsed, kept in the lab state
     nodes: dict[str, Node] = field(default_factory=dict)
@@ -402,6 +416,8 @@ class Topology:
             "mtu": self.mtu,
             "buffer_bytes": self.buffer_bytes,
             "nic_memory_bytes": self.nic_memory_bytes,
+            "ack_every": self.ack_every,
+            "ack_delay_us": self.ack_delay_us,
             "queues": {
                 "base_rtt_ns": self.queues.base_rtt_ns,
                 "ecn": self.queues.ecn,
@@ -754,6 +770,8 @@ def from_dict(path: Path, data: dict, lab: str | None = None) -> Topology:
         fabric_net=r.network("addressing.fabric", "198.19.0.0/16"),
         queues=r.queues(),
         nic_memory_bytes=_nic_memory(r, hosts),
+        ack_every=r.integer("nic.ack_every", 1, ACK_EVERY_MAX, ACK_EVERY_DEFAULT),
+        ack_delay_us=r.integer("nic.ack_delay_us", 1, 1_000_000, ACK_DELAY_US_DEFAULT),
         forwarding=r.choice("fabric.forwarding", FORWARDING_MODES, FORWARDING_DEFAULT),
         raw=data,
     )

@@ -152,9 +152,13 @@ def test_verbs_fields_of_the_shared_structs():
     assert nic.SqState.reo_learned_ns.offset == ctypes.sizeof(nic.SqState) - 4
     assert (nic.SqState.auth.offset, nic.SqState.auth_key.offset) == (3404, 3408)
     assert nic.SqState.max_wimm.offset == 3424
-    assert nic.RqState.auth_key.offset == ctypes.sizeof(nic.RqState) - 40
-    assert nic.RqState.max_wimm_dest.offset == ctypes.sizeof(nic.RqState) - 20
-    assert nic.RqState.pd.offset == ctypes.sizeof(nic.RqState) - 8  # then the PD
+    assert nic.RqState.auth_key.offset == ctypes.sizeof(nic.RqState) - 56
+    assert nic.RqState.max_wimm_dest.offset == ctypes.sizeof(nic.RqState) - 36
+    assert nic.RqState.pd.offset == ctypes.sizeof(nic.RqState) - 24  # then the PD
+    # then ACK coalescing (docs/nic-program.md): setup, BPF-owned, setup
+    assert nic.RqState.ack_every.offset == ctypes.sizeof(nic.RqState) - 20
+    assert nic.RqState.ack_held_ns.offset == ctypes.sizeof(nic.RqState) - 16
+    assert nic.RqState.ack_delay_ns.offset == ctypes.sizeof(nic.RqState) - 8
     assert (nic.QpErrEvent.error.offset, ctypes.sizeof(nic.QpErrEvent)) == (24, 40)
     assert nic.WQE_F_SIGNALED == 1 and nic.QpError.RETRY_EXCEEDED == 1
     frame = nic.kick_frame(0x000007, nic.KickOp.FAIL, nic.QpError.RETRY_EXCEEDED)
