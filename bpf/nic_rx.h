@@ -544,12 +544,13 @@ static __always_inline void rx_locked_nack(struct nic_rq *rq, const struct rx_pk
 
 /*
  * ACK coalescing (receive lock held; docs/nic-program.md, "ACK coalescing"):
- * may the answer to this placed packet wait for a later one? Only for a
- * packet that arrived in order (its PSN was cum_psn) with nothing received
- * beyond it (no hole for the sender to hear about), not LAST, not ECN-marked,
+ * may the answer to this placed packet wait for a later one? In or out of
+ * order alike (per-packet spraying reorders every flow; the bitmap says
+ * what arrived), as long as a SACK based at cum_psn reports it (less than
+ * MRC_SACK_BITS past it), for a packet that is not LAST, not ECN-marked and
  * without AckReq, while fewer than ack_every - 1 answers are held and the
- * first held one is younger than ack_delay_ns. Every answer, held or not,
- * carries cum_psn, which covers the held packets; so any answer ends the run.
+ * first held one is younger than ack_delay_ns. Every answer carries cum_psn
+ * and the bitmap from it, which cover the held packets; any answer ends the run.
  */
 static __always_inline int ack_hold(struct nic_rq *rq, const struct rx_pkt *d,
 				    const struct ack_info *ai, __s32 dist, __u64 now)
@@ -558,9 +559,9 @@ static __always_inline int ack_hold(struct nic_rq *rq, const struct rx_pkt *d,
 	__u32 delay = rq->ack_delay_ns ? rq->ack_delay_ns : NIC_ACK_DELAY_NS;
 	__u32 held = rq->ack_held;
 
-	/* In order: it was cum_psn, and cum_psn moved by it alone (it filled no hole). */
-	if (every > 1 && dist == 0 && rq->cum_psn == ((d->psn + 1) & MRC_PSN_MASK) && !d->last && !d->ackreq && !(ai->flags & MRC_ACK_F_ECN) &&
-	    !ai->sack_bitmap && held + 1 < every && (held == 0 || now - rq->ack_held_ns < delay)) {
+	if (every > 1 && dist >= 0 && dist < MRC_SACK_BITS && !d->last && !d->ackreq &&
+	    !(ai->flags & MRC_ACK_F_ECN) && held + 1 < every &&
+	    (held == 0 || now - rq->ack_held_ns < delay)) {
 		if (held == 0)
 			rq->ack_held_ns = now;
 		rq->ack_held = held + 1;

@@ -93,14 +93,24 @@ def test_a_packet_that_asks_is_answered_at_once(program, maps, qp, what, kw):
     assert_answer(result, sack(START + 1, cum=START + 2, flags=flags, msn=msn))
 
 
-def test_out_of_order_is_answered_at_once_and_so_is_the_hole_filler(program, maps, qp):
+def test_out_of_order_packets_are_coalesced_too(program, maps, qp):
+    """Spraying reorders every flow: a burst out of order is one SACK, whose
+    bitmap and cum_psn say what came."""
+    for psn in (START + 2, START + 1, START + 3):
+        assert run(program, mid(psn)).retval == XDP_DROP, f"PSN {psn} answered"
+    assert_answer(run(program, mid(START + 5)), sack(START + 5, cum=START, bitmap=0b101110))
+    # the first of a new run: held, placed, cum_psn over the four
     assert run(program, mid(START)).retval == XDP_DROP
-    # START + 2 before START + 1: a hole the sender must hear about
-    assert_answer(run(program, mid(START + 2)), sack(START + 2, cum=START + 1, bitmap=0b10))
-    # START + 1 fills it: cum_psn jumps by two, answered at once
-    assert_answer(run(program, mid(START + 1)), sack(START + 1, cum=START + 3))
-    # back in order: held again
-    assert run(program, mid(START + 3)).retval == XDP_DROP
+    assert maps.rq_raw(QP_RX).cum_psn == START + 4
+
+
+def test_a_packet_beyond_the_bitmap_is_answered_at_once(program, maps, qp):
+    """A PSN 64 or more past cum_psn: a SACK based at cum_psn could not report
+    it, so it is answered now (its SACK moves the base)."""
+    setup_qp(maps, mpr=2, ack_every=EVERY, ack_delay_ns=DELAY_NS)
+    assert run(program, mid(START + 63, elem=0)).retval == XDP_DROP
+    result = run(program, mid(START + 100, elem=1))
+    assert_answer(result, sack(START + 100, cum=START, sack_psn=192, bitmap=1 << 8, mpr=2))
 
 
 def test_a_duplicate_and_a_trim_are_answered_at_once(program, maps, qp):
