@@ -87,8 +87,12 @@ static __always_inline void ring_advance(struct nic_rq *rq)
  * trigger lies 64 or more PSNs beyond it (MPR can be many times 64): then it
  * is the trigger's PSN rounded down to a multiple of 64, so that the SACK
  * reports the trigger's neighbourhood (docs/wire-format.md 6: "The receiver
- * may then move the base"). Bits at or beyond cum_psn + window are masked:
- * their ring positions belong to PSNs of the current window.
+ * may then move the base"), but not while answers are held (ACK coalescing):
+ * the held packets lie in the 64 from cum_psn, and this answer must report
+ * them (the trigger itself is acknowledged by its BTH.psn; its neighbours
+ * were answered when they came, being too far to be held). Bits at or beyond
+ * cum_psn + window are masked: their ring positions belong to PSNs of the
+ * current window.
  */
 static __always_inline void sack_view(const struct nic_rq *rq, __u32 psn, __s32 window,
 				      struct ack_info *ai)
@@ -97,7 +101,7 @@ static __always_inline void sack_view(const struct nic_rq *rq, __u32 psn, __s32 
 	__s32 d = MRC_PSN_DIFF(psn, cum), lim;
 	__u64 bits;
 
-	if (d >= MRC_SACK_BITS && d < window)
+	if (d >= MRC_SACK_BITS && d < window && !rq->ack_held)
 		base = psn & ~(__u32)(MRC_SACK_BITS - 1);
 	w = RING_WORD(base);
 	b = RING_BIT(base);

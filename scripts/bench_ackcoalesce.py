@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """ACK coalescing A/B (issue 26 item 4): `mrc-nic doctor`'s two measurements on
-two labs of doctor's shape (2 hosts, 1 plane, two tiers) that differ only in
-[nic] ack_every, interleaved in one run, their order turned every round:
+labs of doctor's shape (2 hosts, 1 plane, two tiers) that differ only in
+[nic] ack_every (a case "4") and, for a case "4:1000", the TBFs' burst in us
+(as shipped: topology.TBF_BURST_SECONDS, 250 us), interleaved in one run,
+their order turned every round:
 
 1. links out of the way (every link at doctor.UNCAPPED_BPS): one 64 MiB write;
    goodput, data packets a second, CPU per data packet (the machine's busy time
@@ -16,12 +18,13 @@ Both labs stay up for the whole run. Prints one JSON object (--json FILE too)
 with every round and the medians. docs/measurements.md, "ACK coalescing".
 
 Usage (root; the project's venv):
-    .venv/bin/python scripts/bench_ackcoalesce.py [--rounds 3] [--every 1 4]
+    .venv/bin/python scripts/bench_ackcoalesce.py [--rounds 3] [--cases 1 4 4:1000]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -35,11 +38,30 @@ from mrc_nic.lab import topology
 from mrc_nic.workloads import doctor
 
 
+def parse_case(text: str) -> tuple[int, int | None]:
+    """A case: "EVERY" or "EVERY:BURST_US" (ack_every, and the TBFs' burst in us)."""
+    every, _, burst = text.partition(":")
+    return int(every), int(burst) if burst else None
+
+
 def lab_topology(lab: str, every: int, rate_bps: int) -> topology.Topology:
     base = doctor.doctor_topology(lab, rate_bps)
     data = dict(base.raw)
     data["nic"] = {**data.get("nic", {}), "ack_every": every}
     return topology.from_dict(base.path, data, lab=lab)
+
+
+@contextlib.contextmanager
+def tbf_burst(burst_us: int | None):
+    """The TBFs' bucket (topology.TBF_BURST_SECONDS, read when a queue is set)
+    for what runs inside; None: as shipped."""
+    old = topology.TBF_BURST_SECONDS
+    if burst_us is not None:
+        topology.TBF_BURST_SECONDS = burst_us * 1e-6
+    try:
+        yield
+    finally:
+        topology.TBF_BURST_SECONDS = old
 
 
 def hops_now(lab: str) -> int:
@@ -84,12 +106,21 @@ def faithful_rate(topo: topology.Topology, top_bps: float) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--every", type=int, nargs="+", default=[1, 4], help="ack_every of each lab")
+    ap.add_argument(
+        "--cases",
+        nargs="+",
+        default=["1", "4"],
+        help='one lab each: "EVERY" (its ack_every) or "EVERY:BURST_US" (and its TBF burst)',
+    )
     ap.add_argument("--no-bisect", action="store_true", help="skip the faithful-rate bisection")
     ap.add_argument("--json", metavar="FILE")
     args = ap.parse_args(argv)
     pid = os.getpid() % 10**5
-    topos = {e: lab_topology(f"ev{e}x{pid}"[:12], e, doctor.UNCAPPED_BPS) for e in args.every}
+    cases = {c: parse_case(c) for c in args.cases}
+    topos = {
+        c: lab_topology(f"ev{i}x{pid}"[:12], e, doctor.UNCAPPED_BPS)
+        for i, (c, (e, _)) in enumerate(cases.items())
+    }
     out: dict[str, Any] = {
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "load_avg_start": [round(x, 2) for x in os.getloadavg()],
@@ -97,19 +128,22 @@ def main(argv: list[str] | None = None) -> int:
     }
     up = []
     try:
-        for t in topos.values():
-            testbed.up(t)
+        for c, t in topos.items():
+            with tbf_burst(cases[c][1]):
+                testbed.up(t)
             up.append(t.lab)
         for r in range(args.rounds):
-            order = args.every if r % 2 == 0 else list(reversed(args.every))
-            for e in order:
-                row: dict[str, Any] = {"round": r, "ack_every": e}
+            order = args.cases if r % 2 == 0 else list(reversed(args.cases))
+            for c in order:
+                row: dict[str, Any] = {"round": r, "case": c, "ack_every": cases[c][0]}
+                row["tbf_burst_us"] = cases[c][1]
                 row["load_avg"] = round(os.getloadavg()[0], 2)
-                row.update(uncapped(topos[e]))
-                if not args.no_bisect:
-                    top = row["goodput_gbps"] * 1e9 * doctor.frame_bytes(topos[e])
-                    top /= doctor.nic.seg_size(topos[e].mtu)
-                    row.update(faithful_rate(topos[e], top))
+                with tbf_burst(cases[c][1]):
+                    row.update(uncapped(topos[c]))
+                    if not args.no_bisect:
+                        top = row["goodput_gbps"] * 1e9 * doctor.frame_bytes(topos[c])
+                        top /= doctor.nic.seg_size(topos[c].mtu)
+                        row.update(faithful_rate(topos[c], top))
                 print(json.dumps(row), file=sys.stderr, flush=True)
                 out["rounds"].append(row)
     finally:
@@ -117,12 +151,12 @@ def main(argv: list[str] | None = None) -> int:
             testbed.down(lab)
     out["load_avg_end"] = [round(x, 2) for x in os.getloadavg()]
     out["medians"] = {
-        e: {
-            k: statistics.median(x[k] for x in out["rounds"] if x["ack_every"] == e)
+        c: {
+            k: statistics.median(x[k] for x in out["rounds"] if x["case"] == c)
             for k in ("goodput_gbps", "cpu_us_per_packet", "hops_per_packet", "cpu_us_per_hop")
             + (() if args.no_bisect else ("faithful_mbps",))
         }
-        for e in args.every
+        for c in args.cases
     }
     text = json.dumps(out, indent=1)
     print(text)

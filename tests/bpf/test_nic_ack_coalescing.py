@@ -105,12 +105,15 @@ def test_out_of_order_packets_are_coalesced_too(program, maps, qp):
 
 
 def test_a_packet_beyond_the_bitmap_is_answered_at_once(program, maps, qp):
-    """A PSN 64 or more past cum_psn: a SACK based at cum_psn could not report
-    it, so it is answered now (its SACK moves the base)."""
+    """A PSN 64 or more past cum_psn is answered now; while answers are held
+    its SACK keeps the base at cum_psn, to report them (its own PSN is in the
+    BTH); with none held the base moves to it as before."""
     setup_qp(maps, mpr=2, ack_every=EVERY, ack_delay_ns=DELAY_NS)
     assert run(program, mid(START + 63, elem=0)).retval == XDP_DROP
     result = run(program, mid(START + 100, elem=1))
-    assert_answer(result, sack(START + 100, cum=START, sack_psn=192, bitmap=1 << 8, mpr=2))
+    assert_answer(result, sack(START + 100, cum=START, bitmap=1 << 63, mpr=2))
+    result = run(program, mid(START + 101, elem=2))
+    assert_answer(result, sack(START + 101, cum=START, sack_psn=192, bitmap=0b11 << 8, mpr=2))
 
 
 def test_a_duplicate_and_a_trim_are_answered_at_once(program, maps, qp):
