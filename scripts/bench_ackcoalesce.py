@@ -5,7 +5,8 @@ labs of doctor's shape (2 hosts, 1 plane, two tiers) that differ only in
 (as shipped: topology.TBF_BURST_SECONDS, 250 us), interleaved in one run,
 their order turned every round:
 
-1. links out of the way (every link at doctor.UNCAPPED_BPS): one 64 MiB write;
+1. links out of the way (every link at doctor.UNCAPPED_BPS): one 64 MiB write
+   (--size-mib);
    goodput, data packets a second, CPU per data packet (the machine's busy time
    over the write, /proc/stat through the write's fidelity meter: the whole
    machine, other work included), and the packet-hops each data packet cost
@@ -44,9 +45,10 @@ def parse_case(text: str) -> tuple[int, int | None]:
     return int(every), int(burst) if burst else None
 
 
-def lab_topology(lab: str, every: int, rate_bps: int) -> topology.Topology:
+def lab_topology(lab: str, every: int, rate_bps: int, planes: int = 1) -> topology.Topology:
     base = doctor.doctor_topology(lab, rate_bps)
     data = dict(base.raw)
+    data["fabric"] = {**data["fabric"], "planes": planes}
     data["nic"] = {**data.get("nic", {}), "ack_every": every}
     return topology.from_dict(base.path, data, lab=lab)
 
@@ -71,10 +73,10 @@ def hops_now(lab: str) -> int:
         return sum(maps.counters(p, switchport.INGRESS).pkts for p in range(maps.max_keys // 2))
 
 
-def uncapped(topo: topology.Topology) -> dict[str, Any]:
+def uncapped(topo: topology.Topology, size: int) -> dict[str, Any]:
     topo = doctor.set_rate(topo, doctor.UNCAPPED_BPS)
     h0 = hops_now(topo.lab)
-    r = doctor.measure_write(topo, 64 * 2**20)
+    r = doctor.measure_write(topo, size)
     hops = hops_now(topo.lab) - h0
     cpu_s = (r["busy"] or 0) * (os.cpu_count() or 1) * r["seconds"]
     return {
@@ -112,13 +114,15 @@ def main(argv: list[str] | None = None) -> int:
         default=["1", "4"],
         help='one lab each: "EVERY" (its ack_every) or "EVERY:BURST_US" (and its TBF burst)',
     )
+    ap.add_argument("--size-mib", type=int, default=64, help="the uncapped write (doctor's: 64)")
+    ap.add_argument("--planes", type=int, default=1, help="planes of the labs (doctor's: 1)")
     ap.add_argument("--no-bisect", action="store_true", help="skip the faithful-rate bisection")
     ap.add_argument("--json", metavar="FILE")
     args = ap.parse_args(argv)
     pid = os.getpid() % 10**5
     cases = {c: parse_case(c) for c in args.cases}
     topos = {
-        c: lab_topology(f"ev{i}x{pid}"[:12], e, doctor.UNCAPPED_BPS)
+        c: lab_topology(f"ev{i}x{pid}"[:12], e, doctor.UNCAPPED_BPS, args.planes)
         for i, (c, (e, _)) in enumerate(cases.items())
     }
     out: dict[str, Any] = {
@@ -139,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
                 row["tbf_burst_us"] = cases[c][1]
                 row["load_avg"] = round(os.getloadavg()[0], 2)
                 with tbf_burst(cases[c][1]):
-                    row.update(uncapped(topos[c]))
+                    row.update(uncapped(topos[c], args.size_mib * 2**20))
                     if not args.no_bisect:
                         top = row["goodput_gbps"] * 1e9 * doctor.frame_bytes(topos[c])
                         top /= doctor.nic.seg_size(topos[c].mtu)
