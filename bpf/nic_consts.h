@@ -129,8 +129,9 @@ _Static_assert(NIC_EP_SLOTS > 0 && (NIC_EP_SLOTS & (NIC_EP_SLOTS - 1)) == 0,
 #define NIC_KICK_ETHERTYPE 0x88B5
 
 /* ACK coalescing (docs/nic-program.md, "ACK coalescing"): a receive QP answers
- * one in-order data packet in NIC_ACK_EVERY, or the first after one held for
- * NIC_ACK_DELAY_NS; every other kind of packet at once. The lab's default,
+ * one data packet in NIC_ACK_EVERY (in order or not, within the 64 PSNs a SACK
+ * reports), or the first after one held for NIC_ACK_DELAY_NS; LAST, ECN-marked,
+ * AckReq, duplicate and trimmed packets at once. The lab's default,
  * for receive QPs whose own ack_every is 0; 1: every packet (no coalescing). */
 #ifndef NIC_ACK_EVERY
 #define NIC_ACK_EVERY 1
@@ -409,7 +410,7 @@ enum nic_counter {
 	NIC_CNT_SUSPECT_CLEARED, /* suspected EVs cleared: the overdue packet, or an earlier one, came */
 	NIC_CNT_SUSPECT_BLAMED,  /* suspected EVs blamed: a later packet came first, or silent_ns passed */
 	/* ACK coalescing (docs/nic-program.md, "ACK coalescing") */
-	NIC_CNT_ACK_HELD,   /* data placed in order and not answered yet (a later SACK covers it) */
+	NIC_CNT_ACK_HELD,   /* data placed and not answered yet (a later SACK covers it) */
 	NIC_CNT_ACK_FANOUT, /* SACKs of several PSNs broadcast as kicks through the doorbell (nic_fanout) */
 	NIC_CNT_MAX,
 };

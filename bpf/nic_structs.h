@@ -102,10 +102,10 @@ struct nic_rq {
 	__u32 pd;            /* the QP's protection domain: a WRITE's region must be of it
 			      * (nic_region.pd); 0: the daemon's own QPs */
 	/* setup: ACK coalescing (docs/nic-program.md, "ACK coalescing") */
-	__u16 ack_every;     /* answer one in-order packet in this many; 0: the lab's
+	__u16 ack_every;     /* answer one data packet in this many; 0: the lab's
 			      * NIC_ACK_EVERY; 1: every packet */
 	/* BPF-owned, under the receive lock */
-	__u16 ack_held;      /* in-order packets placed since the last answer */
+	__u16 ack_held;      /* packets placed since the last answer, not answered */
 	__u64 ack_held_ns;   /* when the first of them was placed */
 	/* setup */
 	__u32 ack_delay_ns;  /* answer a held packet's successor after this long at the

@@ -120,7 +120,7 @@ SCHEMA: dict[str, dict[str, str]] = {
             "an MR takes at most half of it; the lab's total is at most 2 GiB"
         ),
         "ack_every": (
-            f"ACK coalescing: a receiver answers one in-order data packet in this many, "
+            f"ACK coalescing: a receiver answers one data packet in this many, "
             f"1..{ACK_EVERY_MAX} (default {ACK_EVERY_DEFAULT}; 1: every packet)"
         ),
         "ack_delay_us": (

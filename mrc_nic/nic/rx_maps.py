@@ -68,7 +68,7 @@ class RxQpMaps:
         pd: the QP's protection domain: a WRITE into a region of another PD
         (set_region pd) is a remote access error (0: the daemon's QPs and regions).
         ack_every, ack_delay_ns: ACK coalescing (docs/nic-program.md): answer one
-        in-order packet in ack_every, or the next after ack_delay_ns (0: the lab's
+        data packet in ack_every, or the next after ack_delay_ns (0: the lab's
         NIC_ACK_EVERY and NIC_ACK_DELAY_NS; ack_every 1: every packet).
         The whole value is written, so counters, bitmap and messages start at
         zero. Do it before data flows to this QP: a packet being processed
