@@ -140,6 +140,40 @@ static __always_inline int ack_kind(__u32 syndrome, __u32 reason)
 
 
 /*
+ * The ACK clock for a SACK that acknowledged n > 1 PSNs (the receiver
+ * coalesced its answers): this frame becomes a kick of the QP, broadcast to
+ * the host's fan-out devmap for min(n, NIC_FANOUT_MAX), whose entries are the
+ * host's doorbell device, so that the NIC end of the doorbell runs the engine
+ * once per copy: up to n packets for n acknowledged, where the frame alone
+ * gives one. ENGINE_RUN (the engine in this frame, as for one PSN) when the
+ * host has no fan-out maps. docs/nic-program.md, "ACK coalescing".
+ */
+static __always_inline int ack_fanout(struct xdp_md *ctx, __u32 qpn, __u32 host, __u32 n)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	struct ethhdr *eth = data;
+	struct nic_kick *k = (void *)(eth + 1);
+	__u32 key;
+
+	if (n > NIC_FANOUT_MAX)
+		n = NIC_FANOUT_MAX;
+	if (n < 2 || host >= NIC_MAX_HOSTS || (void *)(k + 1) > data_end)
+		return ENGINE_RUN;
+	key = host * NIC_FANOUT_MAX + n - 1;
+	/* The copies are made after the program returns: the frame may change now. */
+	if (nic_fanout_broadcast(&key) != XDP_REDIRECT)
+		return ENGINE_RUN;
+	eth->h_proto = bpf_htons(NIC_KICK_ETHERTYPE);
+	k->qpn = qpn;
+	k->op = NIC_KICK_SEND;
+	k->arg = 0;
+	k->age_ns = 0;
+	count(NIC_CNT_ACK_FANOUT, 1);
+	return XDP_REDIRECT;
+}
+
+/*
  * Send engine hook. An ACK ends here once processed. For a QP the send engine
  * serves, the engine runs next and may turn this frame into the next data
  * packet (docs/fastpath.md, "Clock"). Otherwise the ACK is consumed: XDP_DROP,
@@ -474,7 +508,10 @@ static __always_inline int rx_ack(struct xdp_md *ctx, struct mrc_pkt *p, struct 
 	if (n && sq->silent_ns)
 		count(NIC_CNT_LOST_SUSPECT, n);
 	ack_report(sq, &a, sc, n, old, st, now);
-	return ack_done(p, req, a.qpn, sq->engine, sc->fb | sc->newly | sc->queued | sc->fatal);
+	verdict = ack_done(p, req, a.qpn, sq->engine, sc->fb | sc->newly | sc->queued | sc->fatal);
+	if (verdict == ENGINE_RUN && sc->newly > 1)
+		return ack_fanout(ctx, a.qpn, sq->local_host, sc->newly);
+	return verdict;
 }
 
 /* ---- Sender role: PROBE_REPLY --------------------------------------------- */

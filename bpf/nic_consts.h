@@ -128,6 +128,22 @@ _Static_assert(NIC_EP_SLOTS > 0 && (NIC_EP_SLOTS & (NIC_EP_SLOTS - 1)) == 0,
 #define NIC_DOORBELL_IFINDEX 4791
 #define NIC_KICK_ETHERTYPE 0x88B5
 
+/* ACK coalescing (docs/nic-program.md, "ACK coalescing"): a receive QP answers
+ * one data packet in NIC_ACK_EVERY (in order or not, within the 64 PSNs a SACK
+ * reports), or the first after one held for NIC_ACK_DELAY_NS; LAST, ECN-marked,
+ * AckReq, duplicate and trimmed packets at once. The lab's default,
+ * for receive QPs whose own ack_every is 0; 1: every packet (no coalescing). */
+#ifndef NIC_ACK_EVERY
+#define NIC_ACK_EVERY 1
+#endif
+#ifndef NIC_ACK_DELAY_NS
+#define NIC_ACK_DELAY_NS 50000
+#endif
+/* The sender's side of it: a SACK that acknowledges k > 1 PSNs of an engine
+ * QP becomes min(k, NIC_FANOUT_MAX) kicks through the host's doorbell
+ * (nic_fanout), each one engine run: the ACK clock's k packets for k acked. */
+#define NIC_FANOUT_MAX 8
+
 /* Most PSNs one timeout kick queues (struct nic_kick, NIC_KICK_TIMEOUT). */
 #ifndef NIC_TIMEOUT_MAX
 #define NIC_TIMEOUT_MAX 64
@@ -393,6 +409,9 @@ enum nic_counter {
 	NIC_CNT_LOST_SUSPECT,    /* overdue PSNs (head scan, reorder kick) whose EV was only suspected */
 	NIC_CNT_SUSPECT_CLEARED, /* suspected EVs cleared: the overdue packet, or an earlier one, came */
 	NIC_CNT_SUSPECT_BLAMED,  /* suspected EVs blamed: a later packet came first, or silent_ns passed */
+	/* ACK coalescing (docs/nic-program.md, "ACK coalescing") */
+	NIC_CNT_ACK_HELD,   /* data placed and not answered yet (a later SACK covers it) */
+	NIC_CNT_ACK_FANOUT, /* SACKs of several PSNs broadcast as kicks through the doorbell (nic_fanout) */
 	NIC_CNT_MAX,
 };
 

@@ -326,6 +326,9 @@ static __always_inline void engine_plan(struct nic_sq *sq, const struct nic_wq *
 	} else {
 		sq->wqe_off = off + seg;
 	}
+	/* The window's last packet asks for its answer at once: a receiver that
+	 * coalesces would otherwise hold it, and nothing would follow it. */
+	sc->ackreq = sq_window_full(sq);
 	sq->tx_stats.data_pkts++;
 	sq->tx_stats.data_bytes += seg;
 }
@@ -355,6 +358,7 @@ static __always_inline int engine_bad_wqe(const struct engine_req *req, struct n
 struct tx_pkt {
 	__u64 tx_ts;    /* MRC_DATA.tx_ts, recorded before the packet leaves */
 	__u32 psn, wqe, off, seg, last, retx, ev, plane;
+	__u32 ackreq;   /* BTH AckReq: the receiver answers at once (docs/nic-program.md, "ACK coalescing") */
 	__u32 src_elem; /* the first element of its payload in nic_mr */
 	__u32 src_in;   /* where in that element the payload starts */
 	__u32 hdrs;     /* frame bytes before the payload: DATA_HDRS_LEN or DATA_IMM_HDRS_LEN */
@@ -504,7 +508,7 @@ static __always_inline void engine_headers(struct data_hdrs *f, const struct nic
 	f->bth.opcode = t->hdrs == DATA_IMM_HDRS_LEN ? MRC_OP_WRITE_IMM : MRC_OP_WRITE;
 	f->bth.pkey = bpf_htons(MRC_PKEY_DEFAULT);
 	f->bth.qpn = bpf_htonl(sq->peer_qpn & MRC_BTH_QPN_MASK);
-	f->bth.apsn = bpf_htonl(MRC_BTH_ACK_MASK | t->psn);
+	f->bth.apsn = bpf_htonl((t->ackreq ? MRC_BTH_ACK_MASK : 0) | t->psn);
 	f->reth.va = bpf_htonll(w->remote_va + t->off);
 	f->reth.rkey = bpf_htonl(w->rkey);
 	f->reth.dmalen = bpf_htonl(t->seg);
@@ -658,6 +662,7 @@ static __always_inline int engine_run(struct xdp_md *ctx, const struct engine_re
 	sc->second = 0;
 	sc->n_done = 0;
 	sc->n_wqes = 0;
+	sc->ackreq = 0;
 	bpf_spin_lock(&sq->lock);
 	engine_locked(sq, wq, ring, sc, qpn, found, &p1, &p2, avoid, now);
 	bpf_spin_unlock(&sq->lock);
@@ -686,6 +691,9 @@ static __always_inline int engine_run(struct xdp_md *ctx, const struct engine_re
 	w = &sc->wqe_copy; /* taken under the lock (nic_tx_scratch) */
 	t.seg = segment_len(w->len, t.off);
 	t.last = t.off + t.seg >= w->len;
+	/* A retransmission or a message's end is answered at once; so is the
+	 * packet that fills the window (engine_plan). */
+	t.ackreq = t.retx || t.last || sc->ackreq;
 	verdict = engine_source(req, sq, w, &t, now);
 	if (verdict != PKT_GO)
 		return verdict;

@@ -56,6 +56,13 @@ BPF_F_TABLE("array", __u32, struct nic_wq, nic_wq, NIC_TX_RINGS, BPF_F_MMAPABLE)
 BPF_ARRAY(nic_ports, struct nic_port, NIC_MAX_HOSTS * NIC_MAX_PLANES);
 /* Host ports as devices (ifindex), same key: where the engine redirects; user space. */
 BPF_DEVMAP(nic_tx_ports, NIC_MAX_HOSTS * NIC_MAX_PLANES);
+/* ACK fan-out (docs/nic-program.md, "ACK coalescing"): entry host * NIC_FANOUT_MAX
+ * + k - 1 is a devmap whose first k entries are the host's `doorbell` device
+ * (written by user space from the host's namespace); a broadcast redirect to it
+ * makes k kicks. The template is only the inner maps' shape. */
+BPF_TABLE("devmap", __u32, __u32, nic_fanout_template, NIC_FANOUT_MAX);
+BPF_TABLE("array_of_maps$nic_fanout_template", __u32, int, nic_fanout,
+	  NIC_MAX_HOSTS * NIC_FANOUT_MAX);
 /* Reverse EV sets, slot QPN & (NIC_MAX_QPS - 1) as nic_rx_qps: the receiver's daemon writes, BPF reads. */
 BPF_ARRAY(nic_rev_evs, struct nic_rev_ev_set, NIC_MAX_QPS);
 /* PROBE_REPLYs for reverse EVs, same slots: BPF writes, the receiver's daemon reads. */

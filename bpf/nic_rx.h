@@ -87,8 +87,12 @@ static __always_inline void ring_advance(struct nic_rq *rq)
  * trigger lies 64 or more PSNs beyond it (MPR can be many times 64): then it
  * is the trigger's PSN rounded down to a multiple of 64, so that the SACK
  * reports the trigger's neighbourhood (docs/wire-format.md 6: "The receiver
- * may then move the base"). Bits at or beyond cum_psn + window are masked:
- * their ring positions belong to PSNs of the current window.
+ * may then move the base"), but not while answers are held (ACK coalescing):
+ * the held packets lie in the 64 from cum_psn, and this answer must report
+ * them (the trigger itself is acknowledged by its BTH.psn; its neighbours
+ * were answered when they came, being too far to be held). Bits at or beyond
+ * cum_psn + window are masked: their ring positions belong to PSNs of the
+ * current window.
  */
 static __always_inline void sack_view(const struct nic_rq *rq, __u32 psn, __s32 window,
 				      struct ack_info *ai)
@@ -97,7 +101,7 @@ static __always_inline void sack_view(const struct nic_rq *rq, __u32 psn, __s32 
 	__s32 d = MRC_PSN_DIFF(psn, cum), lim;
 	__u64 bits;
 
-	if (d >= MRC_SACK_BITS && d < window)
+	if (d >= MRC_SACK_BITS && d < window && !rq->ack_held)
 		base = psn & ~(__u32)(MRC_SACK_BITS - 1);
 	w = RING_WORD(base);
 	b = RING_BIT(base);
@@ -280,6 +284,7 @@ struct rx_pkt {
 	__u32 qpn, psn, dmalen, rkey, flags_msn, msg_off, imm;
 	__u32 payload_len, payload_off, dscp;
 	int has_imm, last, trimmed;
+	int ackreq; /* BTH AckReq: the sender wants this packet answered at once */
 };
 
 /* What rx_data decided before the lock, for the locked section. */
@@ -289,6 +294,7 @@ struct rx_plan {
 	__u32 elem;                  /* the payload's first region element */
 	__u32 in_off;                /* where in that element it starts */
 	int fresh;                   /* the PSN looked new: its payload was copied */
+	int hold;                    /* placed, its answer coalesced (ack_hold) */
 	enum rx_nack nack;
 };
 
@@ -314,6 +320,7 @@ static __always_inline int rx_parse(struct mrc_pkt *p, struct rx_pkt *d)
 
 	d->qpn = bpf_ntohl(p->bth->qpn) & MRC_BTH_QPN_MASK;
 	d->psn = bpf_ntohl(p->bth->apsn) & MRC_BTH_PSN_MASK;
+	d->ackreq = !!(p->bth->apsn & bpf_htonl(MRC_BTH_ACK_MASK));
 	d->va = bpf_ntohll(reth->va);
 	d->rkey = bpf_ntohl(reth->rkey);
 	d->dmalen = bpf_ntohl(reth->dmalen);
@@ -533,9 +540,38 @@ static __always_inline void rx_locked_nack(struct nic_rq *rq, const struct rx_pk
 	}
 	if (nack == RX_NACK_OOR)
 		rq->stats.oor_pkts++;
+	rq->ack_held = 0; /* the NACK carries cum_psn: it answers the held packets too */
 	sack_view(rq, d->psn, window, ai);
 	rq->stats.data_pkts++;
 	rq->stats.nacks++;
+}
+
+/*
+ * ACK coalescing (receive lock held; docs/nic-program.md, "ACK coalescing"):
+ * may the answer to this placed packet wait for a later one? In or out of
+ * order alike (per-packet spraying reorders every flow; the bitmap says
+ * what arrived), as long as a SACK based at cum_psn reports it (less than
+ * MRC_SACK_BITS past it), for a packet that is not LAST, not ECN-marked and
+ * without AckReq, while fewer than ack_every - 1 answers are held and the
+ * first held one is younger than ack_delay_ns. Every answer carries cum_psn
+ * and the bitmap from it, which cover the held packets; any answer ends the run.
+ */
+static __always_inline int ack_hold(struct nic_rq *rq, const struct rx_pkt *d,
+				    const struct ack_info *ai, __s32 dist, __u64 now)
+{
+	__u32 every = rq->ack_every ? rq->ack_every : NIC_ACK_EVERY;
+	__u32 delay = rq->ack_delay_ns ? rq->ack_delay_ns : NIC_ACK_DELAY_NS;
+	__u32 held = rq->ack_held;
+
+	if (every > 1 && dist >= 0 && dist < MRC_SACK_BITS && !d->last && !d->ackreq &&
+	    !(ai->flags & MRC_ACK_F_ECN) && held + 1 < every &&
+	    (held == 0 || now - rq->ack_held_ns < delay)) {
+		if (held == 0)
+			rq->ack_held_ns = now;
+		rq->ack_held = held + 1;
+		return 1;
+	}
+	return 0; /* the caller ends the run */
 }
 
 /* Under the lock, the rest: a duplicate, or the placement (bit, cum_psn,
@@ -574,6 +610,9 @@ static __always_inline enum rx_verdict rx_locked_place(struct nic_rq *rq, const 
 		if (verdict == RX_DUP)
 			rq->stats.dup_pkts++;
 		sack_view(rq, d->psn, window, ai);
+		plan->hold = verdict == RX_PLACED && ack_hold(rq, d, ai, dist, plan->now);
+		if (!plan->hold)
+			rq->ack_held = 0;
 	}
 	return verdict;
 }
@@ -603,6 +642,10 @@ static __always_inline int rx_finish(struct xdp_md *ctx, struct mrc_pkt *p, cons
 			count(NIC_CNT_MSG_DONE, plan->batch->done);
 			if (plan->batch->n)
 				emit_completions(d->qpn, rq->recv_cq, plan->batch);
+		}
+		if (plan->hold) { /* a later answer's cum_psn acknowledges it */
+			count(NIC_CNT_ACK_HELD, 1);
+			return XDP_DROP;
 		}
 		break;
 	}

@@ -101,13 +101,22 @@ struct nic_rq {
 	/* setup */
 	__u32 pd;            /* the QP's protection domain: a WRITE's region must be of it
 			      * (nic_region.pd); 0: the daemon's own QPs */
+	/* setup: ACK coalescing (docs/nic-program.md, "ACK coalescing") */
+	__u16 ack_every;     /* answer one data packet in this many; 0: the lab's
+			      * NIC_ACK_EVERY; 1: every packet */
+	/* BPF-owned, under the receive lock */
+	__u16 ack_held;      /* packets placed since the last answer, not answered */
+	__u64 ack_held_ns;   /* when the first of them was placed */
+	/* setup */
+	__u32 ack_delay_ns;  /* answer a held packet's successor after this long at the
+			      * latest; 0: the lab's NIC_ACK_DELAY_NS */
 	__u32 reserved;
 };
 _Static_assert(__builtin_offsetof(struct nic_rq, cum_psn) == 28, "struct nic_rq layout changed");
 _Static_assert(__builtin_offsetof(struct nic_rq, bitmap) == 40, "struct nic_rq layout changed");
 _Static_assert(sizeof(struct nic_rq) == 40 + 8 * NIC_BITMAP_WORDS + sizeof(struct nic_rq_stats) +
 					     NIC_MSG_SLOTS * sizeof(struct nic_msg_slot) +
-					     NIC_GAP_BINS * sizeof(struct nic_gap_bin) + 40,
+					     NIC_GAP_BINS * sizeof(struct nic_gap_bin) + 56,
 	       "struct nic_rq has hidden padding");
 
 /* A receive lock: one 64-byte entry of nic_rx_locks, taken with cmpxchg. */
@@ -653,6 +662,8 @@ struct nic_tx_scratch {
 	__u32 second;  /* send on the second EV found (the first lost this PSN) */
 	__u32 n_done;  /* completion records in done (a QP with a send CQ: signaled WQEs only) */
 	__u32 n_wqes;  /* WQEs completed by this run, signaled or not */
+	__u32 ackreq;  /* new data that fills the window or cwnd: set AckReq (ACK coalescing) */
+	__u32 reserved;
 	struct nic_send_event done[NIC_MSG_SLOTS];
 	/* The planned WQE, copied under the QP's lock: once the lock is released a
 	 * SACK on another CPU may complete it and the poster reuse its slot. */

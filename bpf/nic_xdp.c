@@ -136,6 +136,16 @@ static __always_inline struct nic_peer_ports *nic_peer_ports_lookup(__u32 *k)
 {
 	return nic_peer_ports.lookup(k);
 }
+/* Broadcast this frame to the devmap at nic_fanout[*k] (each of its devices
+ * gets a copy): XDP_REDIRECT, or -1 when there is no such devmap. */
+static __always_inline int nic_fanout_broadcast(__u32 *k)
+{
+	void *m = nic_fanout.lookup(k);
+
+	if (!m)
+		return -1;
+	return bpf_redirect_map(m, 0, BPF_F_BROADCAST);
+}
 
 /* ---- The roles ---------------------------------------------------------- */
 

@@ -30,6 +30,9 @@ NIC_GAP_MIN_NS = 0x186a0  # tunable: the loader may override it
 NIC_HEAD_SCAN = 8  # tunable: the loader may override it
 NIC_DOORBELL_IFINDEX = 4791
 NIC_KICK_ETHERTYPE = 34997
+NIC_ACK_EVERY = 1  # tunable: the loader may override it
+NIC_ACK_DELAY_NS = 50000  # tunable: the loader may override it
+NIC_FANOUT_MAX = 8
 NIC_TIMEOUT_MAX = 64  # tunable: the loader may override it
 NIC_TIMEOUT_F_REORDER = 0x8000
 NIC_CQ_RING_PAGES = 16  # tunable: the loader may override it
@@ -201,9 +204,11 @@ class Counter(enum.IntEnum):
     LOST_SUSPECT = 67
     SUSPECT_CLEARED = 68
     SUSPECT_BLAMED = 69
+    ACK_HELD = 70
+    ACK_FANOUT = 71
 
 
-NIC_CNT_MAX = 70
+NIC_CNT_MAX = 72
 
 # ---- enums of #define groups --------------------------------------------------
 
@@ -221,6 +226,8 @@ class EvState(enum.IntEnum):
 TUNABLES = frozenset(
     {
         "ENGINE_EV_HOLD_NS",
+        "NIC_ACK_DELAY_NS",
+        "NIC_ACK_EVERY",
         "NIC_CQ_RING_PAGES",
         "NIC_EP_SLOTS",
         "NIC_EVENT_PAGES",

@@ -93,6 +93,10 @@ class NicRq(ctypes.Structure):
         ("dyn_mpr", ctypes.c_uint32),
         ("wimm_held", ctypes.c_uint32),
         ("pd", ctypes.c_uint32),
+        ("ack_every", ctypes.c_uint16),
+        ("ack_held", ctypes.c_uint16),
+        ("ack_held_ns", ctypes.c_uint64),
+        ("ack_delay_ns", ctypes.c_uint32),
         ("reserved", ctypes.c_uint32),
     ]
 
@@ -613,6 +617,8 @@ class NicTxScratch(ctypes.Structure):
         ("second", ctypes.c_uint32),
         ("n_done", ctypes.c_uint32),
         ("n_wqes", ctypes.c_uint32),
+        ("ackreq", ctypes.c_uint32),
+        ("reserved", ctypes.c_uint32),
         ("done", NicSendEvent * 32),
         ("wqe_copy", NicWqe),
     ]

@@ -37,8 +37,17 @@ def attach_nic(fabric: Fabric, program: Any, nic: Any) -> None:
                 nh_mac=mac(fabric, up.node, up.ifname),
                 netns=fabric.topo.netns(host.node),
             )
+        from mrc_nic.nic import DOORBELL_IFNAME
+
         for name in filter(fabric.topo.is_here, fabric.topo.host_names()):
             make_doorbell(fabric, name, nic)
+            fabric.call(
+                f"{name}: ACK fan-out through the doorbell",
+                maps.set_fanout,
+                fabric.topo.nodes[name].index,
+                fabric.ifindex(name, DOORBELL_IFNAME),
+                netns=fabric.topo.netns(name),
+            )
             maps.set_port_bitmap(fabric.topo.nodes[name].index, (1 << fabric.topo.planes) - 1)
 
 

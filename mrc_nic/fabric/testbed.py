@@ -60,6 +60,8 @@ def up(topo: Topology, cluster: dict | None = None) -> UpReport:
                 mr_elems=nic.memory_elems(topo.hosts, topo.nic_memory_bytes),
                 skip_ns=nic_skip_ns(topo),
                 mtu=topo.mtu,  # the payload per packet follows it (nic.seg_size)
+                ack_every=topo.ack_every,  # ACK coalescing (docs/nic-program.md)
+                ack_delay_ns=topo.ack_delay_us * 1000,
             )
             with Fabric(topo) as fabric:
                 fabric.build(program, nic_program)

@@ -45,6 +45,9 @@ EP_PROBES_MAP = "nic_ep_probes"
 # and the port status updates its peers sent it.
 HOST_CTL_MAP = "nic_host_ctl"
 PEER_PORTS_MAP = "nic_peer_ports"
+# ACK fan-out: per host and count, a devmap of the host's doorbell (docs/nic-program.md,
+# "ACK coalescing").
+FANOUT_MAP = "nic_fanout"
 MAP_PINS = (
     RX_QPS_MAP,
     RX_SLOTS_MAP,
@@ -69,6 +72,7 @@ MAP_PINS = (
     EP_PROBES_MAP,
     HOST_CTL_MAP,
     PEER_PORTS_MAP,
+    FANOUT_MAP,
 )
 # The program itself, pinned next to its maps: BPF_OBJ_GET gives a kicker its fd.
 PROG_PIN = "nic_xdp_prog"

@@ -6,6 +6,7 @@ import dataclasses
 import ipaddress
 from typing import Any
 
+from mrc_nic.abi import defs
 from mrc_nic.kernel import bpfsys, pins, program, xdp
 from mrc_nic.nic import wireconst
 from mrc_nic.nic.driver.doorbell import run_kick
@@ -51,6 +52,8 @@ class NicConfig:
     skip_ns: int = DEFAULT_SKIP_NS
     cq_ring_pages: int = DEFAULT_CQ_RING_PAGES
     max_cqs: int = DEFAULT_MAX_CQS
+    ack_every: int = defs.NIC_ACK_EVERY  # ACK coalescing, the lab's default (docs/nic-program.md)
+    ack_delay_ns: int = defs.NIC_ACK_DELAY_NS
 
     def cflags(self) -> list[str]:
         return [
@@ -66,6 +69,8 @@ class NicConfig:
             f"-DNIC_SKIP_NS={self.skip_ns}ULL",
             f"-DNIC_CQ_RING_PAGES={self.cq_ring_pages}",
             f"-DNIC_MAX_CQS={self.max_cqs}",
+            f"-DNIC_ACK_EVERY={self.ack_every}",
+            f"-DNIC_ACK_DELAY_NS={self.ack_delay_ns}",
         ]
 
     def check(self) -> None:
@@ -91,6 +96,12 @@ class NicConfig:
             raise ValueError(f"mtu {self.mtu} is too small for a data packet")
         if not (isinstance(self.skip_ns, int) and 0 <= self.skip_ns < 1 << 63):
             raise ValueError(f"skip_ns must be a non-negative integer, not {self.skip_ns!r}")
+        if not (isinstance(self.ack_every, int) and 1 <= self.ack_every <= 0xFFFF):
+            raise ValueError(f"ack_every must be an integer 1..65535, not {self.ack_every!r}")
+        if not (isinstance(self.ack_delay_ns, int) and 1 <= self.ack_delay_ns <= pins.U32_MAX):
+            raise ValueError(
+                f"ack_delay_ns must be an integer 1..{pins.U32_MAX}, not {self.ack_delay_ns!r}"
+            )
 
 
 class NicProgram:
@@ -119,6 +130,8 @@ class NicProgram:
         skip_ns: int = DEFAULT_SKIP_NS,
         cq_ring_pages: int = DEFAULT_CQ_RING_PAGES,
         max_cqs: int = DEFAULT_MAX_CQS,
+        ack_every: int = defs.NIC_ACK_EVERY,
+        ack_delay_ns: int = defs.NIC_ACK_DELAY_NS,
     ) -> NicProgram:
         """Compile bpf/nic_xdp.c for a lab and pin its maps under pin_dir(lab).
 
@@ -130,7 +143,8 @@ class NicProgram:
         with a PSN -> EV table, skip_ns how long an EV stays in SKIP after an
         ECN mark or a fabric trim (NIC_SKIP_NS). cq_ring_pages is the size
         of a completion queue's ring buffer (the template applications copy),
-        max_cqs the number of completion queues of the lab. Refuses (FileExistsError)
+        max_cqs the number of completion queues of the lab, ack_every and ack_delay_ns
+        the lab's ACK coalescing (docs/nic-program.md). Refuses (FileExistsError)
         when the lab's NIC maps are already pinned.
         """
         config = NicConfig(
@@ -145,6 +159,8 @@ class NicProgram:
             skip_ns=skip_ns,
             cq_ring_pages=cq_ring_pages,
             max_cqs=max_cqs,
+            ack_every=ack_every,
+            ack_delay_ns=ack_delay_ns,
         )
         config.check()
         bpf, funcs = program.compile_and_pin(

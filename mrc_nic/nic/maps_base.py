@@ -18,6 +18,7 @@ from mrc_nic.nic.layout import (
     CQ_RINGS_MAP,
     CQ_TEMPLATE_MAP,
     EVS_MAP,
+    FANOUT_MAP,
     MAP_PINS,
     MAX_HOSTS,
     MPR_MAX,
@@ -135,6 +136,7 @@ class MapsBase:
             PORTS_MAP: ctypes.sizeof(Port),
             TX_PORTS_MAP: 4,
             CQ_RINGS_MAP: 4,  # an inner map's fd (written) or id (read)
+            FANOUT_MAP: 4,  # likewise
         }
         sizes = {name: expected.get(name) for name in MAP_PINS}
         fds = program.open_pinned_maps(lab, sizes, "NIC maps")

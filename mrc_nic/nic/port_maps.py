@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import os
 from typing import Any
 
 from mrc_nic.abi import defs
@@ -12,6 +13,7 @@ from mrc_nic.nic.events import EventReader
 from mrc_nic.nic.layout import (
     COUNTERS_MAP,
     EVENTS_MAP,
+    FANOUT_MAP,
     HOST_CTL_MAP,
     MAX_HOSTS,
     MAX_PLANES,
@@ -128,6 +130,35 @@ class PortMaps:
                 with contextlib.suppress(FileNotFoundError):
                     bpfsys.map_delete(self._fds[TX_PORTS_MAP], key)
         bpfsys.map_update(self._fds[PORTS_MAP], key, bytes(value))
+
+    def set_fanout(self, host: int, ifindex: int, *, netns: str | None = None) -> None:
+        """Give `host` its ACK fan-out (docs/nic-program.md, "ACK coalescing"): for
+        each k of 1 .. NIC_FANOUT_MAX, a devmap whose first k entries are device
+        ifindex (the host's `doorbell`, whose peer runs the NIC program), so that a
+        SACK acknowledging k PSNs becomes k kicks. ifindex is resolved in netns
+        (the host's namespace; None: this process's), as set_port's. ifindex 0
+        removes the host's maps: SACKs then run the engine once, in place.
+        """
+        from mrc_nic.kernel import netns as netns_mod  # pyroute2: only for this
+
+        fan = defs.NIC_FANOUT_MAX
+        pins.check_range("host", host, MAX_HOSTS - 1)
+        pins.check_range("ifindex", ifindex, pins.U32_MAX)
+        for k in range(1, fan + 1):
+            key = u32_key(host * fan + k - 1)
+            if not ifindex:
+                with contextlib.suppress(FileNotFoundError):
+                    bpfsys.map_delete(self._fds[FANOUT_MAP], key)
+                continue
+            # The shape of nic_fanout_template: an inner map must match it.
+            fd = bpfsys.map_create(bpfsys.BPF_MAP_TYPE_DEVMAP, 4, 4, fan, name=f"nic_fanout{k}")
+            try:
+                with netns_mod.entered(netns) if netns else contextlib.nullcontext():
+                    for i in range(k):
+                        bpfsys.map_update(fd, u32_key(i), u32_key(ifindex))
+                bpfsys.map_update(self._fds[FANOUT_MAP], key, u32_key(fd))
+            finally:
+                os.close(fd)  # the outer map holds it
 
     def port(self, host: int, plane: int) -> dict[str, Any]:
         """What set_port stored: mac, nh_mac, ifindex."""

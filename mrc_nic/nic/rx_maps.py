@@ -53,6 +53,8 @@ class RxQpMaps:
         max_wimm_dest: int = 0,
         dyn_mpr: bool = True,
         pd: int = 0,
+        ack_every: int = 0,
+        ack_delay_ns: int = 0,
     ) -> None:
         """Create (or reset) the receive state of a QP: nothing received, cum_psn = psn.
 
@@ -65,6 +67,9 @@ class RxQpMaps:
         dyn_mpr: our answers advertise mpr (OCP MRC_QP_CAP_DYNAMIC_MPR; else MPR 0).
         pd: the QP's protection domain: a WRITE into a region of another PD
         (set_region pd) is a remote access error (0: the daemon's QPs and regions).
+        ack_every, ack_delay_ns: ACK coalescing (docs/nic-program.md): answer one
+        data packet in ack_every, or the next after ack_delay_ns (0: the lab's
+        NIC_ACK_EVERY and NIC_ACK_DELAY_NS; ack_every 1: every packet).
         The whole value is written, so counters, bitmap and messages start at
         zero. Do it before data flows to this QP: a packet being processed
         meanwhile may be lost (the sender resends it).
@@ -77,6 +82,8 @@ class RxQpMaps:
         pins.check_range("msn", msn, wireconst.MSN_MASK)
         pins.check_range("max_wimm_dest", max_wimm_dest, MSG_SLOTS)
         pins.check_range("pd", pd, pins.U32_MAX)
+        pins.check_range("ack_every", ack_every, 0xFFFF)
+        pins.check_range("ack_delay_ns", ack_delay_ns, pins.U32_MAX)
         check_cq("cq", cq, self.max_cqs)
         owner = self._rx_slot_owner(qpn)
         if owner not in (0, qpn | RQ_TAG_USED):
@@ -101,6 +108,8 @@ class RxQpMaps:
             max_wimm_dest=max_wimm_dest,
             dyn_mpr=int(bool(dyn_mpr)),
             pd=pd,
+            ack_every=ack_every,
+            ack_delay_ns=ack_delay_ns,
         )
         set_auth_key(value, auth_key)  # data must carry a MAC, our answers do
         # The slot first, then its owner (and a QP set up again loses its owner

@@ -36,6 +36,7 @@ from scapy.layers.l2 import Ether
 from scapy.packet import Packet
 
 from mrc_nic import nic
+from mrc_nic.abi import defs
 from mrc_nic.kernel import bpfsys
 from mrc_nic.nic import wire as w
 from tests.helpers.engine import (
@@ -455,7 +456,9 @@ def test_cwnd_counts_packets_in_flight_not_the_psn_range(program, maps, sq):
     # START + 1 is acknowledged, START is not: one packet in flight, room for one.
     r = run(program, maps, sack(maps, START + 1, START, bitmap=0b10))
     assert r.verdict == XDP_REDIRECT  # C is on plane 0, the SACK came on plane 1
-    assert_data(r.frame, expected_data(START + 2, EV_C, 2 * CE, CE, last=False), *_t(r))
+    # It fills the window: AckReq, so that a coalescing receiver answers it at once.
+    frame = expected_data(START + 2, EV_C, 2 * CE, CE, last=False, ackreq=True)
+    assert_data(r.frame, frame, *_t(r))
     assert kick(program, maps).counters == {"kick_idle": 1, "tx_window_full": 1}
     maps.set_cwnd(QP_TX, 0)  # 0: the MPR window
     assert kick(program, maps).verdict == XDP_REDIRECT
@@ -535,7 +538,8 @@ def test_cwnd_kick_grows_the_window_and_fills_it_at_once(program, maps, sq):
     # Each run sets the window under the lock, then sends like a send kick.
     assert r.verdict == XDP_REDIRECT
     assert r.counters == {"cwnd_kicks": 2, "kick_sent": 2, "tx_data": 2, "tx_bytes": 2 * CE}
-    assert_data(r.frame, expected_data(START + 3, EV_D, 3 * CE, CE, last=False), *_t(r))
+    frame = expected_data(START + 3, EV_D, 3 * CE, CE, last=False, ackreq=True)  # fills cwnd
+    assert_data(r.frame, frame, *_t(r))
     s = maps.sq(QP_TX)
     assert (s.cwnd, s.snd_una, s.snd_nxt) == (4, START, START + 4)
     assert (s.cc["rtt_target_ns"], s.cc["cwnd_sets"]) == (250_000, 2)
@@ -567,6 +571,50 @@ def test_cwnd_kick_shrinks_the_window_and_the_ack_clock_waits(program, maps, sq)
     assert maps.sq(QP_TX).snd_nxt == START + 4
     # 0 is the MPR window again.
     assert cwnd_kick(program, maps, 0, packets=3).counters["kick_sent"] == 3
+
+
+def test_ackreq_only_where_an_answer_is_needed_at_once(program, maps, sq):
+    """ACK coalescing's sender half: AckReq on the packet that fills the window
+    (cwnd here) and on a message's last packet, not on the others."""
+    setup_sq(maps, cwnd=3)
+    post(maps, 8 * CE)
+    frames = [kick(program, maps).frame for _ in range(3)]
+    assert [bool(Ether(f)[BTH].ackreq) for f in frames] == [False, False, True]
+    setup_sq(maps)
+    post(maps, 2 * CE)
+    frames = [kick(program, maps).frame for _ in range(2)]
+    assert [bool(Ether(f)[BTH].ackreq) for f in frames] == [False, True]  # LAST
+
+
+def test_sack_of_several_psns_becomes_that_many_kicks(program, maps, sq):
+    """A SACK that acknowledges k > 1 PSNs of an engine QP (a coalescing
+    receiver's) is turned into a kick of the QP and broadcast to the host's
+    fan-out devmap of k entries (XDP_REDIRECT: k engine runs on the doorbell);
+    one that acknowledges a single PSN runs the engine in its own frame."""
+    post(maps, 16 * CE)
+    send(program, maps, 4)  # START .. START + 3
+    r = run(program, maps, sack(maps, START, START + 1))
+    assert r.counters.get("tx_data") == 1, "one PSN, no fan-out maps: in place"
+    maps.set_fanout(TX_HOST, 1)  # lo: the broadcast itself is the live test's
+    try:
+        r = run(program, maps, sack(maps, START + 3, START + 4))  # acks 1 .. 3
+        assert r.verdict == XDP_REDIRECT
+        assert r.counters == {"ack_consumed": 1, "acked": 3, "ack_fanout": 1}
+        eth = Ether(r.frame)
+        assert eth.type == defs.NIC_KICK_ETHERTYPE
+        kick_rec = nic.Kick.from_buffer_copy(r.frame[14 : 14 + ctypes.sizeof(nic.Kick)])
+        assert (kick_rec.qpn, kick_rec.op) == (QP_TX, nic.KickOp.SEND)
+        assert maps.sq(QP_TX).snd_una == START + 4
+        # one PSN again: in place, as before
+        send(program, maps, 1)
+        r = run(program, maps, sack(maps, START + 4, START + 5))
+        assert "ack_fanout" not in r.counters and r.counters.get("tx_data") == 1
+    finally:
+        maps.set_fanout(TX_HOST, 0)
+    # without the maps a SACK of several PSNs runs the engine once, in place
+    send(program, maps, 2)
+    r = run(program, maps, sack(maps, START + 7, START + 8))
+    assert "ack_fanout" not in r.counters and r.counters.get("tx_data") == 1
 
 
 def test_cwnd_kick_resends_queued_packets_first(program, maps, sq):

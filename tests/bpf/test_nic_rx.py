@@ -68,6 +68,7 @@ from tests.helpers.receiver import (
     WINDOW,
     assert_answer,
     data,
+    fresh_qp,
     nack,
     payload_for,
     sack,
@@ -92,12 +93,7 @@ PROGRAM_SIZES = dict(  # conftest's program fixture
 @pytest.fixture
 def qp(maps, event_reader):
     """A fresh receive QP (cum_psn START), its region zeroed, no pending events."""
-    maps.set_region(
-        REGION, first_elem=REGION_FIRST_ELEM, n_elems=REGION_ELEMS, rkey=RKEY, base_va=BASE_VA
-    )
-    maps.set_port_bitmap(RX_HOST, PORTS)
-    maps.memory()[:] = bytes(MR_ELEMS * nic.MR_ELEM_SIZE)
-    setup_qp(maps)
+    fresh_qp(maps, MR_ELEMS)
     event_reader.read()
     return QP_RX
 

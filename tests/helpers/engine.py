@@ -91,7 +91,10 @@ TX_TS_AT = {w.Opcode.WRITE: 78, w.Opcode.WRITE_IMM: 82}
 def expected_data(
     psn: int, ev: int, msg_off: int, size: int, *, last: bool, msn: int = 0, **kw
 ) -> Packet:
-    """The data packet the engine must send: WQE at REMOTE_VA, source from offset 0."""
+    """The data packet the engine must send: WQE at REMOTE_VA, source from offset 0.
+    AckReq only on a message's last packet unless given (the engine also sets it on
+    a retransmission and on the packet that fills the window: ackreq=True)."""
+    kw.setdefault("ackreq", last or kw.get("retx", False))
     return w.data_packet(
         data_ends(EVS[ev] if "plane" not in kw else kw.pop("plane")),
         ev=ev,

@@ -95,6 +95,17 @@ def setup_qp(maps, **kw) -> None:
     maps.setup_rq(QP_RX, **(args | kw))
 
 
+def fresh_qp(maps, mr_elems: int, **kw) -> None:
+    """Region REGION set up and zeroed (the module's mr_elems), the receiver's ports
+    up, and the receive QP fresh (setup_qp with kw)."""
+    maps.set_region(
+        REGION, first_elem=REGION_FIRST_ELEM, n_elems=REGION_ELEMS, rkey=RKEY, base_va=BASE_VA
+    )
+    maps.set_port_bitmap(RX_HOST, PORTS)
+    maps.memory()[:] = bytes(mr_elems * nic.MR_ELEM_SIZE)
+    setup_qp(maps, **kw)
+
+
 def assert_answer(result: bpfsys.TestRunResult, expected: Packet) -> None:
     """The run answered with XDP_TX and exactly the expected frame (else the fields that differ)."""
     assert result.retval == XDP_TX, f"verdict {result.retval}"

@@ -17,8 +17,8 @@ LAYERS = [
     {"kernel", "contract", "abi", "native"},
     {"nic", "lab"},
     {"fabric", "transport", "verbs"},
-    {"testkit", "observe", "cluster"},
-    {"workloads"},
+    {"testkit", "observe"},
+    {"workloads", "cluster"},
     {"cli"},
     {"__main__"},
 ]

@@ -152,9 +152,13 @@ def test_verbs_fields_of_the_shared_structs():
     assert nic.SqLayout.reo_learned_ns.offset == ctypes.sizeof(nic.SqLayout) - 4
     assert (nic.SqLayout.auth.offset, nic.SqLayout.auth_key.offset) == (3404, 3408)
     assert nic.SqLayout.max_wimm.offset == 3424
-    assert nic.RqLayout.auth_key.offset == ctypes.sizeof(nic.RqLayout) - 40
-    assert nic.RqLayout.max_wimm_dest.offset == ctypes.sizeof(nic.RqLayout) - 20
-    assert nic.RqLayout.pd.offset == ctypes.sizeof(nic.RqLayout) - 8  # then the PD
+    assert nic.RqLayout.auth_key.offset == ctypes.sizeof(nic.RqLayout) - 56
+    assert nic.RqLayout.max_wimm_dest.offset == ctypes.sizeof(nic.RqLayout) - 36
+    assert nic.RqLayout.pd.offset == ctypes.sizeof(nic.RqLayout) - 24  # then the PD
+    # then ACK coalescing (docs/nic-program.md): setup, BPF-owned, setup
+    assert nic.RqLayout.ack_every.offset == ctypes.sizeof(nic.RqLayout) - 20
+    assert nic.RqLayout.ack_held_ns.offset == ctypes.sizeof(nic.RqLayout) - 16
+    assert nic.RqLayout.ack_delay_ns.offset == ctypes.sizeof(nic.RqLayout) - 8
     assert (nic.QpErrEvent.error.offset, ctypes.sizeof(nic.QpErrEvent)) == (24, 40)
     assert nic.WQE_F_SIGNALED == 1 and nic.QpError.RETRY_EXCEEDED == 1
     frame = nic.kick_frame(0x000007, nic.KickOp.FAIL, nic.QpError.RETRY_EXCEEDED)

@@ -45,6 +45,9 @@ from mrc_nic.lab.topology.model import (
 )
 from mrc_nic.lab.topology.reader import from_dict, load, with_forwarding
 from mrc_nic.lab.topology.schema import (
+    ACK_DELAY_US_DEFAULT,
+    ACK_EVERY_DEFAULT,
+    ACK_EVERY_MAX,
     BASE_RTT_NS,
     FORWARDING_DEFAULT,
     FORWARDING_MODES,
@@ -71,6 +74,9 @@ from mrc_nic.lab.topology.schema import (
 )
 
 __all__ = [
+    "ACK_DELAY_US_DEFAULT",
+    "ACK_EVERY_DEFAULT",
+    "ACK_EVERY_MAX",
     "BASE_RTT_NS",
     "PATH_HOPS_PER_TIER",
     "FORWARDING_DEFAULT",

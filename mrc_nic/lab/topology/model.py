@@ -9,6 +9,8 @@ from typing import NamedTuple
 
 from mrc_nic.errors import MrcNicError
 from mrc_nic.lab.topology.schema import (
+    ACK_DELAY_US_DEFAULT,
+    ACK_EVERY_DEFAULT,
     BASE_RTT_NS,
     FORWARDING_DEFAULT,
     GATEWAY_HOST_OCTET,
@@ -161,6 +163,8 @@ class Topology:
     fabric_net: ipaddress.IPv4Network
     queues: QueueParams = field(default_factory=QueueParams)
     nic_memory_bytes: int = NIC_MEMORY_DEFAULT  # [nic] memory: registered memory per host
+    ack_every: int = ACK_EVERY_DEFAULT  # [nic] ack_every: one SACK per this many packets
+    ack_delay_us: int = ACK_DELAY_US_DEFAULT  # [nic] ack_delay_us: longest hold of a SACK
     forwarding: str = FORWARDING_DEFAULT  # who forwards MRC packets in the switches
     raw: dict = field(default_factory=dict)  # the TOML as parsed, kept in the lab state
     nodes: dict[str, Node] = field(default_factory=dict)
@@ -271,6 +275,8 @@ class Topology:
             "mtu": self.mtu,
             "buffer_bytes": self.buffer_bytes,
             "nic_memory_bytes": self.nic_memory_bytes,
+            "ack_every": self.ack_every,
+            "ack_delay_us": self.ack_delay_us,
             "queues": {
                 "base_rtt_ns": self.queues.base_rtt_ns,
                 "ecn": self.queues.ecn,

@@ -9,6 +9,9 @@ from pathlib import Path
 from mrc_nic.lab.topology.build import derive
 from mrc_nic.lab.topology.model import QueueParams, Topology, TopologyError, design_rtt_ns
 from mrc_nic.lab.topology.schema import (
+    ACK_DELAY_US_DEFAULT,
+    ACK_EVERY_DEFAULT,
+    ACK_EVERY_MAX,
     FORWARDING_DEFAULT,
     FORWARDING_MODES,
     LAB_NAME_RE,
@@ -262,6 +265,8 @@ def from_dict(path: Path, data: dict, lab: str | None = None) -> Topology:
         fabric_net=r.network("addressing.fabric", "198.19.0.0/16"),
         queues=r.queues(design_rtt_ns(slowest, mtu, tiers)),
         nic_memory_bytes=_nic_memory(r, hosts),
+        ack_every=r.integer("nic.ack_every", 1, ACK_EVERY_MAX, ACK_EVERY_DEFAULT),
+        ack_delay_us=r.integer("nic.ack_delay_us", 1, 1_000_000, ACK_DELAY_US_DEFAULT),
         forwarding=r.choice("fabric.forwarding", FORWARDING_MODES, FORWARDING_DEFAULT),
         raw=data,
     )

@@ -42,6 +42,10 @@ QUEUE_BYTES_MAX = units.QUEUE_BYTES_MAX
 # goodput, but a longer blackhole gap in 3 of 3 loaded runs).
 BASE_RTT_NS = 100_000  # [queues] base_rtt floor: the design RTT of a fast lab
 PATH_HOPS_PER_TIER = 2  # links a host-to-host path crosses per switch tier (T0-T1-T0: 4)
+# [nic] ack_every / ack_delay_us: ACK coalescing (docs/nic-program.md, "ACK coalescing").
+ACK_EVERY_DEFAULT = 4
+ACK_EVERY_MAX = 64
+ACK_DELAY_US_DEFAULT = 50
 FORWARDING_MODES = ("bpf", "kernel")
 FORWARDING_DEFAULT = "kernel"
 
@@ -74,6 +78,14 @@ SCHEMA: dict[str, dict[str, str]] = {
         "memory": (
             'NIC memory per host (registered memory), e.g. "64MiB" (default), "320MiB": '
             "an MR takes at most half of it; the lab's total is at most 2 GiB"
+        ),
+        "ack_every": (
+            f"ACK coalescing: a receiver answers one data packet in this many, "
+            f"1..{ACK_EVERY_MAX} (default {ACK_EVERY_DEFAULT}; 1: every packet)"
+        ),
+        "ack_delay_us": (
+            f"ACK coalescing: the longest a receiver holds an answer, in us "
+            f"(default {ACK_DELAY_US_DEFAULT})"
         ),
     },
     "addressing": {
