@@ -75,11 +75,11 @@ def test_64mib_write_is_byte_exact_and_sprayed_over_every_plane_and_spine(defaul
             name = f"p{plane}.{spine}-t0a"
             grew = after[name]["up"]["pkts"] - before[name]["up"]["pkts"]
             assert grew > elems // 100, (name, grew)  # both spines of every plane carry data
-    # Every data packet was placed by h1's XDP and answered with a SACK, or held
-    # for a later one (ACK coalescing, the topology's [nic] ack_every: 4).
+    # Every data packet was placed by h1's XDP and answered with a SACK (ACK
+    # coalescing, [nic] ack_every, is off by default: docs/nic-program.md).
     c = result.counters
-    assert c["placed"] >= elems and c["sack"] + c["ack_held"] >= elems
-    assert c["ack_held"] > elems // 4, "the receiver coalesces its answers"
+    assert c["placed"] >= elems and c["sack"] >= elems
+    assert c.get("ack_held", 0) == 0, "no answer held with ack_every 1"
     if capture is not None:
         capture.wait(timeout=60)
         opcodes = decoded_opcodes(pcap)

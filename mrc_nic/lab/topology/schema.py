@@ -43,7 +43,10 @@ QUEUE_BYTES_MAX = units.QUEUE_BYTES_MAX
 BASE_RTT_NS = 100_000  # [queues] base_rtt floor: the design RTT of a fast lab
 PATH_HOPS_PER_TIER = 2  # links a host-to-host path crosses per switch tier (T0-T1-T0: 4)
 # [nic] ack_every / ack_delay_us: ACK coalescing (docs/nic-program.md, "ACK coalescing").
-ACK_EVERY_DEFAULT = 4
+# Off (1) by default: a held answer leaves a late original unechoed, and the
+# EV blame rule then takes a later packet's SACK for proof of its loss
+# (docs/nic-program.md, "ACK coalescing").
+ACK_EVERY_DEFAULT = 1
 ACK_EVERY_MAX = 64
 ACK_DELAY_US_DEFAULT = 50
 FORWARDING_MODES = ("bpf", "kernel")
