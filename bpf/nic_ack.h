@@ -500,7 +500,8 @@ static __always_inline int rx_ack(struct xdp_md *ctx, struct mrc_pkt *p, struct 
 	 * SACK comes after its resend's (docs/nic-program.md, "Blame"). Before
 	 * this answer's own walk suspects it. */
 	if (ev)
-		ev_answered(a.qpn, ev, a.echo_ev, a.psn, a.echo_ts, a.kind == ACK_SACK, now);
+		ev_answered(a.qpn, ev, a.echo_ev, a.psn, a.echo_ts, a.kind == ACK_SACK,
+			    sq->reo_wnd_ns, now);
 	if (sc->fb && ev)
 		ack_ev_feedback(ev, &a, sc->queued, n, oldest, sq->silent_ns, now, &old, &st);
 	else if (sc->fb)

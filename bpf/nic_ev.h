@@ -118,12 +118,15 @@ static __always_inline int ev_overdue(__u32 qpn, __u32 value, __u32 psn, __u64 t
  * An answer (SACK or NACK, fresh or stale) echoing EV `value`'s transmission
  * of echo_ts, for an EV under suspicion: the suspect itself or an earlier
  * packet of the EV came, so the path delivers, late (cleared); or a packet
- * sent on it after the suspect came first, and one path does not reorder, so
- * the suspect was lost on it (blamed, cause LOSS). Only a SACK blames: a
- * trimmed header may overtake queued data. Takes the EV's lock.
+ * sent on it more than skew_ns after the suspect came first, and one path
+ * does not reorder, so the suspect was lost on it (blamed, cause LOSS). Only
+ * a SACK blames: a trimmed header may overtake queued data. Packets sent
+ * within skew_ns (the QP's reorder window) of each other may swap on one
+ * path here (two CPUs forward it): such an answer decides nothing. Takes the
+ * EV's lock.
  */
 static __always_inline void ev_answered(__u32 qpn, struct nic_ev *ev, __u32 value, __u32 psn,
-					__u64 echo_ts, int sack, __u64 now)
+					__u64 echo_ts, int sack, __u64 skew_ns, __u64 now)
 {
 	__u32 old, st;
 	int blame, had;
@@ -133,7 +136,7 @@ static __always_inline void ev_answered(__u32 qpn, struct nic_ev *ev, __u32 valu
 	bpf_spin_lock(&ev->lock);
 	old = ev->state;
 	st = ev_state_now(ev, now);
-	if (echo_ts > ev->suspect_ts && !sack) {
+	if (echo_ts > ev->suspect_ts && (!sack || echo_ts - ev->suspect_ts <= skew_ns)) {
 		bpf_spin_unlock(&ev->lock);
 		return;
 	}

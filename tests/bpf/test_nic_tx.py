@@ -1003,6 +1003,26 @@ def test_a_suspect_whose_later_packet_is_answered_first_is_blamed(program, maps,
     ]
 
 
+def test_a_later_packet_within_the_reorder_window_decides_nothing(
+    program, maps, sq, event_reader
+):
+    """Two packets of one path sent less than a reorder window apart may swap
+    here (two CPUs forward it): the later one's SACK neither blames the
+    suspect nor clears it."""
+    t0, _ = blackholed_head(maps, program, silent_ns=80 * GAP)
+    event_reader.read()
+    close = t0 + REO_WND // 2
+    maps.record_tx(QP_TX, START + 11, EV_C, tx_ts=close)
+    got = consumed(
+        program,
+        maps,
+        sack(START + 11, cum=START, bitmap=0b111111111100, ev=EV_C, echo_ts=close),
+    )
+    assert "suspect_blamed" not in got and "suspect_cleared" not in got, got
+    assert maps.ev(QP_TX, EV_C).state == nic.EvState.GOOD
+    assert maps.ev_raw(QP_TX, EV_C).suspect_ts == t0, "still suspected"
+
+
 def test_a_suspect_silent_for_silent_ns_is_blamed_as_a_timeout(program, maps, sq, event_reader):
     """START has gone unanswered 11 GAPs, longer than silent_ns: a silent
     loss by MRC's rule, blamed at once with cause TIMEOUT."""
