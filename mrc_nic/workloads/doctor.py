@@ -75,8 +75,7 @@ def set_rate(topo: Topology, rate_bps: int) -> Topology:
     Returns the topology with the new rate."""
     data = dict(topo.raw)
     data["links"] = {**data["links"], "rate": f"{rate_bps}bit", "fabric_rate": f"{rate_bps}bit"}
-    rtt_ns = topology.design_rtt_ns(rate_bps, topo.mtu, topo.tiers)
-    data["queues"] = {**data.get("queues", {}), "base_rtt": f"{rtt_ns // 1000}us"}
+    data["queues"] = {k: v for k, v in data.get("queues", {}).items() if k != "base_rtt"}
     new = topology.from_dict(topo.path, data, lab=topo.lab)
     with Fabric(new) as fabric:
         for link in new.links.values():

@@ -127,9 +127,9 @@ def scenario_topology(
     `rate` if given (T0-T1 links at `fabric_rate` if given; every link's MTU
     `mtu` if given: 3152 or more sends 3 KiB per packet). A slower link
     needs a longer design RTT ([queues] base_rtt, against which switch queues
-    mark and NSCC sizes windows): by default it becomes at least
-    topology.design_rtt_ns of the host links' rate (a frame's time on each
-    link of a path), unless given."""
+    mark and NSCC sizes windows): with `rate` and no `base_rtt`, the file's is
+    dropped for the default of that rate (topology.design_rtt_ns: a frame's
+    time on each link of a path)."""
     path = topology_file(name)
     data = tomllib.loads(path.read_text())
     links = data.setdefault("links", {})
@@ -137,7 +137,7 @@ def scenario_topology(
     if rate is not None:
         links["rate"] = rate
         links["fabric_rate"] = rate
-        if base_rtt is None:  # the file's fits the file's rate; the floor below, this one
+        if base_rtt is None:  # the file's fits the file's rate
             queues.pop("base_rtt", None)
     if fabric_rate is not None:
         links["fabric_rate"] = fabric_rate
@@ -145,12 +145,7 @@ def scenario_topology(
         links["mtu"] = mtu
     if base_rtt is not None:
         queues["base_rtt"] = base_rtt
-    topo = topology.from_dict(path, data, lab=lab_name)
-    floor_ns = topology.design_rtt_ns(topo.rate_bps, topo.mtu, topo.tiers)
-    if base_rtt is None and floor_ns > topo.queues.base_rtt_ns:
-        queues["base_rtt"] = f"{floor_ns // 1000}us"
-        topo = topology.from_dict(path, data, lab=lab_name)
-    return topo
+    return topology.from_dict(path, data, lab=lab_name)
 
 
 def unique_lab_name(tag: str = "scn") -> str:

@@ -47,9 +47,12 @@ def from_text(tmp_path, queues_section: str, links: str = 'rate = "1gbit"\n'):
 
 
 def test_default_thresholds_are_fractions_of_the_port_bdp(default):
-    # 1 Gbit/s x 100 us = 12500 bytes of BDP: kmin 0.2, kmax 0.8, trim 2.0 of it.
+    # The design RTT: a 3214-byte frame on each of 4 links at 1 Gbit/s, 103 us
+    # (topology.design_rtt_ns). 1 Gbit/s x 103 us = 12875 bytes of BDP: kmin
+    # 0.2, kmax 0.8, trim 2.0 of it.
+    assert default.queues.base_rtt_ns == 103_000
     s = queues.port_settings(default, ref(default, "p0.t0a:t1a"))
-    assert (s.rate_bps, s.kmin, s.kmax, s.trim) == (10**9, 2500, 10000, 25000)
+    assert (s.rate_bps, s.kmin, s.kmax, s.trim) == (10**9, 2575, 10300, 25750)
     assert s.buffer == 256 * 1024
     assert s.burst == topology.tbf_burst_bytes(10**9, 1500) == 31250
     assert s.ecn and not s.lasthop
@@ -58,7 +61,7 @@ def test_default_thresholds_are_fractions_of_the_port_bdp(default):
 def test_last_hop_does_not_mark_by_default_but_trims_as_last_hop(default):
     last = queues.port_settings(default, ref(default, "p0.t0a:h0"))
     assert last.lasthop and not last.ecn
-    assert last.trim == 25000
+    assert last.trim == 25750
     for name in ("p0.t0a:t1a", "p0.t1a:t0a", "p0.t1b:t0b"):
         s = queues.port_settings(default, ref(default, name))
         assert s.ecn and not s.lasthop, name
@@ -93,7 +96,7 @@ def test_uncapped_links_have_no_queue():
 
 def test_summary_names_the_queue_parameters(default):
     assert default.summary()["queues"] == {
-        "base_rtt_ns": 100_000,
+        "base_rtt_ns": 103_000,
         "ecn": True,
         "ecn_last_hop": False,
         "kmin": "0.2bdp",

@@ -51,13 +51,12 @@ class QueueParams(NamedTuple):
 
 
 def design_rtt_ns(rate_bps: int | None, mtu: int, tiers: int = 2) -> int:
-    """The design RTT ([queues] base_rtt) of a lab slowed to rate_bps (a
-    scenario's --rate, doctor's steps): a full frame's time on each link of a
-    host-to-host path, at least BASE_RTT_NS. At 10 Mbit/s a frame takes 2.6
-    ms a hop: against a 100 us design RTT, queueing alone would fire every
-    timer. (The shipped default lab keeps 100 us at 200 Mbit/s: measured, a
-    515 us design let NSCC's window grow and deepen the queues, with 5-10x
-    the spurious resends for the same goodput, docs/fidelity.md.)"""
+    """The [queues] base_rtt a lab gets when its file names none: a full
+    frame's time on each link of a host-to-host path at the slowest rate, at
+    least BASE_RTT_NS. Below that, a path's own serialisation reads as
+    queueing: switch queues mark and trim at a BDP under one packet, NSCC's
+    window stays a few packets, and the reorder window is shorter than the
+    spread between planes, so healthy packets are taken for lost."""
     if not rate_bps:
         return BASE_RTT_NS
     frames_ns = PATH_HOPS_PER_TIER * tiers * (mtu + 14) * 8 * 10**9 // rate_bps

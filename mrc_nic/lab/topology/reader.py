@@ -7,7 +7,7 @@ import math
 from pathlib import Path
 
 from mrc_nic.lab.topology.build import derive
-from mrc_nic.lab.topology.model import QueueParams, Topology, TopologyError
+from mrc_nic.lab.topology.model import QueueParams, Topology, TopologyError, design_rtt_ns
 from mrc_nic.lab.topology.schema import (
     ACK_DELAY_US_DEFAULT,
     ACK_EVERY_DEFAULT,
@@ -129,10 +129,11 @@ class _Reader:
         except ValueError as e:
             raise self.fail(dotted, str(e)) from None
 
-    def queues(self) -> QueueParams:
+    def queues(self, design_rtt: int) -> QueueParams:
+        """[queues]; base_rtt defaults to design_rtt (design_rtt_ns)."""
         d = QueueParams()
         base_rtt = self.get("queues.base_rtt")
-        rtt_ns = d.base_rtt_ns
+        rtt_ns = design_rtt
         if base_rtt is not None:
             try:
                 rtt_ns = parse_time_ns(base_rtt)
@@ -246,6 +247,7 @@ def from_dict(path: Path, data: dict, lab: str | None = None) -> Topology:
     rate = r.rate("links.rate", "1gbit")
     fabric_rate = r.rate("links.fabric_rate", format_rate(rate))
     mtu = r.mtu("links.mtu")
+    slowest = min((x for x in (rate, fabric_rate) if x), default=None)
     topo = Topology(
         path=path,
         lab=name,
@@ -261,7 +263,7 @@ def from_dict(path: Path, data: dict, lab: str | None = None) -> Topology:
         buffer_bytes=r.size("links.buffer", "256KiB", 16 * 1024, 64 * 2**20),
         host_net=r.network("addressing.hosts", "198.18.0.0/16"),
         fabric_net=r.network("addressing.fabric", "198.19.0.0/16"),
-        queues=r.queues(),
+        queues=r.queues(design_rtt_ns(slowest, mtu, tiers)),
         nic_memory_bytes=_nic_memory(r, hosts),
         ack_every=r.integer("nic.ack_every", 1, ACK_EVERY_MAX, ACK_EVERY_DEFAULT),
         ack_delay_us=r.integer("nic.ack_delay_us", 1, 1_000_000, ACK_DELAY_US_DEFAULT),

@@ -40,7 +40,7 @@ QUEUE_BYTES_MAX = units.QUEUE_BYTES_MAX
 # default until the BPF path's failover and 20%-loss figures are shown not to
 # regress on a quiet machine (docs/benchmarks.md, "Line rate": 12-17% more
 # goodput, but a longer blackhole gap in 3 of 3 loaded runs).
-BASE_RTT_NS = 100_000  # [queues] base_rtt default: the design RTT of the shipped labs
+BASE_RTT_NS = 100_000  # [queues] base_rtt floor: the design RTT of a fast lab
 PATH_HOPS_PER_TIER = 2  # links a host-to-host path crosses per switch tier (T0-T1-T0: 4)
 # [nic] ack_every / ack_delay_us: ACK coalescing (docs/nic-program.md, "ACK coalescing").
 # Off (1) by default: a held answer leaves a late original unechoed, and the
