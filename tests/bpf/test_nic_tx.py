@@ -1003,9 +1003,7 @@ def test_a_suspect_whose_later_packet_is_answered_first_is_blamed(program, maps,
     ]
 
 
-def test_a_later_packet_within_the_reorder_window_decides_nothing(
-    program, maps, sq, event_reader
-):
+def test_a_later_packet_within_the_reorder_window_decides_nothing(program, maps, sq, event_reader):
     """Two packets of one path sent less than a reorder window apart may swap
     here (two CPUs forward it): the later one's SACK neither blames the
     suspect nor clears it."""
