@@ -66,6 +66,21 @@ def _qp_cc(ctx: HostContext, send: SendSetup, mpr: int) -> nscc.QpCc | None:
     )
 
 
+SILENT_REORDER_WINDOWS = 4  # an overdue packet's EV is blamed after this many windows of silence
+
+
+def silent_ns(timeout_s: float, reorder_ns: int) -> int:
+    """How long a suspected EV may stay unanswered before it is blamed
+    (struct nic_sq.silent_ns; docs/nic-program.md, "Blame"): MRC's rule is
+    the QP's timeout; a few reorder windows when that is shorter, so that a
+    dead plane stops taking new packets within about a millisecond on a fast
+    lab, while a late packet (a CPU that stalled for less) is still cleared."""
+    timeout_ns = round(timeout_s * 1e9)
+    if reorder_ns:
+        timeout_ns = min(timeout_ns, SILENT_REORDER_WINDOWS * reorder_ns)
+    return min(timeout_ns, pins.U32_MAX)
+
+
 def setup_send(ctx: HostContext, aq: AppQp, send: SendSetup, mpr: int, sq_psn: int) -> None:
     """The send side in the NIC maps: EVs, window, NSCC; nothing left of it on failure."""
     table, attrs = ctx.table, aq.qp.attrs  # the QP's EV profile (OCP ev_profile_id)
@@ -98,9 +113,7 @@ def setup_send(ctx: HostContext, aq: AppQp, send: SendSetup, mpr: int, sq_psn: i
             probe_good=table.probe_good(attrs.ev_profile_id),
             auth_key=send.auth_key,
             pd=aq.pd,
-            # MRC blames an EV for a silent loss: no answer on it within
-            # the QP's timeout (docs/nic-program.md, "Blame").
-            silent_ns=min(round(attrs.timeout_s * 1e9), pins.U32_MAX),
+            silent_ns=silent_ns(attrs.timeout_s, send.reorder_ns),
         )
         aq.auth = aq.auth or send.auth_key is not None
         aq.send_key = send.auth_key
