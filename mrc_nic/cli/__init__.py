@@ -119,8 +119,8 @@ def usage_line(e: click.UsageError) -> str:
     """click's usage error as one line: its message, then where the help is
     (click's own show() prints a Usage:/Try:/Error: block of three)."""
     message = " ".join(e.format_message().split()).rstrip(".")
-    if not getattr(e, "help_hint", True):
-        return message
+    if not getattr(e, "help_hint", True) or "--help" in message:
+        return message  # no hint, or the message gives it already
     where = e.ctx.command_path if e.ctx is not None else "mrc-nic"
     return f"{message} (`{where} --help` shows the usage)"
 
