@@ -4,10 +4,11 @@ need an application's QP."""
 
 from __future__ import annotations
 
+import os
 import time
 
 from mrc_nic import verbs
-from mrc_nic.verbs import SGE, SendWR
+from mrc_nic.verbs import SGE, SendFlags, SendWR, WcStatus
 
 MR_BYTES = 1 << 20
 
@@ -55,3 +56,13 @@ def write(a: Side, b: Side, offset: int, length: int, **kw) -> SendWR:
         rkey=b.mr.rkey,
         **kw,
     )
+
+
+def verified_write(a: Side, b: Side, length: int) -> None:
+    """One signaled WRITE of `length` random bytes from a's MR to b's: it
+    completes with SUCCESS and b's memory holds the bytes."""
+    data = os.urandom(length)
+    a.mr.buf[:length] = data
+    a.qp.post_send(write(a, b, 0, length, wr_id=1, send_flags=SendFlags.SIGNALED))
+    assert [(wc.wr_id, wc.status) for wc in poll_n(a.scq, 1)] == [(1, WcStatus.SUCCESS)]
+    assert bytes(b.mr.buf[:length]) == data

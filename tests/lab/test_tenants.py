@@ -21,7 +21,7 @@ from mrc_nic.fabric import testbed
 from mrc_nic.lab import client
 from mrc_nic.verbs import SendFlags, WcStatus
 from tests.helpers.env import MRC, ROOT, run_cli
-from tests.helpers.verbspair import Side, connect, poll_n, write
+from tests.helpers.verbspair import Side, connect, poll_n, verified_write, write
 
 # The hog registers 1 MiB MRs up to its memory share: on the default lab's
 # 288 MiB a host, half is more MRs than the host has region ids (about 126), so
@@ -144,11 +144,7 @@ def test_a_session_holds_at_most_its_share_and_others_still_work(default_lab):
         a, b = Side(lab, "h0"), Side(lab, "h1")
         try:
             connect(a, b)
-            data = os.urandom(64 * KIB)
-            a.mr.buf[: len(data)] = data
-            a.qp.post_send(write(a, b, 0, len(data), wr_id=1, send_flags=SendFlags.SIGNALED))
-            assert [(wc.wr_id, wc.status) for wc in poll_n(a.scq, 1)] == [(1, WcStatus.SUCCESS)]
-            assert bytes(b.mr.buf[: len(data)]) == data
+            verified_write(a, b, 64 * KIB)
         finally:
             a.close()
             b.close()
@@ -196,11 +192,7 @@ def test_a_queue_whose_counters_a_program_corrupts_fails_and_its_neighbour_goes_
         assert record["state"] == "ERR"
         assert "head counters are inconsistent" in record["err_reason"]
         assert f"done {posted + 1000}" in record["err_reason"]
-        data = os.urandom(256 * KIB)
-        c.mr.buf[: len(data)] = data
-        c.qp.post_send(write(c, d, 0, len(data), wr_id=1, send_flags=SendFlags.SIGNALED))
-        assert [(wc.wr_id, wc.status) for wc in poll_n(c.scq, 1)] == [(1, WcStatus.SUCCESS)]
-        assert bytes(d.mr.buf[: len(data)]) == data
+        verified_write(c, d, 256 * KIB)
         assert c.qp.query()["state"] == "RTS"
     finally:
         for s in (a, b, c, d):
@@ -280,11 +272,7 @@ def test_the_nics_death_reaches_the_program_within_a_second(default_lab):
     c, d = Side(lab, "h0"), Side(lab, "h1")
     try:
         connect(c, d)
-        data = os.urandom(128 * KIB)
-        c.mr.buf[: len(data)] = data
-        c.qp.post_send(write(c, d, 0, len(data), wr_id=1, send_flags=SendFlags.SIGNALED))
-        assert [(wc.wr_id, wc.status) for wc in poll_n(c.scq, 1)] == [(1, WcStatus.SUCCESS)]
-        assert bytes(d.mr.buf[: len(data)]) == data
+        verified_write(c, d, 128 * KIB)
     finally:
         c.close()
         d.close()
