@@ -239,6 +239,17 @@ static __always_inline __u64 copy_piece(__u32 total, __u32 in_off, __u32 k, __u3
 	return n;
 }
 
+/* copy_piece's *at where a copy uses it: checked in the register the copy
+ * reads (the check inside copy_piece may be on a copy of it the compiler
+ * made, lost to the verifier once the element lookup's calls spill). */
+static __always_inline __u64 piece_at(__u32 at)
+{
+	__u64 a = at;
+
+	asm volatile("" : "+r"(a));
+	return a < NIC_SEG_ELEMS_MAX * NIC_MR_ELEM_SIZE ? a : NIC_SEG_ELEMS_MAX * NIC_MR_ELEM_SIZE;
+}
+
 /* ---- The send engine's trigger ------------------------------------------ */
 
 /* What runs the send engine: a kick, or an ACK of an engine QP (nic_xdp). */

@@ -412,6 +412,8 @@ enum nic_counter {
 	/* ACK coalescing (docs/nic-program.md, "ACK coalescing") */
 	NIC_CNT_ACK_HELD,   /* data placed and not answered yet (a later SACK covers it) */
 	NIC_CNT_ACK_FANOUT, /* SACKs of several PSNs broadcast as kicks through the doorbell (nic_fanout) */
+	/* Isolation (docs/api.md, "Isolation") */
+	NIC_CNT_DROP_NOT_KICK, /* a frame through a doorbell (port or program) that is no kick */
 	NIC_CNT_MAX,
 };
 

@@ -52,12 +52,15 @@ struct data_hdrs {
 	struct mrc_data_ext dext;
 } __attribute__((packed, aligned(2)));
 _Static_assert(sizeof(struct data_hdrs) == DATA_IMM_HDRS_LEN, "struct data_hdrs size");
+_Static_assert(sizeof(struct data_hdrs) <= sizeof(((struct nic_tx_scratch *)0)->hdrs),
+	       "struct data_hdrs must fit nic_tx_scratch.hdrs");
 _Static_assert(__builtin_offsetof(struct data_hdrs, immdt) == DATA_HDRS_LEN - 16,
 	       "struct data_hdrs: immdt must follow reth");
 
 /* Is a frame a kick (struct nic_kick: a live-frames test run's metadata, or
  * the payload of a doorbell port frame)? Fills req if so, and returns 1 + its
- * op (enum nic_kick_op) and *arg; 0 if it is not a kick. */
+ * op (enum nic_kick_op) and *arg; 0 if it is not a kick, -1 if it is no kick
+ * and may not be anything else either (a doorbell port frame). */
 static __always_inline int kick_of(struct xdp_md *ctx, struct engine_req *req, __u32 *arg,
 				   __u64 *age_ns)
 {
@@ -71,10 +74,15 @@ static __always_inline int kick_of(struct xdp_md *ctx, struct engine_req *req, _
 		if ((void *)(k + 1) > data)
 			return 0; /* no metadata: an ordinary test run */
 	} else if (ctx->ingress_ifindex == NIC_DOORBELL_IFINDEX) {
-		/* The doorbell port's frames come from the host itself, never the wire. */
+		/* The doorbell port's frames come from the host's applications,
+		 * never the wire: a send kick, or nothing (docs/api.md, "Isolation"). */
 		k = (void *)(eth + 1);
 		if ((void *)(k + 1) > data_end || eth->h_proto != bpf_htons(NIC_KICK_ETHERTYPE))
-			return 0;
+			return -1;
+		req->qpn = k->qpn & MRC_BTH_QPN_MASK;
+		req->plane = NIC_MAX_PLANES;
+		req->kick = 1;
+		return 1 + NIC_KICK_SEND;
 	} else {
 		return 0;
 	}
@@ -359,7 +367,8 @@ struct tx_pkt {
 	__u64 tx_ts;    /* MRC_DATA.tx_ts, recorded before the packet leaves */
 	__u32 psn, wqe, off, seg, last, retx, ev, plane;
 	__u32 ackreq;   /* BTH AckReq: the receiver answers at once (docs/nic-program.md, "ACK coalescing") */
-	__u32 src_elem; /* the first element of its payload in nic_mr */
+	__u32 src_region; /* the region its payload is read from (nic_regions, nic_mems) */
+	__u32 src_elem; /* the first element of its payload in that region's memory */
 	__u32 src_in;   /* where in that element the payload starts */
 	__u32 hdrs;     /* frame bytes before the payload: DATA_HDRS_LEN or DATA_IMM_HDRS_LEN */
 };
@@ -444,6 +453,7 @@ static __always_inline int engine_source(const struct engine_req *req, struct ni
 	off = (__u64)w->src_off + t->off; /* any byte of the MR */
 	if (off < rg->head || off + t->seg > (__u64)rg->n_elems * NIC_MR_ELEM_SIZE - rg->tail)
 		return engine_bad_wqe(req, sq, t->psn, now);
+	t->src_region = rid;
 	t->src_elem = rg->first_elem + (__u32)(off / NIC_MR_ELEM_SIZE);
 	t->src_in = (__u32)(off % NIC_MR_ELEM_SIZE);
 	return PKT_GO;
@@ -538,9 +548,9 @@ static __always_inline int engine_copy_unaligned(struct xdp_md *ctx, const struc
 
 		if (!n)
 			break;
-		src = nic_mr_lookup(&src_k);
+		src = nic_mem_lookup((__u32 *)&t->src_region, &src_k);
 		if (!src || bpf_dynptr_from_mem(src, sizeof(*src), 0, &dp) ||
-		    bpf_dynptr_read(buf->bytes + at, n, &dp, in, 0))
+		    bpf_dynptr_read(buf->bytes + piece_at(at), n, &dp, in, 0))
 			return -1;
 	}
 	seg = payload_bytes(t->seg);
@@ -585,7 +595,7 @@ static __always_inline int engine_write(struct xdp_md *ctx, const struct engine_
 
 		if (at >= t->seg)
 			break;
-		src = nic_mr_lookup(&src_k);
+		src = nic_mem_lookup((__u32 *)&t->src_region, &src_k);
 		if (!src)
 			return engine_bad_wqe(req, sq, t->psn, now);
 		n_bytes = elem_bytes(t->seg, at);
@@ -631,7 +641,7 @@ static __always_inline int engine_run(struct xdp_md *ctx, const struct engine_re
 	struct nic_tx_ring *ring;
 	const struct nic_wqe *w;
 	struct ev_pick p1 = {}, p2 = {};
-	struct data_hdrs f = {};
+	struct data_hdrs *f;
 	struct tx_pkt t = {};
 	struct nic_ev *e;
 	__u32 qpn = req->qpn, zero = 0, ring_id, host, planes, found, n, key;
@@ -701,9 +711,11 @@ static __always_inline int engine_run(struct xdp_md *ctx, const struct engine_re
 
 	key = host * NIC_MAX_PLANES + t.plane;
 	t.hdrs = (w->opcode == MRC_OP_WRITE_IMM && t.last) ? DATA_IMM_HDRS_LEN : DATA_HDRS_LEN;
-	engine_headers(&f, nic_ports_lookup(&key), sq, w, &t, host, sc->msn,
+	f = (struct data_hdrs *)sc->hdrs;
+	__builtin_memset(f, 0, sizeof(*f));
+	engine_headers(f, nic_ports_lookup(&key), sq, w, &t, host, sc->msn,
 		       t.hdrs + t.seg + MRC_ICRC_LEN);
-	verdict = engine_write(ctx, req, sq, &f, &t, now);
+	verdict = engine_write(ctx, req, sq, f, &t, now);
 	if (verdict != PKT_GO)
 		return verdict;
 	return engine_send(req, &t, key);

@@ -14,8 +14,22 @@
 BPF_ARRAY(nic_rx_qps, struct nic_rq, NIC_MAX_QPS);
 /* The owner of each nic_rx_qps slot (QPN | NIC_RQ_TAG_USED, 0: free); user space only. */
 BPF_ARRAY(nic_rx_slots, __u32, NIC_MAX_QPS);
-/* Every memory region of the lab, NIC_MR_ELEM_SIZE bytes per element: the receiver writes, user space mmaps. */
-BPF_F_TABLE("array", __u32, struct nic_mr_elem, nic_mr, NIC_MR_ELEMS, BPF_F_MMAPABLE);
+#ifndef BPF_F_INNER_MAP
+#define BPF_F_INNER_MAP (1U << 12) /* linux/bpf.h: an inner map of any max_entries */
+#endif
+/* The daemons' registered memory, NIC_MR_ELEM_SIZE bytes per element (every
+ * region of the lab that is not an application's): the receiver writes, user
+ * space mmaps. BPF reaches it only as an entry of nic_mems. */
+BPF_F_TABLE("array", __u32, struct nic_mr_elem, nic_mr, NIC_MR_ELEMS,
+	    BPF_F_MMAPABLE | BPF_F_INNER_MAP);
+/* The template of a region's memory: an array of elements of any length
+ * (BPF_F_INNER_MAP); never an entry of nic_mems. */
+BPF_F_TABLE("array", __u32, struct nic_mr_elem, nic_mem_template, 1,
+	    BPF_F_MMAPABLE | BPF_F_INNER_MAP);
+/* The memory of each region, key = region id: nic_mr for a daemon's region, a
+ * map of its own for an application's MR (docs/api.md, "Isolation"), whose
+ * fd only the session that registered it gets; user space only. */
+BPF_TABLE("array_of_maps$nic_mem_template", __u32, int, nic_mems, NIC_MAX_REGIONS);
 /* Region table, key = region id; user space only. */
 BPF_ARRAY(nic_regions, struct nic_region, NIC_MAX_REGIONS);
 /* Receive locks, entry QPN % NIC_RX_LOCKS; BPF only (not pinned). */
@@ -50,8 +64,15 @@ BPF_TABLE("array_of_maps$nic_cq_template", __u32, int, nic_cq_rings, NIC_MAX_CQS
 /* Completions each CQ lost (index CQ - 1): its ring was full. Mmapable: the
  * library sees its CQ overrun (IBV_EVENT_CQ_ERR) without a syscall. */
 BPF_F_TABLE("array", __u32, __u64, nic_cq_lost, NIC_MAX_CQS, BPF_F_MMAPABLE);
-/* Send queues of the send QPs (struct nic_sq.ring), mmapable: user space posts WQEs. */
-BPF_F_TABLE("array", __u32, struct nic_wq, nic_wq, NIC_TX_RINGS, BPF_F_MMAPABLE);
+/* The template of a send queue: one struct nic_wq, mmapable (user space posts
+ * WQEs); never an entry of nic_wqs. */
+BPF_F_TABLE("array", __u32, struct nic_wq, nic_wq_template, 1, BPF_F_MMAPABLE);
+/* The send queue of each send QP, key = struct nic_sq.ring: a map of its own,
+ * whose fd only the QP's session gets (docs/api.md, "Isolation"); user space only. */
+BPF_TABLE("array_of_maps$nic_wq_template", __u32, int, nic_wqs, NIC_TX_RINGS);
+/* Entry 0: nic_xdp, where the applications' doorbell program (nic_doorbell)
+ * hands its frames on; user space (the loader) only. */
+BPF_PROG_ARRAY(nic_doorbell_jump, 1);
 /* Host port addresses, key = host * NIC_MAX_PLANES + plane: the data packets' MACs; user space. */
 BPF_ARRAY(nic_ports, struct nic_port, NIC_MAX_HOSTS * NIC_MAX_PLANES);
 /* Host ports as devices (ifindex), same key: where the engine redirects; user space. */

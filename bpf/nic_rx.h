@@ -291,6 +291,7 @@ struct rx_pkt {
 struct rx_plan {
 	struct nic_cqe_batch *batch; /* completions of a placement, sent after the lock */
 	__u64 now;                   /* a fresh PSN: when it was placed (the delivery clock) */
+	__u32 region;                /* the region it is placed in (nic_regions, nic_mems) */
 	__u32 elem;                  /* the payload's first region element */
 	__u32 in_off;                /* where in that element it starts */
 	int fresh;                   /* the PSN looked new: its payload was copied */
@@ -344,13 +345,13 @@ static __always_inline int rx_parse(struct mrc_pkt *p, struct rx_pkt *d)
 	return PKT_GO;
 }
 
-/* The region element the payload starts at, into *elem, and the byte in
- * it, into *in_off: placement is byte-granular, any va and length inside
+/* The region the payload goes to, into *region, its element the payload
+ * starts at, into *elem, and the byte in it, into *in_off: placement is byte-granular, any va and length inside
  * the MR. A zero-length WRITE places nothing, and its va and rkey are not
  * checked (as in IBTA). The region must take WRITEs and be of the QP's host
  * and protection domain: an rkey of another PD is as wrong as a forged one. */
-static __always_inline int rx_region(const struct nic_rq *rq, const struct rx_pkt *d, __u32 *elem,
-				     __u32 *in_off)
+static __always_inline int rx_region(const struct nic_rq *rq, const struct rx_pkt *d, __u32 *region,
+				     __u32 *elem, __u32 *in_off)
 {
 	__u32 rid = rq->region, owner = 0;
 	struct nic_region *rg;
@@ -369,6 +370,7 @@ static __always_inline int rx_region(const struct nic_rq *rq, const struct rx_pk
 	off = d->va - rg->base_va;
 	if (off < rg->head || off + d->payload_len > (__u64)rg->n_elems * NIC_MR_ELEM_SIZE - rg->tail)
 		return RX_REMOTE_ACCESS; /* a byte outside the MR */
+	*region = rid;
 	*elem = rg->first_elem + (__u32)(off / NIC_MR_ELEM_SIZE);
 	*in_off = (__u32)(off % NIC_MR_ELEM_SIZE);
 	return PKT_GO;
@@ -380,7 +382,7 @@ static __always_inline int rx_region(const struct nic_rq *rq, const struct rx_pk
  * plain copy to element + offset is refused by the verifier, which bounds
  * offset and length apart). Outside the lock. */
 static __always_inline int rx_copy_unaligned(struct xdp_md *ctx, const struct rx_pkt *d,
-					     __u32 elem, __u32 in_off)
+					     __u32 region, __u32 elem, __u32 in_off)
 {
 	struct nic_copy_buf *buf;
 	__u32 zero = 0, k;
@@ -401,11 +403,11 @@ static __always_inline int rx_copy_unaligned(struct xdp_md *ctx, const struct rx
 
 		if (!n)
 			break;
-		dst = nic_mr_lookup(&elem_k);
+		dst = nic_mem_lookup(&region, &elem_k);
 		if (!dst)
-			return RX_REMOTE_ACCESS; /* region reaches past nic_mr: misconfigured */
+			return RX_REMOTE_ACCESS; /* no memory, or too little: misconfigured */
 		if (bpf_dynptr_from_mem(dst, sizeof(*dst), 0, &dp) ||
-		    bpf_dynptr_write(&dp, in, buf->bytes + at, n, 0))
+		    bpf_dynptr_write(&dp, in, buf->bytes + piece_at(at), n, 0))
 			return drop(NIC_CNT_DROP_XDP_ERR);
 	}
 	return PKT_GO;
@@ -414,13 +416,13 @@ static __always_inline int rx_copy_unaligned(struct xdp_md *ctx, const struct rx
 /* Copy the payload into its region, element by element (a payload of
  * NIC_SEG_SIZE fills several): straight from the packet when it starts on
  * an element, through the copy buffer when it does not. Outside the lock. */
-static __always_inline int rx_copy(struct xdp_md *ctx, const struct rx_pkt *d, __u32 elem,
-				   __u32 in_off)
+static __always_inline int rx_copy(struct xdp_md *ctx, const struct rx_pkt *d, __u32 region,
+				   __u32 elem, __u32 in_off)
 {
 	int k;
 
 	if (in_off)
-		return rx_copy_unaligned(ctx, d, elem, in_off);
+		return rx_copy_unaligned(ctx, d, region, elem, in_off);
 	for (k = 0; k < NIC_SEG_ELEMS; k++) {
 		__u32 at = k * NIC_MR_ELEM_SIZE, elem_k = elem + k;
 		struct nic_mr_elem *dst;
@@ -428,9 +430,9 @@ static __always_inline int rx_copy(struct xdp_md *ctx, const struct rx_pkt *d, _
 
 		if (at >= d->payload_len)
 			break;
-		dst = nic_mr_lookup(&elem_k);
+		dst = nic_mem_lookup(&region, &elem_k);
 		if (!dst)
-			return RX_REMOTE_ACCESS; /* region reaches past nic_mr: misconfigured */
+			return RX_REMOTE_ACCESS; /* no memory, or too little: misconfigured */
 		len = elem_bytes(d->payload_len, at);
 		if (len < 1)
 			return drop(NIC_CNT_DROP_BAD_LEN);
@@ -489,7 +491,7 @@ static __always_inline int rx_prepare(struct xdp_md *ctx, const struct rx_pkt *d
 	 * state, a PSN in the window and new) is checked for access, and its
 	 * access error is fatal; a duplicate is acknowledged, never placed. */
 	if (plan->fresh) {
-		ret = rx_region(rq, d, &plan->elem, &plan->in_off);
+		ret = rx_region(rq, d, &plan->region, &plan->elem, &plan->in_off);
 		if (ret != PKT_GO)
 			goto failed;
 	}
@@ -504,7 +506,7 @@ static __always_inline int rx_prepare(struct xdp_md *ctx, const struct rx_pkt *d
 		}
 	}
 	if (plan->fresh && d->payload_len) {
-		ret = rx_copy(ctx, d, plan->elem, plan->in_off);
+		ret = rx_copy(ctx, d, plan->region, plan->elem, plan->in_off);
 		if (ret != PKT_GO)
 			goto failed;
 	}

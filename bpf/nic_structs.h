@@ -668,6 +668,9 @@ struct nic_tx_scratch {
 	/* The planned WQE, copied under the QP's lock: once the lock is released a
 	 * SACK on another CPU may complete it and the poster reuse its slot. */
 	struct nic_wqe wqe_copy;
+	/* The data packet's headers as the engine builds them (struct data_hdrs,
+	 * bpf/nic_engine.h): here, not on the program's full stack. */
+	__u8 hdrs[96];
 };
 
 /* A timeout kick's lost PSNs and their EVs, marked after the QP's lock

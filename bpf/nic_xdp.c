@@ -35,9 +35,14 @@ static __always_inline __u32 *nic_rx_slots_lookup(__u32 *k)
 {
 	return nic_rx_slots.lookup(k);
 }
-static __always_inline struct nic_mr_elem *nic_mr_lookup(__u32 *k)
+/* Element *k of a region's memory (its map in nic_mems), or NULL. Looked up
+ * per element: a map pointer kept across the copy loops costs stack the
+ * program does not have. */
+static __always_inline struct nic_mr_elem *nic_mem_lookup(__u32 *region, __u32 *k)
 {
-	return nic_mr.lookup(k);
+	void *mem = nic_mems.lookup(region);
+
+	return mem ? bpf_map_lookup_elem(mem, k) : NULL;
 }
 static __always_inline struct nic_region *nic_regions_lookup(__u32 *k)
 {
@@ -92,9 +97,13 @@ static __always_inline __u64 *nic_cq_lost_lookup(__u32 *k)
 {
 	return nic_cq_lost.lookup(k);
 }
+/* A send ring's queue: the one entry of its own map (nic_wqs). */
 static __always_inline struct nic_wq *nic_wq_lookup(__u32 *k)
 {
-	return nic_wq.lookup(k);
+	void *queue = nic_wqs.lookup(k);
+	__u32 zero = 0;
+
+	return queue ? bpf_map_lookup_elem(queue, &zero) : NULL;
 }
 static __always_inline struct nic_port *nic_ports_lookup(__u32 *k)
 {
@@ -232,6 +241,8 @@ int nic_xdp(struct xdp_md *ctx)
 	__u64 age_ns = 0;
 	int verdict, kick = kick_of(ctx, &req, &arg, &age_ns);
 
+	if (kick < 0)
+		return drop(NIC_CNT_DROP_NOT_KICK);
 	if (kick == 1 + NIC_KICK_TIMEOUT)
 		return engine_timeout(&req, arg & ~NIC_TIMEOUT_F_REORDER, age_ns,
 				      !!(arg & NIC_TIMEOUT_F_REORDER));
@@ -248,4 +259,25 @@ int nic_xdp(struct xdp_md *ctx)
 	if (verdict != ENGINE_RUN)
 		return verdict;
 	return engine_run(ctx, &req);
+}
+
+/*
+ * The applications' doorbell program (docs/api.md, "Isolation"): what a
+ * session gets to run the engine with BPF_PROG_RUN. Its frames' metadata
+ * becomes a send kick whatever it said (the daemon's kicks, TIMEOUT, FAIL,
+ * CWND and EV_REPLACE, are nic_xdp's own), then nic_xdp runs on the frame
+ * (a tail call); a frame without a kick's metadata is dropped, never parsed
+ * as a packet from the wire.
+ */
+int nic_doorbell(struct xdp_md *ctx)
+{
+	struct nic_kick *k = (void *)(long)ctx->data_meta;
+
+	if (ctx->ingress_ifindex != LOOPBACK_IFINDEX || (void *)(k + 1) > (void *)(long)ctx->data)
+		return drop(NIC_CNT_DROP_NOT_KICK);
+	k->op = NIC_KICK_SEND;
+	k->arg = 0;
+	k->age_ns = 0;
+	nic_doorbell_jump.call(ctx, 0);
+	return drop(NIC_CNT_DROP_NOT_KICK); /* no nic_xdp in nic_doorbell_jump: the lab is going */
 }

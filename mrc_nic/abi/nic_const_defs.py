@@ -206,9 +206,10 @@ class Counter(enum.IntEnum):
     SUSPECT_BLAMED = 69
     ACK_HELD = 70
     ACK_FANOUT = 71
+    DROP_NOT_KICK = 72
 
 
-NIC_CNT_MAX = 72
+NIC_CNT_MAX = 73
 
 # ---- enums of #define groups --------------------------------------------------
 

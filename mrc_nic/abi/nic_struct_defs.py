@@ -621,6 +621,7 @@ class NicTxScratch(ctypes.Structure):
         ("reserved", ctypes.c_uint32),
         ("done", NicSendEvent * 32),
         ("wqe_copy", NicWqe),
+        ("hdrs", ctypes.c_uint8 * 96),
     ]
 
 

@@ -3,14 +3,17 @@
 An application keeps one connection to its host's daemon (mrc_nic.lab.client.Session) and
 creates memory registrations, CQs and QPs through it; everything a session
 creates is released when its connection closes, also when the process dies.
-Posting and completions never come here: the application writes WQEs into
-the NIC's mapped work queue and reads completions from its CQ's ring
-buffer. Names follow the OCP API (mrc.h) and verbs (ibv_*).
+The daemon hands the session each NIC resource it made as a file descriptor
+(framing.fd_arg, SCM_RIGHTS): an MR's memory, a QP's send queue, a CQ's ring,
+the doorbell. Those are all a process reaches of the NIC (docs/api.md,
+"Isolation"). Posting and completions never come here: the application
+writes WQEs into its mapped send queue and reads completions from its CQ's
+ring buffer. Names follow the OCP API (mrc.h) and verbs (ibv_*).
 """
 
 from __future__ import annotations
 
-from mrc_nic.contract.framing import Reply, Request, arg, op, reply
+from mrc_nic.contract.framing import Reply, Request, arg, fd_arg, op, reply
 
 
 @reply
@@ -38,6 +41,18 @@ class HelloReply(Reply):
         "this session's limits on the host: memory (bytes), qps, cqs, pds "
         "(contract.shares; a refusal past one is ENOMEM or ENOSPC)",
         factory=dict,
+    )
+    kick_fd: int = fd_arg(
+        "the doorbell program: BPF_PROG_RUN of a kick frame runs the send engine "
+        "(send kicks only, bpf/nic_xdp.c nic_doorbell)"
+    )
+    doorbell_fd: int = fd_arg(
+        "an AF_PACKET socket on the host's doorbell port: a kick frame sent there is a "
+        "send kick (-1: the host has no port; kick with kick_fd)"
+    )
+    doorbell_frame: int = arg("the size of a doorbell port frame (the port's MTU + 14)", 0)
+    cq_lost_fd: int = fd_arg(
+        "nic_cq_lost, read-only: completions each CQ lost to a full ring, a __u64 per CQ index"
     )
 
 
@@ -71,8 +86,11 @@ class RegMrReply(Reply):
     region: int = arg("the NIC's region id (the MR's lkey)")
     rkey: int = arg("the remote key a peer names in its WRITEs")
     addr: int = arg("the MR's first byte in the NIC's address space (RETH.va)")
-    first_elem: int = arg("where its bytes start in the NIC memory map nic_mr, in elements")
     length: int = arg("bytes registered: the request rounded up to whole elements")
+    memory_fd: int = fd_arg(
+        "the MR's memory, a BPF array of its own: mmap it (MAP_SHARED) from offset 0; "
+        "the MR starts page_off bytes in"
+    )
 
 
 @op("reg_mr")
@@ -116,7 +134,8 @@ class DeregMr(Request[Done]):
 
 @reply
 class CreateCqReply(Reply):
-    cq: int = arg("the CQ's index in nic_cq_rings: the caller puts its ring buffer there")
+    cq: int = arg("the CQ's index in nic_cq_rings (its lost count's in nic_cq_lost)")
+    ring_fd: int = fd_arg("the CQ's ring buffer (BPF_MAP_TYPE_RINGBUF): mmap and epoll it")
 
 
 @op("create_cq")
@@ -137,7 +156,8 @@ class DestroyCq(Request[Done]):
 class CreateQpReply(Reply):
     qpn: int = arg("the QP number")
     sq_depth: int = arg("WQEs the NIC holds for it; the library queues the rest")
-    ring: int = arg("its send queue's index in the NIC's mapped work queues (nic_wq)")
+    ring: int = arg("its send ring's index (nic_wqs, nic_tx_ring)")
+    sq_fd: int = fd_arg("its send queue, a BPF array of one struct nic_wq: mmap it (MAP_SHARED)")
 
 
 @op("create_qp")

@@ -16,6 +16,12 @@ The wire is JSON lines (encode and decode, below): {"op": name, **fields}, then
 message while it is None. A reply may carry fields its declaration does not
 have (a newer service): the client ignores them; a request may not.
 
+A reply may hand the client file descriptors (`fd_arg` fields: its NIC
+resources, docs/api.md "Isolation"): they travel with the reply's line as
+SCM_RIGHTS, in the order of those fields, and the line holds each one's
+position among them (-1: none). The service closes its copies once sent;
+the client owns what it received.
+
 The ops: the host daemons' in mrc_nic.contract.daemonops, the event log's in
 mrc_nic.contract.eventops; `Ping` is the op every service answers.
 """
@@ -55,6 +61,16 @@ def arg(doc: str, default: Any = dataclasses.MISSING, *, factory: Any = dataclas
     return dataclasses.field(default=default, default_factory=factory, metadata={"doc": doc})
 
 
+def fd_arg(doc: str):
+    """A reply field that is a file descriptor (SCM_RIGHTS; -1: none)."""
+    return dataclasses.field(default=-1, metadata={"doc": doc, "fd": True})
+
+
+def fd_fields(cls: type) -> list[str]:
+    """The names of a reply's file-descriptor fields, in order."""
+    return [f.name for f in dataclasses.fields(cls) if f.metadata.get("fd")]
+
+
 @dataclasses.dataclass(kw_only=True)
 class Reply:
     """Base of the reply dataclasses (declared with @reply)."""
@@ -70,13 +86,13 @@ class Request(Generic[R]):
     Reply: ClassVar[type[Reply]]
 
 
-@dataclass_transform(kw_only_default=True, field_specifiers=(dataclasses.field, arg))
+@dataclass_transform(kw_only_default=True, field_specifiers=(dataclasses.field, arg, fd_arg))
 def reply(cls: type) -> type:
     """Declare a reply: a keyword-only dataclass of its fields."""
     return dataclasses.dataclass(kw_only=True)(cls)
 
 
-@dataclass_transform(kw_only_default=True, field_specifiers=(dataclasses.field, arg))
+@dataclass_transform(kw_only_default=True, field_specifiers=(dataclasses.field, arg, fd_arg))
 def op(name: str) -> Callable[[type], type]:
     """Declare an operation: its name and, as a dataclass, its request fields;
     its reply is the type argument of its Request[...] base."""
@@ -133,14 +149,35 @@ def encode_request(request: Request) -> dict:
 
 
 def encode_reply(value: Reply) -> dict:
-    return _fields_out(value)
+    """The reply's line; its fd fields as their positions in reply_fds(value)."""
+    out = _fields_out(value)
+    at = 0
+    for name in fd_fields(type(value)):
+        if out[name] >= 0:
+            out[name], at = at, at + 1
+    return out
 
 
-def decode_reply(cls: type[R], message: dict, op_name: str) -> R:
+def reply_fds(value: Reply) -> list[int]:
+    """The file descriptors a reply hands over, in its fd fields' order."""
+    return [fd for fd in (getattr(value, n) for n in fd_fields(type(value))) if fd >= 0]
+
+
+def decode_reply(cls: type[R], message: dict, op_name: str, fds: list[int] = ()) -> R:
     """A reply's results (without "ok") as its dataclass; fields it does not
-    declare are ignored; RequestError (EINVAL) when one is missing or mistyped."""
+    declare are ignored; RequestError (EINVAL) when one is missing or mistyped.
+    fds: the descriptors that came with the line; its fd fields get them."""
     body = {k: v for k, v in message.items() if k != "ok"}
-    return _build(cls, body, f"{op_name} reply", strict=False)
+    value = _build(cls, body, f"{op_name} reply", strict=False)
+    for name in fd_fields(cls):
+        at = getattr(value, name)
+        if at >= 0:
+            if at >= len(fds):
+                raise RequestError(
+                    errno.EPROTO, f"{op_name} reply: field {name!r} names fd {at} of {len(fds)}"
+                )
+            setattr(value, name, fds[at])
+    return value
 
 
 def _fields_out(value: Any) -> dict:

@@ -26,6 +26,7 @@ BPF_MAP_GET_NEXT_KEY = 4
 BPF_OBJ_PIN = 6
 BPF_OBJ_GET = 7
 BPF_PROG_TEST_RUN = 10
+BPF_MAP_GET_FD_BY_ID = 14
 BPF_OBJ_GET_INFO_BY_FD = 15
 BPF_MAP_LOOKUP_BATCH = 24
 
@@ -33,6 +34,11 @@ BPF_MAP_LOOKUP_BATCH = 24
 BPF_ANY = 0
 BPF_NOEXIST = 1
 BPF_EXIST = 2
+
+# Flags of BPF_MAP_CREATE (map_flags) and of opening a map (file_flags, open_flags).
+BPF_F_RDONLY = 1 << 3  # this fd reads only (mmap PROT_WRITE and updates refused)
+BPF_F_MMAPABLE = 1 << 10
+BPF_F_INNER_MAP = 1 << 12  # an inner map of a map-in-map, of any max_entries
 
 # Flags of BPF_PROG_TEST_RUN for XDP programs: run on live frames (each run's
 # XDP_TX / XDP_REDIRECT really transmits; data_out and ctx_out must be unset).
@@ -119,6 +125,16 @@ class _ObjAttr(ctypes.Structure):
         ("pathname", ctypes.c_uint64),
         ("bpf_fd", ctypes.c_uint32),
         ("file_flags", ctypes.c_uint32),
+    ]
+
+
+class _GetFdByIdAttr(ctypes.Structure):
+    """BPF_MAP_GET_FD_BY_ID."""
+
+    _fields_ = [
+        ("map_id", ctypes.c_uint32),
+        ("next_id", ctypes.c_uint32),
+        ("open_flags", ctypes.c_uint32),
     ]
 
 
@@ -245,6 +261,13 @@ def obj_get(path: str | os.PathLike, *, flags: int = 0) -> int:
     path_buf = ctypes.create_string_buffer(os.fsencode(path))
     attr = _ObjAttr(pathname=_addr(path_buf), file_flags=flags)
     return _bpf(BPF_OBJ_GET, attr, f"BPF_OBJ_GET {path}")
+
+
+def map_fd_by_id(map_id: int, *, flags: int = 0) -> int:
+    """A new fd of the map with id map_id (an inner map's, read from its outer
+    map); needs CAP_SYS_ADMIN. flags: BPF_F_RDONLY for a read-only fd."""
+    attr = _GetFdByIdAttr(map_id=map_id, open_flags=flags)
+    return _bpf(BPF_MAP_GET_FD_BY_ID, attr, f"BPF_MAP_GET_FD_BY_ID {map_id}")
 
 
 def obj_pin(fd: int, path: str | os.PathLike) -> None:

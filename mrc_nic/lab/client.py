@@ -16,6 +16,8 @@ the event log's in mrc_nic.contract.eventops; docs/daemon.md lists them.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import socket
 import threading
 import time
@@ -33,6 +35,7 @@ from mrc_nic.contract.framing import (  # RequestError: callers' too
 from mrc_nic.errors import MrcNicError
 from mrc_nic.lab import state
 
+MAX_FDS = 16  # descriptors one read takes (a reply hands over at most a few)
 EVENTS_SERVICE = "events"  # the lab's event log (mrc_nic.observe.eventlog): events.sock
 
 
@@ -79,6 +82,7 @@ class Session:
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.settimeout(timeout)
         self._buf = b""
+        self._fds: list[int] = []  # descriptors received (SCM_RIGHTS), not yet a reply's
         try:
             self.sock.connect(str(path))
         except (FileNotFoundError, ConnectionRefusedError):
@@ -99,29 +103,49 @@ class Session:
         self.close()
 
     def close(self) -> None:
+        self._close_fds()
         self.sock.close()
 
+    def _close_fds(self) -> None:
+        for fd in self._fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self._fds.clear()
+
     def call(self, request: Request[R], *, timeout: float | None = None) -> R:
-        """Send a request and return its typed reply (DaemonError when refused)."""
+        """Send a request and return its typed reply (DaemonError when refused).
+        The reply's file descriptors (framing.fd_arg fields) are the caller's."""
         self.sock.settimeout(timeout or self.timeout)
         self.sock.sendall(encode(framing.encode_request(request)))
         reply = self._read_line(request.OP, timeout or self.timeout)
-        if not reply.get("ok"):
-            raise DaemonError(
-                f"{self.host}: {reply.get('message', 'refused')}", errno_name=reply.get("errno")
-            )
+        fds, self._fds = self._fds, []  # one request at a time: these came with its reply
         try:
-            return framing.decode_reply(type(request).Reply, reply, request.OP)  # type: ignore
-        except RequestError as e:
-            raise DaemonError(
-                f"{self.host} sent a reply that is not {request.OP}'s: {e}", "EPROTO"
-            ) from None
+            if not reply.get("ok"):
+                raise DaemonError(
+                    f"{self.host}: {reply.get('message', 'refused')}", errno_name=reply.get("errno")
+                )
+            try:
+                value = framing.decode_reply(type(request).Reply, reply, request.OP, fds)
+            except RequestError as e:
+                raise DaemonError(
+                    f"{self.host} sent a reply that is not {request.OP}'s: {e}", "EPROTO"
+                ) from None
+        except BaseException:
+            self._fds = fds
+            self._close_fds()
+            raise
+        taken = set(framing.reply_fds(value))
+        for fd in fds:  # descriptors the reply does not name: not ours to keep
+            if fd not in taken:
+                os.close(fd)
+        return value  # type: ignore[return-value]
 
     def _read_line(self, op, timeout: float) -> dict:
         deadline = time.monotonic() + timeout
         while b"\n" not in self._buf:
             try:
-                chunk = self.sock.recv(65536)
+                chunk, fds, _, _ = socket.recv_fds(self.sock, 65536, MAX_FDS)
+                self._fds += fds
             except TimeoutError:
                 raise DaemonError(
                     f"the daemon of {self.host} did not answer {op!r} in {timeout:g} s"

@@ -16,6 +16,7 @@ the loop with `watch(fd, callback)`.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import selectors
@@ -147,7 +148,7 @@ class LineService:
             line, conn.buf = conn.buf.split(b"\n", 1)
             message = self.handle_line(line, conn)
             if message is not None:
-                self._send(conn, message)
+                self._send(conn, *message)
         if len(conn.buf) > framing.MAX_LINE:
             self._drop(conn)
 
@@ -158,31 +159,46 @@ class LineService:
 
     def reply(self, conn: Conn | None, result: framing.Reply) -> None:
         """Answer a request whose handler returned None (a client gone: nowhere)."""
-        self._send(conn, {"ok": True, **framing.encode_reply(result)})
+        self._send(conn, *self._reply_message(result))
 
-    def _send(self, conn: Conn | None, message: dict) -> None:
-        if conn is None or conn.sock.fileno() < 0:
-            return
-        conn.sock.setblocking(True)
+    @staticmethod
+    def _reply_message(result: framing.Reply) -> tuple[dict, list[int]]:
+        return {"ok": True, **framing.encode_reply(result)}, framing.reply_fds(result)
+
+    def _send(self, conn: Conn | None, message: dict, fds: list[int] = ()) -> None:
+        """Send a message, with the reply's file descriptors (SCM_RIGHTS), which
+        are closed here once sent, or if they cannot be."""
         try:
-            conn.sock.sendall(framing.encode(message))
-        except OSError:
-            pass
+            if conn is None or conn.sock.fileno() < 0:
+                return
+            data = framing.encode(message)
+            conn.sock.setblocking(True)
+            try:
+                sent = socket.send_fds(conn.sock, [data], list(fds)) if fds else 0
+                conn.sock.sendall(data[sent:])
+            except OSError:
+                pass
+            finally:
+                conn.sock.setblocking(False)
         finally:
-            conn.sock.setblocking(False)
+            for fd in fds:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
 
     # ---- requests --------------------------------------------------------------------
-    def handle_line(self, line: bytes, conn: Conn) -> dict | None:
+    def handle_line(self, line: bytes, conn: Conn) -> tuple[dict, list[int]] | None:
+        """The answer to one request line and the descriptors it hands over,
+        or None when the handler answers later."""
         try:
             request = self.operations.decode_request(framing.decode(line))
             result = self.handlers[request.OP](request, conn)
         except framing.RequestError as e:
-            return {"ok": False, **e.as_dict()}
+            return {"ok": False, **e.as_dict()}, []
         except (ValueError, KeyError, TypeError) as e:
-            return {"ok": False, "errno": "EINVAL", "message": f"bad request: {e}"}
+            return {"ok": False, "errno": "EINVAL", "message": f"bad request: {e}"}, []
         except Exception as e:  # noqa: BLE001 (a request must never end the service)
             traceback.print_exc(file=sys.stderr)  # the service's log (lab.workers.log_path)
-            return {"ok": False, "errno": "EIO", "message": f"{type(e).__name__}: {e}"}
+            return {"ok": False, "errno": "EIO", "message": f"{type(e).__name__}: {e}"}, []
         if result is None:
             return None  # answered later
-        return {"ok": True, **framing.encode_reply(result)}
+        return self._reply_message(result)

@@ -12,9 +12,11 @@ The ctypes structures below mirror the structs of bpf/nic_structs.h; a test
 compares them field by field with the layout bcc compiles, and checks the
 constants against the header.
 
-Memory regions are slices of one BPF_F_MMAPABLE array (nic_mr) of
-MR_ELEM_SIZE-byte elements: NicMaps maps it into the process (mmap of the map
-fd), so reading and writing region bytes is plain memory access.
+A memory region's bytes are a BPF_F_MMAPABLE array of MR_ELEM_SIZE-byte
+elements, the map at its id in nic_mems: the daemons' regions are slices of
+the lab's array nic_mr, an application's MR is a map of its own. NicMaps
+maps them into the process (mmap of the map fd), so reading and writing
+region bytes is plain memory access.
 
 The sending side of a QP (nic_tx_qps: snd_una, snd_nxt, acknowledged PSNs,
 retransmit queue), its EVs (nic_evs: state, SKIP expiry, RTT, counters) and
@@ -23,15 +25,17 @@ every transmission; record_tx does the same from Python, for tests) are set
 up and read here too. EventReader decodes every record type of nic_events.
 
 The send engine (in the same program) is driven from here: post_write puts a
-work request in a QP's send queue (nic_wq, mmapable), set_port gives the
+work request in a QP's send queue (a map of its own at its ring in nic_wqs,
+mmapable), set_port gives the
 engine each host port's MACs and device (nic_ports, the devmap nic_tx_ports),
 and kick runs the program with BPF_PROG_RUN on live frames, one data packet
 per run; the QP's ACKs then clock the rest. The program itself is pinned too
-(PROG_PIN), so that a process without bcc can kick.
+(PROG_PIN), so that a process without bcc can kick, and so is the
+applications' doorbell program (DOORBELL_PIN: send kicks only).
 
-Completion queues for applications (verbs) are ring buffers the application
-creates and polls itself; NicMaps.set_cq_ring puts one at an index of
-nic_cq_rings, and a QP set up with cq=index + 1 reports there (cq_maps).
+Completion queues for applications (verbs) are ring buffers the daemon
+creates and the application polls; NicMaps.set_cq_ring puts one at an index
+of nic_cq_rings, and a QP set up with cq=index + 1 reports there (cq_maps).
 
 The parts: layout (names, constants, layouts), loader (compile, pin, attach),
 driver (the user-space driver: WQE writer, doorbell and kicks, CQ ring reader,
@@ -94,6 +98,7 @@ from mrc_nic.nic.layout import (
     DEFAULT_MR_ELEMS,
     DEFAULT_SKIP_NS,
     DEFAULT_TX_RINGS,
+    DOORBELL_PIN,
     EVENTS_MAP,
     EVS_MAP,
     FUNC_NAME,
@@ -107,6 +112,7 @@ from mrc_nic.nic.layout import (
     MAX_HOSTS,
     MAX_PLANES,
     MAX_QP_EVS,
+    MEMS_MAP,
     MPR_MAX,
     MR_ELEM_SIZE,
     MR_MAP,
@@ -321,6 +327,8 @@ __all__ = [
     "TxRing",
     "WQE_F_SIGNALED",
     "WQ_MAP",
+    "MEMS_MAP",
+    "DOORBELL_PIN",
     "Wq",
     "Wqe",
     "kick_frame",

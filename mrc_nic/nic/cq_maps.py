@@ -54,6 +54,13 @@ class CqMaps:
         lost to a full ring, a __u64 per index."""
         return self._mapped(CQ_LOST_MAP, self.max_cqs * CQ_LOST_BYTES, mmap.PROT_READ)
 
+    def cq_lost_fd(self, *, readonly: bool = True) -> int:
+        """A new fd of nic_cq_lost (the caller owns it); readonly: mmap with
+        PROT_WRITE and updates are refused (what an application gets)."""
+        return bpfsys.obj_get(
+            pins.pin_dir(self.lab) / CQ_LOST_MAP, flags=bpfsys.BPF_F_RDONLY if readonly else 0
+        )
+
     def cq_lost(self, index: int) -> int:
         """Completions CQ index + 1 lost because its ring was full."""
         pins.check_range("index", index, self.max_cqs - 1)

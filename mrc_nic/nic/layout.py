@@ -9,12 +9,16 @@ import struct
 
 from mrc_nic import resources
 from mrc_nic.abi import defs
-from mrc_nic.kernel import pins
+from mrc_nic.kernel import bpfsys, pins
 from mrc_nic.nic import wireconst
 
 BPF_DIR = resources.BPF_DIR
 SOURCE = BPF_DIR / "nic_xdp.c"
 FUNC_NAME = "nic_xdp"
+# The applications' doorbell program: send kicks only, then nic_xdp (a tail call
+# through DOORBELL_JUMP_MAP); what a session gets to kick with (docs/api.md, "Isolation").
+DOORBELL_FUNC = "nic_doorbell"
+DOORBELL_JUMP_MAP = "nic_doorbell_jump"
 # Pinned maps (the names BPF gives them, and their file names under pin_dir).
 RX_QPS_MAP = "nic_rx_qps"
 MR_MAP = "nic_mr"
@@ -25,7 +29,10 @@ EVENTS_MAP = "nic_events"
 TX_QPS_MAP = "nic_tx_qps"
 EVS_MAP = "nic_evs"
 TX_RING_MAP = "nic_tx_ring"
-WQ_MAP = "nic_wq"
+# Map-in-maps whose entries are maps of their own, one per send queue and one per
+# region's memory (docs/api.md, "Isolation"): what a session gets as a file descriptor.
+WQ_MAP = "nic_wqs"
+MEMS_MAP = "nic_mems"
 PORTS_MAP = "nic_ports"
 TX_PORTS_MAP = "nic_tx_ports"
 TIMELINE_MAP = "nic_rx_timeline"
@@ -52,6 +59,7 @@ MAP_PINS = (
     RX_QPS_MAP,
     RX_SLOTS_MAP,
     MR_MAP,
+    MEMS_MAP,
     REGIONS_MAP,
     PORT_UP_MAP,
     COUNTERS_MAP,
@@ -73,11 +81,13 @@ MAP_PINS = (
     HOST_CTL_MAP,
     PEER_PORTS_MAP,
     FANOUT_MAP,
+    DOORBELL_JUMP_MAP,
 )
 # The program itself, pinned next to its maps: BPF_OBJ_GET gives a kicker its fd.
 PROG_PIN = "nic_xdp_prog"
+DOORBELL_PIN = "nic_doorbell_prog"
 # Every pin NicProgram.load makes (the name is historical: the program is one of them).
-PINNED_MAPS = (*MAP_PINS, PROG_PIN)
+PINNED_MAPS = (*MAP_PINS, PROG_PIN, DOORBELL_PIN)
 # Layout constants: not tunable.
 MR_ELEM_SIZE = defs.NIC_MR_ELEM_SIZE
 SEG_ELEMS_MAX = defs.NIC_SEG_ELEMS_MAX  # a data packet's payload fills at most 3 elements
@@ -153,7 +163,7 @@ TIMELINE_SHIFT = defs.NIC_TIMELINE_SHIFT  # a bin of the receive timeline is 2^2
 TIMELINE_BINS = defs.NIC_TIMELINE_BINS
 # bpf(2) flags this module needs beyond bpfsys's.
 BPF_F_LOCK = 4
-BPF_F_MMAPABLE = 1 << 10
+BPF_F_MMAPABLE = bpfsys.BPF_F_MMAPABLE
 BPF_MAP_TYPE_ARRAY_OF_MAPS = 12
 BPF_MAP_TYPE_RINGBUF = 27
 QpState = defs.QpState

@@ -22,6 +22,9 @@ from mrc_nic.nic.layout import (
     DEFAULT_MR_ELEMS,
     DEFAULT_SKIP_NS,
     DEFAULT_TX_RINGS,
+    DOORBELL_FUNC,
+    DOORBELL_JUMP_MAP,
+    DOORBELL_PIN,
     FUNC_NAME,
     MAP_PINS,
     MR_ELEM_SIZE,
@@ -167,11 +170,14 @@ class NicProgram:
             lab,
             SOURCE,
             config.cflags(),
-            {FUNC_NAME: "XDP"},
+            {FUNC_NAME: "XDP", DOORBELL_FUNC: "XDP"},
             MAP_PINS,
-            {PROG_PIN: FUNC_NAME},
+            {PROG_PIN: FUNC_NAME, DOORBELL_PIN: DOORBELL_FUNC},
             what="NIC maps",
         )
+        # The doorbell program hands its frames to nic_xdp (a tail call): entry 0.
+        jump = bpf[DOORBELL_JUMP_MAP.encode()]
+        jump[jump.Key(0)] = jump.Leaf(funcs[FUNC_NAME].fd)
         return cls(lab, config, bpf, funcs[FUNC_NAME])
 
     def attach(self, ipr: Any, ifindex: int, *, mode: str = "native") -> None:

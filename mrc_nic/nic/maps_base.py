@@ -17,10 +17,13 @@ from mrc_nic.nic.layout import (
     COUNTERS_MAP,
     CQ_RINGS_MAP,
     CQ_TEMPLATE_MAP,
+    DOORBELL_JUMP_MAP,
+    DOORBELL_PIN,
     EVS_MAP,
     FANOUT_MAP,
     MAP_PINS,
     MAX_HOSTS,
+    MEMS_MAP,
     MPR_MAX,
     MR_ELEM_SIZE,
     MR_MAP,
@@ -40,7 +43,6 @@ from mrc_nic.nic.layout import (
     RqLayout,
     SqLayout,
     TxRing,
-    Wq,
 )
 
 
@@ -117,7 +119,10 @@ class MapsBase:
         # A CQ's ring buffer size, bytes: the template's (what create_cq_ring makes).
         self.cq_ring_bytes = bpfsys.map_info(fds[CQ_TEMPLATE_MAP]).max_entries
         self._views: dict[str, mmap.mmap] = {}  # the mmapable maps mapped so far, by name
+        # Inner maps mapped so far, by (outer map, index): (map id, mapping).
+        self._inner_views: dict[tuple[str, int], tuple[int, mmap.mmap]] = {}
         self._prog_fd: int | None = None
+        self._mr_map_id: int | None = None  # nic_mr's id: which regions are the daemons'
 
     @classmethod
     def open(cls, lab: str) -> Self:
@@ -132,11 +137,13 @@ class MapsBase:
             TX_QPS_MAP: ctypes.sizeof(SqLayout),
             EVS_MAP: ctypes.sizeof(EvStateLayout),
             TX_RING_MAP: ctypes.sizeof(TxRing),
-            WQ_MAP: ctypes.sizeof(Wq),
+            WQ_MAP: 4,  # an inner map's fd (written) or id (read)
+            MEMS_MAP: 4,  # likewise
             PORTS_MAP: ctypes.sizeof(Port),
             TX_PORTS_MAP: 4,
             CQ_RINGS_MAP: 4,  # an inner map's fd (written) or id (read)
             FANOUT_MAP: 4,  # likewise
+            DOORBELL_JUMP_MAP: 4,  # a program's fd (written) or id (read)
         }
         sizes = {name: expected.get(name) for name in MAP_PINS}
         fds = program.open_pinned_maps(lab, sizes, "NIC maps")
@@ -153,7 +160,8 @@ class MapsBase:
         self.close()
 
     def close(self) -> None:
-        for view in self._views.values():
+        views = [*self._views.values(), *(view for _, view in self._inner_views.values())]
+        for view in views:
             # A caller's view (an MR's buffer, a numpy array over it) may outlive
             # this: its pages become private zeros first, so that it can never
             # write into memory the NIC has since given to someone else.
@@ -161,6 +169,7 @@ class MapsBase:
             with contextlib.suppress(BufferError):  # else unmapped when its views go
                 view.close()
         self._views.clear()
+        self._inner_views.clear()
         program.close_fds(self._fds)
         if self._prog_fd is not None:
             os.close(self._prog_fd)
@@ -177,9 +186,68 @@ class MapsBase:
             self._views[name] = view
         return view
 
+    # ---- map-in-maps: a map of its own per send queue, per region's memory -----------
+    def inner_map_id(self, outer: str, index: int) -> int | None:
+        """The id of the map at `index` of the map-in-map `outer`, or None."""
+        try:
+            raw = bpfsys.map_lookup(self._fds[outer], u32_key(index), 4)
+        except FileNotFoundError:
+            return None
+        return int.from_bytes(raw, "little")
+
+    def inner_map_fd(self, outer: str, index: int, *, flags: int = 0) -> int:
+        """A new fd of the map at `index` of `outer` (the caller owns it; KeyError
+        if there is none). flags: bpfsys.BPF_F_RDONLY for a read-only fd."""
+        map_id = self.inner_map_id(outer, index)
+        try:
+            if map_id is None:
+                raise FileNotFoundError
+            return bpfsys.map_fd_by_id(map_id, flags=flags)
+        except FileNotFoundError:  # none, or replaced and freed since the lookup
+            raise KeyError(f"{outer} has no map at {index}") from None
+
+    def set_inner_map(self, outer: str, index: int, map_fd: int) -> None:
+        """Put the map behind map_fd at `index` of `outer` (the outer map holds it)."""
+        bpfsys.map_update(self._fds[outer], u32_key(index), u32_key(map_fd))
+
+    def clear_inner_map(self, outer: str, index: int) -> None:
+        """Take the map at `index` out of `outer` (none: nothing to do)."""
+        with contextlib.suppress(FileNotFoundError):
+            bpfsys.map_delete(self._fds[outer], u32_key(index))
+
+    def _inner_mapped(self, outer: str, index: int, size: int) -> mmap.mmap:
+        """The first `size` bytes of the map at `index` of `outer`, mapped into
+        this process; kept while that map stays there (KeyError if none)."""
+        map_id = self.inner_map_id(outer, index)
+        cached = self._inner_views.get((outer, index))
+        if cached is not None and cached[0] == map_id:
+            return cached[1]
+        fd = self.inner_map_fd(outer, index)
+        try:
+            view = mmap.mmap(fd, size, flags=mmap.MAP_SHARED)
+        finally:
+            os.close(fd)
+        if cached is not None:  # a map the index no longer holds: the old pages go
+            detach(cached[1])
+            with contextlib.suppress(BufferError):
+                cached[1].close()
+        self._inner_views[(outer, index)] = (map_id, view)
+        return view
+
     def fd(self, name: str) -> int:
         """The fd of one of the pinned maps (owned by this object)."""
         return self._fds[name]
+
+    def doorbell_program_fd(self) -> int:
+        """A new fd of the lab's doorbell program (send kicks only, bpf/nic_xdp.c
+        nic_doorbell): what an application kicks with; the caller owns it."""
+        path = pin_dir(self.lab) / DOORBELL_PIN
+        try:
+            return bpfsys.obj_get(path)
+        except FileNotFoundError:
+            raise MapsMissing(
+                errno.ENOENT, f"the doorbell program of lab {self.lab!r} is not pinned", str(path)
+            ) from None
 
     def program_fd(self) -> int:
         """The fd of the lab's pinned NIC program (owned by this object)."""

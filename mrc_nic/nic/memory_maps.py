@@ -1,4 +1,10 @@
-"""Registered memory: the mmapable array nic_mr and the region table nic_regions."""
+"""Registered memory: the region table nic_regions and each region's memory (nic_mems).
+
+A region's memory is the map at its index of nic_mems: the lab's shared
+array nic_mr for the daemons' regions (the region a slice of it from
+first_elem), or a map of its own for an application's MR (first_elem 0),
+whose fd only the session that registered it gets (docs/api.md, "Isolation").
+"""
 
 from __future__ import annotations
 
@@ -6,8 +12,26 @@ import ctypes
 import mmap
 
 from mrc_nic.kernel import bpfsys, pins
-from mrc_nic.nic.layout import MAX_HOSTS, MR_ELEM_SIZE, MR_MAP, REGIONS_MAP, RegionLayout
+from mrc_nic.nic.layout import (
+    MAX_HOSTS,
+    MEMS_MAP,
+    MR_ELEM_SIZE,
+    MR_MAP,
+    REGIONS_MAP,
+    RegionLayout,
+)
 from mrc_nic.nic.maps_base import u32_key
+
+
+def create_region_memory(n_elems: int) -> int:
+    """The memory of an application's MR: a new BPF array of n_elems elements,
+    mmapable; its fd (the caller owns it). The kernel zeroes it."""
+    if not (isinstance(n_elems, int) and n_elems >= 1):
+        raise ValueError(f"a region has at least one element, not {n_elems!r}")
+    flags = bpfsys.BPF_F_MMAPABLE | bpfsys.BPF_F_INNER_MAP
+    return bpfsys.map_create(
+        bpfsys.BPF_MAP_TYPE_ARRAY, 4, MR_ELEM_SIZE, n_elems, flags=flags, name="mrc_mr"
+    )
 
 
 class MemoryMaps:
@@ -26,9 +50,12 @@ class MemoryMaps:
         remote_write: bool = True,
         head: int = 0,
         tail: int = 0,
+        memory_fd: int | None = None,
     ) -> None:
-        """Define region `region` as n_elems elements of nic_mr from first_elem,
-        base_va naming the first element's first byte.
+        """Define region `region` as n_elems elements of its memory from
+        first_elem, base_va naming the first element's first byte. memory_fd:
+        a map of its own (create_region_memory), which nic_mems then holds;
+        None: nic_mr, the daemons' shared memory.
 
         head, tail: bytes of the first and last elements outside the MR (an
         MR at any byte offset, docs/api.md "C programs"): WRITEs and sends
@@ -43,10 +70,14 @@ class MemoryMaps:
         pins.check_range("region", region, self.max_regions - 1)
         pins.check_range("rkey", rkey, pins.U32_MAX)
         pins.check_range("base_va", base_va, pins.U64_MAX)
-        if not (first_elem >= 0 and n_elems >= 1 and first_elem + n_elems <= self.mr_elems):
+        if memory_fd is None:
+            memory_fd, capacity, where = self._fds[MR_MAP], self.mr_elems, "nic_mr"
+        else:
+            capacity, where = bpfsys.map_info(memory_fd).max_entries, f"map fd {memory_fd}"
+        if not (first_elem >= 0 and n_elems >= 1 and first_elem + n_elems <= capacity):
             raise ValueError(
-                f"elements [{first_elem}, {first_elem + n_elems}) do not fit nic_mr "
-                f"({self.mr_elems} elements)"
+                f"elements [{first_elem}, {first_elem + n_elems}) do not fit {where} "
+                f"({capacity} elements)"
             )
         if head < 0 or tail < 0 or head + tail >= n_elems * MR_ELEM_SIZE:
             raise ValueError(
@@ -57,6 +88,7 @@ class MemoryMaps:
         value = RegionLayout(base_va=base_va, first_elem=first_elem, n_elems=n_elems, rkey=rkey)
         value.owner, value.pd, value.remote_write = owner, pd, int(bool(remote_write))
         value.head, value.tail = head, tail
+        self.set_inner_map(MEMS_MAP, region, memory_fd)  # the memory before the region
         bpfsys.map_update(self._fds[REGIONS_MAP], u32_key(region), bytes(value))
 
     def zero_region_elems(self, first_elem: int, n_elems: int) -> None:
@@ -66,10 +98,21 @@ class MemoryMaps:
         start, end = first_elem * MR_ELEM_SIZE, (first_elem + n_elems) * MR_ELEM_SIZE
         self.memory()[start:end] = bytes(end - start)
 
+    def new_region_memory(self, n_elems: int) -> int:
+        """The memory of an application's MR (create_region_memory): its fd."""
+        return create_region_memory(n_elems)
+
     def clear_region(self, region: int) -> None:
         """Remove a region: data for QPs that use it is NACKed (remote access error)."""
         pins.check_range("region", region, self.max_regions - 1)
         bpfsys.map_update(self._fds[REGIONS_MAP], u32_key(region), bytes(RegionLayout()))
+        self.clear_inner_map(MEMS_MAP, region)  # an application's memory: the NIC's no more
+
+    def region_memory_fd(self, region: int) -> int:
+        """A new fd of a region's memory map (nic_mr for a daemon's region; the
+        caller owns it; KeyError if the region has none)."""
+        pins.check_range("region", region, self.max_regions - 1)
+        return self.inner_map_fd(MEMS_MAP, region)
 
     def region(self, region: int) -> RegionLayout:
         pins.check_range("region", region, self.max_regions - 1)
@@ -96,21 +139,32 @@ class MemoryMaps:
         )  # fmt: skip
         return mapping, memoryview(mapping)[start - first : start - first + length]
 
-    def _span(self, region: int, offset: int, length: int) -> int:
+    def _span(self, region: int, offset: int, length: int) -> tuple[mmap.mmap, int]:
+        """The mapped memory of a region and where [offset, offset + length) of it is."""
         layout = self.region(region)
         size = layout.n_elems * MR_ELEM_SIZE
         if layout.n_elems == 0:
             raise KeyError(f"region {region} is not defined")
         if not (offset >= 0 and length >= 0 and offset + length <= size):
             raise ValueError(f"bytes [{offset}, {offset + length}) are outside region {region}")
-        return layout.first_elem * MR_ELEM_SIZE + offset
+        return self._region_memory(region, layout), layout.first_elem * MR_ELEM_SIZE + offset
+
+    def _region_memory(self, region: int, layout: RegionLayout) -> mmap.mmap:
+        if self.inner_map_id(MEMS_MAP, region) == self._mr_id():
+            return self.memory()
+        return self._inner_mapped(MEMS_MAP, region, layout.n_elems * MR_ELEM_SIZE)
+
+    def _mr_id(self) -> int:
+        if self._mr_map_id is None:
+            self._mr_map_id = bpfsys.map_info(self._fds[MR_MAP]).id
+        return self._mr_map_id
 
     def read_region(self, region: int, offset: int, length: int) -> bytes:
         """length bytes of a region from byte offset (offset 0 = its base_va)."""
-        start = self._span(region, offset, length)
-        return self.memory()[start : start + length]
+        memory, start = self._span(region, offset, length)
+        return memory[start : start + length]
 
     def write_region(self, region: int, offset: int, data: bytes) -> None:
         """Write bytes into a region at byte offset (offset 0 = its base_va)."""
-        start = self._span(region, offset, len(data))
-        self.memory()[start : start + len(data)] = data
+        memory, start = self._span(region, offset, len(data))
+        memory[start : start + len(data)] = data

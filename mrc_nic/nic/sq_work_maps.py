@@ -1,14 +1,17 @@
-"""Send QPs' work: their send queues (nic_wq) and kicks of the send engine.
+"""Send QPs' work: their send queues (nic_wqs) and kicks of the send engine.
 
-The daemon's transfers and the tests post WQEs here, through the same WQE
-writer as verbs (driver.sq), and kick through driver.doorbell's run_kick.
+Each send ring's queue is a BPF map of its own (one struct nic_wq, mmapable)
+at the ring's index of nic_wqs: the daemon hands an application exactly its
+QPs' queues as file descriptors (docs/api.md, "Isolation"). The daemon's
+transfers and the tests post WQEs here, through the same WQE writer as verbs
+(driver.sq), and kick through driver.doorbell's run_kick.
 """
 
 from __future__ import annotations
 
 import ctypes
 import errno
-import mmap
+import os
 
 from mrc_nic.kernel import bpfsys, pins
 from mrc_nic.nic import wireconst
@@ -25,13 +28,42 @@ from mrc_nic.nic.layout import (
     Wq,
 )
 
+WQ_BYTES = ctypes.sizeof(Wq)
+
+
+def create_send_queue() -> int:
+    """A new, empty send queue: a BPF array of one struct nic_wq, mmapable; its
+    fd (the caller owns it)."""
+    return bpfsys.map_create(
+        bpfsys.BPF_MAP_TYPE_ARRAY, 4, WQ_BYTES, 1, flags=bpfsys.BPF_F_MMAPABLE, name="mrc_sq"
+    )
+
 
 class SendWorkMaps:
-    """NicMaps' part for send queues and kicks: nic_wq, BPF_PROG_RUN of the program."""
+    """NicMaps' part for send queues and kicks: nic_wqs, BPF_PROG_RUN of the program."""
 
-    def wq_memory(self) -> mmap.mmap:
-        """nic_wq mapped into this process: every send QP's queue (struct nic_wq)."""
-        return self._mapped(WQ_MAP, self.tx_rings * ctypes.sizeof(Wq))
+    def new_send_queue(self, ring: int) -> int:
+        """Give ring `ring` a new, empty send queue (the one it had, if any, is
+        the NIC's no more: its holders write into nothing); the queue's fd,
+        which the caller owns (the daemon hands it to the QP's session)."""
+        pins.check_range("ring", ring, self.tx_rings - 1)
+        fd = create_send_queue()
+        try:
+            self.set_inner_map(WQ_MAP, ring, fd)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    def send_queue_fd(self, ring: int) -> int:
+        """A new fd of ring `ring`'s send queue (KeyError if it has none)."""
+        pins.check_range("ring", ring, self.tx_rings - 1)
+        return self.inner_map_fd(WQ_MAP, ring)
+
+    def clear_send_queue(self, ring: int) -> None:
+        """Take ring `ring`'s send queue from the NIC (a destroyed QP's)."""
+        pins.check_range("ring", ring, self.tx_rings - 1)
+        self.clear_inner_map(WQ_MAP, ring)
 
     def wq_head(self, ring: int) -> tuple[int, int]:
         """(posted, done) of the send queue in ring `ring`: WQEs given to the
@@ -40,14 +72,15 @@ class SendWorkMaps:
         return self.send_queue(ring).head()
 
     def send_queue(self, ring: int) -> SendQueue:
-        """The send queue in ring `ring`, to write WQEs into (driver.sq)."""
-        return SendQueue(self.wq_memory(), ring)
+        """The send queue of ring `ring`, to write WQEs into (driver.sq; KeyError
+        if the ring has none)."""
+        pins.check_range("ring", ring, self.tx_rings - 1)
+        return SendQueue(self._inner_mapped(WQ_MAP, ring, WQ_BYTES))
 
     def wq(self, qpn: int) -> Wq:
         """A copy of a QP's send queue (posted, done, and the WQE slots)."""
         ring = self.sq_raw(qpn).ring
-        size = ctypes.sizeof(Wq)
-        return Wq.from_buffer_copy(self.wq_memory()[ring * size : (ring + 1) * size])
+        return Wq.from_buffer_copy(self._inner_mapped(WQ_MAP, ring, WQ_BYTES)[:WQ_BYTES])
 
     def post_write(
         self,

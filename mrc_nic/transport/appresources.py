@@ -2,7 +2,10 @@
 
 The daemon hands out PD numbers, NIC memory and region ids (an MR) and CQ
 slots; each within the session's shares of the host (contract.shares) and
-released when the session ends (release). QPs are transport.qplife's.
+released when the session ends (release). What the session reaches of the
+NIC it gets as file descriptors in the replies (contract.appops): the
+doorbell at hello, an MR's memory (a map of its own) at reg_mr, a CQ's ring
+at create_cq. QPs are transport.qplife's.
 """
 
 from __future__ import annotations
@@ -11,12 +14,14 @@ import contextlib
 import ctypes
 import dataclasses
 import errno
+import os
 import secrets
 from typing import Any, ClassVar
 
 from mrc_nic import nic
 from mrc_nic.contract import appops, shares
 from mrc_nic.lab.service import Conn
+from mrc_nic.nic.driver.doorbell import open_doorbell
 from mrc_nic.transport import tenancy
 from mrc_nic.transport.host import HostContext, Part
 from mrc_nic.transport.qp import (
@@ -115,7 +120,9 @@ class AppResources(Part):
         session = ctx.sessions.session(conn, create=True)
         session.pid, session.command = peer.pid, peer.command
         session.limits = shares.limits(self.capacity, self.lab_shares, asked)
+        fds = self._device_fds()
         return appops.HelloReply(
+            **fds,
             host=ctx.host,
             index=ctx.index,
             planes=topo.planes,
@@ -136,6 +143,24 @@ class AppResources(Part):
             host_addrs=[str(topo.host_address(ctx.index, p)) for p in range(topo.planes)],
             shares=dict(session.limits.limits),
         )
+
+    def _device_fds(self) -> dict:
+        """What every session reaches of the NIC: the doorbell program, the host's
+        doorbell port (a socket made in the host's namespace) and the CQs' lost
+        counts, read-only. Fresh descriptors: the reply hands them over."""
+        maps = self.ctx.maps
+        out: dict = {"kick_fd": maps.doorbell_program_fd()}
+        try:
+            out["cq_lost_fd"] = maps.cq_lost_fd(readonly=True)
+            port = open_doorbell(self.ctx.topo.netns(self.ctx.host))
+            if port is not None:
+                out["doorbell_fd"], out["doorbell_frame"] = port[0].detach(), port[1]
+        except BaseException:
+            for name, fd in out.items():
+                if name.endswith("_fd"):
+                    os.close(fd)
+            raise
+        return out
 
     def release(self, session: AppSession) -> None:
         """The session ended (its QPs went first): its CQs, MRs and PDs go."""
@@ -195,10 +220,13 @@ class AppResources(Part):
             )
         window = mr_window(req)
         session.within_share("memory", window.n_elems * nic.MR_ELEM_SIZE, ctx.host)
+        # The host's NIC memory, counted: the MR's bytes are a map of its own
+        # (only this session gets its fd), not the span's elements of nic_mr.
         pool = max((ctx.res.recv_mem, ctx.res.send_mem), key=lambda p: p.free_elems)
         span = pool.alloc(
             window.n_elems, f"a memory registration of {req.length} bytes", window.align
         )
+        memory_fd = -1
         try:
             region = ctx.res.regions.take()
         except BaseException:
@@ -208,24 +236,28 @@ class AppResources(Part):
         rkey = (secrets.randbits(32 - bits) << bits | region) & 0xFFFFFFFF
         addr = region << REGION_VA_SHIFT if req.iova is None else req.iova
         try:
-            self._write_region(req, region, span, window, rkey, addr, pd)
+            memory_fd = ctx.maps.new_region_memory(span.n_elems)  # zeroed by the kernel
+            self._write_region(req, region, span.n_elems, window, rkey, addr, pd, memory_fd)
         except BaseException:
+            if memory_fd >= 0:
+                os.close(memory_fd)
             ctx.res.regions.give(region)
             pool.release(span)
             raise
         mr = AppMr(pd, region, rkey, addr, span.n_elems * nic.MR_ELEM_SIZE, req.access, span, pool)
         session.mrs[region] = mr
         return appops.RegMrReply(
-            region=region, rkey=rkey, addr=addr, first_elem=span.first_elem, length=mr.length
+            region=region, rkey=rkey, addr=addr, length=mr.length, memory_fd=memory_fd
         )
 
-    def _write_region(self, req, region, span, window: MrWindow, rkey, addr, pd) -> None:
-        maps = self.ctx.maps
-        maps.zero_region_elems(span.first_elem, span.n_elems)
-        maps.set_region(
+    def _write_region(
+        self, req, region, n_elems: int, window: MrWindow, rkey, addr, pd, memory_fd: int
+    ) -> None:
+        self.ctx.maps.set_region(
             region,
-            first_elem=span.first_elem,
-            n_elems=span.n_elems,
+            memory_fd=memory_fd,
+            first_elem=0,
+            n_elems=n_elems,
             rkey=rkey,
             base_va=addr - window.head,
             owner=self.ctx.index + 1,
@@ -233,7 +265,7 @@ class AppResources(Part):
             # without REMOTE_WRITE no WRITE is placed in it, whatever its rkey
             remote_write=bool(req.access & ACCESS_REMOTE_WRITE),
             head=window.head,
-            tail=span.n_elems * nic.MR_ELEM_SIZE - window.head - req.length,
+            tail=n_elems * nic.MR_ELEM_SIZE - window.head - req.length,
         )
 
     def dereg_mr(self, req: appops.DeregMr, conn: Conn) -> appops.Done:
@@ -258,13 +290,18 @@ class AppResources(Part):
             raise einval(f"cqe must be 1..{most} (a CQ ring holds {most} completions)")
         session.within_share("cqs", 1, ctx.host)
         cq = ctx.cq_slots.take()
+        ring_fd = -1
         try:
             ctx.maps.reset_cq_lost(cq)  # an earlier CQ's overrun is not this one's
+            ring_fd = ctx.maps.create_cq_ring()
+            ctx.maps.set_cq_ring(cq, ring_fd)
         except BaseException:
+            if ring_fd >= 0:
+                os.close(ring_fd)
             ctx.cq_slots.give(cq)
             raise
         session.cqs.add(cq)
-        return appops.CreateCqReply(cq=cq)
+        return appops.CreateCqReply(cq=cq, ring_fd=ring_fd)
 
     def destroy_cq(self, req: appops.DestroyCq, conn: Conn) -> appops.Done:
         session = self.ctx.sessions.session(conn)

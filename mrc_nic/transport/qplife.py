@@ -77,6 +77,12 @@ class QpLifecycle(Part):
         except BaseException:
             ctx.res.free_qpn(qpn)
             raise
+        try:  # a new queue: whoever held the ring's last one writes into nothing now
+            sq_fd = ctx.maps.new_send_queue(ring)
+        except BaseException:
+            ctx.res.rings.give(ring)
+            ctx.res.free_qpn(qpn)
+            raise
         session.qps[qpn] = AppQp(
             qp=Qp(qpn, ctx.index),
             session=session,
@@ -86,7 +92,7 @@ class QpLifecycle(Part):
             recv_cq=req.recv_cq,
             caps={name: getattr(req, name) for name in CAP_LIMITS},
         )
-        return appops.CreateQpReply(qpn=qpn, sq_depth=nic.SQ_DEPTH, ring=ring)
+        return appops.CreateQpReply(qpn=qpn, sq_depth=nic.SQ_DEPTH, ring=ring, sq_fd=sq_fd)
 
     def query_qp(self, req: appops.QueryQp, conn: Conn) -> appops.ModifyQpReply:
         """A QP of this session (as ibv_query_qp takes the caller's own QP;
@@ -116,6 +122,7 @@ class QpLifecycle(Part):
             ctx.maps.delete_sq(qpn)
         with contextlib.suppress(KeyError):
             ctx.maps.delete_rq(qpn)
+        ctx.maps.clear_send_queue(aq.ring)  # the session's queue is the NIC's no more
         ctx.res.rings.give(aq.ring)
         ctx.res.free_qpn(qpn)
 

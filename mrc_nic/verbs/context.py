@@ -1,11 +1,13 @@
 """Opening an emulated host's NIC: the device context (ibv_open_device + mrc_create_context).
 
 A Context finds its lab and host (arguments, then MRC_NIC_LAB / MRC_NIC_HOST,
-which `mrc-nic exec` sets, then the network namespace the process runs in),
-opens what it needs of the lab's NIC maps (nic.driver.views: its send
-queues, CQ rings, memory windows and the doorbell; the rest stays private),
-and keeps one session with the host's daemon for setup. Posting and polling
-never use that session; its end is the NIC's death (verbs.fatal).
+which `mrc-nic exec` sets, then the network namespace the process runs in)
+and keeps one session with the host's daemon for setup. The daemon hands the
+session a file descriptor for each NIC resource it makes (its MRs' memory,
+QPs' send queues, CQs' rings, the doorbell); nic.driver.views maps them, and
+that is all this process reaches of the NIC: no pin, no privilege
+(docs/api.md, "Isolation"). Posting and polling never use the session; its
+end is the NIC's death (verbs.fatal).
 
 The daemon takes the session only from a process in the host's network
 namespace, or from root in the machine's (transport.tenancy), and holds it to
@@ -22,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from mrc_nic.contract import appops, shares
-from mrc_nic.kernel import fdwait, pins
+from mrc_nic.kernel import fdwait
 from mrc_nic.lab import client, names, state
 from mrc_nic.lab.topology import NS_PREFIX, TopologyError
 from mrc_nic.nic.driver.views import DeviceMaps
@@ -152,35 +154,43 @@ class Context:
         ({"memory": "25%", "qps": 8, ...}; contract.shares), over those of
         MRC_NIC_SHARE_<NAME>."""
         self.lab, self.host = locate(lab, host)
-        if os.geteuid() != 0:
+        try:
+            self.session = client.Session(self.lab, self.host)
+        except client.DaemonError as e:
+            raise VerbsError(
+                "open_device", errno.ENODEV, _no_daemon(self.lab, self.host, e)
+            ) from None
+        except PermissionError as e:  # the socket is the lab's group's (docs/api.md)
             raise VerbsError(
                 "open_device",
                 errno.EPERM,
-                "mrc-nic needs root: the emulated NIC's maps are BPF maps; run it with sudo",
-            )
-        ns = NETNS_DIR / f"{NS_PREFIX}{self.lab}-{self.host}"
-        try:
-            # What this process reaches of the NIC (driver.views): its queues, CQ
-            # rings, memory windows, the doorbell (the host's port, or None).
-            self._nic = DeviceMaps(self.lab, ns.name if ns.exists() else None)
-        except pins.MapsMissing:
-            raise VerbsError(
-                "open_device", errno.ENODEV, f"lab {self.lab!r} is not up: mrc-nic up"
+                f"no access to the NIC of {self.host} in lab {self.lab!r} ({e.filename}): "
+                "run as root, or as a member of the lab's [tenants] group",
             ) from None
-        except OSError as e:
-            raise VerbsError("open_device", e.errno or errno.EIO, str(e)) from None
         try:
-            self.session = client.Session(self.lab, self.host)
             asked = {**_shares_from_env(), **(shares or {})}
             hello = self.session.call(appops.Hello(pid=os.getpid(), shares=asked or None))
+            # What this process reaches of the NIC (driver.views): the descriptors
+            # its session is handed, starting with the doorbell's.
+            self._nic = DeviceMaps(
+                self.lab,
+                kick_fd=hello.kick_fd,
+                doorbell_fd=hello.doorbell_fd,
+                doorbell_frame=hello.doorbell_frame,
+                cq_lost_fd=hello.cq_lost_fd,
+            )
         except client.DaemonError as e:
-            self._nic.close()
+            self.session.close()
             if e.errno_name in ("EPERM", "EINVAL"):  # refused: not this host's, bad shares
-                self.session.close()
                 message = str(e).split(": ", 1)[-1]
                 raise VerbsError("open_device", getattr(errno, e.errno_name), message) from None
             raise VerbsError(
                 "open_device", errno.ENODEV, _no_daemon(self.lab, self.host, e)
+            ) from None
+        except (OSError, ValueError) as e:
+            self.session.close()
+            raise VerbsError(
+                "open_device", getattr(e, "errno", None) or errno.EIO, str(e)
             ) from None
         self.attr = DeviceAttr(
             host=hello.host,

@@ -1,9 +1,9 @@
 """Completion queues (mrc_create_cq, mrc_poll_cq): the NIC's ring buffer, read here.
 
-Each CQ is a BPF ring buffer this process creates and owns (nic.driver.cq's
-CqRing); the daemon gives it a slot of the lab's array of rings
-(nic_cq_rings), where the NIC posts the completions of the QPs that use the
-CQ. poll() reads the ring through shared memory (no syscall), as records of
+Each CQ is a BPF ring buffer the daemon creates for this session and hands
+over (create_cq's ring_fd, read by nic.driver.cq's CqRing), at a slot of the
+lab's array of rings (nic_cq_rings), where the NIC posts the completions of
+the QPs that use the CQ. poll() reads the ring through shared memory (no syscall), as records of
 the ABI's layout (nic.driver.formats.CQE) that each QP turns into WCs.
 fileno() is an epoll fd over the ring and an eventfd, for
 select/epoll/asyncio: readable while the NIC has posted completions or the
@@ -59,12 +59,13 @@ class CQ:
 
     def __init__(self, ctx: Context, cqe: int = 256, cq_context: Any = None) -> None:
         self.ctx, self.cq_context = ctx, cq_context
-        self.index = ctx.call("create_cq", appops.CreateCq(cqe=cqe)).cq
+        reply = ctx.call("create_cq", appops.CreateCq(cqe=cqe))
+        self.index = reply.cq
         self.cqe = cqe
         self._fds: list[int] = []  # the eventfd: close() closes it
         self._ring = self._channel = None
         try:
-            self._ring = ctx._nic.cq_ring(self.index)  # made here, read without syscalls
+            self._ring = ctx._nic.cq_ring(self.index, reply.ring_fd)  # read without syscalls
             self._fd = self._ring.fileno()
             self._event = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
             self._fds.append(self._event)

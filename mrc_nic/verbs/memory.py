@@ -1,7 +1,8 @@
 """Protection domains and memory regions (ibv_alloc_pd, ibv_reg_mr).
 
-An MR is NIC memory: a window of the lab's BPF array nic_mr, mapped into
-this process (BPF_F_MMAPABLE). `mr.buf` is a memoryview of it and
+An MR is NIC memory: a BPF array of its own that the daemon made for this
+session and handed over (reg_mr's memory_fd), mapped into this process
+(BPF_F_MMAPABLE). `mr.buf` is a memoryview of it and
 `mr.numpy(dtype)` an array over it, so what the application writes there is
 what the NIC sends, and what the NIC places there is what the application
 reads: no copy on either side. Addresses are the NIC's: `mr.addr + offset`,
@@ -12,10 +13,8 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import mmap
 from typing import TYPE_CHECKING, Any
 
-from mrc_nic import nic
 from mrc_nic.contract import appops
 from mrc_nic.nic.maps_base import detach
 from mrc_nic.verbs.enums import Access
@@ -101,10 +100,9 @@ class MR:
         self.addr = reply.addr
         self.length = length
         self.access = Access(access)
-        start = reply.first_elem * nic.MR_ELEM_SIZE
-        self._in_map = start % mmap.PAGESIZE  # where the MR starts in its own mapping
+        self._in_map = 0  # the MR starts its own memory (no page_off: element-aligned)
         try:
-            self._map, self.buf = self.ctx._nic.memory_window(start, length)
+            self._map, self.buf = self.ctx._nic.memory_window(reply.memory_fd, 0, length)
         except (OSError, ValueError) as e:
             with contextlib.suppress(VerbsError):
                 self.ctx.call("dereg_mr", appops.DeregMr(region=self.lkey))

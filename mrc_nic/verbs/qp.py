@@ -64,7 +64,7 @@ class QP(QpPosting, QpCompletions):
         self.init_attr, self.cap = init_attr, cap
         self.send_cq, self.recv_cq = init_attr.send_cq, init_attr.recv_cq
         self.state = QpState.RESET
-        self._sq = self.ctx._nic.send_queue(reply.ring, self.sq_depth)  # the WQE writer
+        self._sq = self.ctx._nic.send_queue(reply.sq_fd, self.sq_depth)  # the WQE writer
         self._seg = self.ctx.attr.seg_size
         self._posted = 0  # WQEs given to the NIC (free-running, as nic_wq.posted)
         self._queued: collections.deque[tuple] = collections.deque()  # WQEs waiting for slots

@@ -39,6 +39,8 @@ from mrc_nic import nic
 from mrc_nic.abi import defs
 from mrc_nic.kernel import bpfsys
 from mrc_nic.nic import wire as w
+from mrc_nic.nic.driver import formats
+from mrc_nic.nic.driver.sq import SendQueue
 from tests.helpers.engine import (
     CE,
     EV_A,
@@ -1095,7 +1097,9 @@ def test_program_and_engine_maps_are_pinned(program):
     finally:
         os.close(fd)
     expected = {
-        nic.WQ_MAP: (bpfsys.BPF_MAP_TYPE_ARRAY, 4, ctypes.sizeof(nic.Wq), TX_RINGS),
+        # a map of its own per send queue (struct nic_wq), per region's memory
+        nic.WQ_MAP: (nic.BPF_MAP_TYPE_ARRAY_OF_MAPS, 4, 4, TX_RINGS),
+        nic.MEMS_MAP: (nic.BPF_MAP_TYPE_ARRAY_OF_MAPS, 4, 4, program.config.max_regions),
         nic.PORTS_MAP: (bpfsys.BPF_MAP_TYPE_ARRAY, 4, ctypes.sizeof(nic.Port), 256 * 16),
         nic.TX_PORTS_MAP: (14, 4, 4, 256 * 16),  # BPF_MAP_TYPE_DEVMAP
     }
@@ -1108,7 +1112,9 @@ def test_program_and_engine_maps_are_pinned(program):
         assert (info.type, info.key_size, info.value_size, info.max_entries) == shape, name
 
 
-@pytest.mark.parametrize(("map_name", "view"), [(nic.WQ_MAP, nic.Wq), (nic.PORTS_MAP, nic.Port)])
+@pytest.mark.parametrize(
+    ("map_name", "view"), [("nic_wq_template", nic.Wq), (nic.PORTS_MAP, nic.Port)]
+)
 def test_program_engine_maps_use_the_pythonstruct_layout(program, map_name, view):
     assert struct_layout(program.bpf[map_name.encode()].Leaf) == struct_layout(view)
 
@@ -1291,3 +1297,99 @@ def test_timeout_kick_of_an_unknown_qp_is_counted(program, maps):
     result = nic.run_kick(program.fd, QP_TX + 99, 1, live=False, op=nic.KickOp.TIMEOUT)
     assert result.retval == XDP_DROP
     assert delta(before, maps.counters()) == {"drop_unknown_qp": 1}
+
+
+# ---- isolation: maps of their own, the applications' doorbell --------------------------------
+# (docs/api.md, "Isolation")
+
+
+def _doorbell_run(maps, qpn: int, op: nic.KickOp, arg: int = 0) -> Run:
+    """One non-live run of the applications' doorbell program on a kick frame."""
+    fd = maps.doorbell_program_fd()
+    try:
+        before = maps.counters()
+        t0 = time.monotonic_ns()
+        data = nic.kick_frame(qpn, op, arg)
+        ctx = bytes(bpfsys.XdpMd(data=ctypes.sizeof(nic.Kick), data_end=len(data)))
+        result = bpfsys.prog_test_run(
+            fd, data, data_size_out=4096, ctx_in=ctx, ctx_size_out=ctypes.sizeof(bpfsys.XdpMd)
+        )
+        start = bpfsys.XdpMd.from_buffer_copy(result.ctx_out).data
+        return Run(result.retval, result.data_out[start:], t0, time.monotonic_ns(),
+                   delta(before, maps.counters()))  # fmt: skip
+    finally:
+        os.close(fd)
+
+
+def test_the_doorbell_program_turns_every_kick_into_a_send_kick(program, maps, sq):
+    """What an application kicks with runs the send engine and nothing else: a
+    FAIL kick through it sends the QP's next packet instead of failing it."""
+    post(maps, 3000)
+
+    r = _doorbell_run(maps, QP_TX, nic.KickOp.FAIL, int(nic.QpError.RETRY_EXCEEDED))
+
+    assert r.verdict == XDP_REDIRECT
+    assert_data(r.frame, expected_data(START, EV_A, 0, CE, last=False), r.t0, r.t1)
+    assert maps.sq(QP_TX).state == nic.QpState.RTS
+    assert r.counters == {"kick_sent": 1, "tx_data": 1, "tx_bytes": CE}
+
+
+def test_the_doorbell_program_drops_a_frame_that_is_no_kick(program, maps, sq):
+    """A frame without a kick's metadata is never parsed as a packet from the wire."""
+    post(maps, 3000)
+    fd = maps.doorbell_program_fd()
+    try:
+        before = maps.counters()
+        result = bpfsys.prog_test_run(fd, bytes(nic.doorbell_frame(QP_TX, 1514)))
+        moved = delta(before, maps.counters())
+    finally:
+        os.close(fd)
+    assert result.retval == XDP_DROP
+    assert moved == {"drop_not_kick": 1}
+    assert maps.sq(QP_TX).snd_nxt == START
+
+
+def test_a_send_queue_is_a_map_of_its_own_that_a_new_qp_replaces(program, maps, sq):
+    """The engine reads the queue at its ring's entry of nic_wqs; a new queue
+    there (the daemon's create_qp) leaves a holder of the old one writing into
+    nothing the NIC reads."""
+    import mmap
+
+    ring = maps.sq_raw(QP_TX).ring
+    old_fd = maps.send_queue_fd(ring)
+    old = mmap.mmap(old_fd, formats.WQ_SIZE)
+    os.close(old_fd)
+    new_fd = maps.new_send_queue(ring)
+    os.close(new_fd)
+    try:
+        stale = SendQueue(old)
+        stale.write(0, (1, REMOTE_VA, 0x1111, 3000, SRC_REGION, 0, 0, int(w.Opcode.WRITE), 1))
+        stale.publish(1)  # the old queue: the engine does not read it any more
+        assert kick(program, maps).counters == {"kick_idle": 1}
+        post(maps, 3000)  # the new queue, through NicMaps
+        assert kick(program, maps).verdict == XDP_REDIRECT
+    finally:
+        old.close()
+
+
+def test_a_region_of_its_own_memory_is_sent_from_that_map(program, maps, sq):
+    """An application's MR is a map of its own at its region's entry of nic_mems:
+    the engine reads its payload there, not from nic_mr."""
+    import mmap
+
+    fd = maps.new_region_memory(4)
+    try:
+        maps.set_region(SRC_REGION, first_elem=0, n_elems=4, rkey=0x5555, memory_fd=fd)
+        own = mmap.mmap(fd, 4 * CE)
+    finally:
+        os.close(fd)
+    try:
+        own[:CE] = bytes([0xA5]) * CE
+        post(maps, CE)
+        r = kick(program, maps)
+        assert r.verdict == XDP_REDIRECT
+        assert r.frame[-CE - 4 : -4] == bytes([0xA5]) * CE  # the payload, before the ICRC slot
+        assert maps.read_region(SRC_REGION, 0, 4) == bytes([0xA5]) * 4  # NicMaps reads that map
+    finally:
+        maps.set_region(SRC_REGION, first_elem=0, n_elems=SRC_ELEMS, rkey=0x5555)
+        own.close()

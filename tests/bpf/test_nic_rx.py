@@ -1288,3 +1288,34 @@ def test_attach_answers_on_a_veth(program, maps, qp):
 
 def _mac(ipr, index: int) -> str:
     return ipr.get_links(index)[0].get_attr("IFLA_ADDRESS")
+
+
+# ---- isolation: an MR's memory, a map of its own (docs/api.md, "Isolation") ------------------
+
+
+def test_data_is_placed_in_the_regions_own_memory_map(program, maps, qp):
+    """An application's MR is a map of its own at its region's entry of
+    nic_mems: the payload lands there and nowhere in nic_mr; a region whose
+    memory map was taken away takes nothing (a remote access error)."""
+    import mmap
+
+    fd = maps.new_region_memory(REGION_ELEMS)
+    try:
+        maps.set_region(
+            REGION, first_elem=0, n_elems=REGION_ELEMS, rkey=RKEY, base_va=BASE_VA,
+            memory_fd=fd,
+        )  # fmt: skip
+        own = mmap.mmap(fd, REGION_ELEMS * nic.MR_ELEM_SIZE)
+    finally:
+        os.close(fd)
+    try:
+        assert_answer(run(program, data(START, elem=3)), sack(START, cum=START + 1))
+        assert own[3 * 1024 : 4 * 1024] == payload_for(START)
+        assert maps.memory()[:] == bytes(MR_ELEMS * nic.MR_ELEM_SIZE)  # nic_mr untouched
+        maps.clear_inner_map(nic.MEMS_MAP, REGION)  # the region, without its memory
+        before = maps.counters()
+        result = run(program, data(START + 1, elem=4))
+        assert result.data_out and delta(before, maps.counters()) == {"nack_rem_access": 1}
+        assert own[4 * 1024 : 5 * 1024] == bytes(1024)
+    finally:
+        own.close()

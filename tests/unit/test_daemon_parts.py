@@ -86,8 +86,25 @@ class MapsRecorder:
     def cq_lost(self, cq: int) -> int:
         return 0
 
-    def create_cq_ring(self, name: str) -> int:
-        return os.open("/dev/null", os.O_RDONLY)  # EvEvents closes it
+    def _fd(self, name: str, *args) -> int:
+        """A descriptor a part hands on (a reply's, closed by the service)."""
+        self.calls.append((name, args, {}))
+        return os.open("/dev/null", os.O_RDONLY)
+
+    def create_cq_ring(self, name: str = "mrc_cq") -> int:
+        return self._fd("create_cq_ring")  # EvEvents closes its own
+
+    def new_send_queue(self, ring: int) -> int:
+        return self._fd("new_send_queue", ring)
+
+    def new_region_memory(self, n_elems: int) -> int:
+        return self._fd("new_region_memory", n_elems)
+
+    def doorbell_program_fd(self) -> int:
+        return self._fd("doorbell_program_fd")
+
+    def cq_lost_fd(self, *, readonly: bool = True) -> int:
+        return self._fd("cq_lost_fd")
 
 
 CAP = {"max_send_wr": 64, "max_recv_wr": 0, "max_send_sge": 1, "max_recv_sge": 0}

@@ -85,7 +85,7 @@ def test_the_indexes_verbs_reads_are_the_fields_it_means():
 
 def test_the_wqe_writer_fills_the_slot_then_publishes():
     memory = bytearray(formats.WQ_SIZE * 3)
-    sq = SendQueue(memory, 1)
+    sq = SendQueue(memory, formats.WQ_SIZE)  # the second of three queues
     assert sq.head() == (0, 0)
     wqe = (7, 1 << 40, 0xABC, 64, 5, 100, 0xC0DE, int(nic.wire.Opcode.WRITE_IMM), 1)
     sq.write(nic.SQ_DEPTH + 2, wqe)  # slot 2: the index wraps over the depth

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import errno
 import json
+import os
 import re
 import types
 import typing
@@ -115,7 +116,9 @@ def test_every_op_round_trips_through_the_wire(cls):
     assert message["op"] == cls.OP
     assert service.decode_request(message) == request
     result = full(cls.Reply)
-    assert framing.decode_reply(cls.Reply, wire(framing.encode_reply(result)), cls.OP) == result
+    fds = framing.reply_fds(result)  # a reply's descriptors travel beside its line
+    got = framing.decode_reply(cls.Reply, wire(framing.encode_reply(result)), cls.OP, fds)
+    assert got == result
 
 
 @pytest.mark.parametrize("cls", ALL_OPS, ids=lambda c: c.OP)
@@ -261,7 +264,7 @@ def test_the_services_handle_exactly_the_declared_ops(tmp_path):
         deaf.handle(framing.Ping, lambda req, conn: None)
     with pytest.raises(TypeError, match="declares no operation 'sq_open'"):
         deaf.handle(SqOpen, lambda req, conn: None)
-    assert deaf.handle_line(b'{"op": "ping"}', None) == {"ok": True, "pid": 1}
+    assert deaf.handle_line(b'{"op": "ping"}', None) == ({"ok": True, "pid": 1}, [])
     with pytest.raises(TypeError, match=r"handlers of no declared operation: \['write'\]"):
 
         class Stray(LineService):
@@ -285,14 +288,14 @@ class Echo(LineService):
 def test_a_service_dispatches_typed_requests_and_answers_on_the_wire(tmp_path):
     echo = Echo(tmp_path / "echo.sock")
     line = client.encode(framing.encode_request(SqOpen(count=2, chunk=1024))).strip()
-    assert echo.handle_line(line, None) == {"ok": True, "qpns": [2, 1024]}
-    refused = echo.handle_line(b'{"op": "sq_open", "count": 65, "chunk": 1}', None)
+    assert echo.handle_line(line, None) == ({"ok": True, "qpns": [2, 1024]}, [])
+    refused, _ = echo.handle_line(b'{"op": "sq_open", "count": 65, "chunk": 1}', None)
     assert refused == {"ok": False, "errno": "EINVAL", "message": "too many"}
-    bad = echo.handle_line(b'{"op": "sq_open", "count": 1}', None)
+    bad, _ = echo.handle_line(b'{"op": "sq_open", "count": 1}', None)
     assert bad["errno"] == "EINVAL" and "missing field 'chunk'" in bad["message"]
-    unknown = echo.handle_line(b'{"op": "ping"}', None)
+    unknown, _ = echo.handle_line(b'{"op": "ping"}', None)
     assert unknown["errno"] == errno.errorcode[errno.EOPNOTSUPP]
-    assert echo.handle_line(b"[1]", None)["errno"] == "EINVAL"
+    assert echo.handle_line(b"[1]", None)[0]["errno"] == "EINVAL"
     later = Write(dst="h1", qpns=[], remote=[], size=1, chunk=1024)
     assert echo.handle_line(client.encode(framing.encode_request(later)), None) is None
 
@@ -337,8 +340,8 @@ def test_the_client_sends_the_declaration_and_returns_the_typed_reply(monkeypatc
         def sendall(self, data):
             sent.append(json.loads(data))
 
-        def recv(self, n):
-            return self.replies.pop(0) if self.replies else b""
+        def recvmsg(self, n, ancillary):
+            return (self.replies.pop(0) if self.replies else b""), [], 0, None
 
         def close(self):
             pass
@@ -349,3 +352,56 @@ def test_the_client_sends_the_declaration_and_returns_the_typed_reply(monkeypatc
     assert reply == SqOpenReply(qpns=[65537])
     with pytest.raises(client.DaemonError, match="not qp_list's: qp_list reply: missing field"):
         client.call("lab", "h0", ops.QpList())
+
+
+@reply
+class PipeReply(Reply):
+    note: str = arg("what the descriptors are")
+    first: int = framing.fd_arg("a pipe's read end")
+    missing: int = framing.fd_arg("none: -1")
+    second: int = framing.fd_arg("another pipe's read end")
+
+
+@op("pipes")
+class Pipes(Request[PipeReply]):
+    """Two pipes' read ends, handed over."""
+
+
+class PipeService(LineService):
+    operations = framing.Ops("pipes", [Pipes])
+
+    def op_pipes(self, req: Pipes, conn) -> PipeReply:
+        self.ends = [os.pipe(), os.pipe()]
+        return PipeReply(note="two", first=self.ends[0][0], second=self.ends[1][0])
+
+
+def test_a_reply_hands_its_descriptors_over_scm_rights(tmp_path):
+    """The reply's fd fields arrive as descriptors of the client's own, in
+    order, and the service keeps none of them open."""
+    import socket
+
+    from mrc_nic.lab.service import Conn
+
+    service = PipeService(tmp_path / "pipes.sock")
+    server, far = socket.socketpair()
+    session = object.__new__(client.Session)  # connected through the pair, not a path
+    session.lab, session.host, session.timeout = "lab", "h0", 5.0
+    session.sock, session._buf, session._fds = far, b"", []
+    try:
+        far.sendall(client.encode(framing.encode_request(Pipes())))
+        line = server.recv(4096).strip()
+        service._send(Conn(server), *service.handle_line(line, Conn(server)))
+        for read_end, _ in service.ends:  # the service's copies are closed once sent
+            with pytest.raises(OSError):
+                os.fstat(read_end)
+        got = framing.decode_reply(PipeReply, session._read_line("pipes", 5.0), "pipes",
+                                   session._fds)  # fmt: skip
+        assert got.note == "two" and got.missing == -1
+        for (_, write_end), fd in zip(service.ends, (got.first, got.second), strict=True):
+            os.write(write_end, b"x")
+            assert os.read(fd, 1) == b"x"  # the very pipe, through the client's own fd
+            os.close(fd)
+            os.close(write_end)
+    finally:
+        server.close()
+        far.close()

@@ -48,7 +48,8 @@ class FakeContext:
         self.wq_memory = bytearray(WQ_SIZE * 4)
         self._nic = types.SimpleNamespace(  # what verbs reaches of the NIC (driver.views)
             memory_window=self.memory_window,
-            send_queue=lambda ring, depth: SendQueue(self.wq_memory, ring, depth),
+            # the daemon's sq_fd stands for the queue's ring here
+            send_queue=lambda sq_fd, depth: SendQueue(self.wq_memory, sq_fd * WQ_SIZE, depth),
             doorbell=lambda qpn: None,  # replaced by each test's fake (qp._kick)
         )
         self._closed = self._fatal = self._lost = False
@@ -61,17 +62,17 @@ class FakeContext:
         if isinstance(request, appops.AllocPd):
             return appops.AllocPdReply(pd=1)
         if isinstance(request, appops.CreateQp):
-            return appops.CreateQpReply(qpn=QPN, sq_depth=DEPTH, ring=RING)
+            return appops.CreateQpReply(qpn=QPN, sq_depth=DEPTH, ring=RING, sq_fd=RING)
         if isinstance(request, appops.RegMr):
             return appops.RegMrReply(
-                region=3, rkey=0xABC03, addr=3 << 40, first_elem=64, length=request.length
+                region=3, rkey=0xABC03, addr=3 << 40, length=request.length, memory_fd=64
             )
         if isinstance(request, appops.ModifyQp):
             return appops.ModifyQpReply(qp={"state": request.state})
         return appops.Done()
 
     @staticmethod
-    def memory_window(start: int, length: int) -> tuple[mmap.mmap, memoryview]:
+    def memory_window(memory_fd: int, start: int, length: int) -> tuple[mmap.mmap, memoryview]:
         """NIC memory: anonymous pages here."""
         mapping = mmap.mmap(-1, start % mmap.PAGESIZE + length)
         return mapping, memoryview(mapping)[start % mmap.PAGESIZE :][:length]

@@ -1,17 +1,18 @@
-"""The CQ ring reader: a completion queue's BPF ring buffer, made and read by
-the process that owns the CQ (docs/nic-program.md, "Completion queues").
+"""The CQ ring reader: a completion queue's BPF ring buffer, read by the
+process that owns the CQ (docs/nic-program.md, "Completion queues").
 
-The process creates the ring (BPF_MAP_CREATE, the size of the lab's
-template), the daemon-given index of nic_cq_rings points the NIC at it,
-and records() reads every completion the NIC wrote, through shared memory
-(no syscall), as formats.CQE tuples. lost() is the NIC's count of what it
-could not write into a full ring (nic_cq_lost, mapped read-only).
+The daemon creates the ring (the size of the lab's template), points
+its index of nic_cq_rings at it and hands the session its fd (create_cq's
+ring_fd); records() reads every completion the NIC wrote, through shared
+memory (no syscall), as formats.CQE tuples. lost() is the NIC's count of
+what it could not write into a full ring (nic_cq_lost, mapped read-only).
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import mmap
 import os
 
 from mrc_nic.nic.cq_maps import CQ_LOST_BYTES
@@ -20,18 +21,15 @@ from mrc_nic.nic.events import EventReader
 
 
 class CqRing:
-    """CQ `index` + 1's ring: created here, put at `index` of nic_cq_rings."""
+    """CQ `index` + 1's ring, read through ring_fd (owned from now on)."""
 
-    def __init__(self, maps, index: int) -> None:
-        """maps: what the ring needs of the NIC's maps (create_cq_ring,
-        set_cq_ring, cq_lost_memory). OSError, ValueError: nothing is left open."""
-        self.index = index
-        self.fd = maps.create_cq_ring()
+    def __init__(self, ring_fd: int, index: int, lost: mmap.mmap) -> None:
+        """lost: nic_cq_lost mapped (read-only), a __u64 per CQ index.
+        OSError, ValueError: the fd is closed, nothing is left open."""
+        self.index, self.fd, self._lost = index, ring_fd, lost
         self.reader = None
         try:
-            maps.set_cq_ring(index, self.fd)
             self.reader = EventReader(self.fd)  # the mapped ring, read without syscalls
-            self._lost = maps.cq_lost_memory()
         except BaseException:
             self.close()
             raise

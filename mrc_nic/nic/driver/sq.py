@@ -1,4 +1,4 @@
-"""The WQE writer: one QP's send queue in the mapped nic_wq (struct nic_wq).
+"""The WQE writer: one QP's send queue, its own map mapped here (struct nic_wq).
 
 User space writes a whole WQE into slot `index % depth`, then publishes
 `posted = index + 1`; the engine reads them in the other order and copies
@@ -17,13 +17,13 @@ from mrc_nic.nic.layout import SQ_DEPTH
 
 
 class SendQueue:
-    """The send queue of ring `ring` in `memory` (nic_wq mapped into this process)."""
+    """The send queue in `memory` (its map, mapped into this process) at byte `at`."""
 
     __slots__ = ("at", "depth", "memory", "slots")
 
-    def __init__(self, memory: mmap.mmap | bytearray, ring: int, depth: int = SQ_DEPTH) -> None:
+    def __init__(self, memory: mmap.mmap | bytearray, at: int = 0, depth: int = SQ_DEPTH) -> None:
         self.memory, self.depth = memory, depth
-        self.at = ring * WQ_SIZE  # the queue's struct nic_wq
+        self.at = at  # the queue's struct nic_wq
         self.slots = self.at + WQ_SLOTS  # its first WQE slot
 
     def head(self) -> tuple[int, int]:

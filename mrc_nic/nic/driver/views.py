@@ -1,83 +1,140 @@
-"""What an application process reaches of its lab's NIC maps: DeviceMaps.
+"""What an application process reaches of its host's NIC: DeviceMaps.
 
-NicMaps is the whole NIC (every QP's state, every map, 70-odd methods), for
-the daemons and the tests. An application (verbs, the native library's
-Python twin) needs far less: its send queues, its CQs' rings, windows of
-NIC memory for its MRs, the program to kick, and reads of its own QPs'
-state for statistics. DeviceMaps holds the NicMaps privately and offers
-only that, so application code cannot come to depend on the rest.
+A process gets nothing of the NIC by name. Its daemon hands its session a
+file descriptor for each NIC resource the session made (contract.appops,
+SCM_RIGHTS): the doorbell at hello (the doorbell program, the host's
+doorbell port, the CQs' lost counts read-only), an MR's memory, a QP's send
+queue and a CQ's ring. DeviceMaps maps those, and only those, into the
+process (docs/api.md, "Isolation"): no pin is opened and no privilege is
+needed, and another session's queues and memory cannot be named at all.
+
+The QPs' state in the NIC (statistics: nic_send_state and the like) is in
+lab-wide maps: reading it opens them, which takes root.
 """
 
 from __future__ import annotations
 
+import contextlib
 import mmap
+import os
+import socket
 
+from mrc_nic.kernel import bpfsys
 from mrc_nic.nic.driver.cq import CqRing
-from mrc_nic.nic.driver.doorbell import Ring, doorbell, open_doorbell
+from mrc_nic.nic.driver.doorbell import Ring, doorbell
 from mrc_nic.nic.driver.formats import WQ_SIZE
 from mrc_nic.nic.driver.sq import SendQueue
 from mrc_nic.nic.layout import SQ_DEPTH
-from mrc_nic.nic.maps import NicMaps
+from mrc_nic.nic.maps_base import detach
 from mrc_nic.nic.snapshots import RqSnapshot, SqSnapshot
 
 
-class DeviceMaps:
-    """One lab's NIC as an application process uses it (MapsMissing if the lab is down)."""
+def _map_fd(fd: int, size: int, prot: int = mmap.PROT_READ | mmap.PROT_WRITE) -> mmap.mmap:
+    """The first `size` bytes of the map behind fd, shared with BPF; fd is closed
+    (the mapping keeps the map alive)."""
+    try:
+        return mmap.mmap(fd, size, flags=mmap.MAP_SHARED, prot=prot)
+    finally:
+        os.close(fd)
 
-    def __init__(self, lab: str, netns_name: str | None = None) -> None:
-        """netns_name: the host's namespace, where its doorbell port is (None:
-        this process's own; no port: kicks take BPF_PROG_RUN)."""
-        self._maps = NicMaps.open(lab)
+
+class DeviceMaps:
+    """One host's NIC as an application process reaches it: what its session got."""
+
+    def __init__(
+        self, lab: str, *, kick_fd: int, doorbell_fd: int, doorbell_frame: int, cq_lost_fd: int
+    ) -> None:
+        """The hello reply's descriptors (contract.appops.HelloReply), which this
+        object owns from now on."""
+        self.lab = lab
+        self._views: list[mmap.mmap] = []  # writable mappings: private pages at close
+        self.program_fd = kick_fd
+        self.port: tuple[socket.socket, int] | None = None
         try:
-            self.program_fd = self._maps.program_fd()
-            self._wq = self._maps.wq_memory()
-            self._wq_rings = len(self._wq) // WQ_SIZE
-            self.port = open_doorbell(netns_name)  # shared by the QPs
+            if doorbell_fd >= 0:
+                self.port = (socket.socket(fileno=doorbell_fd), doorbell_frame)
+                doorbell_fd = -1
+            cqs = bpfsys.map_info(cq_lost_fd).max_entries
+            self._cq_lost = _map_fd(cq_lost_fd, cqs * 8, mmap.PROT_READ)
+            cq_lost_fd = -1
         except BaseException:
-            self._maps.close()
+            for fd in (kick_fd, doorbell_fd, cq_lost_fd):
+                if fd >= 0:
+                    os.close(fd)
+            if self.port is not None:
+                self.port[0].close()
             raise
+        self._stats = None  # the lab's NicMaps, opened for statistics only (root)
 
     # ---- a QP's queues ---------------------------------------------------------------
-    def send_queue(self, ring: int, depth: int = SQ_DEPTH) -> SendQueue:
-        """The send queue the daemon gave a QP (create_qp's ring)."""
-        if not 0 <= ring < self._wq_rings:
-            raise ValueError(f"ring {ring} is not one of nic_wq's {self._wq_rings}")
-        return SendQueue(self._wq, ring, depth)
+    def send_queue(self, sq_fd: int, depth: int = SQ_DEPTH) -> SendQueue:
+        """The send queue the daemon gave a QP (create_qp's sq_fd, now owned here)."""
+        view = _map_fd(sq_fd, WQ_SIZE)
+        self._views.append(view)
+        return SendQueue(view, 0, depth)
 
     def doorbell(self, qpn: int) -> Ring:
-        """QP qpn's doorbell (driver.doorbell.doorbell)."""
+        """QP qpn's doorbell (driver.doorbell.doorbell): the port, else the program."""
         return doorbell(self.program_fd, qpn, self.port)
 
-    def cq_ring(self, index: int) -> CqRing:
-        """A new ring buffer for CQ `index` (create_cq's), the NIC pointed at it."""
-        return CqRing(self._maps, index)
+    def cq_ring(self, index: int, ring_fd: int) -> CqRing:
+        """CQ `index`'s ring buffer (create_cq's ring_fd, now owned by the ring)."""
+        return CqRing(ring_fd, index, self._cq_lost)
 
     # ---- an MR's memory --------------------------------------------------------------
-    def memory_window(self, start: int, length: int) -> tuple[mmap.mmap, memoryview]:
-        """Bytes [start, start + length) of NIC memory, mapped (NicMaps.memory_window)."""
-        return self._maps.memory_window(start, length)
+    def memory_window(
+        self, memory_fd: int, start: int, length: int
+    ) -> tuple[mmap.mmap, memoryview]:
+        """An MR's memory (reg_mr's memory_fd, closed here) mapped whole, and a
+        view of its bytes [start, start + length). The mapping is the caller's:
+        closing it fails (BufferError) while a view of it is alive."""
+        size = bpfsys.map_info(memory_fd).max_entries * bpfsys.map_info(memory_fd).value_size
+        if not (start >= 0 and length >= 1 and start + length <= size):
+            os.close(memory_fd)
+            raise ValueError(f"bytes [{start}, {start + length}) are outside the MR's {size}")
+        mapping = _map_fd(memory_fd, size)
+        return mapping, memoryview(mapping)[start : start + length]
 
-    # ---- a QP's state in the NIC, for statistics ---------------------------------------
+    # ---- a QP's state in the NIC, for statistics (root) -------------------------------
+    def _lab_maps(self):
+        if self._stats is None:
+            from mrc_nic.nic.maps import NicMaps  # the whole NIC: root's
+
+            self._stats = NicMaps.open(self.lab)
+        return self._stats
+
     def send_state(self, qpn: int) -> SqSnapshot:
         """A send QP's state (KeyError before RTS, or once destroyed)."""
-        return self._maps.sq(qpn)
+        return self._lab_maps().sq(qpn)
 
     def recv_state(self, qpn: int) -> RqSnapshot:
         """A receive QP's state (KeyError before RTR, or once destroyed)."""
-        return self._maps.rq(qpn)
+        return self._lab_maps().rq(qpn)
 
     def tx_per_plane(self, qpn: int) -> dict[int, int]:
         """Data packets a send QP has sent on each plane, over its current EVs."""
         out: dict[int, int] = {}
-        for (owner, _), ev in self._maps.evs_raw().items():
+        for (owner, _), ev in self._lab_maps().evs_raw().items():
             if owner == qpn:
                 out[ev.plane] = out.get(ev.plane, 0) + ev.stats.tx_pkts
         return out
 
     def close(self) -> None:
         """Unmap and close everything; pages a caller's view still reaches become
-        private ones first (NicMaps.close)."""
+        private ones first (as NicMaps.close)."""
+        for view in self._views:
+            detach(view)
+            with contextlib.suppress(BufferError):
+                view.close()
+        self._views.clear()
         if self.port is not None:
             self.port[0].close()
             self.port = None
-        self._maps.close()
+        if self.program_fd >= 0:
+            os.close(self.program_fd)
+            self.program_fd = -1
+        with contextlib.suppress(BufferError):
+            self._cq_lost.close()
+        if self._stats is not None:
+            self._stats.close()
+            self._stats = None
