@@ -52,7 +52,8 @@ class HelloReply(Reply):
     )
     doorbell_frame: int = arg("the size of a doorbell port frame (the port's MTU + 14)", 0)
     cq_lost_fd: int = fd_arg(
-        "nic_cq_lost, read-only: completions each CQ lost to a full ring, a __u64 per CQ index"
+        "nic_cq_lost (mmap it read-only; the map is frozen, BPF alone writes it): "
+        "completions each CQ index lost to a full ring, a __u64 each"
     )
 
 
@@ -136,6 +137,9 @@ class DeregMr(Request[Done]):
 class CreateCqReply(Reply):
     cq: int = arg("the CQ's index in nic_cq_rings (its lost count's in nic_cq_lost)")
     ring_fd: int = fd_arg("the CQ's ring buffer (BPF_MAP_TYPE_RINGBUF): mmap and epoll it")
+    lost_base: int = arg(
+        "nic_cq_lost[cq] now: the CQ's losses are what that count gains from here (a __u64)"
+    )
 
 
 @op("create_cq")

@@ -28,6 +28,7 @@ BPF_OBJ_GET = 7
 BPF_PROG_TEST_RUN = 10
 BPF_MAP_GET_FD_BY_ID = 14
 BPF_OBJ_GET_INFO_BY_FD = 15
+BPF_MAP_FREEZE = 22
 BPF_MAP_LOOKUP_BATCH = 24
 
 # Flags of BPF_MAP_UPDATE_ELEM.
@@ -261,6 +262,12 @@ def obj_get(path: str | os.PathLike, *, flags: int = 0) -> int:
     path_buf = ctypes.create_string_buffer(os.fsencode(path))
     attr = _ObjAttr(pathname=_addr(path_buf), file_flags=flags)
     return _bpf(BPF_OBJ_GET, attr, f"BPF_OBJ_GET {path}")
+
+
+def map_freeze(map_fd: int) -> None:
+    """Freeze a map: no syscall may write it from now on (updates, writable
+    mmaps); BPF programs still do."""
+    _bpf(BPF_MAP_FREEZE, _MapElemAttr(map_fd=map_fd), "BPF_MAP_FREEZE")
 
 
 def map_fd_by_id(map_id: int, *, flags: int = 0) -> int:

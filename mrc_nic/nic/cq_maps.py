@@ -1,13 +1,16 @@
-"""Completion queues: nic_cq_rings, an array of ring buffers that applications own.
+"""Completion queues: nic_cq_rings, an array of ring buffers, and their lost counts.
 
-A CQ is a BPF ring buffer the application creates (create_cq_ring) and polls
-(events.EventReader over its fd: mmap, and epoll on fileno()). Putting its fd
-at an index of nic_cq_rings (set_cq_ring) lets the NIC write completion
-records there: QP setup names the CQ as index + 1 (setup_sq(cq=...),
-setup_rq(cq=...); 0 is "no CQ": records go to nic_events). The array holds a
-reference to the ring, so the NIC can write it after the application closed
-its fd; clear_cq_ring drops it (records for that index then count
-CQ_OVERRUN). docs/nic-program.md, "Completion queues".
+A CQ is a BPF ring buffer the daemon creates (create_cq_ring) for a session,
+which polls it (events.EventReader over its fd: mmap, and epoll on fileno()).
+Putting its fd at an index of nic_cq_rings (set_cq_ring) lets the NIC write
+completion records there: QP setup names the CQ as index + 1
+(setup_sq(cq=...), setup_rq(cq=...); 0 is "no CQ": records go to
+nic_events). The array holds a reference to the ring, so the NIC can write
+it after the application closed its fd; clear_cq_ring drops it (records for
+that index then count CQ_OVERRUN). What a full ring lost is counted at the
+same index of nic_cq_lost, a map no process may write (the loader freezes
+it): a CQ's own losses are what its index gained since the CQ was made.
+docs/nic-program.md, "Completion queues".
 """
 
 from __future__ import annotations
@@ -54,23 +57,17 @@ class CqMaps:
         lost to a full ring, a __u64 per index."""
         return self._mapped(CQ_LOST_MAP, self.max_cqs * CQ_LOST_BYTES, mmap.PROT_READ)
 
-    def cq_lost_fd(self, *, readonly: bool = True) -> int:
-        """A new fd of nic_cq_lost (the caller owns it); readonly: mmap with
-        PROT_WRITE and updates are refused (what an application gets)."""
-        return bpfsys.obj_get(
-            pins.pin_dir(self.lab) / CQ_LOST_MAP, flags=bpfsys.BPF_F_RDONLY if readonly else 0
-        )
+    def cq_lost_fd(self) -> int:
+        """A new fd of nic_cq_lost (the caller owns it): what an application maps.
+        The map is frozen (the loader's): no process writes it, BPF alone counts."""
+        return bpfsys.obj_get(pins.pin_dir(self.lab) / CQ_LOST_MAP)
 
     def cq_lost(self, index: int) -> int:
-        """Completions CQ index + 1 lost because its ring was full."""
+        """Completions CQ index + 1 lost because its ring was full, since the lab
+        began: a CQ's own are what its index gained since the CQ was created."""
         pins.check_range("index", index, self.max_cqs - 1)
         at = index * CQ_LOST_BYTES
         return int.from_bytes(self.cq_lost_memory()[at : at + CQ_LOST_BYTES], "little")
-
-    def reset_cq_lost(self, index: int) -> None:
-        """A new CQ at index starts with nothing lost."""
-        pins.check_range("index", index, self.max_cqs - 1)
-        bpfsys.map_update(self._fds[CQ_LOST_MAP], u32_key(index), bytes(CQ_LOST_BYTES))
 
     def cq_ring_id(self, index: int) -> int | None:
         """The map id of the ring at index (bpf(2) gives ids, not fds), or None."""

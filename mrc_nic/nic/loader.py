@@ -12,6 +12,7 @@ from mrc_nic.nic import wireconst
 from mrc_nic.nic.driver.doorbell import run_kick
 from mrc_nic.nic.layout import (
     BPF_DIR,
+    CQ_LOST_MAP,
     DEFAULT_CQ_RING_PAGES,
     DEFAULT_EVENT_PAGES,
     DEFAULT_HOST_NET,
@@ -178,6 +179,8 @@ class NicProgram:
         # The doorbell program hands its frames to nic_xdp (a tail call): entry 0.
         jump = bpf[DOORBELL_JUMP_MAP.encode()]
         jump[jump.Key(0)] = jump.Leaf(funcs[FUNC_NAME].fd)
+        # Every session maps the CQs' lost counts: none may write them, BPF counts.
+        bpfsys.map_freeze(bpf[CQ_LOST_MAP.encode()].map_fd)
         return cls(lab, config, bpf, funcs[FUNC_NAME])
 
     def attach(self, ipr: Any, ifindex: int, *, mode: str = "native") -> None:

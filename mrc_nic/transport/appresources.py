@@ -145,13 +145,13 @@ class AppResources(Part):
         )
 
     def _device_fds(self) -> dict:
-        """What every session reaches of the NIC: the doorbell program, the host's
-        doorbell port (a socket made in the host's namespace) and the CQs' lost
-        counts, read-only. Fresh descriptors: the reply hands them over."""
+        """What every session reaches of the NIC: the doorbell program, the
+        host's doorbell port (a socket made in the host's namespace) and the CQs'
+        lost counts (a frozen map). Fresh descriptors: the reply hands them over."""
         maps = self.ctx.maps
         out: dict = {"kick_fd": maps.doorbell_program_fd()}
         try:
-            out["cq_lost_fd"] = maps.cq_lost_fd(readonly=True)
+            out["cq_lost_fd"] = maps.cq_lost_fd()
             port = open_doorbell(self.ctx.topo.netns(self.ctx.host))
             if port is not None:
                 out["doorbell_fd"], out["doorbell_frame"] = port[0].detach(), port[1]
@@ -292,7 +292,7 @@ class AppResources(Part):
         cq = ctx.cq_slots.take()
         ring_fd = -1
         try:
-            ctx.maps.reset_cq_lost(cq)  # an earlier CQ's overrun is not this one's
+            lost_base = ctx.maps.cq_lost(cq)  # an earlier CQ's overrun is not this one's
             ring_fd = ctx.maps.create_cq_ring()
             ctx.maps.set_cq_ring(cq, ring_fd)
         except BaseException:
@@ -301,7 +301,7 @@ class AppResources(Part):
             ctx.cq_slots.give(cq)
             raise
         session.cqs.add(cq)
-        return appops.CreateCqReply(cq=cq, ring_fd=ring_fd)
+        return appops.CreateCqReply(cq=cq, ring_fd=ring_fd, lost_base=lost_base)
 
     def destroy_cq(self, req: appops.DestroyCq, conn: Conn) -> appops.Done:
         session = self.ctx.sessions.session(conn)

@@ -58,12 +58,11 @@ class EvEvents(Part):
         self._ev_fd = maps.create_cq_ring(name="mrc_ev_events")
         try:
             maps.set_cq_ring(self.ev_cq, self._ev_fd)
-            maps.reset_cq_lost(self.ev_cq)
+            self._ev_lost = maps.cq_lost(self.ev_cq)  # an earlier CQ's losses are not ours
             self.queue = nic.EventReader(self._ev_fd)
         except BaseException:
             os.close(self._ev_fd)
             raise
-        self._ev_lost = 0
         maps.set_ev_event_cq(self.ctx.index, self.ev_cq + 1)
 
     def close(self) -> None:

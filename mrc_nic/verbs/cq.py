@@ -65,7 +65,7 @@ class CQ:
         self._fds: list[int] = []  # the eventfd: close() closes it
         self._ring = self._channel = None
         try:
-            self._ring = ctx._nic.cq_ring(self.index, reply.ring_fd)  # read without syscalls
+            self._ring = ctx._nic.cq_ring(self.index, reply.ring_fd, reply.lost_base)
             self._fd = self._ring.fileno()
             self._event = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
             self._fds.append(self._event)

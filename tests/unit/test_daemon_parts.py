@@ -103,7 +103,7 @@ class MapsRecorder:
     def doorbell_program_fd(self) -> int:
         return self._fd("doorbell_program_fd")
 
-    def cq_lost_fd(self, *, readonly: bool = True) -> int:
+    def cq_lost_fd(self) -> int:
         return self._fd("cq_lost_fd")
 
 

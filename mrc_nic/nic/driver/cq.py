@@ -5,7 +5,8 @@ The daemon creates the ring (the size of the lab's template), points
 its index of nic_cq_rings at it and hands the session its fd (create_cq's
 ring_fd); records() reads every completion the NIC wrote, through shared
 memory (no syscall), as formats.CQE tuples. lost() is the NIC's count of
-what it could not write into a full ring (nic_cq_lost, mapped read-only).
+what it could not write into a full ring: what its index of nic_cq_lost
+(mapped read-only; the map is frozen) gained since the CQ was made.
 """
 
 from __future__ import annotations
@@ -23,10 +24,11 @@ from mrc_nic.nic.events import EventReader
 class CqRing:
     """CQ `index` + 1's ring, read through ring_fd (owned from now on)."""
 
-    def __init__(self, ring_fd: int, index: int, lost: mmap.mmap) -> None:
-        """lost: nic_cq_lost mapped (read-only), a __u64 per CQ index.
+    def __init__(self, ring_fd: int, index: int, lost: mmap.mmap, lost_base: int = 0) -> None:
+        """lost: nic_cq_lost mapped (read-only), a __u64 per CQ index; lost_base:
+        its count at `index` when the CQ was made (create_cq's lost_base).
         OSError, ValueError: the fd is closed, nothing is left open."""
-        self.index, self.fd, self._lost = index, ring_fd, lost
+        self.index, self.fd, self._lost, self._base = index, ring_fd, lost, lost_base
         self.reader = None
         try:
             self.reader = EventReader(self.fd)  # the mapped ring, read without syscalls
@@ -40,7 +42,7 @@ class CqRing:
     def lost(self) -> int:
         """Completions the NIC lost to this ring being full (the CQ is in error)."""
         at = self.index * CQ_LOST_BYTES
-        return int.from_bytes(self._lost[at : at + CQ_LOST_BYTES], "little")
+        return int.from_bytes(self._lost[at : at + CQ_LOST_BYTES], "little") - self._base
 
     def fileno(self) -> int:
         return self.fd

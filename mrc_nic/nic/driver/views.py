@@ -3,10 +3,11 @@
 A process gets nothing of the NIC by name. Its daemon hands its session a
 file descriptor for each NIC resource the session made (contract.appops,
 SCM_RIGHTS): the doorbell at hello (the doorbell program, the host's
-doorbell port, the CQs' lost counts read-only), an MR's memory, a QP's send
-queue and a CQ's ring. DeviceMaps maps those, and only those, into the
-process (docs/api.md, "Isolation"): no pin is opened and no privilege is
-needed, and another session's queues and memory cannot be named at all.
+doorbell port, the CQs' lost counts: a map no process may write), an MR's
+memory, a QP's send queue and a CQ's ring. DeviceMaps maps those, and only
+those, into the process (docs/api.md, "Isolation"): no pin is opened and no
+privilege is needed, and another session's queues and memory cannot be
+named at all.
 
 The QPs' state in the NIC (statistics: nic_send_state and the like) is in
 lab-wide maps: reading it opens them, which takes root.
@@ -20,6 +21,7 @@ import os
 import socket
 
 from mrc_nic.kernel import bpfsys
+from mrc_nic.nic.cq_maps import CQ_LOST_BYTES
 from mrc_nic.nic.driver.cq import CqRing
 from mrc_nic.nic.driver.doorbell import Ring, doorbell
 from mrc_nic.nic.driver.formats import WQ_SIZE
@@ -50,21 +52,17 @@ class DeviceMaps:
         self._views: list[mmap.mmap] = []  # writable mappings: private pages at close
         self.program_fd = kick_fd
         self.port: tuple[socket.socket, int] | None = None
-        try:
-            if doorbell_fd >= 0:
-                self.port = (socket.socket(fileno=doorbell_fd), doorbell_frame)
-                doorbell_fd = -1
-            cqs = bpfsys.map_info(cq_lost_fd).max_entries
-            self._cq_lost = _map_fd(cq_lost_fd, cqs * 8, mmap.PROT_READ)
-            cq_lost_fd = -1
-        except BaseException:
-            for fd in (kick_fd, doorbell_fd, cq_lost_fd):
-                if fd >= 0:
-                    os.close(fd)
-            if self.port is not None:
-                self.port[0].close()
-            raise
+        self._cq_lost: mmap.mmap | None = None
         self._stats = None  # the lab's NicMaps, opened for statistics only (root)
+        if doorbell_fd >= 0:
+            self.port = (socket.socket(fileno=doorbell_fd), doorbell_frame)
+        try:  # frozen: PROT_WRITE is refused, and so is every update
+            size = bpfsys.map_info(cq_lost_fd).max_entries * CQ_LOST_BYTES
+        except BaseException:
+            os.close(cq_lost_fd)
+            self.close()
+            raise
+        self._cq_lost = _map_fd(cq_lost_fd, size, mmap.PROT_READ)
 
     # ---- a QP's queues ---------------------------------------------------------------
     def send_queue(self, sq_fd: int, depth: int = SQ_DEPTH) -> SendQueue:
@@ -77,9 +75,10 @@ class DeviceMaps:
         """QP qpn's doorbell (driver.doorbell.doorbell): the port, else the program."""
         return doorbell(self.program_fd, qpn, self.port)
 
-    def cq_ring(self, index: int, ring_fd: int) -> CqRing:
-        """CQ `index`'s ring buffer (create_cq's ring_fd, now owned by the ring)."""
-        return CqRing(ring_fd, index, self._cq_lost)
+    def cq_ring(self, index: int, ring_fd: int, lost_base: int) -> CqRing:
+        """CQ `index`'s ring buffer (create_cq's ring_fd, now the ring's); its
+        losses are what nic_cq_lost[index] gains over lost_base."""
+        return CqRing(ring_fd, index, self._cq_lost, lost_base)
 
     # ---- an MR's memory --------------------------------------------------------------
     def memory_window(
@@ -133,8 +132,9 @@ class DeviceMaps:
         if self.program_fd >= 0:
             os.close(self.program_fd)
             self.program_fd = -1
-        with contextlib.suppress(BufferError):
+        if self._cq_lost is not None:
             self._cq_lost.close()
+            self._cq_lost = None
         if self._stats is not None:
             self._stats.close()
             self._stats = None
