@@ -120,15 +120,16 @@ def exec_cmd(
 
 def _account(user: str) -> pwd.struct_passwd:
     """--user's account, by name or uid; a one-line error when there is none."""
-    if os.geteuid() != 0:
-        raise click.UsageError("--user runs the program as another user, which takes root: sudo")
     try:
-        return pwd.getpwuid(int(user)) if user.isdigit() else pwd.getpwnam(user)
+        account = pwd.getpwuid(int(user)) if user.isdigit() else pwd.getpwnam(user)
     except KeyError:
         raise click.BadParameter(
-            f"no user {user!r} on this machine (getent passwd lists them; useradd makes one)",
+            f"no user {user!r} on this machine: `getent passwd` lists them, useradd makes one",
             param_hint="--user",
         ) from None
+    if os.geteuid() != 0:
+        raise click.UsageError("--user runs the program as another user, which takes root: sudo")
+    return account
 
 
 def _become(account: pwd.struct_passwd) -> None:

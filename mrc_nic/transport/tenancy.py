@@ -35,7 +35,7 @@ from pathlib import Path
 
 from mrc_nic.contract import appops
 from mrc_nic.lab import access
-from mrc_nic.lab.service import LineService, peer_cred
+from mrc_nic.lab.service import LineService, is_operator, peer_cred
 from mrc_nic.lab.topology import NS_PREFIX, Topology
 from mrc_nic.transport.qp import QpError
 
@@ -122,7 +122,7 @@ def open_to_tenants(service: LineService, topo: Topology) -> Group | None:
 
 def check_member(peer: Peer, lab: str, group: Group | None) -> None:
     """Refuse (EPERM) a peer that is neither root nor in the lab's group."""
-    if peer.uid == 0:
+    if is_operator(peer.uid):
         return
     if group is not None and (peer.gid == group.gid or group.gid in peer.groups):
         return
