@@ -69,14 +69,11 @@ def refusal(path: Path, lab: str) -> str:
     """Why connecting to a lab's socket was refused (EACCES), in one line: the
     lab's NICs are root's alone, or root's and a group's this process is not in."""
     who = f"uid {os.geteuid()} ({user_name(os.geteuid())})"
-    st = None
-    for where in (path, path.parent):  # the run directory itself may keep it out
-        try:
-            st = where.stat()
-            break
-        except OSError:
-            continue
-    if st is None or (st.st_gid == 0 and not st.st_mode & stat.S_IRWXG):
+    try:
+        st = path.stat()
+    except OSError:
+        st = None
+    if st is None or not st.st_mode & stat.S_IRWXG:  # its group may not either
         return (
             f"{who} may not open lab {lab}'s NICs: they are root's alone; run it as root, "
             "or name a group that may in the lab's topology file ([tenants] group)"
