@@ -197,11 +197,12 @@ class LineService:
 
     # ---- requests --------------------------------------------------------------------
     def operator_only(self, op: str, conn: Conn) -> str:
-        """Why a peer that is not root may not call `op`, and what to do."""
+        """Why a peer that is not root may not call `op`, and what to do: the
+        line operator commands give a user that is not root (cli.needs_root)."""
         return (
-            f"{op} is an operator's operation and uid {conn.uid} is not root: run the "
-            "mrc-nic command that does it as root (sudo); applications open a session "
-            "with app_hello (mrc_nic.verbs.Context) and use its operations"
+            f"{op} is an operator's operation and uid {conn.uid} is not root: mrc-nic needs "
+            "root for it; run it with sudo (an application's session, app_hello, offers "
+            "the applications' operations)"
         )
 
     def handle_line(self, line: bytes, conn: Conn) -> dict | None:

@@ -136,7 +136,7 @@ def test_a_member_opens_a_session_in_its_host_and_operator_operations_stay_roots
         name, message = got[op]
         assert name == "EPERM", got
         assert f"{op} is an operator's operation and uid {me.pw_uid} is not root" in message
-        assert "as root (sudo)" in message and "\n" not in message
+        assert "mrc-nic needs root for it; run it with sudo" in message and "\n" not in message
 
 
 def test_anyone_else_is_kept_out_by_the_socket_and_by_the_daemon(lab, accounts):

@@ -143,7 +143,7 @@ def test_a_peer_that_is_not_root_calls_only_the_open_operations(tmp_path):
         assert (
             f"ping is an operator's operation and uid {OUTSIDER} is not root" in refused["message"]
         )
-        assert "as root (sudo)" in refused["message"]
+        assert "mrc-nic needs root for it; run it with sudo" in refused["message"]
         svc.open_ops = frozenset({"ping"})
         assert svc.handle_line(b'{"op": "ping"}', Conn(a, uid=OUTSIDER))["ok"]
 
