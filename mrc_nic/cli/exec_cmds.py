@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import pwd
 import shutil
 import sys
 
@@ -28,6 +29,12 @@ or what --share NAME=VALUE sets (memory, qps, cqs, pds; a fraction "25%",
 0.25, or an amount: 8, "8MiB").
 
 \b
+--user NAME runs the program as that user once in the host (its groups,
+HOME, USER and LOGNAME; the rest of the environment as above). Its NIC
+opens if the lab lets that user: members of the group the lab's topology
+file names ([tenants] group; docs/api.md, "Running without root").
+
+\b
 C programs: the native verbs library (libmrc_nic_verbs.so) is preloaded
 (LD_PRELOAD), so an unmodified verbs program (perftest's ib_write_bw,
 ibv_devices, the OCP mrc_example, your own) finds one device per host of
@@ -40,7 +47,8 @@ Examples:
   mrc-nic exec h1 -- ib_write_bw -s 4096                        # perftest server on h1
   mrc-nic exec h0 -- ib_write_bw -s 4096 198.18.0.2             # client on h0
   mrc-nic exec h0 -- ip -br addr
-  mrc-nic exec --share memory=75% --share qps=100 h0 -- python big.py""",
+  mrc-nic exec --share memory=75% --share qps=100 h0 -- python big.py
+  mrc-nic exec --user alice h0 -- python examples/write_bw.py   # as alice""",
 )
 @click.argument("host")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
@@ -57,9 +65,21 @@ Examples:
     help="the program's share of the host's NIC: memory, qps, cqs or pds; a fraction "
     '("25%", 0.25) or an amount (8, "8MiB"). Repeat for several.',
 )
+@click.option(
+    "--user",
+    "-u",
+    "user",
+    metavar="NAME",
+    help="Run COMMAND as this user (a name or uid) in the host, not as root.",
+)
 @pass_app
 def exec_cmd(
-    app: App, host: str, command: tuple[str, ...], share: tuple[str, ...], no_preload: bool
+    app: App,
+    host: str,
+    command: tuple[str, ...],
+    share: tuple[str, ...],
+    no_preload: bool,
+    user: str | None,
 ) -> None:
     """Run COMMAND inside HOST's namespace, with the environment the verbs API uses."""
     from mrc_nic.kernel import netns
@@ -75,6 +95,7 @@ def exec_cmd(
     if not command:
         raise click.UsageError("no COMMAND after `--`")
     share_env = _share_env(share)  # checked before anything else
+    account = _account(user) if user is not None else None
     name, topo = app.lab(), app.topology()
     if host not in topo.host_names():
         raise click.UsageError(
@@ -91,7 +112,32 @@ def exec_cmd(
     if not no_preload:
         env.update(_preload(env.get("LD_PRELOAD", "")))
     netns.enter_for_good(topo.netns(host))
+    if account is not None:
+        env.update(HOME=account.pw_dir, USER=account.pw_name, LOGNAME=account.pw_name)
+        _become(account)  # after setns: entering a namespace takes root
     os.execve(program, list(command), env)
+
+
+def _account(user: str) -> pwd.struct_passwd:
+    """--user's account, by name or uid; a one-line error when there is none."""
+    try:
+        account = pwd.getpwuid(int(user)) if user.isdigit() else pwd.getpwnam(user)
+    except KeyError:
+        raise click.BadParameter(
+            f"no user {user!r} on this machine: `getent passwd` lists them, useradd makes one",
+            param_hint="--user",
+        ) from None
+    if os.geteuid() != 0:
+        raise click.UsageError("--user runs the program as another user, which takes root: sudo")
+    return account
+
+
+def _become(account: pwd.struct_passwd) -> None:
+    """Drop root for good: the user's groups, then its gid, then its uid (in
+    this order: once the uid is not root, the groups cannot change)."""
+    os.initgroups(account.pw_name, account.pw_gid)
+    os.setgid(account.pw_gid)
+    os.setuid(account.pw_uid)
 
 
 def _share_env(items: tuple[str, ...]) -> dict[str, str]:

@@ -20,7 +20,7 @@ from mrc_nic.errors import MrcNicError
 from mrc_nic.fabric import preflight, queues, switchport
 from mrc_nic.fabric.builder import Fabric
 from mrc_nic.kernel import netns, pins
-from mrc_nic.lab import client, state, workers
+from mrc_nic.lab import access, client, state, workers
 from mrc_nic.lab.topology import NS_PREFIX, Topology
 
 
@@ -41,6 +41,7 @@ def up(topo: Topology, cluster: dict | None = None) -> UpReport:
     """cluster: on a machine of a lab spread over several (mrc_nic.cluster),
     the record of its shard (topo.shard): this machine builds that part."""
     preflight.require_all()
+    gid = access.group_id(topo)  # the lab's [tenants] group exists: before anything is made
     with state.locked(topo.lab, wait=0.5):
         refuse_if_present(topo.lab, topo)
         record = state.LabState(
@@ -53,6 +54,7 @@ def up(topo: Topology, cluster: dict | None = None) -> UpReport:
         record.save()  # before anything exists: a crash from here on is recoverable
         started = time.monotonic()
         try:
+            state.make_lab_dir(topo.lab, gid is not None)  # the group reaches its sockets
             program = switchport.SwitchPortProgram.load(topo.lab, len(topo.switch_ports()))
             nic_program = nic.NicProgram.load(
                 topo.lab,

@@ -1,7 +1,8 @@
 """A single-threaded control-socket server: the loop the lab's services share.
 
 The host daemons (mrc_nic.transport.daemon) and the lab's event log (mrc_nic.observe.eventlog)
-each serve one unix socket (mode 0600) with the line protocol of
+each serve one unix socket (root's, mode 0600; a host daemon's is root:GROUP
+0660 when the lab names a [tenants] group: `group`, lab.access) with the line protocol of
 mrc_nic.lab.client, from one selector loop that also wakes every `tick_s` for the
 service's own work. A subclass names its operations (`operations`, declared in
 mrc_nic.contract.framing's way) and gives each one handler: a method
@@ -11,17 +12,21 @@ handler gets the typed request, already validated, and returns the typed
 reply, or None to answer later with `reply(conn, ...)`; it refuses with
 framing.RequestError (an errno and a message). serve() refuses to start
 while an operation has no handler. Other file descriptors join
-the loop with `watch(fd, callback)`.
+the loop with `watch(fd, callback)`. A peer that is not root (SO_PEERCRED
+at connect) may call only the operations in `open_ops` (a host daemon's:
+the applications'); any other is refused with EPERM before its handler.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import os
 import selectors
 import signal
 import socket
+import struct
 import sys
 import time
 import traceback
@@ -33,12 +38,26 @@ from typing import Any, ClassVar
 from mrc_nic.contract import framing
 
 Handler = Callable[[Any, Any], Any]  # (typed request, Conn) -> typed reply, or None: later
+_UCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
+
+
+def peer_cred(sock: socket.socket) -> tuple[int, int, int]:
+    """(pid, uid, gid) of the process at the other end, as the kernel took them
+    when it connected (SO_PEERCRED)."""
+    return _UCRED.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size))
+
+
+def is_operator(uid: int) -> bool:
+    """Root, or the service's own user (a process that could as well ptrace
+    the service: a test's service run by its user)."""
+    return uid in (0, os.geteuid())
 
 
 @dataclass(eq=False)
 class Conn:
     sock: socket.socket
     buf: bytes = b""
+    uid: int = 0  # the peer's (peer_cred): who may call what (LineService.open_ops)
 
 
 class LineService:
@@ -55,6 +74,8 @@ class LineService:
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        self.group: int | None = None  # a gid: the socket is root:group 0660, not 0600
+        self.open_ops: frozenset[str] = frozenset()  # what a peer that is not root may call
         self.sel = selectors.DefaultSelector()
         self.running = True
         self.handlers: dict[str, Handler] = {
@@ -111,11 +132,14 @@ class LineService:
         self.check_handlers()
         self.path.unlink(missing_ok=True)
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        old = os.umask(0o177)  # the socket is root's alone (0600)
+        old = os.umask(0o177)  # the socket is root's alone (0600) ...
         try:
             listener.bind(str(self.path))
         finally:
             os.umask(old)
+        if self.group is not None:  # ... or root's and its group's (lab.access)
+            os.chown(self.path, -1, self.group)
+            os.chmod(self.path, 0o660)
         listener.listen(16)
         listener.setblocking(False)
         self.watch(listener, functools.partial(self._accept, listener))
@@ -132,7 +156,7 @@ class LineService:
     def _accept(self, listener: socket.socket) -> None:
         sock, _ = listener.accept()
         sock.setblocking(False)
-        conn = Conn(sock)
+        conn = Conn(sock, uid=peer_cred(sock)[1])
         self.watch(sock, functools.partial(self._read, conn))
 
     def _read(self, conn: Conn) -> None:
@@ -186,11 +210,23 @@ class LineService:
                     os.close(fd)
 
     # ---- requests --------------------------------------------------------------------
+    def operator_only(self, op: str, conn: Conn) -> str:
+        """Why a peer that is not root may not call `op`, and what to do: the
+        line operator commands give a user that is not root (cli.needs_root)."""
+        return (
+            f"{op} is an operator's operation and uid {conn.uid} is not root: mrc-nic needs "
+            "root for it; run it with sudo (an application's session, app_hello, offers "
+            "the applications' operations)"
+        )
+
     def handle_line(self, line: bytes, conn: Conn) -> tuple[dict, list[int]] | None:
         """The answer to one request line and the descriptors it hands over,
         or None when the handler answers later."""
         try:
             request = self.operations.decode_request(framing.decode(line))
+            outsider = conn is not None and not is_operator(conn.uid)  # None: no peer (a test's)
+            if outsider and request.OP not in self.open_ops:
+                raise framing.RequestError(errno.EPERM, self.operator_only(request.OP, conn))
             result = self.handlers[request.OP](request, conn)
         except framing.RequestError as e:
             return {"ok": False, **e.as_dict()}, []

@@ -3,6 +3,8 @@
 Layout (all under /run, so a reboot forgets labs along with their namespaces):
   /run/mrc-nic/<lab>.lock        flock held while a command changes the lab
   /run/mrc-nic/<lab>/state.json  what exists and what is in force (faults)
+Both are root's; a lab that names a [tenants] group has its directory
+searchable, so the group reaches its daemons' sockets (make_lab_dir, lab.access).
 
 `up` writes the state *before* it creates anything, listing every namespace
 it is about to make, so that a crash at any point (kill -9) leaves a record
@@ -16,6 +18,7 @@ import contextlib
 import fcntl
 import json
 import os
+import stat
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
@@ -47,6 +50,23 @@ def check_lab_name(lab: str) -> str:
 
 def lab_dir(lab: str) -> Path:
     return RUN_DIR / check_lab_name(lab)
+
+
+def make_lab_dir(lab: str, shared: bool) -> Path:
+    """The lab's directory. shared (the lab names a [tenants] group, lab.access):
+    it and RUN_DIR searchable by anyone (o+x), whatever root's umask, so the
+    group reaches the daemons' sockets there, whose own mode (root:GROUP
+    0660) is the wall. Not 0750 root:GROUP: a directory others cannot search
+    turns every look for labs by a process that is not root
+    (labs_on_disk, the CLI's cluster routing) into EACCES."""
+    d = lab_dir(lab)
+    d.mkdir(parents=True, exist_ok=True)
+    if shared:
+        for path in (RUN_DIR, d):
+            mode = stat.S_IMODE(path.stat().st_mode)
+            if mode & 0o011 != 0o011:
+                os.chmod(path, mode | 0o011)  # g+x, o+x: search, not list
+    return d
 
 
 def state_path(lab: str) -> Path:

@@ -106,7 +106,7 @@ class AppResources(Part):
             "cqs": ctx.cq_slots.size,
             "pds": MAX_PDS,
         }
-        self.lab_shares = shares.parse_all(ctx.topo.raw.get("tenants", {}), "[tenants]")
+        self.lab_shares = shares.parse_all(ctx.topo.tenant_shares(), "[tenants]")
 
     # ---- sessions ------------------------------------------------------------------
     def hello(self, req: appops.Hello, conn: Conn) -> appops.HelloReply:

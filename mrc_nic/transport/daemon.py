@@ -190,6 +190,7 @@ def main(argv: list[str]) -> int:
     tenancy.remember_home()  # the machine's namespace: root there may name any host
     netns.enter_for_good(topo.netns(host))
     daemon = Daemon(topo, host)
+    tenancy.open_to_tenants(daemon, topo)  # root and the lab's [tenants] group (lab.access)
     daemon.serve_until_signalled()
     return 0
 

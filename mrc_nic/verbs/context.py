@@ -25,7 +25,7 @@ from typing import Any
 
 from mrc_nic.contract import appops, shares
 from mrc_nic.kernel import fdwait
-from mrc_nic.lab import client, names, state
+from mrc_nic.lab import access, client, names, state
 from mrc_nic.lab.topology import NS_PREFIX, TopologyError
 from mrc_nic.nic.driver.views import DeviceMaps
 from mrc_nic.verbs import fatal
@@ -160,13 +160,10 @@ class Context:
             raise VerbsError(
                 "open_device", errno.ENODEV, _no_daemon(self.lab, self.host, e)
             ) from None
-        except PermissionError as e:  # the socket is the lab's group's (docs/api.md)
-            raise VerbsError(
-                "open_device",
-                errno.EPERM,
-                f"no access to the NIC of {self.host} in lab {self.lab!r} ({e.filename}): "
-                "run as root, or as a member of the lab's [tenants] group",
-            ) from None
+        except PermissionError as e:  # root's, or root's and a group's (docs/api.md)
+            message = access.refusal(Path(e.filename or client.socket_path(self.lab, self.host)),
+                                     self.lab)  # fmt: skip
+            raise VerbsError("open_device", errno.EPERM, message) from None
         try:
             asked = {**_shares_from_env(), **(shares or {})}
             hello = self.session.call(appops.Hello(pid=os.getpid(), shares=asked or None))

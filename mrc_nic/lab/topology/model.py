@@ -166,6 +166,7 @@ class Topology:
     ack_every: int = ACK_EVERY_DEFAULT  # [nic] ack_every: one SACK per this many packets
     ack_delay_us: int = ACK_DELAY_US_DEFAULT  # [nic] ack_delay_us: longest hold of a SACK
     forwarding: str = FORWARDING_DEFAULT  # who forwards MRC packets in the switches
+    tenant_group: str | None = None  # [tenants] group: who may open the NICs besides root
     raw: dict = field(default_factory=dict)  # the TOML as parsed, kept in the lab state
     nodes: dict[str, Node] = field(default_factory=dict)
     links: dict[str, Link] = field(default_factory=dict)
@@ -177,6 +178,11 @@ class Topology:
     def is_here(self, node: str) -> bool:
         """Whether this machine runs the node (always, on a lab of one machine)."""
         return self.shard is None or node in self.shard.nodes
+
+    def tenant_shares(self) -> dict:
+        """[tenants]' shares as written (contract.shares parses them): every key
+        but group, which says who may open the NICs (tenant_group)."""
+        return {k: v for k, v in self.raw.get("tenants", {}).items() if k != "group"}
 
     # ---- names -----------------------------------------------------------
     def netns(self, node: str) -> str:

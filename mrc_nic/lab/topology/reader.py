@@ -14,6 +14,7 @@ from mrc_nic.lab.topology.schema import (
     ACK_EVERY_MAX,
     FORWARDING_DEFAULT,
     FORWARDING_MODES,
+    GROUP_NAME_RE,
     LAB_NAME_RE,
     MAX_HOSTS,
     MAX_PLANES,
@@ -268,6 +269,7 @@ def from_dict(path: Path, data: dict, lab: str | None = None) -> Topology:
         ack_every=r.integer("nic.ack_every", 1, ACK_EVERY_MAX, ACK_EVERY_DEFAULT),
         ack_delay_us=r.integer("nic.ack_delay_us", 1, 1_000_000, ACK_DELAY_US_DEFAULT),
         forwarding=r.choice("fabric.forwarding", FORWARDING_MODES, FORWARDING_DEFAULT),
+        tenant_group=_tenant_group(r),
         raw=data,
     )
     if topo.host_net.overlaps(topo.fabric_net):
@@ -286,11 +288,28 @@ def with_forwarding(topo: Topology, forwarding: str, lab: str | None = None) -> 
     return from_dict(topo.path, data, lab)
 
 
+def _tenant_group(r: _Reader) -> str | None:
+    """[tenants] group: a group's name, or None (root only). Whether the group
+    exists is the machine's business, asked when a lab comes up (lab.access)."""
+    value = r.get("tenants.group")
+    if value is None:
+        return None
+    if not isinstance(value, str) or not GROUP_NAME_RE.fullmatch(value):
+        raise r.fail(
+            "tenants.group",
+            f"must be a group's name (lower-case letters, digits, _ and -, as groupadd "
+            f'takes them; e.g. "mrc-nic"), got {value!r}; leave it out for root only',
+        )
+    return value
+
+
 def _check_tenants(r: _Reader) -> None:
     """[tenants]: each share parses (the daemons read them from the lab's record)."""
     from mrc_nic.contract import shares  # pure; here to keep the import of topology light
 
     for key, value in r.data.get("tenants", {}).items():
+        if key == "group":
+            continue  # who, not how much: _tenant_group
         try:
             shares.parse(key, value)
         except ValueError as e:

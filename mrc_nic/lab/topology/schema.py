@@ -21,6 +21,9 @@ NS_PREFIX = "mrc-"
 VXLAN_PORT = 4789
 VXLAN_OVERHEAD = 50
 LAB_NAME_RE = re.compile(r"[a-z0-9]{1,12}")
+# [tenants] group: a name useradd/groupadd accept (shadow-utils' default rule,
+# at most 32 characters); a number is not taken, a group is named.
+GROUP_NAME_RE = re.compile(r"[a-z_][a-z0-9_-]{0,30}[$]?")
 MAX_PLANES = 16
 MAX_HOSTS = 253  # .1 to .253 in a plane's /24; .254 is the T0 gateway
 LETTERS = "abcdefghijklmnopqrstuvwxyz"  # switch letters: t0a, t0b, ...
@@ -108,8 +111,13 @@ SCHEMA: dict[str, dict[str, str]] = {
         "trim": 'trim MRC data above this backlog: a fraction of the BDP, a size, or "off"',
         "seed": "seed of the marking draws (port p uses seed + p)",
     },
-    # Shares of each host's NIC per application session (mrc_nic/contract/shares.py)
+    # Who may open the lab's NICs, and the shares of each host's NIC per
+    # application session (mrc_nic/contract/shares.py)
     "tenants": {
+        "group": (
+            "the group whose members may open the lab's NICs, as the rdma group opens "
+            '/dev/infiniband (default: root only; docs/api.md, "Running without root")'
+        ),
         "memory": (
             'NIC memory one session may hold: a fraction of the host\'s (0.5, "50%") '
             'or a size ("8MiB")'
