@@ -137,15 +137,15 @@ def test_a_peer_that_is_not_root_calls_only_the_open_operations(tmp_path):
     svc = PingService(tmp_path / "t.sock")
     a, b = socket.socketpair()
     with a, b:
-        assert svc.handle_line(b'{"op": "ping"}', Conn(a, uid=0))["ok"]
-        refused = svc.handle_line(b'{"op": "ping"}', Conn(a, uid=OUTSIDER))
+        assert svc.handle_line(b'{"op": "ping"}', Conn(a, uid=0))[0]["ok"]
+        refused = svc.handle_line(b'{"op": "ping"}', Conn(a, uid=OUTSIDER))[0]
         assert refused["ok"] is False and refused["errno"] == "EPERM"
         assert (
             f"ping is an operator's operation and uid {OUTSIDER} is not root" in refused["message"]
         )
         assert "mrc-nic needs root for it; run it with sudo" in refused["message"]
         svc.open_ops = frozenset({"ping"})
-        assert svc.handle_line(b'{"op": "ping"}', Conn(a, uid=OUTSIDER))["ok"]
+        assert svc.handle_line(b'{"op": "ping"}', Conn(a, uid=OUTSIDER))[0]["ok"]
 
 
 def test_a_host_daemon_opens_the_applications_operations_and_its_socket_to_the_group(
