@@ -1,40 +1,21 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * bpfmaps.c: the NIC's pinned maps as this process reaches them: bpf(2) on
- * the pins under /sys/fs/bpf/mrc-nic/<lab>/ (mrc_nic/nic/layout.py names
- * them), mmap of the mmapable ones, ring buffers for CQs, and kicks.
+ * bpfmaps.c: the NIC's maps as this process reaches them: the descriptors its
+ * session was handed (docs/api.md, "Isolation"), their sizes (bpf(2)), mmap
+ * of the mmapable ones, and kicks through the doorbell program.
  */
 #include "native.h"
 
 #include <errno.h>
 #include <linux/bpf.h>
-#include <linux/if_packet.h>
-#include <net/ethernet.h>
-#include <net/if.h>
-#include <stdio.h>
 #include <string.h>
-#include <sys/ioctl.h>
 #include <sys/mman.h>
-#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 static long sys_bpf(int cmd, union bpf_attr *attr)
 {
 	return syscall(__NR_bpf, cmd, attr, sizeof(*attr));
-}
-
-int nv_obj_get(const char *lab, const char *name)
-{
-	char path[256];
-	union bpf_attr a;
-
-	snprintf(path, sizeof(path), "%s/%s/%s", NV_PIN_DIR, lab, name);
-	memset(&a, 0, sizeof(a));
-	a.pathname = (__u64)(unsigned long)path;
-	int fd = sys_bpf(BPF_OBJ_GET, &a);
-
-	return fd < 0 ? -errno : fd;
 }
 
 int nv_map_info(int fd, __u32 *max_entries, __u32 *value_size)
@@ -54,31 +35,6 @@ int nv_map_info(int fd, __u32 *max_entries, __u32 *value_size)
 	if (value_size)
 		*value_size = info.value_size;
 	return 0;
-}
-
-int nv_map_update(int fd, const void *key, const void *value)
-{
-	union bpf_attr a;
-
-	memset(&a, 0, sizeof(a));
-	a.map_fd = fd;
-	a.key = (__u64)(unsigned long)key;
-	a.value = (__u64)(unsigned long)value;
-	a.flags = BPF_ANY;
-	return sys_bpf(BPF_MAP_UPDATE_ELEM, &a) ? -errno : 0;
-}
-
-int nv_ringbuf_create(__u32 bytes)
-{
-	union bpf_attr a;
-
-	memset(&a, 0, sizeof(a));
-	a.map_type = BPF_MAP_TYPE_RINGBUF;
-	a.max_entries = bytes;
-	strncpy(a.map_name, "mrc_cq", sizeof(a.map_name) - 1);
-	int fd = sys_bpf(BPF_MAP_CREATE, &a);
-
-	return fd < 0 ? -errno : fd;
 }
 
 /* n engine runs by one live-frames BPF_PROG_RUN (metadata: struct nic_kick). */
@@ -115,32 +71,6 @@ void nv_kick_template(unsigned char *eth)
 	memset(eth + 6, 0, 6);
 	eth[12] = NIC_KICK_ETHERTYPE >> 8;
 	eth[13] = NIC_KICK_ETHERTYPE & 0xff;
-}
-
-/* An AF_PACKET socket on this namespace's doorbell port and its frame size,
- * or -errno (no port: kicks take BPF_PROG_RUN). */
-int nv_doorbell_open(int *frame_len)
-{
-	struct sockaddr_ll sll = { .sll_family = AF_PACKET };
-	struct ifreq ifr;
-	int one = 1, fd;
-
-	fd = socket(AF_PACKET, SOCK_RAW | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return -errno;
-	sll.sll_ifindex = if_nametoindex(NV_DOORBELL_IFNAME);
-	memset(&ifr, 0, sizeof(ifr));
-	strncpy(ifr.ifr_name, NV_DOORBELL_IFNAME, IFNAMSIZ - 1);
-	if (!sll.sll_ifindex || bind(fd, (struct sockaddr *)&sll, sizeof(sll)) ||
-	    ioctl(fd, SIOCGIFMTU, &ifr)) {
-		int e = errno ? errno : ENODEV;
-
-		close(fd);
-		return -e;
-	}
-	setsockopt(fd, SOL_PACKET, PACKET_QDISC_BYPASS, &one, sizeof(one));
-	*frame_len = ETH_HLEN + ifr.ifr_mtu;
-	return fd;
 }
 
 void *nv_mmap(int fd, size_t len, off_t off, int prot)

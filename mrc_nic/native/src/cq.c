@@ -3,7 +3,7 @@
  * cq.c: completion channels and completion queues, and polling.
  *
  * The same driver as mrc_nic/verbs/cq.py over mrc_nic/nic/driver/cq.py, in
- * C: a CQ is a BPF ring buffer this process creates; poll_cq reads it
+ * C: a CQ is a BPF ring buffer the daemon creates and hands over; poll_cq reads it
  * through shared memory (no syscall) and hands each record to its QP
  * (post.c, nv_qp_record), which turns it into work completions here.
  */
@@ -105,9 +105,8 @@ struct ibv_cq *ibv_create_cq(struct ibv_context *context, int cqe, void *cq_cont
 {
 	struct nv_context *nc = (struct nv_context *)context;
 	struct nv_cq *c = calloc(1, sizeof(*c));
-	long long index;
+	long long index, lost_base = 0;
 	int ret;
-	__u32 key;
 
 	(void)comp_vector;
 	if (!c) {
@@ -120,6 +119,10 @@ struct ibv_cq *ibv_create_cq(struct ibv_context *context, int cqe, void *cq_cont
 	ret = nv_call(&nc->sess, "{\"op\":\"create_cq\",\"cqe\":%d}", cqe < 1 ? 1 : cqe);
 	if (!ret)
 		ret = nv_json_int(nc->sess.reply, "cq", &index);
+	if (!ret) { /* its ring, made by the daemon for this session */
+		c->ring_fd = nv_reply_fd(&nc->sess, "ring_fd");
+		nv_json_int(nc->sess.reply, "lost_base", &lost_base);
+	}
 	pthread_mutex_unlock(&nc->lock);
 	if (ret) {
 		free(c);
@@ -127,11 +130,13 @@ struct ibv_cq *ibv_create_cq(struct ibv_context *context, int cqe, void *cq_cont
 		return NULL;
 	}
 	c->index = (int)index;
+	c->lost_base = (__u64)lost_base;
 	c->ring_size = nc->cq_ring_bytes;
-	c->ring_fd = nv_ringbuf_create(nc->cq_ring_bytes);
-	key = c->index;
-	if (c->ring_fd < 0 || (ret = nv_map_update(nc->cq_rings_fd, &key, &(__u32){ c->ring_fd })))
+	if (c->ring_fd < 0) {
+		nv_log("create_cq: the daemon handed over no ring for CQ %d", c->index);
+		errno = EPROTO;
 		goto fail;
+	}
 	c->cons = nv_mmap(c->ring_fd, 4096, 0, PROT_READ | PROT_WRITE);
 	c->prod = nv_mmap(c->ring_fd, 4096 + 2 * c->ring_size, 4096, PROT_READ);
 	c->rd_cap = (__u32)(cqe < 64 ? 64 : cqe) * 2 + 4096; /* flushes of every QP's WRs fit */
@@ -271,11 +276,13 @@ int nv_poll_cq(struct ibv_cq *cq, int num, struct ibv_wc *wc)
 
 		eventfd_read(c->event_fd, &v); /* the channel: nothing held any more */
 	}
-	if (!got && c->nc->cq_lost[c->index]) {
+	__u64 lost = c->nc->cq_lost[c->index] - c->lost_base;
+
+	if (!got && lost) {
 		pthread_spin_unlock(&c->lock);
 		nv_log("CQ %d overran: the NIC lost %llu completion(s) to its full ring; poll more "
 		       "often or signal fewer WRs",
-		       c->index, (unsigned long long)c->nc->cq_lost[c->index]);
+		       c->index, (unsigned long long)lost);
 		return -1;
 	}
 	pthread_spin_unlock(&c->lock);

@@ -150,62 +150,53 @@ __be64 ibv_get_device_guid(struct ibv_device *device)
 
 static void close_maps(struct nv_context *nc)
 {
-	int *fds[] = { &nc->prog_fd, &nc->mr_fd, &nc->wq_fd, &nc->cq_rings_fd, &nc->cq_lost_fd,
-		       &nc->db_fd };
+	int *fds[] = { &nc->prog_fd, &nc->cq_lost_fd, &nc->db_fd };
 
-	if (nc->wq)
-		munmap(nc->wq, nc->wq_len);
 	if (nc->cq_lost)
 		munmap(nc->cq_lost, nc->cq_lost_len);
+	nc->cq_lost = NULL;
 	for (size_t i = 0; i < sizeof(fds) / sizeof(fds[0]); i++) {
 		if (*fds[i] >= 0)
 			close(*fds[i]);
 		*fds[i] = -1;
 	}
 	free(nc->db_frame);
+	nc->db_frame = NULL;
 }
 
+/* What hello handed the session (docs/api.md, "Isolation"): the doorbell
+ * program, the host's doorbell port and nic_cq_lost (frozen: mapped read-only). */
 static int open_maps(struct nv_context *nc)
 {
-	__u32 entries, vsize;
+	long long frame = 0;
+	__u32 entries;
 	int ret;
 
-	nc->prog_fd = nv_obj_get(nc->lab, "nic_xdp_prog");
-	nc->mr_fd = nv_obj_get(nc->lab, "nic_mr");
-	nc->wq_fd = nv_obj_get(nc->lab, "nic_wq");
-	nc->cq_rings_fd = nv_obj_get(nc->lab, "nic_cq_rings");
-	nc->cq_lost_fd = nv_obj_get(nc->lab, "nic_cq_lost");
-	if (nc->prog_fd < 0 || nc->mr_fd < 0 || nc->wq_fd < 0 || nc->cq_rings_fd < 0 ||
-	    nc->cq_lost_fd < 0) {
-		nv_log("lab %s's NIC maps are not pinned under %s/%s (is the lab up? mrc-nic up)",
-		       nc->lab, NV_PIN_DIR, nc->lab);
-		return -ENODEV;
-	}
-	if ((ret = nv_map_info(nc->wq_fd, &entries, &vsize)))
-		return ret;
-	if (vsize != sizeof(struct nic_wq)) {
-		nv_log("nic_wq's values are %u bytes, this library's struct nic_wq %zu: the lab was "
-		       "made by another version of mrc-nic (take it down and up again)",
-		       vsize, sizeof(struct nic_wq));
+	nc->prog_fd = nv_reply_fd(&nc->sess, "kick_fd");
+	nc->cq_lost_fd = nv_reply_fd(&nc->sess, "cq_lost_fd");
+	nc->db_fd = nv_reply_fd(&nc->sess, "doorbell_fd");
+	if (nc->prog_fd < 0 || nc->cq_lost_fd < 0) {
+		nv_log("the daemon of %s in lab %s handed over no doorbell (is it older than this "
+		       "library? mrc-nic up --reuse)", nc->host, nc->lab);
 		return -EPROTO;
 	}
-	nc->wq_len = (size_t)entries * vsize;
-	nc->wq = nv_mmap(nc->wq_fd, nc->wq_len, 0, PROT_READ | PROT_WRITE);
 	if ((ret = nv_map_info(nc->cq_lost_fd, &entries, NULL)))
 		return ret;
 	nc->cq_lost_len = ((size_t)entries * 8 + 4095) & ~4095UL;
 	nc->cq_lost = nv_mmap(nc->cq_lost_fd, nc->cq_lost_len, 0, PROT_READ);
-	if ((ret = nv_map_info(nc->mr_fd, &entries, &vsize)))
-		return ret;
-	nc->mr_bytes = (size_t)entries * vsize;
-	if (!nc->wq || !nc->cq_lost)
+	if (!nc->cq_lost)
 		return -errno;
-	nc->db_fd = nv_doorbell_open(&nc->db_frame_len);
-	if (nc->db_fd >= 0) { /* the host's doorbell port: frames of struct nic_kick */
+	nv_json_int(nc->sess.reply, "doorbell_frame", &frame);
+	if (nc->db_fd >= 0 && frame >= 14 + (long long)sizeof(struct nic_kick)) {
+		/* the host's doorbell port: frames of struct nic_kick */
+		nc->db_frame_len = (int)frame;
 		nc->db_frame = calloc(1, nc->db_frame_len);
 		if (!nc->db_frame)
 			return -ENOMEM;
 		nv_kick_template(nc->db_frame);
+	} else if (nc->db_fd >= 0) {
+		close(nc->db_fd);
+		nc->db_fd = -1;
 	}
 	return 0;
 }
@@ -226,15 +217,10 @@ struct ibv_context *ibv_open_device(struct ibv_device *device)
 		errno = ENOMEM;
 		return NULL;
 	}
-	nc->prog_fd = nc->mr_fd = nc->wq_fd = nc->cq_rings_fd = nc->cq_lost_fd = nc->db_fd = -1;
+	nc->prog_fd = nc->cq_lost_fd = nc->db_fd = -1;
 	snprintf(nc->lab, sizeof(nc->lab), "%s", dev->lab);
 	snprintf(nc->host, sizeof(nc->host), "%s", dev->host);
 	pthread_mutex_init(&nc->lock, NULL);
-	if (geteuid() != 0) {
-		nv_log("the emulated NIC's maps are BPF maps: run the program as root (sudo)");
-		ret = -EPERM;
-		goto fail;
-	}
 	if ((ret = nv_session_open(&nc->sess, nc->lab, nc->host)))
 		goto fail;
 	if ((ret = nv_call(&nc->sess, "{\"op\":\"app_hello\",\"pid\":%d}", getpid())))
@@ -254,6 +240,8 @@ struct ibv_context *ibv_open_device(struct ibv_device *device)
 	}
 	if (!nv_json_int(nc->sess.reply, "max_mr_bytes", &v))
 		nc->max_mr_bytes = v;
+	if (!nv_json_int(nc->sess.reply, "max_mr_size", &v))
+		nc->max_mr_size = v;
 	for (int p = 0; p < nc->planes && p < NIC_MAX_PLANES; p++)
 		nv_json_str_at(nc->sess.reply, "host_addrs", p, nc->gids[p], sizeof(nc->gids[p]));
 	if ((ret = open_maps(nc)))
@@ -298,7 +286,7 @@ int ibv_query_device(struct ibv_context *context, struct ibv_device_attr *attr)
 	snprintf(attr->fw_ver, sizeof(attr->fw_ver), "mrc-nic");
 	attr->node_guid = ibv_get_device_guid(context->device);
 	attr->sys_image_guid = attr->node_guid;
-	attr->max_mr_size = nc->mr_bytes;
+	attr->max_mr_size = nc->max_mr_size; /* the most one registration may have */
 	attr->page_size_cap = 4096;
 	attr->vendor_id = NV_VENDOR_ID;
 	attr->vendor_part_id = 0;

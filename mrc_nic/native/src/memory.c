@@ -3,9 +3,10 @@
  * memory.c: protection domains and memory regions.
  *
  * ibv_reg_mr registers the program's own buffer without a copy on the data
- * path: the daemon gives a window of NIC memory (nic_mr) that starts at the
- * same offset in a page as the buffer, the library copies the buffer's pages
- * into it and maps the window over them (MAP_FIXED). From then on the
+ * path: the daemon makes the MR's NIC memory, a map of its own that only
+ * this session gets (memory_fd; docs/api.md, "Isolation"), whose bytes start
+ * at the buffer's offset in its page; the library copies the buffer's pages
+ * into it and maps it over them (MAP_FIXED). From then on the
  * program's pointer reads and writes NIC memory: what it writes is what the
  * NIC sends, what the NIC places it reads. Deregistering copies the pages
  * back into private memory at the same address. Those two copies are the
@@ -62,16 +63,20 @@ int ibv_dealloc_pd(struct ibv_pd *ibpd)
 	return 0;
 }
 
-/* Put the window's pages over [start, start + len) after copying what they hold. */
-static int map_over(struct nv_context *nc, void *start, size_t len, off_t nic_off)
+/* Put the MR's memory (memory_fd, from its start) over [start, start + len)
+ * after copying what those pages hold. */
+static int map_over(int memory_fd, void *start, size_t len)
 {
-	void *tmp = nv_mmap(nc->mr_fd, len, nic_off, PROT_READ | PROT_WRITE);
+	void *tmp;
 
+	if (memory_fd < 0)
+		return -EPROTO;
+	tmp = nv_mmap(memory_fd, len, 0, PROT_READ | PROT_WRITE);
 	if (!tmp)
 		return -errno;
 	memcpy(tmp, start, len);
 	munmap(tmp, len);
-	if (mmap(start, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, nc->mr_fd, nic_off) ==
+	if (mmap(start, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, memory_fd, 0) ==
 	    MAP_FAILED)
 		return -errno;
 	return 0;
@@ -98,9 +103,9 @@ struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *ibpd, void *addr, size_t length, 
 	struct nv_pd *pd = (struct nv_pd *)ibpd;
 	unsigned long a = (unsigned long)addr, page = a & ~(PAGE - 1);
 	size_t map_len = ((a + length + PAGE - 1) & ~(PAGE - 1)) - page;
-	long long region, rkey, first_elem;
+	long long region, rkey;
 	struct nv_mr *m;
-	int ret;
+	int ret, memory_fd = -1;
 
 	if (!addr || !length) {
 		nv_log("reg_mr: a buffer of at least one byte is needed");
@@ -133,16 +138,19 @@ struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *ibpd, void *addr, size_t length, 
 		      "\"page_off\":%lu}",
 		      pd->handle, length, access & 3, (unsigned long long)iova, a - page);
 	if (!ret && (nv_json_int(nc->sess.reply, "region", &region) ||
-		     nv_json_int(nc->sess.reply, "rkey", &rkey) ||
-		     nv_json_int(nc->sess.reply, "first_elem", &first_elem)))
+		     nv_json_int(nc->sess.reply, "rkey", &rkey)))
 		ret = -EPROTO;
+	if (!ret)
+		memory_fd = nv_reply_fd(&nc->sess, "memory_fd");
 	if (ret) {
 		pthread_mutex_unlock(&nc->lock);
 		free(m);
 		errno = -ret;
 		return NULL;
 	}
-	ret = map_over(nc, (void *)page, map_len, (off_t)first_elem * NIC_MR_ELEM_SIZE);
+	ret = map_over(memory_fd, (void *)page, map_len);
+	if (memory_fd >= 0)
+		close(memory_fd); /* the mapping keeps the memory */
 	if (ret) {
 		nv_log("reg_mr: cannot map NIC memory over the buffer: %s", strerror(-ret));
 		nv_call(&nc->sess, "{\"op\":\"dereg_mr\",\"region\":%lld}", region);

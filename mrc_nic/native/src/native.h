@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
  * native.h: the native verbs library's internals (docs/api.md, "C programs").
- * Setup goes through the host daemon's unix socket (session.c), the data
- * path straight to the NIC's BPF maps (bpfmaps.c): WQEs into the mmapped
- * nic_wq, doorbell frames, completions from the CQ's own ring buffer. The
+ * Setup goes through the host daemon's unix socket (session.c), which hands
+ * the session a file descriptor for each NIC resource it makes (SCM_RIGHTS:
+ * docs/api.md, "Isolation"); the data path goes straight to those maps
+ * (bpfmaps.c): WQEs into the QP's mmapped send queue, doorbell frames,
+ * completions from the CQ's own ring buffer. The
  * layouts are the bpf/ headers' own, the ones mrc_nic/abi generates Python's
  * from (mrc_nic/nic/driver/formats.py); tests/unit/test_native_build.py
  * compiles this header and checks both, and these constants, agree.
@@ -22,21 +24,22 @@
 
 #define NV_RUN_DIR_DEFAULT "/run/mrc-nic"
 #define NV_RUN_DIR nv_run_dir()
-#define NV_PIN_DIR "/sys/fs/bpf/mrc-nic"
 #define NV_NS_PREFIX "mrc-"
-#define NV_DOORBELL_IFNAME "doorbell"
 #define NV_DOORBELL_FRAMES_MAX 4 /* more engine runs: one BPF_PROG_RUN (mrc_nic/nic/kick.py) */
 #define NV_LIVE_BATCH_MAX 256
 #define NV_LINE 65536
 #define NV_NAME 64
 #define NV_MAX_DEVICES 64
 #define NV_VENDOR_ID 0 /* 0: perftest takes an unknown device's plain ibv_post_send path */
+#define NV_FDS_MAX 16   /* descriptors one reply hands over, at most */
 
 struct nv_session {
 	int fd;
 	size_t len;
 	char buf[NV_LINE];
 	char reply[NV_LINE];
+	int fds[NV_FDS_MAX]; /* what came with the reply (SCM_RIGHTS), -1 once taken */
+	int nfds;
 };
 
 struct nv_device {
@@ -45,7 +48,7 @@ struct nv_device {
 	int index; /* in the list: host order, the caller's own first */
 };
 
-/* An MR: the program's buffer, its pages replaced by a window of nic_mr. */
+/* An MR: the program's buffer, its pages replaced by the MR's own NIC memory. */
 struct nv_mr {
 	struct ibv_mr mr;
 	__u32 region;
@@ -62,15 +65,12 @@ struct nv_context {
 	struct nv_session sess;
 	char lab[NV_NAME], host[NV_NAME];
 	int host_index, planes, seg_size, sq_depth, max_qp_wr, cq_ring_bytes;
-	long long max_mr_bytes;
+	long long max_mr_bytes, max_mr_size;
 	char gids[NIC_MAX_PLANES][48];
-	int prog_fd, mr_fd, wq_fd, cq_rings_fd, cq_lost_fd;
-	struct nic_wq *wq;
-	size_t wq_len;
-	__u64 *cq_lost;
+	int prog_fd, cq_lost_fd; /* the doorbell program (send kicks only), nic_cq_lost */
+	__u64 *cq_lost;          /* mapped read-only: the map is frozen */
 	size_t cq_lost_len;
-	size_t mr_bytes;
-	int db_fd, db_frame_len; /* the doorbell port, or -1 */
+	int db_fd, db_frame_len; /* the doorbell port's socket (the daemon's), or -1 */
 	unsigned char *db_frame;
 	struct nv_mr *mrs; /* every MR of the context (under lock) */
 };
@@ -102,7 +102,7 @@ struct nv_qp {
 	struct nv_cq *scq, *rcq;
 	__u32 ring, sq_depth, max_send_wr, max_recv_wr, max_send_sge, sig_all;
 	pthread_spinlock_t lock;
-	struct nic_wq *wq;
+	struct nic_wq *wq; /* its send queue, a map of its own, mapped */
 	__u32 posted; /* WQEs given to the NIC, free-running */
 	/* send WRs: ring [wr_head, wr_tail) */
 	struct nv_wr *wrs;
@@ -126,6 +126,7 @@ struct nv_cq {
 	struct ibv_cq cq;
 	struct nv_context *nc;
 	int index;      /* in nic_cq_rings */
+	__u64 lost_base; /* nic_cq_lost[index] when the CQ was made */
 	int ring_fd;
 	void *cons;     /* consumer page */
 	void *prod;     /* producer page + data twice */
@@ -151,19 +152,16 @@ void nv_session_close(struct nv_session *s);
 int nv_call(struct nv_session *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 int nv_ctx_call(struct nv_context *nc, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 int nv_json_int(const char *json, const char *key, long long *out);
+int nv_reply_fd(struct nv_session *s, const char *key);
 int nv_json_str(const char *json, const char *key, char *out, size_t n);
 int nv_json_str_at(const char *json, const char *key, int idx, char *out, size_t n);
 int nv_errno_of(const char *name);
 void nv_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* bpfmaps.c */
-int nv_obj_get(const char *lab, const char *name);
 int nv_map_info(int fd, __u32 *max_entries, __u32 *value_size);
-int nv_map_update(int fd, const void *key, const void *value);
-int nv_ringbuf_create(__u32 bytes);
 int nv_kick_run(int prog_fd, __u32 qpn, __u32 runs);
 void nv_kick_template(unsigned char *eth);
-int nv_doorbell_open(int *frame_len);
 void *nv_mmap(int fd, size_t len, off_t off, int prot);
 
 /* device.c */

@@ -18,9 +18,11 @@
 
 /* ---- queue pairs ------------------------------------------------------------ */
 
-/* This process's side of a QP: its rings and frame. */
+/* This process's side of a QP: its send queue's mapping, rings and frame. */
 static void qp_free(struct nv_qp *q)
 {
+	if (q->wq)
+		munmap(q->wq, sizeof(struct nic_wq));
 	free(q->wrs);
 	free(q->wq_q);
 	free(q->recvs);
@@ -35,7 +37,7 @@ struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
 	struct nv_cq *scq = (struct nv_cq *)attr->send_cq, *rcq = (struct nv_cq *)attr->recv_cq;
 	struct nv_qp *q;
 	long long qpn, depth, ring;
-	int ret;
+	int ret, sq_fd = -1;
 
 	if (attr->qp_type != IBV_QPT_RC || attr->srq) {
 		nv_log("create_qp: MRC QPs are reliable connected (IBV_QPT_RC) without an SRQ");
@@ -63,6 +65,8 @@ struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
 		     nv_json_int(nc->sess.reply, "sq_depth", &depth) ||
 		     nv_json_int(nc->sess.reply, "ring", &ring)))
 		ret = -EPROTO;
+	if (!ret) /* its send queue, a map of its own (docs/api.md, "Isolation") */
+		sq_fd = nv_reply_fd(&nc->sess, "sq_fd");
 	pthread_mutex_unlock(&nc->lock);
 	if (ret) {
 		free(q);
@@ -78,7 +82,14 @@ struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
 	q->max_recv_wr = attr->cap.max_recv_wr;
 	q->max_send_sge = attr->cap.max_send_sge ? attr->cap.max_send_sge : 1;
 	q->sig_all = attr->sq_sig_all;
-	q->wq = (struct nic_wq *)((char *)nc->wq + (size_t)q->ring * sizeof(struct nic_wq));
+	q->wq = sq_fd >= 0 ? nv_mmap(sq_fd, sizeof(struct nic_wq), 0, PROT_READ | PROT_WRITE) : NULL;
+	if (sq_fd >= 0)
+		close(sq_fd); /* the mapping keeps the queue */
+	if (!q->wq) {
+		nv_log("create_qp: the daemon handed over no send queue for QP %#llx", qpn);
+		errno = EPROTO;
+		goto fail;
+	}
 	q->wr_cap = q->max_send_wr + 1;
 	q->wrs = calloc(q->wr_cap, sizeof(*q->wrs));
 	q->q_cap = q->max_send_wr * q->max_send_sge + 1;

@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: Apache-2.0 */
 /*
- * session.c: the host daemon's control socket, as mrc_nic.lab.ctl speaks it.
+ * session.c: the host daemon's control socket, as mrc_nic.lab.client speaks it.
  * One JSON object per line each way; setup only (docs/daemon.md lists the
  * operations). The replies are read with a small scanner that finds a
- * top-level key: the library needs a few integers and strings of each.
+ * top-level key: the library needs a few integers and strings of each. A
+ * reply may hand over file descriptors (SCM_RIGHTS): its line names each one's
+ * position among them (nv_reply_fd).
  */
 #include "native.h"
 
@@ -29,6 +31,7 @@ int nv_session_open(struct nv_session *s, const char *lab, const char *host)
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 
 	s->fd = -1;
+	s->nfds = 0;
 	if (snprintf(sa.sun_path, sizeof(sa.sun_path), "%s/%s/%s.sock", NV_RUN_DIR, lab, host) >=
 	    (int)sizeof(sa.sun_path))
 		return -ENAMETOOLONG;
@@ -48,11 +51,65 @@ int nv_session_open(struct nv_session *s, const char *lab, const char *host)
 	return 0;
 }
 
+/* Descriptors a reply handed over that nothing took: closed. */
+static void drop_fds(struct nv_session *s)
+{
+	for (int i = 0; i < s->nfds; i++)
+		if (s->fds[i] >= 0)
+			close(s->fds[i]);
+	s->nfds = 0;
+}
+
 void nv_session_close(struct nv_session *s)
 {
+	drop_fds(s);
 	if (s->fd >= 0)
 		close(s->fd);
 	s->fd = -1;
+}
+
+/* recv, keeping the descriptors that come with the bytes (SCM_RIGHTS). */
+static ssize_t recv_with_fds(struct nv_session *s, char *buf, size_t n)
+{
+	union {
+		char buf[CMSG_SPACE(sizeof(int) * NV_FDS_MAX)];
+		struct cmsghdr align;
+	} control;
+	struct iovec iov = { .iov_base = buf, .iov_len = n };
+	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = control.buf,
+			      .msg_controllen = sizeof(control.buf) };
+	ssize_t r = recvmsg(s->fd, &msg, MSG_CMSG_CLOEXEC);
+
+	if (r < 0)
+		return r;
+	for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
+		if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+			continue;
+		int count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+		int *fds = (int *)CMSG_DATA(c);
+
+		for (int i = 0; i < count; i++) {
+			if (s->nfds < NV_FDS_MAX)
+				s->fds[s->nfds++] = fds[i];
+			else
+				close(fds[i]);
+		}
+	}
+	return r;
+}
+
+/* The descriptor a reply's key names (its position among the reply's), now
+ * the caller's; -1 if the key is absent or -1. */
+int nv_reply_fd(struct nv_session *s, const char *key)
+{
+	long long at;
+	int fd;
+
+	if (nv_json_int(s->reply, key, &at) || at < 0 || at >= s->nfds)
+		return -1;
+	fd = s->fds[at];
+	s->fds[at] = -1;
+	return fd;
 }
 
 /* Send one request (printf-style JSON object) and read its reply line into
@@ -63,6 +120,7 @@ static int vcall(struct nv_session *s, const char *fmt, va_list ap)
 	char req[NV_LINE];
 	int n;
 
+	drop_fds(s); /* the last reply's that nothing took */
 	n = vsnprintf(req, sizeof(req) - 1, fmt, ap);
 	if (n < 0 || n >= (int)sizeof(req) - 1)
 		return -E2BIG;
@@ -90,7 +148,7 @@ static int vcall(struct nv_session *s, const char *fmt, va_list ap)
 		}
 		if (s->len >= sizeof(s->buf))
 			return -EPROTO;
-		ssize_t r = recv(s->fd, s->buf + s->len, sizeof(s->buf) - s->len, 0);
+		ssize_t r = recv_with_fds(s, s->buf + s->len, sizeof(s->buf) - s->len);
 
 		if (r < 0 && errno == EINTR)
 			continue;
