@@ -59,9 +59,10 @@ class HelloReply(Reply):
 
 @op("app_hello")
 class Hello(Request[HelloReply]):
-    """An application opens its session: what this NIC offers (mrc_query_device).
-    Only a process in the host's network namespace, or root in the machine's,
-    may (EPERM otherwise: transport.tenancy)."""
+    """An application opens its session: what this NIC offers (mrc_query_device),
+    and the doorbell. Only root, or a member of the lab's [tenants] group, in
+    the host's network namespace (root also in the machine's) may (EPERM
+    otherwise: transport.tenancy)."""
 
     pid: int = arg("the application's process id (the kernel's, SO_PEERCRED, is what counts)")
     shares: dict | None = arg(

@@ -7,8 +7,8 @@ a fraction of the host's capacity or a number (bytes for memory). The lab
 sets the defaults in its topology file's [tenants] section; a program may
 ask for other shares when it opens its session (`mrc-nic exec --share`,
 MRC_NIC_SHARE_<NAME>, or `verbs.Context(shares=...)`). A share is a guard
-against a runaway program, not a wall against a hostile one: every program
-that opens a NIC is root today (docs/api.md, "Isolation and cleanup").
+against a runaway program, not a wall against a hostile one: that wall is
+who may open the lab's NICs at all (docs/api.md, "Running without root").
 
 A share is written as a fraction (0.5, "50%") or an absolute amount (64;
 "8MiB" for memory). The same parser serves the topology file, the

@@ -1,7 +1,7 @@
 """The daemons' control socket: where it is, and the client (the wire: contract.framing).
 
 One unix stream socket per host daemon, /run/mrc-nic/<lab>/<host>.sock,
-mode 0600 (root only). Messages are JSON objects, one per line (UTF-8, '\\n'
+mode 0600 (root only), or 0660 root:GROUP with the lab's [tenants] group. Messages are JSON objects, one per line (UTF-8, '\\n'
 terminated), request then reply, any number per connection:
 
     request:  {"op": "<name>", ...arguments}
@@ -9,7 +9,7 @@ terminated), request then reply, any number per connection:
               {"ok": false, "errno": "EINVAL", "message": "what is wrong and what to do"}
 
 A reply may come long after its request (a `write` replies when the
-transfer ends). Each operation is declared once, as a typed request and
+transfer ends), and may hand over file descriptors (SCM_RIGHTS: framing). Each operation is declared once, as a typed request and
 reply (mrc_nic.contract.framing): the host daemons' in mrc_nic.contract.daemonops,
 the event log's in mrc_nic.contract.eventops; docs/daemon.md lists them.
 """
