@@ -46,6 +46,25 @@ def run_pair(topo, program: list[str], *, server_extra=(), client_extra=(), clie
     )
 
 
+def app_qps(lab: str, host: str) -> list[dict]:
+    """The applications' QPs on a host, as its daemon lists them."""
+    return [q for q in lab_client.call(lab, host, daemonops.QpList()).qps if q.get("role") == "app"]
+
+
+def long_write_bw(topo, **client_io) -> tuple[subprocess.Popen, subprocess.Popen]:
+    """A 30-second ib_write_bw from h0 to h1, under way (h0 has its QPs):
+    (server, client), both the caller's to end."""
+    program = ["ib_write_bw", "-s", "65536", "-D", "30"]
+    server = subprocess.Popen(in_host(topo.lab, "h1", *program), stdout=subprocess.DEVNULL)
+    time.sleep(1.5)
+    address = str(topo.host_address(1, 0))
+    client = subprocess.Popen(in_host(topo.lab, "h0", *program, address), **client_io)
+    deadline = time.monotonic() + 30
+    while not app_qps(topo.lab, "h0") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return server, client
+
+
 def bw_row(text: str, size: int) -> list[float]:
     """perftest's result row for `size` bytes: iterations, peak, average, rate."""
     rows = [line.split() for line in text.splitlines() if re.match(rf"\s*{size}\s+\d+\s", line)]
@@ -191,31 +210,17 @@ def test_a_program_killed_mid_run_releases_everything(default_lab):
     _need("ib_write_bw")
     lab = default_lab.lab
 
-    def app_qps(host: str) -> list[dict]:
-        return [
-            q for q in lab_client.call(lab, host, daemonops.QpList()).qps if q.get("role") == "app"
-        ]
-
     memory = lab_client.call(lab, "h0", appops.Hello(pid=0)).max_mr_bytes
-    program = ["ib_write_bw", "-s", "65536", "-D", "30"]
-    server = subprocess.Popen(in_host(lab, "h1", *program), stdout=subprocess.DEVNULL)
-    time.sleep(1.5)
-    client = subprocess.Popen(
-        in_host(lab, "h0", *program, str(default_lab.host_address(1, 0))),
-        stdout=subprocess.DEVNULL,
-    )
+    server, client = long_write_bw(default_lab, stdout=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 30
-        while not app_qps("h0") and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert app_qps("h0"), "ib_write_bw made no QP on h0"
+        assert app_qps(lab, "h0"), "ib_write_bw made no QP on h0"
         time.sleep(1.0)  # mid-run
         client.send_signal(signal.SIGKILL)  # `mrc-nic exec` execs: this pid is ib_write_bw
         client.wait(timeout=10)
         deadline = time.monotonic() + 10
-        while app_qps("h0") and time.monotonic() < deadline:
+        while app_qps(lab, "h0") and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert app_qps("h0") == []
+        assert app_qps(lab, "h0") == []
         assert lab_client.call(lab, "h0", appops.Hello(pid=0)).max_mr_bytes == memory
     finally:
         for p in (client, server):
@@ -247,3 +252,37 @@ def test_ib_write_bw_finishes_with_a_plane_blackholed_mid_run(default_lab):
     assert client.returncode == 0, client.stdout + client.stderr
     _iterations, _peak, average, _rate = bw_row(client.stdout, 4096)
     assert average > 0
+
+
+def test_the_nics_death_ends_a_c_program_within_a_second(default_lab):
+    """kill -9 of h0's daemon under ib_write_bw: the native library's watcher
+    hears the session's end, its QPs' outstanding WRs complete with
+    WR_FLUSH_ERR (status 5), and the program, which polls, ends at once; then
+    the daemon is restarted as `up --reuse` does and a new run works."""
+    import os
+
+    from mrc_nic.fabric import testbed
+
+    _need("ib_write_bw")
+    lab = default_lab.lab
+    server, client = long_write_bw(
+        default_lab, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        time.sleep(1.0)  # mid-run
+        os.kill(lab_client.call(lab, "h0", daemonops.Ping()).pid, signal.SIGKILL)
+        killed = time.monotonic()
+        out, err = client.communicate(timeout=20)
+        heard = time.monotonic() - killed
+        assert client.returncode != 0, out + err
+        assert heard < 2.0, f"ib_write_bw ran {heard:.2f} s after its NIC died"
+        said = out + err
+        assert "status 5" in said or "IBV_EVENT_DEVICE_FATAL" in said, said
+    finally:
+        for p in (client, server):
+            if p.poll() is None:  # ours, by pid
+                p.kill()
+                p.wait()
+        assert "h0" in testbed.start_daemons(default_lab)  # what `up --reuse` does
+    rerun, _ = run_pair(default_lab, ["ib_write_bw", "-s", "65536", "-n", "200"])
+    assert rerun.returncode == 0, rerun.stderr

@@ -254,7 +254,21 @@ int nv_poll_cq(struct ibv_cq *cq, int num, struct ibv_wc *wc)
 	int got = 0;
 
 	pthread_spin_lock(&c->lock);
-	if (c->rd_tail - c->rd_head < (__u32)num) {
+	if (__atomic_load_n(&c->nc->dead, __ATOMIC_ACQUIRE) && !c->dead) {
+		c->dead = 1; /* the NIC is gone: every QP of this CQ to ERR, its WRs flushed */
+		for (int i = 0; i < c->n_qps; i++) {
+			struct nv_qp *q = c->qps[i];
+
+			pthread_spin_lock(&q->lock);
+			if (!q->err) {
+				q->err = 1;
+				q->qp.state = IBV_QPS_ERR;
+				nv_qp_flush(q, IBV_WC_WR_FLUSH_ERR);
+			}
+			pthread_spin_unlock(&q->lock);
+		}
+	}
+	if (c->rd_tail - c->rd_head < (__u32)num && !c->dead) {
 		cq_drain(c);
 		for (int i = 0; i < c->n_qps; i++) { /* unsignaled WRs retire, queued WQEs go in */
 			struct nv_qp *q = c->qps[i];
@@ -275,6 +289,11 @@ int nv_poll_cq(struct ibv_cq *cq, int num, struct ibv_wc *wc)
 		eventfd_t v;
 
 		eventfd_read(c->event_fd, &v); /* the channel: nothing held any more */
+	}
+	if (!got && c->dead) { /* the flushes polled: from now on, the NIC's death */
+		pthread_spin_unlock(&c->lock);
+		errno = nv_device_lost(c->nc);
+		return -1;
 	}
 	__u64 lost = c->nc->cq_lost[c->index] - c->lost_base;
 

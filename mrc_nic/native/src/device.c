@@ -5,7 +5,11 @@
  * mrc_<host>, the process's own host first: a program that takes the first
  * device (perftest without -d) opens the NIC of the host it runs on.
  */
+#define _GNU_SOURCE /* POLLRDHUP */
 #include "native.h"
+
+#include <poll.h>
+#include <sys/eventfd.h>
 
 #include <dirent.h>
 #include <errno.h>
@@ -201,6 +205,53 @@ static int open_maps(struct nv_context *nc)
 	return 0;
 }
 
+/* The watcher: waits for the daemon's end of the session (a hangup, never its
+ * replies, which the calls read) and marks the NIC dead. */
+static void *watch_daemon(void *arg)
+{
+	struct nv_context *nc = arg;
+	struct pollfd p[2] = { { .fd = nc->sess.fd, .events = POLLRDHUP },
+			       { .fd = nc->watch_stop, .events = POLLIN } };
+
+	for (;;) {
+		if (poll(p, 2, -1) < 0) {
+			if (errno == EINTR)
+				continue;
+			return NULL;
+		}
+		if (p[1].revents)
+			return NULL;
+		if (p[0].revents & (POLLRDHUP | POLLHUP | POLLERR)) {
+			__atomic_store_n(&nc->dead, 1, __ATOMIC_RELEASE);
+			return NULL;
+		}
+	}
+}
+
+/* The NIC is gone: say so once, with how to bring it back (the lab's device
+ * registry, as mrc_nic.contract.devices writes it); EIO. */
+int nv_device_lost(struct nv_context *nc)
+{
+	char path[300], buf[4096], restart[512] = "mrc-nic up --reuse";
+	FILE *f;
+
+	if (__atomic_exchange_n(&nc->dead_told, 1, __ATOMIC_ACQ_REL))
+		return EIO;
+	snprintf(path, sizeof(path), "%s/%s/devices.json", NV_RUN_DIR, nc->lab);
+	f = fopen(path, "r");
+	if (f) {
+		size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+
+		buf[n] = 0;
+		fclose(f);
+		nv_json_str(buf, "restart", restart, sizeof(restart));
+	}
+	nv_log("the NIC of %s in lab '%s' is gone: its daemon died (IBV_EVENT_DEVICE_FATAL), its "
+	       "QPs are in error; restart it with: %s, then close this context and open a new one",
+	       nc->host, nc->lab, restart);
+	return EIO;
+}
+
 int nv_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad);
 int nv_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
 int nv_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc);
@@ -217,7 +268,7 @@ struct ibv_context *ibv_open_device(struct ibv_device *device)
 		errno = ENOMEM;
 		return NULL;
 	}
-	nc->prog_fd = nc->cq_lost_fd = nc->db_fd = -1;
+	nc->prog_fd = nc->cq_lost_fd = nc->db_fd = nc->watch_stop = -1;
 	snprintf(nc->lab, sizeof(nc->lab), "%s", dev->lab);
 	snprintf(nc->host, sizeof(nc->host), "%s", dev->host);
 	pthread_mutex_init(&nc->lock, NULL);
@@ -255,8 +306,15 @@ struct ibv_context *ibv_open_device(struct ibv_device *device)
 	nc->ctx.ops.post_recv = nv_post_recv;
 	nc->ctx.ops.poll_cq = nv_poll_cq;
 	nc->ctx.ops.req_notify_cq = nv_req_notify_cq;
+	nc->watch_stop = eventfd(0, EFD_CLOEXEC);
+	if (nc->watch_stop < 0 || pthread_create(&nc->watcher, NULL, watch_daemon, nc)) {
+		ret = -(errno ? errno : EAGAIN);
+		goto fail;
+	}
 	return &nc->ctx;
 fail:
+	if (nc->watch_stop >= 0)
+		close(nc->watch_stop);
 	close_maps(nc);
 	nv_session_close(&nc->sess);
 	free(nc);
@@ -271,6 +329,9 @@ int ibv_close_device(struct ibv_context *context)
 	/* The daemon releases what the session made as it ends; this process's
 	 * MR pages become its own memory again first. */
 	void nv_release_mrs(struct nv_context * nc);
+	eventfd_write(nc->watch_stop, 1); /* the watcher ends before the socket closes */
+	pthread_join(nc->watcher, NULL);
+	close(nc->watch_stop);
 	nv_release_mrs(nc);
 	close_maps(nc);
 	nv_session_close(&nc->sess);

@@ -73,6 +73,12 @@ struct nv_context {
 	int db_fd, db_frame_len; /* the doorbell port's socket (the daemon's), or -1 */
 	unsigned char *db_frame;
 	struct nv_mr *mrs; /* every MR of the context (under lock) */
+	/* The NIC's death (docs/api.md, "When the NIC dies"): the watcher thread
+	 * sets dead when the daemon's end of the session closes; the data path
+	 * reads it, one load per call. */
+	int dead, dead_told;
+	int watch_stop; /* an eventfd that ends the watcher */
+	pthread_t watcher;
 };
 
 struct nv_pd {
@@ -137,6 +143,7 @@ struct nv_cq {
 	struct nv_qp *qps[64]; /* QPs that complete here */
 	int n_qps;
 	int armed;    /* req_notify_cq: a channel event on the next completion */
+	int dead;     /* the NIC died: its QPs were put in ERR and flushed here */
 	int event_fd; /* the channel's, -1 */
 };
 
@@ -166,6 +173,7 @@ void *nv_mmap(int fd, size_t len, off_t off, int prot);
 
 /* device.c */
 int nv_locate(char *lab, size_t lab_n, char *host, size_t host_n);
+int nv_device_lost(struct nv_context *nc);
 int nv_gid_addr(const union ibv_gid *gid, char *out, size_t n);
 
 /* memory.c */

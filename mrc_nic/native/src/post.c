@@ -106,6 +106,8 @@ int nv_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr *
 	struct nv_context *nc = q->nc;
 	int ret = 0;
 
+	if (__atomic_load_n(&nc->dead, __ATOMIC_ACQUIRE))
+		return bad(wr, bad_wr, nv_device_lost(nc));
 	pthread_spin_lock(&q->lock);
 	if (qp->state != IBV_QPS_RTS && !q->err) {
 		pthread_spin_unlock(&q->lock);
@@ -201,6 +203,10 @@ int nv_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr *
 	struct nv_qp *q = (struct nv_qp *)qp;
 	int ret = 0;
 
+	if (__atomic_load_n(&q->nc->dead, __ATOMIC_ACQUIRE)) {
+		*bad_wr = wr;
+		return nv_device_lost(q->nc);
+	}
 	pthread_spin_lock(&q->lock);
 	for (; wr; wr = wr->next) {
 		if (qp->state == IBV_QPS_RESET || q->r_tail - q->r_head >= q->max_recv_wr) {
