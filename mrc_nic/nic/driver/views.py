@@ -87,10 +87,14 @@ class DeviceMaps:
         """An MR's memory (reg_mr's memory_fd, closed here) mapped whole, and a
         view of its bytes [start, start + length). The mapping is the caller's:
         closing it fails (BufferError) while a view of it is alive."""
-        size = bpfsys.map_info(memory_fd).max_entries * bpfsys.map_info(memory_fd).value_size
-        if not (start >= 0 and length >= 1 and start + length <= size):
+        try:
+            info = bpfsys.map_info(memory_fd)
+            size = info.max_entries * info.value_size
+            if not (start >= 0 and length >= 1 and start + length <= size):
+                raise ValueError(f"bytes [{start}, {start + length}) are outside the MR's {size}")
+        except BaseException:
             os.close(memory_fd)
-            raise ValueError(f"bytes [{start}, {start + length}) are outside the MR's {size}")
+            raise
         mapping = _map_fd(memory_fd, size)
         return mapping, memoryview(mapping)[start : start + length]
 
