@@ -219,3 +219,25 @@ def test_a_member_writes_and_the_receiver_checks_every_byte(lab, accounts):
     assert server.returncode == 0, server.stderr
     checks = [json.loads(x) for x in server.stdout.splitlines() if x.startswith("{")]
     assert checks and all(c["errors"] == 0 and c["checked"] == c["size"] for c in checks)
+
+
+def test_a_members_c_program_runs_unmodified(lab, accounts):
+    """perftest's ib_write_bw as a member, through the native library: its
+    session hands it its NIC resources as descriptors, so no privilege is
+    needed (docs/api.md, "Isolation and cleanup")."""
+    import shutil
+
+    if shutil.which("ib_write_bw") is None:
+        pytest.skip("ib_write_bw is not installed (scripts/setup installs it)")
+    _, member, _ = accounts
+    program = ["ib_write_bw", "-s", "65536", "-n", "200"]
+
+    def run(host: str, *args: str) -> list[str]:
+        return [*MRC, "exec", "-l", lab.lab, "--user", member, host, "--", *program, *args]
+
+    client_run, server = run_server_client(
+        run("h1"), run("h0", str(lab.host_address(1, 0))), settle=1.5
+    )
+    assert client_run.returncode == 0, client_run.stderr
+    assert server.returncode == 0, server.stderr
+    assert "65536" in client_run.stdout  # its result row
