@@ -7,6 +7,7 @@ import click
 from mrc_nic.cli import output
 from mrc_nic.cli.app import App, Outcome, command, pass_app
 from mrc_nic.cli.common import size_option
+from mrc_nic.fabric import preflight
 
 
 @command(
@@ -116,6 +117,10 @@ def write(
 ) -> Outcome:
     """RDMA WRITE SIZE bytes from SRC's memory to DST's, sprayed over every plane."""
     from mrc_nic.workloads import rdma_write
+
+    # An operator's tool, as root: it opens both hosts' NICs from the machine's
+    # namespace (a member of the lab's group runs a program in a host instead).
+    preflight.require_root()
 
     retry = {}
     if retry_linear is not None:
