@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 
 from mrc_nic import nic
-from mrc_nic.contract import framing
+from mrc_nic.contract import devices, framing
 from mrc_nic.errors import MrcNicError
 from mrc_nic.fabric import preflight, queues, switchport
 from mrc_nic.fabric.builder import Fabric
@@ -93,8 +93,9 @@ def start_daemons(topo: Topology, hosts: list[str] | None = None) -> list[str]:
     """Start what runs in the background of a lab and is not running: the
     transport daemon of each host (mrc_nic.transport.daemon) and the lab's event log
     (mrc_nic.observe.eventlog, named client.EVENTS_SERVICE), and wait until each answers
-    on its control socket. Returns the names started. One that does not come
-    up is a LabError."""
+    on its control socket; then the lab's NICs are open to applications (its
+    device registry, contract.devices). Returns the names started. One that
+    does not come up is a LabError."""
     names = hosts or [client.EVENTS_SERVICE, *filter(topo.is_here, topo.host_names())]
     started = []
     for name in names:
@@ -115,6 +116,9 @@ def start_daemons(topo: Topology, hosts: list[str] | None = None) -> list[str]:
                         f"{topo.lab} {name} shows why)"
                     ) from None
                 time.sleep(0.02)
+    here = tuple(h for h in topo.host_names() if topo.is_here(h))
+    restart = f"mrc-nic up --reuse -t {topo.path.resolve()} --name {topo.lab}"
+    devices.publish(devices.Devices(lab=topo.lab, hosts=here, restart=restart))
     return started
 
 
@@ -205,6 +209,7 @@ def _pinned_labs() -> list[str]:
 def _remove_everything(
     lab: str, record: state.LabState | None, only: list[str] | None = None
 ) -> list[str]:
+    devices.withdraw(lab)  # applications find no NIC here from now on
     workers.stop_all(lab)  # found by command line: also those no record names
     # A machine of a cluster lab removes its shard's namespaces only: others of
     # the same lab may be another machine's (on one box, in tests).

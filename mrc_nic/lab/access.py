@@ -17,13 +17,12 @@ socket and lock files stay root's whatever the setting.
 from __future__ import annotations
 
 import grp
-import os
-import pwd
-import stat
-from pathlib import Path
 
+from mrc_nic.contract.devices import group_name, join_hint, refusal, user_name
 from mrc_nic.errors import MrcNicError
 from mrc_nic.lab.topology import Topology
+
+__all__ = ["NoSuchGroup", "group_id", "group_name", "join_hint", "refusal", "user_name"]
 
 
 class NoSuchGroup(MrcNicError, LookupError):
@@ -44,42 +43,3 @@ def group_id(topo: Topology) -> int | None:
             f"create it with `groupadd {name}` and add who may open lab {topo.lab}'s NICs "
             f"(`usermod -aG {name} USER`), or leave the setting out for root only"
         ) from None
-
-
-def group_name(gid: int) -> str:
-    try:
-        return grp.getgrgid(gid).gr_name
-    except KeyError:
-        return str(gid)
-
-
-def user_name(uid: int) -> str:
-    try:
-        return pwd.getpwuid(uid).pw_name
-    except KeyError:
-        return str(uid)
-
-
-def join_hint(group: str, uid: int) -> str:
-    """How a user joins a group: what root runs, and that it takes a new login."""
-    return f"`usermod -aG {group} {user_name(uid)}` as root, then log in again"
-
-
-def refusal(path: Path, lab: str) -> str:
-    """Why connecting to a lab's socket was refused (EACCES), in one line: the
-    lab's NICs are root's alone, or root's and a group's this process is not in."""
-    who = f"uid {os.geteuid()} ({user_name(os.geteuid())})"
-    try:
-        st = path.stat()
-    except OSError:
-        st = None
-    if st is None or not st.st_mode & stat.S_IRWXG:  # its group may not either
-        return (
-            f"{who} may not open lab {lab}'s NICs: they are root's alone; run it as root, "
-            "or name a group that may in the lab's topology file ([tenants] group)"
-        )
-    group = group_name(st.st_gid)
-    return (
-        f"{who} may not open lab {lab}'s NICs: only root and group {group!r} may; "
-        f"join it ({join_hint(group, os.geteuid())}) or run it as root"
-    )

@@ -12,7 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from mrc_nic import resources
-from mrc_nic.lab.topology import LAB_NAME_RE, TopologyError
+from mrc_nic.contract import devices
+from mrc_nic.lab.topology import TopologyError
 
 
 def shipped_names() -> list[str]:
@@ -35,12 +36,9 @@ def topology_file(name: str) -> Path:
 
 
 def canonical_lab_name(name: str) -> str:
-    """The lab's name in its stored form: dashes dropped (`clos-8` is clos8),
-    then 1 to 12 lower-case letters and digits, or TopologyError saying so."""
-    canonical = name.replace("-", "") if isinstance(name, str) else name
-    if not isinstance(canonical, str) or not LAB_NAME_RE.fullmatch(canonical):
-        raise TopologyError(
-            f"bad lab name {name!r}: use 1 to 12 lower-case letters and digits "
-            "(dashes are dropped: clos-8 is the lab clos8)"
-        )
-    return canonical
+    """The lab's name in its stored form (contract.devices.canonical_lab_name:
+    `clos-8` is clos8), or TopologyError saying why it cannot be one."""
+    try:
+        return devices.canonical_lab_name(name)
+    except devices.BadLabName as e:
+        raise TopologyError(str(e)) from None

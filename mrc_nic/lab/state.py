@@ -24,10 +24,11 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from mrc_nic.contract import devices
 from mrc_nic.errors import MrcNicError
 from mrc_nic.lab.topology import LAB_NAME_RE, Shard, Topology, Tunnel, from_dict
 
-RUN_DIR = Path(os.environ.get("MRC_NIC_RUN_DIR", "/run/mrc-nic"))
+RUN_DIR = devices.RUN_DIR  # where applications look for NICs too (contract.devices)
 
 
 class LabBusy(MrcNicError, RuntimeError):
@@ -128,7 +129,7 @@ def forget(lab: str) -> None:
     if not d.is_dir():
         return
     for f in d.iterdir():
-        ours = f.name == "state.json" or f.suffix in (".log", ".sock")
+        ours = f.name in ("state.json", devices.REGISTRY) or f.suffix in (".log", ".sock")
         if ours or (f.name.startswith(".state.") and f.name.endswith(".tmp")):
             f.unlink(missing_ok=True)
     with contextlib.suppress(OSError):

@@ -23,10 +23,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from mrc_nic.contract import appops, shares
+from mrc_nic.contract import appops, devices, shares
+from mrc_nic.contract import session as client
 from mrc_nic.kernel import fdwait
-from mrc_nic.lab import access, client, names, state
-from mrc_nic.lab.topology import NS_PREFIX, TopologyError
 from mrc_nic.nic.driver.views import DeviceMaps
 from mrc_nic.verbs import fatal
 from mrc_nic.verbs.enums import AsyncEventType
@@ -71,22 +70,23 @@ def locate(lab: str | None = None, host: str | None = None) -> tuple[str, str]:
     else from the network namespace this process runs in."""
     lab = lab or os.environ.get(ENV_LAB)
     if lab:
-        try:  # `clos-8`, the shipped file's name, is the lab clos8 (mrc_nic.lab.names)
-            lab = names.canonical_lab_name(lab)
-        except TopologyError as e:
+        try:  # `clos-8`, the shipped file's name, is the lab clos8
+            lab = devices.canonical_lab_name(lab)
+        except devices.BadLabName as e:
             raise VerbsError("open_device", errno.EINVAL, str(e)) from None
     host = host or os.environ.get(ENV_HOST)
     if lab and host:
         return lab, host
     here = _netns_inode()
-    for path in sorted(NETNS_DIR.glob(f"{NS_PREFIX}*")) if NETNS_DIR.is_dir() else []:
-        name = path.name[len(NS_PREFIX) :]
+    prefix = devices.NS_PREFIX
+    for path in sorted(NETNS_DIR.glob(f"{prefix}*")) if NETNS_DIR.is_dir() else []:
+        name = path.name[len(prefix) :]
         ns_lab, _, node = name.partition("-")
         mine = here is not None and _inode(path) == here
         if mine and lab in (None, ns_lab) and host in (None, node):
             return ns_lab, node
     if lab is None:
-        up = [name for name in state.labs_on_disk() if _is_up(name)]
+        up = devices.labs()
         if len(up) == 1:
             lab = up[0]
         elif len(up) > 1 and host:
@@ -120,24 +120,16 @@ def _inode(path: Path) -> int | None:
         return None
 
 
-def _is_up(lab: str) -> bool:
-    try:
-        record = state.LabState.load(lab)
-    except (OSError, ValueError):
-        return False
-    return record is not None and record.phase == "up"
-
-
 def _shares_from_env() -> dict[str, str]:
     return shares.from_env(dict(os.environ))
 
 
 def _no_daemon(lab: str, host: str, error: Exception) -> str:
     """Why a host's daemon does not answer: no such host, or the daemon's own reason."""
-    try:
-        hosts = state.open_lab(lab)[1].host_names()
-    except Exception:  # the lab's record says nothing more
+    record = devices.load(lab)
+    if record is None:  # the lab's registry says nothing more
         return str(error)
+    hosts = record.hosts
     if host not in hosts:
         return f"lab {lab!r} has no host {host!r} (hosts: {', '.join(hosts)})"
     return str(error)
@@ -161,8 +153,8 @@ class Context:
                 "open_device", errno.ENODEV, _no_daemon(self.lab, self.host, e)
             ) from None
         except PermissionError as e:  # root's, or root's and a group's (docs/api.md)
-            message = access.refusal(Path(e.filename or client.socket_path(self.lab, self.host)),
-                                     self.lab)  # fmt: skip
+            path = Path(e.filename or devices.socket_path(self.lab, self.host))
+            message = devices.refusal(path, self.lab)
             raise VerbsError("open_device", errno.EPERM, message) from None
         try:
             asked = {**_shares_from_env(), **(shares or {})}

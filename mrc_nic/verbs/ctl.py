@@ -43,7 +43,7 @@ import dataclasses
 import errno
 
 from mrc_nic.contract import ctlops
-from mrc_nic.lab import client as _ctl
+from mrc_nic.contract import session as _ctl
 from mrc_nic.verbs import fatal
 from mrc_nic.verbs.context import Context, locate
 from mrc_nic.verbs.enums import (  # noqa: F401 (the API's names)

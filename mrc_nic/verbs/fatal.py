@@ -27,7 +27,7 @@ import select
 import threading
 from collections.abc import Callable
 
-from mrc_nic.lab import client
+from mrc_nic.contract import devices
 from mrc_nic.verbs.errors import VerbsError
 
 HUP = select.POLLRDHUP | select.POLLHUP | select.POLLERR
@@ -64,7 +64,7 @@ class DaemonWatch:
 def error(verb: str, lab: str, host: str) -> VerbsError:
     """The one error every verb raises once the NIC is gone."""
     try:
-        hint = client.restart_hint(lab)
+        hint = devices.restart_hint(lab)
     except Exception:  # noqa: BLE001 (the lab's record may be gone with it: say the rest)
         hint = "restart it with: mrc-nic up --reuse"
     return VerbsError(

@@ -748,18 +748,21 @@ def test_permission_refused_to_root_keeps_its_traceback(monkeypatch):
         main()
 
 
-def test_dead_daemon_hint_is_up_reuse_with_the_labs_file_and_name(monkeypatch):
-    from mrc_nic.lab import client, state
+def test_dead_daemon_hint_is_up_reuse_with_the_labs_file_and_name(monkeypatch, tmp_path):
+    """The hint comes from the lab's device registry, which `up` writes; a lab
+    that has none is not up."""
+    from mrc_nic.contract import devices
+    from mrc_nic.lab import client
 
-    class Record:
-        topology_file = "/x/netns/clos-8.toml"
-
-    monkeypatch.setattr(state.LabState, "load", staticmethod(lambda lab: Record()))
-    assert client.restart_hint("lab2") == (
-        "restart it with: mrc-nic up --reuse -t /x/netns/clos-8.toml --name lab2"
-    )
-    monkeypatch.setattr(state.LabState, "load", staticmethod(lambda lab: None))
-    assert "mrc-nic up --name lab2" in client.restart_hint("lab2")
+    monkeypatch.setattr(devices, "RUN_DIR", tmp_path)
+    assert client.restart_hint("lab2") == "the lab is not up; start it with: mrc-nic up --name lab2"
+    (tmp_path / "lab2").mkdir()
+    restart = "mrc-nic up --reuse -t /x/netns/clos-8.toml --name lab2"
+    devices.publish(devices.Devices(lab="lab2", hosts=("h0", "h1"), restart=restart))
+    assert client.restart_hint("lab2") == f"restart it with: {restart}"
+    assert devices.labs() == ["lab2"] and devices.load("lab2").hosts == ("h0", "h1")
+    devices.withdraw("lab2")
+    assert devices.labs() == [] and devices.load("lab2") is None
 
 
 def test_an_os_error_of_ours_reads_as_words_not_errno(monkeypatch, capsys):

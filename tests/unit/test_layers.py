@@ -59,3 +59,16 @@ def test_no_import_runs_up_or_sideways():
             if RANK[target] >= RANK[home]:
                 wrong.append(f"{path.relative_to(PACKAGE.parent)} imports mrc_nic.{target}")
     assert wrong == []
+
+
+def test_verbs_needs_only_the_contract_the_nic_and_the_kernel():
+    """An application finds and opens its NIC through the contract (the device
+    registry, the session) and reaches it through the NIC's driver: nothing of
+    how a lab is made or run (mrc_nic.lab, transport, fabric)."""
+    allowed = {"verbs", "contract", "nic", "kernel", "errors", "units"}
+    wrong = {
+        f"{path.name} imports mrc_nic.{target}"
+        for path in sorted((PACKAGE / "verbs").glob("*.py"))
+        for target in _imports(path) - allowed
+    }
+    assert wrong == set()

@@ -11,6 +11,7 @@ import threading
 
 import pytest
 
+from mrc_nic.contract import session as session_module
 from mrc_nic.lab import client
 
 
@@ -66,7 +67,10 @@ class FakeLog:
 
 @pytest.fixture
 def log(tmp_path, monkeypatch):
-    monkeypatch.setattr(client, "socket_path", lambda lab, host: tmp_path / f"{lab}-{host}.sock")
+    def path(lab: str, host: str):
+        return tmp_path / f"{lab}-{host}.sock"
+
+    monkeypatch.setattr(session_module, "socket_path", path)
     fake = FakeLog(tmp_path / f"zpost-{client.EVENTS_SERVICE}.sock")
     yield fake
     fake.close()

@@ -21,6 +21,7 @@ import pytest
 
 from mrc_nic.contract import daemonops as ops
 from mrc_nic.contract import eventops, framing, opsdoc
+from mrc_nic.contract import session as session_module
 from mrc_nic.contract.framing import Reply, Request, arg, op, reply
 from mrc_nic.lab import client
 from mrc_nic.lab.service import LineService
@@ -346,7 +347,7 @@ def test_the_client_sends_the_declaration_and_returns_the_typed_reply(monkeypatc
         def close(self):
             pass
 
-    monkeypatch.setattr(client.socket, "socket", FakeSock)
+    monkeypatch.setattr(session_module.socket, "socket", FakeSock)
     reply = client.call("lab", "h0", SqOpen(count=1, chunk=2048))
     assert sent == [{"op": "sq_open", "count": 1, "chunk": 2048}]
     assert reply == SqOpenReply(qpns=[65537])

@@ -255,25 +255,28 @@ def test_modify_translates_masks_into_the_daemons_attributes(setup):
         s.qp.modify(QPAttr(qp_state=QpState.RTS), 1 | (1 << 14))  # ALT_PATH
 
 
-def test_a_host_the_lab_does_not_have_is_named_as_such(monkeypatch):
-    from mrc_nic.lab import state, topology
+def test_a_host_the_lab_does_not_have_is_named_as_such(monkeypatch, tmp_path):
+    from mrc_nic.contract import devices
     from mrc_nic.verbs import context
 
-    topo = topology.load(topology.Path(__file__).resolve().parents[2] / "netns" / "default.toml")
-    monkeypatch.setattr(state, "open_lab", lambda name: (None, topo))
+    monkeypatch.setattr(devices, "RUN_DIR", tmp_path)
+    (tmp_path / "lab1").mkdir()
+    devices.publish(devices.Devices(lab="lab1", hosts=("h0", "h1"), restart="mrc-nic up"))
     why = context._no_daemon("lab1", "h8", OSError("the daemon does not answer"))
     assert why == "lab 'lab1' has no host 'h8' (hosts: h0, h1)"
     assert context._no_daemon("lab1", "h1", OSError("down")) == "down"
 
 
 def test_several_labs_up_and_no_lab_named_says_so(monkeypatch, tmp_path):
-    from mrc_nic.lab import state
+    from mrc_nic.contract import devices
     from mrc_nic.verbs import context
 
     monkeypatch.delenv(context.ENV_LAB, raising=False)
     monkeypatch.setattr(context, "NETNS_DIR", tmp_path)  # not inside any lab's host
-    monkeypatch.setattr(state, "labs_on_disk", lambda: ["a", "b"])
-    monkeypatch.setattr(context, "_is_up", lambda lab: True)
+    monkeypatch.setattr(devices, "RUN_DIR", tmp_path)
+    for lab in ("a", "b"):  # two labs up: their registries
+        (tmp_path / lab).mkdir()
+        devices.publish(devices.Devices(lab=lab, hosts=("h0",), restart="mrc-nic up"))
     with pytest.raises(VerbsError, match="labs a, b are up: name one") as e:
         context.locate(host="h0")
     assert e.value.errno == errno.ENODEV

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from mrc_nic import units
+from mrc_nic.contract import devices
 
 # links.mtu: at least a 1 KiB payload (a region element) with MRC's 80 bytes
 # of IP, UDP and RDMA headers; at most what veth takes with an XDP program
@@ -15,12 +16,12 @@ MTU_MIN = 1024 + 80
 MTU_MAX = 3506
 
 
-NS_PREFIX = "mrc-"
+NS_PREFIX = devices.NS_PREFIX  # a node's namespace: where applications look (contract.devices)
 # Cross-machine links of a cluster lab: VXLAN over IPv4 on the IANA port; it
 # adds 50 bytes (outer IPv4 20, UDP 8, VXLAN 8, inner Ethernet 14).
 VXLAN_PORT = 4789
 VXLAN_OVERHEAD = 50
-LAB_NAME_RE = re.compile(r"[a-z0-9]{1,12}")
+LAB_NAME_RE = devices.LAB_NAME_RE
 # [tenants] group: a name useradd/groupadd accept (shadow-utils' default rule,
 # at most 32 characters); a number is not taken, a group is named.
 GROUP_NAME_RE = re.compile(r"[a-z_][a-z0-9_-]{0,30}[$]?")
