@@ -85,16 +85,7 @@ class RxQpMaps:
         pins.check_range("ack_every", ack_every, 0xFFFF)
         pins.check_range("ack_delay_ns", ack_delay_ns, pins.U32_MAX)
         check_cq("cq", cq, self.max_cqs)
-        owner = self._rx_slot_owner(qpn)
-        if owner not in (0, qpn | RQ_TAG_USED):
-            holder = owner & wireconst.QPN_MASK
-            raise FileExistsError(
-                errno.EEXIST,
-                f"QP {qpn:#x} cannot receive: its receive slot {self.rx_slot(qpn)} "
-                f"(QPN & {self.max_qps - 1:#x}) is QP {holder:#x}'s. "
-                f"Use a QPN that differs from it in the low {self.max_qps.bit_length() - 1} "
-                f"bits, or free the slot first (NicMaps.delete_rq({holder:#x}))",
-            )
+        owner = self._free_rx_slot_owner(qpn)
         value = RqLayout(
             state=QpState(state),
             local_host=local_host,
@@ -120,6 +111,21 @@ class RxQpMaps:
             bpfsys.map_update(self._fds[RX_SLOTS_MAP], self._rx_key(qpn), u32_key(0))
         bpfsys.map_update(self._fds[RX_QPS_MAP], self._rx_key(qpn), bytes(value))
         bpfsys.map_update(self._fds[RX_SLOTS_MAP], self._rx_key(qpn), u32_key(qpn | RQ_TAG_USED))
+
+    def _free_rx_slot_owner(self, qpn: int) -> int:
+        """The owner of QP qpn's receive slot: none (0) or qpn itself, else
+        FileExistsError naming the QP that holds it and what to do."""
+        owner = self._rx_slot_owner(qpn)
+        if owner not in (0, qpn | RQ_TAG_USED):
+            holder = owner & wireconst.QPN_MASK
+            raise FileExistsError(
+                errno.EEXIST,
+                f"QP {qpn:#x} cannot receive: its receive slot {self.rx_slot(qpn)} "
+                f"(QPN & {self.max_qps - 1:#x}) is QP {holder:#x}'s. "
+                f"Use a QPN that differs from it in the low {self.max_qps.bit_length() - 1} "
+                f"bits, or free the slot first (NicMaps.delete_rq({holder:#x}))",
+            )
+        return owner
 
     def rx_slot(self, qpn: int) -> int:
         """The slot of nic_rx_qps (and nic_rx_slots) where QP qpn receives."""

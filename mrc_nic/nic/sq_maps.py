@@ -129,13 +129,18 @@ class SendQpMaps:
             value.evs[i] = ev
         for ev, plane in evs.items():
             self.setup_ev(qpn, ev, plane=plane)
+        self._fresh_rings(ring)
+        bpfsys.map_update(self._fds[TX_QPS_MAP], u32_key(qpn), bytes(value))
+
+    def _fresh_rings(self, ring: int) -> None:
+        """Ring `ring`'s PSN -> EV table zeroed and its send queue empty (a queue
+        of its own: the one create_qp gave, or a new one)."""
         size = ctypes.sizeof(TxRing)
         self.tx_ring_memory()[ring * size : (ring + 1) * size] = bytes(size)
         try:
             self.send_queue(ring).clear()
         except KeyError:  # a ring given no queue yet (the daemon's transfers, the tests)
             os.close(self.new_send_queue(ring))
-        bpfsys.map_update(self._fds[TX_QPS_MAP], u32_key(qpn), bytes(value))
 
     def _check_sq(
         self, qpn: int, *, local_host: int, peer_host: int, peer_qpn: int, mpr: int, psn: int,
