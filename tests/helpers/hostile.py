@@ -1,0 +1,209 @@
+"""A hostile tenant: what a program that is not root, run in a host by
+`mrc-nic exec --user`, tries against the other sessions of its NIC
+(tests/lab/test_hostile_tenant.py). Run as
+
+    python -m tests.helpers.hostile ACTION 'JSON ARGUMENTS'
+
+it opens a session of its own where the action needs one (verbs.Context:
+the descriptors its daemon hands it), does what the action says with them or
+without, and prints one JSON line of what the kernel and the daemon said to
+each try. Every wait is bounded in time.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import json
+import os
+import socket
+import sys
+import time
+from pathlib import Path
+
+from mrc_nic import verbs
+from mrc_nic.kernel import bpfsys
+from mrc_nic.nic.driver.doorbell import doorbell_frame, kick_frame
+from mrc_nic.nic.driver.formats import WQ_SIZE
+from mrc_nic.nic.layout import Kick, KickOp
+from mrc_nic.verbs import SGE, SendFlags, SendWR
+
+_SYS_PIDFD_GETFD = 438  # the same number on every architecture (asm-generic)
+
+
+def _refusal(e: OSError) -> str:
+    return errno.errorcode.get(e.errno, str(e.errno))
+
+
+def _tried(fn, *args) -> str:
+    """'done' (an fd it got is closed again), or the errno's name."""
+    try:
+        fd = fn(*args)
+    except OSError as e:
+        return _refusal(e)
+    if isinstance(fd, int) and fd >= 0:
+        os.close(fd)
+    return "done"
+
+
+def _pidfd_getfd(pid: int, fd: int) -> int:
+    pidfd = os.pidfd_open(pid)
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        got = libc.syscall(_SYS_PIDFD_GETFD, pidfd, fd, 0)
+        if got < 0:
+            err = ctypes.get_errno()
+            raise OSError(err, os.strerror(err))
+        return got
+    finally:
+        os.close(pidfd)
+
+
+def names(args: dict) -> dict:
+    """Name another session's queues and memory: every pin of the lab
+    (BPF_OBJ_GET), the maps behind given ids (BPF_MAP_GET_FD_BY_ID), and a
+    process's descriptors (/proc/PID/fd, pidfd_getfd)."""
+    pins = {p.name: _tried(bpfsys.obj_get, p) for p in sorted(Path(args["pin_dir"]).iterdir())}
+    ids = {name: _tried(bpfsys.map_fd_by_id, map_id) for name, map_id in args["map_ids"].items()}
+    pid = args["pid"]
+    try:
+        os.listdir(f"/proc/{pid}/fd")
+        proc_fd = "listed"
+    except OSError as e:
+        proc_fd = _refusal(e)
+    getfd = {str(fd): _tried(_pidfd_getfd, pid, fd) for fd in args["fds"]}
+    return {"pins": pins, "map_ids": ids, "proc_fd": proc_fd, "pidfd_getfd": getfd}
+
+
+def _xdp_ctx(data: bytes, meta: int, ifindex: int = 0) -> bytes:
+    return bytes(bpfsys.XdpMd(data=meta, data_end=len(data), ingress_ifindex=ifindex))
+
+
+def kicks(args: dict) -> dict:
+    """Kicks of other sessions' QPs through this session's doorbell: each
+    [qpn, op, arg] as a BPF_PROG_RUN of kick_fd (the kick as XDP metadata) and
+    as a frame sent into the doorbell port (doorbell_fd)."""
+    out: dict = {"run": [], "port": []}
+    with verbs.Context() as ctx:
+        device = ctx._nic  # the descriptors the session was handed (driver.views)
+        sock, size = device.port
+        for qpn, op, arg in args["kicks"]:
+            data = kick_frame(qpn, KickOp(op), arg)
+            result = bpfsys.prog_test_run(
+                device.program_fd,
+                data,
+                data_size_out=4096,
+                ctx_in=_xdp_ctx(data, ctypes.sizeof(Kick)),
+                ctx_size_out=ctypes.sizeof(bpfsys.XdpMd),
+            )
+            out["run"].append(result.retval)
+            out["port"].append(sock.send(doorbell_frame(qpn, size, KickOp(op), arg)))
+    return out
+
+
+def frames(args: dict) -> dict:
+    """Wire frames (hex) into the NIC through this session's descriptors:
+    `port`: sent on the doorbell socket as handed over; `run`: a BPF_PROG_RUN of
+    kick_fd without metadata, as if received on `ifname`; `rebound`: the doorbell
+    socket bound to `ifname` first (bind needs no privilege on a packet socket
+    one already holds)."""
+    out: dict = {}
+    data = [bytes.fromhex(f) for f in args["frames"]]
+    with verbs.Context() as ctx:
+        device = ctx._nic
+        sock = device.port[0]
+        if args["how"] == "port":
+            out["sent"] = [sock.send(f) for f in data]
+        elif args["how"] == "run":
+            ifindex = socket.if_nametoindex(args["ifname"])
+            out["retvals"] = []
+            for f in data:
+                try:
+                    r = bpfsys.prog_test_run(device.program_fd, f, ctx_in=_xdp_ctx(f, 0, ifindex))
+                    out["retvals"].append(r.retval)
+                except OSError as e:
+                    out["retvals"].append(_refusal(e))
+        else:
+            try:
+                sock.bind((args["ifname"], 0))
+                out["bound"] = sock.getsockname()[0]
+                out["sent"] = [sock.send(f) for f in data]
+            except OSError as e:
+                out["bound"] = _refusal(e)
+    return out
+
+
+def garbage(args: dict) -> dict:
+    """Random bytes over this session's own send queue (WQEs and counters) and
+    MR, a doorbell, a WR posted after them: what became of its own QP, its
+    completions read for at most `seconds`."""
+    out: dict = {}
+    with verbs.Context() as ctx:
+        pd = verbs.PD(ctx)
+        mr = pd.reg_mr(64 * 1024)
+        cq = verbs.CQ(ctx, 64)
+        qp = verbs.QP(pd, verbs.QPInitAttr(send_cq=cq, recv_cq=cq))
+        qp.to_init()
+        qp.to_rtr(args["dest_qpn"], args["dest_gid"])
+        qp.to_rts()
+        out["qpn"] = qp.qp_num
+        mr.buf[:] = os.urandom(len(mr.buf))
+        sq = qp._sq  # its own queue: a map of its own, mapped here (driver.views)
+        sq.memory[:WQ_SIZE] = os.urandom(WQ_SIZE)
+        qp._kick(8)  # the doorbell rung on the garbage
+        wr = SendWR(
+            wr_id=1,
+            sg_list=[SGE(mr.addr, 4096, mr.lkey)],
+            remote_addr=args["remote_addr"],
+            rkey=args["rkey"],
+            send_flags=SendFlags.SIGNALED,
+        )
+        try:
+            qp.post_send(wr)
+            out["post"] = "posted"
+        except verbs.VerbsError as e:
+            out["post"] = [e.errno, str(e)]
+        wcs: list = []
+        end = time.monotonic() + args["seconds"]
+        while time.monotonic() < end and not wcs:
+            try:
+                wcs += cq.poll(16)
+            except verbs.VerbsError as e:
+                out["poll"] = [e.errno, str(e)]
+                break
+            if not wcs:
+                cq.wait(0.05)
+        out["wcs"] = [[wc.wr_id, wc.status.name] for wc in wcs]
+        out["state"] = qp.query()["state"]  # the daemon's view: ERR on its next tick
+        while out["state"] != "ERR" and time.monotonic() < end:
+            time.sleep(0.05)
+            out["state"] = qp.query()["state"]
+    return out
+
+
+def open_nics(args: dict) -> dict:
+    """Open each [lab, host]'s NIC: 'opened host', or [errno, message]."""
+    out = {}
+    for lab, host in args["targets"]:
+        try:
+            with verbs.Context(lab, host) as ctx:
+                verbs.PD(ctx).reg_mr(4096)
+                out[f"{lab}:{host}"] = f"opened {ctx.host}"
+        except verbs.VerbsError as e:
+            out[f"{lab}:{host}"] = [e.errno, str(e)]
+    return out
+
+
+ACTIONS = {"names": names, "kicks": kicks, "frames": frames, "garbage": garbage,
+           "open_nics": open_nics}  # fmt: skip
+
+
+def main() -> None:
+    action, args = sys.argv[1], json.loads(sys.argv[2])
+    result = ACTIONS[action](args)
+    result["uid"] = os.getuid()
+    print(json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    main()
