@@ -29,6 +29,7 @@ from mrc_nic.nic.layout import Kick, KickOp
 from mrc_nic.verbs import SGE, SendFlags, SendWR
 
 _SYS_PIDFD_GETFD = 438  # the same number on every architecture (asm-generic)
+_ETH_P_ALL = 0x0003  # linux/if_ether.h: every protocol, frames sent and received
 
 
 def _refusal(e: OSError) -> str:
@@ -133,6 +134,33 @@ def frames(args: dict) -> dict:
     return out
 
 
+def sniff(args: dict) -> dict:
+    """The doorbell socket bound to `ifname` for every protocol (ETH_P_ALL):
+    says `listening`, then reads frames for `seconds`; how many it read and
+    whether one held the bytes `marker` (hex)."""
+    marker = bytes.fromhex(args["marker"])
+    out: dict = {"frames": 0, "seen": False}
+    with verbs.Context() as ctx:
+        sock = ctx._nic.port[0]
+        try:
+            sock.bind((args["ifname"], _ETH_P_ALL))
+        except OSError as e:
+            print(json.dumps({"bound": _refusal(e)}), flush=True)
+            return {"bound": _refusal(e)}
+        out["bound"] = sock.getsockname()[0]
+        print(json.dumps({"bound": out["bound"]}), flush=True)  # listening
+        end = time.monotonic() + args["seconds"]
+        while time.monotonic() < end and not out["seen"]:
+            sock.settimeout(max(0.01, end - time.monotonic()))
+            try:
+                frame = sock.recv(65536)
+            except TimeoutError:
+                break
+            out["frames"] += 1
+            out["seen"] = marker in frame
+    return out
+
+
 def garbage(args: dict) -> dict:
     """Random bytes over this session's own send queue (WQEs and counters) and
     MR, a doorbell, a WR posted after them: what became of its own QP, its
@@ -194,8 +222,8 @@ def open_nics(args: dict) -> dict:
     return out
 
 
-ACTIONS = {"names": names, "kicks": kicks, "frames": frames, "garbage": garbage,
-           "open_nics": open_nics}  # fmt: skip
+ACTIONS = {"names": names, "kicks": kicks, "frames": frames, "sniff": sniff,
+           "garbage": garbage, "open_nics": open_nics}  # fmt: skip
 
 
 def main() -> None:

@@ -20,6 +20,7 @@ import errno
 import json
 import os
 import pwd
+import socket
 import subprocess
 import time
 
@@ -30,8 +31,8 @@ from mrc_nic.kernel import bpfsys, netns
 from mrc_nic.kernel.pins import pin_dir
 from mrc_nic.nic import wire
 from mrc_nic.nic.layout import MEMS_MAP, WQ_MAP
-from tests.helpers.accounts import throwaway_group
-from tests.helpers.env import MRC, NETNS_DIR, ROOT, unique_lab
+from tests.helpers.env import MRC, ROOT
+from tests.helpers.tenants import group_lab, throwaway_group
 from tests.helpers.verbspair import Side, verified_write, write
 
 KIB = 1024
@@ -49,18 +50,8 @@ def member():
 
 @pytest.fixture(scope="module")
 def lab(member, tmp_path_factory):
-    from mrc_nic.fabric import testbed
-    from mrc_nic.lab import topology
-
-    path = tmp_path_factory.mktemp("hostile") / "tenants.toml"
-    text = (NETNS_DIR / "single-plane.toml").read_text()
-    path.write_text(f'{text}\n[tenants]\ngroup = "{member[0]}"\n')
-    topo = topology.load(path, lab=unique_lab("ho"))
-    testbed.up(topo)
-    try:
+    with group_lab(member[0], "ho", tmp_path_factory.mktemp("hostile")) as topo:
         yield topo
-    finally:
-        testbed.down(topo.lab)
 
 
 @pytest.fixture
@@ -79,18 +70,27 @@ def good(lab):
         b.close()
 
 
+def hostile_cmd(lab, member, action: str, **args) -> list[str]:
+    """tests/helpers/hostile.py's action as the member, in h0."""
+    return [*MRC, "exec", "-l", lab.lab, "--user", member[1], "h0", "--",
+            "python", "-m", "tests.helpers.hostile", action, json.dumps(args)]  # fmt: skip
+
+
+def answer(member, stdout: str) -> dict:
+    """The hostile program's last line, which says it ran as the member."""
+    out = json.loads(stdout.splitlines()[-1])
+    assert out["uid"] == pwd.getpwnam(member[1]).pw_uid != 0
+    return out
+
+
 def hostile(lab, member, action: str, **args) -> dict:
-    """Run tests/helpers/hostile.py's action as the member, in h0: its answer."""
-    user = member[1]
+    """Run a hostile action to its end: its answer."""
     proc = subprocess.run(
-        [*MRC, "exec", "-l", lab.lab, "--user", user, "h0", "--",
-         "python", "-m", "tests.helpers.hostile", action, json.dumps(args)],
+        hostile_cmd(lab, member, action, **args),
         capture_output=True, text=True, timeout=TIMEOUT, cwd=ROOT,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
-    out = json.loads(proc.stdout.splitlines()[-1])
-    assert out["uid"] == pwd.getpwnam(user).pw_uid != 0
-    return out
+    return answer(member, proc.stdout)
 
 
 def both_ways(a: Side, b: Side) -> None:
@@ -328,3 +328,33 @@ def test_a_nack_its_peer_never_sent_fails_no_good_qp(lab, member):
     finally:
         c.close()
         d.close()
+
+
+@pytest.mark.xfail(strict=True, reason=REBIND_HOLE)
+def test_its_doorbell_socket_reads_no_one_elses_traffic(lab, member):
+    """The hostile session's doorbell socket, bound to h0's port for every
+    protocol, must not read what other processes of h0 send there (as the
+    out-of-band exchange of QPNs and rkeys, verbs.cm, does): root sends UDP
+    datagrams with a marker from h0 to h1 while it listens."""
+    marker = os.urandom(16)
+    proc = subprocess.Popen(
+        hostile_cmd(lab, member, "sniff", ifname="eth0", marker=marker.hex(), seconds=5),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+    )  # fmt: skip
+    try:
+        listening = json.loads(proc.stdout.readline() or "{}")
+        if listening.get("bound") == "eth0":
+            with netns.entered(lab.netns("h0")):
+                sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            with sock:
+                for _ in range(20):
+                    sock.sendto(marker, (str(lab.host_address(1, 0)), 9))  # discard
+                    time.sleep(0.01)
+        out, err = proc.communicate(timeout=TIMEOUT)
+    finally:
+        if proc.poll() is None:  # ours, by pid
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err
+    got = answer(member, out)
+    assert got["bound"] != "eth0" or not got["seen"], got

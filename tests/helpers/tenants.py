@@ -1,5 +1,6 @@
-"""Throwaway users and a group for tests of a lab's [tenants] group: made
-with names no one has, deleted by those exact names, whatever the test did."""
+"""For tests of a lab's [tenants] group: throwaway users and a group (made
+with names no one has, deleted by those exact names, whatever the test did)
+and a lab that opens its NICs to that group."""
 
 from __future__ import annotations
 
@@ -9,6 +10,9 @@ import os
 import pwd
 import subprocess
 from collections.abc import Iterator
+from pathlib import Path
+
+from tests.helpers.env import NETNS_DIR, unique_lab
 
 
 @contextlib.contextmanager
@@ -39,3 +43,20 @@ def throwaway_group(tag: str, members: int = 1) -> Iterator[tuple[str, list[str]
     finally:
         for cmd in reversed(made):
             subprocess.run(cmd, check=False)
+
+
+@contextlib.contextmanager
+def group_lab(group: str, tag: str, directory: Path, base: str = "single-plane.toml"):
+    """A lab of netns/<base> with `[tenants] group = group`, named by
+    unique_lab(tag) (its topology file written in directory), up until the end."""
+    from mrc_nic.fabric import testbed
+    from mrc_nic.lab import topology
+
+    path = directory / "tenants.toml"
+    path.write_text(f'{(NETNS_DIR / base).read_text()}\n[tenants]\ngroup = "{group}"\n')
+    topo = topology.load(path, lab=unique_lab(tag))
+    testbed.up(topo)
+    try:
+        yield topo
+    finally:
+        testbed.down(topo.lab)
