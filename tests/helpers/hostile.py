@@ -15,6 +15,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import json
+import mmap
 import os
 import socket
 import sys
@@ -209,6 +210,55 @@ def garbage(args: dict) -> dict:
     return out
 
 
+def session_ops(args: dict) -> dict:
+    """A session of its own spoken raw (mrc_nic.lab.client): its hello's
+    descriptors kept, then writes into the lab's CQ lost counts (mmap
+    PROT_WRITE, BPF_MAP_UPDATE_ELEM) and every operation on the numbers of
+    another session's objects (`theirs`: qpn, region, cq, pd): the errno's
+    name each got, or 'done'."""
+    from mrc_nic.contract import appops
+    from mrc_nic.lab import client
+
+    out: dict = {}
+    with client.Session(os.environ["MRC_NIC_LAB"], os.environ["MRC_NIC_HOST"]) as s:
+        hello = s.call(appops.Hello(pid=os.getpid()))
+        lost = hello.cq_lost_fd
+        try:
+            try:
+                mmap.mmap(lost, 4096, flags=mmap.MAP_SHARED, prot=mmap.PROT_WRITE).close()
+                out["lost_mmap_write"] = "done"
+            except OSError as e:
+                out["lost_mmap_write"] = _refusal(e)
+            key = bytes(4)
+            value = bpfsys.map_lookup(lost, key, 8)
+            out["lost_update"] = _tried(bpfsys.map_update, lost, key, value)
+        finally:
+            for fd in (hello.kick_fd, hello.doorbell_fd, lost):
+                if fd >= 0:
+                    os.close(fd)
+        theirs = args["theirs"]
+        tries = {
+            "query_qp": appops.QueryQp(qpn=theirs["qpn"]),
+            "modify_qp": appops.ModifyQp(qpn=theirs["qpn"], state="ERR", attrs={}),
+            "destroy_qp": appops.DestroyQp(qpn=theirs["qpn"]),
+            "dereg_mr": appops.DeregMr(region=theirs["region"]),
+            "destroy_cq": appops.DestroyCq(cq=theirs["cq"]),
+            "dealloc_pd": appops.DeallocPd(pd=theirs["pd"]),
+            "reg_mr_in_their_pd": appops.RegMr(pd=theirs["pd"], length=4096, access=3),
+            "create_qp_on_their_cq": appops.CreateQp(
+                pd=theirs["pd"], send_cq=theirs["cq"], recv_cq=theirs["cq"], max_send_wr=1,
+                max_recv_wr=1, max_send_sge=1, max_recv_sge=1,
+            ),
+        }  # fmt: skip
+        for name, request in tries.items():
+            try:
+                s.call(request)
+                out[name] = "done"
+            except client.DaemonError as e:
+                out[name] = e.errno_name
+    return out
+
+
 def open_nics(args: dict) -> dict:
     """Open each [lab, host]'s NIC: 'opened host', or [errno, message]."""
     out = {}
@@ -223,7 +273,7 @@ def open_nics(args: dict) -> dict:
 
 
 ACTIONS = {"names": names, "kicks": kicks, "frames": frames, "sniff": sniff,
-           "garbage": garbage, "open_nics": open_nics}  # fmt: skip
+           "garbage": garbage, "session_ops": session_ops, "open_nics": open_nics}  # fmt: skip
 
 
 def main() -> None:

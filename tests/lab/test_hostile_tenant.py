@@ -269,13 +269,13 @@ def test_it_opens_only_its_own_hosts_nic(lab, member):
 
 # An isolation hole: the doorbell socket is an AF_PACKET socket, and bind()
 # on a packet socket one holds needs no privilege (CAP_NET_RAW is checked when
-# the socket is made, the daemon's). Rebound to the host's port (eth0, in the
-# same namespace), it sends any frame onto the fabric: what a tenant's verbs
-# never can (ACKs, NACKs, another QP's PSNs), and what a real NIC's doorbell
-# page does not give a process either.
+# the socket is made, by the daemon). Rebound to the host's port (eth0, in the
+# same namespace), it sends any frame onto the fabric, what a tenant's verbs
+# never can (ACKs, NACKs, another QP's PSNs), and reads what the host's other
+# processes send there; a real NIC's doorbell page gives a process neither.
 REBIND_HOLE = (
     "issue 28: the doorbell socket (doorbell_fd, AF_PACKET) can be rebound without "
-    "privilege to the host's port: a tenant puts raw frames on the fabric"
+    "privilege to the host's port: a tenant sends and reads raw frames there"
 )
 
 
@@ -358,3 +358,16 @@ def test_its_doorbell_socket_reads_no_one_elses_traffic(lab, member):
     assert proc.returncode == 0, err
     got = answer(member, out)
     assert got["bound"] != "eth0" or not got["seen"], got
+
+
+def test_its_session_reaches_none_of_another_sessions_objects(lab, member, good):
+    """Its own session, spoken raw: the lab's CQ lost counts it is handed
+    cannot be written (a frozen map), and every operation naming the good
+    session's QP, MR, CQ or PD is ENOENT; the good session writes on."""
+    a, b = good
+    theirs = {"qpn": a.qp.qp_num, "region": a.mr.lkey, "cq": a.scq.index, "pd": a.pd.handle}
+    got = hostile(lab, member, "session_ops", theirs=theirs)
+    assert got.pop("lost_mmap_write") in REFUSED and got.pop("lost_update") in REFUSED
+    got.pop("uid")
+    assert got == dict.fromkeys(got, "ENOENT") and len(got) == 8, got
+    both_ways(a, b)
