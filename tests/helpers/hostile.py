@@ -210,6 +210,39 @@ def garbage(args: dict) -> dict:
     return out
 
 
+def inject(args: dict) -> dict:
+    """A QP of its own aimed at another session's receive QP: connected to
+    `dest_qpn` on `dest_gid` from that QP's next PSN (`psn`), one signaled
+    WRITE of `marker` (hex) to `remote_addr` with `rkey`, as if it had
+    learned them; its completion, read for at most `seconds` (none: the
+    receiver answers the QP it knows, not this one)."""
+    marker = bytes.fromhex(args["marker"])
+    with verbs.Context() as ctx:
+        pd = verbs.PD(ctx)
+        mr = pd.reg_mr(4096)
+        mr.buf[: len(marker)] = marker
+        cq = verbs.CQ(ctx, 16)
+        qp = verbs.QP(pd, verbs.QPInitAttr(send_cq=cq, recv_cq=cq))
+        qp.to_init()
+        qp.to_rtr(args["dest_qpn"], args["dest_gid"])
+        qp.to_rts(sq_psn=args["psn"])
+        wr = SendWR(
+            wr_id=1,
+            sg_list=[SGE(mr.addr, len(marker), mr.lkey)],
+            remote_addr=args["remote_addr"],
+            rkey=args["rkey"],
+            send_flags=SendFlags.SIGNALED,
+        )
+        qp.post_send(wr)
+        wcs: list = []
+        end = time.monotonic() + args["seconds"]
+        while time.monotonic() < end and not wcs:
+            wcs += cq.poll(1)
+            if not wcs:
+                cq.wait(0.05)
+        return {"wcs": [[wc.wr_id, wc.status.name] for wc in wcs]}
+
+
 def session_ops(args: dict) -> dict:
     """A session of its own spoken raw (mrc_nic.lab.client): its hello's
     descriptors kept, then writes into the lab's CQ lost counts (mmap
@@ -272,8 +305,16 @@ def open_nics(args: dict) -> dict:
     return out
 
 
-ACTIONS = {"names": names, "kicks": kicks, "frames": frames, "sniff": sniff,
-           "garbage": garbage, "session_ops": session_ops, "open_nics": open_nics}  # fmt: skip
+ACTIONS = {
+    "names": names,
+    "kicks": kicks,
+    "frames": frames,
+    "sniff": sniff,
+    "garbage": garbage,
+    "inject": inject,
+    "session_ops": session_ops,
+    "open_nics": open_nics,
+}
 
 
 def main() -> None:
