@@ -17,6 +17,7 @@ import errno
 import json
 import mmap
 import os
+import select
 import socket
 import sys
 import time
@@ -160,6 +161,27 @@ def sniff(args: dict) -> dict:
             out["frames"] += 1
             out["seen"] = marker in frame
     return out
+
+
+def hold(args: dict) -> dict:
+    """Not hostile: another tenant's session (a PD, an MR, a CQ, a QP in RTS
+    towards `dest_qpn` at `dest_gid`, idle) held until stdin closes or
+    `seconds` pass. Its first line says what it holds:
+    its pid, QPN, MR region and the descriptors its session keeps."""
+    with verbs.Context() as ctx:
+        pd = verbs.PD(ctx)
+        mr = pd.reg_mr(4096)
+        cq = verbs.CQ(ctx, 16)
+        qp = verbs.QP(pd, verbs.QPInitAttr(send_cq=cq, recv_cq=cq))
+        qp.to_init()  # in RTS, as a QP that sends: its queue is the NIC's
+        qp.to_rtr(args["dest_qpn"], args["dest_gid"])
+        qp.to_rts()
+        device = ctx._nic
+        fds = [device.program_fd, device.port[0].fileno(), ctx.session.sock.fileno()]
+        held = {"pid": os.getpid(), "qpn": qp.qp_num, "region": mr.lkey, "fds": fds}
+        print(json.dumps(held), flush=True)
+        select.select([sys.stdin], [], [], args["seconds"])  # readable at EOF
+    return {"held": True}
 
 
 def garbage(args: dict) -> dict:
@@ -310,6 +332,7 @@ ACTIONS = {
     "kicks": kicks,
     "frames": frames,
     "sniff": sniff,
+    "hold": hold,
     "garbage": garbage,
     "inject": inject,
     "session_ops": session_ops,

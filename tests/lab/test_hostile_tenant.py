@@ -53,9 +53,9 @@ REFUSED = {"EACCES", "EPERM"}
 
 @pytest.fixture(scope="module")
 def member():
-    """A user in a new group: the lab's tenants."""
-    with throwaway_group("ho") as (group, users):
-        yield group, users[0]
+    """(group, hostile, other): two users of a new group, the lab's tenants."""
+    with throwaway_group("ho", members=2) as (group, users):
+        yield group, *users
 
 
 @pytest.fixture(scope="module")
@@ -88,9 +88,10 @@ def good(lab):
         yield a, b
 
 
-def hostile_cmd(lab, member, action: str, **args) -> list[str]:
-    """tests/helpers/hostile.py's action as the member, in h0."""
-    return [*MRC, "exec", "-l", lab.lab, "--user", member[1], "h0", "--",
+def hostile_cmd(lab, member, action: str, *, user: int = 1, **args) -> list[str]:
+    """tests/helpers/hostile.py's action as a member (user: its index in
+    member, the hostile one by default), in h0."""
+    return [*MRC, "exec", "-l", lab.lab, "--user", member[user], "h0", "--",
             "python", "-m", "tests.helpers.hostile", action, json.dumps(args)]  # fmt: skip
 
 
@@ -140,33 +141,75 @@ def ends(topo, host: str, peer: str) -> wire.Endpoints:
     )
 
 
+@contextlib.contextmanager
+def held_by_other_member(lab, member, peer: Side) -> Iterator[dict]:
+    """The other member's session in h0 (its QP in RTS towards peer's, idle),
+    held while the block runs: what it holds."""
+    cmd = hostile_cmd(lab, member, "hold", user=2, seconds=TIMEOUT, dest_qpn=peer.qp.qp_num,
+                      dest_gid=peer.ctx.gid())  # fmt: skip
+    proc = subprocess.Popen(
+        cmd,
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=ROOT,
+    )  # fmt: skip
+    try:
+        line = proc.stdout.readline()
+        assert line, proc.stderr.read()
+        yield json.loads(line)
+    finally:
+        proc.stdin.close()  # its end
+        try:
+            proc.wait(timeout=30)
+        finally:
+            if proc.poll() is None:  # ours, by pid
+                proc.kill()
+                proc.wait()
+
+
 def test_it_cannot_name_another_sessions_queues_or_memory(lab, member, good):
-    """Every pin of the lab (BPF_OBJ_GET), the good session's send queues and
-    MRs by their map ids (BPF_MAP_GET_FD_BY_ID), and the good process's
-    descriptors (/proc/PID/fd, pidfd_getfd) are refused to it."""
+    """Every pin of the lab (BPF_OBJ_GET); the send queues and MRs, by their
+    map ids (BPF_MAP_GET_FD_BY_ID), of the good session (root's) and of
+    another member's; and those processes' descriptors (/proc/PID/fd,
+    pidfd_getfd) are refused to it."""
     a, b = good
-    ids = {}
-    with nic.NicMaps.open(lab.lab) as maps:
-        for name, side in (("a", a), ("b", b)):
-            ids[f"{name}_sq"] = maps.inner_map_id(WQ_MAP, maps.sq_raw(side.qp.qp_num).ring)
-            ids[f"{name}_mr"] = maps.inner_map_id(MEMS_MAP, side.mr.lkey)
-        for name in ("nic_mr", "nic_tx_qps", "nic_wqs", "nic_mems"):
-            ids[name] = bpfsys.map_info(maps.fd(name)).id
-    for name, map_id in ids.items():  # real ids: root opens each
-        assert map_id, name
-        os.close(bpfsys.map_fd_by_id(map_id))
-    device = a.ctx._nic
-    fds = [device.program_fd, device.port[0].fileno(), a.ctx.session.sock.fileno()]
-    pins = sorted(p.name for p in pin_dir(lab.lab).iterdir())
-
-    got = hostile(lab, member, "names", pin_dir=str(pin_dir(lab.lab)), map_ids=ids,
-                  pid=os.getpid(), fds=fds)  # fmt: skip
-
+    with held_by_other_member(lab, member, b) as other:
+        ids = {}
+        with nic.NicMaps.open(lab.lab) as maps:
+            for name, qpn, region in (("a", a.qp.qp_num, a.mr.lkey), ("b", b.qp.qp_num, b.mr.lkey),
+                                      ("other", other["qpn"], other["region"])):  # fmt: skip
+                ids[f"{name}_sq"] = maps.inner_map_id(WQ_MAP, maps.sq_raw(qpn).ring)
+                ids[f"{name}_mr"] = maps.inner_map_id(MEMS_MAP, region)
+            for name in ("nic_mr", "nic_tx_qps", "nic_wqs", "nic_mems"):
+                ids[name] = bpfsys.map_info(maps.fd(name)).id
+        for name, map_id in ids.items():  # real ids: root opens each
+            assert map_id, name
+            os.close(bpfsys.map_fd_by_id(map_id))
+        device = a.ctx._nic
+        fds = [device.program_fd, device.port[0].fileno(), a.ctx.session.sock.fileno()]
+        pins = sorted(p.name for p in pin_dir(lab.lab).iterdir())
+        got = {
+            who: hostile(
+                lab,
+                member,
+                "names",
+                pin_dir=str(pin_dir(lab.lab)),
+                map_ids=ids,
+                pid=pid,
+                fds=pid_fds,
+            )  # fmt: skip
+            for who, pid, pid_fds in (
+                ("root", os.getpid(), fds),
+                ("other", other["pid"], other["fds"]),
+            )  # fmt: skip
+        }
+    assert got["other"]["pins"] == got["root"]["pins"]
+    got = {**got["root"], "other_proc_fd": got["other"]["proc_fd"],
+           "other_getfd": got["other"]["pidfd_getfd"]}  # fmt: skip
     assert sorted(got["pins"]) == pins and {"nic_wqs", "nic_mems", "nic_xdp_prog"} <= set(pins)
     assert {pin: r for pin, r in got["pins"].items() if r not in REFUSED} == {}
     assert got["map_ids"] == dict.fromkeys(ids, "EPERM")
-    assert got["proc_fd"] in REFUSED
-    assert set(got["pidfd_getfd"].values()) <= REFUSED
+    assert got["proc_fd"] in REFUSED and got["other_proc_fd"] in REFUSED
+    assert set(got["pidfd_getfd"].values()) | set(got["other_getfd"].values()) <= REFUSED
     both_ways(a, b)
 
 
