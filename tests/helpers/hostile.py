@@ -109,7 +109,7 @@ def frames(args: dict) -> dict:
     `port`: sent on the doorbell socket as handed over; `run`: a BPF_PROG_RUN of
     kick_fd without metadata, as if received on `ifname`; `rebound`: the doorbell
     socket bound to `ifname` first (bind needs no privilege on a packet socket
-    one already holds)."""
+    one already holds); `sendto`: sent on it to `ifname`, unbound."""
     out: dict = {}
     data = [bytes.fromhex(f) for f in args["frames"]]
     with verbs.Context() as ctx:
@@ -126,6 +126,11 @@ def frames(args: dict) -> dict:
                     out["retvals"].append(r.retval)
                 except OSError as e:
                     out["retvals"].append(_refusal(e))
+        elif args["how"] == "sendto":  # the doorbell socket as it is, another port named
+            try:
+                out["sent"] = [sock.sendto(f, (args["ifname"], 0)) for f in data]
+            except OSError as e:
+                out["sent"] = _refusal(e)
         else:
             try:
                 sock.bind((args["ifname"], 0))
