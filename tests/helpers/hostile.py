@@ -185,7 +185,7 @@ def hold(args: dict) -> dict:
         fds = [device.program_fd, device.port[0].fileno(), ctx.session.sock.fileno()]
         held = {"pid": os.getpid(), "qpn": qp.qp_num, "region": mr.lkey, "fds": fds}
         print(json.dumps(held), flush=True)
-        select.select([sys.stdin], [], [], args["seconds"])  # readable at EOF
+        _line(args["seconds"])  # EOF: the test is done with it
     return {"held": True}
 
 
@@ -319,6 +319,53 @@ def session_ops(args: dict) -> dict:
     return out
 
 
+def _line(seconds: float) -> str:
+    """The test's next line on stdin, waited for at most `seconds` ('' then)."""
+    ready, _, _ = select.select([sys.stdin], [], [], seconds)
+    return sys.stdin.readline().strip() if ready else ""
+
+
+def stale(args: dict) -> dict:
+    """Keep what a released QP, MR and CQ were: a raw session makes them,
+    maps their send queue, memory and ring as the library does, releases
+    them in the daemon and says which ring, region and CQ slot they had;
+    on `go` writes random bytes over the stale queue and memory, on `check`
+    says whether the stale ring got any record since (its producer position)."""
+    from mrc_nic.contract import appops
+    from mrc_nic.lab import client
+
+    with client.Session(os.environ["MRC_NIC_LAB"], os.environ["MRC_NIC_HOST"]) as s:
+        hello = s.call(appops.Hello(pid=os.getpid()))
+        for fd in (hello.kick_fd, hello.doorbell_fd, hello.cq_lost_fd):
+            if fd >= 0:
+                os.close(fd)
+        pd = s.call(appops.AllocPd()).pd
+        mr = s.call(appops.RegMr(pd=pd, length=16 * 1024, access=3))
+        cq = s.call(appops.CreateCq(cqe=16))
+        qp = s.call(appops.CreateQp(pd=pd, send_cq=cq.cq, recv_cq=cq.cq, max_send_wr=1,
+                                    max_recv_wr=1, max_send_sge=1, max_recv_sge=1))  # fmt: skip
+        info = bpfsys.map_info(mr.memory_fd)
+        memory = mmap.mmap(mr.memory_fd, info.max_entries * info.value_size)
+        queue = mmap.mmap(qp.sq_fd, WQ_SIZE)
+        produced = mmap.mmap(cq.ring_fd, 4096, prot=mmap.PROT_READ, offset=4096)
+        for fd in (mr.memory_fd, qp.sq_fd, cq.ring_fd):
+            os.close(fd)
+        s.call(appops.DestroyQp(qpn=qp.qpn))
+        s.call(appops.DeregMr(region=mr.region))
+        s.call(appops.DestroyCq(cq=cq.cq))
+        s.call(appops.DeallocPd(pd=pd))
+        print(json.dumps({"ring": qp.ring, "region": mr.region, "cq": cq.cq}), flush=True)
+        out: dict = {}
+        if _line(args["seconds"]) == "go":
+            queue[:] = os.urandom(len(queue))
+            memory[:] = os.urandom(len(memory))
+            out["before"] = int.from_bytes(produced[:8], "little")
+            print(json.dumps(out), flush=True)
+            if _line(args["seconds"]) == "check":
+                out["after"] = int.from_bytes(produced[:8], "little")
+        return out
+
+
 def open_nics(args: dict) -> dict:
     """Open each [lab, host]'s NIC: 'opened host', or [errno, message]."""
     out = {}
@@ -341,6 +388,7 @@ ACTIONS = {
     "garbage": garbage,
     "inject": inject,
     "session_ops": session_ops,
+    "stale": stale,
     "open_nics": open_nics,
 }
 

@@ -470,3 +470,40 @@ def test_a_keyed_pair_takes_no_write_from_a_tenant_that_knows_its_numbers(lab, m
         assert bytes(b.mr.buf[: len(marker)]) == before_mr
         assert all(status != "SUCCESS" for _, status in got["wcs"]), got
         both_ways(a, b)
+
+
+def test_what_it_kept_of_released_resources_reaches_their_next_owner_not(lab, member):
+    """It maps a QP's send queue, an MR's memory and a CQ's ring, releases them
+    in the daemon and keeps the mappings. The good session's next QP, MR and
+    CQ get the same ring, region and CQ slot, each a map of its own: random
+    bytes written into the stale queue and memory, and the good session's
+    completions, reach nothing of the new owner's (it writes byte-exact), and
+    the stale ring gets no record."""
+    proc = subprocess.Popen(
+        hostile_cmd(lab, member, "stale", seconds=60),
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=ROOT,
+    )  # fmt: skip
+    try:
+        line = proc.stdout.readline()
+        assert line, proc.stderr.read()
+        kept = json.loads(line)
+        with pair(lab) as (a, b):
+            with nic.NicMaps.open(lab.lab) as maps:
+                both_ways(a, b)  # in RTS and sending: its ring is in the NIC's QP
+                assert maps.sq_raw(a.qp.qp_num).ring == kept["ring"]
+            assert a.mr.lkey == kept["region"] and a.scq.index == kept["cq"]
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+            assert proc.stdout.readline(), proc.stderr.read()  # written
+            both_ways(a, b)
+            proc.stdin.write("check\n")
+            proc.stdin.flush()
+            out, err = proc.communicate(timeout=TIMEOUT)
+    finally:
+        if proc.poll() is None:  # ours, by pid
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err
+    got = answer(member, out)
+    assert got["after"] == got["before"], got
