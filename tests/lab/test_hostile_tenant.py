@@ -95,10 +95,10 @@ def hostile_cmd(lab, member, action: str, *, user: int = 1, **args) -> list[str]
             "python", "-m", "tests.helpers.hostile", action, json.dumps(args)]  # fmt: skip
 
 
-def answer(member, stdout: str) -> dict:
-    """The hostile program's last line, which says it ran as the member."""
+def answer(member, stdout: str, user: int = 1) -> dict:
+    """The hostile program's last line, which says it ran as that member."""
     out = json.loads(stdout.splitlines()[-1])
-    assert out["uid"] == pwd.getpwnam(member[1]).pw_uid != 0
+    assert out["uid"] == pwd.getpwnam(member[user]).pw_uid != 0
     return out
 
 
@@ -110,6 +110,37 @@ def hostile(lab, member, action: str, **args) -> dict:
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     return answer(member, proc.stdout)
+
+
+@contextlib.contextmanager
+def started(lab, member, action: str, **args) -> Iterator[subprocess.Popen]:
+    """A hostile action started, talking through pipes (text); killed by its
+    pid if it outlives the block."""
+    proc = subprocess.Popen(
+        hostile_cmd(lab, member, action, **args),
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=ROOT,
+    )  # fmt: skip
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:  # ours, by pid
+            proc.kill()
+            proc.wait()
+
+
+def said(proc: subprocess.Popen) -> dict:
+    """A started action's next line, a JSON object."""
+    line = proc.stdout.readline()
+    assert line, proc.stderr.read()
+    return json.loads(line)
+
+
+def finished(proc: subprocess.Popen, member, user: int = 1) -> dict:
+    """A started action's answer, its stdin closed."""
+    out, err = proc.communicate(timeout=TIMEOUT)
+    assert proc.returncode == 0, err
+    return answer(member, out, user)
 
 
 def both_ways(a: Side, b: Side) -> None:
@@ -145,25 +176,10 @@ def ends(topo, host: str, peer: str) -> wire.Endpoints:
 def held_by_other_member(lab, member, peer: Side) -> Iterator[dict]:
     """The other member's session in h0 (its QP in RTS towards peer's, idle),
     held while the block runs: what it holds."""
-    cmd = hostile_cmd(lab, member, "hold", user=2, seconds=TIMEOUT, dest_qpn=peer.qp.qp_num,
-                      dest_gid=peer.ctx.gid())  # fmt: skip
-    proc = subprocess.Popen(
-        cmd,
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        cwd=ROOT,
-    )  # fmt: skip
-    try:
-        line = proc.stdout.readline()
-        assert line, proc.stderr.read()
-        yield json.loads(line)
-    finally:
-        proc.stdin.close()  # its end
-        try:
-            proc.wait(timeout=30)
-        finally:
-            if proc.poll() is None:  # ours, by pid
-                proc.kill()
-                proc.wait()
+    args = {"seconds": TIMEOUT, "dest_qpn": peer.qp.qp_num, "dest_gid": peer.ctx.gid()}
+    with started(lab, member, "hold", user=2, **args) as proc:
+        yield said(proc)
+        finished(proc, member, user=2)
 
 
 def test_it_cannot_name_another_sessions_queues_or_memory(lab, member, good):
@@ -401,26 +417,15 @@ def test_its_doorbell_socket_reads_no_one_elses_traffic(lab, member):
     out-of-band exchange of QPNs and rkeys, verbs.cm, does): root sends UDP
     datagrams with a marker from h0 to h1 while it listens."""
     marker = os.urandom(16)
-    proc = subprocess.Popen(
-        hostile_cmd(lab, member, "sniff", ifname="eth0", marker=marker.hex(), seconds=5),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
-    )  # fmt: skip
-    try:
-        listening = json.loads(proc.stdout.readline() or "{}")
-        if listening.get("bound") == "eth0":
+    with started(lab, member, "sniff", ifname="eth0", marker=marker.hex(), seconds=5) as proc:
+        if said(proc).get("bound") == "eth0":  # listening
             with netns.entered(lab.netns("h0")):
                 sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
             with sock:
                 for _ in range(20):
                     sock.sendto(marker, (str(lab.host_address(1, 0)), 9))  # discard
                     time.sleep(0.01)
-        out, err = proc.communicate(timeout=TIMEOUT)
-    finally:
-        if proc.poll() is None:  # ours, by pid
-            proc.kill()
-            proc.wait()
-    assert proc.returncode == 0, err
-    got = answer(member, out)
+        got = finished(proc, member)
     assert got["bound"] != "eth0" or not got["seen"], got
 
 
@@ -479,15 +484,8 @@ def test_what_it_kept_of_released_resources_reaches_their_next_owner_not(lab, me
     bytes written into the stale queue and memory, and the good session's
     completions, reach nothing of the new owner's (it writes byte-exact), and
     the stale ring gets no record."""
-    proc = subprocess.Popen(
-        hostile_cmd(lab, member, "stale", seconds=60),
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        cwd=ROOT,
-    )  # fmt: skip
-    try:
-        line = proc.stdout.readline()
-        assert line, proc.stderr.read()
-        kept = json.loads(line)
+    with started(lab, member, "stale", seconds=60) as proc:
+        kept = said(proc)
         with pair(lab) as (a, b):
             with nic.NicMaps.open(lab.lab) as maps:
                 both_ways(a, b)  # in RTS and sending: its ring is in the NIC's QP
@@ -495,15 +493,9 @@ def test_what_it_kept_of_released_resources_reaches_their_next_owner_not(lab, me
             assert a.mr.lkey == kept["region"] and a.scq.index == kept["cq"]
             proc.stdin.write("go\n")
             proc.stdin.flush()
-            assert proc.stdout.readline(), proc.stderr.read()  # written
+            said(proc)  # written
             both_ways(a, b)
             proc.stdin.write("check\n")
             proc.stdin.flush()
-            out, err = proc.communicate(timeout=TIMEOUT)
-    finally:
-        if proc.poll() is None:  # ours, by pid
-            proc.kill()
-            proc.wait()
-    assert proc.returncode == 0, err
-    got = answer(member, out)
+            got = finished(proc, member)
     assert got["after"] == got["before"], got
