@@ -366,6 +366,32 @@ def stale(args: dict) -> dict:
         return out
 
 
+def clog(args: dict) -> dict:
+    """A session of its own that sends `requests` requests (query_qp of no QP)
+    and reads none of the replies, sending for at most 5 s; says how many it
+    sent, then holds the connection until stdin closes or `seconds` pass."""
+    from mrc_nic.contract import appops, framing
+    from mrc_nic.lab import client
+
+    with client.Session(os.environ["MRC_NIC_LAB"], os.environ["MRC_NIC_HOST"]) as s:
+        hello = s.call(appops.Hello(pid=os.getpid()))
+        for fd in (hello.kick_fd, hello.doorbell_fd, hello.cq_lost_fd):
+            if fd >= 0:
+                os.close(fd)
+        line = framing.encode(framing.encode_request(appops.QueryQp(qpn=0)))
+        s.sock.settimeout(5)
+        sent = 0
+        try:
+            while sent < args["requests"]:
+                s.sock.sendall(line)
+                sent += 1
+        except TimeoutError:
+            pass  # the daemon reads no more
+        print(json.dumps({"sent": sent}), flush=True)
+        _line(args["seconds"])
+    return {"sent": sent}
+
+
 def open_nics(args: dict) -> dict:
     """Open each [lab, host]'s NIC: 'opened host', or [errno, message]."""
     out = {}
@@ -389,6 +415,7 @@ ACTIONS = {
     "inject": inject,
     "session_ops": session_ops,
     "stale": stale,
+    "clog": clog,
     "open_nics": open_nics,
 }
 

@@ -8,10 +8,11 @@ hostile programs are tests/helpers/hostile.py; they print what the kernel and
 the daemon answered each try, and this file checks that and what the NIC did
 (its counters and QP states, read as root).
 
-One hole is shown, not papered over (xfail, strict: they pass, and so fail,
-once it is closed): the doorbell socket rebinds to the host's port, from
-where the tenant sends raw frames onto the fabric (a forged NACK fails a good
-QP) and reads the host's other traffic. RDMA's own exposure, a WRITE from a
+Two holes are shown, not papered over (xfail, strict: they pass, and so
+fail, once closed): the doorbell socket reaches the host's port (bind,
+sendto), from where the tenant sends raw frames onto the fabric (a forged
+NACK fails a good QP) and reads the host's other traffic; and a session that
+reads none of its replies blocks its host's daemon, for every session. RDMA's own exposure, a WRITE from a
 QP that knows a receive QP's numbers and rkey, is shown against a pair
 without a key, and refused to a pair with one (auth_key).
 
@@ -509,3 +510,40 @@ def test_what_it_kept_of_released_resources_reaches_their_next_owner_not(lab, me
             proc.stdin.flush()
             got = finished(proc, member)
     assert got["after"] == got["before"], got
+
+
+# A second hole: a host's daemon answers each request with a blocking send
+# (lab.service LineService._send). A session that reads none of its replies
+# fills its socket's buffer after a few hundred, and the daemon, one loop for
+# every session of the host and the supervision of their QPs (timeouts,
+# retries, NSCC), blocks in that send until the session goes.
+UNREAD_HOLE = (
+    "issue 28: a host's daemon blocks sending to a session that reads no replies: "
+    "one tenant stalls every session of the host and the supervision of their QPs"
+)
+
+
+@pytest.mark.xfail(strict=True, reason=UNREAD_HOLE)
+def test_a_session_that_reads_no_replies_stalls_no_one_else(lab, member, good):
+    """It sends its daemon thousands of requests and reads none of the
+    replies: the daemon, which serves every session of h0 and supervises their
+    QPs, must go on answering others (root's ping, a new session) meanwhile.
+    Once it is gone, the good session writes byte-exact."""
+    from mrc_nic.contract import daemonops
+    from mrc_nic.lab import client
+
+    a, b = good
+    with started(lab, member, "clog", requests=50_000, seconds=60) as proc:
+        sent = said(proc)["sent"]
+        start = time.monotonic()
+        try:
+            client.call(lab.lab, "h0", daemonops.Ping(), timeout=10)
+            answered = time.monotonic() - start
+        except client.DaemonError as e:
+            answered = str(e)
+        if isinstance(answered, float):
+            other = Side(lab.lab, "h0")  # a new session: hello, PD, MR, CQs, QP
+            other.close()
+        finished(proc, member)
+    both_ways(a, b)
+    assert isinstance(answered, float), f"after {sent} unread replies: {answered}"
