@@ -12,9 +12,10 @@ Two holes are shown, not papered over (xfail, strict: they pass, and so
 fail, once closed): the doorbell socket reaches the host's port (bind,
 sendto), from where the tenant sends raw frames onto the fabric (a forged
 NACK fails a good QP) and reads the host's other traffic; and a session that
-reads none of its replies blocks its host's daemon, for every session. RDMA's own exposure, a WRITE from a
-QP that knows a receive QP's numbers and rkey, is shown against a pair
-without a key, and refused to a pair with one (auth_key).
+reads none of its replies blocks its host's daemon, for every session.
+RDMA's own exposure, a WRITE from a QP that knows a receive QP's numbers and
+rkey, is shown against a pair without a key, and refused to a pair with one
+(auth_key).
 
 Covered elsewhere and not repeated here: a corrupt `done` counter and a WQE
 naming another PD's MR fail only their QP (tests/lab/test_tenants.py,
