@@ -392,6 +392,51 @@ def clog(args: dict) -> dict:
     return {"sent": sent}
 
 
+def connections(args: dict) -> dict:
+    """Up to `most` connections to its host's daemon, each a session
+    (app_hello) if `hello`, its descriptor limit raised as far as it may; says how many
+    it opened and what stopped it, then holds them until stdin closes or
+    `seconds` pass."""
+    import resource
+
+    from mrc_nic.contract import appops
+    from mrc_nic.lab import client
+
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    held: list = []
+    out: dict = {"limit": hard, "stopped": None}
+    end = time.monotonic() + args["seconds"]
+    try:
+        while len(held) < args["most"] and time.monotonic() < end:
+            try:
+                s = client.Session(os.environ["MRC_NIC_LAB"], os.environ["MRC_NIC_HOST"])
+            except BlockingIOError:  # its backlog is full: the daemon accepts one at a time
+                time.sleep(0.001)
+                continue
+            except (OSError, client.DaemonError) as e:
+                out["stopped"] = str(e)
+                break
+            held.append(s)
+            if not args["hello"]:
+                continue
+            try:
+                hello = s.call(appops.Hello(pid=os.getpid()))
+            except (OSError, client.DaemonError) as e:
+                out["stopped"] = str(e)
+                break
+            for fd in (hello.kick_fd, hello.doorbell_fd, hello.cq_lost_fd):
+                if fd >= 0:
+                    os.close(fd)
+        out["opened"] = len(held)
+        print(json.dumps(out), flush=True)
+        _line(max(0.0, end - time.monotonic()))
+    finally:
+        for s in held:
+            s.close()
+    return out
+
+
 def open_nics(args: dict) -> dict:
     """Open each [lab, host]'s NIC: 'opened host', or [errno, message]."""
     out = {}
@@ -416,6 +461,7 @@ ACTIONS = {
     "session_ops": session_ops,
     "stale": stale,
     "clog": clog,
+    "connections": connections,
     "open_nics": open_nics,
 }
 

@@ -8,11 +8,12 @@ hostile programs are tests/helpers/hostile.py; they print what the kernel and
 the daemon answered each try, and this file checks that and what the NIC did
 (its counters and QP states, read as root).
 
-Two holes are shown, not papered over (xfail, strict: they pass, and so
+Three holes are shown, not papered over (xfail, strict: they pass, and so
 fail, once closed): the doorbell socket reaches the host's port (bind,
 sendto), from where the tenant sends raw frames onto the fabric (a forged
-NACK fails a good QP) and reads the host's other traffic; and a session that
-reads none of its replies blocks its host's daemon, for every session.
+NACK fails a good QP) and reads the host's other traffic; a session that
+reads none of its replies blocks its host's daemon, for every session; and
+connections opened until the daemon has no descriptor left end it.
 RDMA's own exposure, a WRITE from a QP that knows a receive QP's numbers and
 rkey, is shown against a pair without a key, and refused to a pair with one
 (auth_key).
@@ -548,3 +549,44 @@ def test_a_session_that_reads_no_replies_stalls_no_one_else(lab, member, good):
         finished(proc, member)
     both_ways(a, b)
     assert isinstance(answered, float), f"after {sent} unread replies: {answered}"
+
+
+# A third hole: a host's daemon takes every connection a member opens to its
+# socket (a descriptor each, no limit per peer), and when it has no
+# descriptor left, accept() raises EMFILE out of its loop
+# (lab.service LineService._accept) and the daemon dies: every program of the
+# host gets IBV_EVENT_DEVICE_FATAL until `mrc-nic up --reuse`.
+CONNECTIONS_HOLE = (
+    "issue 28: a member opens connections to its host's daemon until the daemon has no "
+    "descriptor left, and accept()'s EMFILE ends the daemon (every session of the host dies)"
+)
+
+
+@pytest.mark.xfail(strict=True, reason=CONNECTIONS_HOLE)
+def test_a_tenant_that_opens_connections_until_refused_stops_no_one_else(lab, member, good):
+    """It opens connections to its daemon, its descriptor limit raised as far
+    as it may, until something refuses (its own limit, or the daemon): the
+    daemon lives and answers others (root's ping) while they are held, and
+    once they go, the good session writes byte-exact and a new session opens.
+    (h0's daemon is started again at the end if it died.)"""
+    from mrc_nic.contract import daemonops
+    from mrc_nic.fabric import testbed
+    from mrc_nic.lab import client, workers
+
+    a, b = good
+    pid = client.call(lab.lab, "h0", daemonops.Ping()).pid
+    try:
+        with started(lab, member, "connections", most=100_000, hello=False, seconds=60) as proc:
+            held = said(proc)
+            try:
+                answered = client.call(lab.lab, "h0", daemonops.Ping(), timeout=10).pid
+            except client.DaemonError as e:
+                answered = str(e)
+            finished(proc, member)
+        log = workers.log_path(lab.lab, "h0")
+        last = log.read_text().splitlines()[-3:] if log.exists() else []
+        assert answered == pid, (held, answered, last)
+        both_ways(a, b)
+        Side(lab.lab, "h0").close()
+    finally:
+        testbed.start_daemons(lab)  # what `up --reuse` does, if h0's died
