@@ -437,6 +437,33 @@ def connections(args: dict) -> dict:
     return out
 
 
+def hog(args: dict) -> dict:
+    """`sessions` sessions, each asking for `shares`, each allocating PDs until
+    refused (or `seconds` pass); says how many each got and its limits, then
+    holds them until stdin closes or `seconds` pass."""
+    end = time.monotonic() + args["seconds"]
+    contexts, out = [], {"pds": [], "limits": [], "refused": None}
+    try:
+        for _ in range(args["sessions"]):
+            ctx = verbs.Context(shares=args["shares"])
+            contexts.append(ctx)
+            pds = []
+            while time.monotonic() < end:
+                try:
+                    pds.append(verbs.PD(ctx))
+                except verbs.VerbsError as e:
+                    out["refused"] = str(e)
+                    break
+            out["pds"].append(len(pds))
+            out["limits"].append(ctx.shares["pds"])
+        print(json.dumps(out), flush=True)
+        _line(max(0.0, end - time.monotonic()))
+    finally:
+        for ctx in contexts:
+            ctx.close()
+    return out
+
+
 def open_nics(args: dict) -> dict:
     """Open each [lab, host]'s NIC: 'opened host', or [errno, message]."""
     out = {}
@@ -462,6 +489,7 @@ ACTIONS = {
     "stale": stale,
     "clog": clog,
     "connections": connections,
+    "hog": hog,
     "open_nics": open_nics,
 }
 

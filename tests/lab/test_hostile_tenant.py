@@ -13,7 +13,9 @@ fail, once closed): the doorbell socket reaches the host's port (bind,
 sendto), from where the tenant sends raw frames onto the fabric (a forged
 NACK fails a good QP) and reads the host's other traffic; a session that
 reads none of its replies blocks its host's daemon, for every session; and
-connections opened until the daemon has no descriptor left end it.
+connections opened until the daemon has no descriptor left end it. And a
+gap: a member takes every PD of the host (a share is what a session asks
+for, and each session has one), leaving none even to root.
 RDMA's own exposure, a WRITE from a QP that knows a receive QP's numbers and
 rkey, is shown against a pair without a key, and refused to a pair with one
 (auth_key).
@@ -590,3 +592,34 @@ def test_a_tenant_that_opens_connections_until_refused_stops_no_one_else(lab, me
         Side(lab.lab, "h0").close()
     finally:
         testbed.start_daemons(lab)  # what `up --reuse` does, if h0's died
+
+
+# Not a hole in what a tenant reaches, but in what it may take: a session's
+# share is what it asks for, up to the whole host (docs/api.md, "Shares":
+# "not a wall against a hostile [program], which is root today"; members
+# are not root any more), and every session of a tenant has one.
+SHARES_GAP = (
+    "issue 28: a member's session may ask for the whole host, and each of its sessions has a "
+    "share: one tenant leaves nothing to the others"
+)
+
+
+@pytest.mark.xfail(strict=True, reason=SHARES_GAP)
+@pytest.mark.parametrize(
+    "how", [{"sessions": 1, "shares": {"pds": "100%"}}, {"sessions": 2, "shares": {}}],
+    ids=["one-session-asking-all", "two-sessions-of-half"],
+)  # fmt: skip
+def test_a_tenant_that_takes_all_it_may_leaves_room_for_others(lab, member, how):
+    """It allocates PDs until refused, in one session that asks for every PD
+    of the host or in two that take the default share: a new session of
+    someone else on h0 still gets a PD (and so a QP) meanwhile."""
+    with started(lab, member, "hog", seconds=60, **how) as proc:
+        held = said(proc)
+        try:
+            other = Side(lab.lab, "h0")
+            other.close()
+            refused = None
+        except Exception as e:  # noqa: BLE001 (what refused it is the finding)
+            refused = str(e)
+        finished(proc, member)
+    assert refused is None, (held, refused)
