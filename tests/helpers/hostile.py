@@ -17,6 +17,7 @@ import errno
 import json
 import mmap
 import os
+import resource
 import select
 import socket
 import sys
@@ -24,7 +25,9 @@ import time
 from pathlib import Path
 
 from mrc_nic import verbs
+from mrc_nic.contract import appops, framing
 from mrc_nic.kernel import bpfsys
+from mrc_nic.lab import client
 from mrc_nic.nic.driver.doorbell import doorbell_frame, kick_frame
 from mrc_nic.nic.driver.formats import WQ_SIZE
 from mrc_nic.nic.layout import Kick, KickOp
@@ -276,11 +279,9 @@ def session_ops(args: dict) -> dict:
     PROT_WRITE, BPF_MAP_UPDATE_ELEM) and every operation on the numbers of
     another session's objects (`theirs`: qpn, region, cq, pd): the errno's
     name each got, or 'done'."""
-    from mrc_nic.contract import appops
-    from mrc_nic.lab import client
 
     out: dict = {}
-    with client.Session(os.environ["MRC_NIC_LAB"], os.environ["MRC_NIC_HOST"]) as s:
+    with _session() as s:
         hello = s.call(appops.Hello(pid=os.getpid()))
         lost = hello.cq_lost_fd
         try:
@@ -325,20 +326,36 @@ def _line(seconds: float) -> str:
     return sys.stdin.readline().strip() if ready else ""
 
 
+def _session():
+    """A connection to its host's daemon (mrc_nic.lab.client), spoken raw."""
+
+    return client.Session(os.environ["MRC_NIC_LAB"], os.environ["MRC_NIC_HOST"])
+
+
+def _hello(s) -> None:
+    """Open the session (app_hello); the descriptors it is handed are closed."""
+
+    hello = s.call(appops.Hello(pid=os.getpid()))
+    for fd in (hello.kick_fd, hello.doorbell_fd, hello.cq_lost_fd):
+        if fd >= 0:
+            os.close(fd)
+
+
+def _hold(out: dict, end: float) -> None:
+    """Say `out` (a line), then wait for stdin to close, until `end` at most."""
+    print(json.dumps(out), flush=True)
+    _line(max(0.0, end - time.monotonic()))
+
+
 def stale(args: dict) -> dict:
     """Keep what a released QP, MR and CQ were: a raw session makes them,
     maps their send queue, memory and ring as the library does, releases
     them in the daemon and says which ring, region and CQ slot they had;
     on `go` writes random bytes over the stale queue and memory, on `check`
     says whether the stale ring got any record since (its producer position)."""
-    from mrc_nic.contract import appops
-    from mrc_nic.lab import client
 
-    with client.Session(os.environ["MRC_NIC_LAB"], os.environ["MRC_NIC_HOST"]) as s:
-        hello = s.call(appops.Hello(pid=os.getpid()))
-        for fd in (hello.kick_fd, hello.doorbell_fd, hello.cq_lost_fd):
-            if fd >= 0:
-                os.close(fd)
+    with _session() as s:
+        _hello(s)
         pd = s.call(appops.AllocPd()).pd
         mr = s.call(appops.RegMr(pd=pd, length=16 * 1024, access=3))
         cq = s.call(appops.CreateCq(cqe=16))
@@ -370,14 +387,9 @@ def clog(args: dict) -> dict:
     """A session of its own that sends `requests` requests (query_qp of no QP)
     and reads none of the replies, sending for at most 5 s; says how many it
     sent, then holds the connection until stdin closes or `seconds` pass."""
-    from mrc_nic.contract import appops, framing
-    from mrc_nic.lab import client
 
-    with client.Session(os.environ["MRC_NIC_LAB"], os.environ["MRC_NIC_HOST"]) as s:
-        hello = s.call(appops.Hello(pid=os.getpid()))
-        for fd in (hello.kick_fd, hello.doorbell_fd, hello.cq_lost_fd):
-            if fd >= 0:
-                os.close(fd)
+    with _session() as s:
+        _hello(s)
         line = framing.encode(framing.encode_request(appops.QueryQp(qpn=0)))
         s.sock.settimeout(5)
         sent = 0
@@ -387,8 +399,7 @@ def clog(args: dict) -> dict:
                 sent += 1
         except TimeoutError:
             pass  # the daemon reads no more
-        print(json.dumps({"sent": sent}), flush=True)
-        _line(args["seconds"])
+        _hold({"sent": sent}, time.monotonic() + args["seconds"])
     return {"sent": sent}
 
 
@@ -397,11 +408,6 @@ def connections(args: dict) -> dict:
     (app_hello) if `hello`, its descriptor limit raised as far as it may; says how many
     it opened and what stopped it, then holds them until stdin closes or
     `seconds` pass."""
-    import resource
-
-    from mrc_nic.contract import appops
-    from mrc_nic.lab import client
-
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     held: list = []
@@ -410,7 +416,7 @@ def connections(args: dict) -> dict:
     try:
         while len(held) < args["most"] and time.monotonic() < end:
             try:
-                s = client.Session(os.environ["MRC_NIC_LAB"], os.environ["MRC_NIC_HOST"])
+                s = _session()
             except BlockingIOError:  # its backlog is full: the daemon accepts one at a time
                 time.sleep(0.001)
                 continue
@@ -421,16 +427,12 @@ def connections(args: dict) -> dict:
             if not args["hello"]:
                 continue
             try:
-                hello = s.call(appops.Hello(pid=os.getpid()))
+                _hello(s)
             except (OSError, client.DaemonError) as e:
                 out["stopped"] = str(e)
                 break
-            for fd in (hello.kick_fd, hello.doorbell_fd, hello.cq_lost_fd):
-                if fd >= 0:
-                    os.close(fd)
         out["opened"] = len(held)
-        print(json.dumps(out), flush=True)
-        _line(max(0.0, end - time.monotonic()))
+        _hold(out, end)
     finally:
         for s in held:
             s.close()
@@ -456,8 +458,7 @@ def hog(args: dict) -> dict:
                     break
             out["pds"].append(len(pds))
             out["limits"].append(ctx.shares["pds"])
-        print(json.dumps(out), flush=True)
-        _line(max(0.0, end - time.monotonic()))
+        _hold(out, end)
     finally:
         for ctx in contexts:
             ctx.close()
