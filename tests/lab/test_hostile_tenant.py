@@ -359,91 +359,6 @@ def test_it_opens_only_its_own_hosts_nic(lab, member):
     assert f"mrc-nic exec -l {lab.lab} h1 -- CMD" in message and "\n" not in message
 
 
-# An isolation hole: the doorbell socket is an AF_PACKET socket, and bind()
-# on a packet socket one holds needs no privilege (CAP_NET_RAW is checked when
-# the socket is made, by the daemon), nor does sendto() naming another
-# interface. Rebound to the host's port (eth0, in the same namespace), or
-# sending to it, it puts any frame onto the fabric, what a tenant's verbs
-# never can (ACKs, NACKs, another QP's PSNs), and reads what the host's other
-# processes send there; a real NIC's doorbell page gives a process neither.
-REBIND_HOLE = (
-    "issue 28: the doorbell socket (doorbell_fd, AF_PACKET) reaches the host's port without "
-    "privilege (bind, sendto): a tenant sends and reads raw frames there"
-)
-
-
-@pytest.mark.xfail(strict=True, reason=REBIND_HOLE)
-@pytest.mark.parametrize("how", ["rebound", "sendto"])
-def test_its_doorbell_socket_puts_no_frame_on_the_hosts_port(lab, member, how):
-    """Probes at a QP h1 does not have, sent through the hostile session's
-    doorbell socket bound to h0's port, or sent on it to that port (sendto
-    names the interface: no bind at all): h1's NIC must see none of them."""
-    probes = [
-        bytes(wire.probe(ends(lab, "h0", "h1"), ev=5, dqpn=0xFFFF00 + i, psn=i, tx_ts=1))
-        for i in range(8)
-    ]
-    with nic.NicMaps.open(lab.lab) as maps:
-        before = maps.counters()
-        got = hostile(lab, member, "frames", how=how, ifname="eth0",
-                      frames=[p.hex() for p in probes])  # fmt: skip
-        changed = moved(before, maps.counters())
-    assert changed.get("drop_unknown_qp", 0) == 0, (got, changed)
-
-
-@pytest.mark.xfail(strict=True, reason=REBIND_HOLE)
-def test_a_nack_its_peer_never_sent_fails_no_good_qp(lab, member):
-    """A good QP c in h1 has a WRITE outstanding to its peer d in h0 (d takes
-    nothing yet: its timeout is long, so the WRITE stays unacknowledged). The
-    hostile tenant in h0 sends, from h0's own address through its rebound
-    doorbell socket, a fatal NACK (remote access error) of c's first PSN: a
-    NACK d's NIC never sent must not fail c. (Its QPN and PSN are handed to it
-    here; a tenant would guess them: QPNs are dense per host, PSNs start at 0.)"""
-    c, d = Side(lab.lab, "h1"), Side(lab.lab, "h0")
-    try:
-        c.qp.to_init()
-        c.qp.to_rtr(d.qp.qp_num, d.ctx.gid())
-        c.qp.to_rts(timeout=24)  # 17 s a try: unacknowledged for the whole test
-        c.qp.post_send(write(c, d, 0, 4 * KIB, wr_id=1))
-        with nic.NicMaps.open(lab.lab) as maps:
-            deadline = time.monotonic() + 5
-            while maps.sq(c.qp.qp_num).snd_nxt == 0 and time.monotonic() < deadline:
-                time.sleep(0.01)
-            sq = maps.sq(c.qp.qp_num)
-            assert sq.snd_una == 0 < sq.snd_nxt and sq.state == nic.QpState.RTS
-            nack = wire.nack_packet(
-                ends(lab, "h0", "h1"), reason=wire.NackReason.UNEXP_EVENT,
-                syndrome=wire.Syndrome.NAK_REM_ACCESS, ev=7, dqpn=c.qp.qp_num, psn=0,
-                cum_psn=0, echo_ts=1,
-            )  # fmt: skip
-            got = hostile(lab, member, "frames", how="rebound", ifname="eth0",
-                          frames=[bytes(nack).hex()])  # fmt: skip
-            time.sleep(0.1)
-            state = maps.sq(c.qp.qp_num).state
-        assert state == nic.QpState.RTS, (got, state)
-    finally:
-        c.close()
-        d.close()
-
-
-@pytest.mark.xfail(strict=True, reason=REBIND_HOLE)
-def test_its_doorbell_socket_reads_no_one_elses_traffic(lab, member):
-    """The hostile session's doorbell socket, bound to h0's port for every
-    protocol, must not read what other processes of h0 send there (as the
-    out-of-band exchange of QPNs and rkeys, verbs.cm, does): root sends UDP
-    datagrams with a marker from h0 to h1 while it listens."""
-    marker = os.urandom(16)
-    with started(lab, member, "sniff", ifname="eth0", marker=marker.hex(), seconds=5) as proc:
-        if said(proc).get("bound") == "eth0":  # listening
-            with netns.entered(lab.netns("h0")):
-                sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-            with sock:
-                for _ in range(20):
-                    sock.sendto(marker, (str(lab.host_address(1, 0)), 9))  # discard
-                    time.sleep(0.01)
-        got = finished(proc, member)
-    assert got["bound"] != "eth0" or not got["seen"], got
-
-
 def test_its_session_reaches_none_of_another_sessions_objects(lab, member, good):
     """Its own session, spoken raw: the lab's CQ lost counts it is handed
     cannot be written (a frozen map), and every operation naming the good
@@ -514,6 +429,93 @@ def test_what_it_kept_of_released_resources_reaches_their_next_owner_not(lab, me
             proc.stdin.flush()
             got = finished(proc, member)
     assert got["after"] == got["before"], got
+
+
+# An isolation hole: the doorbell socket is an AF_PACKET socket, and bind()
+# on a packet socket one holds needs no privilege (CAP_NET_RAW is checked when
+# the socket is made, by the daemon), nor does sendto() naming another
+# interface. Rebound to the host's port (eth0, in the same namespace), or
+# sending to it, it puts any frame onto the fabric, what a tenant's verbs
+# never can (ACKs, NACKs, another QP's PSNs), and reads what the host's other
+# processes send there; a real NIC's doorbell page gives a process neither.
+REBIND_HOLE = (
+    "issue 28: the doorbell socket (doorbell_fd, AF_PACKET) reaches the host's port without "
+    "privilege (bind, sendto): a tenant sends and reads raw frames there"
+)
+
+
+@pytest.mark.xfail(strict=True, reason=REBIND_HOLE)
+@pytest.mark.parametrize("how", ["rebound", "sendto"])
+def test_its_doorbell_socket_puts_no_frame_on_the_hosts_port(lab, member, how):
+    """Probes at a QP h1 does not have, sent through the hostile session's
+    doorbell socket bound to h0's port, or sent on it to that port (sendto
+    names the interface: no bind at all): h1's NIC must see none of them."""
+    probes = [
+        bytes(wire.probe(ends(lab, "h0", "h1"), ev=5, dqpn=0xFFFF00 + i, psn=i, tx_ts=1))
+        for i in range(8)
+    ]
+    with nic.NicMaps.open(lab.lab) as maps:
+        before = maps.counters()
+        got = hostile(lab, member, "frames", how=how, ifname="eth0",
+                      frames=[p.hex() for p in probes])  # fmt: skip
+        changed = moved(before, maps.counters())
+    assert changed.get("drop_unknown_qp", 0) == 0, (got, changed)
+
+
+@pytest.mark.xfail(strict=True, reason=REBIND_HOLE)
+def test_a_nack_its_peer_never_sent_fails_no_good_qp(lab, member):
+    """A good QP c in h1 has a WRITE outstanding to its peer d in h0 (d takes
+    nothing yet: its timeout is long, so the WRITE stays unacknowledged). The
+    hostile tenant in h0 sends, from h0's own address through its rebound
+    doorbell socket, a fatal NACK (remote access error) of c's first PSN: a
+    NACK d's NIC never sent must not fail c. (Its QPN and PSN are handed to it
+    here; a tenant would guess them: QPNs are dense per host, PSNs start at 0.)"""
+    c, d = Side(lab.lab, "h1"), Side(lab.lab, "h0")
+    try:
+        c.qp.to_init()
+        c.qp.to_rtr(d.qp.qp_num, d.ctx.gid())
+        c.qp.to_rts(timeout=24)  # 17 s a try: unacknowledged for the whole test
+        c.qp.post_send(write(c, d, 0, 4 * KIB, wr_id=1))
+        with nic.NicMaps.open(lab.lab) as maps:
+            deadline = time.monotonic() + 5
+            while maps.sq(c.qp.qp_num).snd_nxt == 0 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            sq = maps.sq(c.qp.qp_num)
+            assert sq.snd_una == 0 < sq.snd_nxt and sq.state == nic.QpState.RTS
+            nack = wire.nack_packet(
+                ends(lab, "h0", "h1"), reason=wire.NackReason.UNEXP_EVENT,
+                syndrome=wire.Syndrome.NAK_REM_ACCESS, ev=7, dqpn=c.qp.qp_num, psn=0,
+                cum_psn=0, echo_ts=1,
+            )  # fmt: skip
+            got = hostile(lab, member, "frames", how="rebound", ifname="eth0",
+                          frames=[bytes(nack).hex()])  # fmt: skip
+            deadline = time.monotonic() + 2  # its way through the fabric, at most
+            while maps.sq(c.qp.qp_num).state == nic.QpState.RTS and time.monotonic() < deadline:
+                time.sleep(0.01)
+            state = maps.sq(c.qp.qp_num).state
+        assert state == nic.QpState.RTS, (got, state)
+    finally:
+        c.close()
+        d.close()
+
+
+@pytest.mark.xfail(strict=True, reason=REBIND_HOLE)
+def test_its_doorbell_socket_reads_no_one_elses_traffic(lab, member):
+    """The hostile session's doorbell socket, bound to h0's port for every
+    protocol, must not read what other processes of h0 send there (as the
+    out-of-band exchange of QPNs and rkeys, verbs.cm, does): root sends UDP
+    datagrams with a marker from h0 to h1 while it listens."""
+    marker = os.urandom(16)
+    with started(lab, member, "sniff", ifname="eth0", marker=marker.hex(), seconds=5) as proc:
+        if said(proc).get("bound") == "eth0":  # listening
+            with netns.entered(lab.netns("h0")):
+                sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            with sock:
+                for _ in range(20):
+                    sock.sendto(marker, (str(lab.host_address(1, 0)), 9))  # discard
+                    time.sleep(0.01)
+        got = finished(proc, member)
+    assert got["bound"] != "eth0" or not got["seen"], got
 
 
 # A second hole: a host's daemon answers each request with a blocking send
