@@ -597,9 +597,12 @@ def test_a_tenant_that_opens_connections_until_refused_stops_no_one_else(lab, me
 
 
 # Not a hole in what a tenant reaches, but in what it may take: a session's
-# share is what it asks for, up to the whole host (docs/api.md, "Shares":
-# "not a wall against a hostile [program], which is root today"; members
-# are not root any more), and every session of a tenant has one.
+# share is what it asks for, up to the whole host, and each session of a
+# tenant has one. docs/api.md ("Shares") says a share is no wall against a
+# hostile program; since members are not root, this is what that means: one
+# member leaves nothing to anyone, root's tools included (issue 28 item 5
+# asks for defaults "that leave room for other sessions and for mrc-nic's own
+# tools"). Kept as an expected failure until that is decided.
 SHARES_GAP = (
     "issue 28: a member's session may ask for the whole host, and each of its sessions has a "
     "share: one tenant leaves nothing to the others"
