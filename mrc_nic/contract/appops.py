@@ -46,11 +46,6 @@ class HelloReply(Reply):
         "the doorbell program: BPF_PROG_RUN of a kick frame runs the send engine "
         "(send kicks only, bpf/nic_xdp.c nic_doorbell)"
     )
-    doorbell_fd: int = fd_arg(
-        "an AF_PACKET socket on the host's doorbell port: a kick frame sent there is a "
-        "send kick (-1: the host has no port; kick with kick_fd)"
-    )
-    doorbell_frame: int = arg("the size of a doorbell port frame (the port's MTU + 14)", 0)
     cq_lost_fd: int = fd_arg(
         "nic_cq_lost (mmap it read-only; the map is frozen, BPF alone writes it): "
         "completions each CQ index lost to a full ring, a __u64 each"

@@ -129,8 +129,11 @@ class Limits:
     shares: dict[str, Share]
     capacity: dict[str, int]
 
-    def check(self, name: str, held: int, more: int, host: str) -> str | None:
-        """Why `more` of resource `name` on top of `held` is over the share, or None."""
+    def check(
+        self, name: str, held: int, more: int, host: str, who: str = "this session"
+    ) -> str | None:
+        """Why `more` of resource `name` on top of `held` is over the share, or None.
+        who: whose share it is (a session's, or a user's: all its sessions')."""
         limit = self.limits[name]
         if held + more <= limit:
             return None
@@ -141,12 +144,12 @@ class Limits:
                 else "release some, or use fewer"
             )
             return (
-                f"{host}'s NIC has {self.capacity[name]} {WHAT[name]} in all and this "
-                f"session holds {held}, so {more} more do not fit even in the whole NIC: "
+                f"{host}'s NIC has {self.capacity[name]} {WHAT[name]} in all and {who} "
+                f"holds {held}, so {more} more do not fit even in the whole NIC: "
                 f"{raise_it}"
             )
         return (
-            f"this session's share of {host}'s NIC is {limit} {WHAT[name]} "
+            f"{who}'s share of {host}'s NIC is {limit} {WHAT[name]} "
             f"({self.shares[name]} of {self.capacity[name]}) and it holds {held}, "
             f"so {more} more do not fit: release some, or raise the share "
             f"(mrc-nic exec --share {name}=..., {ENV_PREFIX}{name.upper()}, "

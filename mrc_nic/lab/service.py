@@ -19,10 +19,12 @@ the applications'); any other is refused with EPERM before its handler.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import errno
 import functools
 import os
+import resource
 import selectors
 import signal
 import socket
@@ -31,7 +33,7 @@ import sys
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -53,11 +55,24 @@ def is_operator(uid: int) -> bool:
     return uid in (0, os.geteuid())
 
 
+# What a service holds for one client that does not read its replies: past it
+# the client is dropped, never waited for (one loop serves every client).
+OUTBOX_MAX = 4 << 20
+# Connections one user that is not root may hold to one service at once.
+CONNS_PER_USER = 256
+ACCEPT_PAUSE_S = 0.1  # no descriptor left (EMFILE): new connections wait this long
+
+
 @dataclass(eq=False)
 class Conn:
     sock: socket.socket
     buf: bytes = b""
     uid: int = 0  # the peer's (peer_cred): who may call what (LineService.open_ops)
+    # Replies not sent yet (the client's socket buffer is full): (bytes, the
+    # descriptors that go with their first byte), oldest first; and their size.
+    out: collections.deque = field(default_factory=collections.deque)
+    queued: int = 0
+    closed: bool = False
 
 
 class LineService:
@@ -78,6 +93,8 @@ class LineService:
         self.open_ops: frozenset[str] = frozenset()  # what a peer that is not root may call
         self.sel = selectors.DefaultSelector()
         self.running = True
+        self._conns_by_uid: collections.Counter[int] = collections.Counter()
+        self._accept_paused_until: float | None = None  # EMFILE: new connections wait
         self.handlers: dict[str, Handler] = {
             name: getattr(self, f"op_{name}")
             for name in self.operations.by_name
@@ -142,44 +159,89 @@ class LineService:
             os.chmod(self.path, 0o660)
         listener.listen(16)
         listener.setblocking(False)
+        _raise_descriptor_limit()
         self.watch(listener, functools.partial(self._accept, listener))
         try:
             while self.running:
                 for key, _ in self.sel.select(self.tick_interval()):
                     key.data()
-                self.tick(time.monotonic())
+                now = time.monotonic()
+                if self._accept_paused_until is not None and now >= self._accept_paused_until:
+                    self._accept_paused_until = None
+                    self.watch(listener, functools.partial(self._accept, listener))
+                self.tick(now)
         finally:
             self.path.unlink(missing_ok=True)
             listener.close()
             self.close()
 
     def _accept(self, listener: socket.socket) -> None:
-        sock, _ = listener.accept()
+        try:
+            sock, _ = listener.accept()
+        except BlockingIOError:
+            return
+        except OSError as e:  # EMFILE, ENFILE: no descriptor left; the others' go on
+            print(f"accept: {e}; new connections wait {ACCEPT_PAUSE_S} s", file=sys.stderr)
+            self.sel.unregister(listener)
+            self._accept_paused_until = time.monotonic() + ACCEPT_PAUSE_S
+            return
         sock.setblocking(False)
-        conn = Conn(sock, uid=peer_cred(sock)[1])
-        self.watch(sock, functools.partial(self._read, conn))
+        uid = peer_cred(sock)[1]
+        if not is_operator(uid) and self._conns_by_uid[uid] >= CONNS_PER_USER:
+            with contextlib.suppress(OSError):  # one line, if its buffer takes it
+                sock.send(framing.encode(self.too_many(uid)))
+            sock.close()
+            return
+        conn = Conn(sock, uid=uid)
+        self._conns_by_uid[uid] += 1
+        self.watch(sock, functools.partial(self._ready, conn))
+
+    @staticmethod
+    def too_many(uid: int) -> dict:
+        return {
+            "ok": False,
+            "errno": "EMFILE",
+            "message": f"uid {uid} holds {CONNS_PER_USER} connections to this service, the "
+            "most a user that is not root may: close some (each verbs.Context is one)",
+        }
+
+    def _ready(self, conn: Conn) -> None:
+        """The client's socket is readable, or writable while replies wait."""
+        if conn.out:
+            self._flush(conn)
+        if not conn.closed:
+            self._read(conn)
 
     def _read(self, conn: Conn) -> None:
         try:
             chunk = conn.sock.recv(65536)
+        except BlockingIOError:
+            return  # only writable (replies waiting)
         except OSError:
             chunk = b""
         if not chunk:
             self._drop(conn)
             return
         conn.buf += chunk
-        while b"\n" in conn.buf:
+        while b"\n" in conn.buf and not conn.closed:
             line, conn.buf = conn.buf.split(b"\n", 1)
             message = self.handle_line(line, conn)
             if message is not None:
                 self._send(conn, *message)
-        if len(conn.buf) > framing.MAX_LINE:
+        if len(conn.buf) > framing.MAX_LINE and not conn.closed:
             self._drop(conn)
 
     def _drop(self, conn: Conn) -> None:
+        if conn.closed:
+            return
+        conn.closed = True
         self.on_drop(conn)
         self.sel.unregister(conn.sock)
         conn.sock.close()
+        self._conns_by_uid[conn.uid] -= 1
+        for _, fds in conn.out:
+            _close(fds)
+        conn.out.clear()
 
     def reply(self, conn: Conn | None, result: framing.Reply) -> None:
         """Answer a request whose handler returned None (a client gone: nowhere)."""
@@ -191,23 +253,44 @@ class LineService:
 
     def _send(self, conn: Conn | None, message: dict, fds: list[int] = ()) -> None:
         """Send a message, with the reply's file descriptors (SCM_RIGHTS), which
-        are closed here once sent, or if they cannot be."""
-        try:
-            if conn is None or conn.sock.fileno() < 0:
-                return
-            data = framing.encode(message)
-            conn.sock.setblocking(True)
+        are closed here once sent, or if they cannot be. Never waits: what the
+        client's socket does not take waits in its outbox, and a client whose
+        outbox passes OUTBOX_MAX (it reads no replies) is dropped."""
+        if conn is None or conn.closed:
+            _close(fds)
+            return
+        data = framing.encode(message)
+        conn.out.append((data, list(fds)))
+        conn.queued += len(data)
+        self._flush(conn)
+
+    def _flush(self, conn: Conn) -> None:
+        while conn.out:
+            data, fds = conn.out[0]
             try:
-                sent = socket.send_fds(conn.sock, [data], list(fds)) if fds else 0
-                conn.sock.sendall(data[sent:])
-            except OSError:
-                pass
-            finally:
-                conn.sock.setblocking(False)
-        finally:
-            for fd in fds:
-                with contextlib.suppress(OSError):
-                    os.close(fd)
+                sent = socket.send_fds(conn.sock, [data], fds) if fds else conn.sock.send(data)
+            except BlockingIOError:
+                break
+            except OSError:  # the client is gone
+                self._drop(conn)
+                return
+            _close(fds)  # they went with the first byte
+            conn.queued -= sent
+            if sent < len(data):
+                conn.out[0] = (data[sent:], [])
+                break
+            conn.out.popleft()
+        if conn.queued > OUTBOX_MAX:
+            print(f"dropped uid {conn.uid}'s connection: it reads no replies", file=sys.stderr)
+            self._drop(conn)
+            return
+        events = selectors.EVENT_READ | (selectors.EVENT_WRITE if conn.out else 0)
+        try:
+            key = self.sel.get_key(conn.sock)
+        except KeyError:
+            return  # not in the loop (a test's connection)
+        if key.events != events:
+            self.sel.modify(conn.sock, events, functools.partial(self._ready, conn))
 
     # ---- requests --------------------------------------------------------------------
     def operator_only(self, op: str, conn: Conn) -> str:
@@ -238,3 +321,17 @@ class LineService:
         if result is None:
             return None  # answered later
         return self._reply_message(result)
+
+
+def _close(fds: list[int]) -> None:
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+
+
+def _raise_descriptor_limit() -> None:
+    """As many descriptors as the hard limit allows: each client holds one."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))

@@ -20,8 +20,7 @@ from typing import Any, ClassVar
 
 from mrc_nic import nic
 from mrc_nic.contract import appops, shares
-from mrc_nic.lab.service import Conn
-from mrc_nic.nic.driver.doorbell import open_doorbell
+from mrc_nic.lab.service import Conn, is_operator
 from mrc_nic.transport import tenancy
 from mrc_nic.transport.host import HostContext, Part
 from mrc_nic.transport.qp import (
@@ -117,9 +116,12 @@ class AppResources(Part):
             asked = shares.parse_all(req.shares or {}, "shares")
         except ValueError as e:
             raise einval(str(e)) from None
+        limits = shares.limits(self.capacity, self.lab_shares, asked)
+        if not is_operator(peer.uid):  # a tenant asks for no more than the lab gives
+            self._within_lab_share(limits, peer.uid)
         session = ctx.sessions.session(conn, create=True)
-        session.pid, session.command = peer.pid, peer.command
-        session.limits = shares.limits(self.capacity, self.lab_shares, asked)
+        session.pid, session.uid, session.command = peer.pid, peer.uid, peer.command
+        session.limits = limits
         fds = self._device_fds()
         return appops.HelloReply(
             **fds,
@@ -144,21 +146,32 @@ class AppResources(Part):
             shares=dict(session.limits.limits),
         )
 
+    def _within_lab_share(self, limits: shares.Limits, uid: int) -> None:
+        """EPERM when a tenant asks for more of a resource than the lab's share
+        (only root may: the rest of the host is for the others, mrc-nic's
+        tools included)."""
+        lab = shares.limits(self.capacity, self.lab_shares, {})
+        over = [n for n in shares.RESOURCES if limits.limits[n] > lab.limits[n]]
+        if over:
+            name = over[0]
+            raise QpError(
+                errno.EPERM,
+                f"uid {uid} asks for {limits.shares[name]} of {self.ctx.host}'s {name}, more "
+                f"than the lab's share ({lab.shares[name]}), which only root may: ask for "
+                f"less, or have the lab's [tenants] {name} raised",
+            )
+
     def _device_fds(self) -> dict:
-        """What every session reaches of the NIC: the doorbell program, the
-        host's doorbell port (a socket made in the host's namespace) and the CQs'
-        lost counts (a frozen map). Fresh descriptors: the reply hands them over."""
+        """What every session reaches of the NIC: the doorbell program and the
+        CQs' lost counts (a frozen map). Fresh descriptors: the reply hands them
+        over. Not the doorbell port: a packet socket there could be bound or
+        sent to the host's other ports (docs/api.md, "Isolation and cleanup")."""
         maps = self.ctx.maps
         out: dict = {"kick_fd": maps.doorbell_program_fd()}
         try:
             out["cq_lost_fd"] = maps.cq_lost_fd()
-            port = open_doorbell(self.ctx.topo.netns(self.ctx.host))
-            if port is not None:
-                out["doorbell_fd"], out["doorbell_frame"] = port[0].detach(), port[1]
         except BaseException:
-            for name, fd in out.items():
-                if name.endswith("_fd"):
-                    os.close(fd)
+            os.close(out["kick_fd"])
             raise
         return out
 
@@ -177,7 +190,7 @@ class AppResources(Part):
         with the region's, nic_region.pd); numbers come round-robin, so a
         released one is not given again at once."""
         session = self.ctx.sessions.session(conn)
-        session.within_share("pds", 1, self.ctx.host)
+        self.ctx.sessions.within_share(session, "pds", 1)
         if len(self.pds) >= MAX_PDS:
             raise QpError(
                 errno.ENOSPC,
@@ -219,7 +232,7 @@ class AppResources(Part):
                 "LOCAL_WRITE (1) and REMOTE_WRITE (2)"
             )
         window = mr_window(req)
-        session.within_share("memory", window.n_elems * nic.MR_ELEM_SIZE, ctx.host)
+        ctx.sessions.within_share(session, "memory", window.n_elems * nic.MR_ELEM_SIZE)
         # The host's NIC memory, counted: the MR's bytes are a map of its own
         # (only this session gets its fd), not the span's elements of nic_mr.
         pool = max((ctx.res.recv_mem, ctx.res.send_mem), key=lambda p: p.free_elems)
@@ -288,7 +301,7 @@ class AppResources(Part):
         most = ctx.maps.cq_ring_bytes // CQ_RECORD_BYTES
         if not isinstance(req.cqe, int) or not 1 <= req.cqe <= most:
             raise einval(f"cqe must be 1..{most} (a CQ ring holds {most} completions)")
-        session.within_share("cqs", 1, ctx.host)
+        ctx.sessions.within_share(session, "cqs", 1)
         cq = ctx.cq_slots.take()
         ring_fd = -1
         try:

@@ -70,7 +70,7 @@ class QpLifecycle(Part):
             value = getattr(req, name)
             if not isinstance(value, int) or not lo <= value <= hi:
                 raise einval(f"cap.{name} must be {lo}..{hi}, not {value!r}")
-        session.within_share("qps", 1, ctx.host)
+        ctx.sessions.within_share(session, "qps", 1)
         qpn = ctx.res.new_qpn()
         try:
             ring = ctx.res.rings.take()

@@ -16,7 +16,7 @@ import errno
 from typing import Any
 
 from mrc_nic.contract import shares
-from mrc_nic.lab.service import Conn
+from mrc_nic.lab.service import Conn, is_operator
 from mrc_nic.transport import hostmem, supervisor
 from mrc_nic.transport.qp import QpError, QpState
 
@@ -81,6 +81,7 @@ class AppQp(supervisor.Supervised):
 class AppSession:
     conn: Conn
     pid: int = 0
+    uid: int = 0  # a tenant's (not root): its sessions share one share of the host
     command: str = ""
     limits: shares.Limits | None = None  # its shares of the host (app_hello)
     pds: set[int] = dataclasses.field(default_factory=set)
@@ -101,13 +102,6 @@ class AppSession:
             "pds": len(self.pds),
         }
 
-    def within_share(self, name: str, more: int, host: str) -> None:
-        """Refuse what would take the session past its share (ENOMEM for memory)."""
-        if self.limits is None:
-            return
-        why = self.limits.check(name, self.held()[name], more, host)
-        if why is not None:
-            raise QpError(errno.ENOMEM if name == "memory" else errno.ENOSPC, why)
 
 
 class Sessions:
@@ -124,6 +118,22 @@ class Sessions:
                 raise QpError(errno.EPERM, "open a session first (app_hello): verbs.Context does")
             found = self.by_conn[id(conn)] = AppSession(conn)
         return found
+
+    def within_share(self, session: AppSession, name: str, more: int) -> None:
+        """Refuse what would take the session past its share (ENOMEM for memory).
+        A tenant's sessions (a user that is not root) hold one share together:
+        a program cannot take more by opening more sessions."""
+        if session.limits is None:
+            return
+        if is_operator(session.uid):
+            held, who = session.held()[name], "this session"
+        else:
+            mine = [s for s in self.by_conn.values() if s.uid == session.uid]
+            held = sum(s.held()[name] for s in mine)
+            who = f"uid {session.uid} (its {len(mine)} session(s) together)"
+        why = session.limits.check(name, held, more, self.host, who)
+        if why is not None:
+            raise QpError(errno.ENOMEM if name == "memory" else errno.ENOSPC, why)
 
     def pop(self, conn: Conn) -> AppSession | None:
         return self.by_conn.pop(id(conn), None)

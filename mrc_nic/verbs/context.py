@@ -161,12 +161,12 @@ class Context:
             hello = self.session.call(appops.Hello(pid=os.getpid(), shares=asked or None))
             # What this process reaches of the NIC (driver.views): the descriptors
             # its session is handed, starting with the doorbell's.
+            ns = devices.netns_name(self.lab, self.host)
             self._nic = DeviceMaps(
                 self.lab,
                 kick_fd=hello.kick_fd,
-                doorbell_fd=hello.doorbell_fd,
-                doorbell_frame=hello.doorbell_frame,
                 cq_lost_fd=hello.cq_lost_fd,
+                netns_name=ns if (NETNS_DIR / ns).exists() else None,
             )
         except client.DaemonError as e:
             self.session.close()

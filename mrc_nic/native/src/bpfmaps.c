@@ -8,8 +8,13 @@
 
 #include <errno.h>
 #include <linux/bpf.h>
+#include <linux/if_packet.h>
+#include <net/ethernet.h>
+#include <net/if.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -71,6 +76,34 @@ void nv_kick_template(unsigned char *eth)
 	memset(eth + 6, 0, 6);
 	eth[12] = NIC_KICK_ETHERTYPE >> 8;
 	eth[13] = NIC_KICK_ETHERTYPE & 0xff;
+}
+
+/* An AF_PACKET socket on this namespace's doorbell port and its frame size,
+ * or -errno: no port, or no CAP_NET_RAW (a tenant: kicks take the doorbell
+ * program, BPF_PROG_RUN; the daemon never hands a packet socket out, since
+ * one can be bound or sent to the host's other ports). */
+int nv_doorbell_open(int *frame_len)
+{
+	struct sockaddr_ll sll = { .sll_family = AF_PACKET };
+	struct ifreq ifr;
+	int one = 1, fd;
+
+	fd = socket(AF_PACKET, SOCK_RAW | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	sll.sll_ifindex = if_nametoindex(NV_DOORBELL_IFNAME);
+	memset(&ifr, 0, sizeof(ifr));
+	strncpy(ifr.ifr_name, NV_DOORBELL_IFNAME, IFNAMSIZ - 1);
+	if (!sll.sll_ifindex || bind(fd, (struct sockaddr *)&sll, sizeof(sll)) ||
+	    ioctl(fd, SIOCGIFMTU, &ifr)) {
+		int e = errno ? errno : ENODEV;
+
+		close(fd);
+		return -e;
+	}
+	setsockopt(fd, SOL_PACKET, PACKET_QDISC_BYPASS, &one, sizeof(one));
+	*frame_len = ETH_HLEN + ifr.ifr_mtu;
+	return fd;
 }
 
 void *nv_mmap(int fd, size_t len, off_t off, int prot)

@@ -169,7 +169,8 @@ static void close_maps(struct nv_context *nc)
 }
 
 /* What hello handed the session (docs/api.md, "Isolation"): the doorbell
- * program, the host's doorbell port and nic_cq_lost (frozen: mapped read-only). */
+ * program and nic_cq_lost (frozen: mapped read-only); and the host's doorbell
+ * port, when this process may open a packet socket (root). */
 static int open_maps(struct nv_context *nc)
 {
 	long long frame = 0;
@@ -178,7 +179,6 @@ static int open_maps(struct nv_context *nc)
 
 	nc->prog_fd = nv_reply_fd(&nc->sess, "kick_fd");
 	nc->cq_lost_fd = nv_reply_fd(&nc->sess, "cq_lost_fd");
-	nc->db_fd = nv_reply_fd(&nc->sess, "doorbell_fd");
 	if (nc->prog_fd < 0 || nc->cq_lost_fd < 0) {
 		nv_log("the daemon of %s in lab %s handed over no doorbell (is it older than this "
 		       "library? mrc-nic up --reuse)", nc->host, nc->lab);
@@ -190,7 +190,10 @@ static int open_maps(struct nv_context *nc)
 	nc->cq_lost = nv_mmap(nc->cq_lost_fd, nc->cq_lost_len, 0, PROT_READ);
 	if (!nc->cq_lost)
 		return -errno;
-	nv_json_int(nc->sess.reply, "doorbell_frame", &frame);
+	nc->db_fd = nv_doorbell_open(&nc->db_frame_len);
+	if (nc->db_fd < 0)
+		nc->db_fd = -1; /* not root: kicks take the doorbell program */
+	frame = nc->db_frame_len;
 	if (nc->db_fd >= 0 && frame >= 14 + (long long)sizeof(struct nic_kick)) {
 		/* the host's doorbell port: frames of struct nic_kick */
 		nc->db_frame_len = (int)frame;

@@ -30,6 +30,7 @@
 #define NV_LINE 65536
 #define NV_NAME 64
 #define NV_MAX_DEVICES 64
+#define NV_DOORBELL_IFNAME "doorbell"
 #define NV_VENDOR_ID 0 /* 0: perftest takes an unknown device's plain ibv_post_send path */
 #define NV_FDS_MAX 16   /* descriptors one reply hands over, at most */
 
@@ -70,7 +71,7 @@ struct nv_context {
 	int prog_fd, cq_lost_fd; /* the doorbell program (send kicks only), nic_cq_lost */
 	__u64 *cq_lost;          /* mapped read-only: the map is frozen */
 	size_t cq_lost_len;
-	int db_fd, db_frame_len; /* the doorbell port's socket (the daemon's), or -1 */
+	int db_fd, db_frame_len; /* the doorbell port's socket (root's own), or -1 */
 	unsigned char *db_frame;
 	struct nv_mr *mrs; /* every MR of the context (under lock) */
 	/* The NIC's death (docs/api.md, "When the NIC dies"): the watcher thread
@@ -169,6 +170,7 @@ void nv_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 int nv_map_info(int fd, __u32 *max_entries, __u32 *value_size);
 int nv_kick_run(int prog_fd, __u32 qpn, __u32 runs);
 void nv_kick_template(unsigned char *eth);
+int nv_doorbell_open(int *frame_len);
 void *nv_mmap(int fd, size_t len, off_t off, int prot);
 
 /* device.c */

@@ -2,9 +2,10 @@
 
 A process gets nothing of the NIC by name. Its daemon hands its session a
 file descriptor for each NIC resource the session made (contract.appops,
-SCM_RIGHTS): the doorbell at hello (the doorbell program, the host's
-doorbell port, the CQs' lost counts: a map no process may write), an MR's
-memory, a QP's send queue and a CQ's ring. DeviceMaps maps those, and only
+SCM_RIGHTS): at hello the doorbell program and the CQs' lost counts (a map
+no process may write), then an MR's memory, a QP's send queue and a CQ's
+ring. The host's doorbell port, a faster doorbell, is a packet socket that
+only a process with CAP_NET_RAW (root) opens itself. DeviceMaps maps those, and only
 those, into the process (docs/api.md, "Isolation"): no pin is opened and no
 privilege is needed, and another session's queues and memory cannot be
 named at all.
@@ -23,7 +24,7 @@ import socket
 from mrc_nic.kernel import bpfsys
 from mrc_nic.nic.cq_maps import CQ_LOST_BYTES
 from mrc_nic.nic.driver.cq import CqRing
-from mrc_nic.nic.driver.doorbell import Ring, doorbell
+from mrc_nic.nic.driver.doorbell import Ring, doorbell, open_doorbell
 from mrc_nic.nic.driver.formats import WQ_SIZE
 from mrc_nic.nic.driver.sq import SendQueue
 from mrc_nic.nic.layout import SQ_DEPTH
@@ -44,24 +45,25 @@ class DeviceMaps:
     """One host's NIC as an application process reaches it: what its session got."""
 
     def __init__(
-        self, lab: str, *, kick_fd: int, doorbell_fd: int, doorbell_frame: int, cq_lost_fd: int
+        self, lab: str, *, kick_fd: int, cq_lost_fd: int, netns_name: str | None = None
     ) -> None:
         """The hello reply's descriptors (contract.appops.HelloReply), which this
-        object owns from now on."""
+        object owns from now on. netns_name: the host's namespace, where its
+        doorbell port is (None: this process's own)."""
         self.lab = lab
         self._views: list[mmap.mmap] = []  # writable mappings: private pages at close
         self.program_fd = kick_fd
         self.port: tuple[socket.socket, int] | None = None
         self._cq_lost: mmap.mmap | None = None
         self._stats = None  # the lab's NicMaps, opened for statistics only (root)
-        if doorbell_fd >= 0:
-            self.port = (socket.socket(fileno=doorbell_fd), doorbell_frame)
-        try:  # frozen: PROT_WRITE is refused, and so is every update
+        try:
+            self.port = open_doorbell(netns_name)  # root's (CAP_NET_RAW); None: kick_fd
             size = bpfsys.map_info(cq_lost_fd).max_entries * CQ_LOST_BYTES
         except BaseException:
             os.close(cq_lost_fd)
             self.close()
             raise
+        # frozen: PROT_WRITE is refused, and so is every update
         self._cq_lost = _map_fd(cq_lost_fd, size, mmap.PROT_READ)
 
     # ---- a QP's queues ---------------------------------------------------------------
