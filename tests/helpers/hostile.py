@@ -85,14 +85,30 @@ def _xdp_ctx(data: bytes, meta: int, ifindex: int = 0) -> bytes:
     return bytes(bpfsys.XdpMd(data=meta, data_end=len(data), ingress_ifindex=ifindex))
 
 
+def _packet_socket(device) -> tuple[socket.socket | None, int, str | None]:
+    """A packet socket on the doorbell port: the context's, if it could open one
+    (root's), else one of its own, which a tenant may not make: (socket, frame
+    size, None), or (None, 0, the errno's name)."""
+    if device.port is not None:
+        return device.port[0], device.port[1], None
+    try:
+        sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
+    except OSError as e:
+        return None, 0, _refusal(e)
+    sock.bind(("doorbell", 0))
+    return sock, 1514, None
+
+
 def kicks(args: dict) -> dict:
     """Kicks of other sessions' QPs through this session's doorbell: each
-    [qpn, op, arg] as a BPF_PROG_RUN of kick_fd (the kick as XDP metadata) and
-    as a frame sent into the doorbell port (doorbell_fd)."""
-    out: dict = {"run": [], "port": []}
+    [qpn, op, arg] as a BPF_PROG_RUN of kick_fd (the kick as XDP metadata) and,
+    if it can make a packet socket, as a frame sent into the doorbell port
+    (else "port" is the refusal)."""
+    out: dict = {"run": []}
     with verbs.Context() as ctx:
         device = ctx._nic  # the descriptors the session was handed (driver.views)
-        sock, size = device.port
+        sock, size, refused = _packet_socket(device)
+        out["port"] = refused if sock is None else []
         for qpn, op, arg in args["kicks"]:
             data = kick_frame(qpn, KickOp(op), arg)
             result = bpfsys.prog_test_run(
@@ -103,7 +119,8 @@ def kicks(args: dict) -> dict:
                 ctx_size_out=ctypes.sizeof(bpfsys.XdpMd),
             )
             out["run"].append(result.retval)
-            out["port"].append(sock.send(doorbell_frame(qpn, size, KickOp(op), arg)))
+            if sock is not None:
+                out["port"].append(sock.send(doorbell_frame(qpn, size, KickOp(op), arg)))
     return out
 
 
@@ -117,8 +134,10 @@ def frames(args: dict) -> dict:
     data = [bytes.fromhex(f) for f in args["frames"]]
     with verbs.Context() as ctx:
         device = ctx._nic
-        sock = device.port[0]
-        if args["how"] == "port":
+        sock, _, refused = _packet_socket(device)
+        if sock is None and args["how"] != "run":  # no packet socket: none to send on
+            out["sent" if args["how"] != "rebound" else "bound"] = refused
+        elif args["how"] == "port":
             out["sent"] = [sock.send(f) for f in data]
         elif args["how"] == "run":
             ifindex = socket.if_nametoindex(args["ifname"])
@@ -151,7 +170,10 @@ def sniff(args: dict) -> dict:
     marker = bytes.fromhex(args["marker"])
     out: dict = {"frames": 0, "seen": False}
     with verbs.Context() as ctx:
-        sock = ctx._nic.port[0]
+        sock, _, refused = _packet_socket(ctx._nic)
+        if sock is None:
+            print(json.dumps({"bound": refused}), flush=True)
+            return {"bound": refused, "frames": 0, "seen": False}
         try:
             sock.bind((args["ifname"], _ETH_P_ALL))
         except OSError as e:
@@ -185,7 +207,8 @@ def hold(args: dict) -> dict:
         qp.to_rtr(args["dest_qpn"], args["dest_gid"])
         qp.to_rts()
         device = ctx._nic
-        fds = [device.program_fd, device.port[0].fileno(), ctx.session.sock.fileno()]
+        fds = [device.program_fd, ctx.session.sock.fileno()]
+        fds += [device.port[0].fileno()] if device.port else []
         held = {"pid": os.getpid(), "qpn": qp.qp_num, "region": mr.lkey, "fds": fds}
         print(json.dumps(held), flush=True)
         _line(args["seconds"])  # EOF: the test is done with it
@@ -294,7 +317,7 @@ def session_ops(args: dict) -> dict:
             value = bpfsys.map_lookup(lost, key, 8)
             out["lost_update"] = _tried(bpfsys.map_update, lost, key, value)
         finally:
-            for fd in (hello.kick_fd, hello.doorbell_fd, lost):
+            for fd in (hello.kick_fd, lost):
                 if fd >= 0:
                     os.close(fd)
         theirs = args["theirs"]
@@ -336,7 +359,7 @@ def _hello(s) -> None:
     """Open the session (app_hello); the descriptors it is handed are closed."""
 
     hello = s.call(appops.Hello(pid=os.getpid()))
-    for fd in (hello.kick_fd, hello.doorbell_fd, hello.cq_lost_fd):
+    for fd in (hello.kick_fd, hello.cq_lost_fd):
         if fd >= 0:
             os.close(fd)
 
@@ -386,21 +409,24 @@ def stale(args: dict) -> dict:
 def clog(args: dict) -> dict:
     """A session of its own that sends `requests` requests (query_qp of no QP)
     and reads none of the replies, sending for at most 5 s; says how many it
-    sent, then holds the connection until stdin closes or `seconds` pass."""
+    sent and whether the daemon dropped it, then holds the connection until
+    stdin closes or `seconds` pass."""
 
     with _session() as s:
         _hello(s)
         line = framing.encode(framing.encode_request(appops.QueryQp(qpn=0)))
         s.sock.settimeout(5)
-        sent = 0
+        sent, dropped = 0, False
         try:
             while sent < args["requests"]:
                 s.sock.sendall(line)
                 sent += 1
         except TimeoutError:
             pass  # the daemon reads no more
-        _hold({"sent": sent}, time.monotonic() + args["seconds"])
-    return {"sent": sent}
+        except (BrokenPipeError, ConnectionResetError):
+            dropped = True  # the daemon let it go: it reads no replies
+        _hold({"sent": sent, "dropped": dropped}, time.monotonic() + args["seconds"])
+    return {"sent": sent, "dropped": dropped}
 
 
 def connections(args: dict) -> dict:
@@ -447,7 +473,11 @@ def hog(args: dict) -> dict:
     contexts, out = [], {"pds": [], "limits": [], "refused": None}
     try:
         for _ in range(args["sessions"]):
-            ctx = verbs.Context(shares=args["shares"])
+            try:
+                ctx = verbs.Context(shares=args["shares"])
+            except verbs.VerbsError as e:  # it asked for more than it may
+                out["refused_open"] = [e.errno, str(e)]
+                break
             contexts.append(ctx)
             pds = []
             while time.monotonic() < end:

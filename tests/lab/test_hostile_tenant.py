@@ -1,21 +1,23 @@
 """A hostile tenant (issue 28, item 7; docs/api.md, "Isolation and cleanup"):
 an ordinary user of the lab's [tenants] group, run in h0 by `mrc-nic exec
 --user`, turns what its own session was handed (the doorbell program kick_fd,
-the doorbell socket doorbell_fd, its send queue, its MR) against a good
+its send queue, its MR, the CQs' lost counts) against a good
 session beside it: root's QPs on h0 and h1 (tests/helpers/verbspair.py),
 whose WRITEs both ways are checked byte by byte after every attack. The
 hostile programs are tests/helpers/hostile.py; they print what the kernel and
 the daemon answered each try, and this file checks that and what the NIC did
 (its counters and QP states, read as root).
 
-Three holes are shown, not papered over (xfail, strict: they pass, and so
-fail, once closed): the doorbell socket reaches the host's port (bind,
-sendto), from where the tenant sends raw frames onto the fabric (a forged
-NACK fails a good QP) and reads the host's other traffic; a session that
-reads none of its replies blocks its host's daemon, for every session; and
-connections opened until the daemon has no descriptor left end it. And a
-gap: a member takes every PD of the host (a share is what a session asks
-for, and each session has one), leaving none even to root.
+Three holes these tests found are closed, and stay tested: a packet socket
+on the doorbell port, which the daemon once handed out, reached the host's
+other ports (bind, sendto: raw frames onto the fabric, the host's traffic
+read); now a tenant gets none and cannot make one. A session that read none
+of its replies blocked its host's daemon; now a service never waits on a
+client (it drops one that reads nothing). Connections opened until the
+daemon had no descriptor left ended it; now a user that is not root holds at
+most 256, and accept()'s EMFILE pauses new connections. And a gap: a member
+took every PD of the host; now a tenant asks for no more than the lab's share
+and its sessions hold one share together.
 RDMA's own exposure, a WRITE from a QP that knows a receive QP's numbers and
 rkey, is shown against a pair without a key, and refused to a pair with one
 (auth_key).
@@ -142,8 +144,12 @@ def said(proc: subprocess.Popen) -> dict:
 
 
 def finished(proc: subprocess.Popen, member, user: int = 1) -> dict:
-    """A started action's answer, its stdin closed."""
-    out, err = proc.communicate(timeout=TIMEOUT)
+    """A started action's answer, its stdin closed. Read through the pipes'
+    own buffers: said() may have read ahead past its line (communicate()
+    reads the bare descriptors and would miss what those buffers hold)."""
+    proc.stdin.close()
+    out, err = proc.stdout.read(), proc.stderr.read()
+    proc.wait(timeout=TIMEOUT)
     assert proc.returncode == 0, err
     return answer(member, out, user)
 
@@ -206,7 +212,8 @@ def test_it_cannot_name_another_sessions_queues_or_memory(lab, member, good):
             assert map_id, name
             os.close(bpfsys.map_fd_by_id(map_id))
         device = a.ctx._nic
-        fds = [device.program_fd, device.port[0].fileno(), a.ctx.session.sock.fileno()]
+        fds = [device.program_fd, a.ctx.session.sock.fileno()]
+        fds += [device.port[0].fileno()] if device.port else []
         pins = sorted(p.name for p in pin_dir(lab.lab).iterdir())
         got = {
             who: hostile(
@@ -245,10 +252,11 @@ CONTROL_KICKS = {  # enum nic_kick_op: its counter when the NIC program takes th
 def test_control_kicks_through_its_doorbell_are_send_kicks(lab, member, good):
     """FAIL, TIMEOUT, CWND and EV_REPLACE kicks naming the good QPs, run
     through the hostile session's doorbell program (BPF_PROG_RUN, the kick as
-    XDP metadata) and sent into its doorbell port, each run the send engine
-    and nothing else: no QP fails, no window or EV changes, and the good
-    session writes byte-exact. The same FAIL kick through the NIC's own
-    program (the daemon's) does fail the QP: the kicks named it rightly."""
+    XDP metadata), each run the send engine and nothing else (it has no
+    packet socket to send them into the doorbell port): no QP fails, no
+    window or EV changes, and the good session writes byte-exact. The same
+    FAIL kick through the NIC's own program (the daemon's) does fail the QP:
+    the kicks named it rightly."""
     a, b = good
     both_ways(a, b)  # both QPs have sent: their state in the NIC is set
     qpns = (a.qp.qp_num, b.qp.qp_num)
@@ -261,11 +269,11 @@ def test_control_kicks_through_its_doorbell_are_send_kicks(lab, member, good):
         states = {qpn: maps.sq(qpn).state for qpn in qpns}
         assert {qpn: maps.sq(qpn).cwnd for qpn in qpns} == cwnds
         assert got["run"] == [XDP_DROP] * len(kicks)  # an idle send kick
-        assert all(sent > 0 for sent in got["port"])
+        assert got["port"] == "EPERM"  # no packet socket: none handed, none of its own
         changed = moved(before, after)
         for counter, _ in CONTROL_KICKS.values():
             assert counter not in changed, changed
-        assert changed.get("kick_idle", 0) >= 2 * len(kicks), changed  # each ran the engine
+        assert changed.get("kick_idle", 0) >= len(kicks), changed  # each ran the engine
         assert states == dict.fromkeys(qpns, nic.QpState.RTS)
         both_ways(a, b)
 
@@ -304,11 +312,12 @@ def forged_at(lab, a: Side) -> list[bytes]:
     ids=["doorbell-socket", "kick-program-as-from-eth0", "kick-program-no-metadata"],
 )  # fmt: skip
 def test_forged_packets_through_its_doorbell_are_dropped_and_counted(lab, member, good, how):
-    """A forged WRITE, SACK and fatal NACK at the good QP, sent through the
-    hostile session's doorbell socket, or run through its doorbell program as
-    a frame without kick metadata (as if received on the host's port, or on
-    nothing), are each dropped as drop_not_kick; nothing lands in the good
-    MR, the good QPs stay in RTS and write byte-exact."""
+    """A forged WRITE, SACK and fatal NACK at the good QP, run through the
+    hostile session's doorbell program as a frame without kick metadata (as if
+    received on the host's port, or on nothing), are each dropped as
+    drop_not_kick; sent into the doorbell port they cannot be (no packet
+    socket). Nothing lands in the good MR, the good QPs stay in RTS and write
+    byte-exact."""
     a, b = good
     both_ways(a, b)
     frames = forged_at(lab, a)
@@ -318,12 +327,13 @@ def test_forged_packets_through_its_doorbell_are_dropped_and_counted(lab, member
         before = maps.counters()
         got = hostile(lab, member, "frames", frames=[f.hex() for f in frames], **how)
         changed = moved(before, maps.counters())
-        assert changed.get("drop_not_kick") == len(frames), changed
+        dropped = 0 if how["how"] == "port" else len(frames)
+        assert changed.get("drop_not_kick", 0) == dropped, changed
         assert set(before) >= WIRE_COUNTERS and not WIRE_COUNTERS & set(changed), changed
         assert maps.rq(a.qp.qp_num).cum_psn == rq_before
         assert maps.sq(a.qp.qp_num).state == nic.QpState.RTS
     if how["how"] == "port":
-        assert got["sent"] == [len(f) for f in frames]
+        assert got["sent"] == "EPERM"
     else:
         assert got["retvals"] == [XDP_DROP] * len(frames)
     assert bytes(a.mr.buf[: 64 * KIB]) == mr_before
@@ -431,20 +441,13 @@ def test_what_it_kept_of_released_resources_reaches_their_next_owner_not(lab, me
     assert got["after"] == got["before"], got
 
 
-# An isolation hole: the doorbell socket is an AF_PACKET socket, and bind()
-# on a packet socket one holds needs no privilege (CAP_NET_RAW is checked when
-# the socket is made, by the daemon), nor does sendto() naming another
-# interface. Rebound to the host's port (eth0, in the same namespace), or
-# sending to it, it puts any frame onto the fabric, what a tenant's verbs
-# never can (ACKs, NACKs, another QP's PSNs), and reads what the host's other
-# processes send there; a real NIC's doorbell page gives a process neither.
-REBIND_HOLE = (
-    "issue 28: the doorbell socket (doorbell_fd, AF_PACKET) reaches the host's port without "
-    "privilege (bind, sendto): a tenant sends and reads raw frames there"
-)
+# A hole these tests found, closed: the daemon once handed each session a
+# packet socket on the doorbell port, and bind() or sendto() on a packet
+# socket one holds needs no privilege (CAP_NET_RAW is checked when it is
+# made), so a tenant put any frame onto the fabric and read the host's
+# traffic. Now no packet socket is handed out, and a tenant cannot make one.
 
 
-@pytest.mark.xfail(strict=True, reason=REBIND_HOLE)
 @pytest.mark.parametrize("how", ["rebound", "sendto"])
 def test_its_doorbell_socket_puts_no_frame_on_the_hosts_port(lab, member, how):
     """Probes at a QP h1 does not have, sent through the hostile session's
@@ -462,7 +465,6 @@ def test_its_doorbell_socket_puts_no_frame_on_the_hosts_port(lab, member, how):
     assert changed.get("drop_unknown_qp", 0) == 0, (got, changed)
 
 
-@pytest.mark.xfail(strict=True, reason=REBIND_HOLE)
 def test_a_nack_its_peer_never_sent_fails_no_good_qp(lab, member):
     """A good QP c in h1 has a WRITE outstanding to its peer d in h0 (d takes
     nothing yet: its timeout is long, so the WRITE stays unacknowledged). The
@@ -499,7 +501,6 @@ def test_a_nack_its_peer_never_sent_fails_no_good_qp(lab, member):
         d.close()
 
 
-@pytest.mark.xfail(strict=True, reason=REBIND_HOLE)
 def test_its_doorbell_socket_reads_no_one_elses_traffic(lab, member):
     """The hostile session's doorbell socket, bound to h0's port for every
     protocol, must not read what other processes of h0 send there (as the
@@ -518,18 +519,12 @@ def test_its_doorbell_socket_reads_no_one_elses_traffic(lab, member):
     assert got["bound"] != "eth0" or not got["seen"], got
 
 
-# A second hole: a host's daemon answers each request with a blocking send
-# (lab.service LineService._send). A session that reads none of its replies
-# fills its socket's buffer after a few hundred, and the daemon, one loop for
-# every session of the host and the supervision of their QPs (timeouts,
-# retries, NSCC), blocks in that send until the session goes.
-UNREAD_HOLE = (
-    "issue 28: a host's daemon blocks sending to a session that reads no replies: "
-    "one tenant stalls every session of the host and the supervision of their QPs"
-)
+# A second hole, closed: a host's daemon answered each request with a blocking
+# send (lab.service), so a session that read none of its replies blocked the
+# one loop that serves every session of the host and supervises their QPs.
+# Now replies wait in the session's outbox, and one that passes 4 MiB drops it.
 
 
-@pytest.mark.xfail(strict=True, reason=UNREAD_HOLE)
 def test_a_session_that_reads_no_replies_stalls_no_one_else(lab, member, good):
     """It sends its daemon thousands of requests and reads none of the
     replies: the daemon, which serves every session of h0 and supervises their
@@ -540,7 +535,8 @@ def test_a_session_that_reads_no_replies_stalls_no_one_else(lab, member, good):
 
     a, b = good
     with started(lab, member, "clog", requests=50_000, seconds=60) as proc:
-        sent = said(proc)["sent"]
+        clogged = said(proc)
+        sent = clogged["sent"]
         start = time.monotonic()
         try:
             client.call(lab.lab, "h0", daemonops.Ping(), timeout=10)
@@ -553,20 +549,15 @@ def test_a_session_that_reads_no_replies_stalls_no_one_else(lab, member, good):
         finished(proc, member)
     both_ways(a, b)
     assert isinstance(answered, float), f"after {sent} unread replies: {answered}"
+    assert clogged["dropped"], clogged  # the daemon let go of it (its outbox passed 4 MiB)
 
 
-# A third hole: a host's daemon takes every connection a member opens to its
-# socket (a descriptor each, no limit per peer), and when it has no
-# descriptor left, accept() raises EMFILE out of its loop
-# (lab.service LineService._accept) and the daemon dies: every program of the
-# host gets IBV_EVENT_DEVICE_FATAL until `mrc-nic up --reuse`.
-CONNECTIONS_HOLE = (
-    "issue 28: a member opens connections to its host's daemon until the daemon has no "
-    "descriptor left, and accept()'s EMFILE ends the daemon (every session of the host dies)"
-)
+# A third hole, closed: the daemon took every connection a member opened, and
+# when it had no descriptor left, accept()'s EMFILE ended it. Now a user that
+# is not root holds at most 256 connections to it (lab.service CONNS_PER_USER),
+# and EMFILE pauses new connections instead.
 
 
-@pytest.mark.xfail(strict=True, reason=CONNECTIONS_HOLE)
 def test_a_tenant_that_opens_connections_until_refused_stops_no_one_else(lab, member, good):
     """It opens connections to its daemon, its descriptor limit raised as far
     as it may, until something refuses (its own limit, or the daemon): the
@@ -596,20 +587,12 @@ def test_a_tenant_that_opens_connections_until_refused_stops_no_one_else(lab, me
         testbed.start_daemons(lab)  # what `up --reuse` does, if h0's died
 
 
-# Not a hole in what a tenant reaches, but in what it may take: a session's
-# share is what it asks for, up to the whole host, and each session of a
-# tenant has one. docs/api.md ("Shares") says a share is no wall against a
-# hostile program; since members are not root, this is what that means: one
-# member leaves nothing to anyone, root's tools included (issue 28 item 5
-# asks for defaults "that leave room for other sessions and for mrc-nic's own
-# tools"). Kept as an expected failure until that is decided.
-SHARES_GAP = (
-    "issue 28: a member's session may ask for the whole host, and each of its sessions has a "
-    "share: one tenant leaves nothing to the others"
-)
+# A gap, closed: a member's session could ask for the whole host, and each of
+# its sessions had a share of its own, so one tenant left nothing to others,
+# root's tools included. Now a tenant asks for no more than the lab's share
+# (EPERM) and its sessions hold one share together (transport.sessions).
 
 
-@pytest.mark.xfail(strict=True, reason=SHARES_GAP)
 @pytest.mark.parametrize(
     "how", [{"sessions": 1, "shares": {"pds": "100%"}}, {"sessions": 2, "shares": {}}],
     ids=["one-session-asking-all", "two-sessions-of-half"],
@@ -628,3 +611,8 @@ def test_a_tenant_that_takes_all_it_may_leaves_room_for_others(lab, member, how)
             refused = str(e)
         finished(proc, member)
     assert refused is None, (held, refused)
+    if how["shares"]:  # asking for more than the lab's share: refused at open
+        assert held["refused_open"][0] == errno.EPERM, held
+        assert "more than the lab's share" in held["refused_open"][1], held
+    else:  # two sessions hold one share together: half the host's PDs
+        assert sum(held["pds"]) == held["limits"][0], held
