@@ -229,17 +229,23 @@ def run_each(
 ) -> dict[int, tuple[bool, object]]:
     """Each machine's own `mrc-nic ARGV`, all at once; an agent that does not
     answer is noted as a cluster event."""
-    plan, handles = agents(rec)
+    _, handles = agents(rec)
     calls = [(handles[m], "run", (argv, timeout)) for m, argv in jobs.items()]
     results = machines.call_many(calls, timeout=timeout + 30)
     out = dict(zip(jobs, results, strict=True))
-    lost = [m for m, (ok, _) in out.items() if not ok]
-    if lost:
-        rec = load(rec.lab)
-        for m in lost:
-            rec.note("agent-lost", m, f"m{m} ({plan.machines[m]}): {out[m][1]}")
-        rec.save()
+    note_lost(rec, {m: why for m, (ok, why) in out.items() if not ok})
     return out
+
+
+def note_lost(rec: ClusterRecord, lost: dict[int, object]) -> None:
+    """A cluster event for each machine whose agent did not answer ({machine: why})."""
+    if not lost:
+        return
+    plan = placement.Placement.from_dict(rec.placement)
+    rec = load(rec.lab)
+    for m, why in lost.items():
+        rec.note("agent-lost", m, f"m{m} ({plan.machines[m]}): {why}")
+    rec.save()
 
 
 def machine_of_host(rec: ClusterRecord, host: str) -> int:

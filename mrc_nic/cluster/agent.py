@@ -20,6 +20,7 @@ import sys
 from mrc_nic.errors import MrcNicError
 
 RUN_TIMEOUT_S = 600.0
+PROBE_TIMEOUT_S = 120.0
 
 
 class ShardError(MrcNicError, RuntimeError):
@@ -58,14 +59,24 @@ class Agent:
         """Remove this machine's shard: its record's and these nodes' namespaces."""
         return self._shard("clear", {"nodes": nodes})
 
+    def probe(self, stats: bool = True, ev_detail: bool = False, meter: bool = True) -> dict:
+        """This machine's stats snapshot and fidelity sample (cluster.probe)."""
+        request = {"stats": stats, "ev_detail": ev_detail, "meter": meter}
+        return self._module("probe", {"lab": self.lab, **request}, PROBE_TIMEOUT_S)
+
     def _shard(self, op: str, request: dict) -> object:
-        body = json.dumps({"op": op, "lab": self.lab, **request})
+        return self._module("shard", {"op": op, "lab": self.lab, **request}, RUN_TIMEOUT_S)
+
+    def _module(self, name: str, request: dict, timeout: float) -> object:
+        """`python -m mrc_nic.cluster.NAME` fed `request`: its one JSON line's "ok"."""
+        op = request.get("op", name)
+        body = json.dumps(request)
         done = subprocess.run(
-            [sys.executable, "-m", "mrc_nic.cluster.shard"],
+            [sys.executable, "-m", f"mrc_nic.cluster.{name}"],
             input=body,
             capture_output=True,
             text=True,
-            timeout=RUN_TIMEOUT_S,
+            timeout=timeout,
         )
         lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
         if not lines:
