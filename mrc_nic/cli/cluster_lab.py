@@ -7,7 +7,7 @@ ids; `events` merges the machines' logs with the cluster's own events; `exec
 HOST` runs on the host's machine; `write SRC DST` runs there when both hosts
 share a machine, else as two processes, one per machine (splitwrite).
 `status` and `stats` (merged snapshots): cluster_observe.py; `chaos`:
-cluster_chaos.py; `scenario` is refused (REFUSED says why).
+cluster_chaos.py; `scenario` (plane-failure; the others refused): cluster_scenario.py.
 """
 
 from __future__ import annotations
@@ -24,11 +24,18 @@ from mrc_nic.cluster.record import ClusterRecord
 from mrc_nic.errors import MrcNicError
 from mrc_nic.lab import topology
 
-ROUTED = ("status", "stats", "events", "fail", "heal", "write", "exec", "chaos", "down")
-REFUSED = {
-    "scenario": "its flows are processes of one machine sampled from that machine's NIC maps "
-    "and port counters; run it on a lab of its own: mrc-nic scenario ... --topology FILE",
-}
+ROUTED = (
+    "status",
+    "stats",
+    "events",
+    "fail",
+    "heal",
+    "write",
+    "exec",
+    "chaos",
+    "scenario",
+    "down",
+)
 
 
 class ClusterLabError(MrcNicError, RuntimeError):
@@ -185,8 +192,6 @@ def topo_of(rec: ClusterRecord) -> topology.Topology:
 def run(lab: str, argv: list[str]) -> int:
     """Run the command argv (its name first, -l taken out) on cluster lab `lab`."""
     cmd, args = argv[0], argv[1:]
-    if cmd in REFUSED:
-        raise ClusterLabError(f"`mrc-nic {cmd}` does not run on a cluster lab: {REFUSED[cmd]}")
     if cmd not in ROUTED:
         raise ClusterLabError(
             f"`mrc-nic {cmd}` does not run on a cluster lab yet (these do: "
@@ -198,10 +203,11 @@ def run(lab: str, argv: list[str]) -> int:
         down(lab)
         return 0
     machines.connect(rec.address)
-    from mrc_nic.cli import cluster_chaos, cluster_observe
+    from mrc_nic.cli import cluster_chaos, cluster_observe, cluster_scenario
 
     return {
         "chaos": cluster_chaos.chaos,
+        "scenario": cluster_scenario.scenario,
         "status": cluster_observe.status,
         "stats": cluster_observe.stats,
         "events": _events,

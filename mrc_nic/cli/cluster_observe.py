@@ -33,18 +33,21 @@ def read(
     machine at once (cluster.probe); stats=False: the samples only."""
     plan, handles = cluster_lab.agents(rec)
     n = len(plan.machines)
-    calls = [(h, "info", ()) for h in handles]
-    calls += [(h, "probe", (stats, ev_detail, True)) for h in handles]
+    calls = [(h, "probe", (stats, ev_detail, True)) for h in handles]
+    if stats:  # the agents' own facts, for the machines' rows
+        calls += [(h, "info", ()) for h in handles]
     answers = machines.call_many(calls, timeout=SNAPSHOT_TIMEOUT_S)
-    infos, probes = answers[:n], answers[n:]
+    probes, infos = answers[:n], answers[n:]
     snaps, samples, rows = {}, {}, []
     for m, address in enumerate(plan.machines):
-        ok, info = infos[m]
         reached, value = probes[m]
         if reached:
             samples[m] = value["meter"]
             if stats:
                 snaps[m] = value["snapshot"]
+        if not stats:
+            continue
+        ok, info = infos[m]
         why = None if ok else info
         if why is None and not reached:
             why = str(value).strip().splitlines()[-1] if str(value).strip() else "no snapshot"
@@ -59,9 +62,9 @@ def read(
                 "error": why,
             }
         )
-    cluster_lab.note_lost(rec, {m: probes[m][1] for m in range(n) if not probes[m][0]})
     if not stats:
         return {}, samples
+    cluster_lab.note_lost(rec, {r["machine"]: r["error"] for r in rows if r["agent"] == "dead"})
     rec = cluster_lab.load(rec.lab)  # with the faults and events noted meanwhile
     ids = {(int(m), i): int(g) for g, f in rec.faults.items() for m, i in f["parts"].items()}
     if snaps:

@@ -14,12 +14,10 @@ verdict needs two samples of one machine, and this process lives for one.
 from __future__ import annotations
 
 import json
-import os
 import sys
 
 
 def probe(lab: str, stats: bool = True, ev_detail: bool = False, meter: bool = True) -> dict:
-    from mrc_nic.cluster import verdict
     from mrc_nic.observe import fidelity
     from mrc_nic.observe import stats as stats_mod
 
@@ -27,7 +25,7 @@ def probe(lab: str, stats: bool = True, ev_detail: bool = False, meter: bool = T
     if meter:
         m = fidelity.Meter(lab)
         try:
-            out["meter"] = verdict.encode_raw(m.raw(), os.getloadavg())
+            out["meter"] = fidelity.raw_to_json(m.raw())
         finally:
             m.close()
     if stats:

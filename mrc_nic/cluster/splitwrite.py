@@ -18,6 +18,7 @@ import json
 import secrets
 import sys
 import time
+from typing import NamedTuple
 
 HALF_MAX = 8 * 2**20  # bytes per round: two halves fit one MR (32 MiB)
 WR_BYTES = 2**20  # bytes per WRITE
@@ -79,6 +80,8 @@ def send(args: argparse.Namespace) -> dict:
     rounds = (args.size + half - 1) // half
     pending_acks = 0
     clock = _Clock()
+    before = _QpFigures.of(qp)
+    started_at = time.time()  # wall clock: another machine places a fault against it
     t0 = time.perf_counter()
     for r in range(rounds):
         if pending_acks == 2:  # the half about to be written: checked by now
@@ -104,6 +107,8 @@ def send(args: argparse.Namespace) -> dict:
         link.recv()
         pending_acks -= 1
     seconds = time.perf_counter() - t0
+    ended_at = time.time()
+    after = _QpFigures.of(qp)
     verdict = link.recv()
     return {
         "role": "sender",
@@ -115,7 +120,35 @@ def send(args: argparse.Namespace) -> dict:
         # The longest time without a WRITE completing (1 MiB each): a stall,
         # e.g. while a fault is met, shows as a gap above the usual spacing.
         "max_completion_gap_ms": round(clock.max_gap * 1e3, 2),
+        "started_at": started_at,
+        "ended_at": ended_at,
+        "retransmits": after.retx - before.retx,
+        "timeouts": after.timeouts - before.timeouts,
+        "plane_pkts": {
+            p: n - before.per_plane.get(p, 0) for p, n in sorted(after.per_plane.items())
+        },
     }
+
+
+class _QpFigures(NamedTuple):
+    """A send QP's retransmissions, timeouts and data packets per plane so far
+    (what workloads.rdma_write.qp_counters reads, beside this package)."""
+
+    retx: int
+    timeouts: int
+    per_plane: dict[int, int]
+
+    @classmethod
+    def of(cls, qp) -> _QpFigures:
+        try:
+            retx = qp.nic_send_state().tx_stats.get("retx_pkts", 0)
+        except KeyError:  # not in RTS yet
+            retx = 0
+        q = qp.query()
+        per_plane = {int(p): n for p, n in q.get("retired_tx_pkts", {}).items()}
+        for plane, n in qp.nic_tx_per_plane().items():  # live EVs; retired ones above
+            per_plane[plane] = per_plane.get(plane, 0) + n
+        return cls(retx, q.get("timeouts", 0), per_plane)
 
 
 class _Clock:

@@ -4,7 +4,8 @@ CPU and links, then one verdict over the machines.
 A machine's CPU and kernel carry only its own shard, and its links' TBFs
 are the ones it holds (a cut link's up direction on one machine, its down
 direction on the other), so each machine is judged as a local lab is
-(observe.fidelity.judge) between two of its raw samples (cluster.probe).
+(observe.fidelity.judge) between two of its raw samples (cluster.probe,
+fidelity.raw_to_json).
 The lab's verdict over them (merge_verdicts): `cpu` if any machine's CPU
 bound its part (the figures that cross it measure that machine), else
 `links` if a link somewhere was at its rate, else `application`. Unlike
@@ -20,41 +21,12 @@ from typing import Any
 from mrc_nic.lab.topology import Topology
 from mrc_nic.observe import fidelity
 
-Raw = tuple[fidelity.CpuSample, fidelity.LinkSample | None]
-
-
-def encode_raw(raw: Raw, load_avg: tuple[float, ...]) -> dict:
-    """A Meter.raw() sample as JSON (its link keys are tuples)."""
-    cpu, links = raw
-    out: dict[str, Any] = {
-        "cores": [list(c) for c in cpu.cores],
-        "softnet": [list(s) for s in cpu.softnet],
-        "load_avg": [round(x, 2) for x in load_avg],
-        "links": None,
-    }
-    if links is not None:
-        out["links"] = {
-            "queues": [[lk, d, *q] for (lk, d), q in links.queues.items()],
-            "veth_drops": links.veth_drops,
-            "at": links.at,
-        }
-    return out
-
-
-def decode_raw(data: dict) -> Raw:
-    cpu = fidelity.CpuSample([tuple(c) for c in data["cores"]], [tuple(s) for s in data["softnet"]])
-    lk = data.get("links")
-    if lk is None:
-        return cpu, None
-    queues = {(q[0], q[1]): tuple(q[2:]) for q in lk["queues"]}
-    return cpu, fidelity.LinkSample(queues, lk["veth_drops"], lk["at"])
-
 
 def judge_machine(
     topo: Topology, before: dict, after: dict, *, judge_veth_drops: bool = True
 ) -> dict[str, Any]:
     """One machine's fidelity object between two of its encoded samples."""
-    (cpu0, links0), (cpu1, links1) = decode_raw(before), decode_raw(after)
+    (cpu0, links0), (cpu1, links1) = fidelity.raw_from_json(before), fidelity.raw_from_json(after)
     rates = {(d[0], d[1]): d[4] for d in fidelity.link_directions(topo)}
     links = None
     if links0 is not None and links1 is not None and rates:

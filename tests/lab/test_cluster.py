@@ -197,8 +197,14 @@ def test_stats_stream_watch_and_prom(cluster, lab):
     assert first["planes"][0]["rates"] is None
     assert second["interval_s"] > 0 and second["planes"][0]["rates"] is not None
     assert all(lk["rates"] is not None for lk in second["links"])
+    # The verdict since the snapshot before, each machine judged on its own CPU and links.
+    assert "fidelity" not in first
+    assert set(second["fidelity"]["parts"]) == {"m0", "m1"}
+    assert second["fidelity"]["verdict"] in ("links", "cpu", "application")
+    assert all(p["cpu"]["cores"] for p in second["fidelity"]["parts"].values())
     watch = cli(cluster, "stats", "-l", lab, "--watch", "--count", "2", "--interval", "1").stdout
     assert watch.count("planes: offered by hosts") == 2
+    assert "fidelity: " in watch and "m0: " in watch and "m1: " in watch
     prom = cli(cluster, "stats", "-l", lab, "--format", "prom").stdout
     snap = json.loads(cli(cluster, "stats", "-l", lab, "--format", "json").stdout)
     name = next(iter(snap["cluster"]["vxlan_links"]))
@@ -259,6 +265,7 @@ def test_chaos_across_machines(cluster, lab):
     )
     report = json.loads(done.stdout)
     assert report["faults_applied"] >= 2 and report["faults_left"] == []
+    assert set(report["fidelity"]["parts"]) == {"m0", "m1"}  # each machine judged on its own
     assert report["qps_in_err"] == []
     traffic = report["traffic"]
     assert traffic["writes"] >= 1 and traffic["writes_failed"] == 0
@@ -275,7 +282,33 @@ def test_chaos_across_machines(cluster, lab):
     assert snap["faults"] == [] and snap["cluster"]["faults"] == {}
 
 
-def test_scenario_is_refused_with_what_to_run(cluster, lab):
+def test_scenario_plane_failure_across_machines(cluster, lab):
+    done = cli(
+        cluster,
+        *("scenario", "plane-failure", "-l", lab, "--size", "256M", "--plane", "1"),
+        *("--after", "0.1", "--format", "json"),
+    )
+    r = json.loads(done.stdout)
+    # Each WRITE ran as one process per end on its host's machine, every byte checked.
+    assert r["completed"] and r["machines"] == [0, 1]
+    assert r["verified_bytes"] == {"healthy": 256 * 2**20, "failed": 256 * 2**20}
+    assert r["healthy_goodput_bps"] > 0 and r["failed_goodput_bps"] > 0
+    # The fault reached the agents of both machines (plane 1 has links on each),
+    # met the WRITE's packets there, and was healed everywhere.
+    fault = r["fault"]
+    assert fault["target"] == "plane 1" and fault["machines"] == [0, 1]
+    assert fault["drops"] > 0 and fault["healed"]
+    assert r["per_plane_share"]["1"] < 0.25  # the WRITE went round the dead plane
+    snap = status(cluster, lab)
+    assert snap["faults"] == [] and snap["cluster"]["faults"] == {}
+    # Each WRITE judged on every machine's own CPU and links, sampled while it ran.
+    healthy = r["fidelity"]["parts"]["healthy"]
+    assert set(healthy["parts"]) == {"m0", "m1"}
+    assert healthy["busiest_link"] > 0.1
+    assert {p["verdict"] for p in healthy["parts"].values()} <= {"links", "cpu", "application"}
+
+
+def test_scenarios_of_one_machine_are_refused_with_what_to_run(cluster, lab):
     done = cli(cluster, "scenario", "incast", "--senders", "1", "-l", lab, check=False)
     assert done.returncode != 0
     assert "does not run on a cluster lab" in done.stderr and "--topology" in done.stderr

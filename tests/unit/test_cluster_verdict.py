@@ -30,7 +30,7 @@ def _sample(topo, busy: float, seconds: float, link_share: dict[tuple[str, str],
         sent = int(rate * link_share.get(key, 0.0) * seconds / 8)
         queues[key] = (sent, sent // 1000 + (1000 if key in link_share else 0), 0, at)
     raw = (fidelity.CpuSample(cores, [(0, 0)] * 2), fidelity.LinkSample(queues, 0, at))
-    return verdict.encode_raw(raw, (1.5, 1.0, 0.5))
+    return fidelity.raw_to_json(raw, (1.5, 1.0, 0.5))
 
 
 def _zero(topo):
@@ -41,7 +41,7 @@ def test_a_sample_survives_json(topo):
     import json
 
     enc = _sample(topo, 0.5, 2.0, {("p0.t0a-h0", "up"): 0.9}, 2.0)
-    cpu, links = verdict.decode_raw(json.loads(json.dumps(enc)))
+    cpu, links = fidelity.raw_from_json(json.loads(json.dumps(enc)))
     assert cpu.cores[0] == (100, 0, 200)
     assert links.queues[("p0.t0a-h0", "up")][3] == 2.0
     assert enc["load_avg"] == [1.5, 1.0, 0.5]
