@@ -25,6 +25,7 @@ processes of one machine that one parent drives and samples.
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 
@@ -38,11 +39,8 @@ from mrc_nic.observe import fidelity
 
 SAMPLE_EVERY_S = 1.0  # between the end of one round of fidelity samples and the next
 _LOCAL = "run it on a lab of its own: mrc-nic scenario ... --topology FILE"
+FLOWS = ("incast", "permutation")  # cluster_flows runs their flows
 REFUSED = {
-    "incast": "its flows are one process per host, driven and sampled every 20 ms from "
-    "the NIC maps of the machine that runs it; " + _LOCAL,
-    "permutation": "its flows are one process per host, driven and sampled every 20 ms "
-    "from the NIC maps of the machine that runs it; " + _LOCAL,
     "single-ev-loss": "it faults one EV of a QP that one process keeps open over two "
     "WRITEs, and a WRITE between machines is two processes; " + _LOCAL,
     "allreduce-failure": "its ring's ranks are processes of one machine; " + _LOCAL,
@@ -59,10 +57,12 @@ def scenario(rec: ClusterRecord, args: list[str]) -> int:
         raise cluster_lab.ClusterLabError(
             f"`mrc-nic scenario {name}` does not run on a cluster lab: {REFUSED[name]}"
         )
+    if name in FLOWS:
+        return _flows(rec, name, args[1:])
     if name != "plane-failure":
         raise click.UsageError(
-            f"no scenario {name!r} on a cluster lab; it runs plane-failure "
-            "(see mrc-nic scenario --help)"
+            f"no scenario {name!r} on a cluster lab; these run there: "
+            f"{', '.join((*FLOWS, 'plane-failure'))} (see mrc-nic scenario --help)"
         )
     ctx = scenario_cmds.plane_failure.make_context(name, list(args[1:]))
     with ctx:
@@ -81,6 +81,21 @@ def scenario(rec: ClusterRecord, args: list[str]) -> int:
         )
         r.setdefault("topology", {"hosts": topo.hosts, "planes": topo.planes})
         scenario_cmds.show_report(r, app, scenario_cmds.plane_failure_lines)
+    return 0
+
+
+def _flows(rec: ClusterRecord, name: str, args: list[str]) -> int:
+    """incast or permutation: the local command, its flows run by the machines
+    (cluster_flows.run_flows: scenario_cmds.SITE)."""
+    from mrc_nic.cli import cluster_flows, scenario_cmds
+
+    cmd = scenario_cmds.scenario.commands[name]
+    ctx = cmd.make_context(name, list(args))
+    topo = cluster_lab.topo_of(rec)
+    runner = functools.partial(cluster_flows.run_flows, rec, topo)
+    ctx.meta[scenario_cmds.SITE] = {"lab": rec.lab, "topo": topo, "runner": runner}
+    with ctx:
+        cmd.invoke(ctx)
     return 0
 
 

@@ -23,6 +23,11 @@ machine's CPUs, are the bottleneck: docs/fidelity.md). Every run ends with
 its fidelity verdict: which resource bound it."""
 
 
+# ctx.meta key: the lab a flow scenario runs on when it is not this machine's
+# ({"lab", "topo", "runner"}: scenario.run_scenario's), set by cluster_scenario.
+SITE = "mrc_nic.scenario_site"
+
+
 def _common(f):
     for option in reversed(
         [
@@ -172,8 +177,11 @@ def _run(
         raise click.UsageError("--no-cc is CC profile 0")
     preflight.require_root()  # an operator command: before any lab work
     opts = dict(duration=duration, no_cc=no_cc, cc_profile=cc_profile, cwnd=cwnd)
+    site = click.get_current_context().meta.get(SITE)
     try:
-        if topology_name:
+        if site is not None:  # a cluster lab's (cluster_scenario): its topology and runner
+            report = run(site["lab"], topo=site["topo"], runner=site["runner"], **opts)
+        elif topology_name:
             topo = sc.scenario_topology(
                 topology_name,
                 app.given_lab() or sc.unique_lab_name(),

@@ -11,11 +11,15 @@ Ray wraps this class (machines.agent_class); it imports no Ray itself.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import queue
 import socket
 import subprocess
 import sys
+import tempfile
+import threading
 
 from mrc_nic.errors import MrcNicError
 
@@ -34,6 +38,9 @@ class UnderlayError(MrcNicError, RuntimeError):
 class Agent:
     def __init__(self, lab: str) -> None:
         self.lab = lab
+        # Parts of a run that spans machines (part_start): they live as long
+        # as that run, and end at EOF on stdin when this agent dies.
+        self._parts: dict[int, _Part] = {}
 
     def info(self) -> dict:
         """Who and where: for status, and to check the actor runs where placed."""
@@ -86,6 +93,26 @@ class Agent:
             raise ShardError(reply["error"])
         return reply["ok"]
 
+    def part_start(self, module: str, args: dict) -> int:
+        """Start `python -m MODULE ARGS` (ARGS as JSON) on this machine, to be
+        talked to one JSON line at a time (part_tell, part_read); its pid."""
+        part = _Part(module, args)
+        self._parts[part.proc.pid] = part
+        return part.proc.pid
+
+    def part_tell(self, pid: int, message: dict) -> None:
+        self._parts[pid].tell(message)
+
+    def part_read(self, pid: int, wait: float) -> tuple[list[dict], bool]:
+        """What the part said, waiting up to `wait` s for a first line; and
+        whether it may say more (False: it closed its stdout)."""
+        return self._parts[pid].read(wait)
+
+    def part_end(self, pid: int) -> str:
+        """End the part (by its pid) if it still runs; the tail of its stderr."""
+        part = self._parts.pop(pid, None)
+        return part.end() if part is not None else ""
+
     def run(self, argv: list[str], timeout: float = RUN_TIMEOUT_S) -> tuple[int, str, str]:
         """`mrc-nic ARGV` on this machine: (exit status, stdout, stderr)."""
         code = "from mrc_nic.cli import main; main()"
@@ -131,3 +158,56 @@ def check_underlay(address: str, mtu: int) -> None:
             f"{mtu + VXLAN_OVERHEAD} (VXLAN adds {VXLAN_OVERHEAD} bytes); raise it with "
             f"`ip link set {name} mtu {mtu + VXLAN_OVERHEAD}` or lower [links] mtu"
         )
+
+
+class _Part:
+    """A process of a run that spans machines, its stdout read by a thread
+    into a queue (a Ray call must not block on a pipe), its stderr into a
+    file (a full pipe would stop it)."""
+
+    def __init__(self, module: str, args: dict) -> None:
+        self.err = tempfile.TemporaryFile()  # noqa: SIM115 (closed by end(), after the run)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", module, json.dumps(args)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.err,
+        )
+        self.lines: queue.Queue[dict | None] = queue.Queue()
+        self.closed = False
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def _pump(self) -> None:
+        for raw in self.proc.stdout:
+            if raw.startswith(b"{"):
+                self.lines.put(json.loads(raw))
+        self.lines.put(None)  # end of its output
+
+    def tell(self, message: dict) -> None:
+        self.proc.stdin.write(json.dumps(message).encode() + b"\n")
+        self.proc.stdin.flush()
+
+    def read(self, wait: float) -> tuple[list[dict], bool]:
+        out: list[dict] = []
+        try:
+            item = self.lines.get(timeout=wait)
+            while True:
+                if item is None:
+                    self.closed = True
+                    break
+                out.append(item)
+                item = self.lines.get_nowait()
+        except queue.Empty:
+            pass
+        return out, not self.closed
+
+    def end(self) -> str:
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=10)
+        self.err.seek(0)
+        tail = self.err.read().decode(errors="replace").strip()[-500:]
+        self.err.close()
+        return tail
