@@ -103,7 +103,9 @@ class _Run:
                 if key in line:
                     got[msg["host"]] = line
                 elif "gone" in msg:
-                    raise cluster_lab.ClusterLabError(f"{msg['host']} (m{m}): the host process ended")
+                    raise cluster_lab.ClusterLabError(
+                        f"{msg['host']} (m{m}): the host process ended"
+                    )
                 elif "error" in msg or "ended" in msg:
                     raise cluster_lab.ClusterLabError(f"m{m}: {msg.get('error', 'its part ended')}")
         return got

@@ -31,6 +31,7 @@ takes it down by name afterwards.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import os
@@ -332,9 +333,19 @@ def run_flows(
 
 
 def host_args(lab_name: str, topo: Topology, flows: list[Flow]) -> dict[str, dict]:
-    """Each host's process arguments (scenario_hosts): its ends of the flows."""
+    """Each host's process arguments (scenario_hosts): its ends of the flows.
+    A host's process is one session, which holds a share of its NIC's memory
+    (half by default) for all its ends: a host with more ends than the lab's
+    other hosts (a permutation on 2 hosts: one to send, one to receive)
+    splits it between them, as a receiver does between its peers."""
     hosts = sorted({h for f in flows for h in (f.src, f.dst)}, key=topo.host_names().index)
-    chunk = {f.name: rdma_write.default_chunk(topo, f.size) for f in flows}
+    ends = collections.Counter(h for f in flows for h in (f.src, f.dst))
+    chunk = {
+        f.name: rdma_write.default_chunk(
+            topo, f.size, peers=max(topo.hosts - 1, ends[f.src], ends[f.dst])
+        )
+        for f in flows
+    }
     return {
         h: {
             "lab": lab_name,
