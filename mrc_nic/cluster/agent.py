@@ -3,7 +3,9 @@
 It builds and removes its machine's shard with the same code as a local lab
 (fabric.testbed, fabric.builder: same namespaces, veths, TBFs, BPF programs),
 and runs the CLI's commands on its machine for the CLI on another one. It
-keeps nothing in memory: the shard's record is the machine's lab state
+keeps nothing in memory but the processes of a run in progress that another
+machine talks to (part_start: a scenario's part), which end with that run
+or at EOF when the agent dies: the shard's record is the machine's lab state
 (lab.state, with its `cluster` part), so a restarted agent picks up where
 the last one was, and `mrc-nic down -l LAB` run on the machine itself works.
 Ray wraps this class (machines.agent_class); it imports no Ray itself.
