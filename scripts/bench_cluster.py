@@ -4,7 +4,7 @@
 A local Ray cluster of two "machines" on this box (mrc_nic.cluster.local:
 two network namespaces, each with an underlay address on a bridge and a Ray
 node), and two labs of the same topology (default: netns/default.toml, 2
-hosts, 4 planes, 1 Gbit/s links): one local, one over both machines, where
+hosts, 4 planes, 200 Mbit/s links): one local, one over both machines, where
 h0's side and h1's side are on different machines and the T0-T1 links
 between them are VXLAN. The same program moves the same bytes on both: the
 cluster's two-process WRITE (mrc_nic.cluster.splitwrite, one process in each
