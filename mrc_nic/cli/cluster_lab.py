@@ -86,7 +86,9 @@ def up(topo: topology.Topology, address: str, fmt: str, reuse: bool = False) -> 
     results = machines.call_many(calls, timeout=machines.UP_TIMEOUT_S)
     failed = [(m, why) for m, (ok, why) in enumerate(results) if not ok]
     if failed:
-        _down(rec, quiet=True)
+        _, missed = _down(rec, quiet=True)
+        if not missed:  # else kept: a later down finds the machines it could not reach
+            rec.forget()
         m, why = failed[0]
         raise ClusterLabError(f"lab {topo.lab}: machine m{m} ({plan.machines[m]}): {why}")
     rec.phase = "up"

@@ -204,11 +204,17 @@ class _Part:
         return out, not self.closed
 
     def end(self) -> str:
-        if self.proc.poll() is None:
+        """EOF on its stdin first: a part then ends its own children (a
+        scenario's host processes); killed if it has not ended 10 s later."""
+        with contextlib.suppress(OSError):
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
             with contextlib.suppress(ProcessLookupError):
                 self.proc.kill()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.proc.wait(timeout=10)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=10)
         self.err.seek(0)
         tail = self.err.read().decode(errors="replace").strip()[-500:]
         self.err.close()

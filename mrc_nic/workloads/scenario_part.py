@@ -40,6 +40,8 @@ from mrc_nic.observe import fidelity
 from mrc_nic.observe.port_table import PortCounterTable
 from mrc_nic.workloads import hostprocs, scenario, scenario_hosts
 
+PARENT_GRACE_S = 60.0  # after the flows' deadline and its grace: the parent's "end" is due
+
 
 def say(message: dict) -> None:
     sys.stdout.write(json.dumps(message) + "\n")
@@ -107,7 +109,10 @@ class Part:
 
     # ---- the run -------------------------------------------------------------------------
     def run(self) -> None:
-        while True:  # setup: relay until the parent says go
+        # A parent that is gone without a word (killed) leaves this part's
+        # stdin open in its agent: the part gives up on its own after this.
+        give_up = time.monotonic() + 2 * scenario.START_S
+        while time.monotonic() < give_up:  # setup: relay until the parent says go
             for msg in self.pump(1.0):
                 if "tell" in msg:
                     for h, m in msg["tell"].items():
@@ -141,7 +146,8 @@ class Part:
             cpu0 = cpustat.sample()
             k = 0
             ended = False
-            while not ended:
+            give_up = self.t0 + go["deadline_s"] + scenario.REPORT_GRACE_S + PARENT_GRACE_S
+            while not ended and time.monotonic() < give_up:
                 now = time.monotonic() - self.t0
                 if now >= k * scenario.FIDELITY_EVERY_S:
                     self.meter_sample(meter, k)

@@ -55,13 +55,12 @@ def _leftovers(c, lab: str | None) -> list[str]:
 @pytest.fixture(scope="module")
 def lab(cluster):
     name = unique_lab("cl")
-    up = cluster.cli_run(
-        ["up", "-t", str(NETNS_DIR / "default.toml"), "--name", name, "--cluster", cluster.address]
-    )
-    assert up.returncode == 0, up.stderr + up.stdout
     try:
+        topo = str(NETNS_DIR / "default.toml")
+        up = cluster.cli_run(["up", "-t", topo, "--name", name, "--cluster", cluster.address])
+        assert up.returncode == 0, up.stderr + up.stdout
         yield name
-    finally:
+    finally:  # also after a failed up: what it left on the machines it reached
         cluster.cli_run(["down", "-l", name])
 
 
