@@ -30,7 +30,7 @@ Every lab, namespace and Ray process it made is removed at the end.
 
 Usage (root; the project's venv):
     .venv/bin/python scripts/bench_cluster.py [--size 256M] [--rounds 2] [--out DIR]
-        [--updown-topology netns/clos-8.toml]
+        [--updown-topology netns/clos-8.toml] [--rate 150mbit]
 """
 
 from __future__ import annotations
@@ -205,6 +205,26 @@ def measure(lab: Lab, topo, size: int, fault_at: float | None, verify: bool, eve
     }
 
 
+def with_rate(path: Path, rate: str, out: Path) -> Path:
+    """The topology file with every link's rate (its [links] rate and
+    fabric_rate) set to `rate`, written to out/topology.toml."""
+    lines, section = [], None
+    for line in path.read_text().splitlines():
+        if line.startswith("["):
+            section = line.strip()
+        key = line.split("=")[0].strip()
+        if section == "[links]" and key in ("rate", "fabric_rate"):
+            line = f'{key} = "{rate}"'
+        lines.append(line)
+    out.mkdir(parents=True, exist_ok=True)
+    target = out / "topology.toml"
+    target.write_text("\n".join(lines) + "\n")
+    loaded = topology.load(target)
+    if not loaded.rate_bps or not loaded.fabric_rate_bps:
+        raise SystemExit(f"--rate {rate}: {path} has no [links] rate to replace")
+    return target
+
+
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--size", default="256M")
@@ -214,6 +234,12 @@ def main() -> int:
     # the sender waits for: it would be in the gaps. Off by default here.
     p.add_argument("--verify", action="store_true", help="verify every byte (slower)")
     p.add_argument("--topology", default=str(ROOT / "netns/default.toml"))
+    p.add_argument(
+        "--rate",
+        default=None,
+        help="every link's rate (e.g. 150mbit): the topology file with its [links] rates "
+        "replaced, written to OUT/topology.toml",
+    )
     p.add_argument("--updown-topology", default=None)
     p.add_argument("--out", default=str(ROOT / "out/bench"))
     p.add_argument(
@@ -221,6 +247,8 @@ def main() -> int:
     )
     args = p.parse_args()
     size = parse_size(args.size)
+    if args.rate:
+        args.topology = str(with_rate(Path(args.topology), args.rate, Path(args.out)))
     topo = topology.load(Path(args.topology))
     tag = os.getpid() % 1000
     figures: dict = {

@@ -1,8 +1,10 @@
-"""scenario on a cluster lab: the plane failure, through the machines' agents.
+"""scenario on a cluster lab: its flows and faults through the machines' agents.
 
-`plane-failure` runs as on a local lab (workloads.experiments.plane_failure:
-the same WRITE healthy, then with a whole plane failed --after seconds into
-it; the goodput ratio), with the cluster as its site:
+`incast` and `permutation` are the local commands, their flows run by the
+machines (cluster_flows). `plane-failure` runs as on a local lab
+(workloads.experiments.plane_failure: the same WRITE healthy, then with a
+whole plane failed --after seconds into it; the goodput ratio), with the
+cluster as its site:
 - each WRITE is one process per end, on its host's machine
   (cluster_lab.split_write), every byte verified by the receiver; its TCP
   talk goes over another plane than the one that fails;
@@ -19,8 +21,8 @@ applied that long plus --after after the failed WRITE is started. The
 report says when, into the transfer, the fault landed (the machines' wall
 clocks: synchronised machines, or one box).
 
-The other scenarios are refused (REFUSED says why): their flows are
-processes of one machine that one parent drives and samples.
+single-ev-loss and allreduce-failure are refused (REFUSED says why): their
+QP or ranks are one machine's processes.
 """
 
 from __future__ import annotations
