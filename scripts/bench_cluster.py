@@ -7,7 +7,7 @@ node), and two labs of the same topology (default: netns/default.toml, 2
 hosts, 4 planes, 200 Mbit/s links): one local, one over both machines, where
 h0's side and h1's side are on different machines and the T0-T1 links
 between them are VXLAN. The same program moves the same bytes on both: the
-cluster's two-process WRITE (mrc_nic.cluster.splitwrite, one process in each
+cluster's two-process WRITE (mrc_nic.workloads.splitwrite, one process in each
 host, through `mrc-nic exec`), verified. Per lab, --rounds times each:
 
 - healthy: goodput, the longest time between two 1 MiB WRITE completions
@@ -93,7 +93,7 @@ class Lab:
             return json.loads(check(out, "write"))
         # The same two processes on the local lab, through exec.
         base = ["exec", "-l", self.name]
-        prog = ["python", "-m", "mrc_nic.cluster.splitwrite"]
+        prog = ["python", "-m", "mrc_nic.workloads.splitwrite"]
         extra = ["--size", str(size), *check_bytes]
         tool = str(Path(sys.executable).parent / "mrc-nic")
         recv = subprocess.Popen(

@@ -473,7 +473,7 @@ def split_write(
     each): the sender's result; ClusterLabError naming the end that failed."""
     (s_host, ms), (d_host, md) = src, dst
     address = str(topo.host_address(topo.nodes[d_host].index, plane))
-    base = ["python", "-m", "mrc_nic.cluster.splitwrite"]
+    base = ["python", "-m", "mrc_nic.workloads.splitwrite"]
     extra = ["--size", str(size), *(["--verify"] if verify else [])]
     _, handles = agents(rec)
     calls = [

@@ -2,7 +2,7 @@
 
 `mrc-nic write` is one process at both ends (it maps the receiver's memory);
 across machines each end runs on its own machine, as any RDMA application
-does: the agents start `python -m mrc_nic.cluster.splitwrite recv|send` in
+does: the agents start `python -m mrc_nic.workloads.splitwrite recv|send` in
 the two hosts (`mrc-nic exec`), which swap their QP facts over TCP through
 the lab itself (mrc_nic.verbs.cm, on a plane's addresses), and the sender
 WRITEs the transfer in rounds of one half of the receiver's buffer. With
@@ -46,7 +46,15 @@ def _connect(server: str | None, port: int, mr_bytes: int, timeout: float):
     qp.to_init()
     peer = link.swap(cm.Endpoint.of(qp, mr, ctx.gid()))
     qp.to_rtr(peer.qpn, peer.gid, rq_psn=peer.psn)
-    qp.to_rts()
+    if server is not None:  # the sender: the lab's timeout and reorder window, as `write` has
+        from mrc_nic.lab.state import open_lab
+        from mrc_nic.workloads.rdma_write import lab_defaults
+
+        _, topo = open_lab(ctx.lab)
+        qp_timeout, reorder = lab_defaults(topo, ctx.query_device())
+        qp.to_rts(timeout=qp_timeout, ext={"reorder_ns": reorder})
+    else:
+        qp.to_rts()
     return ctx, link, pd, mr, cq, qp, peer
 
 
@@ -189,7 +197,7 @@ def _post_all(qp, cq, wrs: list, timeout: float, clock: _Clock) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m mrc_nic.cluster.splitwrite")
+    p = argparse.ArgumentParser(prog="python -m mrc_nic.workloads.splitwrite")
     p.add_argument("role", choices=("recv", "send"))
     p.add_argument("server", nargs="?", help="send: an address of the receiver's host")
     p.add_argument("--size", type=int, required=True)
