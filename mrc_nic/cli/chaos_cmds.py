@@ -122,7 +122,8 @@ def outcome(report: dict) -> Outcome:
     return Outcome(report, 1 if bad else 0)
 
 
-def print_report(r: dict) -> None:
+def print_report(r: dict, topo=None) -> None:
+    """The run in words; topo: the lab's topology (default: the lab's state here)."""
     kinds = ", ".join(f"{k} {n}" for k, n in sorted(r["faults_by_kind"].items())) or "none"
     healed = f"NOT healed: {r['faults_left']}" if r["faults_left"] else "every one healed"
     output.plain(
@@ -149,7 +150,7 @@ def print_report(r: dict) -> None:
         from mrc_nic.observe import fidelity
 
         output.plain(fidelity.summary(r["fidelity"]))
-        output.fidelity_advice(r["fidelity"], open_lab(r["lab"])[1])
+        output.fidelity_advice(r["fidelity"], topo or open_lab(r["lab"])[1])
 
 
 COMMANDS = [chaos]

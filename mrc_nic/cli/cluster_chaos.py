@@ -10,8 +10,8 @@ as locally. The traffic is verified WRITEs between the two hosts, through
 their machines (cluster_lab.split_write when they are on two). A fault
 takes a Ray call and a process on each machine it touches (about a second
 on a loaded box), so a step lasts at least that: `--every` below it
-applies faults as fast as the machines do. No fidelity verdict: no one
-machine's CPU and links say what bound the run.
+applies faults as fast as the machines do. The fidelity verdict is every
+machine's, each judged on its own CPU and links over the run (cluster.verdict).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import json
 from dataclasses import dataclass
 
 from mrc_nic.cli import cluster_lab, output
+from mrc_nic.cluster import verdict
 from mrc_nic.cluster.record import ClusterRecord
 from mrc_nic.fabric import faults
 from mrc_nic.workloads import chaos as chaos_mod
@@ -97,6 +98,25 @@ class ClusterTraffic(chaos_mod.Traffic):
         """Nothing to end from here: the agents' write ends with its bytes."""
 
 
+class ClusterMeter:
+    """The run's fidelity verdict: every machine's CPU and links sampled at
+    its start and end, each machine judged on its own (cluster.verdict)."""
+
+    def __init__(self, rec: ClusterRecord, topo) -> None:
+        self.rec, self.topo = rec, topo
+        self._before: dict[int, dict] = {}
+
+    def start(self) -> None:
+        from mrc_nic.cli.cluster_observe import read
+
+        self._before = read(self.rec, stats=False)[1]
+
+    def stop(self) -> dict | None:
+        from mrc_nic.cli.cluster_observe import read
+
+        return verdict.judge_machines(self.topo, self._before, read(self.rec, stats=False)[1])
+
+
 class ClusterSite(chaos_mod.Site):
     """A cluster lab as the run's site."""
 
@@ -110,8 +130,8 @@ class ClusterSite(chaos_mod.Site):
     def traffic(self, src: str, dst: str, size: int) -> chaos_mod.Traffic:
         return ClusterTraffic(self.lab, src, dst, size, rec=self.rec)
 
-    def meter(self) -> None:
-        return None
+    def meter(self) -> ClusterMeter:
+        return ClusterMeter(self.rec, self.topo)
 
     def qps_in_err(self) -> list[dict]:
         """The QPs in ERR in the NICs of every machine (the merged snapshot's)."""
@@ -141,5 +161,5 @@ def chaos(rec: ClusterRecord, args: list[str]) -> int:
     if as_json:
         output.emit_json(report)
     else:
-        chaos_cmds.print_report(report)
+        chaos_cmds.print_report(report, cluster_lab.topo_of(rec))
     return code

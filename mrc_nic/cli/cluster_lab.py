@@ -7,7 +7,7 @@ ids; `events` merges the machines' logs with the cluster's own events; `exec
 HOST` runs on the host's machine; `write SRC DST` runs there when both hosts
 share a machine, else as two processes, one per machine (splitwrite).
 `status` and `stats` (merged snapshots): cluster_observe.py; `chaos`:
-cluster_chaos.py; `scenario` is refused (REFUSED says why).
+cluster_chaos.py; `scenario` (plane-failure; the others refused): cluster_scenario.py.
 """
 
 from __future__ import annotations
@@ -24,11 +24,18 @@ from mrc_nic.cluster.record import ClusterRecord
 from mrc_nic.errors import MrcNicError
 from mrc_nic.lab import topology
 
-ROUTED = ("status", "stats", "events", "fail", "heal", "write", "exec", "chaos", "down")
-REFUSED = {
-    "scenario": "its flows are processes of one machine sampled from that machine's NIC maps "
-    "and port counters; run it on a lab of its own: mrc-nic scenario ... --topology FILE",
-}
+ROUTED = (
+    "status",
+    "stats",
+    "events",
+    "fail",
+    "heal",
+    "write",
+    "exec",
+    "chaos",
+    "scenario",
+    "down",
+)
 
 
 class ClusterLabError(MrcNicError, RuntimeError):
@@ -79,7 +86,9 @@ def up(topo: topology.Topology, address: str, fmt: str, reuse: bool = False) -> 
     results = machines.call_many(calls, timeout=machines.UP_TIMEOUT_S)
     failed = [(m, why) for m, (ok, why) in enumerate(results) if not ok]
     if failed:
-        _down(rec, quiet=True)
+        _, missed = _down(rec, quiet=True)
+        if not missed:  # else kept: a later down finds the machines it could not reach
+            rec.forget()
         m, why = failed[0]
         raise ClusterLabError(f"lab {topo.lab}: machine m{m} ({plan.machines[m]}): {why}")
     rec.phase = "up"
@@ -185,8 +194,6 @@ def topo_of(rec: ClusterRecord) -> topology.Topology:
 def run(lab: str, argv: list[str]) -> int:
     """Run the command argv (its name first, -l taken out) on cluster lab `lab`."""
     cmd, args = argv[0], argv[1:]
-    if cmd in REFUSED:
-        raise ClusterLabError(f"`mrc-nic {cmd}` does not run on a cluster lab: {REFUSED[cmd]}")
     if cmd not in ROUTED:
         raise ClusterLabError(
             f"`mrc-nic {cmd}` does not run on a cluster lab yet (these do: "
@@ -198,10 +205,11 @@ def run(lab: str, argv: list[str]) -> int:
         down(lab)
         return 0
     machines.connect(rec.address)
-    from mrc_nic.cli import cluster_chaos, cluster_observe
+    from mrc_nic.cli import cluster_chaos, cluster_observe, cluster_scenario
 
     return {
         "chaos": cluster_chaos.chaos,
+        "scenario": cluster_scenario.scenario,
         "status": cluster_observe.status,
         "stats": cluster_observe.stats,
         "events": _events,
@@ -229,17 +237,23 @@ def run_each(
 ) -> dict[int, tuple[bool, object]]:
     """Each machine's own `mrc-nic ARGV`, all at once; an agent that does not
     answer is noted as a cluster event."""
-    plan, handles = agents(rec)
+    _, handles = agents(rec)
     calls = [(handles[m], "run", (argv, timeout)) for m, argv in jobs.items()]
     results = machines.call_many(calls, timeout=timeout + 30)
     out = dict(zip(jobs, results, strict=True))
-    lost = [m for m, (ok, _) in out.items() if not ok]
-    if lost:
-        rec = load(rec.lab)
-        for m in lost:
-            rec.note("agent-lost", m, f"m{m} ({plan.machines[m]}): {out[m][1]}")
-        rec.save()
+    note_lost(rec, {m: why for m, (ok, why) in out.items() if not ok})
     return out
+
+
+def note_lost(rec: ClusterRecord, lost: dict[int, object]) -> None:
+    """A cluster event for each machine whose agent did not answer ({machine: why})."""
+    if not lost:
+        return
+    plan = placement.Placement.from_dict(rec.placement)
+    rec = load(rec.lab)
+    for m, why in lost.items():
+        rec.note("agent-lost", m, f"m{m} ({plan.machines[m]}): {why}")
+    rec.save()
 
 
 def machine_of_host(rec: ClusterRecord, host: str) -> int:
@@ -459,7 +473,7 @@ def split_write(
     each): the sender's result; ClusterLabError naming the end that failed."""
     (s_host, ms), (d_host, md) = src, dst
     address = str(topo.host_address(topo.nodes[d_host].index, plane))
-    base = ["python", "-m", "mrc_nic.cluster.splitwrite"]
+    base = ["python", "-m", "mrc_nic.workloads.splitwrite"]
     extra = ["--size", str(size), *(["--verify"] if verify else [])]
     _, handles = agents(rec)
     calls = [

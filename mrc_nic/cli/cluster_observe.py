@@ -1,7 +1,8 @@
 """status and stats on a cluster lab: the machines' snapshots merged (cluster.merge).
 
-Every snapshot asks every machine at once for its own (`mrc-nic stats
---format json` run by its agent) and merges them; `stats` then runs the
+Every snapshot asks every machine at once for its own (the stats
+snapshot and fidelity sample of cluster.probe, run by its agent) and
+merges them; `stats` then runs the
 local command's code (cli.stats_cmds.show: tables, --watch, jsonl, prom,
 --listen, --host/--plane) over a sampler that takes such merged snapshots.
 A merged snapshot costs each machine a process start and a full read, so
@@ -11,11 +12,9 @@ stream skips ahead when a snapshot takes longer than --interval).
 
 from __future__ import annotations
 
-import json
-
 from mrc_nic.cli import cluster_lab, output
 from mrc_nic.cli.status_view import render_status
-from mrc_nic.cluster import machines, merge
+from mrc_nic.cluster import machines, merge, verdict
 from mrc_nic.cluster.record import ClusterRecord
 
 SNAPSHOT_TIMEOUT_S = 120.0
@@ -24,20 +23,34 @@ SNAPSHOT_TIMEOUT_S = 120.0
 def snapshot(rec: ClusterRecord, ev_detail: bool = False) -> dict:
     """Every machine's snapshot merged, with a `cluster` part: each machine,
     its agent, and what could not be read."""
+    return read(rec, ev_detail)[0]
+
+
+def read(
+    rec: ClusterRecord, ev_detail: bool = False, stats: bool = True
+) -> tuple[dict, dict[int, dict]]:
+    """(the merged snapshot, {machine: its fidelity sample}) read from every
+    machine at once (cluster.probe); stats=False: the samples only."""
     plan, handles = cluster_lab.agents(rec)
-    infos = machines.call_many([(h, "info", ()) for h in handles], timeout=20.0)
-    argv = ["stats", "--format", "json", *(["--by", "ev"] if ev_detail else [])]
-    answers = cluster_lab.run_on(rec, list(range(len(plan.machines))), argv, SNAPSHOT_TIMEOUT_S)
-    snaps, rows = {}, []
+    n = len(plan.machines)
+    calls = [(h, "probe", (stats, ev_detail, True)) for h in handles]
+    if stats:  # the agents' own facts, for the machines' rows
+        calls += [(h, "info", ()) for h in handles]
+    answers = machines.call_many(calls, timeout=SNAPSHOT_TIMEOUT_S)
+    probes, infos = answers[:n], answers[n:]
+    snaps, samples, rows = {}, {}, []
     for m, address in enumerate(plan.machines):
+        reached, value = probes[m]
+        if reached:
+            samples[m] = value["meter"]
+            if stats:
+                snaps[m] = value["snapshot"]
+        if not stats:
+            continue
         ok, info = infos[m]
-        reached, value = answers[m]
-        if reached and value[0] == 0:
-            snaps[m] = json.loads(value[1])
         why = None if ok else info
-        if why is None and m not in snaps:
-            lines = (value[2] if reached else value).strip().splitlines()
-            why = lines[-1] if lines else "no snapshot"
+        if why is None and not reached:
+            why = str(value).strip().splitlines()[-1] if str(value).strip() else "no snapshot"
         rows.append(
             {
                 "machine": m,
@@ -49,6 +62,9 @@ def snapshot(rec: ClusterRecord, ev_detail: bool = False) -> dict:
                 "error": why,
             }
         )
+    if not stats:
+        return {}, samples
+    cluster_lab.note_lost(rec, {r["machine"]: r["error"] for r in rows if r["agent"] == "dead"})
     rec = cluster_lab.load(rec.lab)  # with the faults and events noted meanwhile
     ids = {(int(m), i): int(g) for g, f in rec.faults.items() for m, i in f["parts"].items()}
     if snaps:
@@ -65,7 +81,7 @@ def snapshot(rec: ClusterRecord, ev_detail: bool = False) -> dict:
         "bringup_seconds": rec.bringup_seconds,
     }
     merged["bringup_seconds"] = rec.bringup_seconds
-    return merged
+    return merged, samples
 
 
 def _tag(snap: dict, machine: int) -> list[dict]:
@@ -96,14 +112,17 @@ def _merge_faults(rec: ClusterRecord, faults: list[dict]) -> list[dict]:
 
 class ClusterSampler:
     """stats_cmds.show's sampler over a cluster lab: each snapshot merged
-    from every machine's. kernel_every does not apply: each machine reads
-    its kernel on every snapshot (a snapshot is one process run there)."""
+    from every machine's, with the fidelity verdict since the snapshot
+    before, each machine judged on its own CPU and links (cluster.verdict).
+    kernel_every does not apply: each machine reads its kernel on every
+    snapshot (a snapshot is one process run there)."""
 
-    judges_fidelity = False  # no one machine's CPU and links say what bound the lab
+    judges_fidelity = False  # its snapshots carry their verdict: no Meter of this machine
 
     def __init__(self, rec: ClusterRecord, *, kernel_every: int = 1, ev_detail: bool = False):
         self.rec, self.ev_detail = rec, ev_detail
         self.topo = cluster_lab.topo_of(rec)
+        self._samples: dict[int, dict] = {}
 
     def __enter__(self) -> ClusterSampler:
         return self
@@ -112,7 +131,11 @@ class ClusterSampler:
         pass
 
     def snapshot(self) -> dict:
-        return snapshot(self.rec, ev_detail=self.ev_detail)
+        snap, samples = read(self.rec, ev_detail=self.ev_detail)
+        if self._samples:
+            snap["fidelity"] = verdict.judge_machines(self.topo, self._samples, samples)
+        self._samples = samples
+        return snap
 
 
 def stats(rec: ClusterRecord, args: list[str]) -> int:

@@ -23,6 +23,11 @@ machine's CPUs, are the bottleneck: docs/fidelity.md). Every run ends with
 its fidelity verdict: which resource bound it."""
 
 
+# ctx.meta key: the lab a flow scenario runs on when it is not this machine's
+# ({"lab", "topo", "runner"}: scenario.run_scenario's), set by cluster_scenario.
+SITE = "mrc_nic.scenario_site"
+
+
 def _common(f):
     for option in reversed(
         [
@@ -172,8 +177,11 @@ def _run(
         raise click.UsageError("--no-cc is CC profile 0")
     preflight.require_root()  # an operator command: before any lab work
     opts = dict(duration=duration, no_cc=no_cc, cc_profile=cc_profile, cwnd=cwnd)
+    site = click.get_current_context().meta.get(SITE)
     try:
-        if topology_name:
+        if site is not None:  # a cluster lab's (cluster_scenario): its topology and runner
+            report = run(site["lab"], topo=site["topo"], runner=site["runner"], **opts)
+        elif topology_name:
             topo = sc.scenario_topology(
                 topology_name,
                 app.given_lab() or sc.unique_lab_name(),
@@ -293,7 +301,7 @@ ROUNDS = click.option(
 )
 
 
-def _report(r: dict, app: App, lines: Callable[[dict], list[str]]) -> None:
+def show_report(r: dict, app: App, lines: Callable[[dict], list[str]]) -> None:
     """One run's result, or experiments.repeated's of several (lines: one run's text);
     exit 1 when it did not complete."""
     app.show(r, lambda r: _rounds_view(r, lines))
@@ -325,7 +333,7 @@ def _rounds_view(r: dict, lines: Callable[[dict], list[str]]) -> None:
     _fidelity(r)
 
 
-def _repeated(experiment: Callable[[], dict], rounds: int, key: str) -> dict:
+def run_rounds(experiment: Callable[[], dict], rounds: int, key: str) -> dict:
     """experiments.repeated, its ValueError (a bad argument) a usage error."""
     from mrc_nic.workloads import experiments
 
@@ -356,14 +364,14 @@ def single_ev_loss(app: App, size, evs, rate, plane, seed, rounds):
     from mrc_nic.workloads import experiments
 
     lab = app.lab()
-    r = _repeated(
+    r = run_rounds(
         lambda: experiments.single_ev_loss(
             lab, size=size, evs=evs, rate=rate, plane=plane, seed=seed
         ),
         rounds,
         "goodput_ratio",
     )
-    _report(
+    show_report(
         r,
         app,
         lambda r: [
@@ -394,20 +402,33 @@ def plane_failure(app: App, size, plane, after, mode, rounds):
     from mrc_nic.workloads import experiments
 
     lab = app.lab()
-    r = _repeated(
+    r = run_rounds(
         lambda: experiments.plane_failure(lab, size=size, plane=plane, after=after, mode=mode),
         rounds,
         "goodput_ratio",
     )
-    _report(
-        r,
-        app,
-        lambda r: [
-            f"healthy {_mbit(r['healthy_goodput_bps'])}, plane {plane} {mode} after {after}s: "
-            f"{_mbit(r['failed_goodput_bps'])} (ratio {r['goodput_ratio']:.2f}), "
-            f"{r['retransmits']} resent, {r['timeouts']} timeouts"
-        ],
-    )
+    show_report(r, app, plane_failure_lines)
+
+
+def plane_failure_lines(r: dict) -> list[str]:
+    """One plane-failure run in words (a local lab's, or a cluster lab's: cluster_scenario)."""
+    ratio = "-" if r["goodput_ratio"] is None else f"{r['goodput_ratio']:.2f}"
+    lines = [
+        f"healthy {_mbit(r['healthy_goodput_bps'])}, plane {r['plane']} {r['mode']} after "
+        f"{r['fail_after_s']}s: {_mbit(r['failed_goodput_bps'])} (ratio {ratio}), "
+        f"{r['retransmits']} resent, {r['timeouts']} timeouts"
+    ]
+    fault = r.get("fault")
+    if fault:  # a cluster lab's: where the fault was, and what it did
+        drops = "uncounted" if fault["drops"] is None else fault["drops"]
+        lines.append(
+            f"fault #{fault['id']} on {', '.join(f'm{m}' for m in fault['machines'])}: "
+            f"applied {fault['asked_into_transfer_s']:+.2f}..{fault['into_transfer_s']:+.2f} s "
+            f"into the transfer, dropped {drops} packets, "
+            f"{'healed' if fault['healed'] else 'NOT healed'}; "
+            f"verified {r['verified_bytes']['healthy']} and {r['verified_bytes']['failed']} bytes"
+        )
+    return lines
 
 
 @scenario.command(
@@ -446,14 +467,14 @@ def allreduce_failure(app: App, size, fault_target, mode, at, limit, rounds):
 
     target = tuple(fault_target.split())
     lab = app.lab()
-    r = _repeated(
+    r = run_rounds(
         lambda: experiments.allreduce_failure(
             lab, size=size, fault=target, mode=mode, at=at, limit_s=limit
         ),
         rounds,
         "slowdown",
     )
-    _report(
+    show_report(
         r,
         app,
         lambda r: [

@@ -161,7 +161,7 @@ def _watch(frames, view: str, sampler) -> None:
         sampler.ev_detail = new_view == "ev"
 
     if not getattr(sampler, "judges_fidelity", True):
-        # A cluster lab: no one machine's CPU and links say what bound it.
+        # A cluster lab: its snapshots carry the verdict of every machine's CPU and links.
         live.run(frames, view, output.console, on_view=on_view)
         return
 

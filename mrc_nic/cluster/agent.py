@@ -3,7 +3,9 @@
 It builds and removes its machine's shard with the same code as a local lab
 (fabric.testbed, fabric.builder: same namespaces, veths, TBFs, BPF programs),
 and runs the CLI's commands on its machine for the CLI on another one. It
-keeps nothing in memory: the shard's record is the machine's lab state
+keeps nothing in memory but the processes of a run in progress that another
+machine talks to (part_start: a scenario's part), which end with that run
+or at EOF when the agent dies: the shard's record is the machine's lab state
 (lab.state, with its `cluster` part), so a restarted agent picks up where
 the last one was, and `mrc-nic down -l LAB` run on the machine itself works.
 Ray wraps this class (machines.agent_class); it imports no Ray itself.
@@ -11,15 +13,20 @@ Ray wraps this class (machines.agent_class); it imports no Ray itself.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import queue
 import socket
 import subprocess
 import sys
+import tempfile
+import threading
 
 from mrc_nic.errors import MrcNicError
 
 RUN_TIMEOUT_S = 600.0
+PROBE_TIMEOUT_S = 120.0
 
 
 class ShardError(MrcNicError, RuntimeError):
@@ -33,6 +40,9 @@ class UnderlayError(MrcNicError, RuntimeError):
 class Agent:
     def __init__(self, lab: str) -> None:
         self.lab = lab
+        # Parts of a run that spans machines (part_start): they live as long
+        # as that run, and end at EOF on stdin when this agent dies.
+        self._parts: dict[int, _Part] = {}
 
     def info(self) -> dict:
         """Who and where: for status, and to check the actor runs where placed."""
@@ -58,14 +68,24 @@ class Agent:
         """Remove this machine's shard: its record's and these nodes' namespaces."""
         return self._shard("clear", {"nodes": nodes})
 
+    def probe(self, stats: bool = True, ev_detail: bool = False, meter: bool = True) -> dict:
+        """This machine's stats snapshot and fidelity sample (cluster.probe)."""
+        request = {"stats": stats, "ev_detail": ev_detail, "meter": meter}
+        return self._module("probe", {"lab": self.lab, **request}, PROBE_TIMEOUT_S)
+
     def _shard(self, op: str, request: dict) -> object:
-        body = json.dumps({"op": op, "lab": self.lab, **request})
+        return self._module("shard", {"op": op, "lab": self.lab, **request}, RUN_TIMEOUT_S)
+
+    def _module(self, name: str, request: dict, timeout: float) -> object:
+        """`python -m mrc_nic.cluster.NAME` fed `request`: its one JSON line's "ok"."""
+        op = request.get("op", name)
+        body = json.dumps(request)
         done = subprocess.run(
-            [sys.executable, "-m", "mrc_nic.cluster.shard"],
+            [sys.executable, "-m", f"mrc_nic.cluster.{name}"],
             input=body,
             capture_output=True,
             text=True,
-            timeout=RUN_TIMEOUT_S,
+            timeout=timeout,
         )
         lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
         if not lines:
@@ -74,6 +94,26 @@ class Agent:
         if "error" in reply:
             raise ShardError(reply["error"])
         return reply["ok"]
+
+    def part_start(self, module: str, args: dict) -> int:
+        """Start `python -m MODULE ARGS` (ARGS as JSON) on this machine, to be
+        talked to one JSON line at a time (part_tell, part_read); its pid."""
+        part = _Part(module, args)
+        self._parts[part.proc.pid] = part
+        return part.proc.pid
+
+    def part_tell(self, pid: int, message: dict) -> None:
+        self._parts[pid].tell(message)
+
+    def part_read(self, pid: int, wait: float) -> tuple[list[dict], bool]:
+        """What the part said, waiting up to `wait` s for a first line; and
+        whether it may say more (False: it closed its stdout)."""
+        return self._parts[pid].read(wait)
+
+    def part_end(self, pid: int) -> str:
+        """End the part (by its pid) if it still runs; the tail of its stderr."""
+        part = self._parts.pop(pid, None)
+        return part.end() if part is not None else ""
 
     def run(self, argv: list[str], timeout: float = RUN_TIMEOUT_S) -> tuple[int, str, str]:
         """`mrc-nic ARGV` on this machine: (exit status, stdout, stderr)."""
@@ -120,3 +160,62 @@ def check_underlay(address: str, mtu: int) -> None:
             f"{mtu + VXLAN_OVERHEAD} (VXLAN adds {VXLAN_OVERHEAD} bytes); raise it with "
             f"`ip link set {name} mtu {mtu + VXLAN_OVERHEAD}` or lower [links] mtu"
         )
+
+
+class _Part:
+    """A process of a run that spans machines, its stdout read by a thread
+    into a queue (a Ray call must not block on a pipe), its stderr into a
+    file (a full pipe would stop it)."""
+
+    def __init__(self, module: str, args: dict) -> None:
+        self.err = tempfile.TemporaryFile()  # noqa: SIM115 (closed by end(), after the run)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", module, json.dumps(args)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.err,
+        )
+        self.lines: queue.Queue[dict | None] = queue.Queue()
+        self.closed = False
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def _pump(self) -> None:
+        for raw in self.proc.stdout:
+            if raw.startswith(b"{"):
+                self.lines.put(json.loads(raw))
+        self.lines.put(None)  # end of its output
+
+    def tell(self, message: dict) -> None:
+        self.proc.stdin.write(json.dumps(message).encode() + b"\n")
+        self.proc.stdin.flush()
+
+    def read(self, wait: float) -> tuple[list[dict], bool]:
+        out: list[dict] = []
+        try:
+            item = self.lines.get(timeout=wait)
+            while True:
+                if item is None:
+                    self.closed = True
+                    break
+                out.append(item)
+                item = self.lines.get_nowait()
+        except queue.Empty:
+            pass
+        return out, not self.closed
+
+    def end(self) -> str:
+        """EOF on its stdin first: a part then ends its own children (a
+        scenario's host processes); killed if it has not ended 10 s later."""
+        with contextlib.suppress(OSError):
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=10)
+        self.err.seek(0)
+        tail = self.err.read().decode(errors="replace").strip()[-500:]
+        self.err.close()
+        return tail

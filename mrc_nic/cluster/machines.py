@@ -146,6 +146,70 @@ def _get(ray: Any, ref: Any, timeout: float) -> tuple[bool, Any]:
         return False, f"{type(cause).__name__}: {str(cause).splitlines()[-1] if str(cause) else ''}"
 
 
+class Parts:
+    """One process per machine, each started by that machine's agent
+    (Agent.part_start) and talked to one JSON line at a time: a run whose
+    processes span machines and answer one parent (a scenario's flows).
+    A read waits on every machine at once (ray.wait over one pending
+    part_read per machine)."""
+
+    READ_WAIT_S = 0.5  # a part_read's longest wait for a first line
+
+    def __init__(self, handles: dict[int, Any], module: str, args: dict[int, dict]) -> None:
+        self.handles = handles
+        started = call_many([(h, "part_start", (module, args[m])) for m, h in handles.items()])
+        self.pids: dict[int, int] = {}
+        for m, (ok, value) in zip(handles, started, strict=True):
+            if ok:
+                self.pids[m] = value
+        if len(self.pids) < len(handles):
+            self.end()
+            why = next(v for ok, v in started if not ok)
+            raise ClusterError(f"could not start the machines' parts: {why}")
+        self.open = set(handles)
+        self._reads: dict[Any, int] = {}  # pending part_read -> machine
+
+    def tell(self, m: int, message: dict) -> None:
+        call(self.handles[m], "part_tell", self.pids[m], message)
+
+    def read(self, timeout: float) -> list[tuple[int, dict]]:
+        """(machine, line) of what came from any machine within `timeout`;
+        (m, {"ended": True}) once m's part has said all, (m, {"error": ...})
+        if its agent could not be asked."""
+        import ray
+
+        waiting = set(self._reads.values())
+        for m in self.open - waiting:
+            ref = self.handles[m].part_read.remote(self.pids[m], self.READ_WAIT_S)
+            self._reads[ref] = m
+        if not self._reads:
+            return []
+        refs = list(self._reads)
+        ready, rest = ray.wait(refs, num_returns=1, timeout=timeout)
+        if ready and rest:  # and whatever else is in by now
+            ready += ray.wait(rest, num_returns=len(rest), timeout=0)[0]
+        out: list[tuple[int, dict]] = []
+        for ref in ready:
+            m = self._reads.pop(ref)
+            ok, value = _get(ray, ref, CALL_TIMEOUT_S)
+            if not ok:
+                self.open.discard(m)
+                out.append((m, {"error": f"m{m}: {value}"}))
+                continue
+            lines, more = value
+            out += [(m, line) for line in lines]
+            if not more:
+                self.open.discard(m)
+                out.append((m, {"ended": True}))
+        return out
+
+    def end(self) -> dict[int, str]:
+        """End every part still running; {machine: the tail of its stderr}."""
+        ms = list(self.pids)
+        done = call_many([(self.handles[m], "part_end", (self.pids[m],)) for m in ms])
+        return {m: value for m, (ok, value) in zip(ms, done, strict=True) if ok and value}
+
+
 def each(lab: str, count: int) -> list[Any | None]:
     """The handles of a lab's agents, machine by machine (None: not reachable)."""
     return [agent(lab, m) for m in range(count)]

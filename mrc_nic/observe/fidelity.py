@@ -400,6 +400,34 @@ class Meter:
         return self.judge_between(self._before, now)
 
 
+def raw_to_json(raw: tuple[CpuSample, LinkSample | None], load_avg=None) -> dict[str, Any]:
+    """A raw() sample as JSON, to be judged by another process (a cluster
+    lab's machines sample, one place judges: mrc_nic.cluster.verdict)."""
+    cpu, links = raw
+    out: dict[str, Any] = {
+        "cores": [list(c) for c in cpu.cores],
+        "softnet": [list(s) for s in cpu.softnet],
+        "load_avg": [round(x, 2) for x in (load_avg or os.getloadavg())],
+        "links": None,
+    }
+    if links is not None:
+        out["links"] = {
+            "queues": [[lk, d, *q] for (lk, d), q in links.queues.items()],
+            "veth_drops": links.veth_drops,
+            "at": links.at,
+        }
+    return out
+
+
+def raw_from_json(data: dict[str, Any]) -> tuple[CpuSample, LinkSample | None]:
+    cpu = CpuSample([tuple(c) for c in data["cores"]], [tuple(s) for s in data["softnet"]])
+    lk = data.get("links")
+    if lk is None:
+        return cpu, None
+    queues = {(q[0], q[1]): tuple(q[2:]) for q in lk["queues"]}
+    return cpu, LinkSample(queues, lk["veth_drops"], lk["at"])
+
+
 # ---- words ------------------------------------------------------------------------------
 def _rate_text(bps: float) -> str:
     if bps >= 1e9:

@@ -31,6 +31,7 @@ takes it down by name afterwards.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import os
@@ -306,38 +307,20 @@ def run_flows(
     each started at its start time; sample the receive QPs until all end (or
     `timeout`), and return what the switches and the CPUs did."""
     _, topo = open_lab(lab_name)
-    hosts = sorted({h for f in flows for h in (f.src, f.dst)}, key=topo.host_names().index)
     by_name = {f.name: f for f in flows}
     procs: dict[str, hostprocs.HostProc] = {}
     try:
-        chunk = {f.name: rdma_write.default_chunk(topo, f.size) for f in flows}
-        for h in hosts:
-            args = {
-                "lab": lab_name,
-                "host": h,
-                "sends": [
-                    {"name": f.name, "size": f.size, "chunk": chunk[f.name]}
-                    for f in flows if f.src == h
-                ],
-                "recvs": [
-                    {"name": f.name, "chunk": chunk[f.name]}
-                    for f in flows if f.dst == h
-                ],
-            }  # fmt: skip
+        for h, args in host_args(lab_name, topo, flows).items():
             procs[h] = hostprocs.HostProc(
                 topo.netns(h), scenario_hosts.__name__, args, lab=lab_name, host=h
             )
         order = list(procs.values())
         lines = hostprocs.gather(order, "ready", time.monotonic() + START_S)
         ready = dict(zip(procs, lines, strict=True))
-        opts = {"mpr": None, "cc_profile": cc_profile, "cc": cc, "cwnd": cwnd}
+        orders = connect_orders(flows, ready, cc_profile=cc_profile, cc=cc, cwnd=cwnd)
         for h, p in procs.items():
-            peers = {f.name: ready[f.dst]["ready"]["recvs"][f.name] for f in flows if f.src == h}
-            peers |= {f.name: ready[f.src]["ready"]["sends"][f.name] for f in flows if f.dst == h}
-            p.tell({"connect": {"peers": peers, "opts": opts}})
+            p.tell(orders[h])
         hostprocs.gather(order, "connected", time.monotonic() + START_S)
-        for f in flows:
-            f.recv_qpns = [int(ready[f.dst]["ready"]["recvs"][f.name]["qpn"])]
         return _drive(lab_name, topo, procs, by_name, timeout)
     finally:
         for p in procs.values():
@@ -347,6 +330,50 @@ def run_flows(
             with contextlib.suppress(Exception):
                 p.proc.wait(timeout=10)
         hostprocs.end_all(list(procs.values()))
+
+
+def host_args(lab_name: str, topo: Topology, flows: list[Flow]) -> dict[str, dict]:
+    """Each host's process arguments (scenario_hosts): its ends of the flows.
+    A host's process is one session, which holds a share of its NIC's memory
+    (half by default) for all its ends: a host with more ends than the lab's
+    other hosts (a permutation on 2 hosts: one to send, one to receive)
+    splits it between them, as a receiver does between its peers."""
+    hosts = sorted({h for f in flows for h in (f.src, f.dst)}, key=topo.host_names().index)
+    ends = collections.Counter(h for f in flows for h in (f.src, f.dst))
+    chunk = {
+        f.name: rdma_write.default_chunk(
+            topo, f.size, peers=max(topo.hosts - 1, ends[f.src], ends[f.dst])
+        )
+        for f in flows
+    }
+    return {
+        h: {
+            "lab": lab_name,
+            "host": h,
+            "sends": [
+                {"name": f.name, "size": f.size, "chunk": chunk[f.name]}
+                for f in flows if f.src == h
+            ],
+            "recvs": [{"name": f.name, "chunk": chunk[f.name]} for f in flows if f.dst == h],
+        }
+        for h in hosts
+    }  # fmt: skip
+
+
+def connect_orders(
+    flows: list[Flow], ready: dict[str, dict], *, cc_profile: int, cc: dict | None, cwnd: int | None
+) -> dict[str, dict]:
+    """Each host's "connect" order from every host's "ready" line: the peers of
+    its ends, and the QPs' options. Sets each flow's receive QP."""
+    opts = {"mpr": None, "cc_profile": cc_profile, "cc": cc, "cwnd": cwnd}
+    orders = {}
+    for h in ready:
+        peers = {f.name: ready[f.dst]["ready"]["recvs"][f.name] for f in flows if f.src == h}
+        peers |= {f.name: ready[f.src]["ready"]["sends"][f.name] for f in flows if f.dst == h}
+        orders[h] = {"connect": {"peers": peers, "opts": opts}}
+    for f in flows:
+        f.recv_qpns = [int(ready[f.dst]["ready"]["recvs"][f.name]["qpn"])]
+    return orders
 
 
 def _drive(
@@ -367,7 +394,7 @@ def _drive(
         nic.NicMaps.open(lab_name) as maps,
         fidelity.Meter(topo=topo) as meter,
     ):
-        before = _port_totals(topo, ports.read())
+        before = port_totals(topo, ports.read())
         nic_before = maps.counters()
         cpu0 = cpustat.sample()
         for h, p in procs.items():
@@ -385,7 +412,7 @@ def _drive(
                 p = out[fd]
                 alive = p.feed()
                 for line in p.lines:
-                    _take(line, flows, pending, t0, p.netns)
+                    take_line(line, flows, pending, t0, p.netns)
                 p.lines.clear()
                 if not alive:
                     out.pop(fd)
@@ -397,7 +424,7 @@ def _drive(
         cpu = cpustat.busy_cores(cpu0, cpustat.sample())
         fid = meter.stop()
         fid_meter = meter
-        after = _port_totals(topo, ports.read())
+        after = port_totals(topo, ports.read())
         nic_after = maps.counters()
     for f in flows.values():
         if f.done_at is None:
@@ -423,7 +450,7 @@ def _host_of(procs: dict[str, hostprocs.HostProc], proc: hostprocs.HostProc) -> 
     return next(h for h, p in procs.items() if p is proc)
 
 
-def _take(line: dict, flows: dict[str, Flow], pending: set[str], t0: float, where: str) -> None:
+def take_line(line: dict, flows: dict[str, Flow], pending: set[str], t0: float, where: str) -> None:
     """A host process's report: a flow started or ended (or the process failed)."""
     if "started" in line:
         flows[line["started"]].opened_at = line["at_ns"] / 1e9 - t0
@@ -467,7 +494,7 @@ def _sample(maps: nic.NicMaps, flows: list[Flow], t0: float, lock: threading.Loc
                 flow.samples.append(sample)
 
 
-def _port_totals(topo: Topology, table: PortCounterTable) -> dict[str, dict[str, int]]:
+def port_totals(topo: Topology, table: PortCounterTable) -> dict[str, dict[str, int]]:
     """Egress queue counters summed by where the port is: lasthop (T0 to host),
     up (T0 to T1), down (T1 to T0)."""
     keys = ("enqueued", "ecn_marked", "trimmed", "drop_buffer")
@@ -688,20 +715,25 @@ def run_scenario(
     cc: dict | None = None,
     cwnd: int | None = None,
     timeout: float | None = None,
+    topo: Topology | None = None,
+    runner: Callable[..., dict] | None = None,
 ) -> dict:
     """Flows from make_flows(topology), sized for `duration` at their fair
     goodput (payload(seg): the fraction of a link goodput can fill with the
     lab's packets), run with CC
     profile cc_profile (profile 0 with no_cc; cc: NSCC fields to override;
     cwnd: the fixed window), given up after `timeout` (default 15 durations,
-    at least 60 s); report(flows, capacity, seg) makes the figures."""
-    _, topo = open_lab(lab_name)
+    at least 60 s); report(flows, capacity, seg) makes the figures.
+    topo and runner: another site's (a cluster lab's: its topology, and a
+    run_flows of its machines); default this machine's lab and run_flows."""
+    if topo is None:
+        _, topo = open_lab(lab_name)
     profile = _profile(no_cc, cc_profile)
     flows = make_flows(topo)
     capacity = host_rate_bps(topo) or 1e9 * topo.planes
     seg = nic.seg_size(topo.mtu)
     size_flows(flows, capacity, duration, payload(seg))
-    run = run_flows(
+    run = (runner or run_flows)(
         lab_name,
         flows,
         cc_profile=profile,

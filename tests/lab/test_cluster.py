@@ -55,13 +55,12 @@ def _leftovers(c, lab: str | None) -> list[str]:
 @pytest.fixture(scope="module")
 def lab(cluster):
     name = unique_lab("cl")
-    up = cluster.cli_run(
-        ["up", "-t", str(NETNS_DIR / "default.toml"), "--name", name, "--cluster", cluster.address]
-    )
-    assert up.returncode == 0, up.stderr + up.stdout
     try:
+        topo = str(NETNS_DIR / "default.toml")
+        up = cluster.cli_run(["up", "-t", topo, "--name", name, "--cluster", cluster.address])
+        assert up.returncode == 0, up.stderr + up.stdout
         yield name
-    finally:
+    finally:  # also after a failed up: what it left on the machines it reached
         cluster.cli_run(["down", "-l", name])
 
 
@@ -197,8 +196,14 @@ def test_stats_stream_watch_and_prom(cluster, lab):
     assert first["planes"][0]["rates"] is None
     assert second["interval_s"] > 0 and second["planes"][0]["rates"] is not None
     assert all(lk["rates"] is not None for lk in second["links"])
+    # The verdict since the snapshot before, each machine judged on its own CPU and links.
+    assert "fidelity" not in first
+    assert set(second["fidelity"]["parts"]) == {"m0", "m1"}
+    assert second["fidelity"]["verdict"] in ("links", "cpu", "application")
+    assert all(p["cpu"]["cores"] for p in second["fidelity"]["parts"].values())
     watch = cli(cluster, "stats", "-l", lab, "--watch", "--count", "2", "--interval", "1").stdout
     assert watch.count("planes: offered by hosts") == 2
+    assert "fidelity: " in watch and "m0: " in watch and "m1: " in watch
     prom = cli(cluster, "stats", "-l", lab, "--format", "prom").stdout
     snap = json.loads(cli(cluster, "stats", "-l", lab, "--format", "json").stdout)
     name = next(iter(snap["cluster"]["vxlan_links"]))
@@ -259,6 +264,7 @@ def test_chaos_across_machines(cluster, lab):
     )
     report = json.loads(done.stdout)
     assert report["faults_applied"] >= 2 and report["faults_left"] == []
+    assert set(report["fidelity"]["parts"]) == {"m0", "m1"}  # each machine judged on its own
     assert report["qps_in_err"] == []
     traffic = report["traffic"]
     assert traffic["writes"] >= 1 and traffic["writes_failed"] == 0
@@ -275,8 +281,58 @@ def test_chaos_across_machines(cluster, lab):
     assert snap["faults"] == [] and snap["cluster"]["faults"] == {}
 
 
-def test_scenario_is_refused_with_what_to_run(cluster, lab):
-    done = cli(cluster, "scenario", "incast", "--senders", "1", "-l", lab, check=False)
+def test_scenario_plane_failure_across_machines(cluster, lab):
+    done = cli(
+        cluster,
+        *("scenario", "plane-failure", "-l", lab, "--size", "256M", "--plane", "1"),
+        *("--after", "0.1", "--format", "json"),
+    )
+    r = json.loads(done.stdout)
+    # Each WRITE ran as one process per end on its host's machine, every byte checked.
+    assert r["completed"] and r["machines"] == [0, 1]
+    assert r["verified_bytes"] == {"healthy": 256 * 2**20, "failed": 256 * 2**20}
+    assert r["healthy_goodput_bps"] > 0 and r["failed_goodput_bps"] > 0
+    # The fault reached the agents of both machines (plane 1 has links on each),
+    # met the WRITE's packets there, and was healed everywhere.
+    fault = r["fault"]
+    assert fault["target"] == "plane 1" and fault["machines"] == [0, 1]
+    assert fault["drops"] > 0 and fault["healed"]
+    assert r["per_plane_share"]["1"] < 0.25  # the WRITE went round the dead plane
+    snap = status(cluster, lab)
+    assert snap["faults"] == [] and snap["cluster"]["faults"] == {}
+    # Each WRITE judged on every machine's own CPU and links, sampled while it ran.
+    healthy = r["fidelity"]["parts"]["healthy"]
+    assert set(healthy["parts"]) == {"m0", "m1"}
+    assert healthy["busiest_link"] > 0.1
+    assert {p["verdict"] for p in healthy["parts"].values()} <= {"links", "cpu", "application"}
+
+
+def test_scenario_flows_across_machines(cluster, lab):
+    done = cli(
+        cluster,
+        *("scenario", "permutation", "-l", lab, "--duration", "2s", "--format", "json"),
+    )
+    r = json.loads(done.stdout)
+    # Each flow ran from its source's machine to its destination's, each host's
+    # process on its own machine.
+    flows = {(f["src"], f["dst"]): f for f in r["flows"]}
+    assert set(flows) == {("h0", "h1"), ("h1", "h0")}
+    for f in flows.values():
+        assert f["error"] is None and f["qp_states"] == ["RTS"]
+        assert f["bytes"] == f["size"] > 0
+        assert f["goodput_bps"] > 0  # from the receiver's QP samples, on its machine
+    assert r["qps_in_err"] == 0 and r["host_processes"] == 2
+    assert {m: p["hosts"] for m, p in r["machines"].items()} == {"m0": ["h0"], "m1": ["h1"]}
+    start, end = r["window_s"]
+    assert end > start
+    # Every data packet went through each tier of switch queues, on both machines.
+    packets = sum(f["bytes"] for f in flows.values()) // 3072
+    assert all(r["switch"][tier]["enqueued"] >= packets for tier in ("up", "down", "lasthop"))
+    assert r["fidelity"]["over"] == "window" and set(r["fidelity"]["parts"]) == {"m0", "m1"}
+
+
+def test_scenarios_of_one_machine_are_refused_with_what_to_run(cluster, lab):
+    done = cli(cluster, "scenario", "single-ev-loss", "-l", lab, check=False)
     assert done.returncode != 0
     assert "does not run on a cluster lab" in done.stderr and "--topology" in done.stderr
 

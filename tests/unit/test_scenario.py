@@ -224,3 +224,17 @@ def test_repeated_experiments_judge_only_the_link_bound_rounds():
     lb = many["links_bound"]
     assert (lb["rounds"], lb["median"], lb["min"], lb["max"]) == (2, 0.76, 0.74, 0.78)
     assert many["fidelity"]["verdict"] == "cpu"  # one round was CPU-bound: said
+
+
+@pytest.mark.parametrize("shape", ["default", "clos-8"])
+def test_each_hosts_ends_fit_the_share_of_one_session(shape):
+    # A host's process (one session: half its NIC's memory by default) holds the
+    # MRs of every end it has: 2 chunks each (a double buffer, rdma_ends).
+    topo = topology.load(names.topology_file(shape))
+    flows = scenario.permutation_flows(topo)
+    capacity = scenario.host_rate_bps(topo)
+    scenario.size_flows(flows, capacity, 30.0, scenario.ceiling_both_ways())
+    for h, args in scenario.host_args("x", topo, flows).items():
+        ends = args["sends"] + args["recvs"]
+        assert len(ends) == 2
+        assert sum(2 * e["chunk"] for e in ends) <= topo.nic_memory_bytes // 2, h

@@ -2,7 +2,7 @@
 
 `mrc-nic write` is one process at both ends (it maps the receiver's memory);
 across machines each end runs on its own machine, as any RDMA application
-does: the agents start `python -m mrc_nic.cluster.splitwrite recv|send` in
+does: the agents start `python -m mrc_nic.workloads.splitwrite recv|send` in
 the two hosts (`mrc-nic exec`), which swap their QP facts over TCP through
 the lab itself (mrc_nic.verbs.cm, on a plane's addresses), and the sender
 WRITEs the transfer in rounds of one half of the receiver's buffer. With
@@ -18,6 +18,7 @@ import json
 import secrets
 import sys
 import time
+from typing import NamedTuple
 
 HALF_MAX = 8 * 2**20  # bytes per round: two halves fit one MR (32 MiB)
 WR_BYTES = 2**20  # bytes per WRITE
@@ -45,7 +46,15 @@ def _connect(server: str | None, port: int, mr_bytes: int, timeout: float):
     qp.to_init()
     peer = link.swap(cm.Endpoint.of(qp, mr, ctx.gid()))
     qp.to_rtr(peer.qpn, peer.gid, rq_psn=peer.psn)
-    qp.to_rts()
+    if server is not None:  # the sender: the lab's timeout and reorder window, as `write` has
+        from mrc_nic.lab.state import open_lab
+        from mrc_nic.workloads.rdma_write import lab_defaults
+
+        _, topo = open_lab(ctx.lab)
+        qp_timeout, reorder = lab_defaults(topo, ctx.query_device())
+        qp.to_rts(timeout=qp_timeout, ext={"reorder_ns": reorder})
+    else:
+        qp.to_rts()
     return ctx, link, pd, mr, cq, qp, peer
 
 
@@ -79,6 +88,8 @@ def send(args: argparse.Namespace) -> dict:
     rounds = (args.size + half - 1) // half
     pending_acks = 0
     clock = _Clock()
+    before = _QpFigures.of(qp)
+    started_at = time.time()  # wall clock: another machine places a fault against it
     t0 = time.perf_counter()
     for r in range(rounds):
         if pending_acks == 2:  # the half about to be written: checked by now
@@ -104,6 +115,8 @@ def send(args: argparse.Namespace) -> dict:
         link.recv()
         pending_acks -= 1
     seconds = time.perf_counter() - t0
+    ended_at = time.time()
+    after = _QpFigures.of(qp)
     verdict = link.recv()
     return {
         "role": "sender",
@@ -115,7 +128,35 @@ def send(args: argparse.Namespace) -> dict:
         # The longest time without a WRITE completing (1 MiB each): a stall,
         # e.g. while a fault is met, shows as a gap above the usual spacing.
         "max_completion_gap_ms": round(clock.max_gap * 1e3, 2),
+        "started_at": started_at,
+        "ended_at": ended_at,
+        "retransmits": after.retx - before.retx,
+        "timeouts": after.timeouts - before.timeouts,
+        "plane_pkts": {
+            p: n - before.per_plane.get(p, 0) for p, n in sorted(after.per_plane.items())
+        },
     }
+
+
+class _QpFigures(NamedTuple):
+    """A send QP's retransmissions, timeouts and data packets per plane so far
+    (what workloads.rdma_write.qp_counters reads, beside this package)."""
+
+    retx: int
+    timeouts: int
+    per_plane: dict[int, int]
+
+    @classmethod
+    def of(cls, qp) -> _QpFigures:
+        try:
+            retx = qp.nic_send_state().tx_stats.get("retx_pkts", 0)
+        except KeyError:  # not in RTS yet
+            retx = 0
+        q = qp.query()
+        per_plane = {int(p): n for p, n in q.get("retired_tx_pkts", {}).items()}
+        for plane, n in qp.nic_tx_per_plane().items():  # live EVs; retired ones above
+            per_plane[plane] = per_plane.get(plane, 0) + n
+        return cls(retx, q.get("timeouts", 0), per_plane)
 
 
 class _Clock:
@@ -156,7 +197,7 @@ def _post_all(qp, cq, wrs: list, timeout: float, clock: _Clock) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m mrc_nic.cluster.splitwrite")
+    p = argparse.ArgumentParser(prog="python -m mrc_nic.workloads.splitwrite")
     p.add_argument("role", choices=("recv", "send"))
     p.add_argument("server", nargs="?", help="send: an address of the receiver's host")
     p.add_argument("--size", type=int, required=True)
