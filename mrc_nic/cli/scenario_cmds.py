@@ -426,7 +426,7 @@ def plane_failure_lines(r: dict) -> list[str]:
             f"applied {fault['asked_into_transfer_s']:+.2f}..{fault['into_transfer_s']:+.2f} s "
             f"into the transfer, dropped {drops} packets, "
             f"{'healed' if fault['healed'] else 'NOT healed'}; "
-            f"verified {r['verified_bytes']['healthy']} and {r['verified_bytes']['failed']} bytes"
+            f"WRITEs of {r['bytes']['healthy']} and {r['bytes']['failed']} bytes completed"
         )
     return lines
 
