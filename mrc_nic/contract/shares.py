@@ -22,6 +22,9 @@ import re
 
 RESOURCES = ("memory", "qps", "cqs", "pds")
 DEFAULT_FRACTION = 0.5  # half of each: room for another session and for mrc-nic's tools
+# What every tenant (a user that is not root) together may hold of a host's
+# resources, however many tenants there are: the rest is root's tools'.
+TENANTS_FRACTION = 0.75
 ENV_PREFIX = "MRC_NIC_SHARE_"  # MRC_NIC_SHARE_MEMORY=25%, MRC_NIC_SHARE_QPS=8, ...
 WHAT = {
     "memory": "bytes of NIC memory",

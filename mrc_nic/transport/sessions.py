@@ -132,8 +132,24 @@ class Sessions:
             held = sum(s.held()[name] for s in mine)
             who = f"uid {session.uid} (its {len(mine)} session(s) together)"
         why = session.limits.check(name, held, more, self.host, who)
+        if why is None and not is_operator(session.uid):
+            why = self._tenants_room(session, name, more)
         if why is not None:
             raise QpError(errno.ENOMEM if name == "memory" else errno.ENOSPC, why)
+
+    def _tenants_room(self, session: AppSession, name: str, more: int) -> str | None:
+        """Why `more` does not fit what every tenant together may hold
+        (shares.TENANTS_FRACTION of the host: the rest is root's), or None."""
+        tenants = [s for s in self.by_conn.values() if not is_operator(s.uid)]
+        held = sum(s.held()[name] for s in tenants)
+        most = int(session.limits.capacity[name] * shares.TENANTS_FRACTION)
+        if held + more <= most:
+            return None
+        return (
+            f"the tenants of {self.host} (users that are not root, {len(tenants)} session(s)) "
+            f"hold {held} of its {shares.WHAT[name]}, and together they may hold {most} "
+            f"({shares.TENANTS_FRACTION:.0%}: the rest is kept for root's tools): release some"
+        )
 
     def pop(self, conn: Conn) -> AppSession | None:
         return self.by_conn.pop(id(conn), None)

@@ -182,6 +182,58 @@ def test_resources_within_the_session_share_and_released_with_it(ctx, conn):
     assert ctx.cq_slots.take() == cq  # its slot is free again
 
 
+def test_tenants_share_one_share_each_and_leave_root_its_room(ctx, monkeypatch):
+    """A tenant (a user that is not root) asks for no more than the lab's share
+    (EPERM); its sessions hold one share together; and every tenant together
+    holds at most TENANTS_FRACTION of the host (the rest is root's tools')."""
+    import dataclasses
+
+    from mrc_nic.contract import shares
+    from mrc_nic.transport import appresources, sessions, tenancy
+
+    monkeypatch.setattr(sessions, "is_operator", lambda uid: uid == 0)
+    monkeypatch.setattr(appresources, "is_operator", lambda uid: uid == 0)
+    uids = iter([1001, 1001, 1002, 0])
+    real_peer_of = tenancy.peer_of
+    monkeypatch.setattr(tenancy, "peer_of", lambda sock: dataclasses.replace(
+        real_peer_of(sock), uid=next(uids)))  # fmt: skip
+    monkeypatch.setattr(tenancy, "check", lambda peer, lab, host: None)
+    res = AppResources(ctx)
+    pairs = [socket.socketpair() for _ in range(4)]
+    conns = [Conn(a) for a, _ in pairs]
+    try:
+        asked = appops.Hello(pid=0, shares={"pds": "100%"})
+        with pytest.raises(QpError, match="more than the lab's share") as e:
+            res.hello(asked, conns[0])  # uid 1001 asks for the whole host
+        assert e.value.errno == errno.EPERM
+        uids = iter([1001, 1001, 1002, 0])
+        for c in conns:
+            res.hello(appops.Hello(pid=0), c)
+        half = res.capacity["pds"] // 2
+        got = [0, 0]
+        for i in (0, 1):  # uid 1001's two sessions: one share between them
+            while True:
+                try:
+                    res.alloc_pd(appops.AllocPd(), conns[i])
+                    got[i] += 1
+                except QpError as refused:
+                    assert "uid 1001 (its 2 session(s) together)" in str(refused)
+                    break
+        assert sum(got) == half
+        taken = 0  # uid 1002: its own share, until all tenants hold 75% of the host
+        with pytest.raises(QpError, match="together they may hold") as full:
+            while True:
+                res.alloc_pd(appops.AllocPd(), conns[2])
+                taken += 1
+        assert full.value.errno == errno.ENOSPC
+        assert half + taken == int(res.capacity["pds"] * shares.TENANTS_FRACTION)
+        res.alloc_pd(appops.AllocPd(), conns[3])  # root still gets one
+    finally:
+        for a, b in pairs:
+            a.close()
+            b.close()
+
+
 def test_a_session_must_say_hello_first(ctx, conn):
     with pytest.raises(QpError, match="open a session first") as refused:
         AppResources(ctx).alloc_pd(appops.AllocPd(), conn)
