@@ -185,6 +185,49 @@ class _MapInfo(ctypes.Structure):
     ]
 
 
+class _ProgInfo(ctypes.Structure):
+    """struct bpf_prog_info up to verified_insns (include/uapi/linux/bpf.h)."""
+
+    _fields_ = [
+        ("type", ctypes.c_uint32),
+        ("id", ctypes.c_uint32),
+        ("tag", ctypes.c_uint8 * 8),
+        ("jited_prog_len", ctypes.c_uint32),
+        ("xlated_prog_len", ctypes.c_uint32),
+        ("jited_prog_insns", ctypes.c_uint64),
+        ("xlated_prog_insns", ctypes.c_uint64),
+        ("load_time", ctypes.c_uint64),
+        ("created_by_uid", ctypes.c_uint32),
+        ("nr_map_ids", ctypes.c_uint32),
+        ("map_ids", ctypes.c_uint64),
+        ("name", ctypes.c_char * BPF_OBJ_NAME_LEN),
+        ("ifindex", ctypes.c_uint32),
+        ("gpl_compatible", ctypes.c_uint32),
+        ("netns_dev", ctypes.c_uint64),
+        ("netns_ino", ctypes.c_uint64),
+        ("nr_jited_ksyms", ctypes.c_uint32),
+        ("nr_jited_func_lens", ctypes.c_uint32),
+        ("jited_ksyms", ctypes.c_uint64),
+        ("jited_func_lens", ctypes.c_uint64),
+        ("btf_id", ctypes.c_uint32),
+        ("func_info_rec_size", ctypes.c_uint32),
+        ("func_info", ctypes.c_uint64),
+        ("nr_func_info", ctypes.c_uint32),
+        ("nr_line_info", ctypes.c_uint32),
+        ("line_info", ctypes.c_uint64),
+        ("jited_line_info", ctypes.c_uint64),
+        ("nr_jited_line_info", ctypes.c_uint32),
+        ("line_info_rec_size", ctypes.c_uint32),
+        ("jited_line_info_rec_size", ctypes.c_uint32),
+        ("nr_prog_tags", ctypes.c_uint32),
+        ("prog_tags", ctypes.c_uint64),
+        ("run_time_ns", ctypes.c_uint64),
+        ("run_cnt", ctypes.c_uint64),
+        ("recursion_misses", ctypes.c_uint64),
+        ("verified_insns", ctypes.c_uint32),
+    ]
+
+
 class XdpMd(ctypes.Structure):
     """struct xdp_md as BPF_PROG_TEST_RUN's ctx_in/ctx_out: data and data_end are offsets
     into data_in (data > 0: that many bytes of XDP metadata come first); ingress_ifindex 0
@@ -298,6 +341,15 @@ def map_info(map_fd: int) -> MapInfo:
         map_flags=info.map_flags,
         name=info.name.decode(errors="replace"),
     )
+
+
+def prog_verified_insns(prog_fd: int) -> tuple[int, int]:
+    """(instructions the verifier processed, instructions of the program) of
+    the program behind prog_fd: the first is what its 1M limit bounds."""
+    info = _ProgInfo()
+    attr = _InfoAttr(bpf_fd=prog_fd, info_len=ctypes.sizeof(info), info=ctypes.addressof(info))
+    _bpf(BPF_OBJ_GET_INFO_BY_FD, attr, f"BPF_OBJ_GET_INFO_BY_FD prog fd {prog_fd}")
+    return info.verified_insns, info.xlated_prog_len // 8
 
 
 def map_create(
