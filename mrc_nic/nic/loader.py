@@ -117,6 +117,7 @@ class NicProgram:
         self.bpf = bpf  # the bcc.BPF object: keeps the program and maps alive
         self.fd: int = func.fd
         self.name: str = program.function_name(func)
+        self.doorbell_fd: int = -1  # the applications' doorbell program (nic_doorbell)
 
     @classmethod
     def load(
@@ -181,7 +182,9 @@ class NicProgram:
         jump[jump.Key(0)] = jump.Leaf(funcs[FUNC_NAME].fd)
         # Every session maps the CQs' lost counts: none may write them, BPF counts.
         bpfsys.map_freeze(bpf[CQ_LOST_MAP.encode()].map_fd)
-        return cls(lab, config, bpf, funcs[FUNC_NAME])
+        loaded = cls(lab, config, bpf, funcs[FUNC_NAME])
+        loaded.doorbell_fd = funcs[DOORBELL_FUNC].fd
+        return loaded
 
     def attach(self, ipr: Any, ifindex: int, *, mode: str = "native") -> None:
         """Attach the program at XDP of an interface (mode: native, generic or auto).
@@ -191,6 +194,15 @@ class NicProgram:
         its own namespace. Replaces a program already attached in that mode.
         """
         xdp.attach(ipr, ifindex, self.fd, mode)
+
+    def attach_doorbell(self, ipr: Any, ifindex: int) -> None:
+        """The applications' doorbell program at XDP (native) of an interface
+        that takes no traffic of its own (a host's `doorbell`). Why: a program
+        attached natively stays in the kernel's XDP dispatcher; one that is not
+        is put in and taken out at every BPF_PROG_RUN, which rebuilds the
+        dispatcher each time (measured: 24 ms for a 16-frame kick, against
+        0.13 ms for nic_xdp, which is attached)."""
+        xdp.attach(ipr, ifindex, self.doorbell_fd, "native")
 
     @staticmethod
     def detach(ipr: Any, ifindex: int, *, mode: str = "native") -> None:
