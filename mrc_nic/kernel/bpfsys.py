@@ -36,8 +36,7 @@ BPF_ANY = 0
 BPF_NOEXIST = 1
 BPF_EXIST = 2
 
-# Flags of BPF_MAP_CREATE (map_flags) and of opening a map (file_flags, open_flags).
-BPF_F_RDONLY = 1 << 3  # this fd reads only (mmap PROT_WRITE and updates refused)
+# Flags of BPF_MAP_CREATE (map_flags).
 BPF_F_MMAPABLE = 1 << 10
 BPF_F_INNER_MAP = 1 << 12  # an inner map of a map-in-map, of any max_entries
 
@@ -315,7 +314,7 @@ def map_freeze(map_fd: int) -> None:
 
 def map_fd_by_id(map_id: int, *, flags: int = 0) -> int:
     """A new fd of the map with id map_id (an inner map's, read from its outer
-    map); needs CAP_SYS_ADMIN. flags: BPF_F_RDONLY for a read-only fd."""
+    map); needs CAP_SYS_ADMIN. flags: open_flags (BPF_F_RDONLY, 1 << 3, reads only)."""
     attr = _GetFdByIdAttr(map_id=map_id, open_flags=flags)
     return _bpf(BPF_MAP_GET_FD_BY_ID, attr, f"BPF_MAP_GET_FD_BY_ID {map_id}")
 

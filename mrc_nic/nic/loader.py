@@ -111,13 +111,16 @@ class NicConfig:
 class NicProgram:
     """The compiled XDP program of one lab, its fd, and its pinned maps."""
 
-    def __init__(self, lab: str, config: NicConfig, bpf: Any, func: Any) -> None:
+    def __init__(
+        self, lab: str, config: NicConfig, bpf: Any, func: Any, doorbell: Any = None
+    ) -> None:
         self.lab = lab
         self.config = config
         self.bpf = bpf  # the bcc.BPF object: keeps the program and maps alive
         self.fd: int = func.fd
         self.name: str = program.function_name(func)
-        self.doorbell_fd: int = -1  # the applications' doorbell program (nic_doorbell)
+        # the applications' doorbell program (nic_doorbell)
+        self.doorbell_fd: int = doorbell.fd if doorbell is not None else -1
 
     @classmethod
     def load(
@@ -182,9 +185,7 @@ class NicProgram:
         jump[jump.Key(0)] = jump.Leaf(funcs[FUNC_NAME].fd)
         # Every session maps the CQs' lost counts: none may write them, BPF counts.
         bpfsys.map_freeze(bpf[CQ_LOST_MAP.encode()].map_fd)
-        loaded = cls(lab, config, bpf, funcs[FUNC_NAME])
-        loaded.doorbell_fd = funcs[DOORBELL_FUNC].fd
-        return loaded
+        return cls(lab, config, bpf, funcs[FUNC_NAME], funcs[DOORBELL_FUNC])
 
     def attach(self, ipr: Any, ifindex: int, *, mode: str = "native") -> None:
         """Attach the program at XDP of an interface (mode: native, generic or auto).

@@ -195,16 +195,19 @@ class MapsBase:
             return None
         return int.from_bytes(raw, "little")
 
-    def inner_map_fd(self, outer: str, index: int, *, flags: int = 0) -> int:
+    def inner_map_fd(self, outer: str, index: int) -> int:
         """A new fd of the map at `index` of `outer` (the caller owns it; KeyError
-        if there is none). flags: bpfsys.BPF_F_RDONLY for a read-only fd."""
-        map_id = self.inner_map_id(outer, index)
+        if there is none)."""
+        return self._fd_of(outer, index, self.inner_map_id(outer, index))
+
+    @staticmethod
+    def _fd_of(outer: str, index: int, map_id: int | None) -> int:
         try:
-            if map_id is None:
-                raise FileNotFoundError
-            return bpfsys.map_fd_by_id(map_id, flags=flags)
-        except FileNotFoundError:  # none, or replaced and freed since the lookup
-            raise KeyError(f"{outer} has no map at {index}") from None
+            if map_id is not None:
+                return bpfsys.map_fd_by_id(map_id)
+        except FileNotFoundError:  # replaced and freed since the lookup
+            pass
+        raise KeyError(f"{outer} has no map at {index}")
 
     def set_inner_map(self, outer: str, index: int, map_fd: int) -> None:
         """Put the map behind map_fd at `index` of `outer` (the outer map holds it)."""
@@ -222,7 +225,7 @@ class MapsBase:
         cached = self._inner_views.get((outer, index))
         if cached is not None and cached[0] == map_id:
             return cached[1]
-        fd = self.inner_map_fd(outer, index)
+        fd = self._fd_of(outer, index, map_id)  # the map whose id is cached with its view
         try:
             view = mmap.mmap(fd, size, flags=mmap.MAP_SHARED)
         finally:

@@ -108,12 +108,6 @@ class MemoryMaps:
         bpfsys.map_update(self._fds[REGIONS_MAP], u32_key(region), bytes(RegionLayout()))
         self.clear_inner_map(MEMS_MAP, region)  # an application's memory: the NIC's no more
 
-    def region_memory_fd(self, region: int) -> int:
-        """A new fd of a region's memory map (nic_mr for a daemon's region; the
-        caller owns it; KeyError if the region has none)."""
-        pins.check_range("region", region, self.max_regions - 1)
-        return self.inner_map_fd(MEMS_MAP, region)
-
     def region(self, region: int) -> RegionLayout:
         pins.check_range("region", region, self.max_regions - 1)
         raw = bpfsys.map_lookup(

@@ -103,7 +103,6 @@ class AppSession:
         }
 
 
-
 class Sessions:
     """Every application session of one host, by connection."""
 
