@@ -266,6 +266,11 @@ def machine_of_host(rec: ClusterRecord, host: str) -> int:
     return plan.node_machine[host]
 
 
+def relay_on(rec: ClusterRecord, m: int, argv: list[str]) -> int:
+    """`mrc-nic ARGV` on machine m, its output printed here; its exit status."""
+    return _relay(run_on(rec, [m], argv)[m], m)
+
+
 def _relay(result: tuple[bool, object], machine: int, tag: bool = False) -> int:
     """Print what a machine's command printed (tag: each line after its machine)."""
     ok, value = result
@@ -319,9 +324,23 @@ def _split_target(args: list[str]) -> tuple[list[str], list[str]]:
 
 
 def _owners(rec: ClusterRecord, words: list[str]) -> list[int]:
+    """The machines a fault on this target goes to: those owning an end of its
+    links; for one EV of a send QP (qp QPN ev EV), the QP's host's machine,
+    where that host's uplinks are enforced (faults.resolve_ev_target)."""
     from mrc_nic.fabric import faults
 
     topo = topo_of(rec)
+    if words and words[0] == "qp":
+        try:
+            host = topo.host_of_qpn(int(words[1], 0)) if len(words) > 1 else None
+        except ValueError:
+            host = None
+        if host is None:  # the machines say what is wrong with it
+            raise ClusterLabError(
+                f"cannot place fault target {' '.join(words)!r}: give 'qp QPN ev EV' with a "
+                "QPN of one of the lab's hosts (mrc-nic qp list)"
+            )
+        return [machine_of_host(rec, host)]
     plan = placement.Placement.from_dict(rec.placement)
     _, links = faults.resolve_target(topo, tuple(words))
     return sorted({m for lk in links for m in plan.machines_of_link(topo, lk.name)})
@@ -348,13 +367,16 @@ def apply_fault(
     return gid, results
 
 
-def heal_fault(rec: ClusterRecord, gid: str) -> dict[int, tuple[bool, object]]:
-    """Heal cluster fault `gid` on each machine it has a part on, at once."""
+def heal_fault(
+    rec: ClusterRecord, gid: str, extra: tuple[str, ...] = ()
+) -> dict[int, tuple[bool, object]]:
+    """Heal cluster fault `gid` on each machine it has a part on, at once
+    (extra: more of `heal`'s options, e.g. --format json)."""
     rec = load(rec.lab)  # as saved: a fault applied since `rec` was read is in it
     fault = rec.faults.get(gid)
     if fault is None:
         raise ClusterLabError(f"no fault #{gid} in force on lab {rec.lab} (see mrc-nic status)")
-    results = run_each(rec, {int(m): ["heal", str(i)] for m, i in fault["parts"].items()})
+    results = run_each(rec, {int(m): ["heal", str(i), *extra] for m, i in fault["parts"].items()})
     rec = load(rec.lab)
     rec.faults.pop(gid, None)
     rec.save()
@@ -403,8 +425,7 @@ def _heal(rec: ClusterRecord, args: list[str]) -> int:
 def _exec(rec: ClusterRecord, args: list[str]) -> int:
     if not args:
         raise click.UsageError("exec needs HOST -- COMMAND")
-    m = machine_of_host(rec, args[0])
-    return _relay(run_on(rec, [m], ["exec", *args])[m], m)
+    return relay_on(rec, machine_of_host(rec, args[0]), ["exec", *args])
 
 
 def _write(rec: ClusterRecord, args: list[str]) -> int:
@@ -414,7 +435,7 @@ def _write(rec: ClusterRecord, args: list[str]) -> int:
     src, dst = words
     ms, md = machine_of_host(rec, src), machine_of_host(rec, dst)
     if ms == md:
-        return _relay(run_on(rec, [ms], ["write", *args])[ms], ms)
+        return relay_on(rec, ms, ["write", *args])
     return _split_write(rec, topo_of(rec), src, dst, ms, md, opts)
 
 

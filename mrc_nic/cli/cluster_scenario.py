@@ -22,13 +22,26 @@ applied that long plus --after after the failed WRITE is started. The
 report says when, into the transfer, the fault landed (the machines' wall
 clocks: synchronised machines, or one box).
 
-single-ev-loss and allreduce-failure are refused (REFUSED says why): their
-QP or ranks are one machine's processes.
+`single-ev-loss` keeps one QP open over two WRITEs, as locally: its ends
+are one host process per machine (workloads.host_part running
+workloads.splitwrite.host_main), each WRITE started by this process; between
+the two the QP's EVs are read on the sender's machine (`ev list`), the
+fault on one EV goes to that machine (the sender's uplink enforces it) under
+a cluster id, and after the lossy WRITE it is healed there and its counts
+read. When both hosts are on one machine, the whole command runs there.
+
+`allreduce-failure` runs as locally (workloads.experiments.allreduce_failure)
+with the cluster as its site (_ClusterSite): each rank is a process on its
+host's machine (hostparts.RemoteHosts), the ranks' credits go over TCP on a
+plane the fault spares, the fault goes to its machines under a cluster id
+at the same point of the job, and each run is judged on every machine's
+samples.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import threading
 import time
 
@@ -37,17 +50,14 @@ import click
 from mrc_nic.cli import cluster_lab, cluster_observe
 from mrc_nic.cluster import verdict
 from mrc_nic.cluster.record import ClusterRecord
+from mrc_nic.fabric.faults import FaultError
 from mrc_nic.lab.topology import Topology
 from mrc_nic.observe import fidelity
 
 SAMPLE_EVERY_S = 1.0  # between the end of one round of fidelity samples and the next
-_LOCAL = "run it on a lab of its own: mrc-nic scenario ... --topology FILE"
 FLOWS = ("incast", "permutation")  # cluster_flows runs their flows
-REFUSED = {
-    "single-ev-loss": "it faults one EV of a QP that one process keeps open over two "
-    "WRITEs, and a WRITE between machines is two processes; " + _LOCAL,
-    "allreduce-failure": "its ring's ranks are processes of one machine; " + _LOCAL,
-}
+END_START_S = 90.0  # a WRITE end's start: its NIC context, QP and connection
+WRITE_S = 900.0  # one WRITE at most
 
 
 def scenario(rec: ClusterRecord, args: list[str]) -> int:
@@ -56,16 +66,17 @@ def scenario(rec: ClusterRecord, args: list[str]) -> int:
     from mrc_nic.cli.app import app_of
 
     name = args[0] if args else ""
-    if name in REFUSED:
-        raise cluster_lab.ClusterLabError(
-            f"`mrc-nic scenario {name}` does not run on a cluster lab: {REFUSED[name]}"
-        )
     if name in FLOWS:
         return _flows(rec, name, args[1:])
+    if name == "single-ev-loss":
+        return _single_ev_loss(rec, args)
+    if name == "allreduce-failure":
+        return _allreduce_failure(rec, args)
     if name != "plane-failure":
         raise click.UsageError(
-            f"no scenario {name!r} on a cluster lab; these run there: "
-            f"{', '.join((*FLOWS, 'plane-failure'))} (see mrc-nic scenario --help)"
+            f"no scenario {name!r}; these run on a cluster lab: "
+            f"{', '.join((*FLOWS, 'single-ev-loss', 'plane-failure', 'allreduce-failure'))} "
+            "(see mrc-nic scenario --help)"
         )
     ctx = scenario_cmds.plane_failure.make_context(name, list(args[1:]))
     with ctx:
@@ -75,16 +86,258 @@ def scenario(rec: ClusterRecord, args: list[str]) -> int:
             raise click.BadParameter(
                 f"lab {rec.lab} has planes 0..{topo.planes - 1}", param_hint="--plane"
             )
-        r = scenario_cmds.run_rounds(
-            lambda: plane_failure(
-                rec, topo, size=p["size"], plane=p["plane"], after=p["after"], mode=p["mode"]
-            ),
-            p["rounds"],
-            "goodput_ratio",
-        )
-        r.setdefault("topology", {"hosts": topo.hosts, "planes": topo.planes})
-        scenario_cmds.show_report(r, app, scenario_cmds.plane_failure_lines)
+        run = functools.partial(
+            plane_failure, rec, topo, size=p["size"], plane=p["plane"], after=p["after"],
+            mode=p["mode"],
+        )  # fmt: skip
+        _show(app, topo, run, p["rounds"], "goodput_ratio", scenario_cmds.plane_failure_lines)
     return 0
+
+
+def _single_ev_loss(rec: ClusterRecord, args: list[str]) -> int:
+    """`scenario single-ev-loss` (the local command's options) between h0 and h1."""
+    from mrc_nic.cli import scenario_cmds
+    from mrc_nic.cli.app import app_of
+
+    topo = cluster_lab.topo_of(rec)
+    src, dst = topo.host_names()[:2]
+    ms, md = cluster_lab.machine_of_host(rec, src), cluster_lab.machine_of_host(rec, dst)
+    if ms == md:  # the local command, on the machine that has both
+        return cluster_lab.relay_on(rec, ms, ["scenario", *args])
+    cmd = scenario_cmds.single_ev_loss
+    ctx = cmd.make_context(args[0], list(args[1:]))
+    with ctx:
+        app, p = app_of(ctx), ctx.params
+        run = functools.partial(
+            single_ev_loss, rec, topo, size=p["size"], evs=p["evs"], rate=p["rate"],
+            plane=p["plane"], seed=p["seed"], src=src, dst=dst,
+        )  # fmt: skip
+        _show(app, topo, run, p["rounds"], "goodput_ratio", scenario_cmds.single_ev_loss_lines)
+    return 0
+
+
+def _show(app, topo: Topology, run, rounds: int, key: str, lines) -> None:
+    """Run an experiment `rounds` times (scenario_cmds.run_rounds), show its report."""
+    from mrc_nic.cli import scenario_cmds
+
+    r = scenario_cmds.run_rounds(run, rounds, key)
+    r.setdefault("topology", {"hosts": topo.hosts, "planes": topo.planes})  # no lab here
+    scenario_cmds.show_report(r, app, lines)
+
+
+def single_ev_loss(
+    rec: ClusterRecord,
+    topo: Topology,
+    *,
+    size: int,
+    evs: int,
+    rate: float,
+    plane: int,
+    seed: int,
+    src: str,
+    dst: str,
+) -> dict:
+    """One run between hosts of two machines: experiments.single_ev_loss's
+    report, with the cluster's fault (id, machine) and each end's machine."""
+    from mrc_nic.cluster.hostparts import RemoteHosts
+    from mrc_nic.workloads import host_part, splitwrite
+
+    if evs % topo.planes:
+        raise ValueError(f"evs must be a multiple of the lab's {topo.planes} planes, not {evs}")
+    ms, md = cluster_lab.machine_of_host(rec, src), cluster_lab.machine_of_host(rec, dst)
+    end = {"size": size, "port": splitwrite.CM_PORT, "timeout": 60.0, "verify": False}
+    server = str(topo.host_address(topo.nodes[dst].index, 0))
+    args = {
+        dst: {**end, "role": "recv"},
+        src: {**end, "role": "send", "server": server, "ev_count": evs},
+    }
+    _, handles = cluster_lab.agents(rec)
+    ends = RemoteHosts(
+        handles, host_part.__name__, rec.lab, splitwrite.__name__, args, {src: ms, dst: md}
+    )
+    gid = None
+
+    def expect(host: str, key: str, timeout: float) -> dict:
+        try:
+            return ends.gather([host], key, time.monotonic() + timeout)[0]
+        except (TimeoutError, RuntimeError) as e:
+            raise cluster_lab.ClusterLabError(str(e)) from None
+
+    try:
+        qpn = expect(src, "connected", END_START_S)["connected"]
+
+        def write(k: int) -> tuple[dict, dict | None]:
+            with _Samples(rec) as samples:
+                ends.tell(src, {"go": k})
+                r = expect(src, "written", WRITE_S)
+            return r, samples.judge(topo, r["started_at"], r["ended_at"], True)
+
+        healthy, healthy_fid = write(0)
+        rows = _ev_rows(rec, ms, qpn)
+        profile = [e["ev"] for e in rows]
+        ev = next(e["ev"] for e in rows if e["plane"] == plane % topo.planes)
+        opts = ["--mode", "loss", "--rate", str(rate), "--seed", str(seed)]
+        gid, results = cluster_lab.apply_fault(rec, ["qp", hex(qpn), "ev", str(ev)], opts)
+        if gid is None:
+            why = "; ".join(f"m{m}: {v}" for m, v in results.items())
+            raise cluster_lab.ClusterLabError(f"EV {ev} of QP {qpn:#x} could not be faulted: {why}")
+        lossy, lossy_fid = write(1)
+        now = {e["ev"]: e["state"] for e in _ev_rows(rec, ms, qpn)}
+        counts, gid = _heal_ev_fault(rec, gid), None
+        ends.tell(src, {"end": True})
+        received = expect(dst, "received", END_START_S)["received"]
+    except cluster_lab.ClusterLabError as e:
+        tails = ends.end()  # why an end stopped, in its own words
+        said = "; ".join(f"{m}: {t.splitlines()[-1]}" for m, t in tails.items() if t)
+        raise cluster_lab.ClusterLabError(f"{e} ({said})" if said else str(e)) from None
+    finally:
+        if gid is not None:
+            cluster_lab.heal_fault(rec, gid)
+        ends.end()
+    if ev in now:
+        final, replacement = now[ev], None
+    else:  # the daemon put a fresh EV in its place in the profile
+        final, replacement = "RETIRED", list(now)[profile.index(ev)]
+    from mrc_nic.workloads import experiments
+
+    def figures(w: dict) -> dict:
+        return {**w, "goodput_bps": w["gbps"] * 1e9, "completed": w["bytes"] == size}
+
+    report = experiments.single_ev_loss_report(
+        lab=rec.lab, src=src, dst=dst, size=size, evs=evs, qpn=qpn, ev=ev,
+        plane=plane % topo.planes, rate=rate, healthy=figures(healthy), lossy=figures(lossy),
+        final=final, replacement=replacement, counts=counts,
+        fid={"healthy": healthy_fid, "lossy": lossy_fid},
+    )  # fmt: skip
+    return report | {"machines": [ms, md], "errors": received["errors"]}
+
+
+def _ev_rows(rec: ClusterRecord, m: int, qpn: int) -> list[dict]:
+    """`ev list QPN` on machine m: the send QP's EVs, in its profile's order."""
+    ok, value = cluster_lab.run_on(rec, [m], ["ev", "list", hex(qpn), "--format", "json"])[m]
+    if not ok or value[0] != 0:
+        why = value if not ok else (value[2].strip() or value[1].strip())
+        raise cluster_lab.ClusterLabError(f"m{m}: the EVs of QP {qpn:#x}: {why}")
+    return json.loads(value[1])["evs"]
+
+
+def _heal_ev_fault(rec: ClusterRecord, gid: str) -> dict:
+    """Heal a cluster fault on one EV: {pkts, dropped} that its machine counted."""
+    counts: dict = {}
+    for m, (ok, value) in cluster_lab.heal_fault(rec, gid, ("--format", "json")).items():
+        if not ok or value[0] != 0:
+            raise cluster_lab.ClusterLabError(f"m{m}: fault #{gid} was not healed: {value}")
+        for healed in json.loads(value[1]):
+            counts = healed.get("ev_counts") or counts
+    return counts
+
+
+def _allreduce_failure(rec: ClusterRecord, args: list[str]) -> int:
+    """`scenario allreduce-failure` (the local command's options) on the cluster lab."""
+    from mrc_nic.cli import scenario_cmds
+    from mrc_nic.cli.app import app_of
+    from mrc_nic.workloads import experiments
+
+    cmd = scenario_cmds.allreduce_failure
+    ctx = cmd.make_context(args[0], list(args[1:]))
+    with ctx:
+        app, p = app_of(ctx), ctx.params
+        topo = cluster_lab.topo_of(rec)
+        target = tuple(p["fault_target"].split())
+        try:
+            site = _ClusterSite(rec, topo, target)
+        except (FaultError, ValueError) as e:
+            raise click.BadParameter(str(e), param_hint="--fault") from None
+        run = functools.partial(
+            experiments.allreduce_failure, rec.lab, size=p["size"], fault=target,
+            mode=p["mode"], at=p["at"], limit_s=p["limit"], site=site,
+        )  # fmt: skip
+        _show(app, topo, run, p["rounds"], "slowdown", scenario_cmds.allreduce_failure_lines)
+    return 0
+
+
+class _ClusterSite:
+    """Where experiments.allreduce_failure runs on a cluster lab: the ring's
+    ranks are processes on their hosts' machines (hostparts.RemoteHosts), their
+    credit sockets TCP over a plane the fault does not touch (or the credits
+    would stall with the data); the fault goes to its machines under a
+    cluster id; each run is judged on every machine's samples taken while it
+    ran (_SampledMeter)."""
+
+    def __init__(self, rec: ClusterRecord, topo: Topology, fault: tuple[str, ...]) -> None:
+        from mrc_nic.fabric import faults
+
+        self.rec, self.topo = rec, topo
+        _, links = faults.resolve_target(topo, fault)
+        spared = [p for p in range(topo.planes) if p not in {lk.plane for lk in links}]
+        if not spared:
+            raise ValueError(
+                f"{' '.join(fault)} touches every plane: the ranks' credits need one it spares"
+            )
+        self.credit_plane, self.links = spared[0], len(links)
+
+    def ring(self, hosts: list[str], size: int):
+        from mrc_nic.cluster.hostparts import RemoteHosts
+        from mrc_nic.workloads import collective, collective_ranks, host_part
+
+        _, handles = cluster_lab.agents(self.rec)
+
+        def start(args: dict[str, dict]) -> RemoteHosts:
+            return RemoteHosts(
+                handles, host_part.__name__, self.rec.lab, collective_ranks.__name__,
+                {h: {**a, "credit_plane": self.credit_plane} for h, a in args.items()},
+                {h: cluster_lab.machine_of_host(self.rec, h) for h in args},
+                clock_keys=("recv_done_ns", "deadline_ns"),
+            )  # fmt: skip
+
+        return collective.MrcRing(self.rec.lab, hosts, size, topo=self.topo, start_ranks=start)
+
+    def apply(self, fault: tuple[str, ...], mode: str) -> dict:
+        gid, results = cluster_lab.apply_fault(self.rec, list(fault), ["--mode", mode])
+        if gid is None:
+            why = "; ".join(f"m{m}: {v}" for m, v in results.items())
+            raise cluster_lab.ClusterLabError(f"{' '.join(fault)} could not be failed: {why}")
+        parts = cluster_lab.load(self.rec.lab).faults[gid]["parts"]
+        return {
+            "fault_id": gid,
+            "target": " ".join(fault),
+            "links": self.links,
+            "machines": sorted(int(m) for m in parts),
+        }
+
+    def heal(self, ids: list) -> None:
+        for gid in ids:
+            cluster_lab.heal_fault(self.rec, gid)
+
+    def meter(self, judge_veth_drops: bool = True) -> _SampledMeter:
+        return _SampledMeter(self.rec, self.topo, judge_veth_drops)
+
+
+class _SampledMeter:
+    """A fidelity meter over every machine (fidelity.Meter's with, stop()):
+    _Samples from its start until stop(), judged between them."""
+
+    def __init__(self, rec: ClusterRecord, topo: Topology, judge_veth_drops: bool) -> None:
+        self.rec, self.topo, self.judge_veth_drops = rec, topo, judge_veth_drops
+        self.samples: _Samples | None = None
+        self.verdict: dict | None = None
+
+    def __enter__(self) -> _SampledMeter:
+        self.t0 = time.time()
+        self.samples = _Samples(self.rec).__enter__()
+        return self
+
+    def stop(self) -> dict | None:
+        if self.samples is not None:
+            self.samples.__exit__(None, None, None)  # with a last sample, taken now
+            self.verdict = self.samples.judge(
+                self.topo, self.t0, time.time(), self.judge_veth_drops
+            )
+            self.samples = None
+        return self.verdict
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
 
 
 def _flows(rec: ClusterRecord, name: str, args: list[str]) -> int:
@@ -235,12 +488,16 @@ class _Samples:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
+        self._take()  # the end: a run shorter than SAMPLE_EVERY_S has two samples
+
+    def _take(self) -> None:
+        asked = time.time()
+        _, got = cluster_observe.read(self.rec, stats=False)
+        self.taken.append((asked, time.time(), got))
 
     def _loop(self) -> None:
         while True:
-            asked = time.time()
-            _, got = cluster_observe.read(self.rec, stats=False)
-            self.taken.append((asked, time.time(), got))
+            self._take()
             if self._stop.wait(SAMPLE_EVERY_S):
                 return
 

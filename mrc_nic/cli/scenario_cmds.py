@@ -371,18 +371,19 @@ def single_ev_loss(app: App, size, evs, rate, plane, seed, rounds):
         rounds,
         "goodput_ratio",
     )
-    show_report(
-        r,
-        app,
-        lambda r: [
-            f"healthy {_mbit(r['healthy_goodput_bps'])}, with EV {r['lossy_ev']} of {evs} "
-            f"losing {rate:.0%}: {_mbit(r['lossy_goodput_bps'])} "
-            f"(ratio {r['goodput_ratio']:.2f})",
-            f"the lossy EV: {r['lossy_ev_final_state']}"
-            + (f" (replaced by {r['replaced_by']})" if r["replaced_by"] else "")
-            + f"; the fault dropped {r['fault_dropped']} of {r['fault_pkts']} packets",
-        ],
-    )
+    show_report(r, app, single_ev_loss_lines)
+
+
+def single_ev_loss_lines(r: dict) -> list[str]:
+    """One single-ev-loss run in words (a local lab's, or a cluster lab's: cluster_scenario)."""
+    ratio = "-" if r["goodput_ratio"] is None else f"{r['goodput_ratio']:.2f}"
+    return [
+        f"healthy {_mbit(r['healthy_goodput_bps'])}, with EV {r['lossy_ev']} of {r['evs']} "
+        f"losing {r['loss_rate']:.0%}: {_mbit(r['lossy_goodput_bps'])} (ratio {ratio})",
+        f"the lossy EV: {r['lossy_ev_final_state']}"
+        + (f" (replaced by {r['replaced_by']})" if r["replaced_by"] else "")
+        + f"; the fault dropped {r['fault_dropped']} of {r['fault_pkts']} packets",
+    ]
 
 
 @scenario.command(
@@ -474,21 +475,22 @@ def allreduce_failure(app: App, size, fault_target, mode, at, limit, rounds):
         rounds,
         "slowdown",
     )
-    show_report(
-        r,
-        app,
-        lambda r: [
-            f"ring all-reduce of {size} bytes over {len(r['hosts'])} hosts, "
-            f"{r['steps']} steps: healthy {_secs(r['healthy_job_s'])}, with "
-            f"{r['fault']['target']} {mode} at step {r['fault']['step']} "
-            f"(+{r['fault']['into_step_s']:.3f} s): "
-            f"{_secs(r['failed_job_s'])}"
-            + (f" (slowdown {r['slowdown']:.2f})" if r["slowdown"] else ""),
-            f"every step verified: {r['verified']}; resent {r['retransmits']['failed']} "
-            f"(healthy {r['retransmits']['healthy']}), timeouts {r['timeouts']['failed']}"
-            + "".join(f"; {k}: {v}" for k, v in r["errors"].items() if v),
-        ],
-    )
+    show_report(r, app, allreduce_failure_lines)
+
+
+def allreduce_failure_lines(r: dict) -> list[str]:
+    """One allreduce-failure run in words (a local lab's, or a cluster lab's)."""
+    return [
+        f"ring all-reduce of {r['size']} bytes over {len(r['hosts'])} hosts, "
+        f"{r['steps']} steps: healthy {_secs(r['healthy_job_s'])}, with "
+        f"{r['fault']['target']} {r['fault']['mode']} at step {r['fault']['step']} "
+        f"(+{r['fault']['into_step_s']:.3f} s): "
+        f"{_secs(r['failed_job_s'])}"
+        + (f" (slowdown {r['slowdown']:.2f})" if r["slowdown"] else ""),
+        f"every step verified: {r['verified']}; resent {r['retransmits']['failed']} "
+        f"(healthy {r['retransmits']['healthy']}), timeouts {r['timeouts']['failed']}"
+        + "".join(f"; {k}: {v}" for k, v in r["errors"].items() if v),
+    ]
 
 
 def _secs(s) -> str:

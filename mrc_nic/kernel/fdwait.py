@@ -37,6 +37,10 @@ class Waiter:
     def add(self, fd: Any) -> None:
         self._sel.register(fd, selectors.EVENT_READ)
 
+    def remove(self, fd: Any) -> None:
+        """Stop watching fd (at its end of file it would be readable for ever)."""
+        self._sel.unregister(fd)
+
     def wait(self, timeout: float | None) -> list[Any]:
         """The watched descriptors readable now or within `timeout` seconds
         (None: until one is; 0 or less: no wait)."""

@@ -342,6 +342,77 @@ START_TIMEOUT_S = 120.0  # every rank's process up, its QPs made (a loaded machi
 REPORT_GRACE_S = 10.0  # a rank stops a step at its deadline; its report may come this late
 
 
+def ring_chunk(topo, total: int, n: int, qps: int = 1) -> int:
+    """A ring's WRITE size: what host memory allows for its largest step
+    (rdma_write.default_chunk, one transfer landing at a host at once), and
+    no more than a rank's session may hold (rdma_write.session_memory): its
+    send and its receive double buffers, 4 chunks per QP."""
+    from mrc_nic.workloads import rdma_write
+
+    chunk = rdma_write.default_chunk(topo, max(chunk_sizes(total, n)), qps, peers=1)
+    room = rdma_write.session_memory(topo) // (4 * qps) // 1024 * 1024
+    return max(1024, min(chunk, room))
+
+
+class LocalRanks:
+    """A ring's ranks as processes of this machine (hostprocs.HostProc), by
+    host name, each rank's credit sockets (rdma_ends) one end of a socketpair
+    per ring edge and QP, the other end its neighbour's. MrcRing's default;
+    a cluster lab's ranks are another machine's processes (RemoteHosts of
+    mrc_nic.cluster.hostparts, which has the same tell, gather, settle, end)."""
+
+    def __init__(self, topo, args: dict[str, dict], qps: int) -> None:
+        import socket
+
+        from mrc_nic.workloads import collective_ranks, hostprocs
+
+        hosts = list(args)
+        n = len(hosts)
+        self.procs: dict[str, hostprocs.HostProc] = {}
+        # A credit socket per ring edge and QP: the reader tells the writer which
+        # slots it has read (rdma_ends); each end goes to its own rank's process.
+        pairs = [[socket.socketpair() for _ in range(qps)] for _ in range(n)]  # by sender
+        try:
+            for r, h in enumerate(hosts):
+                send = [pairs[r][i][0].fileno() for i in range(qps)]
+                recv = [pairs[(r - 1) % n][i][1].fileno() for i in range(qps)]
+                self.procs[h] = hostprocs.HostProc(
+                    topo.netns(h), collective_ranks.__name__,
+                    {**args[h], "credit_send": send, "credit_recv": recv},
+                    lab=topo.lab, host=h, pass_fds=send + recv,
+                )  # fmt: skip
+        except BaseException:
+            self.end()
+            raise
+        finally:
+            for row in pairs:
+                for a, b in row:
+                    a.close(), b.close()  # the ranks hold their own copies
+
+    @property
+    def pids(self) -> list[int]:
+        return [p.proc.pid for p in self.procs.values()]
+
+    def tell(self, host: str, message: dict) -> None:
+        self.procs[host].tell(message)
+
+    def gather(self, hosts: Sequence[str], key: str, deadline: float, value: Any = None):
+        from mrc_nic.workloads import hostprocs
+
+        return hostprocs.gather([self.procs[h] for h in hosts], key, deadline, value)
+
+    def settle(self, deadline: float) -> None:
+        """Wait, until deadline (time.monotonic()), for every process to end."""
+        for p in self.procs.values():
+            with contextlib.suppress(Exception):
+                p.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+
+    def end(self) -> dict[str, str]:
+        from mrc_nic.workloads import hostprocs
+
+        return hostprocs.end_all(list(self.procs.values()))
+
+
 class MrcRing:
     """A ring of mrc-nic ranks, one process per host in its namespace
     (collective_ranks), each with a send QP to the next host and a receive QP
@@ -351,7 +422,10 @@ class MrcRing:
     chunk: each WRITE's size; by default what host memory allows
     (rdma_write.default_chunk) with one transfer landing at a host at once:
     in a ring each host receives from one other (peers=1: up to 16 MiB
-    WRITEs on a 64 MiB host)."""
+    WRITEs on a 64 MiB host) and a rank's session may hold (ring_chunk).
+    topo: the lab's (default: its state on this machine); start_ranks(args):
+    the ranks' processes, given each host's collective_ranks arguments
+    (default: LocalRanks, this machine's)."""
 
     def __init__(
         self,
@@ -361,68 +435,51 @@ class MrcRing:
         *,
         qps: int = 1,
         chunk: int | None = None,
+        topo=None,
+        start_ranks: Callable[[dict[str, dict]], Any] | None = None,
     ) -> None:
-        import socket
-
-        from mrc_nic.lab.state import open_lab
-        from mrc_nic.workloads import collective_ranks, hostprocs, rdma_write
-
         self.lab, self.hosts, self.total = lab_name, list(hosts), total
         self.schedule = ring_schedule(len(self.hosts), total)
-        _, topo = open_lab(lab_name)
+        if topo is None:
+            from mrc_nic.lab.state import open_lab
+
+            _, topo = open_lab(lab_name)
         if chunk is None:
-            step_max = max(chunk_sizes(total, len(self.hosts)))
-            chunk = rdma_write.default_chunk(topo, step_max, qps, peers=1)
+            chunk = ring_chunk(topo, total, len(self.hosts), qps)
         self.chunk, self.qps = chunk, qps
         self.connected = False
-        self.procs: list[hostprocs.HostProc] = []
-        n = len(self.hosts)
-        # A credit socket per ring edge and QP: the reader tells the writer which
-        # slots it has read (rdma_ends); each end goes to its own rank's process.
-        pairs = [[socket.socketpair() for _ in range(qps)] for _ in range(n)]  # by sender
+        args = {h: {"lab": lab_name, "host": h, "chunk": chunk, "qps": qps} for h in self.hosts}
+        start = start_ranks or (lambda a: LocalRanks(topo, a, qps))
+        self.ranks = start(args)
         try:
-            for r, h in enumerate(self.hosts):
-                send = [pairs[r][i][0].fileno() for i in range(qps)]
-                recv = [pairs[(r - 1) % n][i][1].fileno() for i in range(qps)]
-                args = {"lab": lab_name, "host": h, "chunk": chunk, "qps": qps}
-                args.update(credit_send=send, credit_recv=recv)
-                self.procs.append(
-                    hostprocs.HostProc(
-                        topo.netns(h), collective_ranks.__name__, args,
-                        lab=lab_name, host=h, pass_fds=send + recv,
-                    )
-                )  # fmt: skip
             self.ends = [
                 line["ready"]
-                for line in hostprocs.gather(
-                    self.procs, "ready", time.monotonic() + START_TIMEOUT_S
+                for line in self.ranks.gather(
+                    self.hosts, "ready", time.monotonic() + START_TIMEOUT_S
                 )
             ]
         except BaseException:
             self.close()
             raise
-        finally:
-            for row in pairs:
-                for a, b in row:
-                    a.close(), b.close()  # the ranks hold their own copies
 
     def _connect(self, cc_profile: int | None) -> None:
         """Every rank's QPs to RTS (the first job's CC profile is the QPs')."""
-        from mrc_nic.workloads import hostprocs
-
         n = len(self.hosts)
         opts = {"mpr": None, "cc_profile": cc_profile}
-        for r, p in enumerate(self.procs):
-            p.tell(
+        for r, h in enumerate(self.hosts):
+            self.ranks.tell(
+                h,
                 {
                     "connect": {
                         "right_recv": self.ends[(r + 1) % n]["recv"],
                         "left_send": self.ends[(r - 1) % n]["send"],
+                        # credits over TCP (ranks of several machines): where the left listens
+                        "credit_left": self.ends[(r - 1) % n].get("credit"),
                         "opts": opts,
                     }
-                }
+                },
             )
-        hostprocs.gather(self.procs, "connected", time.monotonic() + START_TIMEOUT_S)
+        self.ranks.gather(self.hosts, "connected", time.monotonic() + START_TIMEOUT_S)
         self.connected = True
 
     def run(
@@ -441,18 +498,17 @@ class MrcRing:
         set by the first job on the ring. A step whose transfers have not all
         ended by `limit_s` ends the job as not finished (the ranks move their
         send QPs to ERR), with the NIC state of the stuck ones in detail["stuck"]."""
-        from mrc_nic.workloads import hostprocs
-
         job = JobResult("mrc", self.hosts, self.total, len(self.schedule), limit_s)
         job.detail = {"chunk": self.chunk, "qps": self.qps, "verify": verify}
         job.detail["cc_profile"] = cc_profile
-        job.detail["processes"] = [p.proc.pid for p in self.procs]
+        job.detail["processes"] = self.ranks.pids
         if not self.connected:
             self._connect(cc_profile)
 
         def run_step(step: list[Send], start: float, deadline: float) -> tuple[list[dict], float]:
             for t in step:
-                self.procs[t.src].tell(
+                self.ranks.tell(
+                    self.hosts[t.src],
                     {
                         "go": t.step,
                         "send": t.size,
@@ -460,18 +516,18 @@ class MrcRing:
                         "seed": seed * 1000 + t.step,
                         "verify": verify,
                         "deadline_ns": int(deadline * 1e9),
-                    }
+                    },
                 )
             try:
-                lines = hostprocs.gather(self.procs, "step", deadline + REPORT_GRACE_S)
+                lines = self.ranks.gather(self.hosts, "step", deadline + REPORT_GRACE_S)
             except (TimeoutError, RuntimeError) as e:  # a rank that ended or went silent
                 raise StepFailed(str(e)) from None
             edges = [_mrc_edge(t, lines[t.dst], start, verify) for t in step]
             failed = [e for e in edges if not e["completed"]]
             if failed:
                 with contextlib.suppress(TimeoutError, RuntimeError):  # where the sends stand
-                    sent = hostprocs.gather(
-                        self.procs, "sent", time.monotonic() + REPORT_GRACE_S, step[0].step
+                    sent = self.ranks.gather(
+                        self.hosts, "sent", time.monotonic() + REPORT_GRACE_S, step[0].step
                     )
                     job.detail["stuck"] = [
                         {"src": self.hosts[t.src], "dst": self.hosts[t.dst], "step": t.step,
@@ -498,12 +554,10 @@ class MrcRing:
         """Each step's sends as the sending ranks said them once their WRITEs
         completed (after the step's end, which is the receivers'): the
         counters into the edges, an error into the job."""
-        from mrc_nic.workloads import hostprocs
-
         for step in job.steps:
             try:
-                lines = hostprocs.gather(
-                    self.procs, "sent", time.monotonic() + REPORT_GRACE_S, step.step
+                lines = self.ranks.gather(
+                    self.hosts, "sent", time.monotonic() + REPORT_GRACE_S, step.step
                 )
             except (TimeoutError, RuntimeError) as e:
                 job.detail["sends_error"] = str(e)
@@ -525,18 +579,14 @@ class MrcRing:
         """End every rank's process (by pid), whatever happened: its context
         closes and the daemons release its QPs and memory. The stderr tails of
         ranks that left one."""
-        from mrc_nic.workloads import hostprocs
-
-        for p in self.procs:
-            with contextlib.suppress(RuntimeError):
-                p.tell({"end": True})  # ranks leave their loop and close their contexts
-        deadline = time.monotonic() + settle_s
-        for p in self.procs:
+        ranks, self.ranks = getattr(self, "ranks", None), None
+        if ranks is None:
+            return {}
+        for h in self.hosts:
             with contextlib.suppress(Exception):
-                p.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
-        tails = hostprocs.end_all(self.procs)
-        self.procs = []
-        return tails
+                ranks.tell(h, {"end": True})  # ranks leave their loop and close their contexts
+        ranks.settle(time.monotonic() + settle_s)
+        return ranks.end()
 
     def __enter__(self) -> MrcRing:
         return self

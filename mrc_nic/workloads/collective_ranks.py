@@ -16,6 +16,7 @@ did. A step ends when every rank has received its chunk.
 
 from __future__ import annotations
 
+import socket
 import time
 
 from mrc_nic import verbs
@@ -38,30 +39,71 @@ def host_main(args: dict) -> None:
         pd = verbs.PD(ctx)
         senders = [rdma_ends.SendEnd(ctx, pd, chunk, i) for i in range(qps)]
         receivers = [rdma_ends.RecvEnd(ctx, pd, chunk, i) for i in range(qps)]
-        for end, fd in zip(senders, args["credit_send"], strict=True):
-            end.take_credits(fd)
-        for end, fd in zip(receivers, args["credit_recv"], strict=True):
-            end.credit_fd = fd
-        hostprocs.say(
-            {
-                "ready": {
-                    "send": [e.endpoint() for e in senders],
-                    "recv": [e.endpoint() for e in receivers],
-                }
-            }
-        )
+        credits = _Credits(topo, host, args, senders, receivers)
+        ready = {"send": [e.endpoint() for e in senders], "recv": [e.endpoint() for e in receivers]}
+        hostprocs.say({"ready": {**ready, **credits.listening()}})
         order = hostprocs.hear()["connect"]
         opts = rdma_write.QpOptions(**order["opts"])
         for end, peer in zip(receivers, order["left_send"], strict=True):
             end.connect(peer, opts)
         for end, peer in zip(senders, order["right_recv"], strict=True):
             end.connect(peer, topo, opts)
+        credits.connect(order.get("credit_left"))
         hostprocs.say({"connected": True})
         every = [ctx.fileno(), *(fd for e in [*senders, *receivers] for fd in e.fds())]
         sending = [ctx.fileno(), *(fd for e in senders for fd in e.fds())]
         with Waiter(every) as waiter, Waiter(sending) as send_waiter:
             while "go" in (order := hostprocs.hear()):
                 _step(ctx, (waiter, send_waiter), senders, receivers, order)
+
+
+class _Credits:
+    """A rank's credit sockets (rdma_ends): handed to it as descriptors
+    (credit_send, credit_recv: socketpairs of one machine's ranks), or, for
+    ranks on several machines (credit_plane), TCP over that plane of the lab:
+    a listener per QP for the right neighbour's receiver, and a connection
+    per QP to the left neighbour's listener."""
+
+    ACCEPT_S = 60.0
+
+    def __init__(self, topo, host: str, args: dict, senders: list, receivers: list) -> None:
+        self.senders, self.receivers = senders, receivers
+        self.sockets: list[socket.socket] = []  # kept open for the rank's life
+        self.listeners: list[socket.socket] = []
+        if "credit_send" in args:
+            for end, fd in zip(senders, args["credit_send"], strict=True):
+                end.take_credits(fd)
+            for end, fd in zip(receivers, args["credit_recv"], strict=True):
+                end.credit_fd = fd
+            return
+        self.address = str(topo.host_address(topo.nodes[host].index, args["credit_plane"]))
+        for _ in senders:
+            self.listeners.append(socket.create_server((self.address, 0)))
+
+    def listening(self) -> dict:
+        """What the ready line says of them: where this rank's listeners are."""
+        if not self.listeners:
+            return {}
+        return {"credit": [[self.address, s.getsockname()[1]] for s in self.listeners]}
+
+    def connect(self, left: list | None) -> None:
+        """Connect the receivers to the left neighbour, then take the right's."""
+        if not self.listeners:
+            return
+        for end, (address, port) in zip(self.receivers, left or [], strict=True):
+            sock = socket.create_connection((address, port), timeout=self.ACCEPT_S)
+            end.credit_fd = self._keep(sock)
+        for end, listener in zip(self.senders, self.listeners, strict=True):
+            listener.settimeout(self.ACCEPT_S)
+            sock, _ = listener.accept()
+            end.take_credits(self._keep(sock))
+            listener.close()
+
+    def _keep(self, sock: socket.socket) -> int:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # a credit is 8 bytes, now
+        sock.settimeout(None)
+        self.sockets.append(sock)
+        return sock.fileno()
 
 
 def _step(

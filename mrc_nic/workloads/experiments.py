@@ -123,6 +123,23 @@ def single_ev_loss(
         finally:
             healed = faults.heal(lab, [fault["id"]])
     ev_counts = healed[0].get("ev_counts", {}) if healed else {}
+    return single_ev_loss_report(
+        lab=lab, src=src, dst=dst, size=size, evs=evs, qpn=qpn, ev=ev,
+        plane=plane % topo.planes, rate=rate, healthy=healthy, lossy=lossy, final=final,
+        replacement=replacement,
+        counts={"pkts": ev_counts.get("pkts"), "dropped": ev_counts.get("dropped", counts)},
+        fid={"healthy": healthy.get("fidelity"), "lossy": lossy.get("fidelity")},
+    )  # fmt: skip
+
+
+def single_ev_loss_report(
+    *, lab: str, src: str, dst: str, size: int, evs: int, qpn: int, ev: int, plane: int,
+    rate: float, healthy: dict, lossy: dict, final: str, replacement: int | None,
+    counts: dict, fid: dict,
+) -> dict:  # fmt: skip
+    """single-ev-loss's report (a local lab's, or a cluster lab's: cli.cluster_scenario).
+    healthy, lossy: each WRITE's goodput_bps, completed, retransmits and
+    timeouts; counts: the fault's pkts and dropped; fid: each WRITE's verdict."""
     ratio = lossy["goodput_bps"] / healthy["goodput_bps"] if healthy["goodput_bps"] else None
     return {
         "scenario": "single-ev-loss",
@@ -133,21 +150,19 @@ def single_ev_loss(
         "evs": evs,
         "qpn": qpn,
         "lossy_ev": ev,
-        "plane": plane % topo.planes,
+        "plane": plane,
         "loss_rate": rate,
         "healthy_goodput_bps": healthy["goodput_bps"],
         "lossy_goodput_bps": lossy["goodput_bps"],
         "goodput_ratio": ratio,
         "lossy_ev_final_state": final,
         "replaced_by": replacement,
-        "fault_pkts": ev_counts.get("pkts"),
-        "fault_dropped": ev_counts.get("dropped", counts),
+        "fault_pkts": counts.get("pkts"),
+        "fault_dropped": counts.get("dropped"),
         "completed": bool(healthy["completed"] and lossy["completed"]),
         "retransmits": {"healthy": healthy["retransmits"], "lossy": lossy["retransmits"]},
         "timeouts": {"healthy": healthy["timeouts"], "lossy": lossy["timeouts"]},
-        "fidelity": fidelity.combine(
-            {"healthy": healthy.get("fidelity"), "lossy": lossy.get("fidelity")}
-        ),
+        "fidelity": fidelity.combine(fid),
     }
 
 
@@ -234,6 +249,30 @@ def _verified(job: collective.JobResult) -> bool:
     )
 
 
+class LocalSite:
+    """Where allreduce_failure runs: a lab of this machine. The ring's ranks
+    are its processes, the fault is faults.apply's, each run is judged by a
+    fidelity.Meter. (A cluster lab's site: mrc_nic.cli.cluster_scenario.)"""
+
+    def __init__(self, lab: str) -> None:
+        self.lab = lab
+        _, self.topo = open_lab(lab)
+
+    def ring(self, hosts: list[str], size: int) -> collective.MrcRing:
+        return collective.MrcRing(self.lab, hosts, size, topo=self.topo)
+
+    def apply(self, fault: tuple[str, ...], mode: str) -> dict:
+        """Put the fault in force: {fault_id, target, links}."""
+        record = faults.apply(self.lab, fault, faults.FaultSpec(mode))
+        return {"fault_id": record["id"], "target": record["target"], "links": len(record["links"])}
+
+    def heal(self, ids: list) -> None:
+        faults.heal(self.lab, ids)
+
+    def meter(self, judge_veth_drops: bool = True) -> fidelity.Meter:
+        return fidelity.Meter(topo=self.topo, judge_veth_drops=judge_veth_drops)
+
+
 def allreduce_failure(
     lab: str,
     *,
@@ -243,39 +282,42 @@ def allreduce_failure(
     at: float = 0.4,
     limit_s: float = 120.0,
     hosts: list[str] | None = None,
+    site=None,
 ) -> dict:
     """A ring all-reduce of `size` bytes over the lab's hosts (or `hosts`, in
     ring order), healthy, then on the same ring with `fault` (a faults target:
     plane N, a link, a host port) in `mode` put in force at fraction `at` of
-    the steps and healed when the job ends. Every step's bytes are verified."""
+    the steps and healed when the job ends. Every step's bytes are verified.
+    site: where it runs (LocalSite(lab) by default)."""
     if not 0.0 <= at < 1.0:
         raise ValueError(f"--at is a fraction of the job's steps, 0 <= at < 1, not {at}")
     if mode not in ("blackhole", "down"):
         raise ValueError(f"the fault's mode is blackhole or down, not {mode!r}")
-    _, topo = open_lab(lab)
+    site = site or LocalSite(lab)
+    topo = site.topo
     hosts = list(hosts or topo.host_names())
     faults.resolve_target(topo, fault)  # a bad target is refused before anything runs
-    applied: list[int] = []
+    applied: list = []
 
     def inject() -> dict:
-        record = faults.apply(lab, fault, faults.FaultSpec(mode))
-        applied.append(record["id"])
-        return {"fault_id": record["id"], "target": record["target"], "links": len(record["links"])}
+        record = site.apply(fault, mode)
+        applied.append(record["fault_id"])
+        return record
 
-    with collective.MrcRing(lab, hosts, size) as ring:
-        with fidelity.Meter(topo=topo) as meter:
+    with site.ring(hosts, size) as ring:
+        with site.meter() as meter:
             healthy = ring.run(limit_s=limit_s, verify=True, seed=1)
             fid_healthy = meter.stop()
         step, into = fault_point(healthy, at)
         try:
-            with fidelity.Meter(topo=topo, judge_veth_drops=mode != "down") as meter:
+            with site.meter(judge_veth_drops=mode != "down") as meter:
                 failed = ring.run(
                     limit_s=limit_s, verify=True, seed=2, step_events=[(step, into, inject)]
                 )
                 fid_failed = meter.stop()
         finally:
             if applied:
-                faults.heal(lab, applied)
+                site.heal(applied)
     done = [e for e in failed.events if "done_s" in e and "error" not in e]
     fault_record = {
         "target": " ".join(fault),

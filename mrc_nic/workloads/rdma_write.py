@@ -101,6 +101,16 @@ def default_chunk(
     return chunk_bytes(-(-size_hint // qps), qps, half, peers=peers)
 
 
+def session_memory(topo: topology.Topology) -> int:
+    """The NIC memory one session of a host may hold by default: the lab's
+    [tenants] memory share, or contract.shares' default (half the host)."""
+    from mrc_nic.contract import shares
+
+    written = topo.tenant_shares().get("memory")
+    share = shares.DEFAULT if written is None else shares.parse("memory", written)
+    return share.limit(topo.nic_memory_bytes)
+
+
 class DaemonGone(MrcNicError):
     """A host's daemon ended during a write: its QPs went with it."""
 

@@ -9,6 +9,11 @@ WRITEs the transfer in rounds of one half of the receiver's buffer. With
 --verify each round is bytes from a seeded generator that the receiver
 regenerates and compares; the sender writes a half again only after the
 receiver has checked it (two halves: one is checked while the other fills).
+
+A cluster scenario keeps the two ends open over several transfers, as the
+local `scenario single-ev-loss` keeps its QP: host_main runs an end as a
+host process (workloads.hostprocs) that its parent starts each transfer of
+({"go": K}), so that a fault can be put on the QP's EVs between two.
 """
 
 from __future__ import annotations
@@ -32,7 +37,9 @@ def _pattern(seed: int, round_no: int, n: int) -> bytes:
     return np.random.default_rng([seed, round_no]).bytes(n)
 
 
-def _connect(server: str | None, port: int, mr_bytes: int, timeout: float):
+def _connect(
+    server: str | None, port: int, mr_bytes: int, timeout: float, ev_count: int | None = None
+):
     from mrc_nic import verbs
     from mrc_nic.verbs import cm
 
@@ -52,16 +59,29 @@ def _connect(server: str | None, port: int, mr_bytes: int, timeout: float):
 
         _, topo = open_lab(ctx.lab)
         qp_timeout, reorder = lab_defaults(topo, ctx.query_device())
-        qp.to_rts(timeout=qp_timeout, ext={"reorder_ns": reorder})
+        ext = {"reorder_ns": reorder, **({"ev_count": ev_count} if ev_count else {})}
+        qp.to_rts(timeout=qp_timeout, ext=ext)
     else:
         qp.to_rts()
     return ctx, link, pd, mr, cq, qp, peer
 
 
 def receive(args: argparse.Namespace) -> dict:
+    """The receiving end: every transfer the sender makes, until it says it is done."""
     half = min(HALF_MAX, args.size)
     ctx, link, pd, mr, cq, qp, peer = _connect(None, args.port, 2 * half, args.timeout)
-    plan = link.recv()  # the sender's size and seed
+    checked = errors = 0
+    while True:
+        plan = link.recv()  # the sender's next transfer: its size and seed; or its end
+        if plan.get("end"):
+            break
+        c, e = _check(link, mr, plan, half)
+        checked, errors = checked + c, errors + e
+    return {"role": "receiver", "checked_bytes": checked, "errors": errors}
+
+
+def _check(link, mr, plan: dict, half: int) -> tuple[int, int]:
+    """One transfer, received round by round (compared if the plan says so)."""
     checked = errors = 0
     for r in range((plan["size"] + half - 1) // half):
         msg = link.recv()
@@ -75,17 +95,28 @@ def receive(args: argparse.Namespace) -> dict:
             checked += n
         link.send({"checked": r})
     link.send({"checked_bytes": checked, "errors": errors})
-    return {"role": "receiver", "checked_bytes": checked, "errors": errors}
+    return checked, errors
 
 
 def send(args: argparse.Namespace) -> dict:
+    """The sending end of one transfer."""
+    half = min(HALF_MAX, args.size)
+    ends = _connect(args.server, args.port, 2 * half, args.timeout)
+    result = transfer(ends, args.size, args.verify, args.timeout)
+    ends[1].send({"end": True})
+    return result
+
+
+def transfer(ends: tuple, size: int, verify: bool, timeout: float) -> dict:
+    """One transfer of `size` bytes over the connected ends (_connect's), in
+    rounds of half the MR: the sender's figures."""
     from mrc_nic import verbs
 
-    half = min(HALF_MAX, args.size)
-    ctx, link, pd, mr, cq, qp, peer = _connect(args.server, args.port, 2 * half, args.timeout)
+    ctx, link, pd, mr, cq, qp, peer = ends
+    half = mr.length // 2
     seed = secrets.randbits(32)
-    link.send({"size": args.size, "seed": seed, "verify": args.verify})
-    rounds = (args.size + half - 1) // half
+    link.send({"size": size, "seed": seed, "verify": verify})
+    rounds = (size + half - 1) // half
     pending_acks = 0
     clock = _Clock()
     before = _QpFigures.of(qp)
@@ -95,8 +126,8 @@ def send(args: argparse.Namespace) -> dict:
         if pending_acks == 2:  # the half about to be written: checked by now
             link.recv()
             pending_acks -= 1
-        n, off = min(half, args.size - r * half), (r % 2) * half
-        if args.verify or r < 2:
+        n, off = min(half, size - r * half), (r % 2) * half
+        if verify or r < 2:
             mr.buf[off : off + n] = _pattern(seed, r, n)
         wrs = [
             verbs.SendWR(
@@ -108,7 +139,7 @@ def send(args: argparse.Namespace) -> dict:
             )
             for k in range(0, n, WR_BYTES)
         ]
-        _post_all(qp, cq, wrs, args.timeout, clock)
+        _post_all(qp, cq, wrs, timeout, clock)
         link.send({"round": r, "bytes": n})
         pending_acks += 1
     while pending_acks:
@@ -120,9 +151,9 @@ def send(args: argparse.Namespace) -> dict:
     verdict = link.recv()
     return {
         "role": "sender",
-        "bytes": args.size,
+        "bytes": size,
         "seconds": round(seconds, 4),
-        "gbps": round(args.size * 8 / seconds / 1e9, 4),
+        "gbps": round(size * 8 / seconds / 1e9, 4),
         "verified_bytes": verdict["checked_bytes"],
         "errors": verdict["errors"],
         # The longest time without a WRITE completing (1 MiB each): a stall,
@@ -194,6 +225,36 @@ def _post_all(qp, cq, wrs: list, timeout: float, clock: _Clock) -> None:
             raise RuntimeError(f"no WRITE completed within {timeout:g} s")
         else:
             cq.wait(0.05)
+
+
+def host_main(args: dict) -> None:
+    """One end as a host process (workloads.hostprocs), kept open over the
+    transfers its parent asks for. args: role (recv|send), size, port,
+    timeout, verify; a sender's server and ev_count. Lines to the parent:
+    the sender's {"connected": QPN} once its QP is in RTS, then per
+    {"go": K} {"written": K, ...the transfer's figures}; an {"end": true}
+    ends both ends. The receiver's {"received": {...}} at the end."""
+    from mrc_nic.workloads.hostprocs import hear, say
+
+    ns = argparse.Namespace(
+        size=args["size"], port=args.get("port", CM_PORT),
+        timeout=args.get("timeout", 60.0), verify=bool(args.get("verify")),
+    )  # fmt: skip
+    if args["role"] == "recv":
+        say({"received": receive(ns)})
+        return
+    half = min(HALF_MAX, ns.size)
+    ends = _connect(args["server"], ns.port, 2 * half, ns.timeout, args.get("ev_count"))
+    say({"connected": ends[5].qp_num})
+    while True:
+        try:
+            msg = hear()
+        except EOFError:
+            msg = {"end": True}
+        if msg.get("end"):
+            ends[1].send({"end": True})
+            return
+        say({"written": msg["go"], **transfer(ends, ns.size, ns.verify, ns.timeout)})
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -340,6 +340,48 @@ def test_forged_packets_through_its_doorbell_are_dropped_and_counted(lab, member
     both_ways(a, b)
 
 
+def test_the_doorbell_port_takes_only_send_kicks_even_from_root(lab, good):
+    """Root may open the doorbell port (CAP_NET_RAW), so its rule holds for
+    root too: the forged WRITE, SACK and NACK sent into h0's `doorbell` are
+    dropped as drop_not_kick, never parsed as from the wire, and the control
+    kicks' frames there run the send engine as SEND kicks: no QP fails, no
+    window changes, the good session writes byte-exact after."""
+    a, b = good
+    both_ways(a, b)
+    qpns = (a.qp.qp_num, b.qp.qp_num)
+    frames = forged_at(lab, a)
+    mr_before = bytes(a.mr.buf[: 64 * KIB])
+    port = nic.open_doorbell(lab.netns("h0"))
+    assert port is not None, "h0 has no doorbell port"
+    sock, size = port
+    kicks = [
+        nic.doorbell_frame(qpn, size, op, arg)
+        for qpn in qpns
+        for op, (_, arg) in CONTROL_KICKS.items()
+    ]
+    with sock, nic.NicMaps.open(lab.lab) as maps:
+        rq_before, cwnds = maps.rq(a.qp.qp_num).cum_psn, {q: maps.sq(q).cwnd for q in qpns}
+        before = maps.counters()
+        for frame in [*frames, *kicks]:
+            assert sock.send(frame) == len(frame)
+        deadline = time.monotonic() + 5  # the port's frames run in the veth's NAPI, soon
+        while True:
+            changed = moved(before, maps.counters())
+            taken = changed.get("drop_not_kick", 0) == len(frames)
+            if taken and changed.get("kick_idle", 0) >= len(kicks):
+                break
+            assert time.monotonic() < deadline, changed
+            time.sleep(0.01)
+        assert not WIRE_COUNTERS & set(changed), changed
+        for counter, _ in CONTROL_KICKS.values():
+            assert counter not in changed, changed
+        assert maps.rq(a.qp.qp_num).cum_psn == rq_before
+        assert {q: maps.sq(q).cwnd for q in qpns} == cwnds
+        assert {q: maps.sq(q).state for q in qpns} == dict.fromkeys(qpns, nic.QpState.RTS)
+    assert bytes(a.mr.buf[: 64 * KIB]) == mr_before
+    both_ways(a, b)
+
+
 def test_garbage_in_its_own_send_queue_and_mr_fails_only_its_own_qp(lab, member, good):
     """Random bytes over its whole send queue (WQEs and counters) and its MR,
     the doorbell rung on them, a WR posted after: its own QP ends in ERR, its

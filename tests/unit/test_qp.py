@@ -172,3 +172,23 @@ def test_every_other_host_can_write_to_one_receiver_at_once():
         s.rings.take()
     # Two hosts: as before, one transfer takes its whole half.
     assert rdma_write.chunk_bytes(2**30, 1, half, peers=1) == 16 * 2**20
+
+
+def test_a_rings_chunk_fits_what_one_session_may_hold():
+    """A rank's session holds its send and receive double buffers: on the
+    default lab (288 MiB, half a session's) a 256 MiB all-reduce over 2 hosts
+    wants 128 MiB WRITEs, and gets 36 MiB, so that 4 of them fit 144 MiB; a
+    lab whose [tenants] give a session a quarter gets half that."""
+    from mrc_nic.lab import topology
+    from mrc_nic.workloads import collective
+    from tests.helpers.env import NETNS_DIR
+
+    topo = topology.load(NETNS_DIR / "default.toml")
+    assert rdma_write.session_memory(topo) == 144 * 2**20
+    raw = {**topo.raw, "tenants": {"memory": "25%"}}
+    quarter = topology.from_dict(topo.path, raw, "q")
+    assert rdma_write.session_memory(quarter) == 72 * 2**20
+    assert collective.ring_chunk(topo, 256 * 2**20, 2) == 36 * 2**20
+    assert collective.ring_chunk(quarter, 256 * 2**20, 2) == 18 * 2**20
+    assert collective.ring_chunk(quarter, 256 * 2**20, 2, qps=2) == 9 * 2**20
+    assert collective.ring_chunk(topo, 8 * 2**20, 4) == 2 * 2**20  # the step's whole chunk
