@@ -5,9 +5,9 @@ what it could not; `fail`/`heal` go to the machines owning the target's
 links, each applying its own ends, with one cluster id over the machines'
 ids; `events` merges the machines' logs with the cluster's own events; `exec
 HOST` runs on the host's machine; `write SRC DST` runs there when both hosts
-share a machine, else as two processes, one per machine (splitwrite).
+share a machine, else as two processes, one per machine (WriteEnds).
 `status` and `stats` (merged snapshots): cluster_observe.py; `chaos`:
-cluster_chaos.py; `scenario` (plane-failure; the others refused): cluster_scenario.py.
+cluster_chaos.py; `scenario`: cluster_scenario.py.
 """
 
 from __future__ import annotations
@@ -492,25 +492,76 @@ def split_write(
 ) -> dict:
     """A WRITE of `size` bytes between hosts of two machines ((host, machine)
     each): the sender's result; ClusterLabError naming the end that failed."""
-    (s_host, ms), (d_host, md) = src, dst
-    address = str(topo.host_address(topo.nodes[d_host].index, plane))
-    base = ["python", "-m", "mrc_nic.workloads.splitwrite"]
-    extra = ["--size", str(size), *(["--verify"] if verify else [])]
-    _, handles = agents(rec)
-    calls = [
-        (handles[md], "run", (["exec", d_host, "--", *base, "recv", *extra], 900.0)),
-        (handles[ms], "run", (["exec", s_host, "--", *base, "send", address, *extra], 900.0)),
-    ]
-    ends = []
-    for (ok, value), m in zip(machines.call_many(calls, timeout=960.0), (md, ms), strict=True):
-        if not ok:
-            raise ClusterLabError(f"m{m}: {value}")
-        _, out, err = value
-        lines = [ln for ln in out.splitlines() if ln.startswith("{")]
-        if not lines:
-            raise ClusterLabError(f"m{m}: {err.strip() or 'no result'}")
-        ends.append(json.loads(lines[-1]))
-    bad = [e["error"] for e in ends if "error" in e]
-    if bad:
-        raise ClusterLabError(f"write {s_host} -> {d_host} failed: {'; '.join(bad)}")
-    return {"src": s_host, "dst": d_host, "machines": [ms, md], **ends[1], "verify": verify}
+    with WriteEnds(rec, topo, src, dst, size, verify=verify, plane=plane) as ends:
+        result = ends.write(0)
+        ends.close()
+    return {"src": src[0], "dst": dst[0], "machines": [src[1], dst[1]], **result, "verify": verify}
+
+
+class WriteEnds:
+    """A WRITE's two ends, one process in each host on its own machine
+    (workloads.splitwrite.host_main, run and relayed by each machine's
+    workloads.host_part; hostparts.RemoteHosts), connected over TCP on
+    `plane`'s addresses and kept open over the transfers asked of them, one
+    QP all along. Leaving the block (an error, Ctrl-C) ends both processes."""
+
+    START_S = 90.0  # an end's start: its NIC context, QP and connection
+    WRITE_S = 900.0  # one transfer at most
+
+    def __init__(
+        self,
+        rec: ClusterRecord,
+        topo: topology.Topology,
+        src: tuple[str, int],
+        dst: tuple[str, int],
+        size: int,
+        *,
+        verify: bool = False,
+        plane: int = 0,
+        ev_count: int | None = None,
+    ) -> None:
+        from mrc_nic.cluster.hostparts import RemoteHosts
+        from mrc_nic.workloads import host_part, splitwrite
+
+        (self.src, ms), (self.dst, md) = src, dst
+        end = {"size": size, "port": splitwrite.CM_PORT, "timeout": 60.0, "verify": verify}
+        server = str(topo.host_address(topo.nodes[self.dst].index, plane))
+        args = {
+            self.dst: {**end, "role": "recv"},
+            self.src: {**end, "role": "send", "server": server, "ev_count": ev_count},
+        }
+        _, handles = agents(rec)
+        self.ends = RemoteHosts(
+            handles, host_part.__name__, rec.lab, splitwrite.__name__, args,
+            {self.src: ms, self.dst: md},
+        )  # fmt: skip
+        try:
+            self.qpn: int = self._expect(self.src, "connected", self.START_S)["connected"]
+        except BaseException:
+            self.ends.end()
+            raise
+
+    def _expect(self, host: str, key: str, timeout: float) -> dict:
+        try:
+            return self.ends.gather([host], key, time.monotonic() + timeout)[0]
+        except (TimeoutError, RuntimeError) as e:
+            tails = self.ends.end()  # why an end stopped, in its own words
+            said = "; ".join(f"{m}: {t.splitlines()[-1]}" for m, t in tails.items() if t)
+            why = f"{e} ({said})" if said else str(e)
+            raise ClusterLabError(f"write {self.src} -> {self.dst}: {why}") from None
+
+    def write(self, k: int) -> dict:
+        """Transfer k: the sender's figures (splitwrite.transfer's)."""
+        self.ends.tell(self.src, {"go": k})
+        return self._expect(self.src, "written", self.WRITE_S)
+
+    def close(self) -> dict:
+        """No more transfers: the receiver's totals (checked_bytes, errors)."""
+        self.ends.tell(self.src, {"end": True})
+        return self._expect(self.dst, "received", self.START_S)["received"]
+
+    def __enter__(self) -> WriteEnds:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.ends.end()

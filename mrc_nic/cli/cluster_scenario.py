@@ -5,10 +5,11 @@ machines (cluster_flows). `plane-failure` runs as on a local lab
 (workloads.experiments.plane_failure: the same WRITE healthy, then with a
 whole plane failed --after seconds into it; the goodput ratio), with the
 cluster as its site:
-- each WRITE is one process per end, on its host's machine
-  (cluster_lab.split_write), with the lab's QP timeout and reorder window,
-  not checked byte by byte (as locally: checking costs both ends CPU); its
-  TCP talk goes over another plane than the one that fails;
+- the two WRITEs go over one QP, as locally, its ends one process each on
+  its host's machine (cluster_lab.WriteEnds), with the lab's QP timeout and
+  reorder window, not checked byte by byte (as locally: checking costs
+  both ends CPU); their TCP talk goes over another plane than the one
+  that fails;
 - the fault goes to every machine owning a link of the plane under one
   cluster id (cluster_lab.apply_fault), what it dropped is read from the
   merged snapshot (every machine's fault counters), and it is healed there
@@ -16,11 +17,10 @@ cluster as its site:
 - the fidelity verdict is each machine's CPU and links (cluster.verdict),
   sampled over and over while a WRITE runs and judged between the first and
   last samples inside its transfer.
-A WRITE's processes start and connect before its first byte (a second or
-more); the healthy run measures how long that takes, and the fault is
-applied that long plus --after after the failed WRITE is started. The
-report says when, into the transfer, the fault landed (the machines' wall
-clocks: synchronised machines, or one box).
+The fault is sent --after seconds after the second WRITE is started;
+applying it takes a Ray call and a process on each machine, so the report
+says when, into the transfer, it was asked and when it was in force (the
+machines' wall clocks: synchronised machines, or one box).
 
 `single-ev-loss` keeps one QP open over two WRITEs, as locally: its ends
 are one host process per machine (workloads.host_part running
@@ -56,8 +56,6 @@ from mrc_nic.observe import fidelity
 
 SAMPLE_EVERY_S = 1.0  # between the end of one round of fidelity samples and the next
 FLOWS = ("incast", "permutation")  # cluster_flows runs their flows
-END_START_S = 90.0  # a WRITE end's start: its NIC context, QP and connection
-WRITE_S = 900.0  # one WRITE at most
 
 
 def scenario(rec: ClusterRecord, args: list[str]) -> int:
@@ -139,61 +137,37 @@ def single_ev_loss(
 ) -> dict:
     """One run between hosts of two machines: experiments.single_ev_loss's
     report, with the cluster's fault (id, machine) and each end's machine."""
-    from mrc_nic.cluster.hostparts import RemoteHosts
-    from mrc_nic.workloads import host_part, splitwrite
-
     if evs % topo.planes:
         raise ValueError(f"evs must be a multiple of the lab's {topo.planes} planes, not {evs}")
     ms, md = cluster_lab.machine_of_host(rec, src), cluster_lab.machine_of_host(rec, dst)
-    end = {"size": size, "port": splitwrite.CM_PORT, "timeout": 60.0, "verify": False}
-    server = str(topo.host_address(topo.nodes[dst].index, 0))
-    args = {
-        dst: {**end, "role": "recv"},
-        src: {**end, "role": "send", "server": server, "ev_count": evs},
-    }
-    _, handles = cluster_lab.agents(rec)
-    ends = RemoteHosts(
-        handles, host_part.__name__, rec.lab, splitwrite.__name__, args, {src: ms, dst: md}
-    )
     gid = None
-
-    def expect(host: str, key: str, timeout: float) -> dict:
-        try:
-            return ends.gather([host], key, time.monotonic() + timeout)[0]
-        except (TimeoutError, RuntimeError) as e:
-            raise cluster_lab.ClusterLabError(str(e)) from None
-
-    try:
-        qpn = expect(src, "connected", END_START_S)["connected"]
+    with cluster_lab.WriteEnds(rec, topo, (src, ms), (dst, md), size, ev_count=evs) as ends:
+        qpn = ends.qpn
 
         def write(k: int) -> tuple[dict, dict | None]:
             with _Samples(rec) as samples:
-                ends.tell(src, {"go": k})
-                r = expect(src, "written", WRITE_S)
+                r = ends.write(k)
             return r, samples.judge(topo, r["started_at"], r["ended_at"], True)
 
-        healthy, healthy_fid = write(0)
-        rows = _ev_rows(rec, ms, qpn)
-        profile = [e["ev"] for e in rows]
-        ev = next(e["ev"] for e in rows if e["plane"] == plane % topo.planes)
-        opts = ["--mode", "loss", "--rate", str(rate), "--seed", str(seed)]
-        gid, results = cluster_lab.apply_fault(rec, ["qp", hex(qpn), "ev", str(ev)], opts)
-        if gid is None:
-            why = "; ".join(f"m{m}: {v}" for m, v in results.items())
-            raise cluster_lab.ClusterLabError(f"EV {ev} of QP {qpn:#x} could not be faulted: {why}")
-        lossy, lossy_fid = write(1)
-        now = {e["ev"]: e["state"] for e in _ev_rows(rec, ms, qpn)}
-        counts, gid = _heal_ev_fault(rec, gid), None
-        ends.tell(src, {"end": True})
-        received = expect(dst, "received", END_START_S)["received"]
-    except cluster_lab.ClusterLabError as e:
-        tails = ends.end()  # why an end stopped, in its own words
-        said = "; ".join(f"{m}: {t.splitlines()[-1]}" for m, t in tails.items() if t)
-        raise cluster_lab.ClusterLabError(f"{e} ({said})" if said else str(e)) from None
-    finally:
-        if gid is not None:
-            cluster_lab.heal_fault(rec, gid)
-        ends.end()
+        try:
+            healthy, healthy_fid = write(0)
+            rows = _ev_rows(rec, ms, qpn)
+            profile = [e["ev"] for e in rows]
+            ev = next(e["ev"] for e in rows if e["plane"] == plane % topo.planes)
+            opts = ["--mode", "loss", "--rate", str(rate), "--seed", str(seed)]
+            gid, results = cluster_lab.apply_fault(rec, ["qp", hex(qpn), "ev", str(ev)], opts)
+            if gid is None:
+                why = "; ".join(f"m{m}: {v}" for m, v in results.items())
+                raise cluster_lab.ClusterLabError(
+                    f"EV {ev} of QP {qpn:#x} could not be faulted: {why}"
+                )
+            lossy, lossy_fid = write(1)
+            now = {e["ev"]: e["state"] for e in _ev_rows(rec, ms, qpn)}
+            counts, gid = _heal_ev_fault(rec, gid), None
+        finally:
+            if gid is not None:
+                cluster_lab.heal_fault(rec, gid)
+        received = ends.close()
     if ev in now:
         final, replacement = now[ev], None
     else:  # the daemon put a fresh EV in its place in the profile
@@ -376,23 +350,24 @@ def plane_failure(
     )
     cm_plane = (plane + 1) % topo.planes  # the WRITE's own TCP talk: not on the failing plane
 
-    def write(judge_veth_drops: bool = True) -> tuple[dict, dict | None]:
-        with _Samples(rec) as samples:
-            r = cluster_lab.split_write(rec, topo, *ends, size, False, cm_plane)
-        return r, samples.judge(topo, r["started_at"], r["ended_at"], judge_veth_drops)
+    with cluster_lab.WriteEnds(rec, topo, *ends, size, plane=cm_plane) as w:
 
-    called = time.time()
-    healthy, healthy_fid = write()
-    setup = max(0.0, healthy["started_at"] - called)  # process starts, connection
-    fault: dict = {}
-    t = threading.Thread(target=_fail_later, args=(rec, plane, mode, setup + after, fault))
-    t.start()
-    try:
-        # a plane taken down drops at its veths: the fault's doing, not the CPU's
-        failed, failed_fid = write(judge_veth_drops=mode != "down")
-    finally:
-        t.join()
-        done = _end_fault(rec, fault)
+        def write(k: int, judge_veth_drops: bool = True) -> tuple[dict, dict | None]:
+            with _Samples(rec) as samples:
+                r = w.write(k)
+            return r, samples.judge(topo, r["started_at"], r["ended_at"], judge_veth_drops)
+
+        healthy, healthy_fid = write(0)
+        fault: dict = {}
+        t = threading.Thread(target=_fail_later, args=(rec, plane, mode, after, fault))
+        t.start()
+        try:
+            # a plane taken down drops at its veths: the fault's doing, not the CPU's
+            failed, failed_fid = write(1, judge_veth_drops=mode != "down")
+        finally:
+            t.join()
+            done = _end_fault(rec, fault)
+        w.close()
     if "error" in fault:
         raise cluster_lab.ClusterLabError(f"plane {plane} could not be failed: {fault['error']}")
     gbps = healthy["gbps"], failed["gbps"]

@@ -143,21 +143,22 @@ class LocalCluster:
         )
 
     # ---- use -------------------------------------------------------------------------
-    def cli_run(
-        self, argv: list[str], ray: bool = False, timeout: float = 900.0, check: bool = False
-    ) -> subprocess.CompletedProcess:
-        """`mrc-nic ARGV` (or `ray ARGV`) on the first machine, as a user there would."""
+    def cli_command(self, argv: list[str], ray: bool = False) -> tuple[list[str], dict]:
+        """The command line and environment of `mrc-nic ARGV` (or `ray ARGV`)
+        on the first machine, as a user there would run it."""
         tool = str(Path(sys.executable).parent / ("ray" if ray else "mrc-nic"))
         env = dict(os.environ, COLUMNS="200", NO_COLOR="1")
         for key in ("RAY_ADDRESS", "MRC_NIC_LAB", "MRC_NIC_RUN_DIR", "MRC_NIC_PIN_ROOT"):
             env.pop(key, None)
+        return ["nsenter", f"--net=/run/netns/{self.netns(0)}", tool, *argv], env
+
+    def cli_run(
+        self, argv: list[str], ray: bool = False, timeout: float = 900.0, check: bool = False
+    ) -> subprocess.CompletedProcess:
+        """`mrc-nic ARGV` (or `ray ARGV`) on the first machine, as a user there would."""
+        cmd, env = self.cli_command(argv, ray)
         return subprocess.run(
-            ["nsenter", f"--net=/run/netns/{self.netns(0)}", tool, *argv],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            env=env,
-            check=check,
+            cmd, capture_output=True, text=True, timeout=timeout, env=env, check=check
         )
 
     def kill_machine(self, i: int) -> None:

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -378,6 +380,39 @@ def test_an_unknown_scenario_is_refused_with_those_that_run(cluster, lab):
     done = cli(cluster, "scenario", "nosuch", "-l", lab, check=False)
     assert done.returncode != 0
     assert "no scenario 'nosuch'" in done.stderr and "allreduce-failure" in done.stderr
+
+
+def test_ctrl_c_ends_a_write_between_machines_and_both_its_processes(cluster, lab):
+    cmd, env = cluster.cli_command(["write", "h0", "h1", "-l", lab, "--size", "16G"])
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while not _ends_of(lab):  # both ends started, on their machines
+            assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
+            time.sleep(0.2)
+        time.sleep(1.0)  # into the transfer
+        os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C at a terminal: the foreground group
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130 and "interrupted" in err
+    deadline = time.monotonic() + 30  # the agents end the parts, the parts their hosts'
+    while _ends_of(lab) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _ends_of(lab) == []
+    cli(cluster, "write", "h0", "h1", "-l", lab, "--size", "8M", "--verify")  # the lab goes on
+
+
+def _ends_of(lab: str) -> list[str]:
+    """The processes of a WRITE between machines of this lab (its parts and ends)."""
+    found = subprocess.run(["pgrep", "-af", "mrc_nic.workloads"], capture_output=True, text=True)
+    marks = (f'"lab": "{lab}"', f" mrc-{lab}-h")  # a part's spec; a host process's netns
+    return [ln for ln in found.stdout.splitlines() if any(m in ln for m in marks)]
 
 
 def test_a_dead_agent_is_reported_and_replaced(cluster, lab):
