@@ -338,3 +338,21 @@ def test_a_port_down_takes_its_evs_out_and_disabled_is_down_to_the_nic(
     assert reply.ports[0]["port_admin_state"] == "DISABLED" and reply.ports[0]["carrier"]
     with pytest.raises(ProfileError, match="port must be 1..4"):
         ports.port_query(ctlops.PortQuery(port=5), None)
+
+
+def test_a_sending_daemon_ticks_at_a_quarter_of_its_labs_rtt_within_1_to_10_ms():
+    """The default lab (515 us) keeps the 1 ms tick; clos-8 at 10 Mbit/s
+    (10.3 ms) ticks every 2.6 ms; the 2 Mbit/s 32x8 lab (51 ms) every 10 ms."""
+    from mrc_nic.transport.daemon import sending_tick_s
+    from tests.helpers.env import NETNS_DIR
+
+    ticks = {
+        name: sending_tick_s(topology.load(NETNS_DIR / f"{name}.toml"))
+        for name in ("default", "default-1g", "clos-8", "scale-32x8")
+    }
+    assert ticks == {
+        "default": 0.001,
+        "default-1g": 0.001,
+        "clos-8": pytest.approx(0.01028 / 4, rel=0.01),
+        "scale-32x8": 0.01,
+    }
