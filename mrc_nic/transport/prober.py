@@ -47,6 +47,10 @@ SCAN_INTERVAL_S = 0.002  # how often EV states are read (one batch read)
 # nothing to probe, and the scan, a read of every EV of the lab (2048 on
 # clos-8), waits: it runs at least this often.
 IDLE_SCAN_S = 0.05
+# A scan looks our EVs up one by one up to this many (a syscall each), else
+# reads all of nic_evs at once: every host's EVs, copied out of the kernel and
+# searched, which on a 32-host lab was most of each of 32 daemons' work.
+LOOKUP_MAX = 128
 _EV_KEY_SIZE = ctypes.sizeof(defs.NicEvKey)
 _EV_KEY_EV = defs.NicEvKey.ev.offset
 _EV_PLANE = defs.NicEv.plane.offset  # plane and state: consecutive u32s
@@ -158,6 +162,16 @@ def plane_socket(socks: dict[int, socket.socket], plane: int) -> socket.socket:
     return s
 
 
+def _decode(qpn: int, ev: int, values: bytes, base: int) -> EvScan:
+    """The scan's fields of the EV whose nic_evs value starts at values[base]."""
+    plane, state = _EV_HEAD.unpack_from(values, base + _EV_PLANE)
+    (acks,) = _EV_U64.unpack_from(values, base + _EV_ACKS_AT)
+    (lost,) = _EV_U64.unpack_from(values, base + _EV_LOST_AT)
+    (replies,) = _EV_U64.unpack_from(values, base + _EV_REPLIES_AT)
+    (rtt,) = _EV_U64.unpack_from(values, base + _EV_RTT_LAST_AT)
+    return EvScan(qpn, ev, plane, state, acks, lost, replies, rtt)
+
+
 class Prober:
     def __init__(self, topo: Topology, host: int, maps: nic.NicMaps) -> None:
         self.topo, self.host, self.maps = topo, host, maps
@@ -222,8 +236,28 @@ class Prober:
         return states
 
     def _scan(self, mine: dict) -> list[EvScan]:
-        """Our EVs: one batch read of nic_evs into
-        buffers kept between scans, decoded only for our QPs."""
+        """The EVs of our send QPs' profiles (replaced ones, still to be
+        deleted, are no one's concern here): looked up one by one when they
+        are few, else one batch read of all of nic_evs (every host's EVs)."""
+        wanted = [(qpn, ev) for qpn, sq in mine.items() for ev in sq.evs]
+        if len(wanted) <= LOOKUP_MAX:
+            return self._scan_each(wanted)
+        return self._scan_all(mine)
+
+    def _scan_each(self, wanted: list[tuple[int, int]]) -> list[EvScan]:
+        fd, size = self.maps.fd(nic.EVS_MAP), ctypes.sizeof(nic.EvStateLayout)
+        out = []
+        for qpn, ev in wanted:
+            try:
+                value = bpfsys.map_lookup(fd, bytes(nic.EvKey(qpn, ev)), size)
+            except FileNotFoundError:  # deleted since the profile was read
+                continue
+            out.append(_decode(qpn, ev, value, 0))
+        return out
+
+    def _scan_all(self, mine: dict) -> list[EvScan]:
+        """One batch read of nic_evs into buffers kept between scans, decoded
+        only for our QPs."""
         if self._reader is None:
             fd = self.maps.fd(nic.EVS_MAP)
             self._reader = bpfsys.BatchReader(
@@ -241,15 +275,8 @@ class Prober:
             at = keys.find(needle)
             while at >= 0:
                 if at % _EV_KEY_SIZE == 0:
-                    i = at // _EV_KEY_SIZE
-                    plane, state = _EV_HEAD.unpack_from(values, i * size + _EV_PLANE)
-                    base = i * size
-                    (acks,) = _EV_U64.unpack_from(values, base + _EV_ACKS_AT)
-                    (lost,) = _EV_U64.unpack_from(values, base + _EV_LOST_AT)
-                    (replies,) = _EV_U64.unpack_from(values, base + _EV_REPLIES_AT)
-                    (rtt,) = _EV_U64.unpack_from(values, base + _EV_RTT_LAST_AT)
                     (ev,) = _U32.unpack_from(keys, at + _EV_KEY_EV)
-                    out.append(EvScan(qpn, ev, plane, state, acks, lost, replies, rtt))
+                    out.append(_decode(qpn, ev, values, at // _EV_KEY_SIZE * size))
                 at = keys.find(needle, at + 1)
         return out
 

@@ -1,6 +1,6 @@
 """The prober's cheap paths (no root): probe frames patched from a template are
 byte for byte what mrc_nic.nic.wire builds, and the scan of nic_evs finds exactly
-our ASSUMED_BAD EVs in a batch read's raw buffers."""
+our EVs: in a batch read's raw buffers, or looked up one by one when they are few."""
 
 from __future__ import annotations
 
@@ -56,9 +56,50 @@ def test_scan_reads_our_evs_only():
     p = prober.Prober.__new__(prober.Prober)
     p.maps = types.SimpleNamespace()
     p._reader = FakeReader(entries)
-    got = p._scan({ours: object()})
+    got = p._scan_all({ours: object()})
     assert sorted(got) == [
         prober.EvScan(ours, 0x0100, 3, bad, 0x0101, 0x0102),
         prober.EvScan(ours, 0xC001, 0, bad, 0xC002, 0xC003),
         prober.EvScan(ours, 0xC002, 1, good, 0xC003, 0xC004),
     ]
+
+
+def _value(plane: int, state: int, ev: int) -> bytes:
+    v = nic.EvStateLayout(plane=plane, state=state)
+    v.stats.acks, v.stats.lost_pkts = ev + 1, ev + 2
+    return bytes(v)
+
+
+def test_a_scan_of_few_evs_looks_up_our_profiles_evs_only(monkeypatch):
+    """Up to LOOKUP_MAX EVs: one lookup each, of the profiles' EVs (a replaced
+    EV still in the map is not read; one deleted meanwhile is skipped);
+    more: the batch read of the whole map."""
+    bad, good = nic.EvState.ASSUMED_BAD, nic.EvState.GOOD
+    ours = 0x000100
+    stored = {
+        bytes(nic.EvKey(ours, 0xC001)): _value(0, bad, 0xC001),
+        bytes(nic.EvKey(ours, 0xC002)): _value(1, good, 0xC002),
+        bytes(nic.EvKey(ours, 0xC0FF)): _value(2, bad, 0xC0FF),  # replaced, not in the profile
+    }
+    asked = []
+
+    def lookup(fd, key, size):
+        asked.append(key)
+        if key not in stored:
+            raise FileNotFoundError
+        return stored[key]
+
+    monkeypatch.setattr(prober.bpfsys, "map_lookup", lookup)
+    p = prober.Prober.__new__(prober.Prober)
+    p.maps = types.SimpleNamespace(fd=lambda name: 7)
+    p._reader = FakeReader([(ours, 0xC0FF, 2, bad)])
+    sq = types.SimpleNamespace(evs=[0xC001, 0xC002, 0xC003])  # 0xC003: deleted meanwhile
+    got = p._scan({ours: sq})
+    assert sorted(got) == [
+        prober.EvScan(ours, 0xC001, 0, bad, 0xC002, 0xC003),
+        prober.EvScan(ours, 0xC002, 1, good, 0xC003, 0xC004),
+    ]
+    assert len(asked) == 3
+    many = types.SimpleNamespace(evs=list(range(prober.LOOKUP_MAX + 1)))
+    assert p._scan({ours: many}) == [prober.EvScan(ours, 0xC0FF, 2, bad, 0xC100, 0xC101)]
+    assert len(asked) == 3  # the batch read, no lookups
