@@ -151,9 +151,12 @@ def test_write_survives_a_fault_started_mid_transfer(default_lab, target, args):
         time.sleep(0.3)
         run_cli("heal", "--all", "-l", name)
         if "loss" not in args:  # under 20% loss some EVs may go bad again at any time
+            # Back in use: GOOD, or SKIP (a 100 us detour after an ECN mark or a trim,
+            # stored until the EV's next unmarked ACK; the OCP API calls it GOOD). A CI
+            # run saw 28 of the healed plane's 32 EVs stored as SKIP 3 s after a flap.
             wait_for(
                 lambda: ev_states(name, qpn),
-                lambda c: c[(plane, "GOOD")] >= 28,
+                lambda c: c[(plane, "GOOD")] + c[(plane, "SKIP")] >= 28,
                 timeout=3.0,
             )
         results = job.stop()
