@@ -61,12 +61,14 @@ def test_a_healthy_write_on_a_link_bound_lab_resends_only_what_it_must(make_lab,
     assert delta["tx_retx"] <= trims + delta["link_drops"] + delta["dup"], delta
 
     # No EV changes state: an overdue packet suspects its EV and its late SACK
-    # clears it (suspect_cleared); none is blamed for a silence. One blame is
-    # allowed: a CPU stalled for milliseconds can deliver a later packet of
-    # the same path first, which is how a single lossy EV looks too.
+    # clears it (suspect_cleared); none is blamed for a silence. One moment of
+    # blame is allowed: a CPU stalled for milliseconds can deliver a later
+    # packet of a path first, which is how a lossy EV looks too, and one stall
+    # can do it to the EVs of several planes at once (a CI run: 2, 0.5 ms apart).
     events = json.loads(
         run_cli("events", "--since", str(first), "--format", "json", "-l", lab).stdout
     )["events"]
     blamed = [e for e in events if e["type"] == "ev_state" and e["new_state"] == "ASSUMED_BAD"]
-    assert len(blamed) <= 1, blamed
+    when = sorted(e["time"] for e in blamed)
+    assert len(when) <= topo.planes and (not when or when[-1] - when[0] < 0.005), blamed
     assert not [e for e in blamed if e["cause"] == "TIMEOUT"], blamed
