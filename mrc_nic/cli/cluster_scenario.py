@@ -298,12 +298,13 @@ class _SampledMeter:
 
     def __enter__(self) -> _SampledMeter:
         self.t0 = time.time()
-        self.samples = _Samples(self.rec).__enter__()
+        self.samples = _Samples(self.rec)
+        self.samples.start()
         return self
 
     def stop(self) -> dict | None:
         if self.samples is not None:
-            self.samples.__exit__(None, None, None)  # with a last sample, taken now
+            self.samples.stop()  # with a last sample, taken now
             self.verdict = self.samples.judge(
                 self.topo, self.t0, time.time(), self.judge_veth_drops
             )
@@ -456,14 +457,20 @@ class _Samples:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
 
-    def __enter__(self) -> _Samples:
+    def start(self) -> None:
         self._thread.start()
-        return self
 
-    def __exit__(self, *exc: object) -> None:
+    def stop(self) -> None:
         self._stop.set()
         self._thread.join()
         self._take()  # the end: a run shorter than SAMPLE_EVERY_S has two samples
+
+    def __enter__(self) -> _Samples:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
 
     def _take(self) -> None:
         asked = time.time()

@@ -22,11 +22,15 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 
 from mrc_nic.errors import MrcNicError
 
 RUN_TIMEOUT_S = 600.0
 PROBE_TIMEOUT_S = 120.0
+# A part's parent says it is alive every few seconds (machines.Parts); a part
+# not heard of for this long lost its parent (a CLI killed with -9) and ends.
+PART_ORPHAN_S = 30.0
 
 
 class ShardError(MrcNicError, RuntimeError):
@@ -41,8 +45,11 @@ class Agent:
     def __init__(self, lab: str) -> None:
         self.lab = lab
         # Parts of a run that spans machines (part_start): they live as long
-        # as that run, and end at EOF on stdin when this agent dies.
+        # as that run (or until their parent is silent for PART_ORPHAN_S), and
+        # end at EOF on stdin when this agent dies.
         self._parts: dict[int, _Part] = {}
+        self._parts_lock = threading.Lock()  # the reaper thread ends parts too
+        self._reaper: threading.Thread | None = None
 
     def info(self) -> dict:
         """Who and where: for status, and to check the actor runs where placed."""
@@ -99,21 +106,62 @@ class Agent:
         """Start `python -m MODULE ARGS` (ARGS as JSON) on this machine, to be
         talked to one JSON line at a time (part_tell, part_read); its pid."""
         part = _Part(module, args)
-        self._parts[part.proc.pid] = part
+        with self._parts_lock:
+            self._parts[part.proc.pid] = part
+            if self._reaper is None:
+                self._reaper = threading.Thread(target=self._reap_orphans, daemon=True)
+                self._reaper.start()
         return part.proc.pid
 
     def part_tell(self, pid: int, message: dict) -> None:
-        self._parts[pid].tell(message)
+        self._part(pid).tell(message)
 
     def part_read(self, pid: int, wait: float) -> tuple[list[dict], bool]:
         """What the part said, waiting up to `wait` s for a first line; and
         whether it may say more (False: it closed its stdout)."""
-        return self._parts[pid].read(wait)
+        return self._part(pid).read(wait)
+
+    def part_alive(self, pids: list[int]) -> list[int]:
+        """The parent still runs: these parts are not orphans. Which of them
+        this agent no longer has (ended as orphans, or never started)."""
+        with self._parts_lock:
+            for pid in pids:
+                if pid in self._parts:
+                    self._parts[pid].heard()
+            return [pid for pid in pids if pid not in self._parts]
 
     def part_end(self, pid: int) -> str:
         """End the part (by its pid) if it still runs; the tail of its stderr."""
-        part = self._parts.pop(pid, None)
+        with self._parts_lock:
+            part = self._parts.pop(pid, None)
         return part.end() if part is not None else ""
+
+    def _part(self, pid: int) -> _Part:
+        with self._parts_lock:
+            part = self._parts.get(pid)
+        if part is None:
+            raise ShardError(
+                f"no part {pid} here: it ended (its parent was silent for "
+                f"{PART_ORPHAN_S:.0f} s) or never started"
+            )
+        part.heard()
+        return part
+
+    def _reap_orphans(self, every_s: float = 1.0) -> None:
+        """End the parts whose parent has not been heard of for PART_ORPHAN_S."""
+        while True:
+            time.sleep(every_s)
+            with self._parts_lock:
+                orphans = [p for pid, p in self._parts.items() if p.silent_s() > PART_ORPHAN_S]
+                for part in orphans:
+                    del self._parts[part.proc.pid]
+            for part in orphans:
+                tail = part.end()
+                print(
+                    f"part {part.proc.pid}: its parent was silent for "
+                    f"{PART_ORPHAN_S:.0f} s; ended. {tail}",
+                    file=sys.stderr,
+                )
 
     def run(self, argv: list[str], timeout: float = RUN_TIMEOUT_S) -> tuple[int, str, str]:
         """`mrc-nic ARGV` on this machine: (exit status, stdout, stderr)."""
@@ -177,7 +225,15 @@ class _Part:
         )
         self.lines: queue.Queue[dict | None] = queue.Queue()
         self.closed = False
+        self._heard = time.monotonic()
         threading.Thread(target=self._pump, daemon=True).start()
+
+    def heard(self) -> None:
+        """Its parent called (a tell, a read, a keep-alive)."""
+        self._heard = time.monotonic()
+
+    def silent_s(self) -> float:
+        return time.monotonic() - self._heard
 
     def _pump(self) -> None:
         for raw in self.proc.stdout:

@@ -20,14 +20,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from mrc_nic.cluster import machines
-
-
-def _wall_minus_mono_ns() -> int:
-    return time.time_ns() - time.monotonic_ns()
-
-
-def _shift(message: dict, keys: Sequence[str], by_ns: int) -> dict:
-    return {k: (v + by_ns if k in keys and isinstance(v, int) else v) for k, v in message.items()}
+from mrc_nic.kernel.clocks import mono_to_wall, wall_to_mono
 
 
 class RemoteHosts:
@@ -56,7 +49,7 @@ class RemoteHosts:
         self.failed: dict[int, str] = {}  # machine -> why its part stopped
 
     def tell(self, host: str, message: dict) -> None:
-        tell = _shift(message, self.keys, _wall_minus_mono_ns())
+        tell = mono_to_wall(message, self.keys)
         self.parts.tell(self.machine_of[host], {"host": host, "tell": tell})
 
     def _pump(self, timeout: float) -> None:
@@ -68,7 +61,7 @@ class RemoteHosts:
             elif line.get("gone"):
                 self.gone.add(line["host"])
             elif "line" in line:
-                got = _shift(line["line"], self.keys, -_wall_minus_mono_ns())
+                got = wall_to_mono(line["line"], self.keys)
                 self.lines[line["host"]].append(got)
 
     def gather(

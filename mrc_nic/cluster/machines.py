@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -154,6 +155,7 @@ class Parts:
     part_read per machine)."""
 
     READ_WAIT_S = 0.5  # a part_read's longest wait for a first line
+    KEEPALIVE_S = 5.0  # agent.PART_ORPHAN_S ends a part its parent stops calling
 
     def __init__(self, handles: dict[int, Any], module: str, args: dict[int, dict]) -> None:
         self.handles = handles
@@ -168,6 +170,14 @@ class Parts:
             raise ClusterError(f"could not start the machines' parts: {why}")
         self.open = set(handles)
         self._reads: dict[Any, int] = {}  # pending part_read -> machine
+        # Reads stop while the parent does other work (a fault, an `ev list`):
+        # a thread says the parent lives, and dies with it.
+        self._ended = threading.Event()
+        threading.Thread(target=self._keep_alive, daemon=True).start()
+
+    def _keep_alive(self) -> None:
+        while not self._ended.wait(self.KEEPALIVE_S):
+            call_many([(self.handles[m], "part_alive", ([pid],)) for m, pid in self.pids.items()])
 
     def tell(self, m: int, message: dict) -> None:
         call(self.handles[m], "part_tell", self.pids[m], message)
@@ -205,6 +215,8 @@ class Parts:
 
     def end(self) -> dict[int, str]:
         """End every part still running; {machine: the tail of its stderr}."""
+        if hasattr(self, "_ended"):
+            self._ended.set()
         ms = list(self.pids)
         done = call_many([(self.handles[m], "part_end", (self.pids[m],)) for m in ms])
         return {m: value for m, (ok, value) in zip(ms, done, strict=True) if ok and value}

@@ -27,23 +27,11 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 
+from mrc_nic.kernel.clocks import mono_to_wall, wall_to_mono
 from mrc_nic.kernel.fdwait import Waiter
 from mrc_nic.lab.state import open_lab
 from mrc_nic.workloads.hostprocs import HostProc, say
-
-
-def wall_minus_mono_ns() -> int:
-    """What to add to a CLOCK_MONOTONIC time to make it wall-clock time, here."""
-    return time.time_ns() - time.monotonic_ns()
-
-
-def shift_clock(message: dict, keys: list[str], by_ns: int) -> dict:
-    """message with each of its clock_keys fields moved by by_ns."""
-    if not any(k in message for k in keys):
-        return message
-    return {k: (v + by_ns if k in keys and isinstance(v, int) else v) for k, v in message.items()}
 
 
 class HostPart:
@@ -81,7 +69,7 @@ class HostPart:
             raw, self.stdin = self.stdin.split(b"\n", 1)
             if raw.strip():
                 msg = json.loads(raw)
-                tell = shift_clock(msg["tell"], self.keys, -wall_minus_mono_ns())
+                tell = wall_to_mono(msg["tell"], self.keys)
                 try:
                     self.procs[msg["host"]].tell(tell)
                 except RuntimeError as e:  # it ended: its "gone" is on its way
@@ -94,7 +82,7 @@ class HostPart:
         proc = self.procs[host]
         alive = proc.feed()
         for line in proc.lines:
-            say({"host": host, "line": shift_clock(line, self.keys, wall_minus_mono_ns())})
+            say({"host": host, "line": mono_to_wall(line, self.keys)})
         proc.lines.clear()
         if not alive:
             del self.by_fd[fd]

@@ -408,6 +408,32 @@ def test_ctrl_c_ends_a_write_between_machines_and_both_its_processes(cluster, la
     cli(cluster, "write", "h0", "h1", "-l", lab, "--size", "8M", "--verify")  # the lab goes on
 
 
+def test_a_write_whose_cli_is_killed_ends_on_every_machine(cluster, lab):
+    """kill -9 of the CLI: no Ctrl-C handler runs, no part is ended by its
+    parent; each agent ends its part once the parent falls silent."""
+    from mrc_nic.cluster.agent import PART_ORPHAN_S
+
+    cmd, env = cluster.cli_command(["write", "h0", "h1", "-l", lab, "--size", "16G"])
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while not _ends_of(lab):
+            assert time.monotonic() < deadline and proc.poll() is None
+            time.sleep(0.2)
+        time.sleep(1.0)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # the CLI and what it started on this machine
+        proc.wait()
+    deadline = time.monotonic() + PART_ORPHAN_S + 30
+    while _ends_of(lab) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert _ends_of(lab) == []
+    cli(cluster, "write", "h0", "h1", "-l", lab, "--size", "8M", "--verify")  # the lab goes on
+
+
 def _ends_of(lab: str) -> list[str]:
     """The processes of a WRITE between machines of this lab (its parts and ends)."""
     found = subprocess.run(["pgrep", "-af", "mrc_nic.workloads"], capture_output=True, text=True)
