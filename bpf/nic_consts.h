@@ -269,7 +269,7 @@ enum nic_retx_cause {
 /* The head scan's reorder window follows the largest recent RTT. */
 #define NIC_RTT_RECENT_SHIFT 6 /* rtt_recent_ns forgets a peak over about 64 samples */
 #define NIC_RTT_RECENT_CAP 4   /* a sample counts for at most 4 reorder windows */
-#define NIC_REO_LEARN_SHIFT 16 /* reo_learned_ns forgets a late packet over about 65536 SACKs */
+#define NIC_REO_LEARN_SHIFT 20 /* reo_learned_ns forgets a late packet over about 2^20 SACKs */
 _Static_assert((NIC_HEAD_SCAN & (NIC_HEAD_SCAN - 1)) == 0, "NIC_HEAD_SCAN must be a power of two");
 #define NIC_HEAD_LOST (2 * NIC_HEAD_SCAN) /* losses one head scan can find: two passes */
 

@@ -153,11 +153,13 @@ static __always_inline __u64 reo_window(struct nic_sq *sq, __u64 echo_ts, __u64 
 	sq->rtt_recent_ns = recent > 0xffffffffULL ? 0xffffffff : (__u32)recent;
 	if (recent > wnd)
 		wnd = recent;
-	/* A late original seen lately (reo_learn): the paths here can be that
-	 * much slower than others without losing anything. */
+	/* A late packet seen lately (reo_learn): the paths here can be that
+	 * much slower than others without losing anything. Forgotten by a
+	 * 2^-NIC_REO_LEARN_SHIFT part per SACK and at least 1 ns, so that a
+	 * window below 2^NIC_REO_LEARN_SHIFT ns still goes. */
 	if (learned > wnd)
 		wnd = learned;
-	sq->reo_learned_ns = learned - (learned >> NIC_REO_LEARN_SHIFT);
+	sq->reo_learned_ns = learned - (learned >> NIC_REO_LEARN_SHIFT) - (learned != 0);
 	return wnd;
 }
 
@@ -182,20 +184,34 @@ static __always_inline void head_scan(struct nic_sq *sq, struct nic_tx_ring *rin
 /*
  * A duplicate's SACK (MRC_ACK_F_DUP; sq->lock held): the copy it echoes came
  * after another copy of its PSN, typically an original the head scan had
- * given up on. Its round trip is how late a packet can be here without being
- * lost (RACK's DSACK rule, RFC 8985 7.2): the head scan's window takes it,
- * up to silent_ns, and forgets it slowly. With silent_ns 0, nothing is learned.
+ * given up on, so the window that condemned it was too short (RACK's DSACK
+ * rule, RFC 8985 7.2). If the echoed copy is that original, its round trip
+ * says how late it was. If it is the resend (the original came first), its
+ * round trip says nothing of the original's delay: then, as RACK does, the
+ * window grows by half the QP's base window, at most once per window
+ * (a stall makes a burst of duplicates: one step for it, not one each). Up to
+ * silent_ns, forgotten slowly (reo_window); with silent_ns 0, nothing is
+ * learned.
  */
 static __always_inline void reo_learn(struct nic_sq *sq, __u64 echo_ts, __u64 now)
 {
-	__u64 late;
+	__u64 late, wnd = sq->reo_wnd_ns, learned = sq->reo_learned_ns;
 
 	if (!sq->silent_ns || !echo_ts || echo_ts > now)
 		return;
 	late = now - echo_ts;
+	if (learned > wnd)
+		wnd = learned;
+	if (sq->rtt_recent_ns > wnd)
+		wnd = sq->rtt_recent_ns;
+	if (now - sq->reo_grown_ts >= wnd) {
+		sq->reo_grown_ts = now;
+		if (late < wnd + (sq->reo_wnd_ns >> 1))
+			late = wnd + (sq->reo_wnd_ns >> 1);
+	}
 	if (late > sq->silent_ns)
 		late = sq->silent_ns;
-	if (late > sq->reo_learned_ns)
+	if (late > learned)
 		sq->reo_learned_ns = late;
 }
 

@@ -349,9 +349,10 @@ struct nic_sq {
 	/* ---- blame (docs/nic-program.md, "Blame") ---- */
 	__u32 silent_ns;      /* setup: an EV suspected this long without an answer is
 			       * ASSUMED_BAD (the QP's timeout); 0: overdue is lost at once */
-	__u32 reo_learned_ns; /* BPF: the longest delay a late original showed (its
-			       * duplicate's SACK), at most silent_ns, decaying; the head
-			       * scan's window is at least this */
+	__u32 reo_learned_ns; /* BPF: how late a packet may be here without being lost,
+			       * learned from duplicates' SACKs (reo_learn), at most
+			       * silent_ns, decaying; the head scan's window is at least this */
+	__u64 reo_grown_ts;   /* BPF: when a duplicate last widened reo_learned_ns */
 };
 _Static_assert(__builtin_offsetof(struct nic_sq, snd_una) == 36, "struct nic_sq layout changed");
 _Static_assert(__builtin_offsetof(struct nic_sq, acked) == 64, "struct nic_sq layout changed");
@@ -361,7 +362,7 @@ _Static_assert(__builtin_offsetof(struct nic_sq, engine) ==
 	       "struct nic_sq has hidden padding");
 _Static_assert(sizeof(struct nic_sq) == __builtin_offsetof(struct nic_sq, engine) + 32 +
 					     4 * NIC_MSG_SLOTS + sizeof(struct nic_sq_tx_stats) +
-					     sizeof(struct nic_sq_cc) + 8 + 16 + 32 + 8 + 8,
+					     sizeof(struct nic_sq_cc) + 8 + 16 + 32 + 8 + 8 + 8,
 	       "struct nic_sq has hidden padding");
 
 /* ---- EVs: nic_evs -------------------------------------------------------- */

@@ -319,6 +319,7 @@ class NicSq(ctypes.Structure):
         ("peer_ports_ns", ctypes.c_uint64),
         ("silent_ns", ctypes.c_uint32),
         ("reo_learned_ns", ctypes.c_uint32),
+        ("reo_grown_ts", ctypes.c_uint64),
     ]
 
 

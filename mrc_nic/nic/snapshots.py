@@ -73,6 +73,7 @@ class SqSnapshot:
     tx_stats: dict[str, int] = dataclasses.field(default_factory=dict)
     cc: dict[str, int] = dataclasses.field(default_factory=dict)  # struct nic_sq_cc
     rtt_recent_ns: int = 0  # the head scan's largest recent RTT (BPF's; docs/nic-program.md)
+    reo_learned_ns: int = 0  # how late a packet may be, learned from duplicates (BPF's)
     send_cq: int = 0  # the send CQ, index + 1 of nic_cq_rings (0: none: nic_events)
     max_wimm: int = 0  # OCP max_wimm: WRITE_WITH_IMM WQEs started, not completed (0: no bound)
     wimm_out: int = 0  # WRITE_WITH_IMM WQEs outstanding now

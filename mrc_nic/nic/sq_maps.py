@@ -223,6 +223,7 @@ class SendQpMaps:
             tx_stats=_fields(raw.tx_stats),
             cc=_fields(raw.cc),
             rtt_recent_ns=raw.rtt_recent_ns,
+            reo_learned_ns=raw.reo_learned_ns,
             send_cq=raw.send_cq,
             max_wimm=raw.max_wimm,
             wimm_out=raw.wimm_out,

@@ -104,7 +104,8 @@ def reorder_timer(maps: nic.NicMaps, sq: Supervised, s: nic.SqSnapshot, now: flo
     is in the network, no SACK comes to run the scan, and only the timeout
     would be left. So a tick that saw no SACK or NACK while packets are out
     applies the scan's rule itself: a timeout kick for the PSNs last sent a
-    reorder window ago or more, or twice the RTT, or the largest recent RTT
+    reorder window ago or more (the setup's, or the longer one the NIC
+    learned from duplicates), or twice the RTT, or the largest recent RTT
     (the head scan's, docs/nic-program.md) plus the RTT, whichever is
     longest: queues, and a path slower than the others must not be
     condemned for it. Not a timeout: it spends no retry budget, and it
@@ -122,7 +123,7 @@ def reorder_timer(maps: nic.NicMaps, sq: Supervised, s: nic.SqSnapshot, now: flo
     outstanding = s.in_network
     if not (s.reo_wnd_ns and sq.reorder_left and outstanding > 0):
         return
-    age_ns = max(s.reo_wnd_ns, 2 * sq.rtt_ns, s.rtt_recent_ns + sq.rtt_ns)
+    age_ns = max(s.reo_wnd_ns, s.reo_learned_ns, 2 * sq.rtt_ns, s.rtt_recent_ns + sq.rtt_ns)
     if now - sq.last_reorder_kick < age_ns / 1e9:
         return
     maps.timeout_kick(

@@ -1151,6 +1151,48 @@ def test_no_head_scan_without_a_reorder_window(program, maps, sq):
     assert "lost" not in got and maps.retx_queue(QP_TX) == []
 
 
+def _dup_sack(program, maps, psn: int, late_ns: int) -> int:
+    """A duplicate's SACK for psn echoing a transmission late_ns ago; the
+    QP's reo_learned_ns after it."""
+    echo = time.monotonic_ns() - late_ns
+    maps.record_tx(QP_TX, psn, EV_B, tx_ts=echo)
+    consumed(program, maps, sack(psn, cum=START, bitmap=1 << (psn - START), ev=EV_B,
+                                 echo_ts=echo, flags=w.AckFlag.DUP))  # fmt: skip
+    return maps.sq(QP_TX).reo_learned_ns
+
+
+def test_a_duplicate_widens_the_reorder_window_once_per_window(program, maps, sq):
+    """docs/nic-program.md, "Blame": a duplicate means the window that
+    condemned a copy was too short. Its resend's quick round trip says
+    nothing of how late the original was: the window grows by half the base
+    window, once for a burst; a late original's own round trip is taken as
+    it is; never past silent_ns."""
+    setup_sq(maps, reo_wnd_ns=REO_WND, silent_ns=12 * GAP)
+    assert maps.sq(QP_TX).reo_learned_ns == 0
+    step = REO_WND + REO_WND // 2
+    assert _dup_sack(program, maps, START + 2, GAP) == step
+    # The rest of the burst, within a window of the first: no second step
+    # (each SACK forgets a 2^-20 part of it).
+    assert step - step // 2**19 <= _dup_sack(program, maps, START + 3, GAP) < step
+    # A late original: 9 GAPs on its way (and the time this test took to send
+    # its SACK), beyond the window of 7.5 GAPs, learned as it is.
+    assert 9 * GAP <= _dup_sack(program, maps, START + 4, 9 * GAP) < 9 * GAP + GAP // 2
+    # Later than silent_ns: silent_ns, where a silent EV is blamed anyway.
+    assert _dup_sack(program, maps, START + 5, 30 * GAP) == 12 * GAP
+
+
+def test_the_head_scan_spares_what_a_duplicate_showed_can_be_late(program, maps, sq):
+    """START went 10 GAPs before the SACK's packet: lost under a window of 5
+    GAPs (test_head_scan_declares_the_old_head_lost...), but not once a
+    duplicate showed that packets here come 12 GAPs late."""
+    setup_sq(maps, reo_wnd_ns=REO_WND, silent_ns=12 * GAP)
+    _dup_sack(program, maps, START + 20, 12 * GAP)
+    plan = {START: EV_C} | {START + i: EV_B for i in range(1, 11)}
+    echo = recent(maps, plan, START + 10)
+    got = consumed(program, maps, sack(START + 10, cum=START, bitmap=1 << 10, echo_ts=echo))
+    assert "lost" not in got and maps.retx_queue(QP_TX) == [], got
+
+
 def test_walk_stops_at_a_psn_resent_on_another_ev(program, maps, sq):
     record(maps, {START: EV_A, START + 1: EV_A, START + 2: EV_A})
     maps.record_tx(QP_TX, START, EV_B, tx_ts=tx_ts(START + 3), retx=True)  # START resent on B

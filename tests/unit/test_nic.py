@@ -146,10 +146,11 @@ def test_verbs_fields_of_the_shared_structs():
     assert (nic.Wqe.opcode.offset, nic.Wqe.flags.offset, ctypes.sizeof(nic.Wqe)) == (36, 37, 40)
     assert nic.RqLayout.recv_cq.offset == 36 and nic.RqLayout.bitmap.offset == 40
     # then the OCP QP attributes (max_wimm, dynamic MPR, probe_good) after them,
-    # and the blame's silent_ns and reo_learned_ns last
-    assert nic.SqLayout.send_cq.offset == ctypes.sizeof(nic.SqLayout) - 24 - 40 - 8
-    assert nic.SqLayout.peer_ports_ns.offset == ctypes.sizeof(nic.SqLayout) - 16
-    assert nic.SqLayout.reo_learned_ns.offset == ctypes.sizeof(nic.SqLayout) - 4
+    # and the blame's silent_ns, reo_learned_ns and reo_grown_ts last
+    assert nic.SqLayout.send_cq.offset == ctypes.sizeof(nic.SqLayout) - 24 - 40 - 8 - 8
+    assert nic.SqLayout.peer_ports_ns.offset == ctypes.sizeof(nic.SqLayout) - 24
+    assert nic.SqLayout.reo_learned_ns.offset == ctypes.sizeof(nic.SqLayout) - 12
+    assert nic.SqLayout.reo_grown_ts.offset == ctypes.sizeof(nic.SqLayout) - 8
     assert (nic.SqLayout.auth.offset, nic.SqLayout.auth_key.offset) == (3404, 3408)
     assert nic.SqLayout.max_wimm.offset == 3424
     assert nic.RqLayout.auth_key.offset == ctypes.sizeof(nic.RqLayout) - 56

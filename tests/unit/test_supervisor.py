@@ -103,7 +103,13 @@ REO_WND_NS = 1_000_000
 
 
 def acks_state(
-    sacks: int, *, out: int = 20, rtt: tuple[int, int] = (0, 0), reo=REO_WND_NS, recent=0
+    sacks: int,
+    *,
+    out: int = 20,
+    rtt: tuple[int, int] = (0, 0),
+    reo=REO_WND_NS,
+    recent=0,
+    learned=0,
 ):
     """The fields the reorder timer reads: `out` PSNs in the network, none acked."""
     return fake_sq(
@@ -111,6 +117,7 @@ def acks_state(
         cc={"rtt_sum_ns": rtt[0], "rtt_samples": rtt[1]},
         reo_wnd_ns=reo,
         rtt_recent_ns=recent,
+        reo_learned_ns=learned,
         in_flight=out,
         acked=[],
         retx_pending=[],
@@ -159,6 +166,13 @@ def test_reorder_timer_waits_for_queues_and_stays_off_without_a_window():
         maps, sq, acks_state(9, rtt=(5_000_000, 15), recent=3_000_000), now=1.002
     )
     assert [k["age_ns"] for k in maps.timeout_kicks] == [3_800_000]
+    # The NIC learned from duplicates that packets here come 5 ms late: only
+    # what went out 5 ms ago or more is resent.
+    job, maps, sq = job_and_qp()
+    supervisor.reorder_timer(maps, sq, acks_state(5, rtt=(1_000_000, 10)), now=1.0)
+    supervisor.reorder_timer(maps, sq, acks_state(9, learned=5_000_000), now=1.001)
+    supervisor.reorder_timer(maps, sq, acks_state(9, learned=5_000_000), now=1.002)
+    assert [k["age_ns"] for k in maps.timeout_kicks] == [5_000_000]
     job, maps, sq = job_and_qp()
     for now, sacks in ((1.0, 5), (1.001, 5), (1.01, 5)):
         supervisor.reorder_timer(maps, sq, acks_state(sacks, reo=0), now=now)
