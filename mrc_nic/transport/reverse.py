@@ -21,7 +21,9 @@ sender that closed or paused fails no path), went unanswered is
 ASSUMED_BAD: no answer takes it, its probes go on, and the next answered
 one makes it GOOD again. Cumulative
 SACKs make the ACKs lost meanwhile harmless; what they cost is the sender's
-ACK clock (docs/nic-program.md, "Reverse EVs").
+ACK clock (docs/nic-program.md, "Reverse EVs"). These times are the default
+lab's: a slower lab stretches them with its design RTT, and a set whose
+replies come back late awaits them longer (Timing, _reply_wait).
 
 Replacement, as evreplace does for data EVs: an EV ASSUMED_BAD for
 REPLACE_AFTER_S is given a fresh value (a new ECMP hash) if another EV of
@@ -48,16 +50,49 @@ from mrc_nic.nic import wire
 from mrc_nic.transport.prober import plane_socket, probe_frame
 
 REV_PER_PLANE = 2  # reverse EVs per plane; a set holds at most nic.REV_EVS
+# The times below are the default lab's (design RTT 0.1-0.5 ms); a slower
+# lab stretches them with its round trip (Timing.for_lab).
 PROBE_INTERVAL_S = 0.004  # per reverse EV in doubt, while the QP receives; the judging step
 SETTLED_INTERVAL_S = 0.064  # per GOOD reverse EV whose last probe was answered
-REPLY_WAIT_S = 0.003  # a probe unanswered this long is missed (the lab's RTT: 0.1-0.3 ms)
+REPLY_WAIT_S = 0.003  # a probe unanswered this long is missed
 MISSES = 2  # consecutive missed probes: ASSUMED_BAD (one lost probe is not a failure)
 REPLACE_AFTER_S = 0.02
+# A reply crosses the data direction's queues: it is missed only after this
+# many design RTTs, and this many of the set's latest measured round trips.
+REPLY_WAIT_RTTS = 4
+REPLY_WAIT_MEASURED = 2
 IDLE_AFTER_S = 0.1  # no data for this long: the QP's reverse EVs are not probed
 # Reverse EV values: a range of their own (data EVs start at ev_profiles.AUTO_EV_BASE, 49152).
 REV_EV_BASE = 40960
 REV_EV_END = 49152
 STATE_NAMES = nic.RevState.NAMES
+
+
+@dataclasses.dataclass(frozen=True)
+class Timing:
+    """A lab's reverse-probe times. The constants were measured on the
+    default lab; on a slower one (clos-8 at 10 Mbit/s: design RTT 10 ms) a
+    probe's reply alone takes longer than REPLY_WAIT_S, and judging it missed
+    there made a healthy permutation flip its reverse EVs thousands of times.
+    So: a reply is awaited REPLY_WAIT_RTTS design RTTs, an EV in doubt is
+    probed at most once a round trip, a settled one 16 times less often, and
+    an EV is replaced only after its misses could have been seen."""
+
+    probe_interval_s: float = PROBE_INTERVAL_S
+    settled_interval_s: float = SETTLED_INTERVAL_S
+    reply_wait_s: float = REPLY_WAIT_S
+    replace_after_s: float = REPLACE_AFTER_S
+
+    @classmethod
+    def for_rtt(cls, rtt_s: float) -> Timing:
+        interval = max(PROBE_INTERVAL_S, rtt_s)
+        wait = max(REPLY_WAIT_S, REPLY_WAIT_RTTS * rtt_s)
+        return cls(
+            probe_interval_s=interval,
+            settled_interval_s=max(SETTLED_INTERVAL_S, 16 * interval),
+            reply_wait_s=wait,
+            replace_after_s=max(REPLACE_AFTER_S, wait + MISSES * interval),
+        )
 
 
 @dataclasses.dataclass
@@ -95,6 +130,7 @@ def _after(a: int, b: int) -> bool:
 class ReverseEvs:
     def __init__(self, topo: Topology, host: str, host_index: int, maps: nic.NicMaps) -> None:
         self.topo, self.host, self.index, self.maps = topo, host, host_index, maps
+        self.timing = Timing.for_rtt(topo.queues.base_rtt_ns / 1e9)
         self._sets: dict[int, _Set] = {}
         self._socks: dict[int, socket.socket] = {}
         self._templates: dict[tuple, bytes] = {}
@@ -154,7 +190,7 @@ class ReverseEvs:
     def _step_set(self, now: float, rs: _Set) -> None:
         if now < rs.next_step:
             return
-        rs.next_step = now + PROBE_INTERVAL_S
+        rs.next_step = now + self.timing.probe_interval_s
         data = self.maps.rq_raw(rs.qpn).stats.data_pkts
         if data != rs.data_pkts:
             rs.data_pkts, rs.active_until = data, now + IDLE_AFTER_S
@@ -170,27 +206,27 @@ class ReverseEvs:
         for e in rs.evs:
             if now >= e.next_probe and (ports >> e.plane) & 1:
                 self._probe(rs, e, now)
-                settled = SETTLED_INTERVAL_S * self._rng.uniform(0.75, 1.0)
-                e.next_probe = now + (PROBE_INTERVAL_S if e.doubt else settled)
+                settled = self.timing.settled_interval_s * self._rng.uniform(0.75, 1.0)
+                e.next_probe = now + (self.timing.probe_interval_s if e.doubt else settled)
 
     def _judge(self, now: float, rs: _Set) -> bool:
         """New states from the replies BPF recorded; True if any changed."""
         changed = False
-        for e, rec in zip(rs.evs, self.maps.rev_probes(rs.qpn), strict=False):
+        records = self.maps.rev_probes(rs.qpn)
+        wait = self._reply_wait(rs, records)
+        for e, rec in zip(rs.evs, records, strict=False):
             if rec.ev == e.ev and rec.replies != e.replies:
                 e.replies = rec.replies
                 if e.answered is None or _after(rec.last_psn, e.answered):
                     e.answered = rec.last_psn
             # the last MISSES probes old enough to have been answered
-            due = [
-                n
-                for n, sent, data in e.probes
-                if now - sent >= REPLY_WAIT_S and rs.data_pkts > data
-            ][-MISSES:]
+            due = [n for n, sent, data in e.probes if now - sent >= wait and rs.data_pkts > data][
+                -MISSES:
+            ]
             e.probes = [
                 (n, sent, data)
                 for n, sent, data in e.probes
-                if now - sent < REPLY_WAIT_S or rs.data_pkts == data or n in due
+                if now - sent < wait or rs.data_pkts == data or n in due
             ]
             missed = [n for n in due if e.answered is None or _after(n, e.answered)]
             if missed and not e.doubt:
@@ -203,6 +239,16 @@ class ReverseEvs:
                 changed |= self._set_state(rs, e, nic.RevState.GOOD, now, "answered")
             e.doubt = bool(missed) or e.state != nic.RevState.GOOD
         return changed
+
+    def _reply_wait(self, rs: _Set, records: list) -> float:
+        """How long a probe of this set may go unanswered: the lab's wait, or
+        REPLY_WAIT_MEASURED of the longest latest round trip of its EVs'
+        replies (a queue on the data direction delays them all)."""
+        rtts = [
+            r.rtt_ns for r, e in zip(records, rs.evs, strict=False) if r.ev == e.ev and r.replies
+        ]
+        measured = REPLY_WAIT_MEASURED * max(rtts, default=0) / 1e9
+        return max(self.timing.reply_wait_s, measured)
 
     def _set_state(self, rs: _Set, e: _Ev, state: int, now: float, cause: str) -> bool:
         old, e.state = e.state, state
@@ -228,7 +274,7 @@ class ReverseEvs:
             if (
                 e.state == nic.RevState.ASSUMED_BAD
                 and e.plane in good
-                and now - e.bad_since >= REPLACE_AFTER_S
+                and now - e.bad_since >= self.timing.replace_after_s
             ):
                 new = _Ev(self._fresh(), e.plane)
                 rs.evs[i] = new

@@ -31,13 +31,14 @@ class FakeNic:
         self.replies: dict[int, SimpleNamespace] = {}  # set index: its nic_rev_probes entry
         self.sets: list[list[nic.RevEv]] = []
         self.evs: list[int] = []  # the set's EV values, by index
+        self.rtt_ns = 100_000  # the round trip BPF records with each reply
 
     def rq_raw(self, qpn):
         return SimpleNamespace(stats=SimpleNamespace(data_pkts=self.data_pkts))
 
     def rev_probes(self, qpn):
         return [
-            self.replies.get(i, SimpleNamespace(ev=0, replies=0, last_psn=0))
+            self.replies.get(i, SimpleNamespace(ev=0, replies=0, last_psn=0, rtt_ns=0))
             for i in range(len(self.evs))
         ]
 
@@ -62,7 +63,7 @@ class FakeNic:
         i = self.evs.index(ev)
         old = self.replies.get(i)
         self.replies[i] = SimpleNamespace(
-            ev=ev, replies=(old.replies if old else 0) + 1, last_psn=number
+            ev=ev, replies=(old.replies if old else 0) + 1, last_psn=number, rtt_ns=self.rtt_ns
         )
 
 
@@ -152,3 +153,92 @@ def test_a_settled_ev_that_misses_a_probe_is_probed_often_again_and_goes_bad(fak
     bad_at = times[0] + reverse.REPLY_WAIT_S + reverse.MISSES * reverse.PROBE_INTERVAL_S + 0.002
     assert times[0] <= 0.2 + reverse.SETTLED_INTERVAL_S + 0.002
     assert bad_at < 0.4
+
+
+# ---- a lab slower than the default one: its round trip sets the times ----------------------
+
+
+def slow_fake(monkeypatch, name: str = "clos-8.toml"):
+    topo = topology.load(NETNS_DIR / name)
+    maps = FakeNic(topo.planes)
+    monkeypatch.setattr(reverse.client, "post_event", lambda *a, **kw: None)
+    rev = reverse.ReverseEvs(topo, "h1", 1, maps)
+    sent: list[bytes] = []
+    rev._socks = {p: Socket(sent) for p in range(topo.planes)}
+    rev.open(QPN, 0, PEER_QPN)
+    return rev, maps, sent
+
+
+def run_late(rev, maps, sent, start, end, delay_s, *, answer=lambda ev: True) -> list[tuple]:
+    """As run(), but each allowed probe is answered delay_s after it went out
+    (BPF then records that round trip)."""
+    out, pending = [], []
+    maps.rtt_ns = round(delay_s * 1e9)
+    t = start
+    while t < end:
+        maps.data_pkts += 10
+        for due, ev, number in [p for p in pending if p[0] <= t]:
+            pending.remove((due, ev, number))
+            if ev in maps.evs:
+                maps.answer(ev, number)
+        before = len(sent)
+        rev.step(t)
+        for ev, number in probes(sent[before:]):
+            out.append((round(t, 3), ev))
+            if answer(ev):
+                pending.append((t + delay_s, ev, number))
+        t += 0.001
+    return out
+
+
+def bad_writes(maps, since: int = 0) -> int:
+    """Set writes (from write index `since`) that hold an ASSUMED_BAD EV."""
+    return sum(any(e.state == nic.RevState.ASSUMED_BAD for e in evs) for evs in maps.sets[since:])
+
+
+def test_the_times_are_the_default_labs_there_and_stretch_with_a_slower_labs_rtt():
+    default = reverse.Timing.for_rtt(
+        topology.load(NETNS_DIR / "default.toml").queues.base_rtt_ns / 1e9
+    )
+    assert default == reverse.Timing()  # the constants, measured there
+    rtt = topology.load(NETNS_DIR / "clos-8.toml").queues.base_rtt_ns / 1e9
+    assert rtt > 3 * reverse.REPLY_WAIT_S
+    slow = reverse.Timing.for_rtt(rtt)
+    assert slow.reply_wait_s == pytest.approx(reverse.REPLY_WAIT_RTTS * rtt)
+    assert slow.probe_interval_s == pytest.approx(rtt)
+    assert slow.replace_after_s >= slow.reply_wait_s + reverse.MISSES * slow.probe_interval_s
+
+
+def test_replies_a_slow_lab_takes_its_round_trip_for_fail_no_reverse_ev(monkeypatch):
+    """clos-8 at 10 Mbit/s: every reply takes 2 design RTTs. With the default
+    lab's 3 ms wait, every EV flipped to ASSUMED_BAD and back (4,158 state
+    changes and 254 replacements in one healthy permutation)."""
+    rev, maps, sent = slow_fake(monkeypatch)
+    delay = 2 * rev.topo.queues.base_rtt_ns / 1e9
+    run_late(rev, maps, sent, 0.0, 1.0, delay)
+    assert bad_writes(maps) == 0
+    assert rev.replaced == 0
+    assert all(e.state == nic.RevState.GOOD for e in maps.sets[-1])
+
+
+def test_replies_slowed_by_a_queue_are_awaited_longer(monkeypatch):
+    """The default lab, its data direction queued 10 ms deep: once replies
+    come back, their measured round trip sets the wait, and no EV flips."""
+    rev, maps, sent = slow_fake(monkeypatch, "default.toml")
+    run_late(rev, maps, sent, 0.0, 0.1, 0.010)
+    settled = len(maps.sets)
+    run_late(rev, maps, sent, 0.1, 0.6, 0.010)
+    assert bad_writes(maps, settled) == 0 and rev.replaced == 0
+    assert all(e.state == nic.RevState.GOOD for e in maps.sets[-1])
+
+
+def test_a_dead_reverse_ev_on_a_slow_lab_is_still_found_and_replaced(monkeypatch):
+    rev, maps, sent = slow_fake(monkeypatch)
+    delay = 2 * rev.topo.queues.base_rtt_ns / 1e9
+    run_late(rev, maps, sent, 0.0, 0.5, delay)
+    dead = maps.evs[2]
+    t = rev.timing
+    end = 0.5 + t.settled_interval_s + t.reply_wait_s + t.replace_after_s + 4 * t.probe_interval_s
+    run_late(rev, maps, sent, 0.5, end, delay, answer=lambda ev: ev != dead)
+    final = {e.ev: e.state for e in maps.sets[-1]}
+    assert dead not in final and rev.replaced == 1, final
