@@ -75,9 +75,10 @@ class Socket:
         self.sent.append(frame)
 
 
-@pytest.fixture
-def fake(monkeypatch):
-    topo = topology.load(NETNS_DIR / "default.toml")
+def fake_lab(monkeypatch, name: str = "default.toml"):
+    """A ReverseEvs of h1 on lab file `name`, a FakeNic under it, its probes
+    collected; one receive QP's set open."""
+    topo = topology.load(NETNS_DIR / name)
     maps = FakeNic(topo.planes)
     monkeypatch.setattr(reverse.client, "post_event", lambda *a, **kw: None)
     rev = reverse.ReverseEvs(topo, "h1", 1, maps)
@@ -85,6 +86,11 @@ def fake(monkeypatch):
     rev._socks = {p: Socket(sent) for p in range(topo.planes)}
     rev.open(QPN, 0, PEER_QPN)
     return rev, maps, sent
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    return fake_lab(monkeypatch)
 
 
 def probes(frames: list[bytes]) -> list[tuple[int, int]]:
@@ -158,17 +164,6 @@ def test_a_settled_ev_that_misses_a_probe_is_probed_often_again_and_goes_bad(fak
 # ---- a lab slower than the default one: its round trip sets the times ----------------------
 
 
-def slow_fake(monkeypatch, name: str = "clos-8.toml"):
-    topo = topology.load(NETNS_DIR / name)
-    maps = FakeNic(topo.planes)
-    monkeypatch.setattr(reverse.client, "post_event", lambda *a, **kw: None)
-    rev = reverse.ReverseEvs(topo, "h1", 1, maps)
-    sent: list[bytes] = []
-    rev._socks = {p: Socket(sent) for p in range(topo.planes)}
-    rev.open(QPN, 0, PEER_QPN)
-    return rev, maps, sent
-
-
 def run_late(rev, maps, sent, start, end, delay_s, *, answer=lambda ev: True) -> list[tuple]:
     """As run(), but each allowed probe is answered delay_s after it went out
     (BPF then records that round trip)."""
@@ -213,7 +208,7 @@ def test_replies_a_slow_lab_takes_its_round_trip_for_fail_no_reverse_ev(monkeypa
     """clos-8 at 10 Mbit/s: every reply takes 2 design RTTs. With the default
     lab's 3 ms wait, every EV flipped to ASSUMED_BAD and back (4,158 state
     changes and 254 replacements in one healthy permutation)."""
-    rev, maps, sent = slow_fake(monkeypatch)
+    rev, maps, sent = fake_lab(monkeypatch, "clos-8.toml")
     delay = 2 * rev.topo.queues.base_rtt_ns / 1e9
     run_late(rev, maps, sent, 0.0, 1.0, delay)
     assert bad_writes(maps) == 0
@@ -224,7 +219,7 @@ def test_replies_a_slow_lab_takes_its_round_trip_for_fail_no_reverse_ev(monkeypa
 def test_replies_slowed_by_a_queue_are_awaited_longer(monkeypatch):
     """The default lab, its data direction queued 10 ms deep: once replies
     come back, their measured round trip sets the wait, and no EV flips."""
-    rev, maps, sent = slow_fake(monkeypatch, "default.toml")
+    rev, maps, sent = fake_lab(monkeypatch)
     run_late(rev, maps, sent, 0.0, 0.1, 0.010)
     settled = len(maps.sets)
     run_late(rev, maps, sent, 0.1, 0.6, 0.010)
@@ -233,7 +228,7 @@ def test_replies_slowed_by_a_queue_are_awaited_longer(monkeypatch):
 
 
 def test_a_dead_reverse_ev_on_a_slow_lab_is_still_found_and_replaced(monkeypatch):
-    rev, maps, sent = slow_fake(monkeypatch)
+    rev, maps, sent = fake_lab(monkeypatch, "clos-8.toml")
     delay = 2 * rev.topo.queues.base_rtt_ns / 1e9
     run_late(rev, maps, sent, 0.0, 0.5, delay)
     dead = maps.evs[2]
