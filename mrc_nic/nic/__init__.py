@@ -64,6 +64,7 @@ from mrc_nic.nic.driver.doorbell import (
     open_doorbell,
     run_kick,
 )
+from mrc_nic.nic.driver.sq import SendQueue
 from mrc_nic.nic.ev_maps import EvMaps
 from mrc_nic.nic.events import (
     EVENT_LAYOUTS,
@@ -333,6 +334,7 @@ __all__ = [
     "Wqe",
     "kick_frame",
     "doorbell_frame",
+    "SendQueue",
     "open_doorbell",
     "DOORBELL_FRAMES_MAX",
     "DOORBELL_IFINDEX",

@@ -16,7 +16,7 @@ import os
 from mrc_nic.kernel import bpfsys, pins
 from mrc_nic.nic import wireconst
 from mrc_nic.nic.driver.doorbell import run_kick
-from mrc_nic.nic.driver.sq import SendQueue
+from mrc_nic.nic.driver.sq import SendQueue, watch_send_queue
 from mrc_nic.nic.layout import (
     SQ_DEPTH,
     TIMEOUT_F_REORDER,
@@ -54,6 +54,11 @@ class SendWorkMaps:
             os.close(fd)
             raise
         return fd
+
+    def watch_send_queue(self, sq_fd: int) -> SendQueue:
+        """A read-only view of the send queue behind sq_fd (new_send_queue's;
+        the fd stays the caller's): its head without a lookup or a syscall."""
+        return watch_send_queue(sq_fd)
 
     def send_queue_fd(self, ring: int) -> int:
         """A new fd of ring `ring`'s send queue (KeyError if it has none)."""

@@ -26,7 +26,8 @@ class Supervision:
         maps = self.ctx.maps
         for aq in self.ctx.sessions.sending().values():
             try:
-                head = maps.wq_head(aq.ring)  # before the snapshot: supervisor.head_fault
+                # before the snapshot: supervisor.head_fault
+                head = aq.queue.head() if aq.queue is not None else maps.wq_head(aq.ring)
                 s = maps.sq(aq.qp.qpn)
             except KeyError:
                 continue

@@ -91,6 +91,7 @@ class QpLifecycle(Part):
             send_cq=req.send_cq,
             recv_cq=req.recv_cq,
             caps={name: getattr(req, name) for name in CAP_LIMITS},
+            queue=ctx.maps.watch_send_queue(sq_fd),
         )
         return appops.CreateQpReply(qpn=qpn, sq_depth=nic.SQ_DEPTH, ring=ring, sq_fd=sq_fd)
 
@@ -118,6 +119,8 @@ class QpLifecycle(Part):
         ctx = self.ctx
         aq = session.qps.pop(qpn)
         ctx.destroyed(aq)
+        if aq.queue is not None:
+            aq.queue.memory.close()
         with contextlib.suppress(KeyError):
             ctx.maps.delete_sq(qpn)
         with contextlib.suppress(KeyError):

@@ -15,6 +15,7 @@ import dataclasses
 import errno
 from typing import Any
 
+from mrc_nic import nic
 from mrc_nic.contract import shares
 from mrc_nic.lab.service import Conn, is_operator
 from mrc_nic.transport import hostmem, supervisor
@@ -57,6 +58,9 @@ class AppQp(supervisor.Supervised):
     sq_set: bool = False
     auth: bool = False  # its packets carry a MAC (an auth_key at RTR or RTS)
     send_key: bytes | None = None  # RTS's auth_key: the prober MACs its probes with it
+    # The daemon's read-only view of the send queue it made for the QP: the
+    # supervisor reads its head every tick, without looking the queue up.
+    queue: nic.SendQueue | None = None
 
     def describe(self) -> dict:
         """The QP as qp_list and query_qp show it."""

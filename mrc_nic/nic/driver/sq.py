@@ -44,3 +44,9 @@ class SendQueue:
     def clear(self) -> None:
         """An empty queue (a QP set up again): posted = done = 0, no WQEs."""
         self.memory[self.at : self.at + WQ_SIZE] = bytes(WQ_SIZE)
+
+
+def watch_send_queue(sq_fd: int) -> SendQueue:
+    """A read-only view of the send queue behind sq_fd (which stays the
+    caller's): its head() without a syscall, for whoever supervises it."""
+    return SendQueue(mmap.mmap(sq_fd, WQ_SIZE, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ))
