@@ -11,6 +11,9 @@ from mrc_nic.contract import framing
 from mrc_nic.contract.framing import Reply, Request, arg, op, reply
 
 READ_MAX = 10_000  # events one reply carries, at most
+# ... and at most this many bytes of them: a reply is one line, and a line
+# over framing.MAX_LINE is refused (10,000 events of about 250 bytes were).
+READ_BYTES_MAX = framing.MAX_LINE // 2
 POSTED_TYPES = (
     "fault",
     "heal",

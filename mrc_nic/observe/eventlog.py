@@ -28,6 +28,7 @@ from __future__ import annotations
 import collections
 import errno
 import itertools
+import json
 import os
 import sys
 import time
@@ -36,7 +37,7 @@ from dataclasses import dataclass
 from mrc_nic import nic
 from mrc_nic.abi.nic_const_defs import NIC_QPN_HOST_SHIFT
 from mrc_nic.contract import eventops
-from mrc_nic.contract.eventops import POSTED_TYPES, READ_MAX
+from mrc_nic.contract.eventops import POSTED_TYPES, READ_BYTES_MAX, READ_MAX
 from mrc_nic.lab import client, state
 from mrc_nic.lab.service import Conn, LineService
 
@@ -146,14 +147,20 @@ class EventLog(LineService):
 
     # ---- requests ----------------------------------------------------------------
     def read(self, since: int, types: set[str] | None, limit: int) -> eventops.ReadReply:
-        """Events after `since` (of these types), at most `limit`; `next` is the
-        sequence number to ask from next time."""
+        """Events after `since` (of these types), at most `limit` and about
+        READ_BYTES_MAX of them as JSON; `next` is the sequence number to ask
+        from next time."""
         oldest = self.log[0]["seq"] if self.log else self.seq + 1
         evicted = max(0, oldest - since - 1)
-        out, last = [], self.seq
+        out, last, room = [], self.seq, READ_BYTES_MAX
         # Sequence numbers are contiguous in the log: skip to the first one wanted.
         for event in itertools.islice(self.log, max(0, since + 1 - oldest), None):
             if types is None or event["type"] in types:
+                size = len(json.dumps(event)) + 2
+                if out and size > room:  # the rest in the next reply
+                    last = event["seq"] - 1
+                    break
+                room -= size
                 out.append(event)
                 if len(out) >= limit:
                     last = event["seq"]

@@ -222,3 +222,31 @@ def test_a_post_comes_after_the_nic_records_already_in_the_ring_and_is_timed_the
     assert [e["plane"] for e in events[:2]] == [0xC001 % 4, None]
     # and kept: the EV's entry may be deleted (a replaced EV) before its next record
     assert log.plane_of(0x100, 0xC001) == 0xC001 % 4 and (0x100, 0xC001) in log.planes
+
+
+def test_a_long_log_is_read_in_replies_that_fit_a_line_and_loses_nothing():
+    """A lab that logged thousands of events (a reverse-EV storm) made the
+    reply of `mrc-nic events` longer than a line may be, and the CLI said the
+    event log was not running. Replies now stop at READ_BYTES_MAX; the
+    reader asks again from `next`."""
+    import collections
+    import json
+
+    from mrc_nic.contract import eventops, framing
+
+    log = _log()
+    log.maps.counter, log.lost_at_start = lambda which: 0, 0
+    log.log = collections.deque(maxlen=20_000)
+    for seq in range(1, 8_001):
+        log.log.append({"type": "reverse_ev_state", "seq": seq, "cause": "x" * 200})
+    log.seq = 8_000
+    got, since, replies = [], 0, 0
+    while True:
+        reply = log.read(since, None, eventops.READ_MAX)
+        if not reply.events:
+            break
+        replies += 1
+        assert len(json.dumps(reply.events)) < framing.MAX_LINE
+        got += [e["seq"] for e in reply.events]
+        since = reply.next
+    assert got == list(range(1, 8_001)) and replies > 1
