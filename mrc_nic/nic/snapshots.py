@@ -81,6 +81,10 @@ class SqSnapshot:
     dyn_mpr: bool = False  # dynamic MPR: the window follows the peer's advertised MPR
     peer_mpr: int = 0  # the MPR of the peer's latest ACK (0: not advertised)
     probe_good: int = 1  # PROBE_REPLYs that bring an ASSUMED_BAD EV back
+    # How many PSNs acked and retx_pending hold, when sq(psns=False) counted
+    # them instead of listing them (None: the lists are there)
+    acked_n: int | None = None
+    retx_pending_n: int | None = None
 
     @property
     def window(self) -> int:
@@ -100,10 +104,16 @@ class SqSnapshot:
         return self.window - self.in_flight
 
     @property
+    def acked_count(self) -> int:
+        """PSNs in flight already acknowledged (out of order)."""
+        return len(self.acked) if self.acked_n is None else self.acked_n
+
+    @property
     def in_network(self) -> int:
         """Packets that may still draw a SACK: in flight, neither acknowledged
         nor queued for retransmission (lost ones not found yet count too)."""
-        return self.in_flight - len(self.acked) - len(self.retx_pending)
+        retx = len(self.retx_pending) if self.retx_pending_n is None else self.retx_pending_n
+        return self.in_flight - self.acked_count - retx
 
 
 @dataclasses.dataclass

@@ -30,16 +30,27 @@ from mrc_nic.nic.maps_base import check_qp_ends, locked_lookup, set_auth_key, u3
 from mrc_nic.nic.snapshots import SqSnapshot, _enum_or_int, _fields, _retx_entries
 
 
-def ring_psns(bitmap: ctypes.Array, start: int, count: int) -> list[int]:
-    """The PSNs in [start, start + count) whose bit is set in a PSN ring
-    (bit psn % BITMAP_BITS of the c_uint64 words), in order. Walks the set
-    bits only, as one integer: the daemon reads a send QP's rings every
-    tick, and a Python loop over every PSN in flight cost it 0.1 ms a tick."""
+def _ring_window(bitmap: ctypes.Array, start: int, count: int) -> int:
+    """The bits of [start, start + count) of a PSN ring (bit psn % BITMAP_BITS
+    of the c_uint64 words) as one integer, start's bit lowest."""
     pos = start % BITMAP_BITS
     ring = 0
     for i, word in enumerate(bitmap):
         ring |= word << (64 * i)
-    ring = (ring >> pos | ring << (BITMAP_BITS - pos)) & ((1 << count) - 1)
+    return (ring >> pos | ring << (BITMAP_BITS - pos)) & ((1 << count) - 1)
+
+
+def ring_count(bitmap: ctypes.Array, start: int, count: int) -> int:
+    """How many PSNs of [start, start + count) are set in a PSN ring."""
+    return _ring_window(bitmap, start, count).bit_count()
+
+
+def ring_psns(bitmap: ctypes.Array, start: int, count: int) -> list[int]:
+    """The PSNs in [start, start + count) whose bit is set in a PSN ring, in
+    order. Walks the set bits only, as one integer: the daemon reads a send
+    QP's rings every tick, and a Python loop over every PSN in flight cost it
+    0.1 ms a tick."""
+    ring = _ring_window(bitmap, start, count)
     out = []
     while ring:
         low = ring & -ring
@@ -187,13 +198,18 @@ class SendQpMaps:
             raise KeyError(f"no send state for QP {qpn:#x}") from None
         return SqLayout.from_buffer_copy(raw)
 
-    def sq(self, qpn: int) -> SqSnapshot:
-        """The send state of a QP, decoded (KeyError if none)."""
+    def sq(self, qpn: int, *, psns: bool = True) -> SqSnapshot:
+        """The send state of a QP, decoded (KeyError if none). psns=False:
+        acked and retx_pending are counted (acked_n, retx_pending_n), not
+        listed, which the daemon's every-tick supervision does not need."""
         raw = self.sq_raw(qpn)
         in_flight = min((raw.snd_nxt - raw.snd_una) & wireconst.PSN_MASK, BITMAP_BITS)
 
         def in_ring(bitmap: ctypes.Array) -> list[int]:
-            return ring_psns(bitmap, raw.snd_una, in_flight)
+            return ring_psns(bitmap, raw.snd_una, in_flight) if psns else []
+
+        def counted(bitmap: ctypes.Array) -> int | None:
+            return None if psns else ring_count(bitmap, raw.snd_una, in_flight)
 
         return SqSnapshot(
             qpn=qpn,
@@ -231,6 +247,8 @@ class SendQpMaps:
             dyn_mpr=bool(raw.dyn_mpr),
             peer_mpr=raw.peer_mpr,
             probe_good=raw.probe_good,
+            acked_n=counted(raw.acked),
+            retx_pending_n=counted(raw.retx),
         )
 
     def retx_queue(self, qpn: int) -> list[dict[str, int]]:

@@ -28,7 +28,7 @@ class Supervision:
             try:
                 # before the snapshot: supervisor.head_fault
                 head = aq.queue.head() if aq.queue is not None else maps.wq_head(aq.ring)
-                s = maps.sq(aq.qp.qpn)
+                s = maps.sq(aq.qp.qpn, psns=False)  # counts of its rings, not lists
             except KeyError:
                 continue
             if s.state == nic.QpState.ERR:  # a fatal NACK: the NIC told the application

@@ -62,7 +62,7 @@ def step(
     """One tick for a send QP in RTS; `work`: something is posted and not
     sent yet. Returns why the QP must fail (its retry budget is spent), or None."""
     if sq.cc is not None:  # NSCC: the window from this tick's signals, set in BPF
-        live = s.in_flight - len(s.acked)
+        live = s.in_flight - s.acked_count
         change = sq.cc.step(s.cc, s.stats["acked_pkts"], live, now)
         if change is not None:
             cwnd, rtt_target = change

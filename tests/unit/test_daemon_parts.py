@@ -65,7 +65,7 @@ class MapsRecorder:
     def set_ev_state(self, qpn: int, ev: int, state: nic.EvState) -> None:
         self.evs[qpn, ev] = state
 
-    def sq(self, qpn: int):
+    def sq(self, qpn: int, psns: bool = True):
         return types.SimpleNamespace(state=self.sq_state[qpn])
 
     def wq_head(self, ring: int) -> tuple[int, int]:

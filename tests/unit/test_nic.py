@@ -179,3 +179,7 @@ def test_ring_psns_walks_the_set_bits_of_a_wrapping_window():
         words[pos // 64] |= 1 << (pos % 64)
     assert sq_maps.ring_psns(words, start, 300) == want
     assert sq_maps.ring_psns(words, start, 0) == []
+    # counted without listing (the daemon's every-tick snapshot), the same window
+    assert sq_maps.ring_count(words, start, 300) == len(want)
+    assert sq_maps.ring_count(words, start, 301) == len(want) + 1
+    assert sq_maps.ring_count(words, start, 0) == 0

@@ -35,7 +35,8 @@ class KickRecorder:
 def fake_sq(**fields) -> types.SimpleNamespace:
     """A stand-in for nic.SqSnapshot with these fields, and in_network derived
     from them as the real one does."""
-    sq = types.SimpleNamespace(**fields)
+    sq = types.SimpleNamespace(**({"acked_n": None, "retx_pending_n": None} | fields))
+    sq.acked_count = nic.SqSnapshot.acked_count.fget(sq)
     sq.in_network = nic.SqSnapshot.in_network.fget(sq)
     return sq
 
