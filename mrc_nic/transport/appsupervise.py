@@ -31,6 +31,7 @@ class Supervision:
                 s = maps.sq(aq.qp.qpn, psns=False)  # counts of its rings, not lists
             except KeyError:
                 continue
+            aq.lost_pkts = s.stats["lost_pkts"]
             if s.state == nic.QpState.ERR:  # a fatal NACK: the NIC told the application
                 aq.qp.to_err(
                     "the NIC put it in ERR (a fatal NACK, or a WQE it could not read from: "

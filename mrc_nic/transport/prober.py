@@ -41,11 +41,14 @@ PROBE_BACKOFF_MAX_S = 0.064  # per unanswered EV at most: a heal is seen within 
 PLANE_PROBES_PER_S = 500.0  # per QP and plane, at most (long-run)
 PLANE_PROBE_BURST = 8.0  # the bucket's depth: a few fresh suspects at once
 SCAN_INTERVAL_S = 0.002  # how often EV states are read (one batch read)
-# Every EV that BPF puts in ASSUMED_BAD comes with a PSN declared lost (the
-# NIC's LOST counter: loss walk, head scan, timeout kick). While that counter
-# stands still and no EV of ours was ASSUMED_BAD at the last scan, there is
-# nothing to probe, and the scan, a read of every EV of the lab (2048 on
-# clos-8), waits: it runs at least this often.
+# Every EV that BPF puts in ASSUMED_BAD comes with a PSN declared lost (loss
+# walk, head scan, timeout kick), counted in its QP's stats.lost_pkts, which
+# the supervision reads every tick (Supervised.lost_pkts); an EV blamed later
+# for a silence is one of those PSNs' too. While our QPs' counts stand still
+# and no EV of ours was ASSUMED_BAD at the last scan, there is nothing to
+# probe, and the scan waits: it runs at least this often. (The lab-wide LOST
+# counter it watched before moves with every host's losses: on a 32-host lab
+# every daemon scanned every tick.)
 IDLE_SCAN_S = 0.05
 # A scan looks our EVs up one by one up to this many (a syscall each), else
 # reads all of nic_evs at once: every host's EVs, copied out of the kernel and
@@ -202,7 +205,7 @@ class Prober:
         if now < self._next_scan or not mine:
             return None
         self._next_scan = now + SCAN_INTERVAL_S
-        lost = self.maps.counter(nic.Counter.LOST)
+        lost = sum(sq.lost_pkts for sq in mine.values())
         if lost == self._lost_seen and not self._bad and now < self._idle_until:
             return None
         self._lost_seen, self._idle_until, self._bad = lost, now + IDLE_SCAN_S, False

@@ -53,6 +53,9 @@ class Supervised:
     bad_head_since: float | None = None
     head_state: tuple[int, ...] = ()  # (posted, done, wqe_sent, wqe_done) at the last tick
     queue_marker: tuple[int, int, int] = (0, 0, 0)
+    # the NIC's count of its PSNs declared lost (stats.lost_pkts), as of this
+    # tick's snapshot: what moves it may have put an EV in ASSUMED_BAD (prober)
+    lost_pkts: int = 0
     queue_moved: float = 0.0
 
 

@@ -66,7 +66,7 @@ class MapsRecorder:
         self.evs[qpn, ev] = state
 
     def sq(self, qpn: int, psns: bool = True):
-        return types.SimpleNamespace(state=self.sq_state[qpn])
+        return types.SimpleNamespace(state=self.sq_state[qpn], stats={"lost_pkts": 0})
 
     def wq_head(self, ring: int) -> tuple[int, int]:
         return (0, 0)
