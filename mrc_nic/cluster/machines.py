@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
+import sys
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -159,8 +160,9 @@ class Parts:
 
     def __init__(self, handles: dict[int, Any], module: str, args: dict[int, dict]) -> None:
         self.handles = handles
-        started = call_many([(h, "part_start", (module, args[m])) for m, h in handles.items()])
         self.pids: dict[int, int] = {}
+        self._ended = threading.Event()
+        started = call_many([(h, "part_start", (module, args[m])) for m, h in handles.items()])
         for m, (ok, value) in zip(handles, started, strict=True):
             if ok:
                 self.pids[m] = value
@@ -172,12 +174,16 @@ class Parts:
         self._reads: dict[Any, int] = {}  # pending part_read -> machine
         # Reads stop while the parent does other work (a fault, an `ev list`):
         # a thread says the parent lives, and dies with it.
-        self._ended = threading.Event()
         threading.Thread(target=self._keep_alive, daemon=True).start()
 
     def _keep_alive(self) -> None:
         while not self._ended.wait(self.KEEPALIVE_S):
-            call_many([(self.handles[m], "part_alive", ([pid],)) for m, pid in self.pids.items()])
+            try:
+                call_many(
+                    [(self.handles[m], "part_alive", ([pid],)) for m, pid in self.pids.items()]
+                )
+            except Exception as e:  # noqa: BLE001 (a missed keep-alive: the next one may pass)
+                print(f"mrc-nic: a keep-alive of the machines' parts failed: {e}", file=sys.stderr)
 
     def tell(self, m: int, message: dict) -> None:
         call(self.handles[m], "part_tell", self.pids[m], message)
@@ -215,8 +221,7 @@ class Parts:
 
     def end(self) -> dict[int, str]:
         """End every part still running; {machine: the tail of its stderr}."""
-        if hasattr(self, "_ended"):
-            self._ended.set()
+        self._ended.set()
         ms = list(self.pids)
         done = call_many([(self.handles[m], "part_end", (self.pids[m],)) for m in ms])
         return {m: value for m, (ok, value) in zip(ms, done, strict=True) if ok and value}

@@ -39,7 +39,11 @@ class Read(Request[ReadReply]):
 
     since: int = arg("the last sequence number seen", 0)
     types: list[str] | None = arg("only events of these types (all when null or empty)", None)
-    max: int = arg(f"at most this many events (1..{READ_MAX})", READ_MAX)
+    max: int = arg(
+        f"at most this many events (1..{READ_MAX}), and at most READ_BYTES_MAX bytes of "
+        "them: read on from `next` until a reply is empty",
+        READ_MAX,
+    )
     wait: float = arg("seconds to wait for an event when none is there (at most 30)", 0.0)
 
 

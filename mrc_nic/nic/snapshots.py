@@ -58,8 +58,10 @@ class SqSnapshot:
     snd_nxt: int
     peer_ports: int
     reo_wnd_ns: int  # the head scan's reorder window (0: off)
-    acked: list[int]  # PSNs in [snd_una, snd_nxt) acknowledged (out of order)
-    retx_pending: list[int]  # PSNs in [snd_una, snd_nxt) queued and not resent yet
+    # PSNs in [snd_una, snd_nxt) acknowledged (out of order), and queued and
+    # not resent yet; None when only counted (acked_n, retx_pending_n)
+    acked: list[int] | None
+    retx_pending: list[int] | None
     retx_queue: list[dict[str, int]]  # the queue, oldest first (see NicMaps.retx_queue)
     stats: dict[str, int]
     # the send engine
@@ -106,13 +108,13 @@ class SqSnapshot:
     @property
     def acked_count(self) -> int:
         """PSNs in flight already acknowledged (out of order)."""
-        return len(self.acked) if self.acked_n is None else self.acked_n
+        return len(self.acked or ()) if self.acked_n is None else self.acked_n
 
     @property
     def in_network(self) -> int:
         """Packets that may still draw a SACK: in flight, neither acknowledged
         nor queued for retransmission (lost ones not found yet count too)."""
-        retx = len(self.retx_pending) if self.retx_pending_n is None else self.retx_pending_n
+        retx = len(self.retx_pending or ()) if self.retx_pending_n is None else self.retx_pending_n
         return self.in_flight - self.acked_count - retx
 
 

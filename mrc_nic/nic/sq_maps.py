@@ -201,12 +201,13 @@ class SendQpMaps:
     def sq(self, qpn: int, *, psns: bool = True) -> SqSnapshot:
         """The send state of a QP, decoded (KeyError if none). psns=False:
         acked and retx_pending are counted (acked_n, retx_pending_n), not
-        listed, which the daemon's every-tick supervision does not need."""
+        listed (they are None), which the daemon's every-tick supervision
+        does not need."""
         raw = self.sq_raw(qpn)
         in_flight = min((raw.snd_nxt - raw.snd_una) & wireconst.PSN_MASK, BITMAP_BITS)
 
-        def in_ring(bitmap: ctypes.Array) -> list[int]:
-            return ring_psns(bitmap, raw.snd_una, in_flight) if psns else []
+        def in_ring(bitmap: ctypes.Array) -> list[int] | None:
+            return ring_psns(bitmap, raw.snd_una, in_flight) if psns else None
 
         def counted(bitmap: ctypes.Array) -> int | None:
             return None if psns else ring_count(bitmap, raw.snd_una, in_flight)

@@ -13,6 +13,7 @@ import contextlib
 import copy
 import dataclasses
 import errno
+import os
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -79,6 +80,11 @@ class QpLifecycle(Part):
             raise
         try:  # a new queue: whoever held the ring's last one writes into nothing now
             sq_fd = ctx.maps.new_send_queue(ring)
+            try:
+                queue = ctx.maps.watch_send_queue(sq_fd)
+            except BaseException:
+                os.close(sq_fd)
+                raise
         except BaseException:
             ctx.res.rings.give(ring)
             ctx.res.free_qpn(qpn)
@@ -91,7 +97,7 @@ class QpLifecycle(Part):
             send_cq=req.send_cq,
             recv_cq=req.recv_cq,
             caps={name: getattr(req, name) for name in CAP_LIMITS},
-            queue=ctx.maps.watch_send_queue(sq_fd),
+            queue=queue,
         )
         return appops.CreateQpReply(qpn=qpn, sq_depth=nic.SQ_DEPTH, ring=ring, sq_fd=sq_fd)
 
@@ -118,9 +124,11 @@ class QpLifecycle(Part):
     def _destroy(self, session: AppSession, qpn: int) -> None:
         ctx = self.ctx
         aq = session.qps.pop(qpn)
-        ctx.destroyed(aq)
-        if aq.queue is not None:
-            aq.queue.memory.close()
+        try:
+            ctx.destroyed(aq)
+        finally:
+            if aq.queue is not None:
+                aq.queue.close()
         with contextlib.suppress(KeyError):
             ctx.maps.delete_sq(qpn)
         with contextlib.suppress(KeyError):

@@ -50,8 +50,8 @@ from mrc_nic.nic import wire
 from mrc_nic.transport.prober import plane_socket, probe_frame
 
 REV_PER_PLANE = 2  # reverse EVs per plane; a set holds at most nic.REV_EVS
-# The times below are the default lab's (design RTT 0.1-0.5 ms); a slower
-# lab stretches them with its round trip (Timing.for_lab).
+# The times below are the default lab's (design RTT 515 us); a slower lab
+# stretches them with its round trip (Timing.for_rtt).
 PROBE_INTERVAL_S = 0.004  # per reverse EV in doubt, while the QP receives; the judging step
 SETTLED_INTERVAL_S = 0.064  # per GOOD reverse EV whose last probe was answered
 REPLY_WAIT_S = 0.003  # a probe unanswered this long is missed
@@ -61,6 +61,10 @@ REPLACE_AFTER_S = 0.02
 # many design RTTs, and this many of the set's latest measured round trips.
 REPLY_WAIT_RTTS = 4
 REPLY_WAIT_MEASURED = 2
+# ... at most this many times the lab's wait: an EV's latest reply is kept
+# after its path died, and one queue spike before then must not stretch the
+# set's wait for good.
+REPLY_WAIT_CAP = 8
 IDLE_AFTER_S = 0.1  # no data for this long: the QP's reverse EVs are not probed
 # Reverse EV values: a range of their own (data EVs start at ev_profiles.AUTO_EV_BASE, 49152).
 REV_EV_BASE = 40960
@@ -248,7 +252,8 @@ class ReverseEvs:
             r.rtt_ns for r, e in zip(records, rs.evs, strict=False) if r.ev == e.ev and r.replies
         ]
         measured = REPLY_WAIT_MEASURED * max(rtts, default=0) / 1e9
-        return max(self.timing.reply_wait_s, measured)
+        wait = self.timing.reply_wait_s
+        return min(REPLY_WAIT_CAP * wait, max(wait, measured))
 
     def _set_state(self, rs: _Set, e: _Ev, state: int, now: float, cause: str) -> bool:
         old, e.state = e.state, state

@@ -206,8 +206,8 @@ def test_the_times_are_the_default_labs_there_and_stretch_with_a_slower_labs_rtt
 
 def test_replies_a_slow_lab_takes_its_round_trip_for_fail_no_reverse_ev(monkeypatch):
     """clos-8 at 10 Mbit/s: every reply takes 2 design RTTs. With the default
-    lab's 3 ms wait, every EV flipped to ASSUMED_BAD and back (4,158 state
-    changes and 254 replacements in one healthy permutation)."""
+    lab's 3 ms wait, every EV flipped to ASSUMED_BAD and back (3,516-3,913 state
+    changes and 266-270 replacements in one healthy permutation)."""
     rev, maps, sent = fake_lab(monkeypatch, "clos-8.toml")
     delay = 2 * rev.topo.queues.base_rtt_ns / 1e9
     run_late(rev, maps, sent, 0.0, 1.0, delay)
@@ -237,3 +237,14 @@ def test_a_dead_reverse_ev_on_a_slow_lab_is_still_found_and_replaced(monkeypatch
     run_late(rev, maps, sent, 0.5, end, delay, answer=lambda ev: ev != dead)
     final = {e.ev: e.state for e in maps.sets[-1]}
     assert dead not in final and rev.replaced == 1, final
+
+
+def test_one_slow_reply_stretches_the_wait_only_so_far(monkeypatch):
+    """An EV's latest reply stays in the NIC's record after its path died: a
+    queue spike just before must not stretch the set's wait without end."""
+    rev, maps, sent = fake_lab(monkeypatch)
+    run_late(rev, maps, sent, 0.0, 0.1, 0.050)  # replies 50 ms late: 2 x 50 ms measured
+    records = maps.rev_probes(QPN)
+    wait = rev._reply_wait(rev._sets[QPN], records)
+    assert wait == pytest.approx(reverse.REPLY_WAIT_CAP * rev.timing.reply_wait_s)
+    assert wait < 2 * 0.050

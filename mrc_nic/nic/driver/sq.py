@@ -26,6 +26,11 @@ class SendQueue:
         self.at = at  # the queue's struct nic_wq
         self.slots = self.at + WQ_SLOTS  # its first WQE slot
 
+    def close(self) -> None:
+        """Unmap the queue (a view of a map: the mmap this process made)."""
+        if isinstance(self.memory, mmap.mmap):
+            self.memory.close()
+
     def head(self) -> tuple[int, int]:
         """(posted, done): WQEs given to the NIC and completed by it (free-running)."""
         return WQ_HEAD.unpack_from(self.memory, self.at)
