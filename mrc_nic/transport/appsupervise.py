@@ -26,8 +26,7 @@ class Supervision:
         maps = self.ctx.maps
         for aq in self.ctx.sessions.sending().values():
             try:
-                # before the snapshot: supervisor.head_fault
-                head = aq.queue.head() if aq.queue is not None else maps.wq_head(aq.ring)
+                head = aq.queue.head()  # before the snapshot: supervisor.head_fault
                 s = maps.sq(aq.qp.qpn, psns=False)  # counts of its rings, not lists
             except KeyError:
                 continue

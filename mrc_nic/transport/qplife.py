@@ -127,8 +127,7 @@ class QpLifecycle(Part):
         try:
             ctx.destroyed(aq)
         finally:
-            if aq.queue is not None:
-                aq.queue.close()
+            aq.queue.close()
         with contextlib.suppress(KeyError):
             ctx.maps.delete_sq(qpn)
         with contextlib.suppress(KeyError):

@@ -60,7 +60,7 @@ class AppQp(supervisor.Supervised):
     send_key: bytes | None = None  # RTS's auth_key: the prober MACs its probes with it
     # The daemon's read-only view of the send queue it made for the QP: the
     # supervisor reads its head every tick, without looking the queue up.
-    queue: nic.SendQueue | None = None
+    queue: nic.SendQueue
 
     def describe(self) -> dict:
         """The QP as qp_list and query_qp show it."""

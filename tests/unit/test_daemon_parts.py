@@ -68,9 +68,6 @@ class MapsRecorder:
     def sq(self, qpn: int, psns: bool = True):
         return types.SimpleNamespace(state=self.sq_state[qpn], stats={"lost_pkts": 0})
 
-    def wq_head(self, ring: int) -> tuple[int, int]:
-        return (0, 0)
-
     def watch_send_queue(self, sq_fd: int):
         return nic.SendQueue(bytearray(4096))  # an empty queue: posted 0, done 0
 
