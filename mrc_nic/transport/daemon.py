@@ -81,7 +81,9 @@ class Daemon(LineService):
         self.tick_s = sending_tick_s(topo)
         self.ctx = ctx = HostContext.open(topo, host, nic.NicMaps.open(topo.lab))
         self.prober = prober.Prober(topo, ctx.index, ctx.maps)
-        self.replacer = evreplace.Replacer(topo.lab, host, ctx.index, ctx.maps)
+        self.replacer = evreplace.Replacer(
+            topo.lab, host, ctx.index, ctx.maps, evreplace.Timing.for_probes(self.prober.timing)
+        )
         # the paths of our receive QPs' answers (issue 19)
         self.reverse = reverse.ReverseEvs(topo, host, ctx.index, ctx.maps)
         self.ep = epprobe.EpProber(topo, ctx.index, ctx.maps)  # EV probe batches

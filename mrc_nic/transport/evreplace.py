@@ -52,22 +52,18 @@ import sys
 from mrc_nic import nic
 from mrc_nic.lab import client
 from mrc_nic.nic import wire
+from mrc_nic.transport import prober
 from mrc_nic.transport.ev_profiles import AUTO_EV_BASE as EV_BASE
-from mrc_nic.transport.prober import PLANE_PROBES_PER_S, PROBE_BACKOFF_MAX_S, EvScan
+from mrc_nic.transport.prober import PLANE_PROBES_PER_S, EvScan
 
+# The times are the default lab's (design RTT 515 us); a slower lab stretches
+# them with its probes' (Timing.for_probes).
 REPLACE_AFTER_S = 0.02  # ASSUMED_BAD this long: 4 probes unanswered (prober's backoff)
 RETIRE_AFTER_S = 0.005  # a replaced EV's state is deleted this much later
 # A plane with no packet acknowledged for this long was down: when acks come
 # again, its bad EVs first get plane_back_grace() to be answered (a heal
 # brings every EV back by its probes, no fresh values).
 PLANE_SILENT_S = 0.05
-
-
-def plane_back_grace(bad_evs: int) -> float:
-    """How long a plane that came back keeps its bad EVs from replacement:
-    the longest probe backoff, then one probe each at the plane's budget,
-    twice over (a scan's batching, a reply's round trip)."""
-    return PROBE_BACKOFF_MAX_S + 2 * bad_evs / PLANE_PROBES_PER_S
 
 
 # A lossy path (one that drops a share of its packets, not all): its EV comes
@@ -77,6 +73,41 @@ def plane_back_grace(bad_evs: int) -> float:
 LOSSY_FAILURES = 3
 LOSSY_WINDOW_S = 0.2
 ACTIVE = (nic.EvState.GOOD, nic.EvState.SKIP)
+# The same times in the default lab's first probe intervals (2 ms): an EV is
+# replaced after 4 unanswered probes (0, 2, 6 and 14 ms), a plane is silent
+# for 25 of them, a lossy EV's failures are counted over 100.
+REPLACE_AFTER_PROBES = REPLACE_AFTER_S / prober.PROBE_INTERVAL_S
+PLANE_SILENT_PROBES = PLANE_SILENT_S / prober.PROBE_INTERVAL_S
+LOSSY_WINDOW_PROBES = LOSSY_WINDOW_S / prober.PROBE_INTERVAL_S
+
+
+@dataclasses.dataclass(frozen=True)
+class Timing:
+    """A lab's replacement times, as many probe intervals as on the default
+    lab: on a slower one an EV was replaced before a probe of it could be
+    answered (20 ms against the 32x8 lab's 51 ms round trip), and a plane's
+    queue could hold its acks longer than PLANE_SILENT_S."""
+
+    probes: prober.Timing = prober.Timing()
+    replace_after_s: float = REPLACE_AFTER_S
+    plane_silent_s: float = PLANE_SILENT_S
+    lossy_window_s: float = LOSSY_WINDOW_S
+
+    @classmethod
+    def for_probes(cls, probes: prober.Timing) -> Timing:
+        interval = probes.probe_interval_s
+        return cls(
+            probes=probes,
+            replace_after_s=max(REPLACE_AFTER_S, REPLACE_AFTER_PROBES * interval),
+            plane_silent_s=max(PLANE_SILENT_S, PLANE_SILENT_PROBES * interval),
+            lossy_window_s=max(LOSSY_WINDOW_S, LOSSY_WINDOW_PROBES * interval),
+        )
+
+    def plane_back_grace(self, bad_evs: int) -> float:
+        """How long a plane that came back keeps its bad EVs from replacement:
+        the longest probe backoff, then one probe each at the plane's budget,
+        twice over (a scan's batching, a reply's round trip)."""
+        return self.probes.backoff_max_s + 2 * bad_evs / PLANE_PROBES_PER_S
 
 
 def _next(value: int) -> int:
@@ -98,18 +129,21 @@ class _Track:
     plane_acked: dict[int, float] = dataclasses.field(default_factory=dict)
     last_scan: float | None = None  # when the previous scan ran
     # plane -> the last scan that saw a packet of it acknowledged; and (the
-    # scan at which acks came again after PLANE_SILENT_S without any, grace)
+    # scan at which acks came again after plane_silent_s without any, grace)
     plane_seen: dict[int, float] = dataclasses.field(default_factory=dict)
     plane_back: dict[int, tuple[float, float]] = dataclasses.field(default_factory=dict)
     # replaced EVs whose state is still to be deleted: (when replaced, EV, plane)
     retired: list[tuple[float, int, int]] = dataclasses.field(default_factory=list)
-    # EV -> when scans saw it fail lately (new losses), within LOSSY_WINDOW_S
+    # EV -> when scans saw it fail lately (new losses), within lossy_window_s
     failures: dict[int, list[float]] = dataclasses.field(default_factory=dict)
 
 
 class Replacer:
-    def __init__(self, lab: str, host: str, host_index: int, maps: nic.NicMaps) -> None:
+    def __init__(
+        self, lab: str, host: str, host_index: int, maps: nic.NicMaps, timing: Timing = Timing()
+    ) -> None:
         self.lab, self.host, self.host_index, self.maps = lab, host, host_index, maps
+        self.timing = timing
         self._tracks: dict[int, _Track] = {}
         self.replaced = 0
 
@@ -135,7 +169,7 @@ class Replacer:
         if track is None:
             track = self._tracks[sq.qp.qpn] = _Track(next_value=_next(max(sq.evs)))
         self._delete_retired(now, sq, track)
-        bad = {}
+        timing, bad = self.timing, {}
         since_scan = now if track.last_scan is None else track.last_scan
         track.last_scan = now
         for e in evs:
@@ -143,19 +177,19 @@ class Replacer:
                 # acknowledged after the last scan, so sent after (it - the round trip)
                 sent = since_scan - e.rtt_last_ns / 1e9
                 track.plane_acked[e.plane] = max(track.plane_acked.get(e.plane, sent), sent)
-                if now - track.plane_seen.get(e.plane, now) > PLANE_SILENT_S:
+                if now - track.plane_seen.get(e.plane, now) > timing.plane_silent_s:
                     n_bad = sum(o.plane == e.plane and o.state not in ACTIVE for o in evs)
-                    track.plane_back[e.plane] = (now, plane_back_grace(n_bad))
+                    track.plane_back[e.plane] = (now, timing.plane_back_grace(n_bad))
                 track.plane_seen[e.plane] = now
             # A loss since the last scan starts a new failure: the EV may
             # have come back and failed again between two scans.
             new_loss = e.lost > track.lost.get(e.ev, e.lost)
             track.acks[e.ev], track.lost[e.ev] = e.acks, e.lost
-            seen = [t for t in track.failures.get(e.ev, ()) if now - t < LOSSY_WINDOW_S]
+            seen = [t for t in track.failures.get(e.ev, ()) if now - t < timing.lossy_window_s]
             track.failures[e.ev] = [*seen, now] if new_loss else seen
             if len(track.failures.get(e.ev, ())) >= LOSSY_FAILURES:
                 bad[e.ev] = e.plane  # lossy: retired now, whatever its state
-                track.bad_since.setdefault(e.ev, track.failures[e.ev][0] - REPLACE_AFTER_S)
+                track.bad_since.setdefault(e.ev, track.failures[e.ev][0] - timing.replace_after_s)
             elif e.state == nic.EvState.ASSUMED_BAD:
                 bad[e.ev] = e.plane
                 if new_loss:
@@ -163,7 +197,9 @@ class Replacer:
         track.bad_since = {ev: track.bad_since.get(ev, now) for ev in bad}
         active = sum(e.state in ACTIVE for e in evs)
         due = sorted(
-            (since, ev) for ev, since in track.bad_since.items() if now - since >= REPLACE_AFTER_S
+            (since, ev)
+            for ev, since in track.bad_since.items()
+            if now - since >= timing.replace_after_s
         )
         up = self._planes_up(sq.qp.qpn) if due else 0  # only these planes get fresh EVs
         for since, ev in due:

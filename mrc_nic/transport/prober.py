@@ -15,6 +15,7 @@ EV's plane port; the data path never waits for them.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import socket
 import struct
 import time
@@ -36,11 +37,14 @@ from mrc_nic.nic import auth, wire
 # into one plane are a token bucket of PLANE_PROBES_PER_S (burst
 # PLANE_PROBE_BURST): a whole plane down (32 EVs of 128) costs it at most that,
 # 32 / 64 ms = 500 a second once backed off.
-PROBE_INTERVAL_S = 0.002  # per EV at first; about 20 RTTs of this lab
+# The times are the default lab's (design RTT 515 us); a slower lab stretches
+# them with its round trip (Timing.for_rtt).
+PROBE_INTERVAL_S = 0.002  # per EV at first; about 4 RTTs of the default lab
 PROBE_BACKOFF_MAX_S = 0.064  # per unanswered EV at most: a heal is seen within this
 PLANE_PROBES_PER_S = 500.0  # per QP and plane, at most (long-run)
 PLANE_PROBE_BURST = 8.0  # the bucket's depth: a few fresh suspects at once
 SCAN_INTERVAL_S = 0.002  # how often EV states are read (one batch read)
+BACKOFF_STEPS = 32  # the longest backoff, in first intervals (64 ms / 2 ms)
 # Every EV that BPF puts in ASSUMED_BAD comes with a PSN declared lost (loss
 # walk, head scan, timeout kick), counted in its QP's stats.lost_pkts, which
 # the supervision reads every tick (Supervised.lost_pkts); an EV blamed later
@@ -64,6 +68,30 @@ _EV_ACKS_AT = nic.EvStateLayout.stats.offset + nic.EvStats.acks.offset
 _EV_LOST_AT = nic.EvStateLayout.stats.offset + nic.EvStats.lost_pkts.offset
 _EV_REPLIES_AT = nic.EvStateLayout.stats.offset + nic.EvStats.probe_replies.offset
 _EV_RTT_LAST_AT = defs.NicEv.rtt_last.offset
+
+
+@dataclasses.dataclass(frozen=True)
+class Timing:
+    """A lab's probe times. The constants were measured on the default lab; on
+    a slower one (the 32x8 lab at 2 Mbit/s: design RTT 51 ms) a probe's reply
+    takes longer than the first interval, so every probe of a bad EV went
+    unanswered before its reply could come, and the scan that probes ran every
+    tick of every daemon (docs/benchmarks.md, "The probe scan's trigger"). So:
+    a bad EV is probed at most once a design RTT, backs off to BACKOFF_STEPS
+    times that, and the scan runs at most twice a round trip."""
+
+    probe_interval_s: float = PROBE_INTERVAL_S
+    backoff_max_s: float = PROBE_BACKOFF_MAX_S
+    scan_interval_s: float = SCAN_INTERVAL_S
+
+    @classmethod
+    def for_rtt(cls, rtt_s: float) -> Timing:
+        interval = max(PROBE_INTERVAL_S, rtt_s)
+        return cls(
+            probe_interval_s=interval,
+            backoff_max_s=max(PROBE_BACKOFF_MAX_S, BACKOFF_STEPS * interval),
+            scan_interval_s=max(SCAN_INTERVAL_S, rtt_s / 2),
+        )
 
 
 class EvScan(NamedTuple):
@@ -178,6 +206,7 @@ def _decode(qpn: int, ev: int, values: bytes, base: int) -> EvScan:
 class Prober:
     def __init__(self, topo: Topology, host: int, maps: nic.NicMaps) -> None:
         self.topo, self.host, self.maps = topo, host, maps
+        self.timing = Timing.for_rtt(topo.queues.base_rtt_ns / 1e9)
         self._socks: dict[int, socket.socket] = {}
         self._due: dict[tuple[int, int], ProbeDue] = {}  # (qpn, ev) -> its schedule
         self._buckets: dict[tuple[int, int], PlaneBucket] = {}  # (qpn, plane)
@@ -204,12 +233,12 @@ class Prober:
         if no scan was due."""
         if now < self._next_scan or not mine:
             return None
-        self._next_scan = now + SCAN_INTERVAL_S
+        self._next_scan = now + self.timing.scan_interval_s
         lost = sum(sq.lost_pkts for sq in mine.values())
         if lost == self._lost_seen and not self._bad and now < self._idle_until:
             return None
         self._lost_seen, self._idle_until, self._bad = lost, now + IDLE_SCAN_S, False
-        states = self._scan(mine)
+        states, timing = self._scan(mine), self.timing
         due, self._due = self._due, {}  # only EVs still bad are kept
         for e in states:
             if e.state != nic.EvState.ASSUMED_BAD or e.ev not in mine[e.qpn].evs:
@@ -218,7 +247,7 @@ class Prober:
             key = (e.qpn, e.ev)
             d = due.get(key)
             if d is not None and e.replies > d.replies:
-                d = d._replace(interval=PROBE_INTERVAL_S)  # answered: the path works
+                d = d._replace(interval=timing.probe_interval_s)  # answered: the path works
             if d is not None and now - d.last < d.interval:
                 self._due[key] = d
                 continue
@@ -231,7 +260,9 @@ class Prober:
                     self._due[key] = d  # due still: the next scan tries again
                 continue
             # Unanswered since the last probe: wait twice as long for the next.
-            interval = PROBE_INTERVAL_S if d is None else min(2 * d.interval, PROBE_BACKOFF_MAX_S)
+            interval = (
+                timing.probe_interval_s if d is None else min(2 * d.interval, timing.backoff_max_s)
+            )
             self._due[key] = ProbeDue(now, interval, e.replies)
             self._send(mine[e.qpn], e.ev, e.plane)
         if len(self._buckets) > TEMPLATES_MAX:

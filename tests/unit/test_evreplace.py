@@ -13,7 +13,7 @@ import types
 import pytest
 
 from mrc_nic import nic
-from mrc_nic.transport import evreplace
+from mrc_nic.transport import evreplace, prober
 from mrc_nic.transport.prober import EvScan
 from mrc_nic.transport.sessions import AppQp
 
@@ -238,7 +238,7 @@ def test_a_healed_plane_keeps_its_evs_for_one_probe_round():
     scans.fail(101, 103, 105, 107)
     t = run(replacer, sq, scans, 0.012, 0.5, acked_planes=(0,))
     scans.state[107] = GOOD  # the heal: one EV's probe answered first
-    grace = evreplace.plane_back_grace(4)
+    grace = evreplace.Timing().plane_back_grace(4)
     t = run(replacer, sq, scans, t, t + grace - 0.006)
     assert maps.replaced == [], "a probe round for the others first"
     run(replacer, sq, scans, t, t + 0.02)
@@ -287,3 +287,35 @@ def test_a_controllers_swap_moves_the_ev_to_the_new_port(no_event_log):
     maps.refuse = True  # the slot moved on meanwhile: nothing changes
     assert not replacer.swap(1.1, sq, 0x4242, 0x4343, 1)
     assert 0x4242 in sq.evs and 0x4343 not in sq.evs
+
+
+def test_the_default_labs_times_are_the_constants_and_a_slow_lab_stretches_them():
+    """Timing.for_rtt / for_probes: unchanged at the default lab's 515 us; on
+    the 32x8 lab's 51 ms, as many probe intervals of that lab as the constants
+    are of the default's."""
+    default = evreplace.Timing.for_probes(prober.Timing.for_rtt(515e-6))
+    assert default == evreplace.Timing()
+    assert default.probes == prober.Timing()
+    slow = evreplace.Timing.for_probes(prober.Timing.for_rtt(0.051))
+    assert slow.probes.probe_interval_s == pytest.approx(0.051)
+    assert slow.probes.backoff_max_s == pytest.approx(prober.BACKOFF_STEPS * 0.051)
+    assert slow.probes.scan_interval_s == pytest.approx(0.0255)
+    ratio = 0.051 / prober.PROBE_INTERVAL_S
+    assert slow.replace_after_s == pytest.approx(evreplace.REPLACE_AFTER_S * ratio)
+    assert slow.plane_silent_s == pytest.approx(evreplace.PLANE_SILENT_S * ratio)
+    assert slow.lossy_window_s == pytest.approx(evreplace.LOSSY_WINDOW_S * ratio)
+    assert slow.plane_back_grace(4) > evreplace.Timing().plane_back_grace(4)
+
+
+def test_on_a_slow_lab_an_ev_waits_for_its_probes_before_it_is_replaced():
+    """51 ms round trips: an EV bad for the default lab's REPLACE_AFTER_S (its
+    probes could not have been answered yet) stays; it goes after the lab's own."""
+    timing = evreplace.Timing.for_probes(prober.Timing.for_rtt(0.051))
+    sq, maps = make_sq(), RecordingMaps()
+    replacer, scans = evreplace.Replacer("lab", "h0", 0, maps, timing), Scans(sq)
+    run(replacer, sq, scans, 0.0, 0.05, step=0.01)
+    scans.fail(103)
+    t = run(replacer, sq, scans, 0.06, 0.06 + 5 * AFTER, step=0.01)
+    assert maps.replaced == [], "four default waits are not one slow probe round"
+    run(replacer, sq, scans, t, 0.06 + timing.replace_after_s + 0.02, step=0.01)
+    assert [r[2] for r in maps.replaced] == [103]

@@ -103,3 +103,27 @@ def test_a_scan_of_few_evs_looks_up_our_profiles_evs_only(monkeypatch):
     many = types.SimpleNamespace(evs=list(range(prober.LOOKUP_MAX + 1)))
     assert p._scan({ours: many}) == [prober.EvScan(ours, 0xC0FF, 2, bad, 0xC100, 0xC101)]
     assert len(asked) == 3  # the batch read, no lookups
+
+
+def test_on_a_slow_lab_a_bad_ev_is_probed_once_a_round_trip_then_backs_off():
+    """The 32x8 lab's 51 ms design RTT: an unanswered EV's probes are 51, 102,
+    204 ms ... apart (not the default lab's 2 ms, each missed before its reply
+    could come), up to BACKOFF_STEPS round trips; scans run every half RTT."""
+    rtt, qpn, ev = 0.051, 0x100, 0xC001
+    topo = types.SimpleNamespace(queues=types.SimpleNamespace(base_rtt_ns=int(rtt * 1e9)))
+    p = prober.Prober(topo, 0, types.SimpleNamespace())
+    bad = prober.EvScan(qpn, ev, 0, nic.EvState.ASSUMED_BAD, 0, 1)
+    scans, sent = [], []
+    p._scan = lambda mine: scans.append(now) or [bad]
+    p._send = lambda sq, ev, plane: sent.append(now)
+    mine = {qpn: types.SimpleNamespace(lost_pkts=1, evs={ev: 0})}
+    now = 0.0
+    while now < 6.0:
+        p.step(now, mine)
+        now += 0.005
+    gaps = [b - a for a, b in zip(sent, sent[1:], strict=False)]
+    assert gaps[0] >= rtt and gaps[1] >= 2 * rtt and gaps[2] >= 4 * rtt, gaps
+    late = rtt / 2 + 0.005  # a probe goes at the first scan when due
+    assert max(gaps) <= prober.BACKOFF_STEPS * rtt + late, gaps
+    assert max(gaps) >= prober.BACKOFF_STEPS * rtt, "it reached the longest backoff"
+    assert min(b - a for a, b in zip(scans, scans[1:], strict=False)) >= rtt / 2 - 1e-9
