@@ -160,6 +160,7 @@ class Daemon(LineService):
             if states is not None:
                 try:
                     self.replacer.step(now, sending, states)
+                    self.prober.wake_at(self.replacer.next_due(now))
                 except Exception:  # noqa: BLE001 (a policy's bug must not end the transfers)
                     traceback.print_exc(file=sys.stderr)
 

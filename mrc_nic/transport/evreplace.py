@@ -47,6 +47,7 @@ daemon calls forget() when it closes a QP.
 from __future__ import annotations
 
 import dataclasses
+import math
 import sys
 
 from mrc_nic import nic
@@ -156,6 +157,21 @@ class Replacer:
                 by_qp.setdefault(e.qpn, []).append(e)
         for qpn, evs in by_qp.items():
             self._step_qp(now, mine[qpn], evs)
+
+    def next_due(self, now: float) -> float:
+        """When a scan is next needed here (after now): an EV bad for
+        replace_after_s, a retired EV's state to delete. inf: none."""
+        after = self.timing.replace_after_s
+        times = [
+            t
+            for track in self._tracks.values()
+            for t in (
+                *(since + after for since in track.bad_since.values()),
+                *(when + RETIRE_AFTER_S for when, _, _ in track.retired[:1]),
+            )
+            if t > now
+        ]
+        return min(times, default=math.inf)
 
     def forget(self, sq) -> None:
         """A send QP closes: delete the state of its EVs replaced lately (its

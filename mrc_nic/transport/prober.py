@@ -48,11 +48,12 @@ BACKOFF_STEPS = 32  # the longest backoff, in first intervals (64 ms / 2 ms)
 # Every EV that BPF puts in ASSUMED_BAD comes with a PSN declared lost (loss
 # walk, head scan, timeout kick), counted in its QP's stats.lost_pkts, which
 # the supervision reads every tick (Supervised.lost_pkts); an EV blamed later
-# for a silence is one of those PSNs' too. While our QPs' counts stand still
-# and no EV of ours was ASSUMED_BAD at the last scan, there is nothing to
-# probe, and the scan waits: it runs at least this often. (The lab-wide LOST
-# counter it watched before moves with every host's losses: on a 32-host lab
-# every daemon scanned every tick.)
+# for a silence is one of those PSNs' too. So a scan is due when our QPs'
+# counts move, when a probe of an EV still bad is due, when the replacer
+# needs one (wake_at), and at least this often. (It ran every SCAN_INTERVAL_S
+# while any EV of ours was bad: on a slow lab some EV nearly always is, and
+# the scan was a quarter of every daemon's CPU. The lab-wide LOST counter it
+# watched before that moves with every host's losses.)
 IDLE_SCAN_S = 0.05
 # A scan looks our EVs up one by one up to this many (a syscall each), else
 # reads all of nic_evs at once: every host's EVs, copied out of the kernel and
@@ -78,11 +79,13 @@ class Timing:
     unanswered before its reply could come, and the scan that probes ran every
     tick of every daemon (docs/benchmarks.md, "The probe scan's trigger"). So:
     a bad EV is probed at most once a design RTT, backs off to BACKOFF_STEPS
-    times that, and the scan runs at most twice a round trip."""
+    times that, and the scan runs at most twice a round trip and, with
+    nothing due, every two."""
 
     probe_interval_s: float = PROBE_INTERVAL_S
     backoff_max_s: float = PROBE_BACKOFF_MAX_S
     scan_interval_s: float = SCAN_INTERVAL_S
+    idle_scan_s: float = IDLE_SCAN_S
 
     @classmethod
     def for_rtt(cls, rtt_s: float) -> Timing:
@@ -91,6 +94,7 @@ class Timing:
             probe_interval_s=interval,
             backoff_max_s=max(PROBE_BACKOFF_MAX_S, BACKOFF_STEPS * interval),
             scan_interval_s=max(SCAN_INTERVAL_S, rtt_s / 2),
+            idle_scan_s=max(IDLE_SCAN_S, 2 * rtt_s),
         )
 
 
@@ -213,8 +217,7 @@ class Prober:
         self.held = 0  # probes the plane budget held back
         self._next_scan = 0.0
         self._lost_seen: int | None = None
-        self._bad = False  # an EV of ours was ASSUMED_BAD at the last scan
-        self._idle_until = 0.0
+        self._wake = 0.0  # the next scan, unless our QPs' losses move first
         self._templates: dict[tuple, bytes] = {}
         self._reader: bpfsys.BatchReader | None = None
         self.sent = 0
@@ -227,47 +230,59 @@ class Prober:
     def _sock(self, plane: int) -> socket.socket:
         return plane_socket(self._socks, plane)
 
+    def wake_at(self, when: float) -> None:
+        """Scan again by `when` (the replacer's next decision)."""
+        self._wake = min(self._wake, when)
+
     def step(self, now: float, mine: dict) -> list[EvScan] | None:
         """Probe the ASSUMED_BAD EVs that are due of these send QPs ({qpn:
         SendQp}). Returns what the scan read of every EV of theirs, or None
         if no scan was due."""
         if now < self._next_scan or not mine:
             return None
-        self._next_scan = now + self.timing.scan_interval_s
+        timing = self.timing
+        self._next_scan = now + timing.scan_interval_s
         lost = sum(sq.lost_pkts for sq in mine.values())
-        if lost == self._lost_seen and not self._bad and now < self._idle_until:
+        if lost == self._lost_seen and now < self._wake:
             return None
-        self._lost_seen, self._idle_until, self._bad = lost, now + IDLE_SCAN_S, False
-        states, timing = self._scan(mine), self.timing
+        self._lost_seen, self._wake = lost, now + timing.idle_scan_s
+        states = self._scan(mine)
         due, self._due = self._due, {}  # only EVs still bad are kept
         for e in states:
             if e.state != nic.EvState.ASSUMED_BAD or e.ev not in mine[e.qpn].evs:
                 continue  # (not in the profile: replaced, to be deleted)
-            self._bad = True
             key = (e.qpn, e.ev)
             d = due.get(key)
             if d is not None and e.replies > d.replies:
                 d = d._replace(interval=timing.probe_interval_s)  # answered: the path works
             if d is not None and now - d.last < d.interval:
-                self._due[key] = d
+                self._keep(key, d)
                 continue
             bucket = self._buckets.get((e.qpn, e.plane))
             if bucket is None:
                 bucket = self._buckets[(e.qpn, e.plane)] = PlaneBucket(now)
             if not bucket.take(now):
                 self.held += 1
+                self._wake = now  # due still: the next scan tries again
                 if d is not None:
-                    self._due[key] = d  # due still: the next scan tries again
+                    self._due[key] = d
                 continue
             # Unanswered since the last probe: wait twice as long for the next.
             interval = (
                 timing.probe_interval_s if d is None else min(2 * d.interval, timing.backoff_max_s)
             )
-            self._due[key] = ProbeDue(now, interval, e.replies)
+            self._keep(key, ProbeDue(now, interval, e.replies))
+            # and a scan a round trip on, whose reply brings the short interval back
+            self._wake = min(self._wake, now + timing.probe_interval_s)
             self._send(mine[e.qpn], e.ev, e.plane)
         if len(self._buckets) > TEMPLATES_MAX:
             self._buckets.clear()
         return states
+
+    def _keep(self, key: tuple[int, int], d: ProbeDue) -> None:
+        """An EV still bad: its next probe is due then, and so is a scan."""
+        self._due[key] = d
+        self._wake = min(self._wake, d.last + d.interval)
 
     def _scan(self, mine: dict) -> list[EvScan]:
         """The EVs of our send QPs' profiles (replaced ones, still to be

@@ -319,3 +319,21 @@ def test_on_a_slow_lab_an_ev_waits_for_its_probes_before_it_is_replaced():
     assert maps.replaced == [], "four default waits are not one slow probe round"
     run(replacer, sq, scans, t, 0.06 + timing.replace_after_s + 0.02, step=0.01)
     assert [r[2] for r in maps.replaced] == [103]
+
+
+def test_next_due_is_when_the_replacer_decides_next():
+    """The prober scans by then (Prober.wake_at): a bad EV's replacement
+    time, then the retired EV's deletion, then nothing."""
+    sq, maps = make_sq(), RecordingMaps()
+    replacer, scans = evreplace.Replacer("lab", "h0", 0, maps), Scans(sq)
+    assert replacer.next_due(0.0) == float("inf")
+    run(replacer, sq, scans, 0.0, 0.01)
+    scans.fail(103)
+    replacer.step(0.012, {QPN: sq}, scans.rows())
+    assert replacer.next_due(0.012) == pytest.approx(0.012 + AFTER)
+    run(replacer, sq, scans, 0.014, 0.012 + AFTER)
+    assert [r[2] for r in maps.replaced] == [103]
+    due = replacer.next_due(0.012 + AFTER)
+    assert due == pytest.approx(0.012 + AFTER + evreplace.RETIRE_AFTER_S)
+    replacer.step(due + 1e-9, {QPN: sq}, scans.rows())
+    assert maps.deleted == [(QPN, 103)] and replacer.next_due(due) == float("inf")

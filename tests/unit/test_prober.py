@@ -127,3 +127,33 @@ def test_on_a_slow_lab_a_bad_ev_is_probed_once_a_round_trip_then_backs_off():
     assert max(gaps) <= prober.BACKOFF_STEPS * rtt + late, gaps
     assert max(gaps) >= prober.BACKOFF_STEPS * rtt, "it reached the longest backoff"
     assert min(b - a for a, b in zip(scans, scans[1:], strict=False)) >= rtt / 2 - 1e-9
+
+
+def test_a_bad_ev_backed_off_is_scanned_for_when_its_probe_is_due_not_every_scan_interval():
+    """Default lab: an EV that stays bad is probed 2, 4, ... 64 ms apart; the
+    scans follow its probes (each, and one a probe interval after it, for
+    the reply) and the idle cadence, not every SCAN_INTERVAL_S; a loss of our
+    QPs brings a scan at once, and wake_at() one when the replacer asks."""
+    qpn, ev = 0x100, 0xC001
+    topo = types.SimpleNamespace(queues=types.SimpleNamespace(base_rtt_ns=515_000))
+    p = prober.Prober(topo, 0, types.SimpleNamespace())
+    bad = prober.EvScan(qpn, ev, 0, nic.EvState.ASSUMED_BAD, 0, 1)
+    scans, sent = [], []
+    p._scan = lambda mine: scans.append(now) or [bad]
+    p._send = lambda sq, ev, plane: sent.append(now)
+    sq = types.SimpleNamespace(lost_pkts=1, evs={ev: 0})
+    now = 0.0
+    while now < 1.0:
+        p.step(now, {qpn: sq})
+        now += 0.001
+    assert len(sent) >= 15, sent  # 64 ms apart once backed off
+    assert len(scans) <= 2 * len(sent) + 1.0 / prober.IDLE_SCAN_S + 2, (len(scans), len(sent))
+    n = len(scans)
+    sq.lost_pkts += 1  # a new loss: scanned at the next step
+    p.step(now, {qpn: sq})
+    assert len(scans) == n + 1
+    now += 0.003
+    assert p.step(now, {qpn: sq}) is None, "nothing due 3 ms on"
+    p.wake_at(now)
+    now += 0.003
+    assert p.step(now, {qpn: sq}) is not None, "the replacer asked"
