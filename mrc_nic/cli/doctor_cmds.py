@@ -72,6 +72,15 @@ def _view(figures: dict) -> None:
         f"(= {figures['faithful_hop_pps']:,} packet-hops/s); a lab of N senders x P planes "
         "is faithful at that / (N x P) per link"
     )
+    daemons = figures.get("daemons")
+    if daemons:
+        fast, slow = daemons["fast"], daemons["slow"]
+        output.plain(
+            f"  a host's daemon, sending and receiving: {fast['cores']:.3f} cores at a "
+            f"{fast['tick_s'] * 1e3:g} ms tick, {slow['cores']:.3f} at {slow['tick_s'] * 1e3:g} ms; "
+            f"a lab of more than two hosts must also fit its daemons and packet-hops in "
+            f"{figures['cpu_budget_cores']:g} cores"
+        )
     rows = [
         [
             t["topology"],
@@ -79,7 +88,7 @@ def _view(figures: dict) -> None:
             t["planes"],
             t["senders"],
             _rate(t["rate_bps"]) if t["rate_bps"] else "none",
-            _rate(t["faithful_rate_bps"]),
+            _rate(t["faithful_rate_bps"]) if t["faithful_rate_bps"] else "no rate",
             output.styled("yes", "green") if t["faithful"] else output.styled("no", "red"),
         ]
         for t in figures["topologies"]

@@ -136,12 +136,17 @@ def doctor_warning(topo) -> str | None:
     figures = doctor_store.load()
     if figures is None:
         return None
-    faithful = doctor_store.faithful_rate(figures, topo.hosts, topo.planes)
+    faithful = doctor_store.faithful_rate(figures, topo.hosts, topo.planes, topo=topo)
     if faithful is None or topo.rate_bps <= faithful:
         return None
+    if not faithful:
+        return (
+            f"{topo.lab}: mrc-nic doctor found no link rate faithful for {topo.hosts} hosts "
+            "here (their daemons alone take the CPU): results may measure the CPU"
+        )
     return (
         f"{topo.lab}: links at {topo.rate_bps / 1e6:g} Mbit/s, above the "
-        f"{faithful / 1e6:.0f} Mbit/s mrc-nic doctor found faithful for "
+        f"{faithful / 1e6:.3g} Mbit/s mrc-nic doctor found faithful for "
         f"{topo.hosts} hosts x {topo.planes} planes here: results may measure the CPU"
     )
 

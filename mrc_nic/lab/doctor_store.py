@@ -17,6 +17,21 @@ of a lab of N hosts and P planes is
     faithful_pps x 8 x frame / (HOPS_PER_PACKET x N_senders x P)
 
 where faithful_pps is the packet-hops a second doctor found link-bound.
+
+Each host also runs a Python daemon, whose CPU grows with the hosts, not
+with the packets: on a 2-core machine 32 of them took most of both cores at
+2 Mbit/s per link (docs/fidelity.md). So a lab of more than two hosts must
+also fit the machine's CPU budget (`cpu_budget_cores`, the cores at the
+verdicts' busy threshold):
+
+    cpu_s_per_hop x packet-hops/s + hosts x daemon_cores(tick) <= budget
+
+where cpu_s_per_hop is the fabric's CPU per packet-hop (doctor's faithful
+write, its daemons' time taken out), and daemon_cores is one host's daemon
+sending and receiving (a pair's two daemons) at the lab's tick, which slows
+with the lab's design RTT (topology.sending_tick_s): doctor measures it at
+its own tick and at the slowest, and it is taken linear in the ticks a
+second between them. The faithful rate is the lower of the two.
 """
 
 from __future__ import annotations
@@ -26,6 +41,8 @@ import os
 import platform
 from pathlib import Path
 from typing import Any
+
+from mrc_nic.lab import topology
 
 DOCTOR_FILE = "/var/lib/mrc-nic/doctor.json"
 SCHEMA = 1
@@ -78,17 +95,55 @@ def load(path: Path | None = None) -> dict[str, Any] | None:
 
 
 def faithful_rate(
-    figures: dict[str, Any], hosts: int, planes: int, *, senders: int | None = None
+    figures: dict[str, Any],
+    hosts: int,
+    planes: int,
+    *,
+    senders: int | None = None,
+    topo: topology.Topology | None = None,
 ) -> float | None:
     """The per-link rate (bit/s) at which a lab of `hosts` hosts and
     `planes` planes stays link-bound with every host sending (or `senders`
-    of them), by the packet-hops model above, from doctor's figures."""
+    of them), by the model above, from doctor's figures. With the lab's
+    topology (its design RTT sets its daemons' tick), more than two hosts
+    must also fit the CPU budget with their daemons; 0.0 when no rate does."""
     pps = figures.get("faithful_hop_pps")
     frame = figures.get("frame_bytes")
     if not pps or not frame:
         return None
     n = senders if senders is not None else senders_of(hosts)
-    return pps * 8 * frame / (HOPS_PER_PACKET * n * planes)
+    rate = pps * 8 * frame / (HOPS_PER_PACKET * n * planes)
+    if hosts <= 2 or topo is None or not figures.get("daemons"):
+        return rate  # a pair's daemons were in doctor's own write
+
+    def fits(rate_bps: float) -> bool:
+        rtt = max(
+            topo.queues.base_rtt_ns, topology.design_rtt_ns(int(rate_bps), topo.mtu, topo.tiers)
+        )
+        hop_pps = n * planes * rate_bps / (8 * frame) * HOPS_PER_PACKET
+        cpu = figures["cpu_s_per_hop"] * hop_pps
+        cpu += hosts * daemon_cores(figures, topology.sending_tick_s(rtt))
+        return cpu <= figures["cpu_budget_cores"]
+
+    if fits(rate):
+        return rate
+    lo, hi = 0.0, rate
+    for _ in range(40):  # to well under a bit/s of the 1 Gbit/s scale
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    return lo if lo >= 1000 else 0.0  # below 1 kbit/s a link carries no packet a second
+
+
+def daemon_cores(figures: dict[str, Any], tick_s: float) -> float:
+    """One host's daemon, sending and receiving, at this tick: doctor's two
+    measures (a pair's daemons at its own tick and at the slowest), linear
+    in the ticks a second between them."""
+    fast, slow = figures["daemons"]["fast"], figures["daemons"]["slow"]
+    f_fast, f_slow, f = 1 / fast["tick_s"], 1 / slow["tick_s"], 1 / tick_s
+    if f_fast == f_slow:
+        return fast["cores"]
+    w = min(1.0, max(0.0, (f - f_slow) / (f_fast - f_slow)))
+    return slow["cores"] + w * (fast["cores"] - slow["cores"])
 
 
 def senders_of(hosts: int) -> int:

@@ -48,6 +48,9 @@ CPU_BUSY = 0.9  # a core (or all of them) busy this share of the time is saturat
 # queues sent say the kernel could not keep up; a handful in a long run is
 # a burst, not a regime.
 KERNEL_DROP_SHARE = 0.001
+# The lab's own daemons (one Python process per host) taking this share of
+# the cores in a CPU-bound run: the advice is fewer hosts, not slower links.
+DAEMONS_BIND = 0.25
 BUSIEST_SHOWN = 4  # link directions kept in the JSON, busiest first
 # Fewer packets than this through the lab's queues: an idle lab (a live view
 # between runs), judged `application` whatever other tenants do to the cores.
@@ -59,14 +62,34 @@ VERDICTS = ("links", "cpu", "application")
 
 # ---- CPU and the kernel's own counters --------------------------------------------------
 class CpuSample(NamedTuple):
-    """Per CPU: (busy, softirq, total) jiffies; (dropped, time_squeeze) of softnet_stat."""
+    """Per CPU: (busy, softirq, total) jiffies; (dropped, time_squeeze) of
+    softnet_stat; the lab's own processes' CPU time (user + system jiffies of
+    its host daemons and event log; None: no lab read)."""
 
     cores: list[tuple[int, int, int]]
     softnet: list[tuple[int, int]]
+    lab_jiffies: int | None = None
 
 
-def read_cpu(stat: str = "/proc/stat", softnet: str = "/proc/net/softnet_stat") -> CpuSample:
-    """The per-CPU counters now."""
+def process_jiffies(pids: list[int]) -> int:
+    """User + system time of these processes (ones gone are left out)."""
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime, stime (proc(5): fields 14, 15)
+    return total
+
+
+def read_cpu(
+    stat: str = "/proc/stat",
+    softnet: str = "/proc/net/softnet_stat",
+    lab_pids: list[int] | None = None,
+) -> CpuSample:
+    """The per-CPU counters now, and the CPU time of lab_pids (a lab's daemons)."""
     cores = []
     with open(stat) as f:
         for line in f:
@@ -86,7 +109,8 @@ def read_cpu(stat: str = "/proc/stat", softnet: str = "/proc/net/softnet_stat") 
                 rows.append((int(cols[1], 16), int(cols[2], 16)))
     except OSError:
         pass  # no softnet_stat: judged on the cores alone
-    return CpuSample(cores, rows)
+    lab = process_jiffies(lab_pids) if lab_pids is not None else None
+    return CpuSample(cores, rows, lab)
 
 
 def cpu_figures(before: CpuSample, after: CpuSample) -> dict[str, Any]:
@@ -107,12 +131,17 @@ def cpu_figures(before: CpuSample, after: CpuSample) -> dict[str, Any]:
             }
         )
     pairs = list(zip(before.softnet, after.softnet, strict=False))
-    return {
+    figures = {
         "cores": cores,
         "busy": round(busy_sum / total_sum, 3) if total_sum > 0 else None,
         "softnet_dropped": sum(max(0, a[0] - b[0]) for b, a in pairs),
         "time_squeeze": sum(max(0, a[1] - b[1]) for b, a in pairs),
     }
+    if before.lab_jiffies is not None and after.lab_jiffies is not None and total_sum > 0:
+        # cores' worth: the lab's jiffies over one core's jiffies in the window
+        per_core = total_sum / max(1, len(cores))
+        figures["lab_daemons"] = round(max(0, after.lab_jiffies - before.lab_jiffies) / per_core, 3)
+    return figures
 
 
 # ---- links ------------------------------------------------------------------------------
@@ -216,6 +245,9 @@ def judge(
         why = f"a core busy {hottest:.0%} of the time" + (
             f", the busiest link at {busiest:.0%} of its rate" if busiest is not None else ""
         )
+        daemons = cpu.get("lab_daemons")
+        if daemons is not None and daemons >= DAEMONS_BIND * len(busy_cores):
+            why += f"; the lab's daemons took {daemons:.2g} of the {len(busy_cores)} cores"
     else:
         verdict = "application"
         why = "neither the links nor the CPU were full" + (
@@ -322,6 +354,7 @@ class Meter:
         self._dirs = link_directions(self.topo) if self.topo is not None else []
         self._rates = {(d[0], d[1]): d[4] for d in self._dirs}
         self._before: tuple[CpuSample, LinkSample | None] | None = None
+        self._lab_pids: list[int] | None = None  # the lab's daemons, found at the first sample
 
     def __enter__(self) -> Meter:
         self.start()
@@ -361,7 +394,11 @@ class Meter:
 
     def _sample(self) -> tuple[CpuSample, LinkSample | None]:
         links = self._links()
-        return read_cpu(), links
+        if self._lab_pids is None and self.topo is not None:
+            from mrc_nic.lab import workers
+
+            self._lab_pids = workers.find(self.topo.lab)
+        return read_cpu(lab_pids=self._lab_pids), links
 
     def start(self) -> None:
         self._before = self._sample()
@@ -407,6 +444,7 @@ def raw_to_json(raw: tuple[CpuSample, LinkSample | None], load_avg=None) -> dict
     out: dict[str, Any] = {
         "cores": [list(c) for c in cpu.cores],
         "softnet": [list(s) for s in cpu.softnet],
+        "lab_jiffies": cpu.lab_jiffies,
         "load_avg": [round(x, 2) for x in (load_avg or os.getloadavg())],
         "links": None,
     }
@@ -420,7 +458,11 @@ def raw_to_json(raw: tuple[CpuSample, LinkSample | None], load_avg=None) -> dict
 
 
 def raw_from_json(data: dict[str, Any]) -> tuple[CpuSample, LinkSample | None]:
-    cpu = CpuSample([tuple(c) for c in data["cores"]], [tuple(s) for s in data["softnet"]])
+    cpu = CpuSample(
+        [tuple(c) for c in data["cores"]],
+        [tuple(s) for s in data["softnet"]],
+        data.get("lab_jiffies"),
+    )
     lk = data.get("links")
     if lk is None:
         return cpu, None
@@ -465,12 +507,18 @@ def advice(fid: dict[str, Any] | None, topo=None, doctor: dict | None = None) ->
     if not fid or fid["verdict"] != "cpu":
         return None
     text = "CPU-bound: these figures measure this machine's CPU, not the links; "
+    daemons = (fid.get("cpu") or {}).get("lab_daemons")
+    cores = len((fid.get("cpu") or {}).get("cores") or ()) or 1
+    if daemons is not None and daemons >= DAEMONS_BIND * cores:
+        text += f"the lab's daemons took {daemons:.2g} of the {cores} cores: fewer hosts first, "
     faithful = None
     if doctor is not None and topo is not None:
         from mrc_nic.lab import doctor_store
 
-        faithful = doctor_store.faithful_rate(doctor, topo.hosts, topo.planes)
-    if faithful is not None:
+        faithful = doctor_store.faithful_rate(doctor, topo.hosts, topo.planes, topo=topo)
+    if faithful == 0.0:
+        text += f"(mrc-nic doctor finds no link rate faithful for {topo.hosts} hosts here), "
+    elif faithful is not None:
         text += (
             f"use links of at most {_rate_text(faithful)} "
             f"(mrc-nic doctor's faithful rate for {topo.hosts} hosts x {topo.planes} planes), "

@@ -46,7 +46,7 @@ from mrc_nic import nic
 from mrc_nic.contract import ctlops
 from mrc_nic.contract import daemonops as ops
 from mrc_nic.kernel import netns
-from mrc_nic.lab import client, state
+from mrc_nic.lab import client, state, topology
 from mrc_nic.lab.service import Conn, LineService
 from mrc_nic.lab.topology import Topology
 from mrc_nic.transport import epprobe, evreplace, prober, reverse, tenancy
@@ -60,17 +60,6 @@ from mrc_nic.transport.qp import QpError
 from mrc_nic.transport.qplife import QpLifecycle
 
 IDLE_TICK_S = 0.05  # the loop's tick with nothing to do (no QP sending, no probes)
-SENDING_TICK_MAX_S = 0.01  # the loop's tick while QPs send, at most (a slow lab's)
-
-
-def sending_tick_s(topo: Topology) -> float:
-    """The loop's tick while QPs send: a quarter of the lab's design RTT, at
-    least LineService's 1 ms and at most SENDING_TICK_MAX_S. Every timer of a
-    sending QP (its timeout, reorder window, probes' replies) is some RTTs
-    long; a 1 ms tick on a 2 Mbit/s lab (51 ms RTT) woke each of its 32
-    daemons 1,000 times a second and took the cores its links needed."""
-    quarter_rtt = topo.queues.base_rtt_ns / 4 / 1e9
-    return min(SENDING_TICK_MAX_S, max(LineService.tick_s, quarter_rtt))
 
 
 class Daemon(LineService):
@@ -78,7 +67,7 @@ class Daemon(LineService):
 
     def __init__(self, topo: Topology, host: str) -> None:
         super().__init__(client.socket_path(topo.lab, host))
-        self.tick_s = sending_tick_s(topo)
+        self.tick_s = topology.sending_tick_s(topo.queues.base_rtt_ns)
         self.ctx = ctx = HostContext.open(topo, host, nic.NicMaps.open(topo.lab))
         self.prober = prober.Prober(topo, ctx.index, ctx.maps)
         self.replacer = evreplace.Replacer(
@@ -128,7 +117,7 @@ class Daemon(LineService):
             self.resources.release(session)
 
     def tick_interval(self) -> float:
-        """tick_s (sending_tick_s) while QPs send or probe batches wait; until
+        """tick_s (topology.sending_tick_s) while QPs send or probe batches wait; until
         the next reverse EV step (every 4 ms) while receive QPs only keep their
         reverse EVs: a receiver's daemon waking 1000 times a second took the CPU
         its transfer's softirq needed (docs/benchmarks.md, "The receiver's probes"). Otherwise

@@ -16,10 +16,15 @@ gives the rates of every shape by arithmetic (lab.doctor_store):
    reaches FAITHFUL_SHARE of the links' payload capacity: the faithful rate
    of one QP.
 
+3. one short write at the rate whose design RTT slows the daemons' tick
+   to its slowest (topology.sending_tick_s): what the two host daemons cost
+   there, beside what they cost at the faithful rate's tick.
+
 Then: the per-link rate at which each shipped topology is faithful, if its
 main workload (a write on a pair; every host sending on bigger labs) asks
-the same packet-hops a second. The figures are stored (doctor_store) for
-`up`'s warning and the verdicts' advice.
+the same packet-hops a second and its hosts' daemons fit beside them. The
+figures are stored (doctor_store) for `up`'s warning and the verdicts'
+advice.
 """
 
 from __future__ import annotations
@@ -50,6 +55,8 @@ STEP_S = 1.5  # each bisection step's write lasts about this long at its rate
 STEPS = 4
 FIRST_STEP = 0.6  # the first rate tried: this share of what the uncapped write reached
 MIN_SIZE = 4 * 2**20
+SLOW_PACKETS = 64  # the slow step's write: at least this many packets
+ETH = fidelity.ETH_HLEN
 DAEMON_WAIT_S = 30.0  # a restarted daemon answers within this, even on a loaded machine
 
 
@@ -130,6 +137,7 @@ def measure_write(topo: Topology, size: int, qps: int = 1) -> dict[str, Any]:
     secs = r["seconds"]
     busy = fid["cpu"]["busy"] or 0
     cpu_s = busy * (os.cpu_count() or 1) * secs
+    daemons = fid["cpu"].get("lab_daemons") or 0.0  # the two host daemons (and the event log)
     hops = packets * doctor_store.HOPS_PER_PACKET
     return {
         "rate_bps": topo.rate_bps,
@@ -139,10 +147,30 @@ def measure_write(topo: Topology, size: int, qps: int = 1) -> dict[str, Any]:
         "packets": packets,
         "pps": round(packets / secs) if secs else None,
         "cpu_us_per_hop": round(cpu_s / hops * 1e6, 2) if hops else None,
+        # the fabric's own: the daemons' time taken out
+        "fabric_us_per_hop": round((cpu_s - daemons * secs) / hops * 1e6, 2) if hops else None,
+        "daemon_cores": daemons,
+        "tick_s": topology.sending_tick_s(topo.queues.base_rtt_ns),
         "verdict": fid["verdict"],
         "busy": fid["cpu"]["busy"],
         "fidelity": fid,
     }
+
+
+def measure_daemons(topo: Topology, log=print) -> dict[str, Any]:
+    """A short write at the highest rate whose design RTT slows the daemons'
+    tick to its slowest: what the pair's two daemons cost there."""
+    per_bit = topology.PATH_HOPS_PER_TIER * topo.tiers * (topo.mtu + ETH) * 8
+    rate = int(per_bit / (4 * topology.SENDING_TICK_MAX_S))
+    topo = set_rate(topo, rate)
+    seg = nic.seg_size(topo.mtu)
+    size = max(SLOW_PACKETS * seg, int(rate / 8 * seg / frame_bytes(topo) * STEP_S))
+    step = measure_write(topo, size)
+    log(
+        f"doctor: {rate / 1e6:.2g} Mbit/s (the daemons tick every {step['tick_s'] * 1e3:g} ms): "
+        f"the two daemons took {step['daemon_cores']:.3f} cores"
+    )
+    return step
 
 
 def _faithful(step: dict[str, Any]) -> bool:
@@ -155,7 +183,7 @@ def shipped_rates(figures: dict[str, Any]) -> list[dict[str, Any]]:
     rows = []
     for path in sorted(resources.TOPOLOGY_DIR.glob("*.toml")):
         topo = topology.load(path, lab="x")
-        rate = doctor_store.faithful_rate(figures, topo.hosts, topo.planes)
+        rate = doctor_store.faithful_rate(figures, topo.hosts, topo.planes, topo=topo)
         rows.append(
             {
                 "topology": path.name,
@@ -208,6 +236,8 @@ def run(log=print) -> dict[str, Any]:
             else:
                 hi = rate
             rate = math.sqrt(lo * hi) if lo else rate * FIRST_STEP
+        faithful = next((st for st in reversed(steps) if _faithful(st)), free)
+        slow = measure_daemons(topo, log)
     finally:
         testbed.down(topo.lab)
     faithful_bps = lo or 0
@@ -224,6 +254,13 @@ def run(log=print) -> dict[str, Any]:
         "steps": steps,
         "faithful_aggregate_bps": faithful_bps,
         "faithful_hop_pps": round(faithful_bps / (8 * frame) * doctor_store.HOPS_PER_PACKET),
+        "slow": slow,
+        "cpu_s_per_hop": faithful["fabric_us_per_hop"] / 1e6,
+        "cpu_budget_cores": round((os.cpu_count() or 1) * fidelity.CPU_BUSY, 2),
+        "daemons": {
+            "fast": {"tick_s": faithful["tick_s"], "cores": faithful["daemon_cores"]},
+            "slow": {"tick_s": slow["tick_s"], "cores": slow["daemon_cores"]},
+        },
     }
     figures["topologies"] = shipped_rates(figures)
     return figures

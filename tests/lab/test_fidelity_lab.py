@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from mrc_nic.lab import topology
 from tests.helpers.env import run_cli, unique_lab
 
 
@@ -52,6 +53,13 @@ def test_doctor_stores_figures_and_up_warns_above_them(tmp_path, monkeypatch):
     assert figures["hop_pps"] > 0 and figures["uncapped"]["cpu_us_per_hop"] > 0
     assert {t["topology"] for t in figures["topologies"]} >= {"default.toml", "clos-8.toml"}
     assert json.loads(store.read_text())["faithful_hop_pps"] == figures["faithful_hop_pps"]
+    # the daemons measured at two ticks, the slow one at the slowest; their
+    # figure comes from /proc, so a pair of sending daemons costs something
+    fast, slow = figures["daemons"]["fast"], figures["daemons"]["slow"]
+    assert slow["tick_s"] == topology.SENDING_TICK_MAX_S and fast["tick_s"] < slow["tick_s"]
+    assert fast["cores"] > 0 and slow["cores"] > 0
+    assert figures["slow"]["fidelity"]["cpu"]["lab_daemons"] == slow["cores"]
+    assert 0 < figures["cpu_s_per_hop"] < figures["uncapped"]["cpu_us_per_hop"] / 1e6 * 10
     # a topology asking for 32 Gbit/s links is above what doctor found faithful
     from mrc_nic.cli.lab_cmds import doctor_warning
     from mrc_nic.workloads import doctor

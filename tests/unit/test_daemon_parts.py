@@ -343,11 +343,10 @@ def test_a_port_down_takes_its_evs_out_and_disabled_is_down_to_the_nic(
 def test_a_sending_daemon_ticks_at_a_quarter_of_its_labs_rtt_within_1_to_10_ms():
     """The default lab (515 us) keeps the 1 ms tick; clos-8 at 10 Mbit/s
     (10.3 ms) ticks every 2.6 ms; the 2 Mbit/s 32x8 lab (51 ms) every 10 ms."""
-    from mrc_nic.transport.daemon import sending_tick_s
     from tests.helpers.env import NETNS_DIR
 
     ticks = {
-        name: sending_tick_s(topology.load(NETNS_DIR / f"{name}.toml"))
+        name: topology.sending_tick_s(topology.load(NETNS_DIR / f"{name}.toml").queues.base_rtt_ns)
         for name in ("default", "default-1g", "clos-8", "scale-32x8")
     }
     assert ticks == {

@@ -215,3 +215,72 @@ def test_an_idle_lab_is_not_called_cpu_bound_by_other_tenants_busy_cores():
     fid = fidelity.judge(cpu([1.0, 1.0]), quiet)
     assert fid["verdict"] == "application" and fid["cpu_saturated"]
     assert fidelity.judge(cpu([1.0, 1.0]), links([0.05]))["verdict"] == "cpu"
+
+
+def test_the_labs_daemons_cpu_is_measured_and_named_when_they_bound_the_run():
+    """cpu_figures: the lab's processes' jiffies over one core's jiffies of
+    the window; a CPU-bound run whose daemons took a quarter of the cores or
+    more says so, and the advice puts fewer hosts first."""
+    before = CpuSample([(0, 0, 0)] * 2, [(0, 0)] * 2, 100)
+    after = CpuSample([(990, 100, 1000), (980, 50, 1000)], [(0, 0)] * 2, 100 + 1500)
+    c = fidelity.cpu_figures(before, after)
+    assert c["lab_daemons"] == pytest.approx(1.5)  # 1,500 jiffies of one core's 1,000
+    fid = fidelity.judge(c, links([0.6]))
+    assert fid["verdict"] == "cpu" and "the lab's daemons took 1.5 of the 2 cores" in fid["why"]
+    assert "fewer hosts first" in fidelity.advice(fid)
+    light = fidelity.cpu_figures(before, after._replace(lab_jiffies=100 + 200))
+    assert light["lab_daemons"] == pytest.approx(0.2)
+    fid = fidelity.judge(light, links([0.6]))
+    assert "daemons" not in fid["why"] and "fewer hosts first" not in fidelity.advice(fid)
+    assert "lab_daemons" not in cpu([0.5])  # no lab read: no figure
+
+
+def test_read_cpu_times_the_given_processes():
+    import os
+
+    me = fidelity.read_cpu(lab_pids=[os.getpid()])
+    sum(i * i for i in range(2_000_000))  # some CPU of our own
+    again = fidelity.read_cpu(lab_pids=[os.getpid(), 2**22 + 7])  # a pid that is gone
+    assert again.lab_jiffies > me.lab_jiffies
+    assert fidelity.read_cpu().lab_jiffies is None
+    raw = fidelity.raw_from_json(fidelity.raw_to_json((again, None)))
+    assert raw[0].lab_jiffies == again.lab_jiffies
+
+
+DAEMON_DOC = {
+    "faithful_hop_pps": 230_000,
+    "frame_bytes": 3214,
+    "cpu_s_per_hop": 5e-6,
+    "cpu_budget_cores": 1.8,
+    "daemons": {"fast": {"tick_s": 0.001, "cores": 0.2}, "slow": {"tick_s": 0.01, "cores": 0.04}},
+}
+
+
+def test_daemon_cores_are_linear_in_ticks_a_second_between_doctors_two_measures():
+    assert doctor_store.daemon_cores(DAEMON_DOC, 0.001) == pytest.approx(0.2)
+    assert doctor_store.daemon_cores(DAEMON_DOC, 0.01) == pytest.approx(0.04)
+    assert doctor_store.daemon_cores(DAEMON_DOC, 0.002) == pytest.approx(0.04 + 0.16 * 400 / 900)
+    assert doctor_store.daemon_cores(DAEMON_DOC, 0.1) == pytest.approx(0.04)  # not below the slow
+
+
+def test_many_hosts_must_fit_the_cpu_with_their_daemons():
+    """A pair keeps doctor's own rate (its daemons were in the measure); 8
+    hosts fit at a lower rate than the packet-hops alone allow; 64 hosts'
+    daemons alone are over the budget: no rate (0.0)."""
+    netns = topology.Path(__file__).parents[2] / "netns"
+    pair = topology.load(netns / "default.toml", lab="t")
+    assert doctor_store.faithful_rate(DAEMON_DOC, 2, 4, topo=pair) == pytest.approx(
+        doctor_store.faithful_rate(DAEMON_DOC, 2, 4)
+    )
+    clos = topology.load(netns / "clos-8.toml", lab="t")
+    hops_only = doctor_store.faithful_rate(DAEMON_DOC, 8, 8)
+    rate = doctor_store.faithful_rate(DAEMON_DOC, 8, 8, topo=clos)
+    assert 0 < rate < hops_only
+    # at that rate the CPU is the budget, to within the bisection
+    rtt = max(clos.queues.base_rtt_ns, topology.design_rtt_ns(int(rate), clos.mtu, clos.tiers))
+    hop_pps = 8 * 8 * rate / (8 * 3214) * doctor_store.HOPS_PER_PACKET
+    cpu = 5e-6 * hop_pps + 8 * doctor_store.daemon_cores(DAEMON_DOC, topology.sending_tick_s(rtt))
+    assert cpu == pytest.approx(1.8, rel=1e-3)
+    assert doctor_store.faithful_rate(DAEMON_DOC, 64, 8, topo=clos) == 0.0
+    no_daemons = {k: v for k, v in DAEMON_DOC.items() if k != "daemons"}  # an older store
+    assert doctor_store.faithful_rate(no_daemons, 8, 8, topo=clos) == pytest.approx(hops_only)

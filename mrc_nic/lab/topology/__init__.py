@@ -29,6 +29,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from mrc_nic.lab.topology.model import (
+    SENDING_TICK_MAX_S,
+    SENDING_TICK_MIN_S,
     Link,
     Node,
     Port,
@@ -40,6 +42,7 @@ from mrc_nic.lab.topology.model import (
     Tunnel,
     design_rtt_ns,
     plane_subnet,
+    sending_tick_s,
     switch_letter,
     tbf_burst_bytes,
 )
@@ -115,6 +118,9 @@ __all__ = [
     "plane_subnet",
     "switch_letter",
     "design_rtt_ns",
+    "sending_tick_s",
+    "SENDING_TICK_MAX_S",
+    "SENDING_TICK_MIN_S",
     "tbf_burst_bytes",
     "with_forwarding",
 ]

@@ -63,6 +63,20 @@ def design_rtt_ns(rate_bps: int | None, mtu: int, tiers: int = 2) -> int:
     return max(BASE_RTT_NS, -(-frames_ns // 1000) * 1000)  # whole microseconds
 
 
+# A host daemon's loop wakes every quarter of the lab's design RTT while its
+# QPs send, within these: every timer of a sending QP (its timeout, reorder
+# window, probes' replies) is some RTTs long, and a 1 ms tick on a 2 Mbit/s
+# lab (51 ms RTT) woke each of its 32 daemons 1,000 times a second and took
+# the cores its links needed.
+SENDING_TICK_MIN_S = 0.001
+SENDING_TICK_MAX_S = 0.01
+
+
+def sending_tick_s(base_rtt_ns: int) -> float:
+    """The host daemons' tick while QPs send, on a lab of this design RTT."""
+    return min(SENDING_TICK_MAX_S, max(SENDING_TICK_MIN_S, base_rtt_ns / 4 / 1e9))
+
+
 def tbf_burst_bytes(rate_bps: int, mtu: int) -> int:
     """The bucket of a link's TBF: ~250 us at line rate, at least two frames."""
     return max(int(rate_bps / 8 * TBF_BURST_SECONDS), 2 * (mtu + 14))
