@@ -77,7 +77,8 @@ def _view(figures: dict) -> None:
         fast, slow = daemons["fast"], daemons["slow"]
         output.plain(
             f"  a host's daemon, sending and receiving: {fast['cores']:.3f} cores at a "
-            f"{fast['tick_s'] * 1e3:g} ms tick, {slow['cores']:.3f} at {slow['tick_s'] * 1e3:g} ms; "
+            f"{fast['tick_s'] * 1e3:g} ms tick, "
+            f"{slow['cores']:.3f} at {slow['tick_s'] * 1e3:g} ms; "
             f"a lab of more than two hosts must also fit its daemons and packet-hops in "
             f"{figures['cpu_budget_cores']:g} cores"
         )

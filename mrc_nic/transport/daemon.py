@@ -81,6 +81,7 @@ class Daemon(LineService):
         self.qps = QpLifecycle(ctx, self.reverse)
         self.supervision = Supervision(ctx)
         self.events = EvEvents(ctx)  # the OCP mrc_ctl.h objects: these three
+        self.events.on_bad = lambda: self.prober.wake_at(0.0)  # probe it at the next step
         self.profiles = ProfileOps(ctx, self.events, self.replacer)
         self.ports = Ports(ctx, self.events)
         for part in (self.resources, self.qps, self.events, self.profiles, self.ports):

@@ -19,6 +19,7 @@ import contextlib
 import errno
 import os
 import time
+from collections.abc import Callable
 from typing import ClassVar
 
 from mrc_nic import nic
@@ -48,6 +49,7 @@ class EvEvents(Part):
         self.events: collections.deque[dict] = collections.deque()
         self._dropped = 0
         self._wall_minus_mono = time.time() - time.monotonic()  # the NIC's ts: CLOCK_MONOTONIC
+        self.on_bad: Callable[[], None] | None = None  # an EV of ours went ASSUMED_BAD
         self._open_queue()
 
     def _open_queue(self) -> None:
@@ -102,6 +104,8 @@ class EvEvents(Part):
     def _changed(self, q: AppQp, wire: int, old: int, new: int, cause: str, when: float) -> None:
         """An event for EV `wire` of send QP q going from NIC state old to new,
         if that is a change of OCP state the profile's ev_event_mask takes."""
+        if new == nic.EvState.ASSUMED_BAD and self.on_bad is not None:
+            self.on_bad()  # (before the mask: the prober probes it whoever listens)
         before = NIC_TO_OCP.get(old, EvState.UNKNOWN)
         state = NIC_TO_OCP.get(new, EvState.UNKNOWN)
         if state == before:

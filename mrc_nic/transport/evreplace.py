@@ -132,6 +132,8 @@ class _Track:
     # plane -> the last scan that saw a packet of it acknowledged; and (the
     # scan at which acks came again after plane_silent_s without any, grace)
     plane_seen: dict[int, float] = dataclasses.field(default_factory=dict)
+    # plane -> the first scan since plane_seen that saw none of its acks
+    plane_quiet: dict[int, float] = dataclasses.field(default_factory=dict)
     plane_back: dict[int, tuple[float, float]] = dataclasses.field(default_factory=dict)
     # replaced EVs whose state is still to be deleted: (when replaced, EV, plane)
     retired: list[tuple[float, int, int]] = dataclasses.field(default_factory=list)
@@ -188,15 +190,20 @@ class Replacer:
         timing, bad = self.timing, {}
         since_scan = now if track.last_scan is None else track.last_scan
         track.last_scan = now
+        acked_planes = set()
         for e in evs:
             if e.acks > track.acks.get(e.ev, e.acks):
                 # acknowledged after the last scan, so sent after (it - the round trip)
                 sent = since_scan - e.rtt_last_ns / 1e9
                 track.plane_acked[e.plane] = max(track.plane_acked.get(e.plane, sent), sent)
-                if now - track.plane_seen.get(e.plane, now) > timing.plane_silent_s:
+                # Silent: some scan between saw none of its acks. Scans run when
+                # something is due, so a long gap between two is no silence.
+                quiet = track.plane_quiet.pop(e.plane, None) is not None
+                if quiet and now - track.plane_seen.get(e.plane, now) > timing.plane_silent_s:
                     n_bad = sum(o.plane == e.plane and o.state not in ACTIVE for o in evs)
                     track.plane_back[e.plane] = (now, timing.plane_back_grace(n_bad))
                 track.plane_seen[e.plane] = now
+                acked_planes.add(e.plane)
             # A loss since the last scan starts a new failure: the EV may
             # have come back and failed again between two scans.
             new_loss = e.lost > track.lost.get(e.ev, e.lost)
@@ -210,6 +217,8 @@ class Replacer:
                 bad[e.ev] = e.plane
                 if new_loss:
                     track.bad_since.pop(e.ev, None)
+        for plane in {e.plane for e in evs} - acked_planes:
+            track.plane_quiet.setdefault(plane, now)
         track.bad_since = {ev: track.bad_since.get(ev, now) for ev in bad}
         active = sum(e.state in ACTIVE for e in evs)
         due = sorted(

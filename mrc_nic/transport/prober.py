@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import math
 import socket
 import struct
 import time
@@ -48,13 +49,14 @@ BACKOFF_STEPS = 32  # the longest backoff, in first intervals (64 ms / 2 ms)
 # Every EV that BPF puts in ASSUMED_BAD comes with a PSN declared lost (loss
 # walk, head scan, timeout kick), counted in its QP's stats.lost_pkts, which
 # the supervision reads every tick (Supervised.lost_pkts); an EV blamed later
-# for a silence is one of those PSNs' too. So a scan is due when our QPs'
-# counts move, when a probe of an EV still bad is due, when the replacer
-# needs one (wake_at), and at least this often. (It ran every SCAN_INTERVAL_S
-# while any EV of ours was bad: on a slow lab some EV nearly always is, and
-# the scan was a quarter of every daemon's CPU. The lab-wide LOST counter it
-# watched before that moves with every host's losses.)
-IDLE_SCAN_S = 0.05
+# for a silence is one of those PSNs' too, and the daemon's own changes
+# (an operator's, a port down) reach EvEvents, which wakes the prober. So a
+# scan is due only when our QPs' counts move, when a probe of an EV still bad
+# is due (and one probe interval after it, for the reply), or when someone
+# asks (wake_at: the replacer's next decision, an EV made bad). It ran every
+# SCAN_INTERVAL_S while any EV of ours was bad, and every 50 ms otherwise:
+# 128 lookups each on an 8-plane QP, a quarter of every daemon's CPU on a
+# slow lab.
 # A scan looks our EVs up one by one up to this many (a syscall each), else
 # reads all of nic_evs at once: every host's EVs, copied out of the kernel and
 # searched, which on a 32-host lab was most of each of 32 daemons' work.
@@ -79,13 +81,11 @@ class Timing:
     unanswered before its reply could come, and the scan that probes ran every
     tick of every daemon (docs/benchmarks.md, "The probe scan's trigger"). So:
     a bad EV is probed at most once a design RTT, backs off to BACKOFF_STEPS
-    times that, and the scan runs at most twice a round trip and, with
-    nothing due, every two."""
+    times that, and the scan runs at most twice a round trip."""
 
     probe_interval_s: float = PROBE_INTERVAL_S
     backoff_max_s: float = PROBE_BACKOFF_MAX_S
     scan_interval_s: float = SCAN_INTERVAL_S
-    idle_scan_s: float = IDLE_SCAN_S
 
     @classmethod
     def for_rtt(cls, rtt_s: float) -> Timing:
@@ -94,7 +94,6 @@ class Timing:
             probe_interval_s=interval,
             backoff_max_s=max(PROBE_BACKOFF_MAX_S, BACKOFF_STEPS * interval),
             scan_interval_s=max(SCAN_INTERVAL_S, rtt_s / 2),
-            idle_scan_s=max(IDLE_SCAN_S, 2 * rtt_s),
         )
 
 
@@ -231,7 +230,8 @@ class Prober:
         return plane_socket(self._socks, plane)
 
     def wake_at(self, when: float) -> None:
-        """Scan again by `when` (the replacer's next decision)."""
+        """Scan again by `when` (the replacer's next decision; 0: at the next
+        step, an EV of ours went bad)."""
         self._wake = min(self._wake, when)
 
     def step(self, now: float, mine: dict) -> list[EvScan] | None:
@@ -245,7 +245,7 @@ class Prober:
         lost = sum(sq.lost_pkts for sq in mine.values())
         if lost == self._lost_seen and now < self._wake:
             return None
-        self._lost_seen, self._wake = lost, now + timing.idle_scan_s
+        self._lost_seen, self._wake = lost, math.inf  # until something is due
         states = self._scan(mine)
         due, self._due = self._due, {}  # only EVs still bad are kept
         for e in states:

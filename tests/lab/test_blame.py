@@ -64,11 +64,13 @@ def test_a_healthy_write_on_a_link_bound_lab_resends_only_what_it_must(make_lab,
     # clears it (suspect_cleared); none is blamed for a silence. One moment of
     # blame is allowed: a CPU stalled for milliseconds can deliver a later
     # packet of a path first, which is how a lossy EV looks too, and one stall
-    # can do it to the EVs of several planes at once (a CI run: 2, 0.5 ms apart).
+    # longer than the reorder window makes every EV with a packet out look
+    # lossy at once (CI runs: 2 EVs 0.5 ms apart; 23 at one instant, every
+    # resend a duplicate). The churn this guards against is many moments.
     events = json.loads(
         run_cli("events", "--since", str(first), "--format", "json", "-l", lab).stdout
     )["events"]
     blamed = [e for e in events if e["type"] == "ev_state" and e["new_state"] == "ASSUMED_BAD"]
     when = sorted(e["time"] for e in blamed)
-    assert len(when) <= topo.planes and (not when or when[-1] - when[0] < 0.005), blamed
+    assert not when or when[-1] - when[0] < 0.005, blamed
     assert not [e for e in blamed if e["cause"] == "TIMEOUT"], blamed

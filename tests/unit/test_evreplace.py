@@ -337,3 +337,23 @@ def test_next_due_is_when_the_replacer_decides_next():
     assert due == pytest.approx(0.012 + AFTER + evreplace.RETIRE_AFTER_S)
     replacer.step(due + 1e-9, {QPN: sq}, scans.rows())
     assert maps.deleted == [(QPN, 103)] and replacer.next_due(due) == float("inf")
+
+
+def test_a_long_gap_between_scans_is_no_silence_of_a_plane():
+    """Scans run when something is due: one after a quiet second finds acks on
+    every plane, which is no heal (no grace: EV 103 of plane 1, bad since
+    before the gap, is replaced at once). A scan between that saw none of
+    plane 1's acks makes it one: its bad EVs get their grace first."""
+    for quiet_scan in (False, True):
+        sq, maps = make_sq(), RecordingMaps()
+        replacer, scans = evreplace.Replacer("lab", "h0", 0, maps), Scans(sq)
+        run(replacer, sq, scans, 0.0, 0.004)
+        scans.fail(103)  # plane 1
+        run(replacer, sq, scans, 0.006, 0.006)
+        if quiet_scan:
+            run(replacer, sq, scans, 0.5, 0.5, acked_planes=(0,))
+        run(replacer, sq, scans, 1.0, 1.0)  # acks on both planes again
+        if quiet_scan:
+            assert maps.replaced == [], "plane 1 came back after a silence: its grace first"
+        else:
+            assert [r[2] for r in maps.replaced] == [103], "no grace: plane 1 was not silent"

@@ -132,7 +132,7 @@ def test_on_a_slow_lab_a_bad_ev_is_probed_once_a_round_trip_then_backs_off():
 def test_a_bad_ev_backed_off_is_scanned_for_when_its_probe_is_due_not_every_scan_interval():
     """Default lab: an EV that stays bad is probed 2, 4, ... 64 ms apart; the
     scans follow its probes (each, and one a probe interval after it, for
-    the reply) and the idle cadence, not every SCAN_INTERVAL_S; a loss of our
+    the reply), not every SCAN_INTERVAL_S nor on an idle cadence; a loss of our
     QPs brings a scan at once, and wake_at() one when the replacer asks."""
     qpn, ev = 0x100, 0xC001
     topo = types.SimpleNamespace(queues=types.SimpleNamespace(base_rtt_ns=515_000))
@@ -147,7 +147,7 @@ def test_a_bad_ev_backed_off_is_scanned_for_when_its_probe_is_due_not_every_scan
         p.step(now, {qpn: sq})
         now += 0.001
     assert len(sent) >= 15, sent  # 64 ms apart once backed off
-    assert len(scans) <= 2 * len(sent) + 1.0 / prober.IDLE_SCAN_S + 2, (len(scans), len(sent))
+    assert len(scans) <= 2 * len(sent) + 1, (len(scans), len(sent))
     n = len(scans)
     sq.lost_pkts += 1  # a new loss: scanned at the next step
     p.step(now, {qpn: sq})
@@ -157,3 +157,26 @@ def test_a_bad_ev_backed_off_is_scanned_for_when_its_probe_is_due_not_every_scan
     p.wake_at(now)
     now += 0.003
     assert p.step(now, {qpn: sq}) is not None, "the replacer asked"
+
+
+def test_with_nothing_bad_and_no_new_loss_nothing_is_scanned_until_asked():
+    """Every EV GOOD and our losses still: one scan, then none (it was 20 a
+    second: 128 lookups each on an 8-plane QP); an EV made bad (EvEvents
+    calls wake_at(0)) or a new loss brings the next."""
+    qpn, ev = 0x100, 0xC001
+    topo = types.SimpleNamespace(queues=types.SimpleNamespace(base_rtt_ns=515_000))
+    p = prober.Prober(topo, 0, types.SimpleNamespace())
+    good = prober.EvScan(qpn, ev, 0, nic.EvState.GOOD, 5, 0)
+    scans = []
+    p._scan = lambda mine: scans.append(now) or [good]
+    sq = types.SimpleNamespace(lost_pkts=0, evs={ev: 0})
+    now = 0.0
+    while now < 2.0:
+        p.step(now, {qpn: sq})
+        now += 0.001
+    assert scans == [0.0]
+    p.wake_at(0.0)
+    assert p.step(now, {qpn: sq}) is not None
+    now += 0.003
+    sq.lost_pkts = 1
+    assert p.step(now, {qpn: sq}) is not None and len(scans) == 3
