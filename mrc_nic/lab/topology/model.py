@@ -69,7 +69,7 @@ def design_rtt_ns(rate_bps: int | None, mtu: int, tiers: int = 2) -> int:
 # lab (51 ms RTT) woke each of its 32 daemons 1,000 times a second and took
 # the cores its links needed.
 SENDING_TICK_MIN_S = 0.001
-SENDING_TICK_MAX_S = 0.01
+SENDING_TICK_MAX_S = 0.02
 
 
 def sending_tick_s(base_rtt_ns: int) -> float:
